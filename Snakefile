@@ -1,0 +1,35 @@
+# splitbench: what does the link between two machines cost a split LLM?
+#
+#   link setup + verification -+
+#   toolchain (per pair) ------+-> server launch (pair x link x model) -> cells (ctx x conc)
+#   model (synthetic or file) -+                                          |
+#                                                  summary + tables <-----+
+
+
+from snakemake.utils import min_version, validate
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+validate(config, "config/schema.yaml")
+
+
+include: "rules/common.smk"
+include: "rules/toolchain.smk"
+include: "rules/models.smk"
+include: "rules/links.smk"
+include: "rules/servers.smk"
+include: "rules/cells.smk"
+include: "rules/report.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        all_link_results(),
+        all_cell_results(),
+        "results/summary/cells.parquet",
+        "results/tables/single_stream_decode.md",

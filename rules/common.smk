@@ -1,0 +1,64 @@
+# Shared helpers: config checks, the matrix, per-job config slices, run lifecycle.
+import json
+import os
+import sys
+
+from splitbench import plan, procs
+
+try:
+    plan.check(config)
+except plan.ConfigError as error:
+    raise ValueError(f"splitbench: invalid configuration: {error}") from None
+
+# The interpreter that runs this workflow also runs every stage (the project's venv).
+PY = sys.executable
+
+
+wildcard_constraints:
+    pair="[a-z0-9][a-z0-9_-]*",
+    link="[a-z0-9][a-z0-9_-]*",
+    model="[A-Za-z0-9][A-Za-z0-9._-]*",
+    ctx="[a-z0-9]+",
+    conc="[0-9]+",
+
+
+def as_json(value):
+    """A config slice as a stable string: a rerun trigger and a command argument."""
+    return json.dumps(value, sort_keys=True)
+
+
+def all_link_results():
+    return [
+        plan.link_path(pair, link)
+        for pair, spec in config["pairs"].items()
+        for link in spec["links"]
+    ]
+
+
+def all_cell_results():
+    return [cell.path for cell in plan.cells(config)]
+
+
+def all_request_results():
+    return [
+        plan.requests_path(c.pair, c.link, c.model, c.ctx, c.conc)
+        for c in plan.cells(config)
+    ]
+
+
+def block_priority(wildcards):
+    return plan.block_priority(config, wildcards.pair, wildcards.link, wildcards.model)
+
+
+# Servers, relays and namespaces outlive single jobs; stop them when the run ends,
+# however it ends (the reaper covers Ctrl-C and kill -9 of Snakemake).
+onstart:
+    procs.start_reaper(os.getpid())
+
+
+onsuccess:
+    procs.teardown()
+
+
+onerror:
+    procs.teardown()

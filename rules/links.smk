@@ -1,0 +1,14 @@
+# Links: set up (or adopt) each link of a pair and verify it: throughput, ping, RR latency.
+
+
+rule link:
+    output:
+        "results/links/{pair}/{link}.parquet",
+    params:
+        spec=lambda w: as_json(plan.link_slice(config, w.pair, w.link)),
+        settings=as_json(plan.link_check_settings(config)),
+    log:
+        "results/logs/links/{pair}/{link}.log",
+    shell:
+        "{PY} -m splitbench link --spec {params.spec:q} --settings {params.settings:q}"
+        " --out {output:q} > {log:q} 2>&1"

@@ -1,0 +1,16 @@
+# Report: every cell into one summary, then the tables a person reads.
+
+
+rule aggregate:
+    input:
+        all_request_results(),
+    output:
+        summary="results/summary/cells.parquet",
+        single_stream="results/tables/single_stream_decode.md",
+    params:
+        contexts=as_json(config["contexts"]),
+    log:
+        "results/logs/aggregate.log",
+    shell:
+        "{PY} -m splitbench aggregate --contexts {params.contexts:q}"
+        " --summary {output.summary:q} --tables results/tables {input:q} > {log:q} 2>&1"

@@ -1,0 +1,21 @@
+# Servers: one launch per (pair, link, model); its cells then run back to back on it.
+# Link results are `ancient`: re-verifying a link must not relaunch or re-measure.
+
+
+rule launch:
+    input:
+        model="results/models/{model}.json",
+        toolchain="results/toolchain/{pair}.json",
+        link=ancient("results/links/{pair}/{link}.parquet"),
+    output:
+        "results/servers/{pair}/{link}/{model}.json",
+    params:
+        link_spec=lambda w: as_json(plan.link_slice(config, w.pair, w.link)),
+        settings=lambda w: as_json(plan.server_slice(config, w.model)),
+    priority: block_priority
+    log:
+        "results/logs/servers/{pair}/{link}/{model}.log",
+    shell:
+        "{PY} -m splitbench launch --link-spec {params.link_spec:q}"
+        " --settings {params.settings:q} --model {input.model:q}"
+        " --toolchain {input.toolchain:q} --out {output:q} > {log:q} 2>&1"

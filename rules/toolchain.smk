@@ -1,0 +1,14 @@
+# Toolchain: which llama.cpp build each host of a pair runs; refuse mismatched builds.
+
+
+rule toolchain:
+    output:
+        "results/toolchain/{pair}.json",
+    params:
+        source=config["toolchain"]["source"],
+        hosts=lambda w: as_json(config["pairs"][w.pair]["hosts"]),
+    log:
+        "results/logs/toolchain/{pair}.log",
+    shell:
+        "{PY} -m splitbench toolchain --pair {wildcards.pair:q} --source {params.source:q}"
+        " --hosts {params.hosts:q} --out {output:q} > {log:q} 2>&1"

@@ -1,0 +1,5 @@
+import sys
+
+from splitbench.cli import main
+
+sys.exit(main())

@@ -1,0 +1,79 @@
+"""One cell: N concurrent requests of one context length against one launch."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from splitbench import client, lab, metrics, parquet_io, prompts, servers, telemetry
+
+TOKEN_COLUMNS = ["request_id", "token_index", "token_id", "t_ns", "t_mono_ns",
+                 "server_prompt_ms", "server_predicted_ms", "server_predicted_n"]
+
+
+def run(
+    cell: dict[str, Any],
+    link_spec: dict[str, Any],
+    model: dict[str, Any],
+    launch: dict[str, Any],
+    toolchain_path: str,
+    link_result: str,
+    tokens_out: str,
+    requests_out: str,
+) -> pd.DataFrame:
+    """Measure one cell and write its token and request Parquet files."""
+    toolchain = json.loads(Path(toolchain_path).read_text())
+    link_row = pd.read_parquet(link_result).iloc[0]
+    link = lab.ensure_link(link_spec)
+    before = telemetry.snapshot()
+    n_predict, conc = cell["n_predict"], cell["concurrency"]
+    try:
+        server = servers.ensure(link, launch["settings"], model["path"], model["sha256"],
+                                toolchain)
+    except servers.LaunchError as exc:
+        replies = [client.Reply(request_id=i, error_type="launch_failed",
+                                error_text=str(exc)[-2000:]) for i in range(conc)]
+        server, alive = None, False
+    else:
+        with link.host_a.entered():
+            pool = prompts.token_pool(server.url)
+            batch = [prompts.prompt(pool, cell["prompt_tokens"], secrets.randbits(63))
+                     for _ in range(conc)]
+            replies = client.run_concurrent(server.url, batch, n_predict,
+                                            cell["request_timeout_s"])
+            alive = server.alive() and servers.healthy(server.url)
+    after = telemetry.snapshot()
+    rows = [
+        metrics.request_row(r, cell["prompt_tokens"], n_predict,
+                            alive, cell["crash_below_tps"])
+        for r in replies
+    ]
+    cell_fields = {
+        "cell_status": metrics.cell_status([r["status"] for r in rows]),
+        "cell_wall_ms": metrics.wall_ms(rows),
+        "launch_id": server.launch_id if server else None,
+        "link_fingerprint": link_row["fingerprint"],
+        "temp_before_c": before["temp_max_c"],
+        "temp_after_c": after["temp_max_c"],
+        "load1_before": before["load1"],
+    }
+    requests = pd.DataFrame([{**r, **cell_fields} for r in rows])
+    tokens = pd.DataFrame(
+        [{**t, "request_id": r.request_id} for r in replies for t in r.tokens],
+        columns=TOKEN_COLUMNS,
+    ).astype({"t_ns": "int64", "t_mono_ns": "int64"})
+    tokens = tokens.merge(requests.drop(columns=["error_text"]), on="request_id", how="left")
+    provenance = {
+        "config": {"cell": cell, "link": link_spec, "model": model},
+        "launch": server.record if server else None,
+        "toolchain": toolchain,
+        "link_fingerprint": link_row["fingerprint"],
+        "telemetry": {"before": before, "after": after},
+    }
+    parquet_io.write(requests, requests_out, provenance)
+    parquet_io.write(tokens, tokens_out, provenance)
+    return requests

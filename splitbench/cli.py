@@ -1,0 +1,121 @@
+"""Entry points the workflow's rules call: `python -m splitbench <stage> ...`.
+
+Each takes its config slice as JSON on the command line (an argument, never a shell
+string) and writes the files its rule declares.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from splitbench import procs
+
+
+def _json(text: str) -> dict:
+    return json.loads(text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="splitbench", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="stage", required=True)
+
+    p = sub.add_parser("toolchain", help="record both hosts' llama.cpp builds")
+    p.add_argument("--pair", required=True)
+    p.add_argument("--source", required=True)
+    p.add_argument("--hosts", type=_json, required=True)
+    p.add_argument("--out", required=True)
+
+    p = sub.add_parser("model", help="write a synthetic GGUF or describe a real one")
+    p.add_argument("--spec", type=_json, required=True)
+    p.add_argument("--gguf")
+    p.add_argument("--write", action="store_true", help="write the synthetic GGUF")
+    p.add_argument("--out", help="where to write the model's description (JSON)")
+
+    p = sub.add_parser("link", help="set up and verify one link")
+    p.add_argument("--spec", type=_json, required=True)
+    p.add_argument("--settings", type=_json, required=True)
+    p.add_argument("--out", required=True)
+
+    p = sub.add_parser("launch", help="launch (or reuse) the servers of one block")
+    p.add_argument("--link-spec", type=_json, required=True)
+    p.add_argument("--settings", type=_json, required=True)
+    p.add_argument("--model", required=True)
+    p.add_argument("--toolchain", required=True)
+    p.add_argument("--out", required=True)
+
+    p = sub.add_parser("cell", help="measure one cell")
+    p.add_argument("--cell", type=_json, required=True)
+    p.add_argument("--link-spec", type=_json, required=True)
+    p.add_argument("--model", required=True)
+    p.add_argument("--launch", required=True)
+    p.add_argument("--toolchain", required=True)
+    p.add_argument("--link-result", required=True)
+    p.add_argument("--tokens-out", required=True)
+    p.add_argument("--requests-out", required=True)
+
+    p = sub.add_parser("aggregate", help="summary Parquet and tables from cell files")
+    p.add_argument("--contexts", type=_json, required=True)
+    p.add_argument("--summary", required=True)
+    p.add_argument("--tables", required=True)
+    p.add_argument("requests", nargs="+")
+
+    sub.add_parser("teardown", help="stop every process and namespace this run started")
+
+    args = parser.parse_args(argv)
+    return _dispatch(args)
+
+
+def _dispatch(args: argparse.Namespace) -> int:  # noqa: C901 - a flat switch
+    if args.stage == "toolchain":
+        from splitbench import toolchain
+
+        toolchain.record(args.pair, args.source, args.hosts, args.out)
+    elif args.stage == "model":
+        from splitbench import models
+
+        if args.write:
+            models.write_synthetic(args.spec["synthetic"], args.gguf)
+        if args.out:
+            Path(args.out).write_text(json.dumps(models.describe(args.spec, args.gguf), indent=1))
+    elif args.stage == "link":
+        from splitbench import links
+
+        row = links.verify(args.spec, args.settings, args.out).iloc[0]
+        print(f"link {row['pair']}/{row['link']}: A->B {row['a_to_b_gbps']:.2f} Gbit/s, "
+              f"B->A {row['b_to_a_gbps']:.2f}, bidir {row['bidir_gbps']:.2f}, "
+              f"ping {row['ping_ms']:.3f} ms, RR16k p50 {row['rr16k_p50_us']:.0f} us")
+    elif args.stage == "launch":
+        from splitbench import lab, servers
+
+        model = json.loads(Path(args.model).read_text())
+        tools = json.loads(Path(args.toolchain).read_text())
+        server = servers.ensure(lab.ensure_link(args.link_spec), args.settings,
+                                model["path"], model["sha256"], tools)
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(server.record, indent=1))
+        print(f"launch {server.launch_id}: loaded in {server.record.get('load_s')} s")
+    elif args.stage == "cell":
+        from splitbench import cells
+
+        frame = cells.run(args.cell, args.link_spec, json.loads(Path(args.model).read_text()),
+                          json.loads(Path(args.launch).read_text()), args.toolchain,
+                          args.link_result, args.tokens_out, args.requests_out)
+        ok = frame[frame["status"] == "ok"]
+        print(f"cell: {frame['cell_status'].iloc[0]}; decode "
+              f"{ok['decode_tps'].median():.1f} tok/s, prefill {ok['prefill_tps'].median():.0f}"
+              f" tok/s over {len(ok)}/{len(frame)} ok requests")
+    elif args.stage == "aggregate":
+        from splitbench import tables
+
+        tables.aggregate(args.requests, args.contexts, args.summary, args.tables)
+    elif args.stage == "teardown":
+        for line in procs.teardown():
+            print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

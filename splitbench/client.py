@@ -1,0 +1,116 @@
+"""The benchmark client: N streaming requests released together, every token timestamped.
+
+Each request has its own thread and HTTP connection; a barrier releases them at once.
+Token arrival times are taken as each streamed event is read, on one absolute clock
+(CLOCK_REALTIME, integer nanoseconds), with a monotonic twin for intervals.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+
+@dataclass
+class Reply:
+    request_id: int
+    t_send_ns: int = 0
+    t_send_mono_ns: int = 0
+    t_end_ns: int = 0
+    http_status: int | None = None
+    error_type: str | None = None  # exception class or server error type
+    error_text: str | None = None
+    tokens: list[dict[str, Any]] = field(default_factory=list)
+    final: dict[str, Any] = field(default_factory=dict)
+
+
+def _stream_one(
+    url: str, body: dict[str, Any], reply: Reply, barrier: threading.Barrier, timeout: float
+) -> None:
+    with httpx.Client(timeout=httpx.Timeout(timeout, connect=10)) as http:
+        barrier.wait()
+        reply.t_send_ns = time.time_ns()
+        reply.t_send_mono_ns = time.monotonic_ns()
+        try:
+            with http.stream("POST", f"{url}/completion", json=body) as response:
+                reply.http_status = response.status_code
+                if response.status_code != 200:
+                    _read_error(response, reply)
+                    return
+                for line in response.iter_lines():
+                    if not line.startswith("data: "):
+                        continue  # ":" keep-alive pings, blank separators
+                    t_ns, t_mono = time.time_ns(), time.monotonic_ns()
+                    event = json.loads(line[6:])
+                    _take_event(event, t_ns, t_mono, reply)
+                    if event.get("stop"):
+                        break
+        except httpx.TimeoutException as exc:
+            reply.error_type, reply.error_text = "timeout", str(exc)
+        except (httpx.HTTPError, json.JSONDecodeError) as exc:
+            reply.error_type, reply.error_text = type(exc).__name__, str(exc)
+        finally:
+            reply.t_end_ns = time.time_ns()
+
+
+def _read_error(response: httpx.Response, reply: Reply) -> None:
+    text = response.read().decode(errors="replace")
+    reply.error_text = text[:2000]
+    try:
+        reply.error_type = json.loads(text)["error"].get("type")
+    except (ValueError, KeyError, AttributeError, TypeError):
+        reply.error_type = "http_error"
+
+
+def _take_event(event: dict[str, Any], t_ns: int, t_mono: int, reply: Reply) -> None:
+    if "error" in event:
+        error = event["error"]
+        reply.error_type = error.get("type", "stream_error") if isinstance(error, dict) else "stream_error"
+        reply.error_text = json.dumps(error)[:2000]
+        return
+    ids = event.get("tokens") or []
+    # A chunk normally carries one token; the last one (stop) may carry none.
+    if ids or (event.get("content") and not event.get("stop")):
+        timings = event.get("timings") or {}
+        for token_id in ids or [None]:
+            reply.tokens.append({
+                "token_index": len(reply.tokens),
+                "token_id": token_id,
+                "t_ns": t_ns,
+                "t_mono_ns": t_mono,
+                "server_prompt_ms": timings.get("prompt_ms"),
+                "server_predicted_ms": timings.get("predicted_ms"),
+                "server_predicted_n": timings.get("predicted_n"),
+            })
+    if event.get("stop"):
+        reply.final = event
+
+
+def run_concurrent(
+    url: str, prompts: list[list[int]], n_predict: int, timeout: float
+) -> list[Reply]:
+    """Send one streaming /completion per prompt, all released together."""
+    barrier = threading.Barrier(len(prompts))
+    replies = [Reply(request_id=i) for i in range(len(prompts))]
+    threads = []
+    for reply, ids in zip(replies, prompts, strict=True):
+        body = {
+            "prompt": ids,
+            "n_predict": n_predict,
+            "ignore_eos": True,
+            "temperature": 0,
+            "cache_prompt": False,
+            "stream": True,
+            "timings_per_token": True,
+        }
+        thread = threading.Thread(target=_stream_one, args=(url, body, reply, barrier, timeout))
+        thread.start()
+        threads.append(thread)
+    for thread in threads:
+        thread.join()
+    return replies

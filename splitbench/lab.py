@@ -1,0 +1,254 @@
+"""The embedded lab: hosts A and B of a pair on this machine, joined by emulated links.
+
+As root, each host is a network namespace and each link one veth pair with its own /30,
+shaped with tc: tbf for rate, netem for delay where the kernel has it. Where it has not
+(or without root, on loopback), a userspace relay adds the delay. `ensure_link` is
+idempotent and safe to call from every job; what it builds is recorded in the run's
+state directory and removed by `procs.teardown()` at the end of the run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from splitbench import procs
+from splitbench.hosts import Host, HostError
+
+RPC_PORT = 50052
+IPERF_PORT = 5201
+PROBE_PORT = 7777
+SERVICE_PORTS = (RPC_PORT, IPERF_PORT, PROBE_PORT)
+
+
+@dataclass
+class Link:
+    """A ready link: where each host is and how A reaches B's services."""
+
+    pair: str
+    name: str
+    host_a: Host
+    host_b: Host
+    addr_a: str
+    addr_b: str
+    # The address A connects to for B's services: B itself, or a delay relay on A.
+    connect_addr: str
+    interface_a: str | None
+    interface_b: str | None
+    emulation: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["host_a"] = asdict(self.host_a)
+        data["host_b"] = asdict(self.host_b)
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Link:
+        data = dict(data)
+        data["host_a"] = Host(**data["host_a"])
+        data["host_b"] = Host(**data["host_b"])
+        return cls(**data)
+
+
+def is_root() -> bool:
+    return os.geteuid() == 0
+
+
+def namespace(pair: str, side: str) -> str:
+    return f"sb-{pair}-{side}"
+
+
+def ensure_link(spec: dict[str, Any]) -> Link:
+    """Build the link described by a link slice (plan.link_slice), or return it if built."""
+    key = f"{spec['pair']}__{spec['link']}"
+    record_path = procs.state_dir() / "links" / f"{key}.json"
+    with procs.locked("lab"):
+        if record_path.exists():
+            link = Link.from_json(json.loads(record_path.read_text()))
+            if _still_there(link, key):
+                return link
+        link = _build_netns(spec) if is_root() else _build_loopback(spec)
+        if spec.get("delay_ms") and link.emulation["delay"] == "relay":
+            _start_relay(link, spec["delay_ms"], key)
+        record_path.parent.mkdir(parents=True, exist_ok=True)
+        record_path.write_text(json.dumps(link.to_json(), indent=1))
+        return link
+
+
+def _still_there(link: Link, key: str) -> bool:
+    if link.host_a.netns:
+        present = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
+        if link.host_a.netns not in present.stdout:
+            return False
+    if link.emulation.get("delay") == "relay":
+        relay = procs.find(f"relay-{key}")
+        return relay is not None and procs.is_alive(relay)
+    return True
+
+
+def _addresses(index: int, loopback: bool) -> tuple[str, str]:
+    if index > 250:
+        raise ValueError("at most 250 links per pair")
+    prefix = f"127.0.{index}" if loopback else f"10.213.{index}"
+    return f"{prefix}.1", f"{prefix}.2"
+
+
+def _build_loopback(spec: dict[str, Any]) -> Link:
+    addr_a, addr_b = _addresses(spec["index"], loopback=True)
+    delay = "relay" if spec.get("delay_ms") else "none"
+    emulation = {
+        "mode": "loopback",
+        "rate": "none (loopback without root cannot shape)",
+        "rate_gbit_a_to_b": None,
+        "rate_gbit_b_to_a": None,
+        "delay": delay,
+        "delay_ms": spec.get("delay_ms", 0.0),
+        "applied": [],
+    }
+    host = Host("local")
+    connect = addr_a if delay == "relay" else addr_b
+    return Link(spec["pair"], spec["link"], host, host, addr_a, addr_b, connect, None, None,
+                emulation)
+
+
+def _ip(*args: str, netns: str | None = None) -> list[str]:
+    argv = ["ip", *args] if netns is None else ["ip", "-n", netns, *args]
+    result = subprocess.run(argv, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise HostError(f"lab: {' '.join(argv)} failed: {result.stderr.strip()}")
+    return argv
+
+
+def _ensure_namespace(name: str) -> None:
+    present = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    if name not in present.split():
+        _ip("netns", "add", name)
+        procs.record_namespace(name)
+        _ip("link", "set", "lo", "up", netns=name)
+
+
+def _build_netns(spec: dict[str, Any]) -> Link:
+    pair, index = spec["pair"], spec["index"]
+    ns_a, ns_b = namespace(pair, "a"), namespace(pair, "b")
+    for name in (ns_a, ns_b):
+        _ensure_namespace(name)
+    if_a = if_b = f"sbl{index}"
+    addr_a, addr_b = _addresses(index, loopback=False)
+    for ns in (ns_a, ns_b):
+        subprocess.run(["ip", "-n", ns, "link", "del", if_a], capture_output=True)
+    applied = [
+        _ip("link", "add", if_a, "netns", ns_a, "type", "veth", "peer", "name", if_b,
+            "netns", ns_b)
+    ]
+    for ns, ifname, addr in ((ns_a, if_a, addr_a), (ns_b, if_b, addr_b)):
+        applied.append(_ip("addr", "add", f"{addr}/30", "dev", ifname, netns=ns))
+        applied.append(_ip("link", "set", ifname, "up", netns=ns))
+    emulation = _shape(spec, ns_a, if_a, ns_b, if_b, applied)
+    connect = addr_a if emulation["delay"] == "relay" else addr_b
+    return Link(pair, spec["link"], Host("a", ns_a), Host("b", ns_b), addr_a, addr_b, connect,
+                if_a, if_b, emulation)
+
+
+def _qdisc(ns: str, ifname: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["tc", "-n", ns, "qdisc", "replace", "dev", ifname, "root", *args],
+        capture_output=True, text=True,
+    )
+
+
+def _shape(
+    spec: dict[str, Any], ns_a: str, if_a: str, ns_b: str, if_b: str, applied: list
+) -> dict[str, Any]:
+    """Apply rate and delay on each direction's egress; report what really took."""
+    rate_ab = spec.get("rate_gbit")
+    rate_ba = spec.get("rate_gbit_b_to_a", rate_ab)
+    delay_ms = spec.get("delay_ms", 0.0)
+    emulation = {
+        "mode": "netns-veth",
+        "rate": "none",
+        "rate_gbit_a_to_b": rate_ab,
+        "rate_gbit_b_to_a": rate_ba,
+        "delay": "none",
+        "delay_ms": delay_ms,
+    }
+    use_netem = bool(delay_ms) and netem_available(ns_a, if_a)
+    for ns, ifname, rate in ((ns_a, if_a, rate_ab), (ns_b, if_b, rate_ba)):
+        if use_netem:
+            args = ["netem", "delay", f"{delay_ms * 1000:.0f}us"]
+            if rate:
+                args += ["rate", f"{rate * 1000:.0f}mbit"]
+            kind = "netem"
+        elif rate:
+            # Burst of 4 ms at rate keeps tbf from throttling below the rate at HZ=250.
+            burst = max(int(rate * 1e9 / 8 * 0.004), 65536)
+            args = ["tbf", "rate", f"{rate * 1000:.0f}mbit", "burst", str(burst),
+                    "latency", "20ms"]
+            kind = "tbf"
+        else:
+            continue
+        result = _qdisc(ns, ifname, *args)
+        if result.returncode != 0:
+            raise HostError(f"lab: tc {' '.join(args)} on {ns}/{ifname}: {result.stderr}")
+        applied.append(["tc", "-n", ns, "qdisc", "replace", "dev", ifname, "root", *args])
+        if rate:
+            emulation["rate"] = kind
+    if delay_ms:
+        emulation["delay"] = "netem" if use_netem else "relay"
+    emulation["applied"] = applied
+    emulation["qdiscs"] = {
+        ns: subprocess.run(["tc", "-n", ns, "qdisc", "show", "dev", ifname],
+                           capture_output=True, text=True).stdout.strip()
+        for ns, ifname in ((ns_a, if_a), (ns_b, if_b))
+    }
+    return emulation
+
+
+def netem_available(ns: str, ifname: str) -> bool:
+    """Probe the kernel for netem by installing (then removing) a no-op netem qdisc."""
+    probe = _qdisc(ns, ifname, "netem", "delay", "0us")
+    if probe.returncode == 0:
+        subprocess.run(["tc", "-n", ns, "qdisc", "del", "dev", ifname, "root"],
+                       capture_output=True)
+        return True
+    return False
+
+
+def _start_relay(link: Link, delay_ms: float, key: str) -> None:
+    mappings = [f"{link.addr_a}:{port}={link.addr_b}:{port}" for port in SERVICE_PORTS]
+    argv = [sys.executable, "-m", "splitbench.relay", "--delay-ms", str(delay_ms), *mappings]
+    procs.stop(f"relay-{key}")
+    link.host_a.spawn(argv, role="relay", key=f"relay-{key}",
+                      log_path=procs.state_dir() / "logs" / f"relay-{key}.log")
+    wait_for_port(link.host_a, link.addr_a, RPC_PORT, timeout=10)
+    link.emulation["relay_argv"] = argv
+
+
+def wait_for_port(host: Host, addr: str, port: int, timeout: float) -> None:
+    """Wait until something accepts TCP connections at addr:port as seen from host."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if host.netns is None:
+            try:
+                with socket.create_connection((addr, port), timeout=1):
+                    return
+            except OSError:
+                pass
+        else:
+            check = host.run(
+                [sys.executable, "-c",
+                 "import socket,sys; socket.create_connection((sys.argv[1], int(sys.argv[2])),"
+                 " timeout=1)", addr, str(port)],
+                check=False,
+            )
+            if check.returncode == 0:
+                return
+        time.sleep(0.1)
+    raise HostError(f"host {host.name}: nothing accepts connections at {addr}:{port} "
+                    f"after {timeout}s")

@@ -1,0 +1,110 @@
+"""A deterministic random-weight GGUF model (architecture llama) that llama.cpp loads.
+
+Its outputs are noise, but its shapes, memory traffic and RPC traffic are those of a
+real (small) llama model: enough to measure what the link costs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import gguf
+import numpy as np
+
+BYTE_TOKENS = [f"<0x{b:02X}>" for b in range(256)]
+
+
+def vocabulary(n_vocab: int) -> tuple[list[str], list[float], list[int]]:
+    """unk, bos, eos, 256 byte tokens (so any text encodes), then filler pieces."""
+    tokens = ["<unk>", "<s>", "</s>", *BYTE_TOKENS]
+    types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL]
+    types += [gguf.TokenType.BYTE] * 256
+    for i in range(n_vocab - len(tokens)):
+        tokens.append(f"\u2581t{i}")
+        types.append(gguf.TokenType.NORMAL)
+    scores = [0.0] * 3 + [-1000.0] * 256 + [-float(i) for i in range(n_vocab - 259)]
+    return tokens, scores, [int(t) for t in types]
+
+
+def write_synthetic(spec: dict[str, Any], path: str | Path) -> str:
+    """Write the model described by a `synthetic` config block; returns its sha256."""
+    n_layer, n_embd, n_ff = spec["n_layer"], spec["n_embd"], spec["n_ff"]
+    n_head = spec["n_head"]
+    n_head_kv = spec.get("n_head_kv", n_head)
+    n_vocab = spec["n_vocab"]
+    kv_dim = n_embd // n_head * n_head_kv
+    rng = np.random.default_rng(spec.get("seed", 0))
+
+    def weight(*shape: int) -> np.ndarray:
+        scale = 1.0 / np.sqrt(shape[-1])
+        return (rng.standard_normal(shape, dtype=np.float32) * scale).astype(np.float16)
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    writer = gguf.GGUFWriter(str(tmp), "llama")
+    writer.add_name("splitbench-synthetic")
+    writer.add_context_length(spec.get("context_length", 131072))
+    writer.add_embedding_length(n_embd)
+    writer.add_block_count(n_layer)
+    writer.add_feed_forward_length(n_ff)
+    writer.add_head_count(n_head)
+    writer.add_head_count_kv(n_head_kv)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+    tokens, scores, types = vocabulary(n_vocab)
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(tokens)
+    writer.add_token_scores(scores)
+    writer.add_token_types(types)
+    writer.add_unk_token_id(0)
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    writer.add_tensor("token_embd.weight", weight(n_vocab, n_embd))
+    ones = np.ones(n_embd, dtype=np.float32)
+    for i in range(n_layer):
+        block = f"blk.{i}"
+        writer.add_tensor(f"{block}.attn_norm.weight", ones)
+        writer.add_tensor(f"{block}.attn_q.weight", weight(n_embd, n_embd))
+        writer.add_tensor(f"{block}.attn_k.weight", weight(kv_dim, n_embd))
+        writer.add_tensor(f"{block}.attn_v.weight", weight(kv_dim, n_embd))
+        writer.add_tensor(f"{block}.attn_output.weight", weight(n_embd, n_embd))
+        writer.add_tensor(f"{block}.ffn_norm.weight", ones)
+        writer.add_tensor(f"{block}.ffn_gate.weight", weight(n_ff, n_embd))
+        writer.add_tensor(f"{block}.ffn_up.weight", weight(n_ff, n_embd))
+        writer.add_tensor(f"{block}.ffn_down.weight", weight(n_embd, n_ff))
+    writer.add_tensor("output_norm.weight", ones)
+    writer.add_tensor("output.weight", weight(n_vocab, n_embd))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    tmp.replace(path)
+    return file_sha256(path)
+
+
+def file_sha256(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def describe(spec: dict[str, Any], gguf_path: str | Path | None) -> dict[str, Any]:
+    """Where a model's GGUF is and what identifies it.
+
+    Synthetic files are hashed (small); a real file is identified by size and mtime,
+    since hashing tens of gigabytes on every run would cost minutes.
+    """
+    if spec.get("synthetic"):
+        path = Path(gguf_path)
+        return {"path": str(path.resolve()), "sha256": file_sha256(path), "synthetic": True}
+    path = Path(spec["path"]).expanduser()
+    if not path.is_file():
+        raise FileNotFoundError(f"model file {path} does not exist")
+    stat = path.stat()
+    return {"path": str(path.resolve()), "sha256": f"size{stat.st_size}-mtime{stat.st_mtime_ns}",
+            "synthetic": False}

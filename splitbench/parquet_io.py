@@ -1,0 +1,36 @@
+"""Parquet files with provenance in their schema metadata, written atomically."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from splitbench import __version__
+
+META_KEY = b"splitbench"
+
+
+def write(frame: pd.DataFrame, path: str | Path, provenance: dict[str, Any]) -> None:
+    """Write frame to path with provenance; readers never see a half-written file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    meta = dict(table.schema.metadata or {})
+    meta[META_KEY] = json.dumps(
+        {"splitbench_version": __version__, **provenance}, default=str
+    ).encode()
+    table = table.replace_schema_metadata(meta)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    pq.write_table(table, tmp)
+    tmp.replace(path)
+
+
+def provenance(path: str | Path) -> dict[str, Any]:
+    meta = pq.read_schema(path).metadata or {}
+    return json.loads(meta.get(META_KEY, b"{}"))

@@ -1,0 +1,179 @@
+"""The benchmark matrix: which cells exist, where their files live, what each job gets.
+
+Everything here is pure: it reads the (already schema-validated) config and returns
+names, paths and small dicts. The Snakefile and the rules call these functions so that
+each job receives only its own slice of config.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+RESULTS = "results"
+STATE_DIR = ".splitbench"
+
+
+class ConfigError(ValueError):
+    """A configuration problem, named by its key."""
+
+    def __init__(self, key: str, problem: str) -> None:
+        super().__init__(f"config key '{key}': {problem}")
+        self.key = key
+
+
+@dataclass(frozen=True)
+class Cell:
+    pair: str
+    link: str
+    model: str
+    ctx: str
+    conc: int
+
+    @property
+    def path(self) -> str:
+        return cell_path(self.pair, self.link, self.model, self.ctx, self.conc)
+
+
+def cell_path(pair: str, link: str, model: str, ctx: str, conc: int | str) -> str:
+    return f"{RESULTS}/cells/{pair}/{link}/{model}/ctx{ctx}_c{conc}.parquet"
+
+
+def requests_path(pair: str, link: str, model: str, ctx: str, conc: int | str) -> str:
+    return f"{RESULTS}/cells/{pair}/{link}/{model}/ctx{ctx}_c{conc}.requests.parquet"
+
+
+def link_path(pair: str, link: str) -> str:
+    return f"{RESULTS}/links/{pair}/{link}.parquet"
+
+
+def check(config: dict[str, Any]) -> None:
+    """Cross-key checks the JSON schema cannot express. Raises ConfigError."""
+    links_by_pair = {p: set(spec["links"]) for p, spec in config["pairs"].items()}
+    baseline = config["baseline_link"]
+    for pair, links in links_by_pair.items():
+        if baseline not in links:
+            raise ConfigError(
+                "baseline_link",
+                f"'{baseline}' is not a link of pair '{pair}' (links: {sorted(links)})",
+            )
+    if config["toolchain"]["source"] == "path":
+        for pair, spec in config["pairs"].items():
+            for side in ("a", "b"):
+                if not spec["hosts"][side].get("bin_dir"):
+                    raise ConfigError(
+                        f"pairs.{pair}.hosts.{side}.bin_dir",
+                        "required when toolchain.source is 'path'",
+                    )
+    for name, model in config["models"].items():
+        synth = model.get("synthetic")
+        if synth:
+            n_layer = synth["n_layer"]
+            if model["layers_on_b"] > n_layer:
+                raise ConfigError(
+                    f"models.{name}.layers_on_b",
+                    f"{model['layers_on_b']} exceeds the model's {n_layer} layers",
+                )
+            if synth["n_embd"] % synth["n_head"]:
+                raise ConfigError(
+                    f"models.{name}.synthetic.n_head", "must divide n_embd"
+                )
+            if synth["n_head"] % synth.get("n_head_kv", synth["n_head"]):
+                raise ConfigError(
+                    f"models.{name}.synthetic.n_head_kv", "must divide n_head"
+                )
+            n_predict = cell_settings(config)["n_predict"]
+            longest = max(config["contexts"].values())
+            if longest + n_predict > synth.get("context_length", 131072):
+                raise ConfigError(
+                    f"models.{name}.synthetic.context_length",
+                    f"{synth.get('context_length')} is below the longest context "
+                    f"({longest}) plus n_predict ({n_predict})",
+                )
+
+
+def cell_settings(config: dict[str, Any]) -> dict[str, Any]:
+    defaults = {"n_predict": 64, "request_timeout_s": 600, "crash_below_tps": 1.0}
+    return {**defaults, **config.get("cell", {})}
+
+
+def link_check_settings(config: dict[str, Any]) -> dict[str, Any]:
+    defaults = {"iperf_seconds": 3, "rr_payload_bytes": 16384, "rr_samples": 400}
+    return {**defaults, **config.get("link_check", {})}
+
+
+def cells(config: dict[str, Any]) -> list[Cell]:
+    """Every cell, in the order they should run: one (pair, link, model) block at a time."""
+    out = []
+    for pair, spec in config["pairs"].items():
+        for link in spec["links"]:
+            for model in config["models"]:
+                for ctx in config["contexts"]:
+                    for conc in sorted(config["concurrency"]):
+                        out.append(Cell(pair, link, model, ctx, conc))
+    return out
+
+
+def blocks(config: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """The (pair, link, model) blocks, each served by one server launch, in run order."""
+    seen: dict[tuple[str, str, str], None] = {}
+    for c in cells(config):
+        seen[(c.pair, c.link, c.model)] = None
+    return list(seen)
+
+
+def block_priority(config: dict[str, Any], pair: str, link: str, model: str) -> int:
+    """Higher for earlier blocks, so one block's cells run back to back on one launch."""
+    order = blocks(config)
+    return len(order) - order.index((pair, link, model))
+
+
+def model_slice(config: dict[str, Any], model: str) -> dict[str, Any]:
+    spec = dict(config["models"][model])
+    spec.setdefault("threads", 1)
+    return spec
+
+
+def server_slice(config: dict[str, Any], model: str) -> dict[str, Any]:
+    """What the server launch of one model needs: sized for all of that model's cells.
+
+    Policy ("dynamic ctx", as in the seed): one slot per request of the largest
+    concurrency level, each slot holding the longest prompt plus n_predict plus a
+    small margin, rounded up to 256 tokens (llama.cpp's slot granularity).
+    """
+    spec = model_slice(config, model)
+    n_predict = cell_settings(config)["n_predict"]
+    slots = max(config["concurrency"])
+    per_slot = max(config["contexts"].values()) + n_predict + 64
+    per_slot = -(-per_slot // 256) * 256
+    return {
+        "layers_on_b": spec["layers_on_b"],
+        "threads": spec["threads"],
+        "slots": slots,
+        "ctx_per_slot": per_slot,
+        "n_ctx": slots * per_slot,
+    }
+
+
+def link_slice(config: dict[str, Any], pair: str, link: str) -> dict[str, Any]:
+    """The link's emulation spec plus its position (which sets its addresses)."""
+    links = config["pairs"][pair]["links"]
+    spec = dict(links[link])
+    return {
+        "pair": pair,
+        "link": link,
+        "index": list(links).index(link) + 1,
+        "mode": config["pairs"][pair]["mode"],
+        **spec,
+    }
+
+
+def cell_slice(config: dict[str, Any], cell: Cell) -> dict[str, Any]:
+    """Exactly what one cell's measurement depends on (its rerun trigger)."""
+    return {
+        "measurement_version": config["measurement_version"],
+        "prompt_tokens": config["contexts"][cell.ctx],
+        "concurrency": cell.conc,
+        **cell_settings(config),
+        "model": model_slice(config, cell.model),
+    }

@@ -1,0 +1,220 @@
+"""Processes and namespaces a run starts, recorded so that exactly those are stopped.
+
+A run's long-lived parts (RPC workers, llama-servers, delay relays, namespaces) outlive
+the Snakemake job that started them: the next cell job reuses them. Each is recorded as
+a small JSON file under the state directory. `teardown()` stops what is recorded (by
+pid, checked against the recorded start time so a reused pid is never hit) and deletes
+the recorded namespaces. A reaper process watches the Snakemake process and tears down
+when it goes away, whether it ended normally, on Ctrl-C or by kill -9.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+# Stop order: the HTTP front end before the RPC worker it talks to (REFERENCE.md).
+STOP_ORDER = ("llama-server", "rpc-server", "relay", "probe", "iperf3", "other")
+
+
+def state_dir() -> Path:
+    return Path(os.environ.get("SPLITBENCH_STATE", ".splitbench")).resolve()
+
+
+def _records(kind: str) -> Path:
+    path = state_dir() / kind
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@contextlib.contextmanager
+def locked(name: str) -> Iterator[None]:
+    """An exclusive lock shared by every process of this run (file lock)."""
+    path = state_dir() / f"{name}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def start_time(pid: int) -> int | None:
+    """The kernel's start time of a process (clock ticks since boot), None if gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # Field 22; the command name (field 2) may contain spaces, so split after ')'.
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def is_alive(record: dict[str, Any]) -> bool:
+    return start_time(record["pid"]) == record["start_time"]
+
+
+def spawn(
+    argv: Sequence[str],
+    *,
+    role: str,
+    key: str,
+    log_path: Path,
+    env: dict[str, str] | None = None,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Start a detached process (own session, outlives the caller) and record it."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, **(env or {})},
+        )
+    # The kernel fills /proc/PID/stat at fork, so the start time is readable at once.
+    record = {
+        "pid": proc.pid,
+        "start_time": start_time(proc.pid),
+        "role": role,
+        "key": key,
+        "argv": list(argv),
+        "log": str(log_path),
+        **(extra or {}),
+    }
+    _write(_records("procs") / f"{key}.json", record)
+    return record
+
+
+def _write(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    tmp.replace(path)
+
+
+def find(key: str) -> dict[str, Any] | None:
+    path = _records("procs") / f"{key}.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def all_procs() -> list[dict[str, Any]]:
+    out = []
+    for path in sorted(_records("procs").glob("*.json")):
+        with contextlib.suppress(OSError, ValueError):
+            out.append(json.loads(path.read_text()))
+    return out
+
+
+def stop(key: str, timeout: float = 10.0) -> None:
+    """Stop one recorded process (SIGTERM, then SIGKILL) and forget it."""
+    record = find(key)
+    if record is not None:
+        _terminate(record, timeout)
+    with contextlib.suppress(FileNotFoundError):
+        (_records("procs") / f"{key}.json").unlink()
+
+
+def _terminate(record: dict[str, Any], timeout: float) -> None:
+    if not is_alive(record):
+        return
+    pid = record["pid"]
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not is_alive(record) or _is_zombie(pid):
+            return
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def record_namespace(name: str) -> None:
+    _write(_records("netns") / f"{name}.json", {"name": name})
+
+
+def namespaces() -> list[str]:
+    return [p.stem for p in sorted(_records("netns").glob("*.json"))]
+
+
+def teardown() -> list[str]:
+    """Stop every recorded process, delete every recorded namespace. Returns what it did."""
+    done = []
+    records = all_procs()
+    for role in STOP_ORDER:
+        for record in records:
+            if record.get("role", "other") == role or (
+                role == "other" and record.get("role") not in STOP_ORDER
+            ):
+                if record["pid"] == os.getpid():  # the reaper itself
+                    pass
+                elif is_alive(record):
+                    done.append(f"stopped {record['role']} pid {record['pid']}")
+                if record["pid"] != os.getpid():
+                    _terminate(record, timeout=10.0)
+                with contextlib.suppress(FileNotFoundError):
+                    (_records("procs") / f"{record['key']}.json").unlink()
+    for name in namespaces():
+        # Deleting a namespace also deletes the veth ends and qdiscs inside it.
+        result = subprocess.run(
+            ["ip", "netns", "delete", name], capture_output=True, text=True
+        )
+        if result.returncode == 0:
+            done.append(f"deleted namespace {name}")
+        with contextlib.suppress(FileNotFoundError):
+            (_records("netns") / f"{name}.json").unlink()
+    for path in _records("links").glob("*.json"):
+        path.unlink()
+    return done
+
+
+def start_reaper(owner_pid: int) -> None:
+    """Watch owner_pid; tear the run down when it is gone (also after kill -9)."""
+    log = state_dir() / "reaper.log"
+    spawn(
+        [sys.executable, "-m", "splitbench.procs", "reaper", str(owner_pid)],
+        role="reaper",
+        key=f"reaper-{owner_pid}",
+        log_path=log,
+        env={"SPLITBENCH_STATE": str(state_dir())},
+    )
+
+
+def _reap_when_gone(owner_pid: int) -> None:
+    owner = {"pid": owner_pid, "start_time": start_time(owner_pid)}
+    me = f"reaper-{owner_pid}"
+    while is_alive(owner):
+        if find(me) is None:  # the run tore down normally and forgot us
+            return
+        time.sleep(0.5)
+    for line in teardown():
+        print(line, flush=True)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["reaper"]:
+        _reap_when_gone(int(sys.argv[2]))
+    elif sys.argv[1:2] == ["teardown"]:
+        for line in teardown():
+            print(line)

@@ -1,0 +1,190 @@
+"""Server launch: ggml-rpc-server on host B, llama-server on host A, one set per pair.
+
+A launch serves every cell of one (pair, link, model) block back to back. Each cell job
+calls `ensure`: it reuses the running launch when its fingerprint matches and it answers
+/health, and otherwise stops whatever runs on the pair and launches anew.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from splitbench import lab, procs
+from splitbench.links import listening
+
+HTTP_PORT = 8080
+HEALTH_TIMEOUT_S = 600
+
+
+class LaunchError(RuntimeError):
+    """The servers did not come up; the message carries the log tail."""
+
+
+@dataclass(frozen=True)
+class Server:
+    url: str
+    launch_id: str
+    fingerprint: str
+    record: dict[str, Any]
+
+    def alive(self) -> bool:
+        return all(
+            (rec := procs.find(key)) is not None and procs.is_alive(rec)
+            for key in self.record["proc_keys"]
+        )
+
+
+def fingerprint(link: lab.Link, settings: dict[str, Any], model_sha: str, build_id: str) -> str:
+    text = json.dumps(
+        {"link": link.name, "connect": link.connect_addr, "server": settings,
+         "model": model_sha, "build": build_id},
+        sort_keys=True,
+    )
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _record_path(pair: str) -> Path:
+    return procs.state_dir() / "servers" / f"{pair}.json"
+
+
+def current(pair: str) -> Server | None:
+    path = _record_path(pair)
+    if not path.exists():
+        return None
+    record = json.loads(path.read_text())
+    return Server(record["url"], record["launch_id"], record["fingerprint"], record)
+
+
+def healthy(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/health", timeout=5).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def stop(pair: str) -> None:
+    """Stop the pair's servers: llama-server first, then the worker (REFERENCE.md)."""
+    server = current(pair)
+    if server is not None:
+        for key in server.record["proc_keys"]:
+            procs.stop(key)
+        _record_path(pair).unlink(missing_ok=True)
+
+
+def ensure(
+    link: lab.Link,
+    settings: dict[str, Any],
+    model_path: str,
+    model_sha: str,
+    toolchain: dict[str, Any],
+) -> Server:
+    """A healthy launch with exactly this fingerprint: reused, or started now."""
+    wanted = fingerprint(link, settings, model_sha, toolchain["a"]["build_id"])
+    with procs.locked(f"server-{link.pair}"):
+        server = current(link.pair)
+        if (
+            server is not None
+            and server.fingerprint == wanted
+            and server.alive()
+            and healthy(server.url)
+        ):
+            return server
+        stop(link.pair)
+        return _launch(link, settings, model_path, wanted, toolchain)
+
+
+def _launch(
+    link: lab.Link,
+    settings: dict[str, Any],
+    model_path: str,
+    wanted: str,
+    toolchain: dict[str, Any],
+) -> Server:
+    logs = procs.state_dir() / "logs"
+    launch_id = uuid.uuid4().hex[:12]
+    bin_a, bin_b = Path(toolchain["a"]["bin_dir"]), Path(toolchain["b"]["bin_dir"])
+    threads = str(settings["threads"])
+    # The worker has no authentication: bind it to B's link address, never 0.0.0.0.
+    rpc_argv = [str(bin_b / "ggml-rpc-server"), "-H", link.addr_b, "-p", str(lab.RPC_PORT),
+                "-t", threads]
+    rpc_key = f"rpc-{link.pair}"
+    link.host_b.spawn(rpc_argv, role="rpc-server", key=rpc_key,
+                      log_path=logs / f"{launch_id}-rpc.log")
+    listening(link.host_b, link.addr_b, lab.RPC_PORT, timeout=30)
+    port = HTTP_PORT if link.host_a.netns else HTTP_PORT + 10000
+    server_argv = [
+        str(bin_a / "llama-server"), "-m", str(Path(model_path).resolve()),
+        "--rpc", f"{link.connect_addr}:{lab.RPC_PORT}",
+        "-ngl", str(settings["layers_on_b"]),
+        "--fit", "off",
+        "-np", str(settings["slots"]),
+        "-c", str(settings["n_ctx"]),
+        "--cache-ram", "0",
+        "--metrics",
+        "-t", threads,
+        "--host", "127.0.0.1", "--port", str(port),
+    ]
+    llama_key = f"llama-{link.pair}"
+    started = time.monotonic()
+    llama = link.host_a.spawn(server_argv, role="llama-server", key=llama_key,
+                              log_path=logs / f"{launch_id}-llama-server.log")
+    url = f"http://127.0.0.1:{port}"
+    record = {
+        "launch_id": launch_id, "fingerprint": wanted, "url": url,
+        "pair": link.pair, "link": link.name, "netns_a": link.host_a.netns,
+        "proc_keys": [llama_key, rpc_key],
+        "commands": {"rpc_server": rpc_argv, "llama_server": server_argv},
+        "settings": settings, "started_at": time.time(),
+    }
+    with link.host_a.entered():
+        _wait_healthy(url, llama, time.monotonic() + HEALTH_TIMEOUT_S)
+        record["load_s"] = round(time.monotonic() - started, 3)
+        _warm_up(url)
+    record["rss_mib"] = _rss_mib(llama["pid"])
+    path = _record_path(link.pair)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=1))
+    return Server(url, launch_id, wanted, record)
+
+
+def _wait_healthy(url: str, proc: dict[str, Any], deadline: float) -> None:
+    while time.monotonic() < deadline:
+        if not procs.is_alive(proc):
+            raise LaunchError(f"llama-server exited during start-up:\n{_tail(proc['log'])}")
+        if healthy(url):
+            return
+        time.sleep(0.2)
+    raise LaunchError(f"llama-server not healthy after {HEALTH_TIMEOUT_S}s:\n"
+                      f"{_tail(proc['log'])}")
+
+
+def _warm_up(url: str) -> None:
+    """The first request after a launch pays extra round trips: send one and discard it."""
+    body = {"prompt": [3, 4, 5, 6, 7, 8, 9, 10], "n_predict": 4, "cache_prompt": False,
+            "ignore_eos": True, "temperature": 0}
+    httpx.post(f"{url}/completion", json=body, timeout=120).raise_for_status()
+
+
+def _rss_mib(pid: int) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
+def _tail(path: str, lines: int = 25) -> str:
+    try:
+        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
