@@ -60,7 +60,9 @@ def start_time(pid: int) -> int | None:
 
 
 def is_alive(record: dict[str, Any]) -> bool:
-    return start_time(record["pid"]) == record["start_time"]
+    """Running, and the same process that was recorded (not a reused pid, not a zombie)."""
+    pid = record["pid"]
+    return start_time(pid) == record["start_time"] and not _is_zombie(pid)
 
 
 def spawn(
@@ -136,7 +138,7 @@ def _terminate(record: dict[str, Any], timeout: float) -> None:
         os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not is_alive(record) or _is_zombie(pid):
+        if not is_alive(record):
             return
         time.sleep(0.05)
     with contextlib.suppress(ProcessLookupError):

