@@ -11,8 +11,8 @@ import pandas as pd
 
 from splitbench import client, lab, metrics, parquet_io, prompts, servers, telemetry
 
-TOKEN_COLUMNS = ["request_id", "token_index", "token_id", "t_ns", "t_mono_ns",
-                 "server_prompt_ms", "server_predicted_ms", "server_predicted_n"]
+TOKEN_COLUMNS = ["request_id", "token_index", "token_id", "t_ns", "t_mono_ns", "chunk_tokens",
+                 "server_cum_prompt_ms", "server_cum_predicted_ms", "server_cum_predicted_n"]
 
 
 def run(

@@ -73,22 +73,26 @@ def _take_event(event: dict[str, Any], t_ns: int, t_mono: int, reply: Reply) -> 
         reply.error_type = error.get("type", "stream_error") if isinstance(error, dict) else "stream_error"
         reply.error_text = json.dumps(error)[:2000]
         return
-    ids = event.get("tokens") or []
-    # A chunk normally carries one token; the last one (stop) may carry none.
-    if ids or (event.get("content") and not event.get("stop")):
-        timings = event.get("timings") or {}
-        for token_id in ids or [None]:
-            reply.tokens.append({
-                "token_index": len(reply.tokens),
-                "token_id": token_id,
-                "t_ns": t_ns,
-                "t_mono_ns": t_mono,
-                "server_prompt_ms": timings.get("prompt_ms"),
-                "server_predicted_ms": timings.get("predicted_ms"),
-                "server_predicted_n": timings.get("predicted_n"),
-            })
     if event.get("stop"):
         reply.final = event
+        return
+    # tokens_predicted is cumulative: a chunk that completes held-back bytes (partial
+    # UTF-8) can carry several tokens, and one may carry none.
+    total = event.get("tokens_predicted")
+    ids = event.get("tokens") or []
+    new = total - len(reply.tokens) if total is not None else len(ids)
+    timings = event.get("timings") or {}
+    for k in range(new):
+        reply.tokens.append({
+            "token_index": len(reply.tokens),
+            "token_id": ids[k] if k < len(ids) else None,
+            "t_ns": t_ns,
+            "t_mono_ns": t_mono,
+            "chunk_tokens": new,
+            "server_cum_prompt_ms": timings.get("prompt_ms"),
+            "server_cum_predicted_ms": timings.get("predicted_ms"),
+            "server_cum_predicted_n": timings.get("predicted_n"),
+        })
 
 
 def run_concurrent(

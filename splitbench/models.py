@@ -76,7 +76,12 @@ def write_synthetic(spec: dict[str, Any], path: str | Path) -> str:
         writer.add_tensor(f"{block}.ffn_up.weight", weight(n_ff, n_embd))
         writer.add_tensor(f"{block}.ffn_down.weight", weight(n_embd, n_ff))
     writer.add_tensor("output_norm.weight", ones)
-    writer.add_tensor("output.weight", weight(n_vocab, n_embd))
+    # Zero logits for unk/bos/eos and the byte tokens: with random weights, argmax then
+    # only ever picks whole-piece tokens. A byte token can end in partial UTF-8, which
+    # llama-server holds back and streams later with the next token, hiding its time.
+    output = weight(n_vocab, n_embd)
+    output[: 3 + len(BYTE_TOKENS)] = 0
+    writer.add_tensor("output.weight", output)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

@@ -90,13 +90,10 @@ def ensure(
     wanted = fingerprint(link, settings, model_sha, toolchain["a"]["build_id"])
     with procs.locked(f"server-{link.pair}"):
         server = current(link.pair)
-        if (
-            server is not None
-            and server.fingerprint == wanted
-            and server.alive()
-            and healthy(server.url)
-        ):
-            return server
+        if server is not None and server.fingerprint == wanted and server.alive():
+            with link.host_a.entered():
+                if healthy(server.url):
+                    return server
         stop(link.pair)
         return _launch(link, settings, model_path, wanted, toolchain)
 
