@@ -12,6 +12,11 @@ rule cell:
     output:
         tokens="results/cells/{pair}/{link}/{model}/ctx{ctx}_c{conc}.parquet",
         requests="results/cells/{pair}/{link}/{model}/ctx{ctx}_c{conc}.requests.parquet",
+    log:
+        "results/logs/cells/{pair}/{link}/{model}/ctx{ctx}_c{conc}.log",
+    priority: block_priority
+    conda:
+        "../envs/splitbench.yaml"
     params:
         cell=lambda w: as_json(
             plan.cell_slice(
@@ -19,11 +24,8 @@ rule cell:
             )
         ),
         link_spec=lambda w: as_json(plan.link_slice(config, w.pair, w.link)),
-    priority: block_priority
-    log:
-        "results/logs/cells/{pair}/{link}/{model}/ctx{ctx}_c{conc}.log",
     shell:
-        "{PY} -m splitbench cell --cell {params.cell:q} --link-spec {params.link_spec:q}"
+        "python -m splitbench cell --cell {params.cell:q} --link-spec {params.link_spec:q}"
         " --model {input.model:q} --launch {input.launch:q}"
         " --toolchain {input.toolchain:q} --link-result {input.link:q}"
         " --tokens-out {output.tokens:q} --requests-out {output.requests:q} > {log:q} 2>&1"

@@ -10,8 +10,11 @@ try:
 except plan.ConfigError as error:
     raise ValueError(f"splitbench: invalid configuration: {error}") from None
 
-# The interpreter that runs this workflow also runs every stage (the project's venv).
-PY = sys.executable
+# Every stage runs `python -m splitbench ...` with the interpreter that runs this
+# workflow (the project's venv), even when the venv is not activated.
+os.environ["PATH"] = os.pathsep.join(
+    [os.path.dirname(sys.executable), os.environ.get("PATH", "")]
+)
 
 
 wildcard_constraints:
@@ -44,6 +47,13 @@ def all_request_results():
         plan.requests_path(c.pair, c.link, c.model, c.ctx, c.conc)
         for c in plan.cells(config)
     ]
+
+
+def model_file(wildcards):
+    spec = config["models"][wildcards.model]
+    if spec.get("synthetic"):
+        return f"results/models/{wildcards.model}.gguf"
+    return spec["path"]
 
 
 def block_priority(wildcards):

@@ -4,11 +4,13 @@
 rule link:
     output:
         "results/links/{pair}/{link}.parquet",
+    log:
+        "results/logs/links/{pair}/{link}.log",
+    conda:
+        "../envs/splitbench.yaml"
     params:
         spec=lambda w: as_json(plan.link_slice(config, w.pair, w.link)),
         settings=as_json(plan.link_check_settings(config)),
-    log:
-        "results/logs/links/{pair}/{link}.log",
     shell:
-        "{PY} -m splitbench link --spec {params.spec:q} --settings {params.settings:q}"
+        "python -m splitbench link --spec {params.spec:q} --settings {params.settings:q}"
         " --out {output:q} > {log:q} 2>&1"

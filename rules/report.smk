@@ -7,10 +7,12 @@ rule aggregate:
     output:
         summary="results/summary/cells.parquet",
         single_stream="results/tables/single_stream_decode.md",
-    params:
-        contexts=as_json(config["contexts"]),
     log:
         "results/logs/aggregate.log",
+    conda:
+        "../envs/splitbench.yaml"
+    params:
+        contexts=as_json(config["contexts"]),
     shell:
-        "{PY} -m splitbench aggregate --contexts {params.contexts:q}"
+        "python -m splitbench aggregate --contexts {params.contexts:q}"
         " --summary {output.summary:q} --tables results/tables {input:q} > {log:q} 2>&1"

@@ -9,13 +9,15 @@ rule launch:
         link=ancient("results/links/{pair}/{link}.parquet"),
     output:
         "results/servers/{pair}/{link}/{model}.json",
+    log:
+        "results/logs/servers/{pair}/{link}/{model}.log",
+    priority: block_priority
+    conda:
+        "../envs/splitbench.yaml"
     params:
         link_spec=lambda w: as_json(plan.link_slice(config, w.pair, w.link)),
         settings=lambda w: as_json(plan.server_slice(config, w.model)),
-    priority: block_priority
-    log:
-        "results/logs/servers/{pair}/{link}/{model}.log",
     shell:
-        "{PY} -m splitbench launch --link-spec {params.link_spec:q}"
+        "python -m splitbench launch --link-spec {params.link_spec:q}"
         " --settings {params.settings:q} --model {input.model:q}"
         " --toolchain {input.toolchain:q} --out {output:q} > {log:q} 2>&1"

@@ -4,11 +4,13 @@
 rule toolchain:
     output:
         "results/toolchain/{pair}.json",
+    log:
+        "results/logs/toolchain/{pair}.log",
+    conda:
+        "../envs/splitbench.yaml"
     params:
         source=config["toolchain"]["source"],
         hosts=lambda w: as_json(config["pairs"][w.pair]["hosts"]),
-    log:
-        "results/logs/toolchain/{pair}.log",
     shell:
-        "{PY} -m splitbench toolchain --pair {wildcards.pair:q} --source {params.source:q}"
+        "python -m splitbench toolchain --pair {wildcards.pair:q} --source {params.source:q}"
         " --hosts {params.hosts:q} --out {output:q} > {log:q} 2>&1"

@@ -70,7 +70,8 @@ def _read_error(response: httpx.Response, reply: Reply) -> None:
 def _take_event(event: dict[str, Any], t_ns: int, t_mono: int, reply: Reply) -> None:
     if "error" in event:
         error = event["error"]
-        reply.error_type = error.get("type", "stream_error") if isinstance(error, dict) else "stream_error"
+        kind = error.get("type") if isinstance(error, dict) else None
+        reply.error_type = kind or "stream_error"
         reply.error_text = json.dumps(error)[:2000]
         return
     if event.get("stop"):
@@ -112,7 +113,9 @@ def run_concurrent(
             "stream": True,
             "timings_per_token": True,
         }
-        thread = threading.Thread(target=_stream_one, args=(url, body, reply, barrier, timeout))
+        thread = threading.Thread(
+            target=_stream_one, args=(url, body, reply, barrier, timeout), daemon=True
+        )
         thread.start()
         threads.append(thread)
     for thread in threads:

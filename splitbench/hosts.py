@@ -16,7 +16,6 @@ from typing import Any
 
 from splitbench import procs
 
-
 CLONE_NEWNET = 0x40000000
 
 

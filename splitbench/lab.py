@@ -58,7 +58,8 @@ class Link:
 
 
 def is_root() -> bool:
-    return os.geteuid() == 0
+    """Namespaces need root; SPLITBENCH_LAB=loopback forces the unprivileged lab."""
+    return os.geteuid() == 0 and os.environ.get("SPLITBENCH_LAB") != "loopback"
 
 
 def namespace(pair: str, side: str) -> str:

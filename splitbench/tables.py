@@ -44,12 +44,17 @@ def summarize(request_files: list[str], contexts: dict[str, int]) -> pd.DataFram
     summary["ctx_tokens"] = summary["ctx"].map(contexts)
     summary["temps"] = summary.apply(_temps_text, axis=1)
     summary["overlap"] = _overlaps(summary, requests)
-    order = {label: i for i, label in enumerate(contexts)}
+    order = {label: i for i, label in enumerate(by_length(contexts))}
     summary = summary.sort_values(
         ["pair", "link", "model", "ctx", "conc"],
         key=lambda col: col.map(order) if col.name == "ctx" else col,
     )
     return summary.reset_index(drop=True)
+
+
+def by_length(contexts: dict[str, int]) -> list[str]:
+    """Context labels from shortest to longest prompt."""
+    return sorted(contexts, key=contexts.get)
 
 
 def _temps_text(row: pd.Series) -> str | None:
@@ -72,7 +77,7 @@ def _overlaps(summary: pd.DataFrame, requests: pd.DataFrame) -> pd.Series:
 
 def single_stream_decode(summary: pd.DataFrame, contexts: list[str]) -> pd.DataFrame:
     """The seed's section 2: decode tok/s by context at concurrency 1, per link and model,
-    with the longest/shortest retention column."""
+    with the longest/shortest retention column (the seed's 100K/Short)."""
     one = summary[summary["conc"] == 1]
     table = one.pivot_table(index=["link", "model"], columns="ctx", values="decode_tps",
                             aggfunc="first")
@@ -116,7 +121,7 @@ def aggregate(request_files: list[str], contexts: dict[str, int], summary_out: s
               tables_dir: str) -> pd.DataFrame:
     summary = summarize(request_files, contexts)
     parquet_io.write(summary, summary_out, {"cells": len(summary), "contexts": contexts})
-    write_table(single_stream_decode(summary, list(contexts)),
+    write_table(single_stream_decode(summary, by_length(contexts)),
                 Path(tables_dir) / "single_stream_decode",
                 "Single-stream decode (tok/s) by context")
     return summary

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 from pathlib import Path
@@ -19,10 +20,8 @@ def temperatures_c(sysfs: str = "/sys") -> dict[str, float]:
 
 
 def _read_milli(path: str, name: str, out: dict[str, float]) -> None:
-    try:
+    with contextlib.suppress(OSError, ValueError):
         out[name] = int(Path(path).read_text().strip()) / 1000
-    except (OSError, ValueError):
-        pass
 
 
 def snapshot() -> dict[str, Any]:

@@ -12,7 +12,6 @@ import pandas as pd
 import pytest
 import yaml
 
-from splitbench import procs
 from tests.conftest import ROOT, needs_root
 
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
