@@ -22,7 +22,7 @@ def workflow_copy(tmp_path: Path, config: dict | None = None) -> Path:
     work = tmp_path / "wf"
     work.mkdir()
     shutil.copy(ROOT / "Snakefile", work)
-    for folder in ("rules", "config", "profiles"):
+    for folder in ("rules", "config", "profiles", "envs"):
         shutil.copytree(ROOT / folder, work / folder)
     if config is not None:
         (work / "config/config.yaml").write_text(yaml.safe_dump(config))
