@@ -33,3 +33,4 @@ rule all:
         all_cell_results(),
         "results/summary/cells.parquet",
         "results/tables/single_stream_decode.md",
+        "results/tables/links.md",

@@ -60,7 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--contexts", type=_json, required=True)
     p.add_argument("--summary", required=True)
     p.add_argument("--tables", required=True)
-    p.add_argument("requests", nargs="+")
+    p.add_argument("--links", nargs="+", required=True)
+    p.add_argument("--requests", nargs="+", required=True)
 
     sub.add_parser("teardown", help="stop every process and namespace this run started")
 
@@ -110,7 +111,7 @@ def _dispatch(args: argparse.Namespace) -> int:  # noqa: C901 - a flat switch
     elif args.stage == "aggregate":
         from splitbench import tables
 
-        tables.aggregate(args.requests, args.contexts, args.summary, args.tables)
+        tables.aggregate(args.requests, args.links, args.contexts, args.summary, args.tables)
     elif args.stage == "teardown":
         for line in procs.teardown():
             print(line)

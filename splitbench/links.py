@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import shutil
 import sys
 import time
 from datetime import UTC, datetime
@@ -15,10 +14,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from splitbench import lab, parquet_io, probe, procs
+from splitbench import lab, linkfacts, parquet_io, probe, procs
+from splitbench import link_history as history
 from splitbench.hosts import Host, HostError
-
-RR_SIZES = [64, 1024, 4096, 16384, 65536, 262144]
 
 
 class LinkError(RuntimeError):
@@ -70,40 +68,57 @@ def parse_ping(text: str) -> dict[str, float]:
 
 
 def _require(host: Host, tool: str, where: str) -> None:
-    if host.netns is None and shutil.which(tool) is None:
+    result = host.run(["sh", "-c", 'command -v "$1"', "sh", tool], check=False)
+    if result.returncode != 0:
         raise LinkError(f"{where}: {tool} is not installed on host {host.name} "
-                        f"(run `make setup`, or apt-get install {tool})")
+                        f"(run ./bootstrap.sh setup, or apt-get install {tool})")
+
+
+def _has(host: Host, tool: str) -> bool:
+    return host.run(["sh", "-c", 'command -v "$1"', "sh", tool], check=False).returncode == 0
+
+
+def _serve(link: lab.Link, role: str, key: str, argv: list[str], port: int) -> None:
+    link.host_b.spawn(argv, role=role, key=f"{role}-{key}",
+                      log_path=procs.state_dir() / "logs" / f"{role}-{key}.log")
+    listening(link.host_b, link.addr_b, port, timeout=10)
 
 
 def verify(spec: dict[str, Any], settings: dict[str, Any], out: str | Path) -> pd.DataFrame:
-    """Set up (or adopt) the link, measure it, write its one-row Parquet."""
+    """Set up (or adopt) the link, prove and measure it, write its one-row Parquet."""
     where = f"pair '{spec['pair']}', link '{spec['link']}'"
     link = lab.ensure_link(spec)
     for host in (link.host_a, link.host_b):
         for tool in ("iperf3", "ping", "ss"):
             _require(host, tool, where)
     key = f"{spec['pair']}__{spec['link']}"
-    logs = procs.state_dir() / "logs"
-    commands: list[list[str]] = []
+    with_sockperf = _has(link.host_a, "sockperf") and _has(link.host_b, "sockperf")
+    servers = {
+        "iperf3": (["iperf3", "-s", "-B", link.addr_b, "-p", str(lab.IPERF_PORT)],
+                   lab.IPERF_PORT),
+        "probe": ([sys.executable, "-m", "splitbench.probe", "serve", link.addr_b,
+                   str(lab.PROBE_PORT)], lab.PROBE_PORT),
+    }
+    if with_sockperf:
+        servers["sockperf"] = (["sockperf", "server", "--tcp", "-i", link.addr_b, "-p",
+                                str(lab.SOCKPERF_PORT)], lab.SOCKPERF_PORT)
+    commands: list[list[str]] = [argv for argv, _ in servers.values()]
+    row: dict[str, Any] = {"route_dev_a": _check_route(link, where)}
     try:
-        server = ["iperf3", "-s", "-B", link.addr_b, "-p", str(lab.IPERF_PORT)]
-        link.host_b.spawn(server, role="iperf3", key=f"iperf3-{key}",
-                          log_path=logs / f"iperf3-{key}.log")
-        listening(link.host_b, link.addr_b, lab.IPERF_PORT, timeout=10)
-        probe_server = [sys.executable, "-m", "splitbench.probe", "serve", link.addr_b,
-                        str(lab.PROBE_PORT)]
-        link.host_b.spawn(probe_server, role="probe", key=f"probe-{key}",
-                          log_path=logs / f"probe-{key}.log")
-        listening(link.host_b, link.addr_b, lab.PROBE_PORT, timeout=10)
-        commands += [server, probe_server]
-        row = _measure(link, settings, commands, where)
+        for role, (argv, port) in servers.items():
+            _serve(link, role, key, argv, port)
+        row.update(_throughput(link, settings, commands, where))
+        row.update(_ping(link, commands, where))
+        row.update(_request_response(link, settings, commands))
+        if with_sockperf:
+            row.update(_sockperf(link, settings, commands))
     finally:
-        procs.stop(f"iperf3-{key}")
-        procs.stop(f"probe-{key}")
+        for role in servers:
+            procs.stop(f"{role}-{key}")
+    row.update(_facts(link, spec, row, settings))
     row.update(
         pair=spec["pair"],
         link=spec["link"],
-        negotiated_gbps=None,  # virtual links report no negotiated speed
         interface_a=link.interface_a,
         interface_b=link.interface_b,
         addr_a=link.addr_a,
@@ -116,9 +131,15 @@ def verify(spec: dict[str, Any], settings: dict[str, Any], out: str | Path) -> p
         emulated_delay_ms=link.emulation.get("delay_ms"),
         ping_includes_delay=link.emulation["delay"] != "relay",
         iperf3_version=_version(link.host_a, ["iperf3", "--version"]),
+        sockperf_version=_version(link.host_a, ["sockperf", "--version"]) if with_sockperf
+        else None,
         measured_at=datetime.now(UTC).isoformat(),
     )
     row["fingerprint"] = fingerprint(row)
+    changes = history.compare_and_keep(row, out, settings)
+    row["flags"] = "; ".join([*row.pop("_flags"), *changes]) or None
+    for flag in row["flags"].split("; ") if row["flags"] else []:
+        print(f"WARNING {where}: {flag}", flush=True)
     frame = pd.DataFrame([row])
     parquet_io.write(frame, out, {
         "config": spec, "settings": settings, "commands": commands,
@@ -127,64 +148,188 @@ def verify(spec: dict[str, Any], settings: dict[str, Any], out: str | Path) -> p
     return frame
 
 
+def _check_route(link: lab.Link, where: str) -> str:
+    """Prove A reaches B over exactly this link's interface (a route lookup on A)."""
+    route = link.host_a.run(["ip", "route", "get", link.addr_b], check=False)
+    found = re.search(r"\bdev (\S+)", route.stdout)
+    device = found.group(1) if found else ""
+    expected = link.interface_a or "lo"
+    if device != expected:
+        raise LinkError(f"{where}: host {link.host_a.name} routes {link.addr_b} via "
+                        f"'{device or route.stderr.strip()}', not via {expected}")
+    return device
+
+
+def _counter(host: Host, ifname: str | None, name: str) -> int | None:
+    if ifname is None:
+        return None
+    result = host.run(["cat", f"/sys/class/net/{ifname}/statistics/{name}"], check=False)
+    return int(result.stdout) if result.returncode == 0 else None
+
+
+def _throughput(link: lab.Link, settings: dict, commands: list, where: str) -> dict:
+    """iperf3 A->B, B->A and both at once, `iperf_repeats` times: median and spread."""
+    base = ["iperf3", "-c", link.connect_addr, "-p", str(lab.IPERF_PORT),
+            "-t", str(settings["iperf_seconds"]), "-O", str(settings["iperf_omit"]),
+            "-P", str(settings["iperf_streams"]), "-J"]
+    if settings.get("iperf_block"):
+        base += ["-l", str(settings["iperf_block"])]
+    runs: dict[str, list[dict]] = {"fwd": [], "rev": [], "bidir": []}
+    tx_before = _counter(link.host_a, link.interface_a, "tx_bytes")
+    for _ in range(settings["iperf_repeats"]):
+        for label, extra in (("fwd", []), ("rev", ["-R"]), ("bidir", ["--bidir"])):
+            argv = [*base, *extra]
+            commands.append(argv)
+            timeout = settings["iperf_seconds"] + settings["iperf_omit"] + 30
+            result = link.host_a.run(argv, timeout=timeout, check=False)
+            try:
+                runs[label].append(parse_iperf(json.loads(result.stdout)))
+            except (ValueError, KeyError, LinkError) as exc:
+                raise LinkError(f"{where}: iperf3 from host {link.host_a.name} to "
+                                f"{link.connect_addr} failed: {exc}") from exc
+    tx_after = _counter(link.host_a, link.interface_a, "tx_bytes")
+    a_to_b = [r["a_to_b"] for r in runs["fwd"]]
+    b_to_a = [r["b_to_a"] for r in runs["rev"]]
+    bidir = [r["a_to_b"] + r["b_to_a"] for r in runs["bidir"]]
+    out: dict[str, Any] = {"iperf_repeats": settings["iperf_repeats"]}
+    for name, values in (("a_to_b", a_to_b), ("b_to_a", b_to_a), ("bidir", bidir)):
+        out[f"{name}_gbps"] = float(np.median(values))
+        out[f"{name}_gbps_min"] = float(min(values))
+        out[f"{name}_gbps_max"] = float(max(values))
+    out["retransmits_a_to_b"] = int(sum(r["retransmits"] or 0 for r in runs["fwd"]))
+    out["retransmits_b_to_a"] = int(sum(r["retransmits"] or 0 for r in runs["rev"]))
+    out["iperf_cpu_a_pct"] = float(np.median([r["cpu_local_pct"] for r in runs["fwd"]]))
+    out["iperf_cpu_b_pct"] = float(np.median([r["cpu_remote_pct"] for r in runs["fwd"]]))
+    if tx_before is not None and tx_after is not None:
+        # The interface's own counter must have carried the test traffic.
+        moved = tx_after - tx_before
+        out["interface_tx_bytes"] = moved
+        expected = out["a_to_b_gbps"] * 1e9 / 8 * settings["iperf_seconds"] * 0.5
+        if moved < expected:
+            raise LinkError(f"{where}: iperf3 traffic did not cross {link.interface_a} on "
+                            f"host {link.host_a.name} ({moved} bytes counted)")
+    return out
+
+
+def _ping(link: lab.Link, commands: list, where: str) -> dict:
+    interval = "0.05" if lab.is_root() else "0.2"
+    ping = ["ping", "-n", "-c", "20", "-i", interval, "-W", "2", link.addr_b]
+    commands.append(ping)
+    result = link.host_a.run(ping, timeout=30, check=False)
+    try:
+        return parse_ping(result.stdout)
+    except LinkError as exc:
+        raise LinkError(f"{where}: host {link.host_a.name} cannot reach {link.addr_b}: "
+                        f"{exc}") from exc
+
+
+def _request_response(link: lab.Link, settings: dict, commands: list) -> dict:
+    payload = settings["rr_payload_bytes"]
+    sizes = sorted({*settings["rr_sizes"], payload})
+    client = [sys.executable, "-m", "splitbench.probe", "client", link.connect_addr,
+              str(lab.PROBE_PORT), "--sizes", ",".join(map(str, sizes)),
+              "--samples", str(settings["rr_samples"])]
+    commands.append(client)
+    rtts = json.loads(link.host_a.run(client, timeout=600).stdout)
+    sample = np.array(rtts[str(payload)])
+    return {
+        "rr16k_p50_us": float(np.percentile(sample, 50)),
+        "rr16k_p90_us": float(np.percentile(sample, 90)),
+        "rr16k_p99_us": float(np.percentile(sample, 99)),
+        "rr64_p50_us": float(np.median(rtts[str(min(sizes))])),
+        "rr_payload_bytes": payload,
+        **probe.fixed_overhead(rtts),
+    }
+
+
+def parse_sockperf(text: str) -> dict[str, float]:
+    """Percentiles (us) from `sockperf ping-pong --full-rtt` output (ANSI colours removed)."""
+    clean = re.sub(r"\x1b\[[0-9;]*m", "", text)
+    found = {float(p): float(v) for p, v in
+             re.findall(r"percentile\s+([\d.]+)\s*=\s*([\d.]+)", clean)}
+    if 50.0 not in found:
+        raise LinkError(f"sockperf printed no percentiles: {clean.strip()[-300:]}")
+    return {"sockperf_p50_us": found[50.0], "sockperf_p90_us": found.get(90.0),
+            "sockperf_p99_us": found.get(99.0)}
+
+
+def _sockperf(link: lab.Link, settings: dict, commands: list) -> dict:
+    out: dict[str, Any] = {}
+    for size, prefix in ((64, "sockperf64"), (settings["rr_payload_bytes"], "sockperf16k")):
+        argv = ["sockperf", "ping-pong", "--tcp", "-i", link.connect_addr, "-p",
+                str(lab.SOCKPERF_PORT), "-m", str(size), "-t", "2", "--full-rtt"]
+        commands.append(argv)
+        result = link.host_a.run(argv, timeout=60, check=False)
+        parsed = parse_sockperf(result.stdout + result.stderr)
+        out.update({k.replace("sockperf", prefix): v for k, v in parsed.items()})
+    return out
+
+
+def _facts(link: lab.Link, spec: dict, row: dict, settings: dict) -> dict:
+    """What makes two runs comparable, and what the kernel says the link negotiated."""
+    out: dict[str, Any] = {}
+    flags: list[str] = []
+    for side, host, ifname in (("a", link.host_a, link.interface_a),
+                               ("b", link.host_b, link.interface_b)):
+        facts = _interface_facts(host, ifname)
+        out[f"driver_{side}"] = facts.get("driver")
+        out[f"mtu_{side}"] = facts.get("mtu")
+        out[f"speed_mbps_{side}"] = facts.get("speed_mbps")
+        out[f"kernel_{side}"] = host.run(["uname", "-r"]).stdout.strip()
+        out[f"tcp_cc_{side}"] = _read(host, "/proc/sys/net/ipv4/tcp_congestion_control")
+        out[f"slow_start_after_idle_{side}"] = _read(
+            host, "/proc/sys/net/ipv4/tcp_slow_start_after_idle")
+        out[f"offloads_{side}"] = _offloads(host, ifname)
+        if side == "a":
+            out["negotiated_gbps"] = facts.get("negotiated_gbps")
+            out["thunderbolt"] = json.dumps(facts.get("thunderbolt")) \
+                if facts.get("thunderbolt") else None
+            flags += linkfacts.flags(facts, row["a_to_b_gbps"],
+                                     expected_gbps=spec.get("expected_gbps"))
+    asym = linkfacts.asymmetry(row["a_to_b_gbps"], row["b_to_a_gbps"],
+                               settings["asymmetry_threshold"])
+    if asym:
+        flags.append(asym)
+    out["_flags"] = flags
+    return out
+
+
+def _interface_facts(host: Host, ifname: str | None) -> dict:
+    if ifname is None:
+        return {}
+    # Read sysfs from inside the host: a namespace sees its own /sys/class/net.
+    code = ("import json, sys; from splitbench.linkfacts import interface_facts; "
+            "print(json.dumps(interface_facts(sys.argv[1])))")
+    result = host.run([sys.executable, "-c", code, ifname], check=False)
+    return json.loads(result.stdout) if result.returncode == 0 else {}
+
+
+def _read(host: Host, path: str) -> str | None:
+    result = host.run(["cat", path], check=False)
+    return result.stdout.strip() if result.returncode == 0 else None
+
+
+def _offloads(host: Host, ifname: str | None) -> str | None:
+    if ifname is None or not _has(host, "ethtool"):
+        return None
+    result = host.run(["ethtool", "-k", ifname], check=False)
+    wanted = ("tcp-segmentation-offload", "generic-segmentation-offload",
+              "generic-receive-offload", "large-receive-offload")
+    found = dict(re.findall(r"^(\S+): (on|off)", result.stdout, flags=re.M))
+    return ",".join(f"{k}={found[k]}" for k in wanted if k in found) or None
+
+
 def fingerprint(row: dict[str, Any]) -> str:
     """What identifies the link a cell was measured on (not the measurement noise)."""
     keys = ("pair", "link", "interface_a", "addr_a", "addr_b", "emulation_mode",
             "emulation_rate", "emulation_delay", "emulated_rate_gbit_a_to_b",
-            "emulated_rate_gbit_b_to_a", "emulated_delay_ms")
+            "emulated_rate_gbit_b_to_a", "emulated_delay_ms", "negotiated_gbps",
+            "mtu_a", "mtu_b", "driver_a", "driver_b")
     text = json.dumps({k: row.get(k) for k in keys}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _version(host: Host, argv: list[str]) -> str:
     result = host.run(argv, check=False)
-    return (result.stdout or result.stderr).splitlines()[0] if result.returncode == 0 else ""
-
-
-def _measure(link: lab.Link, settings: dict[str, Any], commands: list, where: str) -> dict:
-    row: dict[str, Any] = {}
-    seconds = str(settings["iperf_seconds"])
-    runs = {}
-    for label, extra in (("fwd", []), ("rev", ["-R"]), ("bidir", ["--bidir"])):
-        argv = ["iperf3", "-c", link.connect_addr, "-p", str(lab.IPERF_PORT), "-t", seconds,
-                "-J", *extra]
-        commands.append(argv)
-        result = link.host_a.run(argv, timeout=settings["iperf_seconds"] + 30, check=False)
-        try:
-            runs[label] = parse_iperf(json.loads(result.stdout))
-        except (ValueError, KeyError, LinkError) as exc:
-            raise LinkError(f"{where}: iperf3 from host {link.host_a.name} to "
-                            f"{link.connect_addr} failed: {exc}") from exc
-    row["a_to_b_gbps"] = runs["fwd"]["a_to_b"]
-    row["b_to_a_gbps"] = runs["rev"]["b_to_a"]
-    row["bidir_gbps"] = runs["bidir"]["a_to_b"] + runs["bidir"]["b_to_a"]
-    row["retransmits_a_to_b"] = runs["fwd"]["retransmits"]
-    interval = "0.05" if lab.is_root() else "0.2"
-    ping = ["ping", "-n", "-c", "20", "-i", interval, "-W", "2", link.addr_b]
-    commands.append(ping)
-    result = link.host_a.run(ping, timeout=30, check=False)
-    try:
-        row.update(parse_ping(result.stdout))
-    except LinkError as exc:
-        raise LinkError(f"{where}: host {link.host_a.name} cannot reach {link.addr_b}: "
-                        f"{exc}") from exc
-    client = [sys.executable, "-m", "splitbench.probe", "client", link.connect_addr,
-              str(lab.PROBE_PORT), "--sizes", ",".join(map(str, RR_SIZES)),
-              "--samples", str(max(10, settings["rr_samples"] // len(RR_SIZES)))]
-    commands.append(client)
-    rtts = json.loads(link.host_a.run(client, timeout=300).stdout)
-    payload = settings["rr_payload_bytes"]
-    if str(payload) not in rtts:
-        single = [*client[:-4], "--sizes", str(payload), "--samples",
-                  str(settings["rr_samples"])]
-        rtts.update(json.loads(link.host_a.run(single, timeout=300).stdout))
-    sample = np.array(rtts[str(payload)])
-    row.update(
-        rr16k_p50_us=float(np.percentile(sample, 50)),
-        rr16k_p90_us=float(np.percentile(sample, 90)),
-        rr16k_p99_us=float(np.percentile(sample, 99)),
-        rr64_p50_us=float(np.median(rtts["64"])),
-        rr_payload_bytes=payload,
-        **probe.fixed_overhead({s: v for s, v in rtts.items() if int(s) in RR_SIZES}),
-    )
-    return row
+    text = (result.stdout or result.stderr).strip()
+    return text.splitlines()[0] if result.returncode == 0 and text else ""

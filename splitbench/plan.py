@@ -98,7 +98,18 @@ def cell_settings(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def link_check_settings(config: dict[str, Any]) -> dict[str, Any]:
-    defaults = {"iperf_seconds": 3, "rr_payload_bytes": 16384, "rr_samples": 400}
+    defaults = {
+        "iperf_seconds": 3,
+        "iperf_omit": 0,
+        "iperf_streams": 1,
+        "iperf_block": None,
+        "iperf_repeats": 1,
+        "rr_payload_bytes": 16384,
+        "rr_sizes": [64, 1024, 4096, 16384, 65536, 262144],
+        "rr_samples": 200,
+        "asymmetry_threshold": 0.25,
+        "change_threshold": 0.15,
+    }
     return {**defaults, **config.get("link_check", {})}
 
 

@@ -117,10 +117,41 @@ def write_table(frame: pd.DataFrame, stem: str | Path, title: str) -> None:
     stem.with_suffix(".md").write_text(f"## {title}\n\n{to_markdown(frame)}")
 
 
-def aggregate(request_files: list[str], contexts: dict[str, int], summary_out: str,
-              tables_dir: str) -> pd.DataFrame:
+def links_table(link_files: list[str]) -> pd.DataFrame:
+    """The seed's Links table (Gbit/s, ms) plus request-response latency and what was
+    negotiated and emulated."""
+    links = pd.concat([pq.read_table(p).to_pandas() for p in link_files], ignore_index=True)
+
+    def gbps(column: str) -> pd.Series:
+        spread = links[f"{column}_max"] - links[f"{column}_min"]
+        return [f"{v:.2f} ±{s / 2:.2f}" if s > 0 else f"{v:.2f}"
+                for v, s in zip(links[column], spread, strict=True)]
+
+    emulated = links["emulation_rate"].where(links["emulation_rate"] != "none", "")
+    delay = links["emulation_delay"].where(links["emulation_delay"] != "none", "")
+    return pd.DataFrame({
+        "pair": links["pair"],
+        "link": links["link"],
+        "A→B": gbps("a_to_b_gbps"),
+        "B→A": gbps("b_to_a_gbps"),
+        "bidirectional total": gbps("bidir_gbps"),
+        "idle ping (ms)": links["ping_ms"].round(3),
+        "16 KB RR p50 (µs)": links["rr16k_p50_us"].round(0),
+        "fixed overhead (µs)": links["rr_fixed_us"].round(0),
+        "µs per KB": links["rr_us_per_kb"].round(2),
+        "negotiated (Gbit/s)": links["negotiated_gbps"],
+        "emulation": [" + ".join(x for x in (r, d) if x) or "none"
+                      for r, d in zip(emulated, delay, strict=True)],
+        "flags": links["flags"],
+    })
+
+
+def aggregate(request_files: list[str], link_files: list[str], contexts: dict[str, int],
+              summary_out: str, tables_dir: str) -> pd.DataFrame:
     summary = summarize(request_files, contexts)
     parquet_io.write(summary, summary_out, {"cells": len(summary), "contexts": contexts})
+    write_table(links_table(link_files), Path(tables_dir) / "links",
+                "Links (bandwidth in Gbit/s: median ± half the spread over repeats)")
     write_table(single_stream_decode(summary, by_length(contexts)),
                 Path(tables_dir) / "single_stream_decode",
                 "Single-stream decode (tok/s) by context")

@@ -25,7 +25,8 @@ def serve_probe(link: lab.Link, state_dir) -> None:
     link.host_b.spawn([sys.executable, "-m", "splitbench.probe", "serve", link.addr_b,
                        str(lab.PROBE_PORT)], role="probe", key="probe-test",
                       log_path=state_dir / "probe.log")
-    lab.wait_for_port(link.host_a, link.connect_addr, lab.PROBE_PORT, timeout=10)
+    # Wait on B itself: the relay on A accepts before B listens.
+    lab.wait_for_port(link.host_b, link.addr_b, lab.PROBE_PORT, timeout=10)
 
 
 def test_loopback_lab_adds_delay_with_the_relay(state_dir, monkeypatch):

@@ -1,9 +1,10 @@
 import json
+import re
 
 import numpy as np
 import pytest
 
-from splitbench import links, probe
+from splitbench import link_history, links, probe
 from tests.conftest import ROOT
 
 FIXTURES = ROOT / "tests/fixtures/iperf3"
@@ -67,3 +68,40 @@ def test_fixed_overhead_from_probe_samples():
     fit = probe.fixed_overhead(rtts)
     assert fit["rr_fixed_us"] == pytest.approx(100, abs=0.5)
     assert fit["rr_us_per_kb"] == pytest.approx(3.0, abs=0.01)
+
+
+def test_sockperf_parse_reads_full_rtt_percentiles_through_colour_codes():
+    text = (FIXTURES.parent / "sockperf/pingpong_16k.txt").read_text()
+    parsed = links.parse_sockperf(text)
+    p50 = float(re.search(r"percentile 50\.000 =\s+([\d.]+)", strip_ansi(text)).group(1))
+    assert parsed["sockperf_p50_us"] == p50
+    assert parsed["sockperf_p50_us"] <= parsed["sockperf_p90_us"] <= parsed["sockperf_p99_us"]
+    with pytest.raises(links.LinkError):
+        links.parse_sockperf("sockperf: ERROR: connect failed")
+
+
+def strip_ansi(text: str) -> str:
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)
+
+
+def test_history_reports_material_changes_only():
+    old = {"fingerprint": "f1", "measured_at": "t0", "a_to_b_gbps": 4.71,
+           "b_to_a_gbps": 4.71, "bidir_gbps": 9.38, "rr16k_p50_us": 600.0}
+    same = {**old, "a_to_b_gbps": 4.60, "measured_at": "t1"}
+    assert link_history.compare(old, same, threshold=0.15) == []
+    slower = {**old, "b_to_a_gbps": 3.13}
+    changes = link_history.compare(old, slower, threshold=0.15)
+    assert len(changes) == 1 and "b_to_a_gbps changed -34%" in changes[0]
+    moved = {**old, "fingerprint": "f2"}
+    assert "fingerprint f1 -> f2" in link_history.compare(old, moved, threshold=0.15)[0]
+
+
+def test_history_is_kept_across_verifications(tmp_path):
+    out = tmp_path / "links/p/l.parquet"
+    row = {"fingerprint": "f", "measured_at": "t0", "a_to_b_gbps": 1.0, "b_to_a_gbps": 1.0,
+           "bidir_gbps": 2.0, "rr16k_p50_us": 100.0}
+    settings = {"change_threshold": 0.15}
+    assert link_history.compare_and_keep(row, out, settings) == []
+    later = {**row, "measured_at": "t1", "rr16k_p50_us": 200.0}
+    assert "rr16k_p50_us changed +100%" in link_history.compare_and_keep(later, out, settings)[0]
+    assert len(link_history.history_path(out).read_text().splitlines()) == 2

@@ -1,0 +1,48 @@
+"""Every verification of a link, kept, so a re-verification can say what changed.
+
+Snakemake deletes a rule's output before re-running it, so the previous verification
+is kept beside it in `{link}.history.jsonl` (one line per verification). Cells are not
+re-run when a link is re-verified; each keeps the fingerprint it was measured under.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+TRACKED = ("a_to_b_gbps", "b_to_a_gbps", "bidir_gbps", "rr16k_p50_us")
+
+
+def history_path(out: str | Path) -> Path:
+    out = Path(out)
+    return out.with_name(f"{out.stem}.history.jsonl")
+
+
+def compare(previous: dict[str, Any], row: dict[str, Any], threshold: float) -> list[str]:
+    """Material differences between two verifications of one link."""
+    changes = []
+    if previous.get("fingerprint") != row.get("fingerprint"):
+        changes.append(f"link identity changed since {previous.get('measured_at')} "
+                       f"(fingerprint {previous.get('fingerprint')} -> {row['fingerprint']})")
+    for key in TRACKED:
+        old, new = previous.get(key), row.get(key)
+        if old and new is not None and abs(new - old) / old > threshold:
+            changes.append(f"{key} changed {(new - old) / old:+.0%} since "
+                           f"{previous.get('measured_at')} ({old:.4g} -> {new:.4g})")
+    return changes
+
+
+def compare_and_keep(row: dict[str, Any], out: str | Path, settings: dict) -> list[str]:
+    """Compare with the last kept verification, then append this one."""
+    path = history_path(out)
+    changes: list[str] = []
+    if path.exists():
+        lines = path.read_text().splitlines()
+        if lines:
+            changes = compare(json.loads(lines[-1]), row, settings["change_threshold"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    kept = {k: row.get(k) for k in ("fingerprint", "measured_at", *TRACKED)}
+    with open(path, "a") as handle:
+        handle.write(json.dumps(kept, default=str) + "\n")
+    return changes
