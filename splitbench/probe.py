@@ -25,10 +25,11 @@ HEADER = struct.Struct("!I")
 
 
 def _recv_exact(sock: socket.socket, n: int, buf: bytearray) -> None:
+    # MSG_WAITALL: one system call and one wake-up per message, not one per segment.
     view = memoryview(buf)[:n]
     got = 0
     while got < n:
-        k = sock.recv_into(view[got:], n - got)
+        k = sock.recv_into(view[got:], n - got, socket.MSG_WAITALL)
         if k == 0:
             raise ConnectionError("peer closed")
         got += k

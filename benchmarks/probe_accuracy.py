@@ -1,0 +1,80 @@
+"""How close is splitbench's request-response probe to sockperf on the same link?
+
+Builds embedded-lab links (namespaces as root, loopback otherwise), runs the project's
+probe and `sockperf ping-pong --full-rtt` on each, at 64 B and 16 KB, and fits the
+payload sweep. Prints figures; asserts nothing (machines here are shared and noisy).
+
+    .venv/bin/python benchmarks/probe_accuracy.py [--samples 2000]
+Goal (issue 3): probe p50 within 1.3x of sockperf's p50.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+
+import numpy as np
+
+from splitbench import lab, links, probe, procs
+
+LINKS = [
+    {"pair": "bench", "link": "direct", "index": 1, "mode": "embedded"},
+    {"pair": "bench", "link": "delayed", "index": 2, "mode": "embedded", "delay_ms": 0.2},
+]
+SIZES = [64, 1024, 4096, 16384, 65536, 262144]
+
+
+def measure(spec: dict, samples: int) -> list[dict]:
+    link = lab.ensure_link(spec)
+    key = f"bench-{spec['link']}"
+    links._serve(link, "probe", key, [sys.executable, "-m", "splitbench.probe", "serve",
+                                      link.addr_b, str(lab.PROBE_PORT)], lab.PROBE_PORT)
+    links._serve(link, "sockperf", key, ["sockperf", "server", "--tcp", "-i", link.addr_b,
+                                         "-p", str(lab.SOCKPERF_PORT)], lab.SOCKPERF_PORT)
+    client = [sys.executable, "-m", "splitbench.probe", "client", link.connect_addr,
+              str(lab.PROBE_PORT), "--sizes", ",".join(map(str, SIZES)),
+              "--samples", str(samples)]
+    rtts = json.loads(link.host_a.run(client, timeout=900).stdout)
+    fit = probe.fixed_overhead(rtts)
+    rows = []
+    for size in (64, 16384):
+        result = link.host_a.run(
+            ["sockperf", "ping-pong", "--tcp", "-i", link.connect_addr, "-p",
+             str(lab.SOCKPERF_PORT), "-m", str(size), "-t", "3", "--full-rtt"], timeout=60)
+        sockperf_p50 = links.parse_sockperf(result.stdout)["sockperf_p50_us"]
+        probe_p50 = float(np.median(rtts[str(size)]))
+        rows.append({"link": spec["link"], "emulation": link.emulation["delay"],
+                     "bytes": size, "probe_p50_us": probe_p50,
+                     "sockperf_p50_us": sockperf_p50, "ratio": probe_p50 / sockperf_p50,
+                     "fit_intercept_us": fit["rr_fixed_us"], "fit_r2": fit["rr_fit_r2"]})
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--samples", type=int, default=2000, help="round trips per size")
+    args = parser.parse_args()
+    os.environ.setdefault("SPLITBENCH_STATE", tempfile.mkdtemp(prefix="sb-bench-"))
+    try:
+        rows = [row for spec in LINKS for row in measure(spec, args.samples)]
+    finally:
+        procs.teardown()
+    print(f"{'link':8} {'delay by':8} {'bytes':>6} {'probe p50':>10} {'sockperf p50':>13} "
+          f"{'ratio':>6} {'fit intercept':>14} {'R2':>5}")
+    for r in rows:
+        print(f"{r['link']:8} {r['emulation']:8} {r['bytes']:>6} {r['probe_p50_us']:>8.1f}us "
+              f"{r['sockperf_p50_us']:>11.1f}us {r['ratio']:>6.2f} "
+              f"{r['fit_intercept_us']:>12.1f}us {r['fit_r2']:>5.2f}")
+    small = {r["link"]: r["probe_p50_us"] for r in rows if r["bytes"] == 64}
+    for r in rows[::2]:
+        print(f"{r['link']}: fit intercept {r['fit_intercept_us']:.1f} us vs 64 B p50 "
+              f"{small[r['link']]:.1f} us")
+    worst = max(r["ratio"] for r in rows)
+    print(f"worst probe/sockperf p50 ratio: {worst:.2f} (goal <= 1.3)")
+
+
+if __name__ == "__main__":
+    main()
