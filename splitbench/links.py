@@ -181,9 +181,8 @@ def _throughput(link: lab.Link, settings: dict, commands: list, where: str) -> d
             argv = [*base, *extra]
             commands.append(argv)
             timeout = settings["iperf_seconds"] + settings["iperf_omit"] + 30
-            result = link.host_a.run(argv, timeout=timeout, check=False)
             try:
-                runs[label].append(parse_iperf(json.loads(result.stdout)))
+                runs[label].append(_iperf_once(link.host_a, argv, timeout))
             except (ValueError, KeyError, LinkError) as exc:
                 raise LinkError(f"{where}: iperf3 from host {link.host_a.name} to "
                                 f"{link.connect_addr} failed: {exc}") from exc
@@ -209,6 +208,17 @@ def _throughput(link: lab.Link, settings: dict, commands: list, where: str) -> d
             raise LinkError(f"{where}: iperf3 traffic did not cross {link.interface_a} on "
                             f"host {link.host_a.name} ({moved} bytes counted)")
     return out
+
+
+def _iperf_once(host: Host, argv: list[str], timeout: float) -> dict:
+    """One iperf3 run; waits while the server still finishes the previous test."""
+    for _ in range(20):
+        result = host.run(argv, timeout=timeout, check=False)
+        report = json.loads(result.stdout)
+        if "busy" not in report.get("error", ""):
+            return parse_iperf(report)
+        time.sleep(0.5)
+    return parse_iperf(report)
 
 
 def _ping(link: lab.Link, commands: list, where: str) -> dict:

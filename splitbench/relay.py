@@ -20,7 +20,9 @@ import time
 CHUNK = 256 * 1024
 
 
-def _pump(src: socket.socket, dst: socket.socket, delay_s: float) -> None:
+def _pump(src: socket.socket, dst: socket.socket, delay_s: float,
+          done: threading.Semaphore) -> None:
+    """Copy src to dst, each chunk held back by delay_s; pass a half-close on."""
     held: queue.SimpleQueue[tuple[float, bytes]] = queue.SimpleQueue()
 
     def read() -> None:
@@ -43,9 +45,12 @@ def _pump(src: socket.socket, dst: socket.socket, delay_s: float) -> None:
             dst.sendall(data)
     except OSError:
         pass
-    for sock in (dst, src):
-        with contextlib.suppress(OSError):
-            sock.shutdown(socket.SHUT_RDWR)
+    # Only this direction is finished: the peer may still be sending the other way.
+    with contextlib.suppress(OSError):
+        dst.shutdown(socket.SHUT_WR)
+    if not done.acquire(blocking=False):  # the other direction finished first
+        for sock in (src, dst):
+            sock.close()
 
 
 def _serve(listen: tuple[str, int], target: tuple[str, int], delay_s: float) -> None:
@@ -60,8 +65,10 @@ def _serve(listen: tuple[str, int], target: tuple[str, int], delay_s: float) -> 
         upstream.settimeout(None)
         for sock in (client, upstream):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        threading.Thread(target=_pump, args=(client, upstream, delay_s), daemon=True).start()
-        threading.Thread(target=_pump, args=(upstream, client, delay_s), daemon=True).start()
+        first_done = threading.Semaphore(1)
+        for src, dst in ((client, upstream), (upstream, client)):
+            threading.Thread(target=_pump, args=(src, dst, delay_s, first_done),
+                             daemon=True).start()
 
 
 def _endpoint(text: str) -> tuple[str, int]:

@@ -64,3 +64,22 @@ def test_wait_for_port_names_host_and_address(state_dir):
     host = lab.Host("local")
     with pytest.raises(lab.HostError, match=r"host local: .*127\.0\.0\.1:9"):
         lab.wait_for_port(host, "127.0.0.1", 9, timeout=0.5)
+
+
+@needs_root()
+def test_unreachable_peer_is_named_and_leaves_no_output(state_dir, tmp_path):
+    from splitbench import links, plan
+
+    spec = {**SPEC, "link": "gone", "index": 8}
+    link = lab.ensure_link(spec)
+    # B loses its address: A's route still points at the link, but nobody answers.
+    subprocess.run(["ip", "-n", link.host_b.netns, "addr", "flush", "dev", link.interface_b],
+                   check=True)
+    out = tmp_path / "gone.parquet"
+    settings = {**plan.link_check_settings({}), "iperf_seconds": 1}
+    with pytest.raises((links.LinkError, lab.HostError)) as error:
+        links.verify(spec, settings, out)
+    message = str(error.value)
+    assert "host b" in message or ("pair 'tl'" in message and "link 'gone'" in message)
+    assert not out.exists()
+    assert not any(p["role"] in ("iperf3", "probe", "sockperf") for p in procs.all_procs())
