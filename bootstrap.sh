@@ -19,10 +19,11 @@ system_tools() {
     # command -> Debian package
     local -A wanted=([iperf3]=iperf3 [sockperf]=sockperf [ip]=iproute2 [tc]=iproute2
                      [ss]=iproute2 [ping]=iputils-ping [ethtool]=ethtool [cmake]=cmake
-                     [g++]=g++ [make]=make)
+                     [g++]=g++ [make]=make [ssh]=openssh-client [sshd]=openssh-server)
     local missing=()
     for tool in "${!wanted[@]}"; do
-        command -v "$tool" >/dev/null 2>&1 || missing+=("${wanted[$tool]}")
+        command -v "$tool" >/dev/null 2>&1 || [ -x "/usr/sbin/$tool" ] \
+            || missing+=("${wanted[$tool]}")
     done
     "$PYTHON" -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
     [ ${#missing[@]} -eq 0 ] && return 0

