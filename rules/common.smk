@@ -10,6 +10,11 @@ try:
 except plan.ConfigError as error:
     raise ValueError(f"splitbench: invalid configuration: {error}") from None
 
+
+envvars:
+    "PATH",
+
+
 # Every stage runs `python -m splitbench ...` with the interpreter that runs this
 # workflow (the project's venv), even when the venv is not activated.
 os.environ["PATH"] = os.pathsep.join(
