@@ -1,0 +1,76 @@
+"""Cell statuses against real llama-server and ggml-rpc-server processes on the lab."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pandas as pd
+import pytest
+
+from splitbench import cells, models, netsetup, procs, servers, toolchain
+from tests.conftest import needs_root
+
+MODEL = {"n_layer": 2, "n_embd": 64, "n_head": 2, "n_head_kv": 1, "n_ff": 128,
+         "n_vocab": 1024, "context_length": 8192, "seed": 5}
+SETTINGS = {"layers_on_b": 2, "threads": 1, "slots": 1, "ctx_per_slot": 4096, "n_ctx": 4096}
+LINK = {"pair": "st", "link": "plain", "index": 1, "mode": "embedded"}
+
+
+@pytest.fixture
+def bench(state_dir, tmp_path):
+    gguf = tmp_path / "m.gguf"
+    models.write_synthetic(MODEL, gguf)
+    model = models.describe({"synthetic": MODEL}, gguf)
+    tools = tmp_path / "toolchain.json"
+    toolchain.record("st", "pip", {"a": {}, "b": {}}, tools)
+    link_result = tmp_path / "link.parquet"
+    pd.DataFrame([{"fingerprint": "lab-plain"}]).to_parquet(link_result)
+
+    def run(prompt_tokens: int, n_predict: int, name: str) -> pd.DataFrame:
+        cell = {"measurement_version": 1, "prompt_tokens": prompt_tokens, "concurrency": 1,
+                "n_predict": n_predict, "request_timeout_s": 60, "crash_below_tps": 1.0}
+        return cells.run(cell, LINK, model, {"settings": SETTINGS}, str(tools),
+                         str(link_result), str(tmp_path / f"{name}.parquet"),
+                         str(tmp_path / f"{name}.requests.parquet"))
+
+    return run
+
+
+@needs_root()
+def test_prompt_beyond_the_context_is_a_ctx_wall(bench):
+    frame = bench(prompt_tokens=4200, n_predict=8, name="wall")
+    assert frame["status"].tolist() == ["ctx_wall"]
+    assert frame["http_status"].tolist() == [400]
+    ok = bench(prompt_tokens=100, n_predict=8, name="fits")
+    assert ok["status"].tolist() == ["ok"]
+    assert ok["launch_id"].iloc[0] == frame["launch_id"].iloc[0]  # one launch served both
+
+
+@needs_root()
+def test_killing_the_worker_mid_cell_is_a_crash_and_the_next_cell_relaunches(bench):
+    first = {}
+
+    def long_cell() -> None:
+        first["frame"] = bench(prompt_tokens=64, n_predict=3900, name="long")
+
+    runner = threading.Thread(target=long_cell)
+    runner.start()
+    deadline = time.monotonic() + 60
+    while procs.find("rpc-st") is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(2)  # let the cell decode for a while
+    procs.stop("rpc-st")  # the worker dies under the running cell
+    runner.join(timeout=120)
+    crashed = first["frame"]
+    assert crashed["status"].tolist() == ["crash"], crashed[["status", "error_type"]]
+    assert crashed["cell_status"].iloc[0] == "crash"
+    after = bench(prompt_tokens=64, n_predict=8, name="after")
+    assert after["status"].tolist() == ["ok"]
+    assert after["launch_id"].iloc[0] != crashed["launch_id"].iloc[0]
+    record = json.loads((procs.state_dir() / "servers" / "st.json").read_text())
+    assert record["launch_id"] == after["launch_id"].iloc[0]
+    link = netsetup.ensure(LINK)
+    with link.host_a.entered():
+        assert servers.healthy(record["url"])
