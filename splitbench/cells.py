@@ -2,17 +2,77 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from splitbench import client, metrics, netsetup, parquet_io, prompts, servers, telemetry
+from splitbench.lab import RPC_PORT
 
 TOKEN_COLUMNS = ["request_id", "token_index", "token_id", "t_ns", "t_mono_ns", "chunk_tokens",
                  "server_cum_prompt_ms", "server_cum_predicted_ms", "server_cum_predicted_n"]
+
+
+class TrafficSnapshots:
+    """RPC connection counters at the cell's start, soon after its first token, and at
+    its end, each with the monotonic time it was read.
+
+    Start to first-token snapshot is prefill; between the later snapshots is decode, and
+    bytes per token divide by the tokens that arrived between those two reads. Exact at
+    concurrency 1; at higher concurrency the other requests' prefill falls partly into
+    "decode".
+    """
+
+    def __init__(self, link: Any) -> None:
+        self.link = link
+        self.first = threading.Event()
+        self.at: dict[str, tuple[int, dict | None]] = {"start": self.read()}
+        self._watcher = threading.Thread(target=self._at_first, daemon=True)
+        self._watcher.start()
+
+    def read(self) -> tuple[int, dict | None]:
+        before = time.monotonic_ns()
+        counters = telemetry.rpc_counters(self.link.host_a, self.link.connect_addr, RPC_PORT)
+        return (before + time.monotonic_ns()) // 2, counters
+
+    def _at_first(self) -> None:
+        self.first.wait()
+        self.at["first"] = self.read()
+
+    def finish(self) -> None:
+        self.first.set()
+        self._watcher.join(timeout=30)
+        self.at["end"] = self.read()
+
+    def figures(self, replies: list[client.Reply]) -> dict[str, Any]:
+        (_, start), (t_first, first), (t_end, end) = (
+            self.at["start"], self.at.get("first", (0, None)), self.at["end"])
+        prefill = telemetry.traffic(start, first)
+        decode = telemetry.traffic(first, end)
+        decoded = sum(t_first <= t["t_mono_ns"] <= t_end for r in replies for t in r.tokens)
+        out = {f"rpc_prefill_{k}": v for k, v in prefill.items()}
+        out.update({f"rpc_decode_{k}": v for k, v in decode.items()})
+        out["rpc_decode_tokens"] = decoded
+        for way in ("a_to_b", "b_to_a"):
+            total = decode[f"{way}_bytes"]
+            out[f"rpc_bytes_per_token_{way}"] = total / decoded if total and decoded else None
+        return out
+
+
+@contextlib.contextmanager
+def rpc_traffic(link: Any) -> Iterator[TrafficSnapshots]:
+    snapshots = TrafficSnapshots(link)
+    try:
+        yield snapshots
+    finally:
+        snapshots.finish()
 
 
 def run(
@@ -37,14 +97,15 @@ def run(
     except servers.LaunchError as exc:
         replies = [client.Reply(request_id=i, error_type="launch_failed",
                                 error_text=str(exc)[-2000:]) for i in range(conc)]
-        server, alive = None, False
+        server, alive, snapshots = None, False, None
     else:
         with link.host_a.entered():
             pool = prompts.token_pool(server.url)
             batch = [prompts.prompt(pool, cell["prompt_tokens"], secrets.randbits(63))
                      for _ in range(conc)]
-            replies = client.run_concurrent(server.url, batch, n_predict,
-                                            cell["request_timeout_s"])
+            with rpc_traffic(link) as snapshots:
+                replies = client.run_concurrent(server.url, batch, n_predict,
+                                                cell["request_timeout_s"], snapshots.first)
             alive = server.alive() and servers.healthy(server.url)
     after = telemetry.snapshot()
     rows = [
@@ -60,6 +121,7 @@ def run(
         "temp_before_c": before["temp_max_c"],
         "temp_after_c": after["temp_max_c"],
         "load1_before": before["load1"],
+        **(snapshots.figures(replies) if snapshots else {}),
     }
     requests = pd.DataFrame([{**r, **cell_fields} for r in rows])
     tokens = pd.DataFrame(

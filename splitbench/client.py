@@ -30,7 +30,12 @@ class Reply:
 
 
 def _stream_one(
-    url: str, body: dict[str, Any], reply: Reply, barrier: threading.Barrier, timeout: float
+    url: str,
+    body: dict[str, Any],
+    reply: Reply,
+    barrier: threading.Barrier,
+    timeout: float,
+    first_token: threading.Event,
 ) -> None:
     with httpx.Client(timeout=httpx.Timeout(timeout, connect=10)) as http:
         barrier.wait()
@@ -48,6 +53,8 @@ def _stream_one(
                     t_ns, t_mono = time.time_ns(), time.monotonic_ns()
                     event = json.loads(line[6:])
                     _take_event(event, t_ns, t_mono, reply)
+                    if reply.tokens and not first_token.is_set():
+                        first_token.set()
                     if event.get("stop"):
                         break
         except httpx.TimeoutException as exc:
@@ -97,9 +104,18 @@ def _take_event(event: dict[str, Any], t_ns: int, t_mono: int, reply: Reply) -> 
 
 
 def run_concurrent(
-    url: str, prompts: list[list[int]], n_predict: int, timeout: float
+    url: str,
+    prompts: list[list[int]],
+    n_predict: int,
+    timeout: float,
+    first_token: threading.Event | None = None,
 ) -> list[Reply]:
-    """Send one streaming /completion per prompt, all released together."""
+    """Send one streaming /completion per prompt, all released together.
+
+    `first_token` is set when the first token of any request arrives (for telemetry
+    that splits prefill from decode); it is set at the end in any case.
+    """
+    first_token = first_token or threading.Event()
     barrier = threading.Barrier(len(prompts))
     replies = [Reply(request_id=i) for i in range(len(prompts))]
     threads = []
@@ -114,10 +130,13 @@ def run_concurrent(
             "timings_per_token": True,
         }
         thread = threading.Thread(
-            target=_stream_one, args=(url, body, reply, barrier, timeout), daemon=True
+            target=_stream_one,
+            args=(url, body, reply, barrier, timeout, first_token),
+            daemon=True,
         )
         thread.start()
         threads.append(thread)
     for thread in threads:
         thread.join()
+    first_token.set()
     return replies

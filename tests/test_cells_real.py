@@ -74,3 +74,19 @@ def test_killing_the_worker_mid_cell_is_a_crash_and_the_next_cell_relaunches(ben
     link = netsetup.ensure(LINK)
     with link.host_a.entered():
         assert servers.healthy(record["url"])
+
+
+@needs_root()
+def test_bytes_per_decoded_token_come_from_the_rpc_connection(bench):
+    frame = bench(prompt_tokens=200, n_predict=120, name="bytes")
+    row = frame.iloc[0]
+    assert row["status"] == "ok"
+    # Each decode step sends activations to B and gets logits back: the output layer is
+    # on B (layers_on_b 2), so B returns the logits, n_vocab x 4 bytes, per token (give or
+    # take the token that arrives while a counter snapshot is read).
+    logits = MODEL["n_vocab"] * 4
+    per_token = row["rpc_bytes_per_token_b_to_a"]
+    assert 0.9 * logits <= per_token <= 1.5 * logits, (per_token, row["rpc_decode_tokens"])
+    assert row["rpc_bytes_per_token_a_to_b"] >= MODEL["n_embd"] * 4
+    # Prefill moved every prompt token's hidden state (n_embd x 4 bytes) from A to B.
+    assert row["rpc_prefill_a_to_b_bytes"] >= 200 * MODEL["n_embd"] * 4
