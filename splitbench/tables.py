@@ -26,10 +26,10 @@ def summarize(request_files: list[str], contexts: dict[str, int]) -> pd.DataFram
         frames.append(frame)
     requests = pd.concat(frames, ignore_index=True)
     ok = requests[requests["status"] == "ok"]
-    medians = ok.groupby(SUMMARY_KEYS)[
-        ["prefill_tps", "decode_tps", "decode_ms_per_token", "ttft_ms",
-         "server_prefill_tps", "server_decode_ms_per_token", "prompt_tokens"]
-    ].median()
+    figures = ["prefill_tps", "decode_tps", "decode_ms_per_token", "ttft_ms",
+               "server_prefill_tps", "server_decode_ms_per_token", "prompt_tokens",
+               "rpc_bytes_per_token_a_to_b", "rpc_bytes_per_token_b_to_a"]
+    medians = ok.groupby(SUMMARY_KEYS)[[f for f in figures if f in ok.columns]].median()
     cell = requests.groupby(SUMMARY_KEYS).agg(
         status=("cell_status", "first"),
         requests=("request_id", "count"),
