@@ -1,0 +1,82 @@
+"""How precisely and how cheaply does the benchmark client timestamp streamed tokens?
+
+A synthetic streaming server (a separate process on loopback) emits tokens at known
+instants, 4 streams x 2,000 tokens/s, each event carrying its own send time (in the
+`tokens` field, where a real server puts the token id). The real client
+(`splitbench.client.run_concurrent`) reads them; the error is its arrival timestamp
+minus the send time. Prints figures; asserts nothing.
+
+    .venv/bin/python benchmarks/client_overhead.py [--streams 4] [--rate 2000] [--tokens 4000]
+Goals (issue 4): p99 error under 200 us, client CPU under 30 us per token.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import socket
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+
+from splitbench import client
+
+
+def serve(port: int, rate: float) -> None:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.0"
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            start = time.monotonic()
+            for i in range(body["n_predict"]):
+                wait = start + i / rate - time.monotonic()
+                if wait > 0:
+                    time.sleep(wait)
+                event = {"tokens": [time.time_ns()], "tokens_predicted": i + 1, "stop": False}
+                self.wfile.write(f"data: {json.dumps(event)}\n\n".encode())
+                self.wfile.flush()
+            final = {"stop": True, "timings": {"predicted_n": body["n_predict"]}}
+            self.wfile.write(f"data: {json.dumps(final)}\n\n".encode())
+
+    ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--streams", type=int, default=4)
+    parser.add_argument("--rate", type=float, default=2000, help="tokens/s per stream")
+    parser.add_argument("--tokens", type=int, default=4000, help="tokens per stream")
+    args = parser.parse_args()
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = multiprocessing.Process(target=serve, args=(port, args.rate), daemon=True)
+    server.start()
+    time.sleep(0.5)
+    try:
+        cpu0, wall0 = time.process_time(), time.monotonic()
+        replies = client.run_concurrent(f"http://127.0.0.1:{port}", [[1]] * args.streams,
+                                        args.tokens, timeout=120)
+        cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
+    finally:
+        server.terminate()
+        server.join()
+    errors = np.array([(t["t_ns"] - t["token_id"]) / 1000 for r in replies for t in r.tokens])
+    tokens = len(errors)
+    print(f"{args.streams} streams x {args.rate:.0f} tok/s, {tokens} tokens in {wall:.2f} s")
+    print(f"timestamp error: p50 {np.percentile(errors, 50):.1f} us, "
+          f"p99 {np.percentile(errors, 99):.1f} us, max {errors.max():.1f} us (goal p99 < 200)")
+    print(f"client CPU: {cpu / tokens * 1e6:.1f} us per token (goal < 30)")
+
+
+if __name__ == "__main__":
+    main()
