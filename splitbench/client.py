@@ -47,22 +47,16 @@ def _stream_one(
                 if response.status_code != 200:
                     _read_error(response, reply)
                     return
-                # The hot loop only splits and timestamps events; JSON is parsed after the
-                # stream ends, so parsing never delays the next token's timestamp.
-                events: list[tuple[int, int, bytes]] = []
-                pending = b""
-                for chunk in response.iter_raw():
+                for line in response.iter_lines():
+                    if not line.startswith("data: "):
+                        continue  # ":" keep-alive pings, blank separators
                     t_ns, t_mono = time.time_ns(), time.monotonic_ns()
-                    pending += chunk
-                    *complete, pending = pending.split(b"\n")
-                    for line in complete:
-                        if line.startswith(b"data: "):  # not ":" pings or blank lines
-                            events.append((t_ns, t_mono, line))
-                            first_token.set()
-                    if complete and b'"stop":true' in chunk:
+                    event = json.loads(line[6:])
+                    _take_event(event, t_ns, t_mono, reply)
+                    if reply.tokens and not first_token.is_set():
+                        first_token.set()
+                    if event.get("stop"):
                         break
-                for t_ns, t_mono, line in events:
-                    _take_event(json.loads(line[6:]), t_ns, t_mono, reply)
         except httpx.TimeoutException as exc:
             reply.error_type, reply.error_text = "timeout", str(exc)
         except (httpx.HTTPError, json.JSONDecodeError) as exc:
