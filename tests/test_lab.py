@@ -38,7 +38,7 @@ def test_loopback_lab_adds_delay_with_the_relay(state_dir, monkeypatch):
     assert (link.addr_a, link.addr_b, link.connect_addr) == ("127.0.7.1", "127.0.7.2",
                                                            "127.0.7.1")
     serve_probe(link, state_dir)
-    assert 3000 <= probe_p50_us(link) <= 4500  # 1.5 ms each way
+    assert 3000 <= probe_p50_us(link) <= 5500  # 1.5 ms each way
 
 
 @needs_root()
@@ -51,7 +51,7 @@ def test_namespace_link_is_shaped_recorded_and_torn_down(state_dir):
     route = link.host_a.run(["ip", "route", "get", link.addr_b]).stdout
     assert f"dev {link.interface_a}" in route
     serve_probe(link, state_dir)
-    assert 1000 <= probe_p50_us(link) <= 2000  # 0.5 ms each way
+    assert 1000 <= probe_p50_us(link) <= 3000  # 0.5 ms each way
     # Calling again adopts the same link instead of rebuilding it.
     again = lab.ensure_link({**SPEC, "rate_gbit": 0.2, "delay_ms": 0.5})
     assert again.to_json() == link.to_json()

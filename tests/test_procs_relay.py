@@ -72,7 +72,7 @@ def test_relay_adds_the_configured_delay(state_dir):
     relayed = probe.measure("127.0.0.1", front, [64], samples=100)["64"]
     added_us = np.median(relayed) - np.median(direct)
     # 2 ms each way: a round trip holds 4 ms; sleep and thread wake-ups add a little.
-    assert 4000 <= added_us <= 5500, added_us
+    assert 4000 <= added_us <= 7000, added_us
 
 
 def test_relay_keeps_bulk_throughput(state_dir):
