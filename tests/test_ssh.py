@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -37,6 +38,12 @@ def sh(*argv: str) -> None:
 def host_b(state_dir, tmp_path):
     """Namespace B with a veth to this machine and a real sshd listening on B's address."""
     subprocess.run(["ip", "netns", "delete", NS], capture_output=True)
+    # A deleted namespace's veth pair disappears asynchronously: wait for A's end to go.
+    subprocess.run(["ip", "link", "del", IF_A], capture_output=True)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and subprocess.run(
+            ["ip", "link", "show", IF_A], capture_output=True).returncode == 0:
+        time.sleep(0.1)
     sh("ip", "netns", "add", NS)
     procs.record_namespace(NS)  # teardown deletes it, and the veth pair with it
     sh("ip", "link", "add", IF_A, "type", "veth", "peer", "name", IF_B, "netns", NS)
