@@ -20,8 +20,7 @@ import numpy as np
 
 from splitbench.client import Reply
 
-STATUSES = ("ok", "ctx_wall", "overflow", "crash", "timeout", "error")
-# The cell's status is its worst request's, in this order of severity.
+# Every status a request can get; a cell's status is its worst request's, in this order.
 SEVERITY = ("crash", "overflow", "ctx_wall", "timeout", "error", "ok")
 
 

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import Any
 
 RESULTS = "results"
-STATE_DIR = ".splitbench"
 
 
 class ConfigError(ValueError):
