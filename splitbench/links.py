@@ -68,8 +68,7 @@ def parse_ping(text: str) -> dict[str, float]:
 
 
 def _require(host: Host, tool: str, where: str) -> None:
-    result = host.run(["sh", "-c", 'command -v "$1"', "sh", tool], check=False)
-    if result.returncode != 0:
+    if not _has(host, tool):
         raise LinkError(f"{where}: {tool} is not installed on host {host.name} "
                         f"(run ./bootstrap.sh setup, or apt-get install {tool})")
 

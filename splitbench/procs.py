@@ -186,20 +186,14 @@ def namespaces() -> list[str]:
 def teardown() -> list[str]:
     """Stop every recorded process, delete every recorded namespace. Returns what it did."""
     done = []
-    records = all_procs()
-    for role in STOP_ORDER:
-        for record in records:
-            if record.get("role", "other") == role or (
-                role == "other" and record.get("role") not in STOP_ORDER
-            ):
-                if record["pid"] == os.getpid():  # the reaper itself
-                    pass
-                elif is_alive(record):
-                    done.append(f"stopped {record['role']} pid {record['pid']}")
-                if record["pid"] != os.getpid():
-                    _terminate(record, timeout=10.0)
-                with contextlib.suppress(FileNotFoundError):
-                    (_records("procs") / f"{record['key']}.json").unlink()
+    rank = {role: i for i, role in enumerate(STOP_ORDER)}
+    for record in sorted(all_procs(), key=lambda r: rank.get(r.get("role"), len(rank))):
+        if record["pid"] != os.getpid():  # the reaper does not stop itself
+            if is_alive(record):
+                done.append(f"stopped {record['role']} pid {record['pid']}")
+            _terminate(record, timeout=10.0)
+        with contextlib.suppress(FileNotFoundError):
+            (_records("procs") / f"{record['key']}.json").unlink()
     for name in namespaces():
         # Deleting a namespace also deletes the veth ends and qdiscs inside it.
         result = subprocess.run(
