@@ -1,7 +1,15 @@
-"""From cell Parquet to the summary and the tables a person reads."""
+"""From cell Parquet to the summary and the tables a person reads.
+
+`summarize` makes one row per cell from the request files. Each table function takes that
+summary (and, for the mechanisms, the link results) and returns a DataFrame that
+`write_table` renders as Markdown and CSV; `aggregate` writes them all. Tables are built
+from summary rows only (one per cell), so nothing here loops over token rows.
+"""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,49 +20,132 @@ import pyarrow.parquet as pq
 from splitbench import metrics, parquet_io
 
 SUMMARY_KEYS = ["pair", "link", "model", "ctx", "conc"]
+# Cells that a link comparison sets side by side: same pair, model and context.
+COMPARE_KEYS = ["pair", "model", "ctx"]
+FIGURES = ["prefill_tps", "decode_tps", "decode_ms_per_token", "ttft_ms",
+           "server_prefill_tps", "server_decode_ms_per_token", "prompt_tokens",
+           "rpc_bytes_per_token_a_to_b", "rpc_bytes_per_token_b_to_a"]
+# ctx{label}_c{N}.requests.parquet; a trailing _r{K} marks repeat K of the same cell, for
+# when a cell is measured more than once (a `repeat` column in the rows wins over it).
+CELL_FILE = re.compile(
+    r"^ctx(?P<ctx>.+)_c(?P<conc>\d+)(?:_r(?P<repeat>\d+))?\.requests\.parquet$")
+# "±" in the tables is COVERAGE standard errors (about a 95% interval); a difference
+# inside it is "not resolvable".
+COVERAGE = 2.0
+# The seed's names for failure modes (its section 3): 400 is the context wall, 500 the
+# overflow error.
+FAILURE_LABEL = {"crash": "crash", "overflow": "500", "ctx_wall": "400",
+                 "timeout": "timeout", "error": "error"}
+FAILURE_AT = {"crash": "crashes", "overflow": "500", "ctx_wall": "400",
+              "timeout": "times out", "error": "fails"}
+# Prefill's elasticity to one-way bandwidth: within +-INSENSITIVE_BELOW prefill counts as
+# insensitive to the link (the seed: +55% bandwidth bought +5..17% prefill, about 0.1 to
+# 0.3); from TRACKS_ABOVE it tracks bandwidth.
+INSENSITIVE_BELOW = 0.25
+TRACKS_ABOVE = 0.75
+
+
+# ---------------------------------------------------------------- summary
 
 
 def summarize(request_files: list[str], contexts: dict[str, int]) -> pd.DataFrame:
-    """One row per cell: medians over its ok requests, status, overlap, telemetry."""
-    frames = []
-    for path in request_files:
-        parts = Path(path).parts  # results/cells/PAIR/LINK/MODEL/ctxC_cN.requests.parquet
-        ctx, conc = Path(path).name.removesuffix(".requests.parquet")[3:].rsplit("_c", 1)
-        frame = pq.read_table(path).to_pandas()
-        frame = frame.assign(pair=parts[-4], link=parts[-3], model=parts[-2], ctx=ctx,
-                             conc=int(conc))
-        frames.append(frame)
-    requests = pd.concat(frames, ignore_index=True)
+    """One row per cell: medians over its ok requests, status, uncertainty, overlap,
+    telemetry."""
+    requests = pd.concat([_read_requests(p) for p in request_files], ignore_index=True)
     ok = requests[requests["status"] == "ok"]
-    figures = ["prefill_tps", "decode_tps", "decode_ms_per_token", "ttft_ms",
-               "server_prefill_tps", "server_decode_ms_per_token", "prompt_tokens",
-               "rpc_bytes_per_token_a_to_b", "rpc_bytes_per_token_b_to_a"]
-    medians = ok.groupby(SUMMARY_KEYS)[[f for f in figures if f in ok.columns]].median()
-    cell = requests.groupby(SUMMARY_KEYS).agg(
-        status=("cell_status", "first"),
-        requests=("request_id", "count"),
-        ok_requests=("status", lambda s: int((s == "ok").sum())),
-        wall_ms=("cell_wall_ms", "first"),
-        server_launch_id=("launch_id", "first"),
-        link_fingerprint=("link_fingerprint", "first"),
-        temp_before_c=("temp_before_c", "first"),
-        temp_after_c=("temp_after_c", "first"),
-    )
-    summary = cell.join(medians).reset_index()
+    medians = ok.groupby(SUMMARY_KEYS)[[f for f in FIGURES if f in ok.columns]].median()
+    summary = _cells(requests).join(medians).join(_uncertainty(ok)).reset_index()
     summary["ctx_tokens"] = summary["ctx"].map(contexts)
     summary["temps"] = summary.apply(_temps_text, axis=1)
     summary["overlap"] = _overlaps(summary, requests)
     order = {label: i for i, label in enumerate(by_length(contexts))}
     summary = summary.sort_values(
-        ["pair", "link", "model", "ctx", "conc"],
-        key=lambda col: col.map(order) if col.name == "ctx" else col,
-    )
+        SUMMARY_KEYS, key=lambda col: col.map(order) if col.name == "ctx" else col)
     return summary.reset_index(drop=True)
 
 
 def by_length(contexts: dict[str, int]) -> list[str]:
     """Context labels from shortest to longest prompt."""
     return sorted(contexts, key=contexts.get)
+
+
+def _read_requests(path: str) -> pd.DataFrame:
+    parts = Path(path).parts  # results/cells/PAIR/LINK/MODEL/ctxC_cN.requests.parquet
+    name = CELL_FILE.match(Path(path).name)
+    if name is None:
+        raise ValueError(f"{path}: not a cell's request file (ctx<label>_c<N>.requests.parquet)")
+    frame = pq.read_table(path).to_pandas()
+    if "decode_ms_se" not in frame or frame["decode_ms_se"].isna().all():
+        # Files measured before requests carried their own dispersion: derive it from the
+        # cell's token file beside them, as metrics.request_row does.
+        se = _token_se(Path(path).with_name(Path(path).name.replace(".requests", "")))
+        frame["decode_ms_se"] = frame["request_id"].map(se).astype("float64")
+    if "repeat" not in frame:
+        frame["repeat"] = int(name["repeat"] or 0)
+    return frame.assign(pair=parts[-4], link=parts[-3], model=parts[-2], ctx=name["ctx"],
+                        conc=int(name["conc"]))
+
+
+def _token_se(token_file: Path) -> pd.Series:
+    """Standard error of each request's mean inter-token gap (ms), by request_id."""
+    if not token_file.exists():
+        return pd.Series(dtype="float64")
+    tokens = pq.read_table(token_file, columns=["request_id", "token_index", "t_ns"])
+    tokens = tokens.to_pandas().sort_values(["request_id", "token_index"])
+    gaps = tokens.groupby("request_id")["t_ns"].diff().div(1e6).groupby(tokens["request_id"])
+    count = gaps.count()
+    return (gaps.std(ddof=1) / np.sqrt(count)).where(count >= 2)
+
+
+def _cells(requests: pd.DataFrame) -> pd.DataFrame:
+    """Cell-level fields; with repeats, the worst status and the median wall time."""
+    runs = requests.assign(ok=requests["status"].eq("ok")).groupby(
+        SUMMARY_KEYS + ["repeat"]).agg(
+        status=("cell_status", "first"),
+        requests=("request_id", "count"),
+        ok_requests=("ok", "sum"),
+        wall_ms=("cell_wall_ms", "first"),
+        server_launch_id=("launch_id", "first"),
+        link_fingerprint=("link_fingerprint", "first"),
+        temp_before_c=("temp_before_c", "first"),
+        temp_after_c=("temp_after_c", "first"),
+    )
+    return runs.groupby(level=SUMMARY_KEYS).agg(
+        status=("status", lambda s: metrics.cell_status(list(s))),
+        repeats=("status", "size"),
+        requests=("requests", "sum"),
+        ok_requests=("ok_requests", "sum"),
+        wall_ms=("wall_ms", "median"),
+        server_launch_id=("server_launch_id", "first"),
+        link_fingerprint=("link_fingerprint", "first"),
+        temp_before_c=("temp_before_c", "first"),
+        temp_after_c=("temp_after_c", "last"),
+    )
+
+
+def _uncertainty(ok: pd.DataFrame) -> pd.DataFrame:
+    """Standard errors of a cell's decode ms/token and prefill tok/s.
+
+    Where a cell was measured several times, the spread of its repeats; else the
+    per-token dispersion of decode (a single prefill has no dispersion to measure, so
+    prefill gets an uncertainty from repeats only). With repeats the token figure stays a
+    floor: two repeats that agree by chance must not claim more precision than the
+    tokens support.
+    """
+    runs = ok.groupby(SUMMARY_KEYS + ["repeat"])[
+        ["decode_ms_per_token", "prefill_tps", "decode_ms_se"]].median()
+    cell = runs.groupby(level=SUMMARY_KEYS)
+    n = cell["decode_ms_per_token"].count()
+    several = n >= 2
+    spread = cell[["decode_ms_per_token", "prefill_tps"]].std(ddof=1).div(np.sqrt(n), axis=0)
+    tokens = cell["decode_ms_se"].median() / np.sqrt(n.clip(lower=1))
+    out = pd.DataFrame(index=n.index)
+    out["decode_ms_se"] = np.where(several, np.fmax(spread["decode_ms_per_token"], tokens),
+                                   tokens)
+    out["prefill_tps_se"] = spread["prefill_tps"].where(several)
+    out["uncertainty_from"] = np.where(several, "repeats",
+                                       np.where(tokens.notna(), "tokens", None))
+    return out
 
 
 def _temps_text(row: pd.Series) -> str | None:
@@ -64,38 +155,469 @@ def _temps_text(row: pd.Series) -> str | None:
 
 
 def _overlaps(summary: pd.DataFrame, requests: pd.DataFrame) -> pd.Series:
+    """Overlap of each N-way cell whose every request streamed all its tokens.
+
+    That includes cells classed `crash` only because decode fell below
+    cell.crash_below_tps: their wall time is real, and the seed reports their overlap
+    (-0.2 at 100K x 4). Cells with a missing or cut-short request have no wall time to
+    compare.
+    """
+    if {"generated_tokens", "n_predict"} <= set(requests.columns):
+        whole = requests["generated_tokens"] >= requests["n_predict"]
+    else:
+        whole = requests["status"] == "ok"
+    complete = whole.groupby([requests[k] for k in SUMMARY_KEYS]).all()
     singles = requests[(requests["conc"] == 1) & (requests["status"] == "ok")].assign(
         single_ms=lambda f: (f["t_last_ns"] - f["t_send_ns"]) / 1e6
     ).groupby(["pair", "link", "model", "ctx"])["single_ms"].median()
     values = []
     for row in summary.itertuples():
         single = singles.get((row.pair, row.link, row.model, row.ctx))
-        ok = row.status == "ok"
-        values.append(metrics.overlap(row.conc, single, row.wall_ms) if ok else None)
+        usable = complete.get((row.pair, row.link, row.model, row.ctx, row.conc), False)
+        values.append(metrics.overlap(row.conc, single, row.wall_ms) if usable else None)
     return pd.Series(values, index=summary.index, dtype="float64")
 
 
-def single_stream_decode(summary: pd.DataFrame, contexts: list[str]) -> pd.DataFrame:
-    """The seed's section 2: decode tok/s by context at concurrency 1, per link and model,
-    with the longest/shortest retention column (the seed's 100K/Short)."""
+# ---------------------------------------------------------------- rendering helpers
+
+
+def status_text(status: Any) -> str:
+    """A failed cell as the seed writes it: "❌ 400", "❌ crash"; "—" for no cell."""
+    if not isinstance(status, str):
+        return "—"
+    return f"❌ {FAILURE_LABEL.get(status, status)}"
+
+
+def _cell_text(value: Any, status: Any, spec: str | Callable[[float], str]) -> str:
+    """A figure where the cell is ok, its failure where it is not, "—" where missing."""
+    if not isinstance(status, str):
+        return "—"
+    if status != "ok":
+        return status_text(status)
+    if value is None or not np.isfinite(value):
+        return "—"
+    return spec(value) if callable(spec) else format(value, spec)
+
+
+def _row_keys(summary: pd.DataFrame) -> list[str]:
+    """Row labels of per-link tables; the pair only where there are several."""
+    return (["pair"] if summary["pair"].nunique() > 1 else []) + ["model", "link"]
+
+
+def _ctx_sorted(frame: pd.DataFrame, keys: list[str], contexts: Sequence[str]) -> pd.DataFrame:
+    order = {label: i for i, label in enumerate(contexts)}
+    return frame.sort_values(
+        keys, key=lambda col: col.map(order) if col.name == "ctx" else col, kind="stable")
+
+
+def _by_context(summary: pd.DataFrame, contexts: Sequence[str], column: str,
+                spec: str | Callable[[float], str]) -> pd.DataFrame:
+    """Concurrency-1 cells as text, one row per model and link, one column per context."""
     one = summary[summary["conc"] == 1]
-    table = one.pivot_table(index=["link", "model"], columns="ctx", values="decode_tps",
-                            aggfunc="first")
-    present = [c for c in contexts if c in table.columns]
-    table = table[present]
+    keys = _row_keys(summary)
+    text = one.assign(text=[_cell_text(v, s, spec)
+                            for v, s in zip(one[column], one["status"], strict=True)])
+    table = text.pivot(index=keys, columns="ctx", values="text")
+    return table.reindex(columns=[c for c in contexts if c in table.columns]).fillna("—")
+
+
+def _ok_values(summary: pd.DataFrame, column: str, index: list[str]) -> pd.DataFrame:
+    """Concurrency-1 figures of ok cells, wide by context (NaN elsewhere)."""
+    one = summary[summary["conc"] == 1]
+    return one.assign(value=one[column].where(one["status"] == "ok")).pivot(
+        index=index, columns="ctx", values="value")
+
+
+def _ms(value: float) -> str:
+    return f"{value:.1f}" if abs(value) < 100 else f"{value:.0f}"
+
+
+# ---------------------------------------------------------------- single stream
+
+
+def single_stream_decode(summary: pd.DataFrame, contexts: list[str]) -> pd.DataFrame:
+    """The seed's section 2: decode tok/s by context at concurrency 1, per model and link,
+    with the longest/shortest retention column (the seed's 100K/Short)."""
+    table = _by_context(summary, contexts, "decode_tps", ".1f")
+    present = list(table.columns)
     if len(present) > 1:
         first, last = present[0], present[-1]
-        table[f"{last}/{first}"] = (table[last] / table[first] * 100).map(
-            lambda v: f"{v:.0f}%" if np.isfinite(v) else "—"
-        )
-    for column in present:
-        status = one.pivot_table(index=["link", "model"], columns="ctx", values="status",
-                                 aggfunc="first")[column]
-        table[column] = [
-            f"{v:.1f}" if s == "ok" and np.isfinite(v) else f"❌ {s}"
-            for v, s in zip(table[column], status.reindex(table.index), strict=True)
-        ]
-    return table.reset_index()
+        values = _ok_values(summary, "decode_tps", _row_keys(summary)).reindex(table.index)
+        ratio = values[last] / values[first] * 100
+        table[f"{last}/{first}"] = ratio.map(lambda v: f"{v:.0f}%" if np.isfinite(v) else "—")
+    return table.reset_index().rename_axis(columns=None)
+
+
+def single_stream_prefill(summary: pd.DataFrame, contexts: list[str]) -> pd.DataFrame:
+    """The seed's section 2: prefill tok/s (prompt tokens / TTFT) by context at
+    concurrency 1."""
+    return _by_context(summary, contexts, "prefill_tps", ".0f").reset_index().rename_axis(
+        columns=None)
+
+
+def ttft_table(summary: pd.DataFrame, contexts: list[str]) -> pd.DataFrame:
+    """TTFT against prompt size at concurrency 1, next to what the server's own prefill
+    rate predicts (the seed: TTFT ~ prompt / prefill, 118 s predicted, 120 s measured);
+    the rest is HTTP, the first decode step and the link."""
+    one = _ctx_sorted(summary[summary["conc"] == 1], _row_keys(summary) + ["ctx"], contexts)
+    figures = ["prompt_tokens", "ctx_tokens", "ttft_ms", "prefill_tps", "server_prefill_tps"]
+    one = one.assign(**{f: pd.to_numeric(one.get(f), errors="coerce") for f in figures})
+    prompt = one["prompt_tokens"].fillna(one["ctx_tokens"])
+    compute_ms = one["prompt_tokens"] / one["server_prefill_tps"] * 1000
+    columns: dict[str, Any] = {k: one[k] for k in _row_keys(summary) + ["ctx"]}
+    columns["prompt tokens"] = prompt.map(lambda v: f"{v:.0f}" if np.isfinite(v) else "—")
+    for title, values, spec in [
+        ("TTFT (ms)", one["ttft_ms"], _ms),
+        ("prefill (tok/s)", one["prefill_tps"], ".0f"),
+        ("server prefill (tok/s)", one["server_prefill_tps"], ".0f"),
+        ("prompt ÷ server prefill (ms)", compute_ms, _ms),
+        ("TTFT beyond that (ms)", one["ttft_ms"] - compute_ms, _ms),
+    ]:
+        columns[title] = [_cell_text(v, s, spec)
+                          for v, s in zip(values, one["status"], strict=True)]
+    return pd.DataFrame(columns).reset_index(drop=True)
+
+
+# ---------------------------------------------------------------- link comparison
+
+
+def pick_baseline(summary: pd.DataFrame, baseline_link: str | None = None) -> str | None:
+    """The configured baseline; else the link named "baseline"; else the first link."""
+    if baseline_link:
+        return baseline_link
+    links = sorted(summary["link"].dropna().unique())
+    if "baseline" in links:
+        return "baseline"
+    return links[0] if links else None
+
+
+def compare_links(summary: pd.DataFrame, baseline_link: str | None = None) -> pd.DataFrame:
+    """Every other link's concurrency-1 cell against the baseline link's cell of the same
+    pair, model and context, with numeric differences and their uncertainty.
+
+    Columns `*_base` hold the baseline's figures; `status_base` is NaN where the baseline
+    has no such cell. Uncertainties are COVERAGE standard errors; `*_resolvable` is NA
+    where no uncertainty is known (never guessed), else whether the difference lies
+    outside it.
+    """
+    base_name = pick_baseline(summary, baseline_link)
+    one = summary[summary["conc"] == 1]
+    columns = ["status", "prefill_tps", "prefill_tps_se", "decode_ms_per_token",
+               "decode_ms_se", "decode_tps", "ttft_ms"]
+    one = one.reindex(columns=COMPARE_KEYS + ["link"] + columns)
+    one[columns[1:]] = one[columns[1:]].apply(pd.to_numeric, errors="coerce")
+    base = one[one["link"] == base_name].drop(columns="link")
+    comp = one[one["link"] != base_name].merge(base, on=COMPARE_KEYS, how="left",
+                                               suffixes=("", "_base"))
+    comp.insert(comp.columns.get_loc("link") + 1, "baseline", base_name)
+    ratio = comp["prefill_tps"] / comp["prefill_tps_base"]
+    comp["prefill_change_pct"] = (ratio - 1) * 100
+    comp["prefill_change_unc_pct"] = COVERAGE * 100 * ratio * np.hypot(
+        comp["prefill_tps_se"] / comp["prefill_tps"],
+        comp["prefill_tps_se_base"] / comp["prefill_tps_base"])
+    comp["decode_delta_ms"] = comp["decode_ms_per_token"] - comp["decode_ms_per_token_base"]
+    comp["decode_delta_unc_ms"] = COVERAGE * np.hypot(comp["decode_ms_se"],
+                                                      comp["decode_ms_se_base"])
+    for figure, unc, name in [("prefill_change_pct", "prefill_change_unc_pct", "prefill"),
+                              ("decode_delta_ms", "decode_delta_unc_ms", "decode")]:
+        known = comp[unc].notna() & comp[figure].notna()
+        comp[f"{name}_resolvable"] = (comp[figure].abs() > comp[unc]).where(known).astype(
+            "boolean")
+    return comp.reset_index(drop=True)
+
+
+def _delta_text(value: float, unc: float, resolvable: Any, status: Any, status_base: Any,
+                spec: str, unit: str = "") -> str:
+    if not isinstance(status_base, str):
+        return "— (no baseline cell)"
+    if status != "ok":
+        return status_text(status)
+    if status_base != "ok":
+        return f"baseline {status_text(status_base)}"
+    if not np.isfinite(value):
+        return "—"
+    text = format(value, "+" + spec) + unit
+    if np.isfinite(unc):
+        text += f" ±{format(unc, spec)}{unit}"
+    return f"not resolvable ({text})" if resolvable is False else text
+
+
+def link_comparison(summary: pd.DataFrame, contexts: list[str],
+                    baseline_link: str | None = None) -> pd.DataFrame:
+    """The seed's table 1, one row per model, link and context: prefill relative change
+    (%) and decode delta ms/token against the baseline link at concurrency 1."""
+    comp = compare_links(summary, baseline_link)
+    keys = (["pair"] if summary["pair"].nunique() > 1 else []) + ["model", "link", "ctx"]
+    comp = _ctx_sorted(comp, keys, contexts)
+    rows = zip(comp["prefill_change_pct"], comp["prefill_change_unc_pct"],
+               comp["prefill_resolvable"], comp["decode_delta_ms"],
+               comp["decode_delta_unc_ms"], comp["decode_resolvable"], comp["status"],
+               comp["status_base"], strict=True)
+    prefill, decode = [], []
+    for p, p_unc, p_res, d, d_unc, d_res, status, status_base in rows:
+        prefill.append(_delta_text(p, p_unc, _bool(p_res), status, status_base, ".0f", "%"))
+        decode.append(_delta_text(d, d_unc, _bool(d_res), status, status_base, ".2f"))
+    return pd.DataFrame({
+        **{k: comp[k] for k in keys},
+        "baseline": comp["baseline"],
+        "prefill base (tok/s)": _texts(comp["prefill_tps_base"], comp["status_base"], ".0f"),
+        "prefill (tok/s)": _texts(comp["prefill_tps"], comp["status"], ".0f"),
+        "prefill Δ": prefill,
+        "decode base (ms/token)": _texts(comp["decode_ms_per_token_base"],
+                                         comp["status_base"], ".2f"),
+        "decode (ms/token)": _texts(comp["decode_ms_per_token"], comp["status"], ".2f"),
+        "decode Δ (ms/token)": decode,
+    }).reset_index(drop=True)
+
+
+def _texts(values: pd.Series, statuses: pd.Series, spec: str) -> list[str]:
+    return [_cell_text(v, s, spec) for v, s in zip(values, statuses, strict=True)]
+
+
+def _bool(value: Any) -> bool | None:
+    return None if value is pd.NA or value is None else bool(value)
+
+
+# ---------------------------------------------------------------- concurrency
+
+
+def concurrency_boundary(summary: pd.DataFrame, contexts: list[str]) -> pd.DataFrame:
+    """The seed's section 3: per model, link and context, the highest concurrency level up
+    to which every level is ok, with the failure mode at the next level in parentheses
+    ("2 (crashes at 4)", "2 (500 at 4)", "1 (fails at 2)"); "❌ 400" where even one
+    stream fails."""
+    levels = sorted(summary["conc"].unique())
+    keys = _row_keys(summary)
+    statuses = summary.pivot(index=keys + ["ctx"], columns="conc", values="status")
+    statuses = statuses.reindex(columns=levels)
+    text = pd.Series([_boundary(list(row), levels) for row in statuses.itertuples(index=False)],
+                     index=statuses.index)
+    return _wide_by_context(text, contexts)
+
+
+def _boundary(statuses: list[Any], levels: list[int]) -> str:
+    if not levels or statuses[0] != "ok":
+        return status_text(statuses[0]) if levels else "—"
+    top = levels[0]
+    for level, status in zip(levels[1:], statuses[1:], strict=True):
+        if not isinstance(status, str):
+            break  # next level not measured: the boundary is as far as we know
+        if status != "ok":
+            return f"{top} ({FAILURE_AT.get(status, status)} at {level})"
+        top = level
+    return str(top)
+
+
+def _wide_by_context(text: pd.Series, contexts: Sequence[str]) -> pd.DataFrame:
+    table = text.unstack("ctx")
+    table = table.reindex(columns=[c for c in contexts if c in table.columns]).fillna("—")
+    return table.reset_index().rename_axis(columns=None)
+
+
+def overlap_table(summary: pd.DataFrame, contexts: list[str]) -> pd.DataFrame:
+    """The seed's true concurrency ratio per model, link and context, one figure per
+    concurrency level above 1 ("2-way / 4-way")."""
+    levels = sorted(c for c in summary["conc"].unique() if c > 1)
+    keys = _row_keys(summary)
+    if not levels:
+        return pd.DataFrame(columns=keys)
+    many = summary[summary["conc"] > 1]
+    text = many.assign(text=[_overlap_text(v, s) for v, s in
+                             zip(many["overlap"], many["status"], strict=True)])
+    wide = text.pivot(index=keys + ["ctx"], columns="conc", values="text")
+    joined = wide.reindex(columns=levels).fillna("—").agg(" / ".join, axis=1)
+    return _wide_by_context(joined, contexts)
+
+
+def overlap_levels(summary: pd.DataFrame) -> str:
+    """"2-way / 4-way" for the concurrency levels the overlap table shows."""
+    return " / ".join(f"{c}-way" for c in sorted(summary["conc"].unique()) if c > 1)
+
+
+def _overlap_text(value: float, status: Any) -> str:
+    if np.isfinite(value):
+        # A completed cell classed as failed (decode below the crash threshold) still has
+        # a real overlap; show it with the failure beside it.
+        figure = f"{round(value, 1) + 0.0:.1f}"  # + 0.0: no "-0.0"
+        return figure if status == "ok" else f"{figure} {status_text(status)}"
+    return status_text(status) if status != "ok" else "—"
+
+
+# ---------------------------------------------------------------- mechanisms
+
+
+def read_links(link_files: list[str]) -> pd.DataFrame:
+    """Link results, one row per (pair, link)."""
+    if not link_files:
+        return pd.DataFrame(columns=["pair", "link"])
+    return pd.concat([pq.read_table(p).to_pandas() for p in link_files], ignore_index=True)
+
+
+def latency_column(links: pd.DataFrame) -> str:
+    """The request-response figure that decode's per-token cost is compared with.
+
+    rr_fixed_us, the zero-payload intercept of the probe's payload sweep: a decode step
+    moves one token's activations (a few KB) per transaction, where the fixed per-
+    transaction overhead dominates (the seed: 326 of 856 us at 16 KB on fake TB5, wire
+    time only 7%). rr16k_p50_us adds 16 KB of wire time per transaction that decode does
+    not pay and that differs between links by bandwidth, not latency. It is the fallback
+    where no link has a sweep fit.
+    """
+    if "rr_fixed_us" in links and links["rr_fixed_us"].notna().any():
+        return "rr_fixed_us"
+    return "rr16k_p50_us"
+
+
+def mechanism_points(summary: pd.DataFrame, links: pd.DataFrame,
+                     baseline_link: str | None = None) -> pd.DataFrame:
+    """One point per non-baseline link, model and context (concurrency 1, both cells ok):
+    decode delta against the links' latency difference, prefill relative change against
+    relative one-way bandwidth (A->B, the direction a prompt's activations travel)."""
+    comp = compare_links(summary, baseline_link)
+    comp = comp[(comp["status"] == "ok") & (comp["status_base"] == "ok")]
+    latency = latency_column(links)
+    facts = links.reindex(columns=["pair", "link", latency, "a_to_b_gbps"]).rename(
+        columns={latency: "latency_us", "a_to_b_gbps": "gbps"})
+    comp = comp.merge(facts, on=["pair", "link"], how="left").merge(
+        facts.rename(columns={"link": "baseline"}), on=["pair", "baseline"], how="left",
+        suffixes=("", "_base"))
+    return comp.assign(
+        latency_delta_ms=(comp["latency_us"] - comp["latency_us_base"]) / 1000,
+        bandwidth_change=comp["gbps"] / comp["gbps_base"] - 1,
+        prefill_change=comp["prefill_change_pct"] / 100,
+    )
+
+
+def fit_through_origin(x: Sequence[float], y: Sequence[float]) -> dict[str, float]:
+    """y = slope * x (identical links cost nothing extra): slope, its standard error, R²
+    (share of y's variance the line explains; NaN with fewer than two distinct x) and n."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    keep = np.isfinite(x) & np.isfinite(y)
+    x, y = x[keep], y[keep]
+    n, sxx = len(x), float(np.sum(x * x))
+    if n == 0 or sxx == 0:
+        return {"slope": np.nan, "slope_se": np.nan, "r2": np.nan, "n": n}
+    slope = float(np.sum(x * y) / sxx)
+    ss_res = float(np.sum((y - slope * x) ** 2))
+    ss_tot = float(np.sum((y - y.mean()) ** 2))
+    se = np.sqrt(ss_res / (n - 1) / sxx) if n > 1 else np.nan
+    r2 = 1 - ss_res / ss_tot if len(np.unique(x)) > 1 and ss_tot > 0 else np.nan
+    return {"slope": slope, "slope_se": float(se), "r2": r2, "n": n}
+
+
+def _slopes_by(points: pd.DataFrame, key: str, x: str, y: str, order: Sequence[str]) -> str:
+    fits = {k: fit_through_origin(g[x], g[y])["slope"] for k, g in points.groupby(key)}
+    return " / ".join(f"{k} {fits[k]:.2f}" for k in order
+                      if k in fits and np.isfinite(fits[k])) or "—"
+
+
+def mechanisms(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
+               baseline_link: str | None = None) -> pd.DataFrame:
+    """The seed's conclusions 1 and 2, computed per model: implied round trips per token
+    (decode delta vs request-response latency difference) and prefill's elasticity to
+    one-way bandwidth, each with its fit quality and a one-line verdict."""
+    points = mechanism_points(summary, links, baseline_link)
+    latency = latency_column(links)
+    rows = []
+    for (pair, model), _ in summary.groupby(["pair", "model"]):
+        mine = points[(points["pair"] == pair) & (points["model"] == model)]
+        decode = mine[["link", "ctx", "latency_delta_ms", "decode_delta_ms",
+                       "decode_delta_unc_ms"]].dropna(subset=["latency_delta_ms",
+                                                               "decode_delta_ms"])
+        prefill = mine[["link", "ctx", "bandwidth_change", "prefill_change", "gbps",
+                        "gbps_base"]].dropna()
+        rows.append(_mechanism_row(pair, model, "decode", f"Δ {latency} (ms)", decode,
+                                   "latency_delta_ms", "decode_delta_ms", contexts))
+        rows.append(_mechanism_row(pair, model, "prefill", "relative A→B bandwidth",
+                                   prefill, "bandwidth_change", "prefill_change", contexts))
+    table = pd.DataFrame(rows)
+    if summary["pair"].nunique() <= 1:
+        table = table.drop(columns="pair")
+    return table
+
+
+def _mechanism_row(pair: str, model: str, mechanism: str, against: str, points: pd.DataFrame,
+                   x: str, y: str, contexts: Sequence[str]) -> dict[str, Any]:
+    fit = fit_through_origin(points[x], points[y])
+    by_context = _slopes_by(points, "ctx", x, y, contexts)
+    verdict = (_decode_verdict(fit, points) if mechanism == "decode"
+               else _prefill_verdict(fit, points))
+    return {
+        "pair": pair, "model": model, "mechanism": mechanism, "against": against,
+        "slope": round(fit["slope"], 3),
+        "±": round(COVERAGE * fit["slope_se"], 3),
+        "R²": round(fit["r2"], 2),
+        "points": fit["n"],
+        "links": points["link"].nunique(),
+        "by link": _slopes_by(points, "link", x, y, sorted(points["link"].unique())),
+        "by context": by_context,
+        "verdict": verdict,
+    }
+
+
+def _decode_verdict(fit: dict[str, float], points: pd.DataFrame) -> str:
+    if not np.isfinite(fit["slope"]):
+        return ("no ok cell pairs on links with a request-response latency difference: "
+                "nothing to fit")
+    text = f"decode pays ~{fit['slope']:.1f} round trips of link latency per token"
+    if np.isfinite(fit["r2"]):
+        text += f" (R² {fit['r2']:.2f}, {fit['n']} points)"
+        if fit["r2"] < 0.5:
+            text += "; latency explains the deltas poorly"
+    varies = _varies_with_context(points)
+    if varies is not None:
+        # The seed's fixed-cost signature: the delta does not grow with context even
+        # though per-token time does.
+        text += ("; it changes with context" if varies
+                 else "; the same at every context (a fixed per-token cost)")
+    return text
+
+
+def _varies_with_context(points: pd.DataFrame) -> bool | None:
+    """Whether two contexts' round-trip slopes differ by more than their measured
+    uncertainty (propagated from the deltas' own uncertainty, not from the scatter, which
+    is what is being judged); without uncertainty, by more than a quarter. None with
+    fewer than two contexts."""
+    slopes = []
+    for _, group in points.groupby("ctx"):
+        x = group["latency_delta_ms"].to_numpy()
+        sxx = float(np.sum(x * x))
+        if sxx == 0:
+            continue
+        sigma = group["decode_delta_unc_ms"].to_numpy() / COVERAGE
+        se = np.sqrt(np.sum((x * sigma) ** 2)) / sxx  # NaN where a delta has no uncertainty
+        slopes.append((float(np.sum(x * group["decode_delta_ms"].to_numpy()) / sxx), se))
+    if len(slopes) < 2:
+        return None
+    return any(abs(a - b) > COVERAGE * np.hypot(sa, sb) if np.isfinite(np.hypot(sa, sb))
+               else abs(a - b) > 0.25 * max(abs(a), abs(b))
+               for i, (a, sa) in enumerate(slopes) for b, sb in slopes[i + 1:])
+
+
+def _prefill_verdict(fit: dict[str, float], points: pd.DataFrame) -> str:
+    if not np.isfinite(fit["slope"]):
+        return "no ok cell pairs on links of different bandwidth: nothing to fit"
+    elasticity = fit["slope"]
+    floor = min(points["gbps"].min(), points["gbps_base"].min())
+    biggest = points.loc[points["bandwidth_change"].abs().idxmax()]
+    gains = points[points["link"] == biggest["link"]]["prefill_change"] * 100
+    example = (f"{biggest['bandwidth_change'] * 100:+.0f}% bandwidth ({biggest['link']}): "
+               f"{gains.min():+.0f}% to {gains.max():+.0f}% prefill")
+    if elasticity <= -INSENSITIVE_BELOW:
+        head = "prefill does not follow bandwidth: other differences between the links dominate"
+    elif elasticity < INSENSITIVE_BELOW:
+        head = f"prefill insensitive to bandwidth above {floor:.2f} Gbit/s"
+    elif elasticity < TRACKS_ABOVE:
+        head = "prefill partly bandwidth-bound"
+    else:
+        head = "prefill tracks one-way bandwidth"
+    text = f"{head} (elasticity {elasticity:.2f}; {example})"
+    if np.isfinite(fit["r2"]) and fit["r2"] < 0.5:
+        text += f"; bandwidth explains the changes poorly (R² {fit['r2']:.2f})"
+    return text
+
+
+# ---------------------------------------------------------------- output
 
 
 def to_markdown(frame: pd.DataFrame) -> str:
@@ -117,14 +639,24 @@ def write_table(frame: pd.DataFrame, stem: str | Path, title: str) -> None:
     stem.with_suffix(".md").write_text(f"## {title}\n\n{to_markdown(frame)}")
 
 
-def links_table(link_files: list[str]) -> pd.DataFrame:
+def links_table(links: list[str] | pd.DataFrame) -> pd.DataFrame:
     """The seed's Links table (Gbit/s, ms) plus request-response latency and what was
-    negotiated and emulated."""
-    links = pd.concat([pq.read_table(p).to_pandas() for p in link_files], ignore_index=True)
+    negotiated and emulated. Takes link result files or their rows (read_links)."""
+    if not isinstance(links, pd.DataFrame):
+        links = read_links(links)
+    # Older or partial link results lack some columns: show them as unknown.
+    rates = [f"{c}{s}" for c in ("a_to_b_gbps", "b_to_a_gbps", "bidir_gbps")
+             for s in ("", "_min", "_max")]
+    links = links.reindex(columns=list(dict.fromkeys([
+        *links.columns, "pair", "link", *rates, "ping_ms", "rr16k_p50_us", "rr_fixed_us",
+        "rr_us_per_kb", "negotiated_gbps", "emulation_rate", "emulation_delay", "flags"])))
+    links[rates] = links[rates].apply(pd.to_numeric, errors="coerce")
+    links[["emulation_rate", "emulation_delay"]] = links[
+        ["emulation_rate", "emulation_delay"]].fillna("none")
 
     def gbps(column: str) -> pd.Series:
         spread = links[f"{column}_max"] - links[f"{column}_min"]
-        return [f"{v:.2f} ±{s / 2:.2f}" if s > 0 else f"{v:.2f}"
+        return [f"{v:.2f} ±{s / 2:.2f}" if s > 0 else f"{v:.2f}" if np.isfinite(v) else "—"
                 for v, s in zip(links[column], spread, strict=True)]
 
     emulated = links["emulation_rate"].where(links["emulation_rate"] != "none", "")
@@ -135,10 +667,10 @@ def links_table(link_files: list[str]) -> pd.DataFrame:
         "A→B": gbps("a_to_b_gbps"),
         "B→A": gbps("b_to_a_gbps"),
         "bidirectional total": gbps("bidir_gbps"),
-        "idle ping (ms)": links["ping_ms"].round(3),
-        "16 KB RR p50 (µs)": links["rr16k_p50_us"].round(0),
-        "fixed overhead (µs)": links["rr_fixed_us"].round(0),
-        "µs per KB": links["rr_us_per_kb"].round(2),
+        "idle ping (ms)": pd.to_numeric(links["ping_ms"]).round(3),
+        "16 KB RR p50 (µs)": pd.to_numeric(links["rr16k_p50_us"]).round(0),
+        "fixed overhead (µs)": pd.to_numeric(links["rr_fixed_us"]).round(0),
+        "µs per KB": pd.to_numeric(links["rr_us_per_kb"]).round(2),
         "negotiated (Gbit/s)": links["negotiated_gbps"],
         "emulation": [" + ".join(x for x in (r, d) if x) or "none"
                       for r, d in zip(emulated, delay, strict=True)],
@@ -146,13 +678,51 @@ def links_table(link_files: list[str]) -> pd.DataFrame:
     })
 
 
+def tables(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
+           baseline_link: str | None = None) -> dict[str, tuple[str, pd.DataFrame]]:
+    """Every table by file stem: (title, frame). contexts: labels, shortest first."""
+    base = pick_baseline(summary, baseline_link)
+    levels = overlap_levels(summary) or "no concurrency level above 1"
+    return {
+        "links": ("Links (bandwidth in Gbit/s: median ± half the spread over repeats)",
+                  links_table(links)),
+        "link_comparison": (
+            f"Link comparison vs {base} at concurrency 1 (Δ = link − baseline; ± is "
+            f"{COVERAGE:g} standard errors, from repeats or else per-token dispersion; "
+            "not resolvable: the difference lies inside it)",
+            link_comparison(summary, contexts, base)),
+        "single_stream_decode": ("Single-stream decode (tok/s) by context; ❌ 400: context "
+                                 "wall, ❌ 500: overflow",
+                                 single_stream_decode(summary, contexts)),
+        "single_stream_prefill": ("Single-stream prefill (tok/s: prompt tokens / TTFT) by "
+                                  "context", single_stream_prefill(summary, contexts)),
+        "ttft": ("Time to first token against prompt size (concurrency 1)",
+                 ttft_table(summary, contexts)),
+        "concurrency_boundary": (
+            "Usable concurrency boundary: highest level up to which every level is ok "
+            "(failure at the next level: crashes, 500 = overflow, 400 = context wall)",
+            concurrency_boundary(summary, contexts)),
+        "overlap": (f"True concurrency ratio (overlap), {levels}: 1 = fully concurrent, "
+                    "0 = serial, below 0 = worse than serial; ❌: the cell's status",
+                    overlap_table(summary, contexts)),
+        "mechanisms": (
+            f"Mechanisms vs {base}: decode delta (ms/token) against the links' request-"
+            "response latency difference (slope = round trips per token) and prefill "
+            "relative change against relative one-way bandwidth (slope = elasticity); "
+            f"fits through the origin, ± is {COVERAGE:g} standard errors",
+            mechanisms(summary, links, contexts, base)),
+    }
+
+
 def aggregate(request_files: list[str], link_files: list[str], contexts: dict[str, int],
-              summary_out: str, tables_dir: str) -> pd.DataFrame:
+              summary_out: str, tables_dir: str, *,
+              baseline_link: str | None = None) -> pd.DataFrame:
+    """Summary Parquet and every table (Markdown and CSV) under tables_dir."""
     summary = summarize(request_files, contexts)
-    parquet_io.write(summary, summary_out, {"cells": len(summary), "contexts": contexts})
-    write_table(links_table(link_files), Path(tables_dir) / "links",
-                "Links (bandwidth in Gbit/s: median ± half the spread over repeats)")
-    write_table(single_stream_decode(summary, by_length(contexts)),
-                Path(tables_dir) / "single_stream_decode",
-                "Single-stream decode (tok/s) by context")
+    parquet_io.write(summary, summary_out, {"cells": len(summary), "contexts": contexts,
+                                            "baseline_link": baseline_link})
+    links = read_links(link_files)
+    for stem, (title, frame) in tables(summary, links, by_length(contexts),
+                                       baseline_link).items():
+        write_table(frame, Path(tables_dir) / stem, title)
     return summary

@@ -1,0 +1,333 @@
+"""Summary and tables on small hand-made matrices: uncertainty, failures, single links,
+generic concurrency levels, and the mechanisms' fits."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from splitbench import tables
+
+CONTEXTS = {"short": 128, "long": 4096}
+ORDER = ["short", "long"]
+
+
+# ---------------------------------------------------------------- request files
+
+
+def request(request_id: int, gaps_ms: list[float], *, send_ns: int = 0, ttft_ms: float = 10.0,
+            status: str = "ok", cell_status: str = "ok", wall_ms: float | None = None,
+            prompt: int = 128, n_predict: int | None = None, **extra) -> dict:
+    """One request row as the cells stage writes it, from its inter-token gaps."""
+    times = np.cumsum([ttft_ms, *gaps_ms]) * 1e6 + send_ns
+    n = len(times)
+    row = {
+        "request_id": request_id, "status": status, "cell_status": cell_status,
+        "t_send_ns": send_ns, "t_last_ns": int(times[-1]), "generated_tokens": n,
+        "n_predict": n_predict or n, "prompt_tokens": prompt, "ttft_ms": ttft_ms,
+        "prefill_tps": prompt / ttft_ms * 1000,
+        "decode_ms_per_token": float(np.mean(gaps_ms)),
+        "decode_tps": 1000 / float(np.mean(gaps_ms)),
+        "decode_ms_se": float(np.std(gaps_ms, ddof=1) / np.sqrt(len(gaps_ms))),
+        "cell_wall_ms": wall_ms if wall_ms is not None else (times[-1] - send_ns) / 1e6,
+        "launch_id": "L", "link_fingerprint": "F", "temp_before_c": None,
+        "temp_after_c": None,
+    }
+    return row | extra
+
+
+def write_cell(root: Path, link: str, ctx: str, conc: int, rows: list[dict],
+               suffix: str = "") -> str:
+    path = root / "cells" / "lab" / link / "m" / f"ctx{ctx}_c{conc}{suffix}.requests.parquet"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return str(path)
+
+
+def test_summary_carries_per_token_dispersion(tmp_path):
+    gaps = [10.0, 12.0, 8.0, 11.0, 9.0]
+    path = write_cell(tmp_path, "a", "short", 1, [request(0, gaps)])
+    summary = tables.summarize([path], CONTEXTS)
+    row = summary.iloc[0]
+    assert row["decode_ms_se"] == pytest.approx(np.std(gaps, ddof=1) / np.sqrt(len(gaps)))
+    assert row["uncertainty_from"] == "tokens"
+    assert row["repeats"] == 1
+    assert np.isnan(row["prefill_tps_se"])
+
+
+def test_older_files_get_dispersion_from_their_token_file(tmp_path):
+    gaps = [5.0, 7.0, 6.0, 9.0]
+    row = request(0, gaps)
+    del row["decode_ms_se"]
+    path = write_cell(tmp_path, "a", "short", 1, [row])
+    t_ns = np.cumsum([0.0, *gaps]) * 1e6
+    tokens = pa.table({"request_id": [0] * len(t_ns), "token_index": range(len(t_ns)),
+                       "t_ns": t_ns.astype("int64")})
+    pq.write_table(tokens, path.replace(".requests", ""))
+    summary = tables.summarize([path], CONTEXTS)
+    assert summary.iloc[0]["decode_ms_se"] == pytest.approx(
+        np.std(gaps, ddof=1) / np.sqrt(len(gaps)))
+
+
+def test_repeats_give_their_spread_and_worst_status(tmp_path):
+    """Three repeats of one cell: the uncertainty is their spread (not the tokens'), the
+    status the worst of them."""
+    means = [10.0, 14.0, 12.0]
+    rows = [request(0, [m - 0.01, m + 0.01], repeat=k, ttft_ms=10.0 + k,
+                    cell_status="crash" if k == 2 else "ok")
+            for k, m in enumerate(means)]
+    summary = tables.summarize([write_cell(tmp_path, "a", "short", 1, rows)], CONTEXTS)
+    row = summary.iloc[0]
+    assert row["repeats"] == 3
+    assert row["status"] == "crash"
+    assert row["uncertainty_from"] == "repeats"
+    assert row["decode_ms_se"] == pytest.approx(np.std(means, ddof=1) / np.sqrt(3))
+    prefill = [128 / (10.0 + k) * 1000 for k in range(3)]
+    assert row["prefill_tps_se"] == pytest.approx(np.std(prefill, ddof=1) / np.sqrt(3))
+
+
+def test_repeats_from_file_names(tmp_path):
+    paths = [write_cell(tmp_path, "a", "short", 1, [request(0, [m, m])], suffix=f"_r{k}")
+             for k, m in enumerate([10.0, 11.0])]
+    summary = tables.summarize(paths, CONTEXTS)
+    assert len(summary) == 1 and summary.iloc[0]["repeats"] == 2
+
+
+def test_overlap_for_complete_cells_only(tmp_path):
+    """A cell classed crash because decode was slow still has a real wall time (the seed
+    reports -0.2 there); one whose request was cut short does not."""
+    single = write_cell(tmp_path, "a", "short", 1, [request(0, [10.0] * 9)])  # 100 ms
+    slow = write_cell(tmp_path, "a", "short", 2, [
+        request(i, [10.0] * 9, cell_status="crash", wall_ms=150.0) for i in range(2)])
+    cut = write_cell(tmp_path, "a", "long", 1, [request(0, [10.0] * 9)])
+    cut2 = write_cell(tmp_path, "a", "long", 2, [
+        request(0, [10.0] * 9, cell_status="overflow", wall_ms=150.0),
+        request(1, [10.0] * 3, status="overflow", cell_status="overflow", n_predict=10,
+                wall_ms=150.0)])
+    summary = tables.summarize([single, slow, cut, cut2], CONTEXTS).set_index(["ctx", "conc"])
+    assert summary.loc[("short", 2), "overlap"] == pytest.approx(0.5)
+    assert np.isnan(summary.loc[("long", 2), "overlap"])
+
+
+# ---------------------------------------------------------------- summary-level tables
+
+
+def cell(link: str, ctx: str, conc: int = 1, *, status: str = "ok", decode_ms: float = 10.0,
+         se: float | None = 0.1, prefill: float = 1000.0, model: str = "m",
+         overlap: float | None = None, **extra) -> dict:
+    ok = status == "ok"
+    return {"pair": "lab", "link": link, "model": model, "ctx": ctx, "conc": conc,
+            "status": status, "decode_ms_per_token": decode_ms if ok else np.nan,
+            "decode_tps": 1000 / decode_ms if ok else np.nan, "decode_ms_se": se,
+            "prefill_tps": prefill if ok else np.nan, "overlap": overlap,
+            "ctx_tokens": CONTEXTS[ctx], "prompt_tokens": CONTEXTS[ctx] if ok else np.nan,
+            "ttft_ms": CONTEXTS[ctx] / prefill * 1000 if ok else np.nan,
+            "server_prefill_tps": prefill if ok else np.nan} | extra
+
+
+def frame(*cells: dict) -> pd.DataFrame:
+    return pd.DataFrame(list(cells))
+
+
+def comparison_row(table: pd.DataFrame, link: str, ctx: str) -> pd.Series:
+    return table[(table["link"] == link) & (table["ctx"] == ctx)].iloc[0]
+
+
+def test_difference_inside_uncertainty_is_not_resolvable():
+    summary = frame(cell("baseline", "short", decode_ms=10.0, se=0.1),
+                    cell("x", "short", decode_ms=10.2, se=0.1, prefill=1100.0),
+                    cell("baseline", "long", decode_ms=20.0, se=0.1),
+                    cell("x", "long", decode_ms=21.0, se=0.1, prefill=900.0))
+    table = tables.link_comparison(summary, ORDER)
+    # 2 x hypot(0.1, 0.1) = 0.28: 0.2 lies inside it, 1.0 does not.
+    assert comparison_row(table, "x", "short")["decode Δ (ms/token)"] == \
+        "not resolvable (+0.20 ±0.28)"
+    assert comparison_row(table, "x", "long")["decode Δ (ms/token)"] == "+1.00 ±0.28"
+    # No repeats: prefill has no measured uncertainty, so it is never called unresolvable.
+    assert comparison_row(table, "x", "short")["prefill Δ"] == "+10%"
+    assert comparison_row(table, "x", "long")["prefill Δ"] == "-10%"
+
+
+def test_unknown_uncertainty_shows_the_difference_plain():
+    summary = frame(cell("baseline", "short", se=None), cell("x", "short", decode_ms=10.05,
+                                                              se=None))
+    assert comparison_row(tables.link_comparison(summary, ORDER), "x", "short")[
+        "decode Δ (ms/token)"] == "+0.05"
+
+
+def test_comparison_with_repeats_uses_prefill_spread():
+    summary = frame(cell("baseline", "short", prefill_tps_se=10.0),
+                    cell("x", "short", prefill=1010.0, prefill_tps_se=10.0))
+    comp = tables.compare_links(summary)
+    assert comp.loc[0, "prefill_change_pct"] == pytest.approx(1.0)
+    assert bool(comp.loc[0, "prefill_resolvable"]) is False
+
+
+def test_failures_and_missing_cells_in_the_comparison():
+    summary = frame(cell("baseline", "short"), cell("x", "short", status="crash"),
+                    cell("baseline", "long", status="overflow"), cell("x", "long"),
+                    cell("y", "short"))
+    table = tables.link_comparison(summary, ORDER, "baseline")
+    assert comparison_row(table, "x", "short")["decode Δ (ms/token)"] == "❌ crash"
+    assert comparison_row(table, "x", "long")["prefill Δ"] == "baseline ❌ 500"
+    summary = frame(cell("x", "long"), cell("y", "long"))
+    table = tables.link_comparison(summary, ORDER, "x")
+    assert table.iloc[0]["decode Δ (ms/token)"] == "not resolvable (+0.00 ±0.28)"
+    assert tables.link_comparison(frame(cell("y", "long")), ORDER, "x").iloc[0][
+        "decode Δ (ms/token)"] == "— (no baseline cell)"
+
+
+def test_baseline_defaults():
+    assert tables.pick_baseline(frame(cell("z", "short"), cell("baseline", "short"))) == \
+        "baseline"
+    assert tables.pick_baseline(frame(cell("z", "short"), cell("a", "short"))) == "a"
+    assert tables.pick_baseline(frame(cell("z", "short")), "z") == "z"
+
+
+def test_single_stream_tables_render_failures():
+    summary = frame(cell("a", "short", decode_ms=10.0), cell("a", "long", status="ctx_wall"),
+                    cell("b", "short", decode_ms=5.0), cell("b", "long", decode_ms=20.0))
+    decode = tables.single_stream_decode(summary, ORDER).set_index("link")
+    assert decode.loc["a", "long"] == "❌ 400" and decode.loc["a", "long/short"] == "—"
+    assert decode.loc["b", "short"] == "200.0" and decode.loc["b", "long/short"] == "25%"
+    prefill = tables.single_stream_prefill(summary, ORDER).set_index("link")
+    assert prefill.loc["a", "short"] == "1000"
+    ttft = tables.ttft_table(summary, ORDER)
+    assert list(ttft["ctx"]) == ["short", "long", "short", "long"]
+    assert ttft.iloc[1]["TTFT (ms)"] == "❌ 400"
+
+
+def test_concurrency_boundary_over_any_levels():
+    summary = frame(
+        cell("a", "short", 1), cell("a", "short", 3), cell("a", "short", 8, status="overflow"),
+        cell("a", "long", 1), cell("a", "long", 3, status="ctx_wall"),
+        cell("b", "short", 1), cell("b", "short", 3),  # level 8 not measured
+        cell("b", "long", 1, status="crash"))
+    table = tables.concurrency_boundary(summary, ORDER).set_index("link")
+    assert table.loc["a", "short"] == "3 (500 at 8)"
+    assert table.loc["a", "long"] == "1 (400 at 3)"
+    assert table.loc["b", "short"] == "3"
+    assert table.loc["b", "long"] == "❌ crash"
+
+
+def test_overlap_columns_follow_the_levels():
+    summary = frame(cell("a", "short", 1), cell("a", "short", 3, overlap=0.74),
+                    cell("a", "short", 6, status="crash", overlap=-0.04),
+                    cell("a", "long", 1), cell("a", "long", 3, status="timeout"))
+    table = tables.overlap_table(summary, ORDER).set_index("link")
+    assert table.loc["a", "short"] == "0.7 / 0.0 ❌ crash"
+    assert table.loc["a", "long"] == "❌ timeout / —"
+    assert tables.overlap_levels(summary) == "3-way / 6-way"
+    assert tables.overlap_table(frame(cell("a", "short")), ORDER).empty
+
+
+# ---------------------------------------------------------------- mechanisms
+
+
+def links(**latency_us: float) -> pd.DataFrame:
+    return pd.DataFrame([{"pair": "lab", "link": name, "rr_fixed_us": us,
+                          "rr16k_p50_us": us + 50, "a_to_b_gbps": 10.0 / (1 + i)}
+                         for i, (name, us) in enumerate(latency_us.items())])
+
+
+def matrix(delta_ms, prefill_of) -> pd.DataFrame:
+    """Cells on three links whose decode delta is delta_ms(latency difference in ms,
+    context) and whose prefill is prefill_of(relative bandwidth change)."""
+    facts = links(baseline=100.0, x=600.0, y=1100.0).set_index("link")
+    rows = []
+    for name, fact in facts.iterrows():
+        dl = (fact["rr_fixed_us"] - facts.loc["baseline", "rr_fixed_us"]) / 1000
+        db = fact["a_to_b_gbps"] / facts.loc["baseline", "a_to_b_gbps"] - 1
+        for ctx, base_ms in [("short", 10.0), ("long", 30.0)]:
+            rows.append(cell(name, ctx, decode_ms=base_ms + delta_ms(dl, ctx), se=0.01,
+                             prefill=1000.0 * (1 + prefill_of(db))))
+    return pd.DataFrame(rows)
+
+
+def test_fit_through_origin():
+    fit = tables.fit_through_origin([1, 2, 3], [2, 4, 6.3])
+    assert fit["slope"] == pytest.approx((2 + 8 + 18.9) / 14)
+    assert 0.99 < fit["r2"] <= 1 and fit["n"] == 3
+    assert np.isnan(tables.fit_through_origin([1, 1], [2, 3])["r2"])
+    assert np.isnan(tables.fit_through_origin([], [])["slope"])
+
+
+def test_fixed_cost_decode_and_compute_bound_prefill():
+    summary = matrix(lambda dl, ctx: 2 * dl, lambda db: 0.05 * db)
+    table = tables.mechanisms(summary, links(baseline=100.0, x=600.0, y=1100.0), ORDER)
+    decode, prefill = table.iloc[0], table.iloc[1]
+    assert decode["slope"] == pytest.approx(2.0)
+    assert decode["R²"] == pytest.approx(1.0)
+    assert decode["points"] == 4 and decode["links"] == 2
+    assert "~2.0 round trips" in decode["verdict"]
+    assert "fixed per-token cost" in decode["verdict"]
+    assert prefill["slope"] == pytest.approx(0.05)
+    assert prefill["verdict"].startswith("prefill insensitive to bandwidth above 3.33 Gbit/s")
+
+
+def test_delta_growing_with_context_and_bandwidth_bound_prefill():
+    summary = matrix(lambda dl, ctx: dl * (1 if ctx == "short" else 3), lambda db: db)
+    table = tables.mechanisms(summary, links(baseline=100.0, x=600.0, y=1100.0), ORDER)
+    assert "changes with context" in table.iloc[0]["verdict"]
+    assert table.iloc[1]["slope"] == pytest.approx(1.0)
+    assert table.iloc[1]["verdict"].startswith("prefill tracks one-way bandwidth")
+
+
+def test_latency_figure_choice():
+    assert tables.latency_column(links(a=1.0)) == "rr_fixed_us"
+    no_fit = links(a=1.0).assign(rr_fixed_us=np.nan)
+    assert tables.latency_column(no_fit) == "rr16k_p50_us"
+
+
+# ---------------------------------------------------------------- single link, whole run
+
+
+def test_a_single_link_matrix_gives_every_table():
+    summary = frame(cell("only", "short"), cell("only", "short", 2, overlap=0.9),
+                    cell("only", "long", status="ctx_wall"),
+                    cell("only", "long", 2, status="ctx_wall"))
+    every = tables.tables(summary, pd.DataFrame(columns=["pair", "link"]), ORDER)
+    assert every["link_comparison"][1].empty
+    assert every["concurrency_boundary"][1].iloc[0]["long"] == "❌ 400"
+    assert "nothing to fit" in every["mechanisms"][1].iloc[0]["verdict"]
+    for _, table in every.values():
+        tables.to_markdown(table)
+
+
+def link_row(name: str, rr_us: float, gbps: float) -> dict:
+    row = {"pair": "lab", "link": name, "ping_ms": 0.1, "rr16k_p50_us": rr_us + 40,
+           "rr_fixed_us": rr_us, "rr_us_per_kb": 2.0, "negotiated_gbps": None,
+           "emulation_rate": "none", "emulation_delay": "none", "flags": ""}
+    for column in ["a_to_b_gbps", "b_to_a_gbps", "bidir_gbps"]:
+        row |= {column: gbps, f"{column}_min": gbps, f"{column}_max": gbps}
+    return row
+
+
+def test_aggregate_writes_every_table(tmp_path):
+    requests = [write_cell(tmp_path, link, ctx, conc, [
+        request(i, [gap] * 8, send_ns=0, prompt=CONTEXTS[ctx]) for i in range(conc)])
+        for link, gap in [("fast", 1.0), ("slow", 2.0)] for ctx in ORDER for conc in [1, 2]]
+    link_files = []
+    for name, rr, gbps in [("fast", 100.0, 10.0), ("slow", 600.0, 1.0)]:
+        path = tmp_path / "links" / "lab" / f"{name}.parquet"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.Table.from_pylist([link_row(name, rr, gbps)]), path)
+        link_files.append(str(path))
+    out = tmp_path / "out"
+    tables.aggregate(requests, link_files, CONTEXTS, str(out / "summary.parquet"),
+                     str(out / "tables"), baseline_link="fast")
+    stems = {"links", "link_comparison", "single_stream_decode", "single_stream_prefill",
+             "ttft", "concurrency_boundary", "overlap", "mechanisms"}
+    for stem in stems:
+        assert (out / "tables" / f"{stem}.md").read_text().startswith("## ")
+        assert (out / "tables" / f"{stem}.csv").exists()
+    comparison = pd.read_csv(out / "tables" / "link_comparison.csv")
+    assert set(comparison["baseline"]) == {"fast"}
+    assert comparison.iloc[0]["decode Δ (ms/token)"].startswith("+1.00")
+    mechanisms = pd.read_csv(out / "tables" / "mechanisms.csv")
+    assert mechanisms.iloc[0]["slope"] == pytest.approx(2.0)  # 1 ms over 0.5 ms of latency
