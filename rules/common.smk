@@ -28,6 +28,7 @@ wildcard_constraints:
     model="[A-Za-z0-9][A-Za-z0-9._-]*",
     ctx="[a-z0-9]+",
     conc="[0-9]+",
+    workers="[0-9]+",
 
 
 def as_json(value):
@@ -52,6 +53,16 @@ def all_request_results():
         plan.requests_path(c.pair, c.link, c.model, c.ctx, c.conc)
         for c in plan.cells(config)
     ]
+
+
+def all_roundtrip_results():
+    return [plan.roundtrips_path(*sweep) for sweep in plan.roundtrip_sweeps(config)]
+
+
+def roundtrip_targets():
+    """The sweeps and their table, when config has a `roundtrips` section."""
+    sweeps = all_roundtrip_results()
+    return [*sweeps, "results/tables/round_trips.md"] if sweeps else []
 
 
 def model_file(wildcards):

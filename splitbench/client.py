@@ -1,18 +1,20 @@
 """The benchmark client: N streaming requests released together, every token timestamped.
 
-Each request has its own thread and HTTP connection (a plain socket: an HTTP library's
-layers cost ~130 us of CPU per streamed chunk here); a barrier releases them at once.
-Token arrival times are taken as each streamed event is read, on one absolute clock
-(CLOCK_REALTIME, integer nanoseconds), with a monotonic twin for intervals.
+Each request has its own HTTP connection (a plain socket: an HTTP library's layers cost
+~130 us of CPU per streamed chunk here). The requests are sent back to back, then one
+thread reads every stream as data arrives (an event loop; reader threads cost lock
+hand-offs and let one stream's parsing delay another's timestamps). Each event is stamped
+with the time of the recv that completed it, on one absolute clock (CLOCK_REALTIME,
+integer nanoseconds), with a monotonic twin for intervals.
 """
 
 from __future__ import annotations
 
 import json
+import select
 import socket
-import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -31,113 +33,70 @@ class Reply:
     final: dict[str, Any] = field(default_factory=dict)
 
 
-def _stream_one(
-    url: str,
-    body: dict[str, Any],
-    reply: Reply,
-    barrier: threading.Barrier,
-    timeout: float,
-    first_token: threading.Event,
-) -> None:
-    """One streaming request over a plain socket: the hot loop only receives, de-chunks,
-    splits events and timestamps them; JSON is parsed after the stream ends, so parsing
+class _Stream:
+    """One request's connection and its incremental HTTP/1.1 parse: status, headers,
+    then the (chunked or plain) body split into events, each kept as raw bytes with the
+    time of the recv that completed it. JSON is parsed after the stream ends, so parsing
     never delays a later token's timestamp."""
-    address = urlsplit(url)
-    payload = json.dumps(body).encode()
-    request = (f"POST /completion HTTP/1.1\r\nHost: {address.netloc}\r\n"
-               f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n"
-               "Connection: close\r\n\r\n").encode() + payload
-    events: list[tuple[int, int, bytes]] = []
-    try:
-        sock = socket.create_connection((address.hostname, address.port), timeout=10)
-    except OSError as exc:
-        barrier.wait()
-        reply.error_type, reply.error_text = type(exc).__name__, str(exc)
-        reply.t_send_ns = reply.t_end_ns = time.time_ns()
-        return
-    with sock:
-        sock.settimeout(timeout)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        barrier.wait()
-        reply.t_send_ns = time.time_ns()
-        reply.t_send_mono_ns = time.monotonic_ns()
-        try:
-            sock.sendall(request)
-            stream = _Response(sock)
-            reply.http_status = stream.status
-            if stream.status != 200:
-                _read_error(stream.read_all(), reply)
-                return
-            pending = b""
-            for chunk in stream.body():
-                pending += chunk
-                *complete, pending = pending.split(b"\n")
-                for line in complete:
-                    if line.startswith(b"data: "):  # not ":" pings or blank lines
-                        # Stamped as each event is taken, like a line-by-line reader.
-                        events.append((time.time_ns(), time.monotonic_ns(), line))
-                        first_token.set()
-                if complete and b'"stop":true' in chunk:
-                    break
-        except TimeoutError as exc:
-            reply.error_type, reply.error_text = "timeout", str(exc)
-        except (OSError, ValueError) as exc:
-            reply.error_type, reply.error_text = type(exc).__name__, str(exc)
-        finally:
-            reply.t_end_ns = time.time_ns()
-    try:
-        for t_ns, t_mono, line in events:
-            _take_event(json.loads(line[6:]), t_ns, t_mono, reply)
-    except ValueError as exc:
-        reply.error_type, reply.error_text = "JSONDecodeError", str(exc)
 
+    def __init__(self, reply: Reply, sock: socket.socket, request: bytes) -> None:
+        self.reply, self.sock, self.request = reply, sock, request
+        self.head = b""  # bytes before the end of the headers
+        self.raw = b""  # body bytes not yet de-chunked
+        self.pending = b""  # de-chunked bytes not yet split into lines
+        self.chunked: bool | None = None  # None until the headers are read
+        self.error_body = b""
+        self.events: list[tuple[int, int, bytes]] = []
+        self.done = False
 
-class _Response:
-    """Just enough HTTP/1.1 to read a streamed reply: status, headers, chunked body."""
+    def feed(self, data: bytes, t_ns: int, t_mono: int) -> int:
+        """Take received bytes; returns how many token events they completed."""
+        if self.chunked is None:
+            self.head += data
+            if b"\r\n\r\n" not in self.head:
+                return 0
+            head, data = self.head.split(b"\r\n\r\n", 1)
+            self._headers(head)
+        if self.chunked:
+            body, self.raw, self.done = _dechunk(self.raw + data)
+        else:
+            body = data
+        if self.reply.http_status != 200:
+            self.error_body += body
+            return 0
+        *lines, self.pending = (self.pending + body).split(b"\n")
+        before = len(self.events)
+        # Not ":" pings or blank lines; every event in one recv arrived by then.
+        self.events += [(t_ns, t_mono, line) for line in lines if line.startswith(b"data: ")]
+        return len(self.events) - before
 
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self.buffer = b""
-        while b"\r\n\r\n" not in self.buffer:
-            self._receive()
-        head, self.buffer = self.buffer.split(b"\r\n\r\n", 1)
+    def _headers(self, head: bytes) -> None:
         lines = head.decode("latin-1").split("\r\n")
-        self.status = int(lines[0].split()[1])
-        self.headers = {k.strip().lower(): v.strip()
-                        for k, _, v in (line.partition(":") for line in lines[1:])}
-        self.chunked = self.headers.get("transfer-encoding", "").lower() == "chunked"
+        self.reply.http_status = int(lines[0].split()[1])
+        headers = {k.strip().lower(): v.strip()
+                   for k, _, v in (line.partition(":") for line in lines[1:])}
+        self.chunked = headers.get("transfer-encoding", "").lower() == "chunked"
 
-    def _receive(self) -> None:
-        data = self.sock.recv(65536)
-        if not data:
-            raise ConnectionResetError("server closed the connection")
-        self.buffer += data
-
-    def body(self) -> Iterator[bytes]:
-        """Body bytes as they arrive."""
-        raw = self.buffer
-        self.buffer = b""
-        while True:
-            if self.chunked:
-                data, raw, done = _dechunk(raw)
-            else:
-                data, raw, done = raw, b"", False
-            if data:
-                yield data
-            if done:
-                return
-            try:
-                received = self.sock.recv(65536)
-            except ConnectionResetError:
-                received = b""
-            if not received:
-                if self.chunked:
-                    raise ConnectionResetError("stream ended before its last chunk")
-                return
-            raw += received
-
-    def read_all(self) -> bytes:
-        return b"".join(self.body())
+    def close(self, error_type: str | None = None, error_text: str | None = None) -> None:
+        """End the stream: record how it ended, then parse what it carried."""
+        self.done = True
+        self.reply.t_end_ns = time.time_ns()
+        self.sock.close()
+        reply = self.reply
+        if error_type is None and self.chunked is None:
+            error_type, error_text = "ConnectionResetError", "closed before the headers"
+        if reply.http_status is not None and reply.http_status != 200:
+            _read_error(self.error_body, reply)
+        try:
+            # One parse for the whole stream: a C call instead of one per event.
+            parsed = json.loads(b"[" + b",".join(line[6:] for _, _, line in self.events)
+                                + b"]")
+            for (t_ns, t_mono, _), event in zip(self.events, parsed, strict=True):
+                _take_event(event, t_ns, t_mono, reply)
+        except ValueError as exc:
+            reply.error_type, reply.error_text = "JSONDecodeError", str(exc)
+        if error_type is not None and reply.error_type is None:
+            reply.error_type, reply.error_text = error_type, error_text
 
 
 def _dechunk(raw: bytes) -> tuple[bytes, bytes, bool]:
@@ -197,35 +156,82 @@ def run_concurrent(
     prompts: list[list[int]],
     n_predict: int,
     timeout: float,
-    first_token: threading.Event | None = None,
+    on_first_token: Callable[[], None] | None = None,
 ) -> list[Reply]:
-    """Send one streaming /completion per prompt, all released together.
+    """Send one streaming /completion per prompt, all released together, and read every
+    stream in one thread (an event loop: no lock hand-offs between readers).
 
-    `first_token` is set when the first token of any request arrives (for telemetry
-    that splits prefill from decode); it is set at the end in any case.
+    `on_first_token` runs once, in the loop, when the first token of any request arrives
+    (for telemetry that splits prefill from decode); it must be quick.
     """
-    first_token = first_token or threading.Event()
-    barrier = threading.Barrier(len(prompts))
+    address = urlsplit(url)
     replies = [Reply(request_id=i) for i in range(len(prompts))]
-    threads = []
-    for reply, ids in zip(replies, prompts, strict=True):
-        body = {
-            "prompt": ids,
-            "n_predict": n_predict,
-            "ignore_eos": True,
-            "temperature": 0,
-            "cache_prompt": False,
-            "stream": True,
-            "timings_per_token": True,
-        }
-        thread = threading.Thread(
-            target=_stream_one,
-            args=(url, body, reply, barrier, timeout, first_token),
-            daemon=True,
-        )
-        thread.start()
-        threads.append(thread)
-    for thread in threads:
-        thread.join()
-    first_token.set()
+    streams = [s for s in (_open(address, r, _body(ids, n_predict))
+                           for r, ids in zip(replies, prompts, strict=True)) if s]
+    poller, open_streams = select.epoll(), {}
+    try:
+        for stream in streams:  # back to back: the sends are microseconds apart
+            stream.reply.t_send_ns = time.time_ns()
+            stream.reply.t_send_mono_ns = time.monotonic_ns()
+            try:
+                stream.sock.sendall(stream.request)
+            except OSError as exc:
+                stream.close(type(exc).__name__, str(exc))
+                continue
+            stream.sock.setblocking(False)
+            poller.register(stream.sock.fileno(), select.EPOLLIN)
+            open_streams[stream.sock.fileno()] = stream
+        _read_all(poller, open_streams, time.monotonic() + timeout, on_first_token)
+    finally:
+        poller.close()
     return replies
+
+
+def _body(ids: list[int], n_predict: int) -> dict[str, Any]:
+    return {"prompt": ids, "n_predict": n_predict, "ignore_eos": True, "temperature": 0,
+            "cache_prompt": False, "stream": True, "timings_per_token": True}
+
+
+def _open(address: Any, reply: Reply, body: dict[str, Any]) -> _Stream | None:
+    payload = json.dumps(body).encode()
+    request = (f"POST /completion HTTP/1.1\r\nHost: {address.netloc}\r\n"
+               f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n"
+               "Connection: close\r\n\r\n").encode() + payload
+    try:
+        sock = socket.create_connection((address.hostname, address.port), timeout=10)
+    except OSError as exc:
+        reply.error_type, reply.error_text = type(exc).__name__, str(exc)
+        reply.t_send_ns = reply.t_end_ns = time.time_ns()
+        return None
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return _Stream(reply, sock, request)
+
+
+def _read_all(poller: select.epoll, streams: dict[int, _Stream], deadline: float,
+              on_first_token: Callable[[], None] | None) -> None:
+    """The hot loop: wait, receive, stamp, split. Everything else waits for the end."""
+    waiting_first = on_first_token is not None
+    while streams:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            for stream in streams.values():
+                stream.close("timeout", "no complete reply before request_timeout_s")
+            return
+        for fd, _ in poller.poll(min(remaining, 1.0)):
+            stream = streams[fd]
+            try:
+                data, error = stream.sock.recv(65536), None
+            except OSError as exc:
+                data, error = b"", (type(exc).__name__, str(exc))
+            if data and stream.feed(data, time.time_ns(), time.monotonic_ns()) \
+                    and waiting_first:
+                waiting_first = False
+                on_first_token()
+            if data and not stream.done:
+                continue
+            poller.unregister(fd)
+            del streams[fd]
+            # A plain (unchunked) body ends at EOF; a chunked one at its last chunk.
+            if error is None and not (stream.done or stream.chunked is False):
+                error = ("ConnectionResetError", "stream ended before its last chunk")
+            stream.close(*(error or (None, None)))

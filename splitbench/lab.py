@@ -25,8 +25,9 @@ RPC_PORT = 50052
 IPERF_PORT = 5201
 PROBE_PORT = 7777
 SOCKPERF_PORT = 11111
+MAX_WORKERS = 4  # RPC workers per launch, on ports RPC_PORT, RPC_PORT + 1, ...
 # Ports the delay relay forwards (iperf3 measures the link itself, past the relay).
-SERVICE_PORTS = (RPC_PORT, PROBE_PORT, SOCKPERF_PORT)
+SERVICE_PORTS = (*range(RPC_PORT, RPC_PORT + MAX_WORKERS), PROBE_PORT, SOCKPERF_PORT)
 
 
 @dataclass

@@ -81,6 +81,10 @@ def request_row(reply: Reply, target_prompt: int, n_predict: int, server_alive: 
         "decode_tps": decode_tps,
         "itl_p50_ms": float(np.percentile(itl, 50)) if itl.size else None,
         "itl_p99_ms": float(np.percentile(itl, 99)) if itl.size else None,
+        # Standard error of decode_ms_per_token (the mean inter-token gap): the per-token
+        # dispersion that tables use as uncertainty when there are no repeats.
+        "decode_ms_se": float(np.std(np.diff(times), ddof=1) / 1e6 / np.sqrt(n - 1))
+        if n > 2 else None,
         "server_prompt_ms": prompt_ms,
         "server_predicted_ms": predicted_ms,
         "server_prefill_tps": timings.get("prompt_per_second"),

@@ -67,7 +67,12 @@ def check(config: dict[str, Any]) -> None:
                         f"pairs.{pair}.hosts.{side}.bin_dir",
                         "required when toolchain.source is 'path'",
                     )
+    _check_roundtrips(config)
     for name, model in config["models"].items():
+        if model.get("workers", 1) > model["layers_on_b"]:
+            raise ConfigError(f"models.{name}.workers",
+                              f"{model['workers']} workers need at least as many layers on B "
+                              f"(layers_on_b is {model['layers_on_b']})")
         synth = model.get("synthetic")
         if synth:
             n_layer = synth["n_layer"]
@@ -92,6 +97,24 @@ def check(config: dict[str, Any]) -> None:
                     f"{synth.get('context_length')} is below the longest context "
                     f"({longest}) plus n_predict ({n_predict})",
                 )
+
+
+def _check_roundtrips(config: dict[str, Any]) -> None:
+    settings = roundtrip_settings(config)
+    if settings is None:
+        return
+    for model in settings["models"]:
+        if model not in config["models"]:
+            raise ConfigError("roundtrips.models",
+                              f"'{model}' is not a model (models: {sorted(config['models'])})")
+        for workers in settings["workers"]:
+            if workers > config["models"][model]["layers_on_b"]:
+                raise ConfigError("roundtrips.workers",
+                                  f"{workers} workers need at least {workers} layers on B; "
+                                  f"models.{model}.layers_on_b is "
+                                  f"{config['models'][model]['layers_on_b']}")
+    if not any(spec["mode"] == "embedded" for spec in config["pairs"].values()):
+        raise ConfigError("roundtrips", "the sweep emulates delay: it needs an embedded pair")
 
 
 def _check_ssh_pair(pair: str, spec: dict[str, Any]) -> None:
@@ -175,15 +198,22 @@ def server_slice(config: dict[str, Any], model: str) -> dict[str, Any]:
     spec = model_slice(config, model)
     n_predict = cell_settings(config)["n_predict"]
     slots = max(config["concurrency"])
-    per_slot = max(config["contexts"].values()) + n_predict + 64
-    per_slot = -(-per_slot // 256) * 256
-    return {
-        "layers_on_b": spec["layers_on_b"],
-        "threads": spec["threads"],
+    return _server_settings(spec, slots, max(config["contexts"].values()) + n_predict)
+
+
+def _server_settings(model: dict[str, Any], slots: int, tokens: int) -> dict[str, Any]:
+    per_slot = -(-(tokens + 64) // 256) * 256
+    settings = {
+        "layers_on_b": model["layers_on_b"],
+        "threads": model["threads"],
         "slots": slots,
         "ctx_per_slot": per_slot,
         "n_ctx": slots * per_slot,
     }
+    # Only when set: a new key in params would relaunch every existing block.
+    if model.get("workers", 1) > 1:
+        settings["workers"] = model["workers"]
+    return settings
 
 
 def link_slice(config: dict[str, Any], pair: str, link: str) -> dict[str, Any]:
@@ -211,3 +241,41 @@ def cell_slice(config: dict[str, Any], cell: Cell) -> dict[str, Any]:
         **cell_settings(config),
         "model": model_slice(config, cell.model),
     }
+
+
+ROUNDTRIP_DEFAULTS = {"workers": [1], "delays_ms": [0.0, 0.5, 1.0, 2.0], "requests": 3,
+                      "prompt_tokens": 32, "n_predict": 64, "rr_samples": 200,
+                      "request_timeout_s": 300}
+
+
+def roundtrip_settings(config: dict[str, Any]) -> dict[str, Any] | None:
+    """The round-trips sweep's settings, or None when config has no `roundtrips`."""
+    if "roundtrips" not in config:
+        return None
+    settings = {**ROUNDTRIP_DEFAULTS, **config["roundtrips"]}
+    settings.setdefault("models", list(config["models"]))
+    return settings
+
+
+def roundtrip_sweeps(config: dict[str, Any]) -> list[tuple[str, str, int]]:
+    """(pair, model, workers) of every sweep: embedded pairs only (it emulates delay)."""
+    settings = roundtrip_settings(config)
+    if settings is None:
+        return []
+    return [(pair, model, workers)
+            for pair, spec in config["pairs"].items() if spec["mode"] == "embedded"
+            for model in settings["models"] for workers in settings["workers"]]
+
+
+def roundtrips_path(pair: str, model: str, workers: int | str) -> str:
+    return f"{RESULTS}/roundtrips/{pair}/{model}/w{workers}.parquet"
+
+
+def roundtrips_slice(config: dict[str, Any], pair: str, model: str,
+                     workers: int) -> dict[str, Any]:
+    """One sweep's settings, with its own server settings (one slot, short context)."""
+    settings = roundtrip_settings(config) or ROUNDTRIP_DEFAULTS
+    sweep = {k: v for k, v in settings.items() if k not in ("models", "workers")}
+    server = _server_settings({**model_slice(config, model), "workers": workers}, 1,
+                              sweep["prompt_tokens"] + sweep["n_predict"])
+    return {"pair": pair, "model": model, "workers": workers, **sweep, "server": server}

@@ -17,7 +17,8 @@ from typing import Any
 
 import httpx
 
-from splitbench import lab, procs
+from splitbench import lab, procs, telemetry
+from splitbench.hosts import Host
 from splitbench.links import listening
 
 HTTP_PORT = 8080
@@ -109,18 +110,26 @@ def _launch(
     launch_id = uuid.uuid4().hex[:12]
     bin_a, bin_b = Path(toolchain["a"]["bin_dir"]), Path(toolchain["b"]["bin_dir"])
     threads = str(settings["threads"])
-    # The worker has no authentication: bind it to B's link address, never 0.0.0.0.
-    rpc_argv = [str(bin_b / "ggml-rpc-server"), "-H", link.addr_b, "-p", str(lab.RPC_PORT),
+    workers = settings.get("workers", 1)
+    worker_ports = [lab.RPC_PORT + i for i in range(workers)]
+    rpc_argvs, proc_keys = [], []
+    for i, worker_port in enumerate(worker_ports):
+        # The worker has no authentication: bind it to B's link address, never 0.0.0.0.
+        argv = [str(bin_b / "ggml-rpc-server"), "-H", link.addr_b, "-p", str(worker_port),
                 "-t", threads]
-    rpc_key = f"rpc-{link.pair}"
-    link.host_b.spawn(rpc_argv, role="rpc-server", key=rpc_key,
-                      log_path=logs / f"{launch_id}-rpc.log")
-    listening(link.host_b, link.addr_b, lab.RPC_PORT, timeout=30)
+        key = f"rpc-{link.pair}-{i}"
+        link.host_b.spawn(argv, role="rpc-server", key=key,
+                          log_path=logs / f"{launch_id}-rpc{i}.log")
+        listening(link.host_b, link.addr_b, worker_port, timeout=30)
+        rpc_argvs.append(argv)
+        proc_keys.append(key)
     port = HTTP_PORT if link.host_a.netns else HTTP_PORT + 10000
     server_argv = [
         str(bin_a / "llama-server"), "-m", str(Path(model_path).resolve()),
-        "--rpc", f"{link.connect_addr}:{lab.RPC_PORT}",
+        "--rpc", ",".join(f"{link.connect_addr}:{port}" for port in worker_ports),
         "-ngl", str(settings["layers_on_b"]),
+        # Several workers share B's layers evenly (one device each, chained by A).
+        *(["--tensor-split", ",".join(["1"] * workers)] if workers > 1 else []),
         "--fit", "off",
         "-np", str(settings["slots"]),
         "-c", str(settings["n_ctx"]),
@@ -137,15 +146,18 @@ def _launch(
     record = {
         "launch_id": launch_id, "fingerprint": wanted, "url": url,
         "pair": link.pair, "link": link.name, "netns_a": link.host_a.netns,
-        "proc_keys": [llama_key, rpc_key],
-        "commands": {"rpc_server": rpc_argv, "llama_server": server_argv},
+        "proc_keys": [llama_key, *proc_keys],
+        "worker_ports": worker_ports,
+        "commands": {"rpc_servers": rpc_argvs, "llama_server": server_argv},
         "settings": settings, "started_at": time.time(),
     }
     with link.host_a.entered():
         _wait_healthy(url, llama, time.monotonic() + HEALTH_TIMEOUT_S)
         record["load_s"] = round(time.monotonic() - started, 3)
         _warm_up(url)
-    record["rss_mib"] = _rss_mib(llama["pid"])
+    record["memory"] = {key: memory_mib(host, procs.find(key)["pid"]) for key, host in
+                        [(llama_key, link.host_a)] + [(k, link.host_b) for k in proc_keys]}
+    record["sensors_after_load"] = telemetry.snapshot(link.host_a)
     path = _record_path(link.pair)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=1))
@@ -170,14 +182,16 @@ def _warm_up(url: str) -> None:
     httpx.post(f"{url}/completion", json=body, timeout=120).raise_for_status()
 
 
-def _rss_mib(pid: int) -> float | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return None
+def memory_mib(host: Host, pid: int) -> dict[str, float | None]:
+    """Resident and peak resident memory of a process on its host (MiB)."""
+    text = host.run(["cat", f"/proc/{pid}/status"], check=False).stdout
+    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+
+    def mib(name: str) -> float | None:
+        value = fields.get(name, "").split()
+        return round(int(value[0]) / 1024, 1) if value else None
+
+    return {"rss_mib": mib("VmRSS"), "peak_rss_mib": mib("VmHWM")}
 
 
 def _tail(path: str, lines: int = 25) -> str:

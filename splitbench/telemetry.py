@@ -1,59 +1,133 @@
-"""Around a cell: temperatures and load (whatever this host exposes, and what was found),
-and the bytes that crossed the link on the RPC connection (kernel TCP counters)."""
+"""Around a cell: each host's sensors before, during (peak) and after it, and the bytes
+that crossed the link on the RPC connections (kernel TCP counters)."""
 
 from __future__ import annotations
 
-import contextlib
-import glob
-import os
-import re
+import json
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
+from splitbench import sensors, sockdiag
 from splitbench.hosts import Host
 
-
-def temperatures_c(sysfs: str = "/sys") -> dict[str, float]:
-    """Every readable thermal zone and hwmon sensor, in degrees Celsius."""
-    found: dict[str, float] = {}
-    for path in glob.glob(f"{sysfs}/class/thermal/thermal_zone*/temp"):
-        _read_milli(path, f"thermal:{Path(path).parent.name}", found)
-    for path in glob.glob(f"{sysfs}/class/hwmon/hwmon*/temp*_input"):
-        _read_milli(path, f"hwmon:{Path(path).parent.name}:{Path(path).name}", found)
-    return found
+# sensors.py needs only the standard library: its source runs on any host as is.
+SENSORS_SOURCE = Path(sensors.__file__).read_text()
 
 
-def _read_milli(path: str, name: str, out: dict[str, float]) -> None:
-    with contextlib.suppress(OSError, ValueError):
-        out[name] = int(Path(path).read_text().strip()) / 1000
+def snapshot(host: Host | None = None) -> dict[str, Any]:
+    """One sensors reading on host (this machine when None)."""
+    if host is None or not host.remote:
+        return sensors.reading()  # a namespace shares the machine's sensors
+    result = host.run([host.python, "-c", SENSORS_SOURCE], check=False)
+    try:
+        return json.loads(result.stdout.splitlines()[-1])
+    except (IndexError, ValueError):
+        return {"temp_max_c": None, "temp_sources": f"unreadable: {result.stderr[-200:]}",
+                "load1": None, "gpus": [], "gpu_sources": "unreadable"}
 
 
-def snapshot() -> dict[str, Any]:
-    temps = temperatures_c()
+class Sampler:
+    """Each machine's sensors read every `every_s` seconds by a small process started
+    before the cell and stopped after it (one process when both hosts share this
+    machine), plus a fresh reading at each end: before, after and peak."""
+
+    def __init__(self, hosts: dict[str, Host], every_s: float = 1.0) -> None:
+        self.machine_of = {side: host.ssh or "local" for side, host in hosts.items()}
+        self.hosts = {self.machine_of[side]: host for side, host in reversed(hosts.items())}
+        self.before = {key: snapshot(host) for key, host in self.hosts.items()}
+        argv = ["-c", SENSORS_SOURCE, "--every", str(every_s)]
+        self.processes = {
+            key: subprocess.Popen(
+                host.wrap([host.python, *argv]) if host.remote else [sys.executable, *argv],
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            for key, host in self.hosts.items()
+        }
+
+    def finish(self) -> dict[str, Any]:
+        """Per host side: temp_{side}_before_c/after_c/peak_c, load, GPU peaks."""
+        out: dict[str, Any] = {}
+        for key, process in self.processes.items():
+            process.terminate()
+            text, _ = process.communicate(timeout=10)
+            during = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+            after = snapshot(self.hosts[key])
+            figures = _figures(self.before[key], during, after)
+            for side, machine in self.machine_of.items():
+                if machine == key:
+                    out.update({name.format(side=side): v for name, v in figures.items()})
+        return out
+
+
+def _figures(before: dict, during: list[dict], after: dict) -> dict[str, Any]:
+    readings = [before, *during, after]
+    temps = [r["temp_max_c"] for r in readings if r.get("temp_max_c") is not None]
+    gpus = [g for r in readings for g in r.get("gpus", [])]
+
+    def peak(name: str) -> float | None:
+        values = [g[name] for g in gpus if g.get(name) is not None]
+        return max(values) if values else None
+
     return {
-        "temp_max_c": max(temps.values()) if temps else None,
-        "temp_sources": ",".join(sorted(temps)) or "none found",
-        "load1": os.getloadavg()[0],
+        "temp_{side}_before_c": before.get("temp_max_c"),
+        "temp_{side}_after_c": after.get("temp_max_c"),
+        "temp_{side}_peak_c": max(temps) if temps else None,
+        "load1_{side}_before": before.get("load1"),
+        "gpu_{side}_temp_peak_c": peak("temp_c"),
+        "gpu_{side}_power_peak_w": peak("power_w"),
+        "gpu_{side}_memory_peak_mib": peak("memory_used_mib"),
+        "sensors_{side}": f"{before.get('temp_sources')}; {before.get('gpu_sources')}",
+        "sensor_readings_{side}": len(readings),
     }
 
 
-COUNTERS = ("bytes_sent", "bytes_received", "data_segs_out", "data_segs_in")
+class RpcTraffic:
+    """Kernel TCP counters of A's connections to the RPC workers, read at the cell's
+    start, at its first token (`at_first_token`, called from the client's loop) and at
+    its end, each with the monotonic time of the read.
 
+    Start to first token is prefill; first token to end is decode, and bytes per token
+    divide by the tokens that arrived between those two reads. Exact at concurrency 1;
+    at higher concurrency the other requests' prefill falls partly into "decode".
+    Read in-process over netlink (sock_diag, ~50 us) in the calling thread's namespace:
+    forking `ss` here stalled the client for milliseconds.
+    """
 
-def parse_ss(text: str) -> dict[str, int]:
-    """Sum the kernel's per-socket TCP counters in `ss -tin` output (absent means 0)."""
-    totals = dict.fromkeys(COUNTERS, 0)
-    for name in COUNTERS:
-        for value in re.findall(rf"\b{name}:(\d+)", text):
-            totals[name] += int(value)
-    return totals
+    def __init__(self, addr: str, ports: list[int]) -> None:
+        addr = addr.split("%")[0]  # an IPv6 zone is not part of the kernel's socket id
+        self.connections = [c for port in ports for c in sockdiag.connections_to(addr, port)]
+        self.at: dict[str, tuple[int, dict | None]] = {"start": self.read()}
 
+    def read(self) -> tuple[int, dict | None]:
+        before = time.monotonic_ns()
+        fresh = sockdiag.read(self.connections)
+        middle = (before + time.monotonic_ns()) // 2
+        # A closed connection (a crashed worker) would make the sums go backwards.
+        complete = self.connections and len(fresh) == len(self.connections)
+        return middle, sockdiag.totals(fresh) if complete else None
 
-def rpc_counters(host: Host, addr: str, port: int) -> dict[str, int] | None:
-    """TCP counters of host's connections to the RPC worker at addr:port (A's view:
-    sent = A to B, received = B to A)."""
-    result = host.run(["ss", "-tinH", "dst", f"{addr}:{port}"], check=False)
-    return parse_ss(result.stdout) if result.returncode == 0 else None
+    def at_first_token(self) -> None:
+        self.at.setdefault("first", self.read())
+
+    def finish(self) -> None:
+        self.at["end"] = self.read()
+
+    def figures(self, token_times_mono: list[int]) -> dict[str, Any]:
+        """Prefill and decode traffic each way, and decode bytes per token."""
+        (_, start), (t_first, first), (t_end, end) = (
+            self.at["start"], self.at.get("first", (0, None)), self.at["end"])
+        prefill, decode = traffic(start, first), traffic(first, end)
+        decoded = sum(t_first <= t <= t_end for t in token_times_mono)
+        out = {f"rpc_prefill_{k}": v for k, v in prefill.items()}
+        out.update({f"rpc_decode_{k}": v for k, v in decode.items()})
+        out["rpc_decode_tokens"] = decoded
+        out["rpc_connections"] = len(self.connections)
+        for way in ("a_to_b", "b_to_a"):
+            total = decode[f"{way}_bytes"]
+            out[f"rpc_bytes_per_token_{way}"] = total / decoded if total and decoded else None
+        return out
 
 
 def traffic(before: dict | None, after: dict | None) -> dict[str, int | None]:

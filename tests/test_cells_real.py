@@ -58,10 +58,10 @@ def test_killing_the_worker_mid_cell_is_a_crash_and_the_next_cell_relaunches(ben
     runner = threading.Thread(target=long_cell)
     runner.start()
     deadline = time.monotonic() + 60
-    while procs.find("rpc-st") is None and time.monotonic() < deadline:
+    while procs.find("rpc-st-0") is None and time.monotonic() < deadline:
         time.sleep(0.1)
     time.sleep(2)  # let the cell decode for a while
-    procs.stop("rpc-st")  # the worker dies under the running cell
+    procs.stop("rpc-st-0")  # the worker dies under the running cell
     runner.join(timeout=120)
     crashed = first["frame"]
     assert crashed["status"].tolist() == ["crash"], crashed[["status", "error_type"]]

@@ -1,0 +1,135 @@
+"""Round trips per decoded token, measured: sweep the link's added delay, fit decode
+ms/token against the measured request-response latency. The slope is the number of
+blocking round trips A makes to its workers per decode step.
+
+Each sweep point is its own emulated link on the embedded pair (a veth with that delay),
+its request-response latency measured with the probe through exactly the path the RPC
+traffic takes (relay included), then a fresh launch with `workers` RPC workers on B
+(chained: A hands the activations from one to the next) and a few single-stream
+requests. The x axis is measured, not configured, so the relay's own cost and any
+emulation error are inside it.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from splitbench import client, lab, parquet_io, probe, procs, prompts, servers
+from splitbench.links import listening
+
+# Index of the first sweep link: far from the configured links' indexes (1, 2, ...).
+FIRST_INDEX = 200
+RR_SIZE = 64  # bytes: latency without bandwidth
+
+
+def point_spec(pair: str, index: int, delay_ms: float) -> dict[str, Any]:
+    """The sweep point's link: an unshaped veth with only the added delay."""
+    return {"pair": pair, "link": f"rt{index}", "index": FIRST_INDEX + index,
+            "mode": "embedded", "delay_ms": delay_ms}
+
+
+def measure_rr_ms(link: lab.Link, samples: int) -> float:
+    """Median request-response time at 64 B from A to B's services (ms)."""
+    key = f"probe-{link.pair}__{link.name}"
+    link.host_b.spawn(probe.server_argv(link.host_b.python, link.addr_b, lab.PROBE_PORT),
+                      role="probe", key=key,
+                      log_path=procs.state_dir() / "logs" / f"{key}.log")
+    try:
+        # Listening on B first: a relay on A accepts before B is there, then resets.
+        listening(link.host_b, link.addr_b, lab.PROBE_PORT, timeout=10)
+        with link.host_a.entered():
+            rtts = probe.measure(link.connect_addr, lab.PROBE_PORT, [RR_SIZE], samples)
+    finally:
+        procs.stop(key)
+    return float(np.median(rtts[str(RR_SIZE)])) / 1000
+
+
+def decode_point(server: servers.Server, link: lab.Link, sweep: dict[str, Any]) -> list[dict]:
+    """Single-stream requests one after another; one row each."""
+    rows = []
+    with link.host_a.entered():
+        pool = prompts.token_pool(server.url)
+        for i in range(sweep["requests"]):
+            ids = prompts.prompt(pool, sweep["prompt_tokens"], secrets.randbits(63))
+            reply = client.run_concurrent(server.url, [ids], sweep["n_predict"],
+                                          sweep["request_timeout_s"])[0]
+            times = np.array([t["t_ns"] for t in reply.tokens], dtype=np.int64)
+            timings = reply.final.get("timings") or {}
+            predicted_n = timings.get("predicted_n") or 0
+            rows.append({
+                "request": i,
+                "tokens": len(times),
+                "error": reply.error_type,
+                "decode_ms_per_token": float(np.diff(times).mean() / 1e6)
+                if len(times) > 1 else None,
+                "server_decode_ms_per_token": timings["predicted_ms"] / (predicted_n - 1)
+                if predicted_n > 1 else None,
+            })
+    return rows
+
+
+def sweep(spec: dict[str, Any], model: dict[str, Any], toolchain: dict[str, Any],
+          out: str) -> dict[str, Any]:
+    """Run every delay point (spec: plan.roundtrips_slice); write rows, return the fit."""
+    settings = spec["server"]
+    rows = []
+    with procs.locked(f"pair-{spec['pair']}"):
+        for index, delay in enumerate(spec["delays_ms"]):
+            link = lab.ensure_link(point_spec(spec["pair"], index, delay))
+            rr_ms = measure_rr_ms(link, spec["rr_samples"])
+            server = servers.ensure(link, settings, model["path"], model["sha256"], toolchain)
+            for row in decode_point(server, link, spec):
+                rows.append({"pair": spec["pair"], "model": spec["model"],
+                             "workers": spec["workers"], "delay_ms": delay,
+                             "rr_ms": rr_ms, "launch_id": server.launch_id,
+                             "emulation_delay": link.emulation["delay"], **row})
+            print(f"delay {delay} ms: rr {rr_ms:.3f} ms, decode "
+                  f"{np.median([r['decode_ms_per_token'] for r in rows[-spec['requests']:]]):.3f}"
+                  " ms/token", flush=True)
+        servers.stop(spec["pair"])
+    frame = pd.DataFrame(rows)
+    result = fit(frame)
+    parquet_io.write(frame, out, {"config": spec, "settings": settings, "fit": result})
+    return result
+
+
+def fit(frame: pd.DataFrame) -> dict[str, Any]:
+    """Theil-Sen fit of per-point median decode ms/token against measured rr_ms."""
+    ok = frame[frame["error"].isna() & frame["decode_ms_per_token"].notna()]
+    points = ok.groupby("delay_ms").agg(rr_ms=("rr_ms", "first"),
+                                        decode=("decode_ms_per_token", "median"))
+    if len(points) < 2:
+        return {"round_trips_per_token": None, "intercept_ms": None, "r2": None,
+                "points": len(points)}
+    intercept, slope, r2 = probe.theil_sen(points["rr_ms"], points["decode"])
+    return {"round_trips_per_token": slope, "intercept_ms": intercept, "r2": r2,
+            "points": len(points)}
+
+
+def table(files: list[str]) -> pd.DataFrame:
+    """One row per (pair, model, workers): the measured round trips per token."""
+    rows = []
+    for path in files:
+        frame = pd.read_parquet(path)
+        result = fit(frame)
+        first = frame.iloc[0]
+        rows.append({
+            "pair": first["pair"], "model": first["model"], "workers": int(first["workers"]),
+            "round trips per token": _round(result["round_trips_per_token"], 2),
+            "R²": _round(result["r2"], 3),
+            "points": result["points"],
+            "decode at lowest latency (ms/token)": _round(
+                frame.groupby("rr_ms")["decode_ms_per_token"].median().iloc[0], 3),
+            "latency range (ms)": f"{frame['rr_ms'].min():.3f}–{frame['rr_ms'].max():.3f}",
+            # The mechanism at the largest delay (the zero-delay point has none).
+            "delay by": frame.loc[frame["delay_ms"].idxmax(), "emulation_delay"],
+        })
+    return pd.DataFrame(rows)
+
+
+def _round(value: float | None, digits: int) -> float | None:
+    return None if value is None or not np.isfinite(value) else round(float(value), digits)
