@@ -57,6 +57,7 @@ def run(
     cell_fields = {
         "cell_status": metrics.cell_status([r["status"] for r in rows]),
         "cell_wall_ms": metrics.wall_ms(rows),
+        "cell_throughput_tps": metrics.throughput_tps(rows),
         "launch_id": server.launch_id if server else None,
         "link_fingerprint": link_row["fingerprint"],
         # The hotter host's figures, for tables; each host's are in the columns below.

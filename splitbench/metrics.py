@@ -4,6 +4,8 @@ Definitions (docs: README, "What the numbers mean"):
 - ttft_ms: first token's arrival minus the request's send time (client clock).
 - prefill_tps: prompt tokens / ttft (client); server_prefill_tps: the server's own.
 - decode_ms_per_token: (last token - first token) / (tokens - 1), from arrival times.
+- server_ttft_ms: the server's prompt_ms plus its first token's predicted_ms.
+- throughput_tps (per cell): all generated tokens / the cell's wall time.
 - overlap (per concurrency cell, the seed's "true concurrency ratio"):
       overlap = (N * T1 - W) / ((N - 1) * T1)
   W: wall time of the N-way cell (first send to last token); T1: median wall time of a
@@ -86,6 +88,9 @@ def request_row(reply: Reply, target_prompt: int, n_predict: int, server_alive: 
         "decode_ms_se": float(np.std(np.diff(times), ddof=1) / 1e6 / np.sqrt(n - 1))
         if n > 2 else None,
         "server_prompt_ms": prompt_ms,
+        # The server's own time to first token: its prompt processing plus the first
+        # sampled token, from the first streamed event's cumulative timings.
+        "server_ttft_ms": _server_ttft_ms(reply),
         "server_predicted_ms": predicted_ms,
         "server_prefill_tps": timings.get("prompt_per_second"),
         "server_decode_ms_per_token": server_decode_ms,
@@ -93,6 +98,20 @@ def request_row(reply: Reply, target_prompt: int, n_predict: int, server_alive: 
         "cache_n": timings.get("cache_n"),
         "truncated": reply.final.get("truncated"),
     }
+
+
+def _server_ttft_ms(reply: Reply) -> float | None:
+    if not reply.tokens or reply.tokens[0]["server_cum_prompt_ms"] is None:
+        return None
+    first = reply.tokens[0]
+    return first["server_cum_prompt_ms"] + (first["server_cum_predicted_ms"] or 0.0)
+
+
+def throughput_tps(rows: list[dict[str, Any]]) -> float | None:
+    """A cell's aggregate throughput: every generated token over the cell's wall time."""
+    wall = wall_ms(rows)
+    tokens = sum(r["generated_tokens"] for r in rows)
+    return tokens / (wall / 1000) if wall and tokens else None
 
 
 def cell_status(statuses: list[str]) -> str:

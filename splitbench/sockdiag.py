@@ -50,12 +50,13 @@ def tcp_connections(family: int = socket.AF_INET) -> list[dict]:
 
 def read(connections: list[dict]) -> list[dict]:
     """Fresh counters of known connections by exact lookup (tens of microseconds);
-    connections that have closed since are left out."""
-    fresh = []
+    connections that have closed since (gone, or no longer established) are left out."""
+    fresh: list[dict] = []
     for connection in connections:
         try:
-            fresh += _exchange(_request(connection["family"], connection["sockid"]),
-                               NLM_F_REQUEST, connection["family"])
+            found = _exchange(_request(connection["family"], connection["sockid"]),
+                              NLM_F_REQUEST, connection["family"])
+            fresh += [c for c in found if c["state"] == TCP_ESTABLISHED]
         except SockDiagError as exc:
             if exc.errno != errno.ENOENT:
                 raise

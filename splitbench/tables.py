@@ -24,7 +24,7 @@ SUMMARY_KEYS = ["pair", "link", "model", "ctx", "conc"]
 COMPARE_KEYS = ["pair", "model", "ctx"]
 FIGURES = ["prefill_tps", "decode_tps", "decode_ms_per_token", "ttft_ms",
            "server_prefill_tps", "server_decode_ms_per_token", "prompt_tokens",
-           "rpc_bytes_per_token_a_to_b", "rpc_bytes_per_token_b_to_a"]
+           "rpc_bytes_per_token_a_to_b", "rpc_bytes_per_token_b_to_a", "server_ttft_ms"]
 # ctx{label}_c{N}.requests.parquet; a trailing _r{K} marks repeat K of the same cell, for
 # when a cell is measured more than once (a `repeat` column in the rows wins over it).
 CELL_FILE = re.compile(
@@ -99,8 +99,13 @@ def _token_se(token_file: Path) -> pd.Series:
 
 def _cells(requests: pd.DataFrame) -> pd.DataFrame:
     """Cell-level fields; with repeats, the worst status and the median wall time."""
+    # Fields that cells measured before they existed lack.
+    later = {name: (column, "first") for name, column in
+             (("throughput_tps", "cell_throughput_tps"), ("temp_peak_c", "temp_peak_c"))
+             if column in requests}
     runs = requests.assign(ok=requests["status"].eq("ok")).groupby(
         SUMMARY_KEYS + ["repeat"]).agg(
+        **later,
         status=("cell_status", "first"),
         requests=("request_id", "count"),
         ok_requests=("ok", "sum"),
@@ -120,6 +125,7 @@ def _cells(requests: pd.DataFrame) -> pd.DataFrame:
         link_fingerprint=("link_fingerprint", "first"),
         temp_before_c=("temp_before_c", "first"),
         temp_after_c=("temp_after_c", "last"),
+        **{name: (name, "max" if name == "temp_peak_c" else "median") for name in later},
     )
 
 

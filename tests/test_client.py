@@ -1,0 +1,142 @@
+"""The streaming client against small real HTTP servers on loopback: chunked and plain
+bodies, error replies, a stream cut short, a timeout, and the first-token hook."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+from splitbench import client
+
+
+def _serve(handler: Callable[[socket.socket, dict], None], requests: int = 1) -> str:
+    """A one-shot server: reads each request, hands the socket and body to handler."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+
+    def loop() -> None:
+        with server:
+            for _ in range(requests):
+                conn, _ = server.accept()
+                threading.Thread(target=_one, args=(conn, handler), daemon=True).start()
+
+    threading.Thread(target=loop, daemon=True).start()
+    return f"http://127.0.0.1:{server.getsockname()[1]}"
+
+
+def _one(conn: socket.socket, handler: Callable) -> None:
+    with conn:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += conn.recv(65536)
+        head, body = data.split(b"\r\n\r\n", 1)
+        length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                          if line.lower().startswith(b"content-length")))
+        while len(body) < length:
+            body += conn.recv(65536)
+        handler(conn, json.loads(body))
+
+
+def _event(i: int) -> bytes:
+    return f"data: {json.dumps({'tokens': [i], 'tokens_predicted': i + 1})}\n\n".encode()
+
+
+FINAL = b'data: {"stop": true, "timings": {"predicted_n": 3}}\n\n'
+
+
+def _chunk(data: bytes) -> bytes:
+    return f"{len(data):x}\r\n".encode() + data + b"\r\n"
+
+
+def chunked_stream(conn: socket.socket, body: dict) -> None:
+    conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+    for i in range(body["n_predict"]):
+        conn.sendall(_chunk(_event(i)))
+        time.sleep(0.02)
+    conn.sendall(_chunk(FINAL) + b"0\r\n\r\n")
+
+
+def test_chunked_stream_is_timestamped_token_by_token():
+    url = _serve(chunked_stream, requests=2)
+    firsts = []
+    replies = client.run_concurrent(url, [[1, 2], [3, 4]], 3, timeout=10,
+                                    on_first_token=lambda: firsts.append(time.time_ns()))
+    assert len(firsts) == 1
+    for reply in replies:
+        assert reply.http_status == 200 and reply.error_type is None
+        assert [t["token_id"] for t in reply.tokens] == [0, 1, 2]
+        times = [t["t_ns"] for t in reply.tokens]
+        gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
+        assert all(gap >= 15e6 for gap in gaps), gaps  # 20 ms apart, never stamped together
+        assert reply.final["timings"]["predicted_n"] == 3
+    assert firsts[0] <= min(r.tokens[0]["t_ns"] for r in replies) + 1e6
+
+
+def test_plain_body_ends_at_close():
+    def plain(conn: socket.socket, body: dict) -> None:
+        conn.sendall(b"HTTP/1.0 200 OK\r\n\r\n" + _event(0) + _event(1) + FINAL)
+
+    reply = client.run_concurrent(_serve(plain), [[1]], 2, timeout=10)[0]
+    assert reply.error_type is None
+    assert len(reply.tokens) == 2
+
+
+def test_error_reply_keeps_status_and_type():
+    def refuse(conn: socket.socket, body: dict) -> None:
+        payload = json.dumps({"error": {"code": 400, "type": "exceed_context_size_error",
+                                        "message": "too long"}}).encode()
+        conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: "
+                     + str(len(payload)).encode() + b"\r\n\r\n" + payload)
+
+    reply = client.run_concurrent(_serve(refuse), [[1]], 4, timeout=10)[0]
+    assert reply.http_status == 400
+    assert reply.error_type == "exceed_context_size_error"
+    assert reply.tokens == []
+
+
+def test_stream_cut_short_is_an_error_with_its_tokens_kept():
+    def cut(conn: socket.socket, body: dict) -> None:
+        conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                     + _chunk(_event(0)))
+
+    reply = client.run_concurrent(_serve(cut), [[1]], 4, timeout=10)[0]
+    assert reply.error_type == "ConnectionResetError"
+    assert len(reply.tokens) == 1
+
+
+def test_silent_server_times_out():
+    def silent(conn: socket.socket, body: dict) -> None:
+        time.sleep(3)
+
+    started = time.monotonic()
+    reply = client.run_concurrent(_serve(silent), [[1]], 4, timeout=0.5)[0]
+    assert reply.error_type == "timeout"
+    assert time.monotonic() - started < 2.5
+
+
+def test_refused_connection_is_an_error_not_an_exception():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    reply = client.run_concurrent(f"http://127.0.0.1:{port}", [[1]], 4, timeout=5)[0]
+    assert reply.error_type == "ConnectionRefusedError"
+
+
+@pytest.mark.parametrize("split", [1, 7])
+def test_events_split_across_reads_are_reassembled(split):
+    def dribble(conn: socket.socket, body: dict) -> None:
+        stream = b"".join(_chunk(_event(i)) for i in range(3)) + _chunk(FINAL) + b"0\r\n\r\n"
+        conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        for k in range(0, len(stream), split):
+            conn.sendall(stream[k:k + split])
+
+    conn_reply = client.run_concurrent(_serve(dribble), [[1]], 3, timeout=10)[0]
+    assert conn_reply.error_type is None
+    assert [t["token_id"] for t in conn_reply.tokens] == [0, 1, 2]

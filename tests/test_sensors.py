@@ -1,0 +1,43 @@
+"""Host sensors: sysfs temperatures, NVML absence, and the sampler around a cell."""
+
+from __future__ import annotations
+
+import time
+
+from splitbench import sensors, telemetry
+from splitbench.hosts import Host
+
+
+def test_reads_thermal_zones_and_hwmon(tmp_path):
+    zone = tmp_path / "class/thermal/thermal_zone0"
+    zone.mkdir(parents=True)
+    (zone / "temp").write_text("45500\n")
+    hwmon = tmp_path / "class/hwmon/hwmon2"
+    hwmon.mkdir(parents=True)
+    (hwmon / "temp1_input").write_text("61000\n")
+    (hwmon / "temp2_input").write_text("garbage\n")
+    found = sensors.temperatures_c(str(tmp_path))
+    assert found == {"thermal:thermal_zone0": 45.5, "hwmon:hwmon2:temp1_input": 61.0}
+
+
+def test_reading_says_what_it_found():
+    reading = sensors.reading()
+    assert reading["load1"] >= 0
+    assert reading["temp_sources"]  # a list of sources, or "none found"
+    gpus, found = sensors.gpus()
+    assert ("NVML" in found) or ("no NVML" in found)
+    assert len(gpus) == len(reading["gpus"])
+
+
+def test_sampler_covers_both_sides_with_one_process_on_one_machine():
+    local = Host("local")
+    sampler = telemetry.Sampler({"a": local, "b": local}, every_s=0.1)
+    assert len(sampler.processes) == 1
+    time.sleep(0.5)
+    figures = sampler.finish()
+    assert figures["sensor_readings_a"] >= 4  # before, a few during, after
+    assert figures["sensor_readings_b"] == figures["sensor_readings_a"]
+    if figures["temp_a_before_c"] is not None:
+        assert figures["temp_a_peak_c"] >= figures["temp_a_before_c"]
+        assert figures["temp_a_peak_c"] >= figures["temp_a_after_c"]
+    assert all(p.poll() is not None for p in sampler.processes.values())
