@@ -20,7 +20,9 @@ rule cell:
     params:
         cell=lambda w: as_json(
             plan.cell_slice(
-                config, plan.Cell(w.pair, w.link, w.model, w.ctx, int(w.conc))
+                config,
+                plan.Cell(w.pair, w.link, w.model, w.ctx, int(w.conc)),
+                epoch=cell_epoch(w),
             )
         ),
         link_spec=lambda w: as_json(plan.link_slice(config, w.pair, w.link)),

@@ -3,12 +3,16 @@ import json
 import os
 import sys
 
-from splitbench import plan, procs
+from splitbench import drift, plan, procs
 
 try:
     plan.check(config)
 except plan.ConfigError as error:
     raise ValueError(f"splitbench: invalid configuration: {error}") from None
+
+
+# Epochs of cells flagged for re-measurement (python -m splitbench drift --apply).
+EPOCHS = drift.epochs("config/reruns.yaml")
 
 
 envvars:
@@ -29,6 +33,7 @@ wildcard_constraints:
     ctx="[a-z0-9]+",
     conc="[0-9]+",
     workers="[0-9]+",
+    when="start|end",
 
 
 def as_json(value):
@@ -63,6 +68,42 @@ def roundtrip_targets():
     """The sweeps and their table, when config has a `roundtrips` section."""
     sweeps = all_roundtrip_results()
     return [*sweeps, "results/tables/round_trips.md"] if sweeps else []
+
+
+def all_anchor_results():
+    return [
+        plan.anchor_path(pair, model, when, requests=True)
+        for pair in config["pairs"]
+        for model in config["models"]
+        for when in ("start", "end")
+    ]
+
+
+def anchor_inputs(wildcards):
+    """The end anchor waits for every cell of its model on its pair."""
+    if wildcards.when != "end":
+        return {}
+    return {
+        "cells": [
+            c.path
+            for c in plan.cells(config)
+            if (c.pair, c.model) == (wildcards.pair, wildcards.model)
+        ]
+    }
+
+
+def anchor_priority(wildcards):
+    if wildcards.when == "start":
+        return plan.anchor_priority(config, wildcards.pair, wildcards.model)
+    return 0
+
+
+def cell_epoch(wildcards):
+    """The cell's epoch in config/reruns.yaml (drift --apply bumps it to re-measure)."""
+    key = drift.cell_key(
+        wildcards.pair, wildcards.link, wildcards.model, wildcards.ctx, wildcards.conc
+    )
+    return EPOCHS.get(key, 0)
 
 
 def model_file(wildcards):

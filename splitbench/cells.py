@@ -9,7 +9,18 @@ from typing import Any
 
 import pandas as pd
 
-from splitbench import client, metrics, netsetup, parquet_io, prompts, servers, telemetry
+from splitbench import (
+    archive,
+    client,
+    metrics,
+    netsetup,
+    parquet_io,
+    procs,
+    prompts,
+    servers,
+    telemetry,
+)
+from splitbench.lab import RPC_PORT
 
 TOKEN_COLUMNS = ["request_id", "token_index", "token_id", "t_ns", "t_mono_ns", "chunk_tokens",
                  "server_cum_prompt_ms", "server_cum_predicted_ms", "server_cum_predicted_n"]
@@ -25,15 +36,41 @@ def run(
     tokens_out: str,
     requests_out: str,
 ) -> pd.DataFrame:
-    """Measure one cell and write its token and request Parquet files."""
+    """Measure one cell (`repeats` times, back to back) and write its token and request
+    Parquet files; a previous measurement of the cell goes to the archive first."""
     toolchain = json.loads(Path(toolchain_path).read_text())
-    link_row = pd.read_parquet(link_result).iloc[0]
+    fingerprint = pd.read_parquet(link_result).iloc[0]["fingerprint"]
     link = netsetup.ensure(link_spec)
+    measured = []
+    # One job at a time drives a pair: another would relaunch its servers mid-cell.
+    with procs.locked(f"pair-{link.pair}"):
+        for repeat in range(cell.get("repeats", 1)):
+            measured.append(_measure(cell, link, model, launch["settings"], toolchain,
+                                     fingerprint, repeat))
+    requests = pd.concat([m[0] for m in measured], ignore_index=True)
+    tokens = pd.concat([m[1] for m in measured], ignore_index=True)
+    provenance = {
+        "config": {"cell": cell, "link": link_spec, "model": model},
+        "launch": [m[2]["launch"] for m in measured],
+        "toolchain": toolchain,
+        "link_fingerprint": fingerprint,
+        "telemetry": [m[2]["telemetry"] for m in measured],
+    }
+    archive.supersede([tokens_out, requests_out])
+    parquet_io.write(requests, requests_out, provenance)
+    parquet_io.write(tokens, tokens_out, provenance)
+    archive.keep([tokens_out, requests_out])
+    return requests
+
+
+def _measure(cell: dict[str, Any], link: Any, model: dict[str, Any],
+             settings: dict[str, Any], toolchain: dict[str, Any], fingerprint: str,
+             repeat: int) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+    """One measurement of the cell: request rows, token rows, provenance."""
     sampler = telemetry.Sampler({"a": link.host_a, "b": link.host_b})
     n_predict, conc = cell["n_predict"], cell["concurrency"]
     try:
-        server = servers.ensure(link, launch["settings"], model["path"], model["sha256"],
-                                toolchain)
+        server = servers.ensure(link, settings, model["path"], model["sha256"], toolchain)
     except servers.LaunchError as exc:
         replies = [client.Reply(request_id=i, error_type="launch_failed",
                                 error_text=str(exc)[-2000:]) for i in range(conc)]
@@ -43,7 +80,8 @@ def run(
             pool = prompts.token_pool(server.url)
             batch = [prompts.prompt(pool, cell["prompt_tokens"], secrets.randbits(63))
                      for _ in range(conc)]
-            rpc = telemetry.RpcTraffic(link.connect_addr, server.record["worker_ports"])
+            rpc = telemetry.RpcTraffic(link.connect_addr,
+                                       server.record.get("worker_ports", [RPC_PORT]))
             replies = client.run_concurrent(server.url, batch, n_predict,
                                             cell["request_timeout_s"], rpc.at_first_token)
             rpc.finish()
@@ -55,11 +93,12 @@ def run(
         for r in replies
     ]
     cell_fields = {
+        "repeat": repeat,
         "cell_status": metrics.cell_status([r["status"] for r in rows]),
         "cell_wall_ms": metrics.wall_ms(rows),
         "cell_throughput_tps": metrics.throughput_tps(rows),
         "launch_id": server.launch_id if server else None,
-        "link_fingerprint": link_row["fingerprint"],
+        "link_fingerprint": fingerprint,
         # The hotter host's figures, for tables; each host's are in the columns below.
         "temp_before_c": _hottest(sensors, "before"),
         "temp_after_c": _hottest(sensors, "after"),
@@ -73,16 +112,8 @@ def run(
         columns=TOKEN_COLUMNS,
     ).astype({"t_ns": "int64", "t_mono_ns": "int64"})
     tokens = tokens.merge(requests.drop(columns=["error_text"]), on="request_id", how="left")
-    provenance = {
-        "config": {"cell": cell, "link": link_spec, "model": model},
-        "launch": server.record if server else None,
-        "toolchain": toolchain,
-        "link_fingerprint": link_row["fingerprint"],
-        "telemetry": sensors,
-    }
-    parquet_io.write(requests, requests_out, provenance)
-    parquet_io.write(tokens, tokens_out, provenance)
-    return requests
+    record = {"launch": server.record if server else None, "telemetry": sensors}
+    return requests, tokens, record
 
 
 def _hottest(sensors: dict[str, Any], when: str) -> float | None:

@@ -101,10 +101,10 @@ def request_row(reply: Reply, target_prompt: int, n_predict: int, server_alive: 
 
 
 def _server_ttft_ms(reply: Reply) -> float | None:
-    if not reply.tokens or reply.tokens[0]["server_cum_prompt_ms"] is None:
+    first = reply.tokens[0] if reply.tokens else {}
+    if first.get("server_cum_prompt_ms") is None:
         return None
-    first = reply.tokens[0]
-    return first["server_cum_prompt_ms"] + (first["server_cum_predicted_ms"] or 0.0)
+    return first["server_cum_prompt_ms"] + (first.get("server_cum_predicted_ms") or 0.0)
 
 
 def throughput_tps(rows: list[dict[str, Any]]) -> float | None:

@@ -157,15 +157,27 @@ def link_check_settings(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def cells(config: dict[str, Any]) -> list[Cell]:
-    """Every cell, in the order they should run: one (pair, link, model) block at a time."""
+    """Every cell, in the order they should run: one (pair, link, model) block at a time,
+    a model's blocks one after another (so its drift anchors bracket them)."""
     out = []
     for pair, spec in config["pairs"].items():
-        for link in spec["links"]:
-            for model in config["models"]:
+        for model in config["models"]:
+            for link in spec["links"]:
                 for ctx in config["contexts"]:
                     for conc in sorted(config["concurrency"]):
                         out.append(Cell(pair, link, model, ctx, conc))
     return out
+
+
+def matching_cells(config: dict[str, Any], match: str) -> list[Cell]:
+    """Cells whose fields equal every `key=value` of a comma-separated pattern."""
+    wanted = dict(item.split("=", 1) for item in match.split(",") if item)
+    unknown = set(wanted) - {"pair", "link", "model", "ctx", "conc"}
+    if unknown:
+        raise ConfigError("--match", f"unknown field(s) {sorted(unknown)}: use pair, link, "
+                          "model, ctx, conc")
+    return [c for c in cells(config)
+            if all(str(getattr(c, key)) == value for key, value in wanted.items())]
 
 
 def blocks(config: dict[str, Any]) -> list[tuple[str, str, str]]:
@@ -177,9 +189,26 @@ def blocks(config: dict[str, Any]) -> list[tuple[str, str, str]]:
 
 
 def block_priority(config: dict[str, Any], pair: str, link: str, model: str) -> int:
-    """Higher for earlier blocks, so one block's cells run back to back on one launch."""
+    """Higher for earlier blocks, so one block's cells run back to back on one launch.
+    Steps of 2: a model's start anchor (odd, just above its first block) runs first."""
     order = blocks(config)
-    return len(order) - order.index((pair, link, model))
+    return 2 * (len(order) - order.index((pair, link, model)))
+
+
+def anchor_priority(config: dict[str, Any], pair: str, model: str) -> int:
+    first = next(link for p, link, m in blocks(config) if (p, m) == (pair, model))
+    return block_priority(config, pair, first, model) + 1
+
+
+def anchor_path(pair: str, model: str, when: str, requests: bool = False) -> str:
+    suffix = ".requests.parquet" if requests else ".parquet"
+    return f"{RESULTS}/anchors/{pair}/{model}/{when}{suffix}"
+
+
+def anchor_cell(config: dict[str, Any], pair: str, model: str) -> Cell:
+    """The drift anchor: a short single-stream cell on the baseline link."""
+    shortest = min(config["contexts"], key=config["contexts"].get)
+    return Cell(pair, config["baseline_link"], model, shortest, 1)
 
 
 def model_slice(config: dict[str, Any], model: str) -> dict[str, Any]:
@@ -232,15 +261,22 @@ def link_slice(config: dict[str, Any], pair: str, link: str) -> dict[str, Any]:
     return out
 
 
-def cell_slice(config: dict[str, Any], cell: Cell) -> dict[str, Any]:
-    """Exactly what one cell's measurement depends on (its rerun trigger)."""
-    return {
+def cell_slice(config: dict[str, Any], cell: Cell, epoch: int = 0) -> dict[str, Any]:
+    """Exactly what one cell's measurement depends on (its rerun trigger). A new epoch
+    (config/reruns.yaml) re-measures just this cell."""
+    out = {
         "measurement_version": config["measurement_version"],
         "prompt_tokens": config["contexts"][cell.ctx],
         "concurrency": cell.conc,
         **cell_settings(config),
         "model": model_slice(config, cell.model),
     }
+    # Only when set, so that existing cells keep their params (and are not re-measured).
+    if config.get("repeats", 1) > 1:
+        out["repeats"] = config["repeats"]
+    if epoch:
+        out["epoch"] = epoch
+    return out
 
 
 ROUNDTRIP_DEFAULTS = {"workers": [1], "delays_ms": [0.0, 0.5, 1.0, 2.0], "requests": 3,

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 # Stop order: the HTTP front end before the RPC worker it talks to (REFERENCE.md).
-STOP_ORDER = ("llama-server", "rpc-server", "relay", "probe", "iperf3", "other")
+# A measuring job goes first: after Snakemake is killed, its jobs run on as orphans.
+STOP_ORDER = ("job", "llama-server", "rpc-server", "relay", "probe", "iperf3", "other")
 
 
 def state_dir() -> Path:
@@ -123,6 +124,20 @@ def record_process(record: dict[str, Any]) -> dict[str, Any]:
     """Remember a started process (local or remote) so teardown can stop it."""
     _write(_records("procs") / f"{record['key']}.json", record)
     return record
+
+
+@contextlib.contextmanager
+def job(stage: str) -> Iterator[None]:
+    """Record this process as a running job of the run, so that the reaper stops it when
+    Snakemake is killed (an orphan would measure on against torn-down servers)."""
+    key = f"job-{os.getpid()}"
+    record_process({"pid": os.getpid(), "start_time": start_time(os.getpid()), "role": "job",
+                    "key": key, "argv": sys.argv, "stage": stage})
+    try:
+        yield
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            (_records("procs") / f"{key}.json").unlink()
 
 
 def _write(path: Path, data: dict[str, Any]) -> None:

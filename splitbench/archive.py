@@ -1,0 +1,69 @@
+"""Nothing measured is lost: a re-measured cell's previous files go to the archive.
+
+Snakemake deletes a job's old outputs before the job starts, so the cell keeps a hard
+link to each file it writes under `results/.kept/` (no copy, no extra space). When the
+cell is measured again, those links are moved to `results/archive/<timestamp>/...`
+(the same relative path) before the new files are written.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+
+KEPT = ".kept"
+ARCHIVE = "archive"
+
+
+MEASURED = ("cells", "anchors")  # results/<one of these>/... are measurements
+
+
+def _split(path: str | Path) -> tuple[Path, Path]:
+    """The results root and the path inside it (results/cells/... -> results, cells/...)."""
+    path = Path(path)
+    parts = path.parts
+    found = [i for i, part in enumerate(parts) if part in MEASURED]
+    if not found:
+        raise ValueError(f"{path}: not under a results/cells or results/anchors folder")
+    at = found[-1]
+    return Path(*parts[:at]) if at else Path("."), Path(*parts[at:])
+
+
+def kept_path(path: str | Path) -> Path:
+    root, inside = _split(path)
+    return root / KEPT / inside
+
+
+def stamp() -> str:
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+
+
+def supersede(paths: list[str], when: str | None = None) -> list[Path]:
+    """Move the previous measurement of these outputs into the archive; returns where
+    each went (nothing when they were never measured)."""
+    when = when or stamp()
+    moved = []
+    for path in paths:
+        kept = kept_path(path)
+        if kept.exists():
+            root, inside = _split(path)
+            target = root / ARCHIVE / when / inside
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(kept, target)
+            moved.append(target)
+    return moved
+
+
+def keep(paths: list[str]) -> None:
+    """Hard-link freshly written outputs, so a later re-measurement can archive them."""
+    for path in paths:
+        kept = kept_path(path)
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        kept.unlink(missing_ok=True)
+        os.link(path, kept)
+
+
+def archived_requests(results: str | Path) -> list[Path]:
+    """Every archived request file, oldest first."""
+    return sorted(Path(results, ARCHIVE).glob("*/cells/*/*/*/*.requests.parquet"))
