@@ -3,7 +3,7 @@
 #   link setup + verification -+
 #   toolchain (per pair) ------+-> server launch (pair x link x model) -> cells (ctx x conc)
 #   model (synthetic or file) -+                                          |
-#                                                  summary + tables <-----+
+#                                  summary + tables, charts, report <-----+
 
 
 from snakemake.utils import min_version, validate
@@ -15,6 +15,9 @@ configfile: "config/config.yaml"
 
 
 validate(config, "config/schema.yaml")
+
+
+report: "report/workflow.rst"
 
 
 include: "rules/common.smk"
@@ -34,3 +37,5 @@ rule all:
         "results/summary/cells.parquet",
         "results/tables/single_stream_decode.md",
         "results/tables/links.md",
+        expand("results/charts/{name}.{ext}", name=CHART_NAMES, ext=["html", "png"]),
+        "results/report.html",

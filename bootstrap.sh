@@ -16,10 +16,11 @@ LLAMA_CMAKE_ARGS=${LLAMA_CMAKE_ARGS:-"-DGGML_RPC=ON -DLLAMA_BUILD_TESTS=OFF -DLL
 say() { printf '\033[1m[splitbench]\033[0m %s\n' "$*"; }
 
 system_tools() {
-    # command -> Debian package
+    # command -> Debian package (chromium: tests/test_report.py opens the report in it)
     local -A wanted=([iperf3]=iperf3 [sockperf]=sockperf [ip]=iproute2 [tc]=iproute2
                      [ss]=iproute2 [ping]=iputils-ping [ethtool]=ethtool [cmake]=cmake
-                     [g++]=g++ [make]=make [ssh]=openssh-client [sshd]=openssh-server)
+                     [g++]=g++ [make]=make [ssh]=openssh-client [sshd]=openssh-server
+                     [chromium]=chromium)
     local missing=()
     for tool in "${!wanted[@]}"; do
         command -v "$tool" >/dev/null 2>&1 || [ -x "/usr/sbin/$tool" ] \
@@ -35,7 +36,8 @@ system_tools() {
     else
         say "missing system packages: ${missing[*]}"
         say "install them as root (apt-get install ${missing[*]}) and run this again;"
-        say "without root the lab falls back to loopback and cannot shape rates."
+        say "without root the lab falls back to loopback and cannot shape rates;"
+        say "without chromium the report's browser test is skipped."
         case " ${missing[*]} " in *" cmake "*|*" g++ "*|*" python3-venv "*) exit 1;; esac
     fi
 }

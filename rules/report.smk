@@ -1,4 +1,5 @@
-# Report: every cell into one summary, then the tables a person reads.
+# Report: every cell into one summary, then the tables, the charts and the one page
+# (results/report.html) a person reads.
 
 
 rule aggregate:
@@ -19,3 +20,71 @@ rule aggregate:
         "python -m splitbench aggregate --contexts {params.contexts:q}"
         " --summary {output.summary:q} --tables results/tables"
         " --links {input.links:q} --requests {input.requests:q} > {log:q} 2>&1"
+
+
+# The charts splitbench.charts draws, in the report's order (tests hold the two equal).
+CHART_NAMES = [
+    "decode_ms_per_token",
+    "decode_delta",
+    "prefill_tps",
+    "overlap",
+    "links",
+    "token_timeline",
+    "decode_vs_latency",
+]
+
+
+rule charts:
+    input:
+        summary="results/summary/cells.parquet",
+        links=all_link_results(),
+        # The token timeline's cell is chosen from the summary when the job runs.
+        cells=all_cell_results(),
+    output:
+        html=expand("results/charts/{name}.html", name=CHART_NAMES),
+        # Each PNG with its caption, for `snakemake --report`.
+        png=[
+            report(
+                f"results/charts/{name}.png",
+                caption=f"../report/charts/{name}.rst",
+                category="Charts",
+                labels={"chart": name.replace("_", " ")},
+            )
+            for name in CHART_NAMES
+        ],
+        spec=expand("results/charts/{name}.vl.json", name=CHART_NAMES),
+    log:
+        "results/logs/charts.log",
+    conda:
+        "../envs/splitbench.yaml"
+    params:
+        baseline=config["baseline_link"],
+        timeline=config.get("report", {}).get("timeline_cell", ""),
+    shell:
+        "python -m splitbench charts --summary {input.summary:q} --links {input.links:q}"
+        " --baseline {params.baseline:q} --timeline={params.timeline:q}"
+        " --out results/charts > {log:q} 2>&1"
+
+
+rule report:
+    input:
+        aggregate=rules.aggregate.output,
+        summary="results/summary/cells.parquet",
+        links=all_link_results(),
+        toolchain=expand("results/toolchain/{pair}.json", pair=config["pairs"]),
+        requests=all_request_results(),
+        charts=expand("results/charts/{name}.vl.json", name=CHART_NAMES),
+    output:
+        report(
+            "results/report.html",
+            caption="../report/report.rst",
+            category="Report",
+        ),
+    log:
+        "results/logs/report.log",
+    conda:
+        "../envs/splitbench.yaml"
+    shell:
+        "python -m splitbench report --summary {input.summary:q} --links {input.links:q}"
+        " --toolchain {input.toolchain:q} --requests {input.requests:q}"
+        " --tables results/tables --charts results/charts --out {output:q} > {log:q} 2>&1"

@@ -63,6 +63,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--links", nargs="+", required=True)
     p.add_argument("--requests", nargs="+", required=True)
 
+    p = sub.add_parser("charts", help="charts (HTML, PNG, Vega-Lite spec) from the results")
+    p.add_argument("--summary", required=True)
+    p.add_argument("--links", nargs="+", required=True)
+    p.add_argument("--baseline", required=True, help="the link others are compared with")
+    p.add_argument("--cells", default="results/cells", help="where the cell Parquet lies")
+    p.add_argument("--timeline", default="",
+                   help="the token timeline's cell as pair/link/model/ctx/conc "
+                        "(default: the baseline's shortest-context, most-concurrent ok cell)")
+    p.add_argument("--out", required=True, help="directory for the chart files")
+
+    p = sub.add_parser("report", help="one offline HTML page: tables, charts, provenance")
+    p.add_argument("--summary", required=True)
+    p.add_argument("--links", nargs="+", required=True)
+    p.add_argument("--toolchain", nargs="+", required=True)
+    p.add_argument("--requests", nargs="+", required=True)
+    p.add_argument("--cells", default="results/cells", help="where the cell Parquet lies")
+    p.add_argument("--tables", required=True, help="directory of the tables (.md, .csv)")
+    p.add_argument("--charts", required=True, help="directory of the charts (.vl.json)")
+    p.add_argument("--out", required=True)
+
     sub.add_parser("teardown", help="stop every process and namespace this run started")
 
     args = parser.parse_args(argv)
@@ -112,6 +132,20 @@ def _dispatch(args: argparse.Namespace) -> int:  # noqa: C901 - a flat switch
         from splitbench import tables
 
         tables.aggregate(args.requests, args.links, args.contexts, args.summary, args.tables)
+    elif args.stage == "charts":
+        from splitbench import charts
+
+        written = charts.render(args.summary, args.links, args.baseline, args.out,
+                                args.cells, args.timeline)
+        print(f"charts: {len(written)} files in {args.out}")
+    elif args.stage == "report":
+        from splitbench import report
+
+        size = report.write(args.out, summary_path=args.summary, link_files=args.links,
+                            toolchain_files=args.toolchain, tables_dir=args.tables,
+                            charts_dir=args.charts, request_files=args.requests,
+                            cells_dir=args.cells)
+        print(f"report: {args.out} ({size / 1e6:.2f} MB)")
     elif args.stage == "teardown":
         for line in procs.teardown():
             print(line)
