@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from splitbench import metrics, parquet_io
@@ -25,6 +27,11 @@ COMPARE_KEYS = ["pair", "model", "ctx"]
 FIGURES = ["prefill_tps", "decode_tps", "decode_ms_per_token", "ttft_ms",
            "server_prefill_tps", "server_decode_ms_per_token", "prompt_tokens",
            "rpc_bytes_per_token_a_to_b", "rpc_bytes_per_token_b_to_a", "server_ttft_ms"]
+# What the summary reads of a request file; older files lack some (those stay missing).
+SUMMARY_COLUMNS = ["request_id", "status", "cell_status", "generated_tokens", "n_predict",
+                   "t_send_ns", "t_last_ns", "decode_ms_se", "cell_wall_ms",
+                   "cell_throughput_tps", "launch_id", "link_fingerprint", "temp_before_c",
+                   "temp_after_c", "temp_peak_c", "repeat", *FIGURES]
 # ctx{label}_c{N}.requests.parquet; a trailing _r{K} marks repeat K of the same cell, for
 # when a cell is measured more than once (a `repeat` column in the rows wins over it).
 CELL_FILE = re.compile(
@@ -51,7 +58,7 @@ TRACKS_ABOVE = 0.75
 def summarize(request_files: list[str], contexts: dict[str, int]) -> pd.DataFrame:
     """One row per cell: medians over its ok requests, status, uncertainty, overlap,
     telemetry."""
-    requests = pd.concat([_read_requests(p) for p in request_files], ignore_index=True)
+    requests = read_requests(request_files, SUMMARY_COLUMNS)
     ok = requests[requests["status"] == "ok"]
     medians = ok.groupby(SUMMARY_KEYS)[[f for f in FIGURES if f in ok.columns]].median()
     summary = _cells(requests).join(medians).join(_uncertainty(ok)).reset_index()
@@ -69,30 +76,80 @@ def by_length(contexts: dict[str, int]) -> list[str]:
     return sorted(contexts, key=contexts.get)
 
 
+def read_requests(request_files: Sequence[str],
+                  columns: Sequence[str] | None = None) -> pd.DataFrame:
+    """Every cell's request rows in one frame, with the cell's pair, link, model, ctx and
+    conc from its path, and `repeat` from the path where the rows carry none.
+
+    columns: the request columns to read (all where None) where a file has them; a file
+    lacking one gets it missing. pyarrow reads each file, the tables are concatenated
+    and converted to pandas once. Files measured before requests carried their own
+    dispersion (no `decode_ms_se`, or none filled in) get it from their token files, read
+    together (`_token_se`), as metrics.request_row computes it.
+    """
+    wanted = None if columns is None else {*columns, "request_id", "decode_ms_se", "repeat"}
+    pieces, cells, old = [], [], []
+    for path in request_files:
+        parts = Path(path).parts  # results/cells/PAIR/LINK/MODEL/ctxC_cN.requests.parquet
+        name = CELL_FILE.match(Path(path).name)
+        if name is None:
+            raise ValueError(
+                f"{path}: not a cell's request file (ctx<label>_c<N>.requests.parquet)")
+        file = pq.ParquetFile(path)
+        names = file.schema_arrow.names
+        table = file.read(columns=None if wanted is None else [c for c in names if c in wanted],
+                          use_threads=False).replace_schema_metadata(None)
+        if "decode_ms_se" not in names or _all_missing(table["decode_ms_se"]):
+            old.append(len(pieces))
+        if "repeat" not in names:
+            table = table.append_column(
+                "repeat", pa.array(np.full(table.num_rows, int(name["repeat"] or 0))))
+        pieces.append(table)
+        cells.append((parts[-4], parts[-3], parts[-2], name["ctx"], int(name["conc"])))
+    if not pieces:
+        raise ValueError("no request files")
+    frame = pa.concat_tables(pieces, promote_options="permissive").to_pandas()
+    file_of = np.repeat(np.arange(len(pieces)), [t.num_rows for t in pieces])
+    if old:
+        token_files = [Path(request_files[i]).with_name(
+            Path(request_files[i]).name.replace(".requests", "")) for i in old]
+        se = _token_se(token_files)
+        rows = np.isin(file_of, old)
+        values = (frame["decode_ms_se"].to_numpy(dtype="float64", na_value=np.nan, copy=True)
+                  if "decode_ms_se" in frame else np.full(len(frame), np.nan))
+        at = pd.MultiIndex.from_arrays(
+            [np.searchsorted(old, file_of[rows]), frame["request_id"].to_numpy()[rows]])
+        values[rows] = se.reindex(at).to_numpy() if len(se) else np.nan
+        frame["decode_ms_se"] = values
+    for key, values in zip(SUMMARY_KEYS, zip(*cells, strict=True), strict=True):
+        frame[key] = np.asarray(values, dtype="int64" if key == "conc" else object)[file_of]
+    return frame
+
+
 def _read_requests(path: str) -> pd.DataFrame:
-    parts = Path(path).parts  # results/cells/PAIR/LINK/MODEL/ctxC_cN.requests.parquet
-    name = CELL_FILE.match(Path(path).name)
-    if name is None:
-        raise ValueError(f"{path}: not a cell's request file (ctx<label>_c<N>.requests.parquet)")
-    frame = pq.read_table(path).to_pandas()
-    if "decode_ms_se" not in frame or frame["decode_ms_se"].isna().all():
-        # Files measured before requests carried their own dispersion: derive it from the
-        # cell's token file beside them, as metrics.request_row does.
-        se = _token_se(Path(path).with_name(Path(path).name.replace(".requests", "")))
-        frame["decode_ms_se"] = frame["request_id"].map(se).astype("float64")
-    if "repeat" not in frame:
-        frame["repeat"] = int(name["repeat"] or 0)
-    return frame.assign(pair=parts[-4], link=parts[-3], model=parts[-2], ctx=name["ctx"],
-                        conc=int(name["conc"]))
+    return read_requests([path])
 
 
-def _token_se(token_file: Path) -> pd.Series:
-    """Standard error of each request's mean inter-token gap (ms), by request_id."""
-    if not token_file.exists():
+def _all_missing(column: pa.ChunkedArray) -> bool:
+    return len(column) == 0 or bool(pc.all(pc.is_null(column, nan_is_null=True)).as_py())
+
+
+def _token_se(token_files: Sequence[Path]) -> pd.Series:
+    """Standard error of each request's mean inter-token gap (ms), by (position in
+    token_files, request_id); nothing for files that do not exist."""
+    pieces = []
+    for i, path in enumerate(token_files):
+        if path.exists():
+            table = pq.ParquetFile(path).read(columns=["request_id", "token_index", "t_ns"],
+                                              use_threads=False)
+            pieces.append(table.replace_schema_metadata(None).append_column(
+                "file", pa.array(np.full(table.num_rows, i))))
+    if not pieces:
         return pd.Series(dtype="float64")
-    tokens = pq.read_table(token_file, columns=["request_id", "token_index", "t_ns"])
-    tokens = tokens.to_pandas().sort_values(["request_id", "token_index"])
-    gaps = tokens.groupby("request_id")["t_ns"].diff().div(1e6).groupby(tokens["request_id"])
+    tokens = pa.concat_tables(pieces, promote_options="permissive").to_pandas()
+    tokens = tokens.sort_values(["file", "request_id", "token_index"])
+    by = [tokens["file"], tokens["request_id"]]
+    gaps = tokens.groupby(by)["t_ns"].diff().div(1e6).groupby(by)
     count = gaps.count()
     return (gaps.std(ddof=1) / np.sqrt(count)).where(count >= 2)
 
