@@ -26,7 +26,9 @@ include: "rules/models.smk"
 include: "rules/links.smk"
 include: "rules/servers.smk"
 include: "rules/cells.smk"
+include: "rules/roundtrips.smk"
 include: "rules/report.smk"
+include: "rules/drift.smk"
 
 
 rule all:
@@ -34,6 +36,9 @@ rule all:
     input:
         all_link_results(),
         all_cell_results(),
+        roundtrip_targets(),
+        all_anchor_results(),
+        "results/tables/drift.md",
         "results/summary/cells.parquet",
         "results/tables/single_stream_decode.md",
         "results/tables/links.md",

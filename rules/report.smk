@@ -16,8 +16,10 @@ rule aggregate:
         "../envs/splitbench.yaml"
     params:
         contexts=as_json(config["contexts"]),
+        baseline=config["baseline_link"],
     shell:
         "python -m splitbench aggregate --contexts {params.contexts:q}"
+        " --baseline {params.baseline:q}"
         " --summary {output.summary:q} --tables results/tables"
         " --links {input.links:q} --requests {input.requests:q} > {log:q} 2>&1"
 
@@ -74,6 +76,8 @@ rule report:
         toolchain=expand("results/toolchain/{pair}.json", pair=config["pairs"]),
         requests=all_request_results(),
         charts=expand("results/charts/{name}.vl.json", name=CHART_NAMES),
+        # Tables written by other steps, so that the page shows them.
+        tables=[*roundtrip_targets(), "results/tables/drift.md"],
     output:
         report(
             "results/report.html",

@@ -19,20 +19,20 @@ ARCHIVE = "archive"
 MEASURED = ("cells", "anchors")  # results/<one of these>/... are measurements
 
 
-def _split(path: str | Path) -> tuple[Path, Path]:
-    """The results root and the path inside it (results/cells/... -> results, cells/...)."""
-    path = Path(path)
-    parts = path.parts
-    found = [i for i, part in enumerate(parts) if part in MEASURED]
+def _split(path: str | Path) -> tuple[Path, Path] | None:
+    """The results root and the path inside it (results/cells/... -> results, cells/...);
+    None for a file outside the results layout (a one-off measurement)."""
+    parts = Path(path).parts
+    found = [i for i, part in enumerate(parts[:-1]) if part in MEASURED]
     if not found:
-        raise ValueError(f"{path}: not under a results/cells or results/anchors folder")
+        return None
     at = found[-1]
     return Path(*parts[:at]) if at else Path("."), Path(*parts[at:])
 
 
-def kept_path(path: str | Path) -> Path:
-    root, inside = _split(path)
-    return root / KEPT / inside
+def kept_path(path: str | Path) -> Path | None:
+    split = _split(path)
+    return split[0] / KEPT / split[1] if split else None
 
 
 def stamp() -> str:
@@ -46,7 +46,7 @@ def supersede(paths: list[str], when: str | None = None) -> list[Path]:
     moved = []
     for path in paths:
         kept = kept_path(path)
-        if kept.exists():
+        if kept is not None and kept.exists():
             root, inside = _split(path)
             target = root / ARCHIVE / when / inside
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -59,6 +59,8 @@ def keep(paths: list[str]) -> None:
     """Hard-link freshly written outputs, so a later re-measurement can archive them."""
     for path in paths:
         kept = kept_path(path)
+        if kept is None:
+            continue
         kept.parent.mkdir(parents=True, exist_ok=True)
         kept.unlink(missing_ok=True)
         os.link(path, kept)

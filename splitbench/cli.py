@@ -13,6 +13,9 @@ from pathlib import Path
 
 from splitbench import procs
 
+# Stages that drive servers on a pair: recorded while they run (see procs.job).
+MEASURING = {"link", "launch", "cell", "roundtrips"}
+
 
 def _json(text: str) -> dict:
     return json.loads(text)
@@ -58,10 +61,21 @@ def main(argv: list[str] | None = None) -> int:
 
     p = sub.add_parser("aggregate", help="summary Parquet and tables from cell files")
     p.add_argument("--contexts", type=_json, required=True)
+    p.add_argument("--baseline", default=None, help="the link others are compared with")
     p.add_argument("--summary", required=True)
     p.add_argument("--tables", required=True)
     p.add_argument("--links", nargs="+", required=True)
     p.add_argument("--requests", nargs="+", required=True)
+
+    p = sub.add_parser("roundtrips", help="sweep link delay, fit round trips per token")
+    p.add_argument("--spec", type=_json, required=True)
+    p.add_argument("--model", required=True)
+    p.add_argument("--toolchain", required=True)
+    p.add_argument("--out", required=True)
+
+    p = sub.add_parser("roundtrips-table", help="the round trips per token table")
+    p.add_argument("--sweeps", nargs="+", required=True)
+    p.add_argument("--out", required=True, help="table path without suffix")
 
     p = sub.add_parser("charts", help="charts (HTML, PNG, Vega-Lite spec) from the results")
     p.add_argument("--summary", required=True)
@@ -83,9 +97,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--charts", required=True, help="directory of the charts (.vl.json)")
     p.add_argument("--out", required=True)
 
+    p = sub.add_parser("cells", help="list cell files (for --forcerun), optionally matching")
+    p.add_argument("--config", default="config/config.yaml")
+    p.add_argument("--match", default="",
+                   help="comma-separated key=value over pair, link, model, ctx, conc; e.g. "
+                        "model=synth,link=usb4")
+
+    p = sub.add_parser("drift", help="name cells measured under thermal drift; --apply "
+                                     "gives them a new epoch in config/reruns.yaml")
+    p.add_argument("--summary", default="results/summary/cells.parquet")
+    p.add_argument("--anchors", nargs="*", default=[])
+    p.add_argument("--settings", type=_json, default={})
+    p.add_argument("--report", default="results/drift/report.parquet")
+    p.add_argument("--table", default="results/tables/drift", help="path without suffix")
+    p.add_argument("--apply", action="store_true",
+                   help="record a new epoch for the cells in the existing report")
+    p.add_argument("--reruns", default="config/reruns.yaml")
+
     sub.add_parser("teardown", help="stop every process and namespace this run started")
 
     args = parser.parse_args(argv)
+    if args.stage in MEASURING:
+        with procs.job(args.stage):
+            return _dispatch(args)
     return _dispatch(args)
 
 
@@ -131,7 +165,22 @@ def _dispatch(args: argparse.Namespace) -> int:  # noqa: C901 - a flat switch
     elif args.stage == "aggregate":
         from splitbench import tables
 
-        tables.aggregate(args.requests, args.links, args.contexts, args.summary, args.tables)
+        tables.aggregate(args.requests, args.links, args.contexts, args.summary, args.tables,
+                         baseline_link=args.baseline)
+    elif args.stage == "roundtrips":
+        from splitbench import roundtrips
+
+        result = roundtrips.sweep(args.spec, json.loads(Path(args.model).read_text()),
+                                  json.loads(Path(args.toolchain).read_text()), args.out)
+        print(f"round trips per token with {args.spec['workers']} worker(s): "
+              f"{result['round_trips_per_token']} (R2 {result['r2']}, "
+              f"{result['points']} points)")
+    elif args.stage == "roundtrips-table":
+        from splitbench import roundtrips, tables
+
+        tables.write_table(roundtrips.table(args.sweeps), args.out,
+                           "Round trips per decoded token (decode ms/token against "
+                           "measured request-response latency)")
     elif args.stage == "charts":
         from splitbench import charts
 
@@ -146,6 +195,28 @@ def _dispatch(args: argparse.Namespace) -> int:  # noqa: C901 - a flat switch
                             charts_dir=args.charts, request_files=args.requests,
                             cells_dir=args.cells)
         print(f"report: {args.out} ({size / 1e6:.2f} MB)")
+    elif args.stage == "cells":
+        import yaml
+
+        from splitbench import plan
+
+        config = yaml.safe_load(Path(args.config).read_text())
+        for cell in plan.matching_cells(config, args.match):
+            print(cell.path)
+    elif args.stage == "drift":
+        from splitbench import drift
+
+        if args.apply:
+            import pandas as pd
+
+            suspects = pd.read_parquet(args.report)
+            drift.apply(suspects, args.reruns)
+            print(f"{len(suspects)} cell(s) get a new epoch in {args.reruns}; "
+                  "`snakemake --cores 1 all` re-measures exactly them")
+        else:
+            suspects = drift.main_drift(args.summary, args.anchors, args.settings, args.report,
+                                        args.table, False, args.reruns)
+            print(f"drift: {len(suspects)} suspect cell(s); see {args.table}.md")
     elif args.stage == "teardown":
         for line in procs.teardown():
             print(line)

@@ -79,8 +79,8 @@ def ensure_link(spec: dict[str, Any]) -> Link:
             if _still_there(link, key):
                 return link
         link = _build_netns(spec) if is_root() else _build_loopback(spec)
-        if spec.get("delay_ms") and link.emulation["delay"] == "relay":
-            _start_relay(link, spec["delay_ms"], key)
+        if link.emulation["delay"] == "relay":
+            _start_relay(link, spec.get("delay_ms", 0.0), key)
         record_path.parent.mkdir(parents=True, exist_ok=True)
         record_path.write_text(json.dumps(link.to_json(), indent=1))
         return link
@@ -106,7 +106,7 @@ def _addresses(index: int, loopback: bool) -> tuple[str, str]:
 
 def _build_loopback(spec: dict[str, Any]) -> Link:
     addr_a, addr_b = _addresses(spec["index"], loopback=True)
-    delay = "relay" if spec.get("delay_ms") else "none"
+    delay = "relay" if _wants_delay_path(spec) else "none"
     emulation = {
         "mode": "loopback",
         "rate": "none (loopback without root cannot shape)",
@@ -182,7 +182,7 @@ def _shape(
         "delay": "none",
         "delay_ms": delay_ms,
     }
-    use_netem = bool(delay_ms) and netem_available(ns_a, if_a)
+    use_netem = _wants_delay_path(spec) and netem_available(ns_a, if_a)
     for ns, ifname, rate in ((ns_a, if_a, rate_ab), (ns_b, if_b, rate_ba)):
         if use_netem:
             args = ["netem", "delay", f"{delay_ms * 1000:.0f}us"]
@@ -203,8 +203,10 @@ def _shape(
         applied.append(["tc", "-n", ns, "qdisc", "replace", "dev", ifname, "root", *args])
         if rate:
             emulation["rate"] = kind
-    if delay_ms:
-        emulation["delay"] = "netem" if use_netem else "relay"
+    if use_netem:
+        emulation["delay"] = "netem"
+    elif _wants_delay_path(spec):
+        emulation["delay"] = "relay"
     emulation["applied"] = applied
     emulation["qdiscs"] = {
         ns: subprocess.run(["tc", "-n", ns, "qdisc", "show", "dev", ifname],
@@ -222,6 +224,12 @@ def netem_available(ns: str, ifname: str) -> bool:
                        capture_output=True)
         return True
     return False
+
+
+def _wants_delay_path(spec: dict[str, Any]) -> bool:
+    """A delay to add, or a sweep that needs every point on the same (relay) path even
+    at zero delay: the relay's own per-message cost must not change between points."""
+    return bool(spec.get("delay_ms")) or bool(spec.get("same_path_at_zero_delay"))
 
 
 def _start_relay(link: Link, delay_ms: float, key: str) -> None:

@@ -244,17 +244,27 @@ def _launch_files(summary: pd.DataFrame, cells_dir: str | Path) -> dict[str, Pat
     return files
 
 
+def _argvs(commands: dict) -> list[list[str]]:
+    """Every command line of a launch: llama-server, and one or more RPC workers."""
+    out = []
+    for value in commands.values():
+        out += value if value and isinstance(value[0], list) else [value]
+    return out
+
+
 def _launch_rows(launch_files: dict[str, Path]) -> tuple[pd.DataFrame, str]:
     """A row per launch, and its exact command lines (too long for a table cell)."""
     rows, commands = [], []
     for launch_id, path in launch_files.items():
-        launch = parquet_io.provenance(path).get("launch", {})
+        launch = parquet_io.provenance(path).get("launch") or {}
+        if isinstance(launch, list):  # one record per repeat of the cell
+            launch = next((item for item in launch if item), {})
         started = launch.get("started_at")
         rows.append({"launch": launch_id, "pair": launch.get("pair"),
                      "link": launch.get("link"), "settings": json.dumps(launch.get("settings")),
                      "started": _clock(started * 1e9) if started else None,
                      "load s": launch.get("load_s")})
-        lines = [shlex.join(c) for c in launch.get("commands", {}).values()]
+        lines = [shlex.join(argv) for argv in _argvs(launch.get("commands", {}))]
         commands.append(f"# launch {launch_id}\n" + "\n".join(lines))
     text = html.escape("\n\n".join(commands))
     block = f"<details><summary>command lines</summary><pre>{text}</pre></details>"

@@ -29,7 +29,7 @@ RR_SIZE = 64  # bytes: latency without bandwidth
 def point_spec(pair: str, index: int, delay_ms: float) -> dict[str, Any]:
     """The sweep point's link: an unshaped veth with only the added delay."""
     return {"pair": pair, "link": f"rt{index}", "index": FIRST_INDEX + index,
-            "mode": "embedded", "delay_ms": delay_ms}
+            "mode": "embedded", "delay_ms": delay_ms, "same_path_at_zero_delay": True}
 
 
 def measure_rr_ms(link: lab.Link, samples: int) -> float:

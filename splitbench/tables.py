@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from splitbench import metrics, parquet_io
+from splitbench import archive, metrics, parquet_io
 
 SUMMARY_KEYS = ["pair", "link", "model", "ctx", "conc"]
 # Cells that a link comparison sets side by side: same pair, model and context.
@@ -788,4 +788,38 @@ def aggregate(request_files: list[str], link_files: list[str], contexts: dict[st
     for stem, (title, frame) in tables(summary, links, by_length(contexts),
                                        baseline_link).items():
         write_table(frame, Path(tables_dir) / stem, title)
+    results = Path(summary_out).parent.parent  # results/summary/cells.parquet
+    write_table(remeasured(archive.archived_requests(results), summary),
+                Path(tables_dir) / "remeasured",
+                "Re-measured cells: the archived measurement against the current one")
     return summary
+
+
+def remeasured(archived: list[Path], summary: pd.DataFrame) -> pd.DataFrame:
+    """One row per archived measurement: when it was superseded, and its decode and
+    prefill against the cell's current figures."""
+    columns = ["pair", "link", "model", "ctx", "conc", "archived", "decode before (ms/token)",
+               "decode now (ms/token)", "decode Δ (ms/token)", "prefill before (tok/s)",
+               "prefill now (tok/s)", "status before", "status now"]
+    rows = []
+    current = summary.set_index(SUMMARY_KEYS)
+    for path in archived:
+        old = _read_requests(str(path))
+        ok = old[old["status"] == "ok"]
+        key = tuple(old.iloc[0][k] for k in SUMMARY_KEYS)
+        now = current.loc[key] if key in current.index else None
+        before = ok["decode_ms_per_token"].median() if len(ok) else None
+        after = now["decode_ms_per_token"] if now is not None else None
+        rows.append([*key, path.parts[-6], _fixed(before, 3), _fixed(after, 3),
+                     _fixed(after - before, 3) if before is not None and after is not None
+                     and np.isfinite(after - before) else None,
+                     _fixed(ok["prefill_tps"].median() if len(ok) else None, 0),
+                     _fixed(now["prefill_tps"] if now is not None else None, 0),
+                     old["cell_status"].iloc[0], now["status"] if now is not None else None])
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _fixed(value: float | None, digits: int) -> float | None:
+    if value is None or not np.isfinite(value):
+        return None
+    return round(float(value), digits)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -22,8 +24,10 @@ def workflow_copy(tmp_path: Path, config: dict | None = None) -> Path:
     work = tmp_path / "wf"
     work.mkdir()
     shutil.copy(ROOT / "Snakefile", work)
-    for folder in ("rules", "config", "profiles", "envs"):
-        shutil.copytree(ROOT / folder, work / folder)
+    for folder in ("rules", "config", "profiles", "envs", "report"):
+        if (ROOT / folder).exists():
+            shutil.copytree(ROOT / folder, work / folder)
+    (work / "config/reruns.yaml").unlink(missing_ok=True)
     if config is not None:
         (work / "config/config.yaml").write_text(yaml.safe_dump(config))
     return work
@@ -71,13 +75,22 @@ def test_bad_config_stops_before_anything_starts(tmp_path, mutate, message):
     assert not (work / ".splitbench").exists()
 
 
-@needs_root()
-@pytest.mark.e2e
-def test_end_to_end_on_the_embedded_lab(tmp_path):
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """The tiny matrix measured once for real; the tests below read and re-plan it."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (network namespaces)")
     config = tiny()
-    work = workflow_copy(tmp_path, config)
+    work = workflow_copy(tmp_path_factory.mktemp("e2e"), config)
     first = snakemake(work, "all")
     assert first.returncode == 0, first.stderr[-3000:]
+    return work, config
+
+
+@needs_root()
+@pytest.mark.e2e
+def test_end_to_end_on_the_embedded_lab(finished):
+    work, config = finished
 
     # Nothing of the run is left behind: no servers, relays, namespaces.
     assert not (set(procs_left(work)) & {"llama-server", "ggml-rpc-server"})
@@ -87,7 +100,7 @@ def test_end_to_end_on_the_embedded_lab(tmp_path):
     target = config["contexts"]
     n_predict = config["cell"]["n_predict"]
     cells = sorted((work / "results/cells/t").rglob("*.requests.parquet"))
-    assert len(cells) == 2 * 2 * 2
+    assert len(cells) == 2 * 2 * 2 * 2  # links x models x contexts x concurrency
     for requests_path in cells:
         requests = pd.read_parquet(requests_path)
         tokens = pd.read_parquet(str(requests_path).replace(".requests", ""))
@@ -128,12 +141,20 @@ def test_end_to_end_on_the_embedded_lab(tmp_path):
     assert slow["rr16k_p50_us"] > links.set_index("link").loc["plain", "rr16k_p50_us"] + 1500
 
     summary = pd.read_parquet(work / "results/summary/cells.parquet")
-    assert len(summary) == 8
+    assert len(summary) == 16
     assert {"pair", "link", "model", "ctx", "conc", "status", "prefill_tps", "decode_tps",
             "decode_ms_per_token", "ttft_ms", "overlap", "temps",
             "server_launch_id"} <= set(summary.columns)
     # One launch per (link, model) served all its cells.
-    assert summary.groupby("link")["server_launch_id"].nunique().eq(1).all()
+    assert summary.groupby(["link", "model"])["server_launch_id"].nunique().eq(1).all()
+    # Each model's drift anchors bracket its cells.
+    for model in config["models"]:
+        start, end = (pd.read_parquet(work / f"results/anchors/t/{model}/{w}.requests.parquet")
+                      for w in ("start", "end"))
+        cells_of_model = pd.concat(pd.read_parquet(p) for p in cells if f"/{model}/" in str(p))
+        assert start["t_send_ns"].max() < cells_of_model["t_send_ns"].min()
+        assert end["t_send_ns"].min() > cells_of_model["t_last_ns"].max()
+    assert (work / "results/drift/report.parquet").exists()
     # The 1 ms-per-direction link costs at least one 2 ms round trip per token.
     per_link = summary[summary["conc"] == 1].groupby("link")["decode_ms_per_token"].median()
     assert per_link["slow"] - per_link["plain"] > 1.5, per_link
@@ -147,3 +168,159 @@ def procs_left(work: Path) -> list[str]:
     """Names of processes still recorded or still running from this workflow copy."""
     out = subprocess.run(["ps", "-eo", "comm=,args="], capture_output=True, text=True).stdout
     return [line.split()[0] for line in out.splitlines() if str(work) in line]
+
+
+# Re-running part of a matrix: plans read from dry-runs of the finished tiny run.
+
+
+def planned(work: Path, config: dict, *args: str) -> dict[str, list[str]]:
+    """Dry-run `all` with config: each pending rule's output files (first output)."""
+    path = work / "config/config.yaml"
+    original = path.read_text()
+    path.write_text(yaml.safe_dump(config))
+    try:
+        result = snakemake(work, "all", "-n", *args)
+    finally:
+        path.write_text(original)
+    assert result.returncode == 0, result.stderr[-3000:]
+    jobs: dict[str, list[str]] = {}
+    rule = None
+    for line in result.stdout.splitlines():
+        stripped = line.strip()
+        if stripped.startswith(("rule ", "localrule ")) and stripped.endswith(":"):
+            rule = stripped.split()[1].rstrip(":")
+            jobs.setdefault(rule, [])
+        elif stripped.startswith("output:") and rule:
+            jobs[rule].append(stripped.split()[1].rstrip(","))
+            rule = None
+    return jobs
+
+
+def cells_in(jobs: dict[str, list[str]]) -> set[str]:
+    return set(jobs.get("cell", []))
+
+
+@needs_root()
+@pytest.mark.e2e
+def test_adding_a_model_plans_only_its_cells(finished):
+    work, config = finished
+    grown = yaml.safe_load(yaml.safe_dump(config))
+    grown["models"]["tiny3"] = {**config["models"]["tiny"], "synthetic": {
+        **config["models"]["tiny"]["synthetic"], "seed": 9}}
+    jobs = planned(work, grown)
+    assert len(cells_in(jobs)) == 8
+    assert all("/tiny3/" in path for path in cells_in(jobs))
+    assert "link" not in jobs and "toolchain" not in jobs
+    assert len(jobs["launch"]) == 2 and len(jobs["anchor"]) == 2
+
+
+@needs_root()
+@pytest.mark.e2e
+def test_changing_one_models_settings_plans_only_its_cells(finished):
+    work, config = finished
+    changed = yaml.safe_load(yaml.safe_dump(config))
+    changed["models"]["tiny2"]["threads"] = 2
+    jobs = planned(work, changed)
+    assert len(cells_in(jobs)) == 8
+    assert all("/tiny2/" in path for path in cells_in(jobs))
+
+
+@needs_root()
+@pytest.mark.e2e
+def test_editing_package_code_plans_nothing(finished):
+    work, config = finished
+    package = work / "splitbench"
+    shutil.copytree(ROOT / "splitbench", package)  # the workflow now imports this copy
+    try:
+        for module in ("cells.py", "plan.py", "client.py"):
+            with open(package / module, "a") as handle:
+                handle.write("\n# an edit that changes no measurement\n")
+        result = snakemake(work, "all", "-n")
+        assert "Nothing to be done" in result.stdout + result.stderr, result.stdout[-2000:]
+    finally:
+        shutil.rmtree(package)
+
+
+@needs_root()
+@pytest.mark.e2e
+def test_forcing_one_cell_or_a_pattern_plans_exactly_those(finished):
+    work, config = finished
+    one = "results/cells/t/slow/tiny/ctxmid_c2.parquet"
+    assert cells_in(planned(work, config, "--forcerun", one)) == {one}
+    listed = subprocess.run(
+        [sys.executable, "-m", "splitbench", "cells", "--match", "link=slow,model=tiny2"],
+        cwd=work, capture_output=True, text=True, check=True).stdout.split()
+    assert len(listed) == 4
+    assert cells_in(planned(work, config, "--forcerun", *listed)) == set(listed)
+
+
+@needs_root()
+@pytest.mark.e2e
+def test_drift_apply_remeasures_exactly_the_flagged_cells_and_archives_them(finished):
+    work, config = finished
+    flagged = [("t", "plain", "tiny", "short", 2), ("t", "slow", "tiny2", "mid", 1)]
+    report = pd.DataFrame([dict(zip(["pair", "link", "model", "ctx", "conc"], cell,
+                                    strict=True), kind="rise", reason="test: rose 12 C")
+                           for cell in flagged])
+    report.to_parquet(work / "flagged.parquet")
+    subprocess.run([sys.executable, "-m", "splitbench", "drift", "--apply", "--report",
+                    "flagged.parquet"], cwd=work, check=True, capture_output=True)
+    paths = {f"results/cells/{p}/{link}/{m}/ctx{ctx}_c{conc}.parquet"
+             for p, link, m, ctx, conc in flagged}
+    assert cells_in(planned(work, config)) == paths
+    before = {p: pd.read_parquet(work / p.replace(".parquet", ".requests.parquet"))
+              for p in paths}
+    untouched = work / "results/cells/t/plain/tiny/ctxshort_c1.parquet"
+    untouched_mtime = untouched.stat().st_mtime_ns
+    rerun = snakemake(work, "all")
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert untouched.stat().st_mtime_ns == untouched_mtime
+    archived = sorted((work / "results/archive").rglob("*.requests.parquet"))
+    assert len(archived) == 2
+    for path in archived:
+        cell = "results/" + str(path.relative_to(work / "results")).split("/", 2)[2]
+        old = pd.read_parquet(path)
+        assert old["t_send_ns"].tolist() == before[cell.replace(".requests", "")][
+            "t_send_ns"].tolist()
+        new = pd.read_parquet(work / cell)
+        assert new["t_send_ns"].min() > old["t_send_ns"].max()
+    table = (work / "results/tables/remeasured.md").read_text()
+    assert table.count("| t |") == 2
+    assert "Nothing to be done" in snakemake(work, "all", "-n").stdout
+
+
+@needs_root()
+@pytest.mark.e2e
+def test_a_killed_run_resumes_with_only_the_interrupted_cell(finished):
+    work, config = finished
+    target = "results/cells/t/slow/tiny/ctxmid_c2.parquet"
+    spare = "results/cells/t/plain/tiny2/ctxshort_c1.parquet"
+    spare_mtime = (work / spare).stat().st_mtime_ns
+    run = subprocess.Popen([SNAKEMAKE, "--cores", "1", "all", "--forcerun", target],
+                           cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = work / "results/logs/cells/t/slow/tiny/ctxmid_c2.log"
+    deadline = time.monotonic() + 120
+    started_at = log.stat().st_mtime_ns if log.exists() else 0
+    while time.monotonic() < deadline:
+        if log.exists() and log.stat().st_mtime_ns > started_at and log.stat().st_size > 0:
+            break
+        time.sleep(0.05)
+    time.sleep(0.5)  # the cell is measuring
+    run.kill()  # kill -9 of Snakemake mid-cell
+    run.wait()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and ("sb-t-" in _namespaces() or procs_left(work)):
+        time.sleep(0.5)
+    assert "sb-t-" not in _namespaces()  # the reaper tore the first run down
+    assert not procs_left(work)
+    resumed = snakemake(work, "all")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "ctxmid_c2" in resumed.stderr + resumed.stdout
+    assert (work / spare).stat().st_mtime_ns == spare_mtime
+    requests = pd.read_parquet(work / target.replace(".parquet", ".requests.parquet"))
+    assert (requests["status"] == "ok").all()
+    assert "Nothing to be done" in snakemake(work, "all", "-n").stdout
+
+
+def _namespaces() -> str:
+    return subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
