@@ -140,12 +140,19 @@ def _by_context(frame: pd.DataFrame, figure: str, axis: str, summary: pd.DataFra
     )
 
 
-def decode_ms_per_token(summary: pd.DataFrame, **_: Any) -> alt.TopLevelMixin:
-    data = _single_stream(summary, "decode_ms_per_token")
+def _single_stream_chart(summary: pd.DataFrame, column: str, axis: str,
+                         empty_why: str) -> alt.TopLevelMixin:
+    """One single-stream figure by context, a line per link (the chart shares its name)."""
+    data = _single_stream(summary, column)
     if data.empty:
-        return _note(CHARTS["decode_ms_per_token"][0], "no single-stream cell decoded")
-    return _by_context(data, "decode_ms_per_token", "decode ms/token (lower is better)",
-                       summary, "decode_ms_per_token", _failed_note(summary))
+        return _note(CHARTS[column][0], empty_why)
+    return _by_context(data, column, axis, summary, column, _failed_note(summary))
+
+
+def decode_ms_per_token(summary: pd.DataFrame, **_: Any) -> alt.TopLevelMixin:
+    return _single_stream_chart(summary, "decode_ms_per_token",
+                                "decode ms/token (lower is better)",
+                                "no single-stream cell decoded")
 
 
 def delta_vs_baseline(summary: pd.DataFrame, baseline: str) -> pd.DataFrame:
@@ -174,11 +181,8 @@ def decode_delta(summary: pd.DataFrame, baseline: str = "", **_: Any) -> alt.Top
 
 
 def prefill_tps(summary: pd.DataFrame, **_: Any) -> alt.TopLevelMixin:
-    data = _single_stream(summary, "prefill_tps")
-    if data.empty:
-        return _note(CHARTS["prefill_tps"][0], "no single-stream cell processed its prompt")
-    return _by_context(data, "prefill_tps", "prefill tok/s (higher is better)",
-                       summary, "prefill_tps", _failed_note(summary))
+    return _single_stream_chart(summary, "prefill_tps", "prefill tok/s (higher is better)",
+                                "no single-stream cell processed its prompt")
 
 
 def overlap(summary: pd.DataFrame, **_: Any) -> alt.TopLevelMixin:
