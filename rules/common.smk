@@ -1,4 +1,5 @@
 # Shared helpers: config checks, the matrix, per-job config slices, run lifecycle.
+import glob
 import json
 import os
 import sys
@@ -80,12 +81,13 @@ def all_anchor_results():
 
 
 def anchor_inputs(wildcards):
-    """The end anchor waits for every cell of its model on its pair."""
+    """The end anchor waits for every cell of its model on its pair (ancient: it marks
+    the end of the model's first pass; re-measuring a cell later must not re-run it)."""
     if wildcards.when != "end":
         return {}
     return {
         "cells": [
-            c.path
+            ancient(c.path)
             for c in plan.cells(config)
             if (c.pair, c.model) == (wildcards.pair, wildcards.model)
         ]
@@ -120,7 +122,7 @@ def block_priority(wildcards):
 # Servers, relays and namespaces outlive single jobs; stop them when the run ends,
 # however it ends (the reaper covers Ctrl-C and kill -9 of Snakemake).
 onstart:
-    procs.start_reaper(os.getpid())
+    procs.start_reaper(os.getpid(), locks=glob.glob(".snakemake/locks/*.lock"))
 
 
 onsuccess:

@@ -223,11 +223,16 @@ def teardown() -> list[str]:
     return done
 
 
-def start_reaper(owner_pid: int) -> None:
-    """Watch owner_pid; tear the run down when it is gone (also after kill -9)."""
+def start_reaper(owner_pid: int, locks: Sequence[str] = ()) -> None:
+    """Watch owner_pid; tear the run down when it is gone (also after kill -9).
+
+    locks: the owner's Snakemake directory locks. A killed Snakemake leaves them behind
+    and the next run would refuse to start; the reaper removes exactly these files.
+    """
     log = state_dir() / "reaper.log"
     spawn(
-        [sys.executable, "-m", "splitbench.procs", "reaper", str(owner_pid)],
+        [sys.executable, "-m", "splitbench.procs", "reaper", str(owner_pid),
+         *(str(Path(lock).resolve()) for lock in locks)],
         role="reaper",
         key=f"reaper-{owner_pid}",
         log_path=log,
@@ -235,7 +240,7 @@ def start_reaper(owner_pid: int) -> None:
     )
 
 
-def _reap_when_gone(owner_pid: int) -> None:
+def _reap_when_gone(owner_pid: int, locks: list[str]) -> None:
     owner = {"pid": owner_pid, "start_time": start_time(owner_pid)}
     me = f"reaper-{owner_pid}"
     while is_alive(owner):
@@ -244,11 +249,15 @@ def _reap_when_gone(owner_pid: int) -> None:
         time.sleep(0.5)
     for line in teardown():
         print(line, flush=True)
+    for lock in locks:
+        with contextlib.suppress(FileNotFoundError):
+            Path(lock).unlink()
+            print(f"removed stale Snakemake lock {lock}", flush=True)
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["reaper"]:
-        _reap_when_gone(int(sys.argv[2]))
+        _reap_when_gone(int(sys.argv[2]), sys.argv[3:])
     elif sys.argv[1:2] == ["teardown"]:
         for line in teardown():
             print(line)

@@ -308,11 +308,15 @@ def test_a_killed_run_resumes_with_only_the_interrupted_cell(finished):
     time.sleep(0.5)  # the cell is measuring
     run.kill()  # kill -9 of Snakemake mid-cell
     run.wait()
+    locks = work / ".snakemake/locks"
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and ("sb-t-" in _namespaces() or procs_left(work)):
+    while time.monotonic() < deadline and ("sb-t-" in _namespaces() or procs_left(work)
+                                           or any(locks.glob("*.lock"))):
         time.sleep(0.5)
     assert "sb-t-" not in _namespaces()  # the reaper tore the first run down
     assert not procs_left(work)
+    assert not list((work / ".splitbench/procs").glob("*.json"))  # jobs and servers
+    assert not any(locks.glob("*.lock"))  # and removed the killed run's directory lock
     resumed = snakemake(work, "all")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "ctxmid_c2" in resumed.stderr + resumed.stdout
