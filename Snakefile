@@ -35,6 +35,7 @@ rule all:
     default_target: True
     input:
         all_link_results(),
+        all_launch_records(),
         all_cell_results(),
         roundtrip_targets(),
         all_anchor_results(),

@@ -50,6 +50,16 @@ def all_link_results():
     ]
 
 
+def all_launch_records():
+    """Requested by `all` so that a launch whose settings changed (a longer context, more
+    concurrency) re-runs: its cells take it as an `ancient` input, which alone would
+    never ask for it again."""
+    return [
+        f"results/servers/{pair}/{link}/{model}.json"
+        for pair, link, model in plan.blocks(config)
+    ]
+
+
 def all_cell_results():
     return [cell.path for cell in plan.cells(config)]
 

@@ -7,6 +7,7 @@ each job receives only its own slice of config.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,6 +60,8 @@ def check(config: dict[str, Any]) -> None:
     for pair, spec in config["pairs"].items():
         if spec["mode"] == "ssh":
             _check_ssh_pair(pair, spec)
+        else:
+            _check_link_indexes(pair, spec["links"])
     if config["toolchain"]["source"] == "path":
         for pair, spec in config["pairs"].items():
             for side in ("a", "b"):
@@ -245,6 +248,26 @@ def _server_settings(model: dict[str, Any], slots: int, tokens: int) -> dict[str
     return settings
 
 
+def link_index(link: str, spec: dict[str, Any]) -> int:
+    """The link's number on an embedded pair (its /30 subnet and veth name): set in config,
+    or derived from its name, so that adding or reordering links changes no other link's
+    addresses (and so re-runs nothing). 200 and up are the round-trip sweep's."""
+    if "index" in spec:
+        return spec["index"]
+    return 1 + int(hashlib.sha256(link.encode()).hexdigest(), 16) % 199
+
+
+def _check_link_indexes(pair: str, links: dict[str, Any]) -> None:
+    taken: dict[int, str] = {}
+    for link, spec in links.items():
+        index = link_index(link, spec)
+        if index in taken:
+            raise ConfigError(f"pairs.{pair}.links.{link}.index",
+                              f"links '{taken[index]}' and '{link}' get the same emulated "
+                              f"subnet ({index}); set index: <1-199> on one of them")
+        taken[index] = link
+
+
 def link_slice(config: dict[str, Any], pair: str, link: str) -> dict[str, Any]:
     """The link's emulation spec plus its position (which sets its addresses)."""
     pair_spec = config["pairs"][pair]
@@ -252,7 +275,7 @@ def link_slice(config: dict[str, Any], pair: str, link: str) -> dict[str, Any]:
     out = {
         "pair": pair,
         "link": link,
-        "index": list(links).index(link) + 1,
+        "index": link_index(link, links[link]),
         "mode": pair_spec["mode"],
         **links[link],
     }

@@ -9,7 +9,7 @@ import time
 import pandas as pd
 import pytest
 
-from splitbench import cells, models, netsetup, procs, servers, toolchain
+from splitbench import cells, models, netsetup, procs, servers, tables, toolchain
 from tests.conftest import needs_root
 
 MODEL = {"n_layer": 2, "n_embd": 64, "n_head": 2, "n_head_kv": 1, "n_ff": 128,
@@ -28,9 +28,10 @@ def bench(state_dir, tmp_path):
     link_result = tmp_path / "link.parquet"
     pd.DataFrame([{"fingerprint": "lab-plain"}]).to_parquet(link_result)
 
-    def run(prompt_tokens: int, n_predict: int, name: str) -> pd.DataFrame:
+    def run(prompt_tokens: int, n_predict: int, name: str, **extra: int) -> pd.DataFrame:
         cell = {"measurement_version": 1, "prompt_tokens": prompt_tokens, "concurrency": 1,
-                "n_predict": n_predict, "request_timeout_s": 60, "crash_below_tps": 1.0}
+                "n_predict": n_predict, "request_timeout_s": 60, "crash_below_tps": 1.0,
+                **extra}
         return cells.run(cell, LINK, model, {"settings": SETTINGS}, str(tools),
                          str(link_result), str(tmp_path / f"{name}.parquet"),
                          str(tmp_path / f"{name}.requests.parquet"))
@@ -90,3 +91,20 @@ def test_bytes_per_decoded_token_come_from_the_rpc_connection(bench):
     assert row["rpc_bytes_per_token_a_to_b"] >= MODEL["n_embd"] * 4
     # Prefill moved every prompt token's hidden state (n_embd x 4 bytes) from A to B.
     assert row["rpc_prefill_a_to_b_bytes"] >= 200 * MODEL["n_embd"] * 4
+
+
+@needs_root()
+def test_repeats_are_measured_and_their_spread_is_the_uncertainty(bench, tmp_path):
+    frame = bench(prompt_tokens=64, n_predict=24, name="cells/st/plain/m/ctxshort_c2",
+                  concurrency=2, repeats=3)
+    assert sorted(frame["repeat"].unique()) == [0, 1, 2]
+    assert len(frame) == 6 and (frame["status"] == "ok").all()
+    tokens = pd.read_parquet(tmp_path / "cells/st/plain/m/ctxshort_c2.parquet")
+    assert tokens.groupby(["repeat", "request_id"]).size().eq(24).all()
+    summary = tables.summarize([str(tmp_path / "cells/st/plain/m/ctxshort_c2.requests.parquet")],
+                               {"short": 64})
+    row = summary.iloc[0]
+    assert row["repeats"] == 3
+    assert row["uncertainty_from"] == "repeats"
+    spread = frame.groupby("repeat")["decode_ms_per_token"].median().std(ddof=1) / 3 ** 0.5
+    assert row["decode_ms_se"] >= spread * 0.999
