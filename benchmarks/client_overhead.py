@@ -1,7 +1,7 @@
 """How precisely and how cheaply does the benchmark client timestamp streamed tokens?
 
-A synthetic streaming server (a separate process on loopback) emits tokens at known
-instants, 4 streams x 2,000 tokens/s, each event carrying its own send time (in the
+A synthetic streaming server (a separate, single-threaded process on loopback) emits
+tokens at known instants, 4 streams x 2,000 tokens/s, each event carrying its own send time (in the
 `tokens` field, where a real server puts the token id). The real client
 (`splitbench.client.run_concurrent`) reads them; the error is its arrival timestamp
 minus the send time. Prints figures; asserts nothing.
@@ -17,37 +17,43 @@ import json
 import multiprocessing
 import socket
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 
 from splitbench import client
 
 
-def serve(port: int, rate: float) -> None:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.0"
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-        def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.end_headers()
-            start = time.monotonic()
-            for i in range(body["n_predict"]):
-                wait = start + i / rate - time.monotonic()
-                if wait > 0:
-                    time.sleep(wait)
+def serve(port: int, rate: float, streams: int) -> None:
+    """All streams from one thread: a threaded server's GIL hand-offs (up to 5 ms) would
+    land between an event's stamp and its send and count as client error."""
+    listener = socket.create_server(("127.0.0.1", port))
+    conns = []
+    for _ in range(streams):
+        conn, _ = listener.accept()
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += conn.recv(65536)
+        header, body = head.split(b"\r\n\r\n", 1)
+        length = int(next(line.split(b":")[1] for line in header.split(b"\r\n")
+                          if line.lower().startswith(b"content-length")))
+        while len(body) < length:
+            body += conn.recv(65536)
+        conns.append((conn, json.loads(body)["n_predict"]))
+        conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\n\r\n")
+    start = time.monotonic()
+    for i in range(max(n for _, n in conns)):
+        wait = start + i / rate - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+        for conn, n in conns:
+            if i < n:
                 event = {"tokens": [time.time_ns()], "tokens_predicted": i + 1, "stop": False}
-                self.wfile.write(f"data: {json.dumps(event)}\n\n".encode())
-                self.wfile.flush()
-            final = {"stop": True, "timings": {"predicted_n": body["n_predict"]}}
-            self.wfile.write(f"data: {json.dumps(final)}\n\n".encode())
-
-    ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
+                conn.sendall(f"data: {json.dumps(event)}\n\n".encode())
+    for conn, n in conns:
+        final = {"stop": True, "timings": {"predicted_n": n}}
+        conn.sendall(f"data: {json.dumps(final)}\n\n".encode())
+        conn.close()
 
 
 def main() -> None:
@@ -59,7 +65,8 @@ def main() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    server = multiprocessing.Process(target=serve, args=(port, args.rate), daemon=True)
+    server = multiprocessing.Process(target=serve, args=(port, args.rate, args.streams),
+                                     daemon=True)
     server.start()
     time.sleep(0.5)
     try:

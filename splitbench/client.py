@@ -10,6 +10,7 @@ integer nanoseconds), with a monotonic twin for intervals.
 
 from __future__ import annotations
 
+import gc
 import json
 import select
 import socket
@@ -181,8 +182,11 @@ def run_concurrent(
             stream.sock.setblocking(False)
             poller.register(stream.sock.fileno(), select.EPOLLIN)
             open_streams[stream.sock.fileno()] = stream
+        # No garbage-collection pauses while tokens are being stamped.
+        gc.disable()
         _read_all(poller, open_streams, time.monotonic() + timeout, on_first_token)
     finally:
+        gc.enable()
         poller.close()
     return replies
 
