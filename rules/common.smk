@@ -4,7 +4,7 @@ import json
 import os
 import sys
 
-from splitbench import drift, plan, procs
+from splitbench import archive, drift, plan, procs
 
 try:
     plan.check(config)
@@ -105,9 +105,11 @@ def anchor_inputs(wildcards):
 
 
 def anchor_priority(wildcards):
-    if wildcards.when == "start":
-        return plan.anchor_priority(config, wildcards.pair, wildcards.model)
-    return 0
+    return plan.anchor_priority(config, wildcards.pair, wildcards.model, wildcards.when)
+
+
+def launch_priority(wildcards):
+    return plan.launch_priority(config, wildcards.pair, wildcards.link, wildcards.model)
 
 
 def cell_epoch(wildcards):
@@ -133,6 +135,8 @@ def block_priority(wildcards):
 # however it ends (the reaper covers Ctrl-C and kill -9 of Snakemake).
 onstart:
     procs.start_reaper(os.getpid(), locks=glob.glob(".snakemake/locks/*.lock"))
+    # Measurements from before the archive existed are kept too, before any re-run.
+    archive.keep_existing("results")
 
 
 onsuccess:

@@ -11,7 +11,7 @@ rule launch:
         "results/servers/{pair}/{link}/{model}.json",
     log:
         "results/logs/servers/{pair}/{link}/{model}.log",
-    priority: block_priority
+    priority: launch_priority
     conda:
         "../envs/splitbench.yaml"
     params:

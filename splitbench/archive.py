@@ -66,6 +66,19 @@ def keep(paths: list[str]) -> None:
         os.link(path, kept)
 
 
+def keep_existing(results: str | Path) -> int:
+    """Hard-link every measured file that has no kept link yet (files written before the
+    archive existed), so that re-measuring them archives instead of losing them."""
+    added = 0
+    for folder in MEASURED:
+        for path in Path(results, folder).rglob("*.parquet"):
+            kept = kept_path(path)
+            if kept is not None and not kept.exists():
+                keep([str(path)])
+                added += 1
+    return added
+
+
 def archived_requests(results: str | Path) -> list[Path]:
     """Every archived request file, oldest first."""
     return sorted(Path(results, ARCHIVE).glob("*/cells/*/*/*/*.requests.parquet"))

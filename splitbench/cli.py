@@ -138,7 +138,9 @@ def _dispatch(args: argparse.Namespace) -> int:  # noqa: C901 - a flat switch
     elif args.stage == "link":
         from splitbench import links
 
-        row = links.verify(args.spec, args.settings, args.out).iloc[0]
+        # One job drives a pair at a time: iperf3 next to a running cell would skew it.
+        with procs.locked(f"pair-{args.spec['pair']}"):
+            row = links.verify(args.spec, args.settings, args.out).iloc[0]
         print(f"link {row['pair']}/{row['link']}: A->B {row['a_to_b_gbps']:.2f} Gbit/s, "
               f"B->A {row['b_to_a_gbps']:.2f}, bidir {row['bidir_gbps']:.2f}, "
               f"ping {row['ping_ms']:.3f} ms, RR16k p50 {row['rr16k_p50_us']:.0f} us")
@@ -147,8 +149,9 @@ def _dispatch(args: argparse.Namespace) -> int:  # noqa: C901 - a flat switch
 
         model = json.loads(Path(args.model).read_text())
         tools = json.loads(Path(args.toolchain).read_text())
-        server = servers.ensure(netsetup.ensure(args.link_spec), args.settings,
-                                model["path"], model["sha256"], tools)
+        with procs.locked(f"pair-{args.link_spec['pair']}"):
+            server = servers.ensure(netsetup.ensure(args.link_spec), args.settings,
+                                    model["path"], model["sha256"], tools)
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(server.record, indent=1))
         print(f"launch {server.launch_id}: loaded in {server.record.get('load_s')} s")

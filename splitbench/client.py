@@ -49,6 +49,7 @@ class _Stream:
         self.error_body = b""
         self.events: list[tuple[int, int, bytes]] = []
         self.done = False
+        self.last_activity = time.monotonic()  # for the idle timeout
 
     def feed(self, data: bytes, t_ns: int, t_mono: int) -> int:
         """Take received bytes; returns how many token events they completed."""
@@ -71,6 +72,9 @@ class _Stream:
         self.events += [(t_ns, t_mono, line) for line in lines if line.startswith(b"data: ")]
         return len(self.events) - before
 
+    def _parsed(self) -> list[dict | None]:
+        return _parse_events(self)
+
     def _headers(self, head: bytes) -> None:
         lines = head.decode("latin-1").split("\r\n")
         self.reply.http_status = int(lines[0].split()[1])
@@ -88,16 +92,30 @@ class _Stream:
             error_type, error_text = "ConnectionResetError", "closed before the headers"
         if reply.http_status is not None and reply.http_status != 200:
             _read_error(self.error_body, reply)
-        try:
-            # One parse for the whole stream: a C call instead of one per event.
-            parsed = json.loads(b"[" + b",".join(line[6:] for _, _, line in self.events)
-                                + b"]")
-            for (t_ns, t_mono, _), event in zip(self.events, parsed, strict=True):
+        for (t_ns, t_mono, _), event in zip(self.events, self._parsed(), strict=True):
+            if event is not None:
                 _take_event(event, t_ns, t_mono, reply)
-        except ValueError as exc:
-            reply.error_type, reply.error_text = "JSONDecodeError", str(exc)
         if error_type is not None and reply.error_type is None:
             reply.error_type, reply.error_text = error_type, error_text
+
+
+def _parse_events(stream: _Stream) -> list[dict | None]:
+    """Every event's JSON: one C call for the whole stream, or, when some event is not
+    JSON, one call each (that event is None, the reply's error says why, the rest stay)."""
+    payloads = [line[6:] for _, _, line in stream.events]
+    try:
+        return json.loads(b"[" + b",".join(payloads) + b"]")
+    except ValueError:
+        pass
+    parsed: list[dict | None] = []
+    for payload in payloads:
+        try:
+            parsed.append(json.loads(payload))
+        except ValueError as exc:
+            parsed.append(None)
+            stream.reply.error_type = "JSONDecodeError"
+            stream.reply.error_text = f"{exc}: {payload[:200]!r}"
+    return parsed
 
 
 def _dechunk(raw: bytes) -> tuple[bytes, bytes, bool]:
@@ -162,8 +180,10 @@ def run_concurrent(
     """Send one streaming /completion per prompt, all released together, and read every
     stream in one thread (an event loop: no lock hand-offs between readers).
 
-    `on_first_token` runs once, in the loop, when the first token of any request arrives
-    (for telemetry that splits prefill from decode); it must be quick.
+    `timeout` is per stream: the longest wait for its next bytes (a long prefill is
+    silent), as with a blocking socket's timeout. `on_first_token` runs once, in the
+    loop, when the first token of any request arrives (for telemetry that splits prefill
+    from decode); it must be quick.
     """
     address = urlsplit(url)
     replies = [Reply(request_id=i) for i in range(len(prompts))]
@@ -180,14 +200,17 @@ def run_concurrent(
                 stream.close(type(exc).__name__, str(exc))
                 continue
             stream.sock.setblocking(False)
+            stream.last_activity = time.monotonic()
             poller.register(stream.sock.fileno(), select.EPOLLIN)
             open_streams[stream.sock.fileno()] = stream
         # No garbage-collection pauses while tokens are being stamped.
         gc.disable()
-        _read_all(poller, open_streams, time.monotonic() + timeout, on_first_token)
+        _read_all(poller, open_streams, timeout, on_first_token)
     finally:
         gc.enable()
         poller.close()
+        for stream in streams:  # anything left open by an unexpected error
+            stream.sock.close()
     return replies
 
 
@@ -211,26 +234,36 @@ def _open(address: Any, reply: Reply, body: dict[str, Any]) -> _Stream | None:
     return _Stream(reply, sock, request)
 
 
-def _read_all(poller: select.epoll, streams: dict[int, _Stream], deadline: float,
+def _read_all(poller: select.epoll, streams: dict[int, _Stream], idle_timeout: float,
               on_first_token: Callable[[], None] | None) -> None:
     """The hot loop: wait, receive, stamp, split. Everything else waits for the end."""
     waiting_first = on_first_token is not None
     while streams:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            for stream in streams.values():
-                stream.close("timeout", "no complete reply before request_timeout_s")
+        now = time.monotonic()
+        for fd, stream in list(streams.items()):
+            if now - stream.last_activity > idle_timeout:
+                poller.unregister(fd)
+                del streams[fd]
+                stream.close("timeout", f"nothing received for {idle_timeout} s "
+                                        "(request_timeout_s)")
+        if not streams:
             return
-        for fd, _ in poller.poll(min(remaining, 1.0)):
+        wait = min(s.last_activity for s in streams.values()) + idle_timeout - now
+        for fd, _ in poller.poll(max(0.0, min(wait, 1.0))):
             stream = streams[fd]
             try:
                 data, error = stream.sock.recv(65536), None
             except OSError as exc:
                 data, error = b"", (type(exc).__name__, str(exc))
-            if data and stream.feed(data, time.time_ns(), time.monotonic_ns()) \
-                    and waiting_first:
-                waiting_first = False
-                on_first_token()
+            if data:
+                stream.last_activity = time.monotonic()
+                try:
+                    if stream.feed(data, time.time_ns(), time.monotonic_ns()) \
+                            and waiting_first:
+                        waiting_first = False
+                        on_first_token()
+                except (ValueError, IndexError) as exc:  # a malformed reply: this stream
+                    data, error = b"", ("ProtocolError", str(exc))
             if data and not stream.done:
                 continue
             poller.unregister(fd)

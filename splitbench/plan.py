@@ -193,14 +193,25 @@ def blocks(config: dict[str, Any]) -> list[tuple[str, str, str]]:
 
 def block_priority(config: dict[str, Any], pair: str, link: str, model: str) -> int:
     """Higher for earlier blocks, so one block's cells run back to back on one launch.
-    Steps of 2: a model's start anchor (odd, just above its first block) runs first."""
+    Steps of 4 leave room for a model's anchors: the start anchor just above its first
+    block, the end anchor just below its last, both above the next model's blocks."""
     order = blocks(config)
-    return 2 * (len(order) - order.index((pair, link, model)))
+    return 4 * (len(order) - order.index((pair, link, model)))
 
 
-def anchor_priority(config: dict[str, Any], pair: str, model: str) -> int:
-    first = next(link for p, link, m in blocks(config) if (p, m) == (pair, model))
-    return block_priority(config, pair, first, model) + 1
+def anchor_priority(config: dict[str, Any], pair: str, model: str, when: str) -> int:
+    mine = [(p, link, m) for p, link, m in blocks(config) if (p, m) == (pair, model)]
+    if when == "start":
+        return block_priority(config, *mine[0]) + 2
+    return block_priority(config, *mine[-1]) - 1
+
+
+def launch_priority(config: dict[str, Any], pair: str, link: str, model: str) -> int:
+    """A block's priority; the baseline launch outranks its model's start anchor, which
+    needs it (Snakemake does not pass a job's priority on to the jobs it waits for)."""
+    if link == config["baseline_link"]:
+        return anchor_priority(config, pair, model, "start") + 1
+    return block_priority(config, pair, link, model)
 
 
 def anchor_path(pair: str, model: str, when: str, requests: bool = False) -> str:
@@ -272,14 +283,10 @@ def link_slice(config: dict[str, Any], pair: str, link: str) -> dict[str, Any]:
     """The link's emulation spec plus its position (which sets its addresses)."""
     pair_spec = config["pairs"][pair]
     links = pair_spec["links"]
-    out = {
-        "pair": pair,
-        "link": link,
-        "index": link_index(link, links[link]),
-        "mode": pair_spec["mode"],
-        **links[link],
-    }
-    if pair_spec["mode"] != "embedded":
+    out = {"pair": pair, "link": link, "mode": pair_spec["mode"], **links[link]}
+    if pair_spec["mode"] == "embedded":
+        out["index"] = link_index(link, links[link])  # only the lab's addresses need it
+    else:
         out["hosts"] = pair_spec["hosts"]
     return out
 

@@ -78,23 +78,32 @@ def sweep(spec: dict[str, Any], model: dict[str, Any], toolchain: dict[str, Any]
     settings = spec["server"]
     rows = []
     with procs.locked(f"pair-{spec['pair']}"):
-        for index, delay in enumerate(spec["delays_ms"]):
-            link = lab.ensure_link(point_spec(spec["pair"], index, delay))
-            rr_ms = measure_rr_ms(link, spec["rr_samples"])
-            server = servers.ensure(link, settings, model["path"], model["sha256"], toolchain)
-            for row in decode_point(server, link, spec):
-                rows.append({"pair": spec["pair"], "model": spec["model"],
-                             "workers": spec["workers"], "delay_ms": delay,
-                             "rr_ms": rr_ms, "launch_id": server.launch_id,
-                             "emulation_delay": link.emulation["delay"], **row})
-            print(f"delay {delay} ms: rr {rr_ms:.3f} ms, decode "
-                  f"{np.median([r['decode_ms_per_token'] for r in rows[-spec['requests']:]]):.3f}"
-                  " ms/token", flush=True)
-        servers.stop(spec["pair"])
+        try:
+            for index, delay in enumerate(spec["delays_ms"]):
+                rows += _point(spec, settings, model, toolchain, index, delay)
+        finally:
+            servers.stop(spec["pair"])
     frame = pd.DataFrame(rows)
     result = fit(frame)
     parquet_io.write(frame, out, {"config": spec, "settings": settings, "fit": result})
     return result
+
+
+def _point(spec: dict[str, Any], settings: dict[str, Any], model: dict[str, Any],
+           toolchain: dict[str, Any], index: int, delay: float) -> list[dict]:
+    """One delay: its link, its measured latency, a fresh launch, timed requests."""
+    link = lab.ensure_link(point_spec(spec["pair"], index, delay))
+    rr_ms = measure_rr_ms(link, spec["rr_samples"])
+    server = servers.ensure(link, settings, model["path"], model["sha256"], toolchain)
+    rows = [{"pair": spec["pair"], "model": spec["model"], "workers": spec["workers"],
+             "delay_ms": delay, "rr_ms": rr_ms, "launch_id": server.launch_id,
+             "emulation_delay": link.emulation["delay"], **row}
+            for row in decode_point(server, link, spec)]
+    decoded = [r["decode_ms_per_token"] for r in rows if r["decode_ms_per_token"] is not None]
+    print(f"delay {delay} ms: rr {rr_ms:.3f} ms, decode "
+          f"{np.median(decoded) if decoded else float('nan'):.3f} ms/token "
+          f"({len(decoded)}/{len(rows)} requests decoded)", flush=True)
+    return rows
 
 
 def fit(frame: pd.DataFrame) -> dict[str, Any]:

@@ -3,15 +3,17 @@ that crossed the link on the RPC connections (kernel TCP counters)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from splitbench import sensors, sockdiag
-from splitbench.hosts import Host
+from splitbench.hosts import Host, HostError
 
 # sensors.py needs only the standard library: its source runs on any host as is.
 SENSORS_SOURCE = Path(sensors.__file__).read_text()
@@ -21,11 +23,11 @@ def snapshot(host: Host | None = None) -> dict[str, Any]:
     """One sensors reading on host (this machine when None)."""
     if host is None or not host.remote:
         return sensors.reading()  # a namespace shares the machine's sensors
-    result = host.run([host.python, "-c", SENSORS_SOURCE], check=False)
     try:
+        result = host.run([host.python, "-c", SENSORS_SOURCE], check=False)
         return json.loads(result.stdout.splitlines()[-1])
-    except (IndexError, ValueError):
-        return {"temp_max_c": None, "temp_sources": f"unreadable: {result.stderr[-200:]}",
+    except (HostError, IndexError, ValueError) as exc:  # a sensor gap, not a failed cell
+        return {"temp_max_c": None, "temp_sources": f"unreadable: {str(exc)[-200:]}",
                 "load1": None, "gpus": [], "gpu_sources": "unreadable"}
 
 
@@ -39,10 +41,14 @@ class Sampler:
         self.hosts = {self.machine_of[side]: host for side, host in reversed(hosts.items())}
         self.before = {key: snapshot(host) for key, host in self.hosts.items()}
         argv = ["-c", SENSORS_SOURCE, "--every", str(every_s)]
+        # Readings go to a file, not a pipe: nobody reads during the cell, and a full
+        # pipe would stop the sampler (and the peaks) after a few minutes.
+        self.outputs = {key: tempfile.TemporaryFile("w+")  # noqa: SIM115 - closed in finish
+                        for key in self.hosts}
         self.processes = {
             key: subprocess.Popen(
                 host.wrap([host.python, *argv]) if host.remote else [sys.executable, *argv],
-                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                stdout=self.outputs[key], stderr=subprocess.DEVNULL, text=True)
             for key, host in self.hosts.items()
         }
 
@@ -51,14 +57,29 @@ class Sampler:
         out: dict[str, Any] = {}
         for key, process in self.processes.items():
             process.terminate()
-            text, _ = process.communicate(timeout=10)
-            during = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+            with self.outputs[key] as output:
+                output.seek(0)
+                during = _readings(output.read())
             after = snapshot(self.hosts[key])
             figures = _figures(self.before[key], during, after)
             for side, machine in self.machine_of.items():
                 if machine == key:
                     out.update({name.format(side=side): v for name, v in figures.items()})
         return out
+
+
+def _readings(text: str) -> list[dict]:
+    """Every complete reading (a sampler stopped mid-line leaves a partial last one)."""
+    out = []
+    for line in text.splitlines():
+        with contextlib.suppress(ValueError):
+            out.append(json.loads(line))
+    return out
 
 
 def _figures(before: dict, during: list[dict], after: dict) -> dict[str, Any]:

@@ -49,3 +49,12 @@ def test_a_remeasured_cell_keeps_the_old_files(tmp_path):
     assert row["decode before (ms/token)"] == 1.0
     assert row["decode now (ms/token)"] == 1.5
     assert row["decode Δ (ms/token)"] == 0.5
+
+
+def test_measurements_from_before_the_archive_are_kept_at_start(tmp_path):
+    paths = _cell_files(tmp_path, 1.0)  # written by an older version: no kept links
+    assert archive.keep_existing(tmp_path / "results") == 2
+    assert archive.keep_existing(tmp_path / "results") == 0
+    for path in paths:
+        (tmp_path / path).unlink()
+    assert len(archive.supersede(paths)) == 2

@@ -140,3 +140,38 @@ def test_events_split_across_reads_are_reassembled(split):
     conn_reply = client.run_concurrent(_serve(dribble), [[1]], 3, timeout=10)[0]
     assert conn_reply.error_type is None
     assert [t["token_id"] for t in conn_reply.tokens] == [0, 1, 2]
+
+
+def test_timeout_is_per_silence_not_per_request():
+    def slow(conn: socket.socket, body: dict) -> None:
+        conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        for i in range(4):
+            time.sleep(0.3)  # each gap under the timeout, the whole reply over it
+            conn.sendall(_chunk(_event(i)))
+        conn.sendall(_chunk(FINAL) + b"0\r\n\r\n")
+
+    reply = client.run_concurrent(_serve(slow), [[1]], 4, timeout=0.8)[0]
+    assert reply.error_type is None
+    assert len(reply.tokens) == 4
+
+
+def test_a_malformed_stream_fails_alone():
+    def broken(conn: socket.socket, body: dict) -> None:
+        if body["prompt"] == [1]:
+            conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n")
+            time.sleep(0.2)
+        else:
+            chunked_stream(conn, body)
+
+    replies = client.run_concurrent(_serve(broken, requests=2), [[1], [2]], 3, timeout=10)
+    assert replies[0].error_type == "ProtocolError"
+    assert replies[1].error_type is None and len(replies[1].tokens) == 3
+
+
+def test_one_event_that_is_not_json_keeps_the_others():
+    def odd(conn: socket.socket, body: dict) -> None:
+        conn.sendall(b"HTTP/1.0 200 OK\r\n\r\n" + _event(0) + b"data: [DONE]\n\n" + _event(1))
+
+    reply = client.run_concurrent(_serve(odd), [[1]], 2, timeout=10)[0]
+    assert reply.error_type == "JSONDecodeError"
+    assert [t["token_id"] for t in reply.tokens] == [0, 1]

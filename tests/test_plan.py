@@ -72,3 +72,22 @@ def test_schema_validation_adds_nothing_to_the_blocks_jobs_receive(config):
     validate(config, str(ROOT / "config/schema.yaml"))
     assert config["pairs"] == before["pairs"]
     assert config["models"]["synth"]["synthetic"] == before["models"]["synth"]["synthetic"]
+
+
+def test_anchors_bracket_each_models_blocks():
+    config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    config["models"]["other"] = config["models"]["synth"]
+    order = []  # (priority, what), run highest first
+    for pair, link, model in plan.blocks(config):
+        order.append((plan.block_priority(config, pair, link, model), f"{model}/{link}"))
+    for model in config["models"]:
+        for when in ("start", "end"):
+            order.append((plan.anchor_priority(config, "lab", model, when), f"{model}/{when}"))
+    names = [name for _, name in sorted(order, reverse=True)]
+    for model in config["models"]:
+        mine = [i for i, name in enumerate(names) if name.startswith(f"{model}/")]
+        assert names[mine[0]] == f"{model}/start" and names[mine[-1]] == f"{model}/end"
+        assert mine == list(range(mine[0], mine[-1] + 1))  # contiguous
+    # The baseline launch runs before the start anchor that needs it.
+    assert (plan.launch_priority(config, "lab", "baseline", "other")
+            > plan.anchor_priority(config, "lab", "other", "start"))
