@@ -182,7 +182,7 @@ def _dispatch(args: argparse.Namespace) -> int:  # noqa: C901 - a flat switch
         from splitbench import roundtrips, tables
 
         tables.write_table(roundtrips.table(args.sweeps), args.out,
-                           "Round trips per decoded token (decode ms/token against "
+                           "Round trips per decoded token (median decode step against "
                            "measured request-response latency)")
     elif args.stage == "charts":
         from splitbench import charts

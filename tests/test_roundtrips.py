@@ -19,7 +19,7 @@ def _config(workers: list[int]) -> dict:
         "models": {"m": {"synthetic": MODEL, "layers_on_b": 2, "threads": 1}},
         "contexts": {"short": 64},
         "concurrency": [1],
-        "roundtrips": {"workers": workers, "delays_ms": [0.0, 1.0, 2.0], "requests": 2,
+        "roundtrips": {"workers": workers, "delays_ms": [0.0, 1.0, 2.0], "requests": 3,
                        "n_predict": 32, "rr_samples": 100},
     }
 
