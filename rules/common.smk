@@ -12,6 +12,9 @@ except plan.ConfigError as error:
     raise ValueError(f"splitbench: invalid configuration: {error}") from None
 
 
+# The (pair, link, model) blocks in run order, once: every job's priority looks it up.
+BLOCKS = plan.blocks(config)
+
 # Epochs of cells flagged for re-measurement (python -m splitbench drift --apply).
 EPOCHS = drift.epochs("config/reruns.yaml")
 
@@ -105,11 +108,15 @@ def anchor_inputs(wildcards):
 
 
 def anchor_priority(wildcards):
-    return plan.anchor_priority(config, wildcards.pair, wildcards.model, wildcards.when)
+    return plan.anchor_priority(
+        config, wildcards.pair, wildcards.model, wildcards.when, order=BLOCKS
+    )
 
 
 def launch_priority(wildcards):
-    return plan.launch_priority(config, wildcards.pair, wildcards.link, wildcards.model)
+    return plan.launch_priority(
+        config, wildcards.pair, wildcards.link, wildcards.model, order=BLOCKS
+    )
 
 
 def cell_epoch(wildcards):
@@ -128,7 +135,9 @@ def model_file(wildcards):
 
 
 def block_priority(wildcards):
-    return plan.block_priority(config, wildcards.pair, wildcards.link, wildcards.model)
+    return plan.block_priority(
+        config, wildcards.pair, wildcards.link, wildcards.model, order=BLOCKS
+    )
 
 
 # Servers, relays and namespaces outlive single jobs; stop them when the run ends,

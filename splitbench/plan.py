@@ -191,27 +191,32 @@ def blocks(config: dict[str, Any]) -> list[tuple[str, str, str]]:
     return list(seen)
 
 
-def block_priority(config: dict[str, Any], pair: str, link: str, model: str) -> int:
+def block_priority(config: dict[str, Any], pair: str, link: str, model: str,
+                   order: list[tuple[str, str, str]] | None = None) -> int:
     """Higher for earlier blocks, so one block's cells run back to back on one launch.
     Steps of 4 leave room for a model's anchors: the start anchor just above its first
-    block, the end anchor just below its last, both above the next model's blocks."""
-    order = blocks(config)
+    block, the end anchor just below its last, both above the next model's blocks.
+    `order` is blocks(config), computed once by the caller that asks for every job."""
+    order = order or blocks(config)
     return 4 * (len(order) - order.index((pair, link, model)))
 
 
-def anchor_priority(config: dict[str, Any], pair: str, model: str, when: str) -> int:
-    mine = [(p, link, m) for p, link, m in blocks(config) if (p, m) == (pair, model)]
+def anchor_priority(config: dict[str, Any], pair: str, model: str, when: str,
+                    order: list[tuple[str, str, str]] | None = None) -> int:
+    order = order or blocks(config)
+    mine = [block for block in order if (block[0], block[2]) == (pair, model)]
     if when == "start":
-        return block_priority(config, *mine[0]) + 2
-    return block_priority(config, *mine[-1]) - 1
+        return block_priority(config, *mine[0], order=order) + 2
+    return block_priority(config, *mine[-1], order=order) - 1
 
 
-def launch_priority(config: dict[str, Any], pair: str, link: str, model: str) -> int:
+def launch_priority(config: dict[str, Any], pair: str, link: str, model: str,
+                    order: list[tuple[str, str, str]] | None = None) -> int:
     """A block's priority; the baseline launch outranks its model's start anchor, which
     needs it (Snakemake does not pass a job's priority on to the jobs it waits for)."""
     if link == config["baseline_link"]:
-        return anchor_priority(config, pair, model, "start") + 1
-    return block_priority(config, pair, link, model)
+        return anchor_priority(config, pair, model, "start", order) + 1
+    return block_priority(config, pair, link, model, order)
 
 
 def anchor_path(pair: str, model: str, when: str, requests: bool = False) -> str:

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from splitbench import client, lab, parquet_io, probe, procs, prompts, servers
+from splitbench import client, lab, metrics, parquet_io, probe, procs, prompts, servers, tables
 from splitbench.links import listening
 
 # Index of the first sweep link: far from the configured links' indexes (1, 2, ...).
@@ -58,21 +58,18 @@ def decode_point(server: servers.Server, link: lab.Link, sweep: dict[str, Any]) 
             ids = prompts.prompt(pool, sweep["prompt_tokens"], secrets.randbits(63))
             reply = client.run_concurrent(server.url, [ids], sweep["n_predict"],
                                           sweep["request_timeout_s"])[0]
-            times = np.array([t["t_ns"] for t in reply.tokens], dtype=np.int64)
-            timings = reply.final.get("timings") or {}
-            predicted_n = timings.get("predicted_n") or 0
+            figures = metrics.request_row(reply, sweep["prompt_tokens"], sweep["n_predict"],
+                                          True, 0.0)
+            gaps = np.diff([t["t_ns"] for t in reply.tokens])
             rows.append({
                 "request": i,
-                "tokens": len(times),
+                "tokens": figures["generated_tokens"],
                 "error": reply.error_type,
-                "decode_ms_per_token": float(np.diff(times).mean() / 1e6)
-                if len(times) > 1 else None,
+                "decode_ms_per_token": figures["decode_ms_per_token"],
                 # The typical step: a sporadic stall (a re-allocation, the scheduler)
                 # must not read as a fraction of a round trip.
-                "step_ms_median": float(np.median(np.diff(times)) / 1e6)
-                if len(times) > 1 else None,
-                "server_decode_ms_per_token": timings["predicted_ms"] / (predicted_n - 1)
-                if predicted_n > 1 else None,
+                "step_ms_median": float(np.median(gaps) / 1e6) if gaps.size else None,
+                "server_decode_ms_per_token": figures["server_decode_ms_per_token"],
             })
     return rows
 
@@ -133,10 +130,10 @@ def table(files: list[str]) -> pd.DataFrame:
         first = frame.iloc[0]
         rows.append({
             "pair": first["pair"], "model": first["model"], "workers": int(first["workers"]),
-            "round trips per token": _round(result["round_trips_per_token"], 2),
-            "R²": _round(result["r2"], 3),
+            "round trips per token": tables.rounded(result["round_trips_per_token"], 2),
+            "R²": tables.rounded(result["r2"], 3),
             "points": result["points"],
-            "decode step at lowest latency (ms)": _round(
+            "decode step at lowest latency (ms)": tables.rounded(
                 frame.groupby("rr_ms")["step_ms_median"].median().iloc[0], 3),
             "latency range (ms)": f"{frame['rr_ms'].min():.3f}–{frame['rr_ms'].max():.3f}",
             # The mechanism at the largest delay (the zero-delay point has none).
@@ -145,5 +142,3 @@ def table(files: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _round(value: float | None, digits: int) -> float | None:
-    return None if value is None or not np.isfinite(value) else round(float(value), digits)

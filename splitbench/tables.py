@@ -810,16 +810,16 @@ def remeasured(archived: list[Path], summary: pd.DataFrame) -> pd.DataFrame:
         now = current.loc[key] if key in current.index else None
         before = ok["decode_ms_per_token"].median() if len(ok) else None
         after = now["decode_ms_per_token"] if now is not None else None
-        rows.append([*key, path.parts[-6], _fixed(before, 3), _fixed(after, 3),
-                     _fixed(after - before, 3) if before is not None and after is not None
-                     and np.isfinite(after - before) else None,
-                     _fixed(ok["prefill_tps"].median() if len(ok) else None, 0),
-                     _fixed(now["prefill_tps"] if now is not None else None, 0),
+        rows.append([*key, path.parts[-6], rounded(before, 3), rounded(after, 3),
+                     rounded(after - before, 3) if None not in (before, after) else None,
+                     rounded(ok["prefill_tps"].median() if len(ok) else None, 0),
+                     rounded(now["prefill_tps"] if now is not None else None, 0),
                      old["cell_status"].iloc[0], now["status"] if now is not None else None])
     return pd.DataFrame(rows, columns=columns)
 
 
-def _fixed(value: float | None, digits: int) -> float | None:
+def rounded(value: float | None, digits: int) -> float | None:
+    """value rounded for a table; None when missing or not finite."""
     if value is None or not np.isfinite(value):
         return None
     return round(float(value), digits)
