@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -76,15 +77,16 @@ def _measure(cell: dict[str, Any], link: Any, model: dict[str, Any],
                                 error_text=str(exc)[-2000:]) for i in range(conc)]
         server, alive, rpc = None, False, None
     else:
+        try:
+            replies, rpc = _drive(cell, link, server)
+        except Exception as exc:  # noqa: BLE001 - becomes this repeat's rows, see below
+            # An unexpected failure is this repeat's `error` rows, not the job's end:
+            # failing the job would throw away the repeats already measured.
+            text = "".join(traceback.format_exception(exc))[-2000:]
+            replies = [client.Reply(request_id=i, error_type=type(exc).__name__,
+                                    error_text=text) for i in range(conc)]
+            rpc = None
         with link.host_a.entered():
-            pool = prompts.token_pool(server.url)
-            batch = [prompts.prompt(pool, cell["prompt_tokens"], secrets.randbits(63))
-                     for _ in range(conc)]
-            rpc = telemetry.RpcTraffic(link.connect_addr,
-                                       server.record.get("worker_ports", [RPC_PORT]))
-            replies = client.run_concurrent(server.url, batch, n_predict,
-                                            cell["request_timeout_s"], rpc.at_first_token)
-            rpc.finish()
             alive = server.alive() and servers.healthy(server.url)
     sensors = sampler.finish()
     rows = [
@@ -114,6 +116,21 @@ def _measure(cell: dict[str, Any], link: Any, model: dict[str, Any],
     tokens = tokens.merge(requests.drop(columns=["error_text"]), on="request_id", how="left")
     record = {"launch": server.record if server else None, "telemetry": sensors}
     return requests, tokens, record
+
+
+def _drive(cell: dict[str, Any], link: Any,
+           server: servers.Server) -> tuple[list[client.Reply], telemetry.RpcTraffic]:
+    """Send the cell's concurrent requests, counting the RPC bytes they cause."""
+    with link.host_a.entered():
+        pool = prompts.token_pool(server.url)
+        batch = [prompts.prompt(pool, cell["prompt_tokens"], secrets.randbits(63))
+                 for _ in range(cell["concurrency"])]
+        rpc = telemetry.RpcTraffic(link.connect_addr,
+                                   server.record.get("worker_ports", [RPC_PORT]))
+        replies = client.run_concurrent(server.url, batch, cell["n_predict"],
+                                        cell["request_timeout_s"], rpc.at_first_token)
+        rpc.finish()
+    return replies, rpc
 
 
 def _hottest(sensors: dict[str, Any], when: str) -> float | None:

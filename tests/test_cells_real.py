@@ -108,3 +108,25 @@ def test_repeats_are_measured_and_their_spread_is_the_uncertainty(bench, tmp_pat
     assert row["uncertainty_from"] == "repeats"
     spread = frame.groupby("repeat")["decode_ms_per_token"].median().std(ddof=1) / 3 ** 0.5
     assert row["decode_ms_se"] >= spread * 0.999
+
+
+@needs_root()
+def test_an_unexpected_failure_in_one_repeat_keeps_the_others(bench, tmp_path, monkeypatch):
+    real_run = cells.client.run_concurrent
+    calls = []
+
+    def fails_on_second_repeat(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("bug in the harness")
+        return real_run(*args, **kwargs)
+
+    monkeypatch.setattr(cells.client, "run_concurrent", fails_on_second_repeat)
+    frame = bench(prompt_tokens=64, n_predict=8, name="flaky", repeats=3)
+    by_repeat = frame.set_index("repeat")
+    assert by_repeat.loc[0, "status"] == "ok" and by_repeat.loc[2, "status"] == "ok"
+    assert by_repeat.loc[1, "status"] == "error"
+    assert by_repeat.loc[1, "error_type"] == "RuntimeError"
+    assert "bug in the harness" in by_repeat.loc[1, "error_text"]
+    written = pd.read_parquet(tmp_path / "flaky.requests.parquet")
+    assert sorted(written["repeat"]) == [0, 1, 2]
