@@ -1,5 +1,4 @@
 # Shared helpers: config checks, the matrix, per-job config slices, run lifecycle.
-import glob
 import json
 import os
 import sys
@@ -140,10 +139,17 @@ def block_priority(wildcards):
     )
 
 
+def own_locks():
+    """This run's Snakemake lock files: a killed run leaves them behind. Another run's
+    locks in the same directory are not ours to remove. Snakemake names them only in a
+    private attribute; without it the reaper removes none (`snakemake --unlock` does)."""
+    return list(getattr(workflow.persistence, "_lockfile", {}).values())
+
+
 # Servers, relays and namespaces outlive single jobs; stop them when the run ends,
 # however it ends (the reaper covers Ctrl-C and kill -9 of Snakemake).
 onstart:
-    procs.start_reaper(os.getpid(), locks=glob.glob(".snakemake/locks/*.lock"))
+    procs.start_reaper(os.getpid(), locks=own_locks())
     # Measurements from before the archive existed are kept too, before any re-run.
     archive.keep_existing("results")
 
