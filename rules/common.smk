@@ -142,7 +142,8 @@ def block_priority(wildcards):
 def own_locks():
     """This run's Snakemake lock files: a killed run leaves them behind. Another run's
     locks in the same directory are not ours to remove. Snakemake names them only in a
-    private attribute; without it the reaper removes none (`snakemake --unlock` does)."""
+    private attribute; without it the reaper removes none (`snakemake --unlock` does).
+    """
     return list(getattr(workflow.persistence, "_lockfile", {}).values())
 
 
