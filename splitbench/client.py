@@ -4,8 +4,9 @@ Each request has its own HTTP connection (a plain socket: an HTTP library's laye
 ~130 us of CPU per streamed chunk here). The requests are sent back to back, then one
 thread reads every stream as data arrives (an event loop; reader threads cost lock
 hand-offs and let one stream's parsing delay another's timestamps). Each event is stamped
-with the time of the recv that completed it, on one absolute clock (CLOCK_REALTIME,
-integer nanoseconds), with a monotonic twin for intervals.
+with the kernel's receive time of the last segment of the read that completed it, on one
+absolute clock (CLOCK_REALTIME, integer nanoseconds), with a monotonic twin for
+intervals: when the client wakes up to read no longer counts.
 """
 
 from __future__ import annotations
@@ -14,11 +15,18 @@ import gc
 import json
 import select
 import socket
+import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
+
+# Linux socket option for kernel receive timestamps as a timespec (asm-generic/socket.h);
+# the stdlib socket module does not name it.
+SO_TIMESTAMPNS = 35
+_STAMP_SPACE = socket.CMSG_SPACE(16)
+_TIMESPEC = struct.Struct("qq")
 
 
 @dataclass
@@ -32,13 +40,15 @@ class Reply:
     error_text: str | None = None
     tokens: list[dict[str, Any]] = field(default_factory=list)
     final: dict[str, Any] = field(default_factory=dict)
+    # Where the tokens' times come from: "kernel" (the kernel's receive stamp of the
+    # segment), "read" (when the read returned), "mixed", or None with no data read.
+    arrival_clock: str | None = None
 
 
 class _Stream:
     """One request's connection and its incremental HTTP/1.1 parse: status, headers,
     then the (chunked or plain) body split into events, each kept as raw bytes with the
-    time of the recv that completed it. JSON is parsed after the stream ends, so parsing
-    never delays a later token's timestamp."""
+    arrival time of the read that completed it. JSON is parsed after the stream ends."""
 
     def __init__(self, reply: Reply, sock: socket.socket, request: bytes) -> None:
         self.reply, self.sock, self.request = reply, sock, request
@@ -50,6 +60,7 @@ class _Stream:
         self.events: list[tuple[int, int, bytes]] = []
         self.done = False
         self.last_activity = time.monotonic()  # for the idle timeout
+        self.clocks: set[str] = set()  # "kernel" and/or "read": how reads were stamped
 
     def feed(self, data: bytes, t_ns: int, t_mono: int) -> int:
         """Take received bytes; returns how many token events they completed."""
@@ -68,7 +79,7 @@ class _Stream:
             return 0
         *lines, self.pending = (self.pending + body).split(b"\n")
         before = len(self.events)
-        # Not ":" pings or blank lines; every event in one recv arrived by then.
+        # Not ":" pings or blank lines; every event in one read had arrived by then.
         self.events += [(t_ns, t_mono, line) for line in lines if line.startswith(b"data: ")]
         return len(self.events) - before
 
@@ -88,6 +99,8 @@ class _Stream:
         self.reply.t_end_ns = time.time_ns()
         self.sock.close()
         reply = self.reply
+        if self.clocks:
+            reply.arrival_clock = self.clocks.pop() if len(self.clocks) == 1 else "mixed"
         if error_type is None and self.chunked is None:
             error_type, error_text = "ConnectionResetError", "closed before the headers"
         if reply.http_status is not None and reply.http_status != 200:
@@ -231,35 +244,63 @@ def _open(address: Any, reply: Reply, body: dict[str, Any]) -> _Stream | None:
         reply.t_send_ns = reply.t_end_ns = time.time_ns()
         return None
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    # The kernel stamps each segment when it arrives; recvmsg hands that stamp over, so
+    # a token's time does not depend on when this process got scheduled to read it.
+    sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
     return _Stream(reply, sock, request)
+
+
+def _receive(sock: socket.socket) -> tuple[bytes, tuple[str, str] | None, int, str]:
+    """One read and when its data arrived (absolute ns, and which clock said so): the
+    kernel's receive stamp of the last segment read (SO_TIMESTAMPNS), or the time the
+    read returned where the kernel gave none."""
+    try:
+        data, ancillary, _, _ = sock.recvmsg(65536, _STAMP_SPACE)
+    except OSError as exc:
+        return b"", (type(exc).__name__, str(exc)), time.time_ns(), "read"
+    if ancillary:  # only the stamp is asked for, so it is the one item when present
+        level, kind, payload = ancillary[0]
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(payload) >= 16:
+            seconds, nanos = _TIMESPEC.unpack_from(payload)
+            return data, None, seconds * 1_000_000_000 + nanos, "kernel"
+    return data, None, time.time_ns(), "read"
+
+
+def _close_silent(poller: select.epoll, streams: dict[int, _Stream], now: float,
+                  idle_timeout: float) -> None:
+    for fd, stream in list(streams.items()):
+        if now - stream.last_activity > idle_timeout:
+            poller.unregister(fd)
+            del streams[fd]
+            stream.close("timeout", f"nothing received for {idle_timeout} s "
+                                    "(request_timeout_s)")
 
 
 def _read_all(poller: select.epoll, streams: dict[int, _Stream], idle_timeout: float,
               on_first_token: Callable[[], None] | None) -> None:
     """The hot loop: wait, receive, stamp, split. Everything else waits for the end."""
     waiting_first = on_first_token is not None
+    next_check = 0.0
     while streams:
         now = time.monotonic()
-        for fd, stream in list(streams.items()):
-            if now - stream.last_activity > idle_timeout:
-                poller.unregister(fd)
-                del streams[fd]
-                stream.close("timeout", f"nothing received for {idle_timeout} s "
-                                        "(request_timeout_s)")
-        if not streams:
-            return
-        wait = min(s.last_activity for s in streams.values()) + idle_timeout - now
-        for fd, _ in poller.poll(max(0.0, min(wait, 1.0))):
+        if now >= next_check:  # silent streams, checked 10 times a second, not per token
+            _close_silent(poller, streams, now, idle_timeout)
+            if not streams:
+                return
+            next_check = now + 0.1
+        # Receive and stamp every ready stream before parsing any: one stream's parsing
+        # must not delay the next one's timestamp.
+        received = [(fd, *_receive(streams[fd].sock)) for fd, _ in poller.poll(0.1)]
+        # Each arrival on the monotonic clock too: both clocks advance together.
+        mono_minus_real = time.monotonic_ns() - time.time_ns()
+        for fd, data, error, t_ns, clock in received:
             stream = streams[fd]
-            try:
-                data, error = stream.sock.recv(65536), None
-            except OSError as exc:
-                data, error = b"", (type(exc).__name__, str(exc))
+            t_mono = t_ns + mono_minus_real
             if data:
-                stream.last_activity = time.monotonic()
+                stream.clocks.add(clock)
+                stream.last_activity = t_mono / 1e9
                 try:
-                    if stream.feed(data, time.time_ns(), time.monotonic_ns()) \
-                            and waiting_first:
+                    if stream.feed(data, t_ns, t_mono) and waiting_first:
                         waiting_first = False
                         on_first_token()
                 except (ValueError, IndexError) as exc:  # a malformed reply: this stream

@@ -83,9 +83,10 @@ def request_row(reply: Reply, target_prompt: int, n_predict: int, server_alive: 
         "decode_tps": decode_tps,
         "itl_p50_ms": float(np.percentile(itl, 50)) if itl.size else None,
         "itl_p99_ms": float(np.percentile(itl, 99)) if itl.size else None,
-        # Tokens read in the same recv as the one before them share its timestamp: the
-        # client could not tell them apart (it was not scheduled in between).
+        # Tokens read in the same recv as the one before them share its timestamp (the
+        # arrival of the read's last segment): the client could not tell them apart.
         "coalesced_tokens": int(np.sum(np.diff(times) == 0)) if n > 1 else 0,
+        "arrival_clock": reply.arrival_clock,
         # Standard error of decode_ms_per_token (the mean inter-token gap): the per-token
         # dispersion that tables use as uncertainty when there are no repeats.
         "decode_ms_se": float(np.std(np.diff(times), ddof=1) / 1e6 / np.sqrt(n - 1))

@@ -13,6 +13,7 @@ from collections.abc import Callable
 import pytest
 
 from splitbench import client
+from splitbench.testing import read_request
 
 
 def _serve(handler: Callable[[socket.socket, dict], None], requests: int = 1) -> str:
@@ -33,15 +34,7 @@ def _serve(handler: Callable[[socket.socket, dict], None], requests: int = 1) ->
 
 def _one(conn: socket.socket, handler: Callable) -> None:
     with conn:
-        data = b""
-        while b"\r\n\r\n" not in data:
-            data += conn.recv(65536)
-        head, body = data.split(b"\r\n\r\n", 1)
-        length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
-                          if line.lower().startswith(b"content-length")))
-        while len(body) < length:
-            body += conn.recv(65536)
-        handler(conn, json.loads(body))
+        handler(conn, read_request(conn))
 
 
 def _event(i: int) -> bytes:
@@ -61,6 +54,32 @@ def chunked_stream(conn: socket.socket, body: dict) -> None:
         conn.sendall(_chunk(_event(i)))
         time.sleep(0.02)
     conn.sendall(_chunk(FINAL) + b"0\r\n\r\n")
+
+
+def test_a_token_is_stamped_when_it_arrived_not_when_it_was_read():
+    sent = []
+
+    def paced(conn: socket.socket, body: dict) -> None:
+        conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        for i in range(3):
+            sent.append(time.time_ns())
+            conn.sendall(_chunk(_event(i)))
+            time.sleep(0.03)
+        time.sleep(0.3)  # the end comes after the client's next read
+        conn.sendall(_chunk(FINAL) + b"0\r\n\r\n")
+
+    # The first-token hook runs in the client's loop: for 200 ms nothing is read, so
+    # tokens 1 and 2 wait in the socket and come out of one read, long after they came.
+    reply = client.run_concurrent(_serve(paced), [[1]], 3, timeout=10,
+                                  on_first_token=lambda: time.sleep(0.2))[0]
+    assert reply.arrival_clock == "kernel"
+    times = [t["t_ns"] for t in reply.tokens]
+    assert all(t >= s for t, s in zip(times, sent, strict=True))  # never before the send
+    # Read together, so both carry the later segment's arrival: about 60 ms after token
+    # 0, where the read's own time would be at least 200 ms.
+    assert times[1] == times[2]
+    assert 55e6 <= times[2] - times[0] <= 150e6, (times[2] - times[0]) / 1e6
+    assert times[2] - sent[2] < 20e6
 
 
 def test_chunked_stream_is_timestamped_token_by_token():
