@@ -13,6 +13,7 @@ import os
 import shlex
 import subprocess
 import sys
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,6 +89,16 @@ class Host:
                 f"(exit {result.returncode}): {result.stderr.strip()[-500:]}"
             )
         return result
+
+    def wait_listening(self, addr: str, port: int, timeout: float) -> None:
+        """Wait until this host has a TCP listener on addr:port. It does not connect:
+        a ggml-rpc-server would take a probing connection for its one client."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.run(["ss", "-Hltn", f"src {addr}:{port}"], check=False).stdout.strip():
+                return
+            time.sleep(0.1)
+        raise HostError(f"host {self.name}: no listener on {addr}:{port} after {timeout}s")
 
     @contextlib.contextmanager
     def entered(self) -> Iterator[None]:

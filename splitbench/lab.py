@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -238,29 +236,5 @@ def _start_relay(link: Link, delay_ms: float, key: str) -> None:
     procs.stop(f"relay-{key}")
     link.host_a.spawn(argv, role="relay", key=f"relay-{key}",
                       log_path=procs.state_dir() / "logs" / f"relay-{key}.log")
-    wait_for_port(link.host_a, link.addr_a, RPC_PORT, timeout=10)
+    link.host_a.wait_listening(link.addr_a, RPC_PORT, timeout=10)
     link.emulation["relay_argv"] = argv
-
-
-def wait_for_port(host: Host, addr: str, port: int, timeout: float) -> None:
-    """Wait until something accepts TCP connections at addr:port as seen from host."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if host.netns is None:
-            try:
-                with socket.create_connection((addr, port), timeout=1):
-                    return
-            except OSError:
-                pass
-        else:
-            check = host.run(
-                [sys.executable, "-c",
-                 "import socket,sys; socket.create_connection((sys.argv[1], int(sys.argv[2])),"
-                 " timeout=1)", addr, str(port)],
-                check=False,
-            )
-            if check.returncode == 0:
-                return
-        time.sleep(0.1)
-    raise HostError(f"host {host.name}: nothing accepts connections at {addr}:{port} "
-                    f"after {timeout}s")

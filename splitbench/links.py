@@ -16,22 +16,11 @@ import pandas as pd
 
 from splitbench import lab, linkfacts, netsetup, parquet_io, probe, procs
 from splitbench import link_history as history
-from splitbench.hosts import Host, HostError
+from splitbench.hosts import Host
 
 
 class LinkError(RuntimeError):
     """A link failed verification; the message names the pair, link and host."""
-
-
-def listening(host: Host, addr: str, port: int, timeout: float) -> None:
-    """Wait until host has a TCP listener on addr:port (without connecting to it)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        out = host.run(["ss", "-Hltn", f"src {addr}:{port}"], check=False).stdout
-        if out.strip():
-            return
-        time.sleep(0.1)
-    raise HostError(f"host {host.name}: no listener on {addr}:{port} after {timeout}s")
 
 
 def parse_iperf(report: dict[str, Any]) -> dict[str, float | None]:
@@ -80,7 +69,7 @@ def _has(host: Host, tool: str) -> bool:
 def _serve(link: lab.Link, role: str, key: str, argv: list[str], port: int) -> None:
     link.host_b.spawn(argv, role=role, key=f"{role}-{key}",
                       log_path=procs.state_dir() / "logs" / f"{role}-{key}.log")
-    listening(link.host_b, link.addr_b, port, timeout=10)
+    link.host_b.wait_listening(link.addr_b, port, timeout=10)
 
 
 def verify(spec: dict[str, Any], settings: dict[str, Any], out: str | Path) -> pd.DataFrame:

@@ -20,7 +20,6 @@ import numpy as np
 import pandas as pd
 
 from splitbench import client, lab, metrics, parquet_io, probe, procs, prompts, servers, tables
-from splitbench.links import listening
 
 # Index of the first sweep link: far from the configured links' indexes (1, 2, ...).
 FIRST_INDEX = 200
@@ -41,7 +40,7 @@ def measure_rr_ms(link: lab.Link, samples: int) -> float:
                       log_path=procs.state_dir() / "logs" / f"{key}.log")
     try:
         # Listening on B first: a relay on A accepts before B is there, then resets.
-        listening(link.host_b, link.addr_b, lab.PROBE_PORT, timeout=10)
+        link.host_b.wait_listening(link.addr_b, lab.PROBE_PORT, timeout=10)
         with link.host_a.entered():
             rtts = probe.measure(link.connect_addr, lab.PROBE_PORT, [RR_SIZE], samples)
     finally:

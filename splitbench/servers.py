@@ -19,7 +19,6 @@ import httpx
 
 from splitbench import lab, procs, telemetry
 from splitbench.hosts import Host
-from splitbench.links import listening
 
 HTTP_PORT = 8080
 HEALTH_TIMEOUT_S = 600
@@ -120,7 +119,7 @@ def _launch(
         key = f"rpc-{link.pair}-{i}"
         link.host_b.spawn(argv, role="rpc-server", key=key,
                           log_path=logs / f"{launch_id}-rpc{i}.log")
-        listening(link.host_b, link.addr_b, worker_port, timeout=30)
+        link.host_b.wait_listening(link.addr_b, worker_port, timeout=30)
         rpc_argvs.append(argv)
         proc_keys.append(key)
     port = HTTP_PORT if link.host_a.netns else HTTP_PORT + 10000

@@ -26,7 +26,7 @@ def serve_probe(link: lab.Link, state_dir) -> None:
                        str(lab.PROBE_PORT)], role="probe", key="probe-test",
                       log_path=state_dir / "probe.log")
     # Wait on B itself: the relay on A accepts before B listens.
-    lab.wait_for_port(link.host_b, link.addr_b, lab.PROBE_PORT, timeout=10)
+    link.host_b.wait_listening(link.addr_b, lab.PROBE_PORT, timeout=10)
 
 
 def test_loopback_lab_adds_delay_with_the_relay(state_dir, monkeypatch):
@@ -60,10 +60,10 @@ def test_namespace_link_is_shaped_recorded_and_torn_down(state_dir):
     assert "sb-tl-" not in names
 
 
-def test_wait_for_port_names_host_and_address(state_dir):
+def test_waiting_for_a_listener_names_host_and_address(state_dir):
     host = lab.Host("local")
     with pytest.raises(lab.HostError, match=r"host local: .*127\.0\.0\.1:9"):
-        lab.wait_for_port(host, "127.0.0.1", 9, timeout=0.5)
+        host.wait_listening("127.0.0.1", 9, timeout=0.5)
 
 
 @needs_root()

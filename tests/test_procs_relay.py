@@ -6,7 +6,7 @@ import time
 
 import numpy as np
 
-from splitbench import lab, probe, procs
+from splitbench import probe, procs
 from splitbench.hosts import Host
 
 LOCAL = Host("local")
@@ -22,7 +22,7 @@ def start_probe(state_dir, port):
     record = LOCAL.spawn([sys.executable, "-m", "splitbench.probe", "serve", "127.0.0.1",
                           str(port)], role="probe", key=f"probe-{port}",
                          log_path=state_dir / f"probe-{port}.log")
-    lab.wait_for_port(LOCAL, "127.0.0.1", port, timeout=10)
+    LOCAL.wait_listening("127.0.0.1", port, timeout=10)
     return record
 
 
@@ -68,7 +68,7 @@ def test_relay_adds_the_configured_delay(state_dir):
     LOCAL.spawn([sys.executable, "-m", "splitbench.relay", "--delay-ms", "2",
                  f"127.0.0.1:{front}=127.0.0.1:{target}"], role="relay", key="relay-t",
                 log_path=state_dir / "relay.log")
-    lab.wait_for_port(LOCAL, "127.0.0.1", front, timeout=10)
+    LOCAL.wait_listening("127.0.0.1", front, timeout=10)
     relayed = probe.measure("127.0.0.1", front, [64], samples=100)["64"]
     added_us = np.median(relayed) - np.median(direct)
     # 2 ms each way: a round trip holds 4 ms; sleep and thread wake-ups add a little.
@@ -81,7 +81,7 @@ def test_relay_keeps_bulk_throughput(state_dir):
     LOCAL.spawn([sys.executable, "-m", "splitbench.relay", "--delay-ms", "1",
                  f"127.0.0.1:{front}=127.0.0.1:{target}"], role="relay", key="relay-b",
                 log_path=state_dir / "relay.log")
-    lab.wait_for_port(LOCAL, "127.0.0.1", front, timeout=10)
+    LOCAL.wait_listening("127.0.0.1", front, timeout=10)
     rtt_us = np.median(probe.measure("127.0.0.1", front, [1 << 20], samples=5)["1048576"])
     # 1 MiB each way through a 1 ms relay: pipelined, far below 1 ms per 256 KiB chunk.
     assert rtt_us < 50_000, rtt_us

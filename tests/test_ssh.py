@@ -68,7 +68,7 @@ def host_b(state_dir, tmp_path):
                 role="other", key="sshd-test", log_path=tmp_path / "sshd.log")
     # sshd takes a moment to bind; a test that connects first would see "refused".
     try:
-        links.listening(Host("b", netns=NS), ADDR_B, PORT, timeout=15)
+        Host("b", netns=NS).wait_listening(ADDR_B, PORT, timeout=15)
     except HostError:
         pytest.fail(f"sshd did not listen: {(tmp_path / 'sshd.log').read_text()[-2000:]}")
     return {"ssh": f"root@{ADDR_B}", "ssh_port": PORT, "identity": str(keys / "client"),
