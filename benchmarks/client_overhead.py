@@ -7,7 +7,9 @@ tokens at known instants, 4 streams x 2,000 tokens/s, each event carrying its ow
 minus the send time. Prints figures; asserts nothing.
 
     .venv/bin/python benchmarks/client_overhead.py [--streams 4] [--rate 2000] [--tokens 4000]
-Goals (issue 4): p99 error under 200 us, client CPU under 30 us per token.
+Goals (issue 4): p99 error under 200 us, client CPU under 30 us per token. Then, for a
+finished run's cells (--results, default results/), the median gap between the harness's
+decode ms/token and the server's own (goal: within 1%).
 """
 
 from __future__ import annotations
@@ -18,10 +20,11 @@ import multiprocessing
 import resource
 import socket
 import time
+from pathlib import Path
 
 import numpy as np
 
-from splitbench import client
+from splitbench import client, tables
 from splitbench.testing import read_request
 
 
@@ -55,6 +58,8 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=4)
     parser.add_argument("--rate", type=float, default=2000, help="tokens/s per stream")
     parser.add_argument("--tokens", type=int, default=4000, help="tokens per stream")
+    parser.add_argument("--results", type=Path, default=Path("results"),
+                        help="a finished run's results, for the harness-vs-server figure")
     args = parser.parse_args()
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -80,6 +85,24 @@ def main() -> None:
     kernel = (usage.ru_stime - usage0.ru_stime) / tokens * 1e6
     print(f"client CPU: {user + kernel:.1f} us per token (goal < 30): "
           f"{user:.1f} in Python, {kernel:.1f} in the kernel (reads, polls, ACKs)")
+    harness_against_server(args.results)
+
+
+def harness_against_server(results: Path) -> None:
+    """Median |harness - server| decode ms/token over a run's ok requests, in percent."""
+    files = sorted(str(p) for p in (results / "cells").glob("*/*/*/*.requests.parquet"))
+    if not files:
+        print(f"no cells under {results}/cells: run `snakemake --cores 1 all` first")
+        return
+    columns = ["status", "decode_ms_per_token", "server_decode_ms_per_token"]
+    rows = tables.read_requests(files, columns)
+    rows = rows[(rows["status"] == "ok") & rows["server_decode_ms_per_token"].notna()]
+    gap = ((rows["decode_ms_per_token"] - rows["server_decode_ms_per_token"]).abs()
+           / rows["server_decode_ms_per_token"] * 100)
+    print(f"harness vs server decode ms/token over {len(rows)} ok requests in {results}: "
+          f"median gap {gap.median():.2f}% (goal < 1%)")
+    for conc, part in gap.groupby(rows["conc"]):
+        print(f"  concurrency {conc}: median {part.median():.2f}%, max {part.max():.2f}%")
 
 
 if __name__ == "__main__":
