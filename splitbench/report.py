@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 import vl_convert
 from markdown_it import MarkdownIt
 
-from splitbench import __version__, charts, parquet_io, plan
+from splitbench import __version__, charts, parquet_io, plan, tables
 
 # Tables in the seed write-up's order; stems that match none come after, by name.
 TABLE_ORDER = ["links", "link_comparison", "single_stream_decode", "single_stream_prefill",
@@ -233,6 +233,22 @@ def _cell_dates(request_files: list[str]) -> dict[str, str | None]:
             "cells measured until": _clock(frame["t_end_ns"].max())}
 
 
+def _arrival_clocks(request_files: list[str]) -> str | None:
+    """How many requests' token times are kernel receive stamps, and how many are not."""
+    if not request_files:
+        return None
+    wanted = ["arrival_clock", "generated_tokens"]
+    rows = tables.read_requests(request_files, wanted).reindex(columns=wanted)
+    clocks = rows.loc[rows["generated_tokens"] > 0, "arrival_clock"]  # those with tokens
+    names = {"kernel": "kernel receive stamps", "read": "when the read returned",
+             "mixed": "both", "unrecorded": "not recorded (measured before splitbench "
+                                            "recorded it: when the read returned)"}
+    counts = clocks.fillna("unrecorded").value_counts()
+    if counts.empty:
+        return None
+    return "; ".join(f"{names.get(k, k)}: {n} requests" for k, n in counts.items())
+
+
 def _launch_files(summary: pd.DataFrame, cells_dir: str | Path) -> dict[str, Path]:
     """One request file per server launch: its metadata holds the launch's commands."""
     files = {}
@@ -291,6 +307,7 @@ def provenance_section(summary_path: str, summary: pd.DataFrame, links: pd.DataF
         "links measured from": _iso(measured.min()) if len(measured) else None,
         "links measured until": _iso(measured.max()) if len(measured) else None,
         **_cell_dates(request_files),
+        "token times from": _arrival_clocks(request_files),
     }
     launches = _launch_files(summary, cells_dir)
     launch_rows, launch_commands = _launch_rows(launches)

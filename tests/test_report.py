@@ -43,10 +43,12 @@ def _tokens(link: str, ctx: str, conc: int) -> pd.DataFrame:
     } for r in range(conc) for i in range(16)])
 
 
-def _requests(tokens: pd.DataFrame, status: str) -> pd.DataFrame:
+def _requests(tokens: pd.DataFrame, status: str, clock: str) -> pd.DataFrame:
     per = tokens.groupby("request_id").agg(t_send_ns=("t_send_ns", "first"),
-                                           t_end_ns=("t_ns", "max")).reset_index()
-    return per.assign(status=status, cell_status=status, launch_id="launch-" + "x" * 4)
+                                           t_end_ns=("t_ns", "max"),
+                                           generated_tokens=("t_ns", "size")).reset_index()
+    return per.assign(status=status, cell_status=status, launch_id="launch-" + "x" * 4,
+                      arrival_clock=clock)
 
 
 def write_results(root: Path) -> dict[str, Any]:
@@ -65,7 +67,8 @@ def write_results(root: Path) -> dict[str, Any]:
                 layout = plan.cell_path("lab", link, "m", ctx, conc)
                 parquet_io.write(tokens, root / layout, {"launch": launch})
                 requests = root / plan.requests_path("lab", link, "m", ctx, conc)
-                parquet_io.write(_requests(tokens, "ok" if ok else "crash"), requests,
+                clock = "kernel" if link == "baseline" else "read"
+                parquet_io.write(_requests(tokens, "ok" if ok else "crash", clock), requests,
                                  {"launch": launch})
                 request_files.append(str(requests))
                 ms = 1.0 + n / 5000 + 2 * rr_us / 1000
@@ -149,7 +152,10 @@ def test_page_carries_provenance(built):
     text = Path(built["page"]).read_text()
     for expected in (LLAMA_VERSION, "netns-veth", "netem", "ggml-rpc-server -H 10.0.0.2",
                      "2026-11-30 07:30:00 UTC", "splitbench_version",
-                     "(1000 characters)"):  # long metadata values are cut, and say so
+                     "(1000 characters)",  # long metadata values are cut, and say so
+                     # 2 contexts x (1 + 2 + 4) requests per link
+                     "kernel receive stamps: 14 requests",
+                     "when the read returned: 14 requests"):
         assert expected in text, expected
 
 
