@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from splitbench import links, netsetup, plan, procs
+from splitbench import cells, links, models, netsetup, plan, procs, servers, toolchain
 from splitbench.hosts import Host, HostError, host_from_spec
 from tests.conftest import needs_root
 
@@ -141,3 +141,37 @@ def test_missing_tool_on_b_is_named(host_b):
     with pytest.raises(links.LinkError, match="iperf9 is not installed on host b"):
         links._require(host, "iperf9", "pair 'rig', link 'veth'")
     links._require(host, "iperf3", "pair 'rig', link 'veth'")  # present: no error
+
+
+def test_a_cell_runs_with_its_worker_started_over_ssh(host_b, tmp_path):
+    """The whole cell path with B reached only over SSH: the worker is launched through
+    sshd on B's link address, llama-server on A uses it, the sampler reads B over SSH."""
+    spec = link_spec(host_b)
+    netsetup.ensure(spec)
+    synthetic = {"n_layer": 2, "n_embd": 64, "n_head": 2, "n_head_kv": 1, "n_ff": 128,
+                 "n_vocab": 1024, "context_length": 4096, "seed": 3}
+    gguf = tmp_path / "m.gguf"
+    models.write_synthetic(synthetic, gguf)
+    model = models.describe({"synthetic": synthetic}, gguf)
+    tools = tmp_path / "toolchain.json"
+    toolchain.record("rig", "pip", {"a": {}, "b": host_b}, tools)
+    link_result = tmp_path / "link.parquet"
+    pd.DataFrame([{"fingerprint": "ssh-veth"}]).to_parquet(link_result)
+    settings = {"layers_on_b": 2, "threads": 1, "slots": 1, "ctx_per_slot": 1024,
+                "n_ctx": 1024}
+    cell = {"measurement_version": 1, "prompt_tokens": 100, "concurrency": 1,
+            "n_predict": 16, "request_timeout_s": 60, "crash_below_tps": 1.0}
+    requests = cells.run(cell, spec, model, {"settings": settings}, str(tools),
+                         str(link_result), str(tmp_path / "c.parquet"),
+                         str(tmp_path / "c.requests.parquet"))
+    row = requests.iloc[0]
+    assert row["status"] == "ok", row[["status", "error_type", "error_text"]].to_dict()
+    assert row["generated_tokens"] == 16 and row["prompt_tokens"] == 100
+    assert row["rpc_bytes_per_token_b_to_a"] >= synthetic["n_vocab"] * 4 * 0.9
+    worker = procs.find("rpc-rig-0")
+    assert worker["remote"] and worker["host"] == "b"  # started through sshd on B
+    assert worker["argv"][worker["argv"].index("-H"):][:2] == ["-H", ADDR_B]
+    assert procs.is_alive(worker)
+    assert "sensors_b" in requests  # B's sampler ran over SSH and said what it found
+    servers.stop("rig")
+    assert not procs.is_alive(worker)
