@@ -3,7 +3,23 @@ import json
 import os
 import sys
 
+import yaml
+
 from splitbench import archive, drift, plan, procs
+
+# Snakemake extends config/config.yaml with a --configfile's entries; for the matrix
+# that means running the embedded lab next to the user's own pair, unasked.
+if not workflow.config_settings.replace_workflow_config:
+    given = [
+        yaml.safe_load(open(path)) or {} for path in workflow.overwrite_configfiles
+    ]
+    merged_in = plan.entries_merged_in(config, given)
+    if merged_in:
+        raise ValueError(
+            "splitbench: Snakemake merged your config file into config/config.yaml, "
+            f"adding {merged_in} that your file does not define. Add "
+            "--replace-workflow-config to use only your file, or define them in it."
+        )
 
 try:
     plan.check(config)

@@ -47,6 +47,24 @@ def link_path(pair: str, link: str) -> str:
     return f"{RESULTS}/links/{pair}/{link}.parquet"
 
 
+# Keys whose entries make up the matrix: Snakemake merges a command-line config file's
+# entries into the workflow's own, so the embedded lab would join a user's own pair.
+MATRIX_KEYS = ("pairs", "models", "contexts")
+
+
+def entries_merged_in(config: dict[str, Any], given: list[dict[str, Any]]) -> dict[str, list]:
+    """Matrix entries in the merged config that none of the given config files (those on
+    the command line) define, for each matrix key the given files do set."""
+    merged_in = {}
+    for key in MATRIX_KEYS:
+        defined = [g[key] for g in given if isinstance(g.get(key), dict)]
+        if defined:
+            extra = sorted(set(config.get(key) or {}) - set().union(*defined))
+            if extra:
+                merged_in[key] = extra
+    return merged_in
+
+
 def check(config: dict[str, Any]) -> None:
     """Cross-key checks the JSON schema cannot express. Raises ConfigError."""
     links_by_pair = {p: set(spec["links"]) for p, spec in config["pairs"].items()}

@@ -91,3 +91,13 @@ def test_anchors_bracket_each_models_blocks():
     # The baseline launch runs before the start anchor that needs it.
     assert (plan.launch_priority(config, "lab", "baseline", "other")
             > plan.anchor_priority(config, "lab", "other", "start"))
+
+
+def test_entries_merged_in_from_the_workflow_config_are_named():
+    merged = {"pairs": {"lab": {}, "rig": {}}, "models": {"synth": {}, "big": {}},
+              "contexts": {"short": 128}}
+    mine = {"pairs": {"rig": {}}, "models": {"big": {}, "synth": {}}}
+    assert plan.entries_merged_in(merged, [mine]) == {"pairs": ["lab"]}
+    # contexts are not in the file: the workflow's are meant to apply
+    assert plan.entries_merged_in(merged, []) == {}
+    assert plan.entries_merged_in(merged, [mine, {"pairs": {"lab": {}}}]) == {}

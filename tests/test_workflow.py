@@ -75,6 +75,22 @@ def test_bad_config_stops_before_anything_starts(tmp_path, mutate, message):
     assert not (work / ".splitbench").exists()
 
 
+def test_an_own_config_file_does_not_silently_add_the_embedded_lab(tmp_path):
+    work = workflow_copy(tmp_path)
+    (work / "mine.yaml").write_text(yaml.safe_dump(tiny(), sort_keys=False))
+    merged = snakemake(work, "-n", "all", "--configfile", "mine.yaml")
+    assert merged.returncode != 0
+    out = merged.stderr + merged.stdout
+    assert "'pairs': ['lab']" in out and "--replace-workflow-config" in out
+    assert not (work / "results").exists()
+    alone = snakemake(work, "-n", "--quiet", "rules", "all", "--configfile", "mine.yaml",
+                      "--replace-workflow-config")
+    assert alone.returncode == 0, alone.stderr[-2000:]
+    cells = next(line.split()[1] for line in alone.stdout.splitlines()
+                 if line.split()[:1] == ["cell"])
+    assert cells == "16"  # tiny.yaml alone: 2 links x 2 models x 2 contexts x 2 levels
+
+
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
     """The tiny matrix measured once for real; the tests below read and re-plan it."""
