@@ -6,6 +6,7 @@ veth pair, reached only through a real OpenSSH server with a known host key.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import time
@@ -13,10 +14,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
 from splitbench import cells, links, models, netsetup, plan, procs, servers, toolchain
 from splitbench.hosts import Host, HostError, host_from_spec
 from tests.conftest import needs_root
+from tests.test_workflow import SNAKEMAKE, workflow_copy
 
 NS = "sb-sshtest-b"
 IF_A, IF_B = "sbssh-a", "sbssh-b"
@@ -175,3 +178,40 @@ def test_a_cell_runs_with_its_worker_started_over_ssh(host_b, tmp_path):
     assert "sensors_b" in requests  # B's sampler ran over SSH and said what it found
     servers.stop("rig")
     assert not procs.is_alive(worker)
+
+
+@pytest.mark.e2e
+def test_the_workflow_runs_a_pair_over_ssh(host_b, tmp_path):
+    """`snakemake all` on a config of its own with one pair in mode: ssh, as the README
+    says to run two real machines."""
+    netsetup.ensure(link_spec(host_b))  # A's end up: B's management address, here
+    rig = {
+        "measurement_version": 1, "toolchain": {"source": "pip"},
+        "pairs": {"rig": {"mode": "ssh", "hosts": {"a": {}, "b": host_b}, "links": {
+            "veth": {"interface_a": IF_A, "interface_b": IF_B, "addr_a": ADDR_A,
+                     "addr_b": ADDR_B, "prefix": 30}}}},
+        "baseline_link": "veth",
+        "models": {"tiny": {"synthetic": {
+            "n_layer": 2, "n_embd": 64, "n_head": 4, "n_head_kv": 2, "n_ff": 128,
+            "n_vocab": 1024, "context_length": 4096, "seed": 1}, "layers_on_b": 1}},
+        "contexts": {"short": 32}, "concurrency": [1, 2], "cell": {"n_predict": 24},
+        "link_check": {"iperf_seconds": 1, "rr_sizes": [64, 16384], "rr_samples": 40},
+    }
+    work = workflow_copy(tmp_path)
+    (work / "rig.yaml").write_text(yaml.safe_dump(rig, sort_keys=False))
+    env = {k: v for k, v in os.environ.items() if k != "SPLITBENCH_STATE"}  # its own
+    run = subprocess.run([SNAKEMAKE, "--cores", "1", "all", "--configfile", "rig.yaml",
+                          "--replace-workflow-config"], cwd=work, env=env,
+                         capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    summary = pd.read_parquet(work / "results/summary/cells.parquet")
+    assert sorted(summary["conc"]) == [1, 2] and set(summary["pair"]) == {"rig"}
+    assert (summary["status"] == "ok").all()
+    link = pd.read_parquet(work / "results/links/rig/veth.parquet").iloc[0]
+    assert link["route_dev_a"] == IF_A and link["emulation_mode"] == "real"
+    assert (work / "results/report.html").stat().st_size > 0
+    # The run stopped the worker it started on B over SSH.
+    left = subprocess.run(["ip", "netns", "pids", NS], capture_output=True, text=True)
+    commands = [Path(f"/proc/{pid}/cmdline").read_bytes() for pid in left.stdout.split()
+                if Path(f"/proc/{pid}/cmdline").exists()]
+    assert not [c for c in commands if b"ggml-rpc-server" in c]
