@@ -3,22 +3,19 @@ import json
 import os
 import sys
 
-import yaml
-
 from splitbench import archive, drift, plan, procs
 
-# Snakemake extends config/config.yaml with a --configfile's entries; for the matrix
-# that means running the embedded lab next to the user's own pair, unasked.
+# Snakemake extends config/config.yaml with a --configfile's entries, recursively; for
+# the matrix that means running the embedded lab next to the user's own pair, unasked.
 if not workflow.config_settings.replace_workflow_config:
-    given = [
-        yaml.safe_load(open(path)) or {} for path in workflow.overwrite_configfiles
-    ]
-    merged_in = plan.entries_merged_in(config, given)
+    given = [plan.read_yaml(path) for path in workflow.overwrite_configfiles]
+    merged_in = plan.entries_merged_in(plan.read_yaml("config/config.yaml"), given)
     if merged_in:
         raise ValueError(
             "splitbench: Snakemake merged your config file into config/config.yaml, "
-            f"adding {merged_in} that your file does not define. Add "
-            "--replace-workflow-config to use only your file, or define them in it."
+            f"which adds what your file does not define: {', '.join(merged_in[:12])}"
+            f"{' ...' if len(merged_in) > 12 else ''}. Add --replace-workflow-config "
+            "to use only your file, or define these in it."
         )
 
 try:

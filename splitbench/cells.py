@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import secrets
+import time
 import traceback
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pandas as pd
 
 from splitbench import (
@@ -21,6 +23,7 @@ from splitbench import (
     servers,
     telemetry,
 )
+from splitbench.hosts import HostError
 from splitbench.lab import RPC_PORT
 
 TOKEN_COLUMNS = ["request_id", "token_index", "token_id", "t_ns", "t_mono_ns", "chunk_tokens",
@@ -48,6 +51,11 @@ def run(
         for repeat in range(cell.get("repeats", 1)):
             measured.append(_measure(cell, link, model, launch["settings"], toolchain,
                                      fingerprint, repeat))
+    failures = [m[2]["harness_error"] for m in measured]
+    if all(failures):
+        # Nothing was measured: fail the job, so that the next run measures it again.
+        raise RuntimeError(f"every repeat of the cell failed in splitbench itself; the "
+                           f"first:\n{failures[0]}")
     requests = pd.concat([m[0] for m in measured], ignore_index=True)
     tokens = pd.concat([m[1] for m in measured], ignore_index=True)
     provenance = {
@@ -69,26 +77,12 @@ def _measure(cell: dict[str, Any], link: Any, model: dict[str, Any],
              repeat: int) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
     """One measurement of the cell: request rows, token rows, provenance."""
     sampler = telemetry.Sampler({"a": link.host_a, "b": link.host_b})
-    n_predict, conc = cell["n_predict"], cell["concurrency"]
     try:
-        server = servers.ensure(link, settings, model["path"], model["sha256"], toolchain)
-    except servers.LaunchError as exc:
-        replies = [client.Reply(request_id=i, error_type="launch_failed",
-                                error_text=str(exc)[-2000:]) for i in range(conc)]
-        server, alive, rpc = None, False, None
-    else:
-        try:
-            replies, rpc = _drive(cell, link, server)
-        except Exception as exc:  # noqa: BLE001 - becomes this repeat's rows, see below
-            # An unexpected failure is this repeat's `error` rows, not the job's end:
-            # failing the job would throw away the repeats already measured.
-            text = "".join(traceback.format_exception(exc))[-2000:]
-            replies = [client.Reply(request_id=i, error_type=type(exc).__name__,
-                                    error_text=text) for i in range(conc)]
-            rpc = None
-        with link.host_a.entered():
-            alive = server.alive() and servers.healthy(server.url)
-    sensors = sampler.finish()
+        replies, server, alive, rpc, harness_error = _attempt(cell, link, model, settings,
+                                                              toolchain)
+    finally:
+        sensors = sampler.finish()
+    n_predict = cell["n_predict"]
     rows = [
         metrics.request_row(r, cell["prompt_tokens"], n_predict,
                             alive, cell["crash_below_tps"])
@@ -114,8 +108,39 @@ def _measure(cell: dict[str, Any], link: Any, model: dict[str, Any],
         columns=TOKEN_COLUMNS,
     ).astype({"t_ns": "int64", "t_mono_ns": "int64"})
     tokens = tokens.merge(requests.drop(columns=["error_text"]), on="request_id", how="left")
-    record = {"launch": server.record if server else None, "telemetry": sensors}
+    record = {"launch": server.record if server else None, "telemetry": sensors,
+              "harness_error": harness_error}
     return requests, tokens, record
+
+
+def _attempt(cell: dict[str, Any], link: Any, model: dict[str, Any],
+             settings: dict[str, Any], toolchain: dict[str, Any]) -> tuple[
+                 list[client.Reply], servers.Server | None, bool,
+                 telemetry.RpcTraffic | None, str | None]:
+    """Launch (or reuse) the servers and drive the cell: replies, the server, whether it
+    survived, its RPC traffic, and the harness's own failure (traceback) if there was one.
+    A failure is the replies' status, not an exception: the other repeats are kept."""
+    try:
+        server = servers.ensure(link, settings, model["path"], model["sha256"], toolchain)
+    except (servers.LaunchError, HostError, httpx.HTTPError) as exc:
+        return _failed(cell, "launch_failed", str(exc)), None, False, None, None
+    try:
+        replies, rpc = _drive(cell, link, server)
+    except Exception as exc:  # noqa: BLE001 - becomes this repeat's rows
+        text = "".join(traceback.format_exception(exc))[-2000:]
+        replies, rpc, harness_error = _failed(cell, type(exc).__name__, text), None, text
+    else:
+        harness_error = None
+    with link.host_a.entered():
+        alive = server.alive() and servers.healthy(server.url)
+    return replies, server, alive, rpc, harness_error
+
+
+def _failed(cell: dict[str, Any], error_type: str, text: str) -> list[client.Reply]:
+    """Every request of the cell, failed before it got a reply, stamped now."""
+    now = time.time_ns()
+    return [client.Reply(request_id=i, t_send_ns=now, t_end_ns=now, error_type=error_type,
+                         error_text=text[-2000:]) for i in range(cell["concurrency"])]
 
 
 def _drive(cell: dict[str, Any], link: Any,

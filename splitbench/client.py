@@ -27,6 +27,9 @@ from urllib.parse import urlsplit
 SO_TIMESTAMPNS = 35
 _STAMP_SPACE = socket.CMSG_SPACE(16)
 _TIMESPEC = struct.Struct("qq")
+# A kernel stamp is trusted when it lies at most this far before the read returned
+# (data can wait in the socket while the client is busy, but not for a minute).
+STAMP_WINDOW_NS = 60 * 10**9
 
 
 @dataclass
@@ -291,14 +294,16 @@ def _read_all(poller: select.epoll, streams: dict[int, _Stream], idle_timeout: f
         # Receive and stamp every ready stream before parsing any: one stream's parsing
         # must not delay the next one's timestamp.
         received = [(fd, *_receive(streams[fd].sock)) for fd, _ in poller.poll(0.1)]
-        # Each arrival on the monotonic clock too: both clocks advance together.
-        mono_minus_real = time.monotonic_ns() - time.time_ns()
+        now_mono, now_ns = time.monotonic_ns(), time.time_ns()
         for fd, data, error, t_ns, clock in received:
             stream = streams[fd]
-            t_mono = t_ns + mono_minus_real
+            if clock == "kernel" and not now_ns - STAMP_WINDOW_NS <= t_ns <= now_ns:
+                t_ns, clock = now_ns, "read"  # a stamp from another clock or a clock step
+            # Each arrival on the monotonic clock too: both clocks advance together.
+            t_mono = t_ns + now_mono - now_ns
             if data:
                 stream.clocks.add(clock)
-                stream.last_activity = t_mono / 1e9
+                stream.last_activity = now_mono / 1e9
                 try:
                     if stream.feed(data, t_ns, t_mono) and waiting_first:
                         waiting_first = False

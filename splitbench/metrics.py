@@ -124,10 +124,12 @@ def cell_status(statuses: list[str]) -> str:
 
 def wall_ms(rows: list[dict[str, Any]]) -> float | None:
     """First send to last token (or last reply) across a cell's requests."""
-    ends = [r["t_last_ns"] or r["t_end_ns"] for r in rows]
     if not rows:
         return None
-    return (max(ends) - min(r["t_send_ns"] for r in rows)) / 1e6
+    ends = [r["t_last_ns"] or r["t_end_ns"] for r in rows]
+    wall = max(ends) - min(r["t_send_ns"] for r in rows)
+    # Zero when no request was ever sent (a failed launch): no wall time, not 0 ms.
+    return wall / 1e6 if wall > 0 else None
 
 
 def overlap(n: int, single_ms: float | None, cell_wall_ms: float | None) -> float | None:

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 RESULTS = "results"
 
@@ -47,22 +50,37 @@ def link_path(pair: str, link: str) -> str:
     return f"{RESULTS}/links/{pair}/{link}.parquet"
 
 
-# Keys whose entries make up the matrix: Snakemake merges a command-line config file's
-# entries into the workflow's own, so the embedded lab would join a user's own pair.
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """A YAML config file as a dict ({} when empty)."""
+    return yaml.safe_load(Path(path).read_text()) or {}
+
+
+# Keys whose entries make up the matrix: Snakemake merges a command-line config file
+# into the workflow's own, recursively, so the embedded lab would join a user's pair.
 MATRIX_KEYS = ("pairs", "models", "contexts")
 
 
-def entries_merged_in(config: dict[str, Any], given: list[dict[str, Any]]) -> dict[str, list]:
-    """Matrix entries in the merged config that none of the given config files (those on
-    the command line) define, for each matrix key the given files do set."""
-    merged_in = {}
+def entries_merged_in(workflow_config: dict[str, Any], given: list[dict[str, Any]]) -> list[str]:
+    """Paths (`pairs.lab`, `pairs.rig.links.usb4`) that the merge brings in from the
+    workflow's own config file under a matrix key the given files (those on the command
+    line) set, because none of the given files defines them."""
+    def added(default: dict, mine: list[dict], path: str) -> list[str]:
+        out = []
+        for key, value in default.items():
+            theirs = [m[key] for m in mine if key in m]
+            if not theirs:
+                out.append(f"{path}{key}")
+            elif isinstance(value, dict):
+                out += added(value, [t for t in theirs if isinstance(t, dict)],
+                             f"{path}{key}.")
+        return out
+
+    found = []
     for key in MATRIX_KEYS:
-        defined = [g[key] for g in given if isinstance(g.get(key), dict)]
-        if defined:
-            extra = sorted(set(config.get(key) or {}) - set().union(*defined))
-            if extra:
-                merged_in[key] = extra
-    return merged_in
+        mine = [g[key] for g in given if isinstance(g.get(key), dict)]
+        if mine and isinstance(workflow_config.get(key), dict):
+            found += added(workflow_config[key], mine, f"{key}.")
+    return found
 
 
 def check(config: dict[str, Any]) -> None:

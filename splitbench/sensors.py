@@ -85,7 +85,10 @@ def reading() -> dict[str, Any]:
 
 def main(argv: list[str]) -> None:
     every = float(argv[argv.index("--every") + 1]) if "--every" in argv else None
-    while True:
+    parent = os.getppid()
+    # A sampler outlives nothing: when its parent (the cell job, or the SSH session)
+    # is gone, killed say, it stops instead of sampling forever.
+    while os.getppid() == parent:
         print(json.dumps(reading()), flush=True)
         if every is None:
             return

@@ -130,3 +130,30 @@ def test_an_unexpected_failure_in_one_repeat_keeps_the_others(bench, tmp_path, m
     assert "bug in the harness" in by_repeat.loc[1, "error_text"]
     written = pd.read_parquet(tmp_path / "flaky.requests.parquet")
     assert sorted(written["repeat"]) == [0, 1, 2]
+
+
+@needs_root()
+def test_a_cell_whose_every_repeat_fails_in_the_harness_fails_the_job(bench, tmp_path,
+                                                                      monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("bug in the harness")
+
+    monkeypatch.setattr(cells.client, "run_concurrent", broken)
+    with pytest.raises(RuntimeError, match=r"(?s)every repeat.*bug in the harness"):
+        bench(prompt_tokens=64, n_predict=8, name="broken")
+    # Nothing written, so the next run measures the cell again.
+    assert not (tmp_path / "broken.requests.parquet").exists()
+
+
+@needs_root()
+def test_a_launch_that_fails_on_host_b_is_a_row_stamped_when_it_failed(bench, monkeypatch):
+    def unreachable(*args, **kwargs):
+        raise cells.HostError("host b: no listener on 10.0.0.2:50052 after 30s")
+
+    monkeypatch.setattr(cells.servers, "ensure", unreachable)
+    before = time.time_ns()
+    frame = bench(prompt_tokens=64, n_predict=8, name="nolaunch", concurrency=2)
+    assert frame["error_type"].tolist() == ["launch_failed"] * 2
+    assert frame["error_text"].str.contains("no listener").all()
+    assert (frame["t_send_ns"] >= before).all()  # not 1970
+    assert frame["cell_wall_ms"].isna().all()  # nothing was sent: no wall time

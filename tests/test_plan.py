@@ -94,10 +94,15 @@ def test_anchors_bracket_each_models_blocks():
 
 
 def test_entries_merged_in_from_the_workflow_config_are_named():
-    merged = {"pairs": {"lab": {}, "rig": {}}, "models": {"synth": {}, "big": {}},
-              "contexts": {"short": 128}}
-    mine = {"pairs": {"rig": {}}, "models": {"big": {}, "synth": {}}}
-    assert plan.entries_merged_in(merged, [mine]) == {"pairs": ["lab"]}
-    # contexts are not in the file: the workflow's are meant to apply
-    assert plan.entries_merged_in(merged, []) == {}
-    assert plan.entries_merged_in(merged, [mine, {"pairs": {"lab": {}}}]) == {}
+    default = {"pairs": {"lab": {"links": {"5gbe": {"rate_gbit": 5}, "usb4": {}}}},
+               "models": {"synth": {"synthetic": {"n_layer": 2}, "threads": 1}},
+               "contexts": {"short": 128}}
+    mine = {"pairs": {"rig": {"links": {"veth": {}}}}, "models": {"synth": {"path": "x"}}}
+    assert plan.entries_merged_in(default, [mine]) == [
+        "pairs.lab", "models.synth.synthetic", "models.synth.threads"]
+    # A copy of the lab that drops a link gets it back from the merge, and is told so.
+    trimmed = {"pairs": {"lab": {"links": {"5gbe": {"rate_gbit": 5}}}}}
+    assert plan.entries_merged_in(default, [trimmed]) == ["pairs.lab.links.usb4"]
+    # Keys the files leave out (contexts here) are meant to come from the workflow's.
+    assert plan.entries_merged_in(default, [{"repeats": 3}]) == []
+    assert plan.entries_merged_in(default, [default]) == []

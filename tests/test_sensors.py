@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 from splitbench import sensors, telemetry
 from splitbench.hosts import Host
@@ -43,3 +46,37 @@ def test_sampler_covers_both_sides_with_one_process_on_one_machine():
         assert figures["temp_a_peak_c"] >= figures["temp_a_before_c"]
         assert figures["temp_a_peak_c"] >= figures["temp_a_after_c"]
     assert all(p.poll() is not None for p in sampler.processes.values())
+
+
+def test_a_sampler_stops_when_its_parent_is_killed(tmp_path):
+    """After a kill -9 of the cell job, its sampler must not sample forever."""
+    out = tmp_path / "readings"
+    parent = subprocess.Popen(
+        [sys.executable, "-c",
+         "import subprocess, sys, time\n"
+         f"p = subprocess.Popen([sys.executable, '-m', 'splitbench.sensors', '--every', "
+         f"'0.1'], stdout=open({str(out)!r}, 'w'))\n"
+         "print(p.pid, flush=True)\n"
+         "time.sleep(120)\n"],
+        stdout=subprocess.PIPE, text=True)
+    sampler = int(parent.stdout.readline())
+    deadline = time.monotonic() + 10
+    while not out.exists() or not out.read_text():
+        assert time.monotonic() < deadline, "the sampler wrote nothing"
+        time.sleep(0.05)
+    assert _running(sampler)
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 5
+    while _running(sampler) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _running(sampler)
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan's zombie waits for init to reap it)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
