@@ -24,7 +24,7 @@ def pip_bin_dir() -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise ToolchainError(
             f"the Python package {PIP_PACKAGE} is not installed in this environment: "
-            "run `make setup` (it builds llama.cpp with -DGGML_RPC=ON), or set "
+            "run `./bootstrap.sh test` (it builds llama.cpp with -DGGML_RPC=ON), or set "
             "toolchain.source: path with bin_dir per host"
         )
     bin_dir = Path(next(iter(spec.submodule_search_locations))) / "bin"
