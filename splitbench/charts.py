@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from splitbench import plan
+from splitbench import plan, tables
 
 # name -> (title, the question it answers); the report shows them in this order.
 CHARTS: dict[str, tuple[str, str]] = {
@@ -58,9 +58,9 @@ CHARTS: dict[str, tuple[str, str]] = {
     ),
 }
 
-# The latency the decode-vs-latency fit uses, first that every link has: the probe's
-# fixed request-response overhead (a decode step moves a few KB per transaction, where
-# the fixed cost dominates; the mechanisms table uses it too), else the 16 KB p50.
+# The latency the decode-vs-latency fit uses, the mechanisms table's: the probe's fixed
+# request-response overhead (a decode step moves a few KB per transaction, where the
+# fixed cost dominates), else the 16 KB p50. Axis titles:
 LATENCY_COLUMNS = {"rr_fixed_us": "request-response fixed overhead",
                    "rr16k_p50_us": "16 KB request-response p50"}
 # A timeline of more ticks than this is thinned per stream (every k-th token) so the
@@ -360,12 +360,10 @@ def _fit_lines(points: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def latency_column(links: pd.DataFrame) -> str | None:
-    """The first of LATENCY_COLUMNS that every link has; None when none has one."""
-    for column in LATENCY_COLUMNS:
-        if column in links.columns and not links.empty and links[column].notna().all():
-            return column
-    present = [c for c in LATENCY_COLUMNS if c in links.columns and links[c].notna().any()]
-    return present[0] if present else None
+    """The mechanisms table's latency figure (tables.latency_column); None when no link
+    has it."""
+    column = tables.latency_column(links)
+    return column if column in links.columns and links[column].notna().any() else None
 
 
 def latency_points(summary: pd.DataFrame, links: pd.DataFrame, column: str) -> pd.DataFrame:
@@ -438,12 +436,6 @@ def build(summary: pd.DataFrame, links: pd.DataFrame, baseline: str,
     return {name: BUILDERS[name](**inputs) for name in CHARTS}
 
 
-def read_links(link_files: list[str]) -> pd.DataFrame:
-    frames = [pq.read_table(p).to_pandas() for p in link_files]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
-        columns=["pair", "link"])
-
-
 def save(chart: alt.TopLevelMixin, out_dir: str | Path, name: str) -> list[Path]:
     """name.html (opens offline: the Vega libraries are inlined), name.png (2x) and
     name.vl.json (the Vega-Lite spec, data included, that the report page embeds)."""
@@ -472,7 +464,7 @@ def render(summary_path: str, link_files: list[str], baseline: str, out_dir: str
            cells_dir: str = f"{plan.RESULTS}/cells", timeline: str = "") -> list[Path]:
     """Build and save every chart; returns the files written."""
     summary = pq.read_table(summary_path).to_pandas()
-    links = read_links(link_files)
+    links = tables.read_links(link_files)
     cell = timeline_cell(summary, baseline, timeline)
     tokens = read_timeline(cells_dir, cell) if cell is not None else None
     written = []

@@ -21,7 +21,6 @@ from typing import Any
 
 import altair as alt
 import pandas as pd
-import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import vl_convert
 from markdown_it import MarkdownIt
@@ -222,23 +221,26 @@ def _iso(text: str) -> str:
     return pd.Timestamp(text).tz_convert("UTC").strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def _cell_dates(request_files: list[str]) -> dict[str, str | None]:
+# What the provenance reads from every request file, in one pass.
+REQUEST_FACTS = ["t_send_ns", "t_end_ns", "arrival_clock", "generated_tokens"]
+
+
+def _request_facts(request_files: list[str]) -> pd.DataFrame:
+    if not request_files:
+        return pd.DataFrame(columns=REQUEST_FACTS)
+    return tables.read_requests(request_files, REQUEST_FACTS).reindex(columns=REQUEST_FACTS)
+
+
+def _cell_dates(rows: pd.DataFrame) -> dict[str, str | None]:
     """When the first request was sent and the last one ended, over every cell."""
-    if not request_files:
+    if rows.empty:
         return {"cells measured from": None, "cells measured until": None}
-    table = ds.dataset(request_files, format="parquet").to_table(
-        columns=["t_send_ns", "t_end_ns"])
-    frame = table.to_pandas()
-    return {"cells measured from": _clock(frame["t_send_ns"].min()),
-            "cells measured until": _clock(frame["t_end_ns"].max())}
+    return {"cells measured from": _clock(rows["t_send_ns"].min()),
+            "cells measured until": _clock(rows["t_end_ns"].max())}
 
 
-def _arrival_clocks(request_files: list[str]) -> str | None:
+def _arrival_clocks(rows: pd.DataFrame) -> str | None:
     """How many requests' token times are kernel receive stamps, and how many are not."""
-    if not request_files:
-        return None
-    wanted = ["arrival_clock", "generated_tokens"]
-    rows = tables.read_requests(request_files, wanted).reindex(columns=wanted)
     clocks = rows.loc[rows["generated_tokens"] > 0, "arrival_clock"]  # those with tokens
     names = {"kernel": "kernel receive stamps", "read": "when the read returned",
              "mixed": "both", "unrecorded": "not recorded (measured before splitbench "
@@ -299,6 +301,7 @@ def provenance_section(summary_path: str, summary: pd.DataFrame, links: pd.DataF
                        request_files: list[str], cells_dir: str | Path) -> str:
     """Versions, builds, links as emulated, dates and the Parquet files' own metadata."""
     summary_meta = parquet_io.provenance(summary_path)
+    requests = _request_facts(request_files)
     measured = links["measured_at"].dropna() if "measured_at" in links else pd.Series()
     facts = {
         "report written": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
@@ -306,8 +309,8 @@ def provenance_section(summary_path: str, summary: pd.DataFrame, links: pd.DataF
         "splitbench (summary)": summary_meta.get("splitbench_version"),
         "links measured from": _iso(measured.min()) if len(measured) else None,
         "links measured until": _iso(measured.max()) if len(measured) else None,
-        **_cell_dates(request_files),
-        "token times from": _arrival_clocks(request_files),
+        **_cell_dates(requests),
+        "token times from": _arrival_clocks(requests),
     }
     launches = _launch_files(summary, cells_dir)
     launch_rows, launch_commands = _launch_rows(launches)
@@ -346,8 +349,8 @@ def page(summary_path: str, link_files: list[str], toolchain_files: list[str],
          cells_dir: str = f"{plan.RESULTS}/cells") -> str:
     """The whole report as one HTML string."""
     summary = pq.read_table(summary_path).to_pandas()
-    links = charts.read_links(link_files)
-    tables = [render_table(stem) for stem in table_stems(tables_dir)]
+    links = tables.read_links(link_files)
+    table_html = [render_table(stem) for stem in table_stems(tables_dir)]
     figures = [render_chart(name, spec) for name, spec in chart_specs(charts_dir)]
     provenance = provenance_section(summary_path, summary, links, link_files,
                                     toolchain_files, request_files, cells_dir)
@@ -362,7 +365,7 @@ def page(summary_path: str, link_files: list[str], toolchain_files: list[str],
         '<nav><a href="#tables">Tables</a><a href="#charts">Charts</a>'
         '<a href="#provenance">Provenance</a></nav>',
         "<h2>Run</h2>", _overview(summary),
-        '<section id="tables"><h2>Tables</h2>', *(tables or ["<p>No tables.</p>"]),
+        '<section id="tables"><h2>Tables</h2>', *(table_html or ["<p>No tables.</p>"]),
         "</section>",
         '<section id="charts"><h2>Charts</h2>', *(figures or ["<p>No charts.</p>"]),
         "</section>", provenance, f"<script>{SCRIPT}</script></body></html>",

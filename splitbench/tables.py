@@ -65,10 +65,7 @@ def summarize(request_files: list[str], contexts: dict[str, int]) -> pd.DataFram
     summary["ctx_tokens"] = summary["ctx"].map(contexts)
     summary["temps"] = summary.apply(_temps_text, axis=1)
     summary["overlap"] = _overlaps(summary, requests)
-    order = {label: i for i, label in enumerate(by_length(contexts))}
-    summary = summary.sort_values(
-        SUMMARY_KEYS, key=lambda col: col.map(order) if col.name == "ctx" else col)
-    return summary.reset_index(drop=True)
+    return _ctx_sorted(summary, SUMMARY_KEYS, by_length(contexts)).reset_index(drop=True)
 
 
 def by_length(contexts: dict[str, int]) -> list[str]:
@@ -83,11 +80,12 @@ def read_requests(request_files: Sequence[str],
 
     columns: the request columns to read (all where None) where a file has them; a file
     lacking one gets it missing. pyarrow reads each file, the tables are concatenated
-    and converted to pandas once. Files measured before requests carried their own
-    dispersion (no `decode_ms_se`, or none filled in) get it from their token files, read
-    together (`_token_se`), as metrics.request_row computes it.
+    and converted to pandas once. When `decode_ms_se` is wanted, files measured before
+    requests carried their own dispersion (none, or none filled in) get it from their
+    token files, read together (`_token_se`), as metrics.request_row computes it.
     """
-    wanted = None if columns is None else {*columns, "request_id", "decode_ms_se", "repeat"}
+    needs_se = columns is None or "decode_ms_se" in columns
+    wanted = None if columns is None else {*columns, "request_id", "repeat"}
     pieces, cells, old = [], [], []
     for path in request_files:
         parts = Path(path).parts  # results/cells/PAIR/LINK/MODEL/ctxC_cN.requests.parquet
@@ -99,7 +97,7 @@ def read_requests(request_files: Sequence[str],
         names = file.schema_arrow.names
         table = file.read(columns=None if wanted is None else [c for c in names if c in wanted],
                           use_threads=False).replace_schema_metadata(None)
-        if "decode_ms_se" not in names or _all_missing(table["decode_ms_se"]):
+        if needs_se and ("decode_ms_se" not in names or _all_missing(table["decode_ms_se"])):
             old.append(len(pieces))
         if "repeat" not in names:
             table = table.append_column(
@@ -126,10 +124,6 @@ def read_requests(request_files: Sequence[str],
     return frame
 
 
-def _read_requests(path: str) -> pd.DataFrame:
-    return read_requests([path])
-
-
 def _all_missing(column: pa.ChunkedArray) -> bool:
     return len(column) == 0 or bool(pc.all(pc.is_null(column, nan_is_null=True)).as_py())
 
@@ -154,36 +148,32 @@ def _token_se(token_files: Sequence[Path]) -> pd.Series:
     return (gaps.std(ddof=1) / np.sqrt(count)).where(count >= 2)
 
 
+# Cell-level fields: name, request column, how one repeat's rows give it, how the
+# repeats of a cell combine. Every request row of a repeat carries the same cell fields.
+CELL_FIELDS = [
+    ("status", "cell_status", "first", lambda s: metrics.cell_status(list(s))),
+    ("repeats", "cell_status", "first", "size"),
+    ("requests", "request_id", "count", "sum"),
+    ("ok_requests", "ok", "sum", "sum"),
+    ("wall_ms", "cell_wall_ms", "first", "median"),
+    ("server_launch_id", "launch_id", "first", "first"),
+    ("link_fingerprint", "link_fingerprint", "first", "first"),
+    ("temp_before_c", "temp_before_c", "first", "first"),
+    ("temp_after_c", "temp_after_c", "first", "last"),
+    # Fields that cells measured before they existed lack.
+    ("throughput_tps", "cell_throughput_tps", "first", "median"),
+    ("temp_peak_c", "temp_peak_c", "first", "max"),
+]
+
+
 def _cells(requests: pd.DataFrame) -> pd.DataFrame:
     """Cell-level fields; with repeats, the worst status and the median wall time."""
-    # Fields that cells measured before they existed lack.
-    later = {name: (column, "first") for name, column in
-             (("throughput_tps", "cell_throughput_tps"), ("temp_peak_c", "temp_peak_c"))
-             if column in requests}
-    runs = requests.assign(ok=requests["status"].eq("ok")).groupby(
-        SUMMARY_KEYS + ["repeat"]).agg(
-        **later,
-        status=("cell_status", "first"),
-        requests=("request_id", "count"),
-        ok_requests=("ok", "sum"),
-        wall_ms=("cell_wall_ms", "first"),
-        server_launch_id=("launch_id", "first"),
-        link_fingerprint=("link_fingerprint", "first"),
-        temp_before_c=("temp_before_c", "first"),
-        temp_after_c=("temp_after_c", "first"),
-    )
+    requests = requests.assign(ok=requests["status"].eq("ok"))
+    fields = [f for f in CELL_FIELDS if f[1] in requests]
+    runs = requests.groupby(SUMMARY_KEYS + ["repeat"]).agg(
+        **{name: (column, per_run) for name, column, per_run, _ in fields})
     return runs.groupby(level=SUMMARY_KEYS).agg(
-        status=("status", lambda s: metrics.cell_status(list(s))),
-        repeats=("status", "size"),
-        requests=("requests", "sum"),
-        ok_requests=("ok_requests", "sum"),
-        wall_ms=("wall_ms", "median"),
-        server_launch_id=("server_launch_id", "first"),
-        link_fingerprint=("link_fingerprint", "first"),
-        temp_before_c=("temp_before_c", "first"),
-        temp_after_c=("temp_after_c", "last"),
-        **{name: (name, "max" if name == "temp_peak_c" else "median") for name in later},
-    )
+        **{name: (name, across) for name, _, _, across in fields})
 
 
 def _uncertainty(ok: pd.DataFrame) -> pd.DataFrame:
@@ -410,7 +400,7 @@ def link_comparison(summary: pd.DataFrame, contexts: list[str],
     """The seed's table 1, one row per model, link and context: prefill relative change
     (%) and decode delta ms/token against the baseline link at concurrency 1."""
     comp = compare_links(summary, baseline_link)
-    keys = (["pair"] if summary["pair"].nunique() > 1 else []) + ["model", "link", "ctx"]
+    keys = _row_keys(summary) + ["ctx"]
     comp = _ctx_sorted(comp, keys, contexts)
     rows = zip(comp["prefill_change_pct"], comp["prefill_change_unc_pct"],
                comp["prefill_resolvable"], comp["decode_delta_ms"],
@@ -702,11 +692,9 @@ def write_table(frame: pd.DataFrame, stem: str | Path, title: str) -> None:
     stem.with_suffix(".md").write_text(f"## {title}\n\n{to_markdown(frame)}")
 
 
-def links_table(links: list[str] | pd.DataFrame) -> pd.DataFrame:
+def links_table(links: pd.DataFrame) -> pd.DataFrame:
     """The seed's Links table (Gbit/s, ms) plus request-response latency and what was
-    negotiated and emulated. Takes link result files or their rows (read_links)."""
-    if not isinstance(links, pd.DataFrame):
-        links = read_links(links)
+    negotiated and emulated, from the link results' rows (read_links)."""
     # Older or partial link results lack some columns: show them as unknown.
     rates = [f"{c}{s}" for c in ("a_to_b_gbps", "b_to_a_gbps", "bidir_gbps")
              for s in ("", "_min", "_max")]
@@ -804,7 +792,7 @@ def remeasured(archived: list[Path], summary: pd.DataFrame) -> pd.DataFrame:
     rows = []
     current = summary.set_index(SUMMARY_KEYS)
     for path in archived:
-        old = _read_requests(str(path))
+        old = read_requests([str(path)])
         ok = old[old["status"] == "ok"]
         key = tuple(old.iloc[0][k] for k in SUMMARY_KEYS)
         now = current.loc[key] if key in current.index else None
