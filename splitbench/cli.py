@@ -199,11 +199,9 @@ def _dispatch(args: argparse.Namespace) -> int:  # noqa: C901 - a flat switch
                             cells_dir=args.cells)
         print(f"report: {args.out} ({size / 1e6:.2f} MB)")
     elif args.stage == "cells":
-        import yaml
-
         from splitbench import plan
 
-        config = yaml.safe_load(Path(args.config).read_text())
+        config = plan.read_yaml(args.config)
         for cell in plan.matching_cells(config, args.match):
             print(cell.path)
     elif args.stage == "drift":

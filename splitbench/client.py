@@ -86,9 +86,6 @@ class _Stream:
         self.events += [(t_ns, t_mono, line) for line in lines if line.startswith(b"data: ")]
         return len(self.events) - before
 
-    def _parsed(self) -> list[dict | None]:
-        return _parse_events(self)
-
     def _headers(self, head: bytes) -> None:
         lines = head.decode("latin-1").split("\r\n")
         self.reply.http_status = int(lines[0].split()[1])
@@ -104,11 +101,9 @@ class _Stream:
         reply = self.reply
         if self.clocks:
             reply.arrival_clock = self.clocks.pop() if len(self.clocks) == 1 else "mixed"
-        if error_type is None and self.chunked is None:
-            error_type, error_text = "ConnectionResetError", "closed before the headers"
         if reply.http_status is not None and reply.http_status != 200:
             _read_error(self.error_body, reply)
-        for (t_ns, t_mono, _), event in zip(self.events, self._parsed(), strict=True):
+        for (t_ns, t_mono, _), event in zip(self.events, _parse_events(self), strict=True):
             if event is not None:
                 _take_event(event, t_ns, t_mono, reply)
         if error_type is not None and reply.error_type is None:
@@ -316,5 +311,6 @@ def _read_all(poller: select.epoll, streams: dict[int, _Stream], idle_timeout: f
             del streams[fd]
             # A plain (unchunked) body ends at EOF; a chunked one at its last chunk.
             if error is None and not (stream.done or stream.chunked is False):
-                error = ("ConnectionResetError", "stream ended before its last chunk")
+                error = ("ConnectionResetError", "closed before the headers"
+                         if stream.chunked is None else "stream ended before its last chunk")
             stream.close(*(error or (None, None)))

@@ -59,7 +59,7 @@ DEFAULTS: dict[str, Any] = {
     # Sensor resolution and settling (C) when comparing cells with the anchors' range.
     "anchor_margin_c": 2.0,
 }
-KEYS = ["pair", "link", "model", "ctx", "conc"]
+KEYS = tables.SUMMARY_KEYS  # a cell's identity
 FIGURES = ["status", "decode_ms_per_token", "temp_before_c", "temp_after_c", "temp_peak_c",
            "temp_rise_c", "band_low_c", "band_high_c", "anchor_start_ms", "anchor_end_ms",
            "anchor_change", "anchor_threshold", "anchor_temp_low_c", "anchor_temp_high_c"]
@@ -319,11 +319,9 @@ def write_report(suspects: pd.DataFrame, out_parquet: str | Path, table_stem: st
     parquet_io.write(frame, out_parquet, {"stage": "drift", "suspects": len(frame),
                                           "checks": suspects.attrs.get("checks", []),
                                           **(provenance or {})})
-    tables.write_table(suspect_table(frame), table_stem, "Thermal drift: suspect cells")
     checks = suspects.attrs.get("checks")
-    if checks:
-        md = Path(table_stem).with_suffix(".md")
-        md.write_text(md.read_text() + "\nChecked:\n\n" + "".join(f"- {c}\n" for c in checks))
+    note = "\nChecked:\n\n" + "".join(f"- {c}\n" for c in checks) if checks else ""
+    tables.write_table(suspect_table(frame), table_stem, "Thermal drift: suspect cells", note)
 
 
 def suspect_table(suspects: pd.DataFrame) -> pd.DataFrame:

@@ -66,7 +66,9 @@ def _has(host: Host, tool: str) -> bool:
     return host.run(["sh", "-c", 'command -v "$1"', "sh", tool], check=False).returncode == 0
 
 
-def _serve(link: lab.Link, role: str, key: str, argv: list[str], port: int) -> None:
+def serve(link: lab.Link, role: str, key: str, argv: list[str], port: int) -> None:
+    """Start a measuring server on B (recorded as `{role}-{key}`) and wait until it
+    listens on B's link address: a relay on A would accept before B is there."""
     link.host_b.spawn(argv, role=role, key=f"{role}-{key}",
                       log_path=procs.state_dir() / "logs" / f"{role}-{key}.log")
     link.host_b.wait_listening(link.addr_b, port, timeout=10)
@@ -94,7 +96,7 @@ def verify(spec: dict[str, Any], settings: dict[str, Any], out: str | Path) -> p
     row: dict[str, Any] = {"route_dev_a": _check_route(link, where)}
     try:
         for role, (argv, port) in servers.items():
-            _serve(link, role, key, argv, port)
+            serve(link, role, key, argv, port)
         row.update(_throughput(link, settings, commands, where))
         row.update(_ping(link, commands, where))
         row.update(_request_response(link, settings, commands))

@@ -61,7 +61,8 @@ def request_row(reply: Reply, target_prompt: int, n_predict: int, server_alive: 
         predicted_ms / (predicted_n - 1) if predicted_ms and predicted_n and predicted_n > 1
         else None
     )
-    itl = np.diff(times) / 1e6 if n > 2 else np.array([])
+    gaps_ns = np.diff(times)  # inter-token gaps
+    itl = gaps_ns / 1e6 if n > 2 else np.array([])
     status = classify(reply, n_predict, server_alive, crash_below_tps, decode_tps)
     return {
         "request_id": reply.request_id,
@@ -85,11 +86,11 @@ def request_row(reply: Reply, target_prompt: int, n_predict: int, server_alive: 
         "itl_p99_ms": float(np.percentile(itl, 99)) if itl.size else None,
         # Tokens read in the same recv as the one before them share its timestamp (the
         # arrival of the read's last segment): the client could not tell them apart.
-        "coalesced_tokens": int(np.sum(np.diff(times) == 0)) if n > 1 else 0,
+        "coalesced_tokens": int(np.sum(gaps_ns == 0)),
         "arrival_clock": reply.arrival_clock,
         # Standard error of decode_ms_per_token (the mean inter-token gap): the per-token
         # dispersion that tables use as uncertainty when there are no repeats.
-        "decode_ms_se": float(np.std(np.diff(times), ddof=1) / 1e6 / np.sqrt(n - 1))
+        "decode_ms_se": float(np.std(gaps_ns, ddof=1) / 1e6 / np.sqrt(n - 1))
         if n > 2 else None,
         "server_prompt_ms": prompt_ms,
         # The server's own time to first token: its prompt processing plus the first

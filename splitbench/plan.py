@@ -108,10 +108,7 @@ def check(config: dict[str, Any]) -> None:
                     )
     _check_roundtrips(config)
     for name, model in config["models"].items():
-        if model.get("workers", 1) > model["layers_on_b"]:
-            raise ConfigError(f"models.{name}.workers",
-                              f"{model['workers']} workers need at least as many layers on B "
-                              f"(layers_on_b is {model['layers_on_b']})")
+        _check_workers(f"models.{name}.workers", model.get("workers", 1), name, model)
         synth = model.get("synthetic")
         if synth:
             n_layer = synth["n_layer"]
@@ -147,13 +144,16 @@ def _check_roundtrips(config: dict[str, Any]) -> None:
             raise ConfigError("roundtrips.models",
                               f"'{model}' is not a model (models: {sorted(config['models'])})")
         for workers in settings["workers"]:
-            if workers > config["models"][model]["layers_on_b"]:
-                raise ConfigError("roundtrips.workers",
-                                  f"{workers} workers need at least {workers} layers on B; "
-                                  f"models.{model}.layers_on_b is "
-                                  f"{config['models'][model]['layers_on_b']}")
+            _check_workers("roundtrips.workers", workers, model, config["models"][model])
     if not any(spec["mode"] == "embedded" for spec in config["pairs"].values()):
         raise ConfigError("roundtrips", "the sweep emulates delay: it needs an embedded pair")
+
+
+def _check_workers(key: str, workers: int, name: str, model: dict[str, Any]) -> None:
+    """Each RPC worker holds at least one of B's layers."""
+    if workers > model["layers_on_b"]:
+        raise ConfigError(key, f"{workers} workers need at least {workers} layers on B; "
+                               f"models.{name}.layers_on_b is {model['layers_on_b']}")
 
 
 def _check_ssh_pair(pair: str, spec: dict[str, Any]) -> None:

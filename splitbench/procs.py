@@ -120,6 +120,12 @@ def spawn(
     return record_process(record)
 
 
+def _forget(kind: str, key: str) -> None:
+    """Drop a record (a process or namespace that is gone)."""
+    with contextlib.suppress(FileNotFoundError):
+        (_records(kind) / f"{key}.json").unlink()
+
+
 def record_process(record: dict[str, Any]) -> dict[str, Any]:
     """Remember a started process (local or remote) so teardown can stop it."""
     _write(_records("procs") / f"{record['key']}.json", record)
@@ -136,8 +142,7 @@ def job(stage: str) -> Iterator[None]:
     try:
         yield
     finally:
-        with contextlib.suppress(FileNotFoundError):
-            (_records("procs") / f"{key}.json").unlink()
+        _forget("procs", key)
 
 
 def _write(path: Path, data: dict[str, Any]) -> None:
@@ -167,8 +172,7 @@ def stop(key: str, timeout: float = 10.0) -> None:
     record = find(key)
     if record is not None:
         _terminate(record, timeout)
-    with contextlib.suppress(FileNotFoundError):
-        (_records("procs") / f"{key}.json").unlink()
+    _forget("procs", key)
 
 
 def _terminate(record: dict[str, Any], timeout: float) -> None:
@@ -207,8 +211,7 @@ def teardown() -> list[str]:
             if is_alive(record):
                 done.append(f"stopped {record['role']} pid {record['pid']}")
             _terminate(record, timeout=10.0)
-        with contextlib.suppress(FileNotFoundError):
-            (_records("procs") / f"{record['key']}.json").unlink()
+        _forget("procs", record["key"])
     for name in namespaces():
         # Deleting a namespace also deletes the veth ends and qdiscs inside it.
         result = subprocess.run(
@@ -216,8 +219,7 @@ def teardown() -> list[str]:
         )
         if result.returncode == 0:
             done.append(f"deleted namespace {name}")
-        with contextlib.suppress(FileNotFoundError):
-            (_records("netns") / f"{name}.json").unlink()
+        _forget("netns", name)
     for path in _records("links").glob("*.json"):
         path.unlink()
     return done

@@ -19,7 +19,18 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from splitbench import client, lab, metrics, parquet_io, probe, procs, prompts, servers, tables
+from splitbench import (
+    client,
+    lab,
+    links,
+    metrics,
+    parquet_io,
+    probe,
+    procs,
+    prompts,
+    servers,
+    tables,
+)
 
 # Index of the first sweep link: far from the configured links' indexes (1, 2, ...).
 FIRST_INDEX = 200
@@ -34,17 +45,15 @@ def point_spec(pair: str, index: int, delay_ms: float) -> dict[str, Any]:
 
 def measure_rr_ms(link: lab.Link, samples: int) -> float:
     """Median request-response time at 64 B from A to B's services (ms)."""
-    key = f"probe-{link.pair}__{link.name}"
-    link.host_b.spawn(probe.server_argv(link.host_b.python, link.addr_b, lab.PROBE_PORT),
-                      role="probe", key=key,
-                      log_path=procs.state_dir() / "logs" / f"{key}.log")
+    name = f"{link.pair}__{link.name}"
     try:
-        # Listening on B first: a relay on A accepts before B is there, then resets.
-        link.host_b.wait_listening(link.addr_b, lab.PROBE_PORT, timeout=10)
+        links.serve(link, "probe", name,
+                    probe.server_argv(link.host_b.python, link.addr_b, lab.PROBE_PORT),
+                    lab.PROBE_PORT)
         with link.host_a.entered():
             rtts = probe.measure(link.connect_addr, lab.PROBE_PORT, [RR_SIZE], samples)
     finally:
-        procs.stop(key)
+        procs.stop(f"probe-{name}")
     return float(np.median(rtts[str(RR_SIZE)])) / 1000
 
 

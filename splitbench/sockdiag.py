@@ -45,27 +45,30 @@ def tcp_connections(family: int = socket.AF_INET) -> list[dict]:
     machine, even when empty): use it to find connections, then `read` them one by one.
     """
     request = _request(family, b"\0" * _SOCKID_SIZE)
-    return _exchange(request, NLM_F_REQUEST | NLM_F_DUMP, family)
+    with _netlink() as sock:
+        return _exchange(sock, request, NLM_F_REQUEST | NLM_F_DUMP, family)
 
 
 def read(connections: list[dict]) -> list[dict]:
     """Fresh counters of known connections by exact lookup (tens of microseconds);
     connections that have closed since (gone, or no longer established) are left out."""
     fresh: list[dict] = []
-    for connection in connections:
-        try:
-            found = _exchange(_request(connection["family"], connection["sockid"]),
-                              NLM_F_REQUEST, connection["family"])
-            fresh += [c for c in found if c["state"] == TCP_ESTABLISHED]
-        except SockDiagError as exc:
-            if exc.errno != errno.ENOENT:
-                raise
+    with _netlink() as sock:  # one socket for every lookup: this runs mid-stream
+        for connection in connections:
+            try:
+                found = _exchange(sock, _request(connection["family"], connection["sockid"]),
+                                  NLM_F_REQUEST, connection["family"])
+                fresh += [c for c in found if c["state"] == TCP_ESTABLISHED]
+            except SockDiagError as exc:
+                if exc.errno != errno.ENOENT:
+                    raise
     return fresh
 
 
 def connections_to(addr: str, port: int) -> list[dict]:
-    """This namespace's established connections to addr:port."""
-    ip = ipaddress.ip_address(addr)
+    """This namespace's established connections to addr:port (an IPv6 zone, `%eth0`, is
+    not part of the kernel's socket id and is ignored)."""
+    ip = ipaddress.ip_address(addr.split("%")[0])
     family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
     return [c for c in tcp_connections(family) if c["dst"] == str(ip) and c["dport"] == port]
 
@@ -81,28 +84,31 @@ def _request(family: int, sockid: bytes) -> bytes:
                        1 << TCP_ESTABLISHED) + sockid
 
 
-def _exchange(request: bytes, flags: int, family: int) -> list[dict]:
+def _netlink() -> socket.socket:
+    return socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_SOCK_DIAG)
+
+
+def _exchange(sock: socket.socket, request: bytes, flags: int, family: int) -> list[dict]:
     message = _HEADER.pack(_HEADER.size + len(request), SOCK_DIAG_BY_FAMILY, flags, 1, 0)
-    with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_SOCK_DIAG) as sock:
-        sock.sendto(message + request, (0, 0))
-        found: list[dict] = []
-        while True:
-            data = sock.recv(65536)
-            offset = 0
-            while offset + _HEADER.size <= len(data):
-                length, kind, _, _, _ = _HEADER.unpack_from(data, offset)
-                body = data[offset + _HEADER.size:offset + length]
-                if kind == NLMSG_DONE:
-                    return found
-                if kind == NLMSG_ERROR:
-                    code = -struct.unpack_from("=i", body)[0]
-                    if code == 0:
-                        return found
-                    raise SockDiagError(code, f"sock_diag: {os.strerror(code)}")
-                found.append(_connection(body, family))
-                offset += (length + 3) & ~3
-            if not flags & NLM_F_DUMP:
+    sock.sendto(message + request, (0, 0))
+    found: list[dict] = []
+    while True:
+        data = sock.recv(65536)
+        offset = 0
+        while offset + _HEADER.size <= len(data):
+            length, kind, _, _, _ = _HEADER.unpack_from(data, offset)
+            body = data[offset + _HEADER.size:offset + length]
+            if kind == NLMSG_DONE:
                 return found
+            if kind == NLMSG_ERROR:
+                code = -struct.unpack_from("=i", body)[0]
+                if code == 0:
+                    return found
+                raise SockDiagError(code, f"sock_diag: {os.strerror(code)}")
+            found.append(_connection(body, family))
+            offset += (length + 3) & ~3
+        if not flags & NLM_F_DUMP:
+            return found
 
 
 def _connection(body: bytes, family: int) -> dict:

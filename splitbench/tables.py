@@ -685,11 +685,12 @@ def _missing(value: Any) -> bool:
     return value is None or (isinstance(value, float) and np.isnan(value))
 
 
-def write_table(frame: pd.DataFrame, stem: str | Path, title: str) -> None:
+def write_table(frame: pd.DataFrame, stem: str | Path, title: str, note: str = "") -> None:
+    """stem.csv and stem.md (the title, the table, then note as Markdown, if any)."""
     stem = Path(stem)
     stem.parent.mkdir(parents=True, exist_ok=True)
     frame.to_csv(stem.with_suffix(".csv"), index=False)
-    stem.with_suffix(".md").write_text(f"## {title}\n\n{to_markdown(frame)}")
+    stem.with_suffix(".md").write_text(f"## {title}\n\n{to_markdown(frame)}{note}")
 
 
 def links_table(links: pd.DataFrame) -> pd.DataFrame:

@@ -117,7 +117,6 @@ class RpcTraffic:
     """
 
     def __init__(self, addr: str, ports: list[int]) -> None:
-        addr = addr.split("%")[0]  # an IPv6 zone is not part of the kernel's socket id
         self.connections = [c for port in ports for c in sockdiag.connections_to(addr, port)]
         self.at: dict[str, tuple[int, dict | None]] = {"start": self.read()}
 
