@@ -27,6 +27,9 @@ except plan.ConfigError as error:
 # The (pair, link, model) blocks in run order, once: every job's priority looks it up.
 BLOCKS = plan.blocks(config)
 
+# Link checks, toolchains and models run before any block (see plan.setup_priority).
+SETUP_PRIORITY = plan.setup_priority(BLOCKS)
+
 # Epochs of cells flagged for re-measurement (python -m splitbench drift --apply).
 EPOCHS = drift.epochs("config/reruns.yaml")
 
@@ -70,8 +73,7 @@ def all_launch_records():
     concurrency) re-runs: its cells take it as an `ancient` input, which alone would
     never ask for it again."""
     return [
-        f"results/servers/{pair}/{link}/{model}.json"
-        for pair, link, model in BLOCKS
+        f"results/servers/{pair}/{link}/{model}.json" for pair, link, model in BLOCKS
     ]
 
 

@@ -6,6 +6,7 @@ rule link:
         "results/links/{pair}/{link}.parquet",
     log:
         "results/logs/links/{pair}/{link}.log",
+    priority: SETUP_PRIORITY
     conda:
         "../envs/splitbench.yaml"
     params:

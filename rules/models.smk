@@ -6,6 +6,7 @@ rule synthetic_model:
         "results/models/{model}.gguf",
     log:
         "results/logs/models/{model}.log",
+    priority: SETUP_PRIORITY
     conda:
         "../envs/splitbench.yaml"
     params:
@@ -22,6 +23,7 @@ rule model_info:
         "results/models/{model}.json",
     log:
         "results/logs/models/{model}.info.log",
+    priority: SETUP_PRIORITY
     conda:
         "../envs/splitbench.yaml"
     params:

@@ -6,6 +6,7 @@ rule toolchain:
         "results/toolchain/{pair}.json",
     log:
         "results/logs/toolchain/{pair}.log",
+    priority: SETUP_PRIORITY
     conda:
         "../envs/splitbench.yaml"
     params:

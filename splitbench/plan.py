@@ -255,6 +255,13 @@ def launch_priority(config: dict[str, Any], pair: str, link: str, model: str,
     return block_priority(config, pair, link, model, order)
 
 
+def setup_priority(order: list[tuple[str, str, str]]) -> int:
+    """Above every block, anchor and launch: links, toolchains and models are all ready
+    before any launch. Left at 0, a block's launch outranks a link check that an earlier
+    block needs, and that later block's cells then run before the model's start anchor."""
+    return 4 * len(order) + 4
+
+
 def anchor_path(pair: str, model: str, when: str, requests: bool = False) -> str:
     suffix = ".requests.parquet" if requests else ".parquet"
     return f"{RESULTS}/anchors/{pair}/{model}/{when}{suffix}"

@@ -25,6 +25,16 @@ def test_blocks_run_in_order_with_descending_priority(config):
     assert len(set(priorities)) == len(blocks)
 
 
+def test_setup_jobs_outrank_every_launch_and_anchor(config):
+    """A later block's launch must never be picked while a link check or model an
+    earlier block needs is still waiting: Snakemake does not lift a job's inputs."""
+    blocks = plan.blocks(config)
+    top = max(max(plan.launch_priority(config, *b, order=blocks),
+                  plan.anchor_priority(config, b[0], b[2], "start", order=blocks))
+              for b in blocks)
+    assert plan.setup_priority(blocks) > top
+
+
 def test_server_is_sized_for_the_longest_prompt_at_the_highest_concurrency(config):
     settings = plan.server_slice(config, "synth")
     assert settings["slots"] == 4
