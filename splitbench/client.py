@@ -4,9 +4,13 @@ Each request has its own HTTP connection (a plain socket: an HTTP library's laye
 ~130 us of CPU per streamed chunk here). The requests are sent back to back, then one
 thread reads every stream as data arrives (an event loop; reader threads cost lock
 hand-offs and let one stream's parsing delay another's timestamps). Each event is stamped
-with the kernel's receive time of the last segment of the read that completed it, on one
-absolute clock (CLOCK_REALTIME, integer nanoseconds), with a monotonic twin for
-intervals: when the client wakes up to read no longer counts.
+with the arrival time of the TCP segment that completed it, on one absolute clock
+(CLOCK_REALTIME, integer nanoseconds), with a monotonic twin for intervals: when the
+client wakes up to read does not count. Segment times come from a packet socket
+(`packet_clock`, needs CAP_NET_RAW), which sees every segment with its own stamp even
+when several queued up while this process was not scheduled. Without it, each read's
+kernel stamp is used: that is the arrival of the read's LAST segment, so tokens that
+queued together share it (`coalesced_tokens` counts them).
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
+
+from splitbench.packet_clock import PacketClock
 
 # Linux socket option for kernel receive timestamps as a timespec (asm-generic/socket.h);
 # the stdlib socket module does not name it.
@@ -43,8 +49,9 @@ class Reply:
     error_text: str | None = None
     tokens: list[dict[str, Any]] = field(default_factory=list)
     final: dict[str, Any] = field(default_factory=dict)
-    # Where the tokens' times come from: "kernel" (the kernel's receive stamp of the
-    # segment), "read" (when the read returned), "mixed", or None with no data read.
+    # Where the tokens' times come from: "segment" (each segment's own arrival, from
+    # the packet socket), "kernel" (the receive stamp of the read's last segment),
+    # "read" (when the read returned), "mixed", or None with no data read.
     arrival_clock: str | None = None
 
 
@@ -62,8 +69,10 @@ class _Stream:
         self.error_body = b""
         self.events: list[tuple[int, int, bytes]] = []
         self.done = False
+        self.port = sock.getsockname()[1]  # this end's port: how the packet clock knows it
+        self.offset = 0  # response bytes received so far (the packet clock's stream offset)
         self.last_activity = time.monotonic()  # for the idle timeout
-        self.clocks: set[str] = set()  # "kernel" and/or "read": how reads were stamped
+        self.clocks: set[str] = set()  # "segment", "kernel", "read": how bytes were stamped
 
     def feed(self, data: bytes, t_ns: int, t_mono: int) -> int:
         """Take received bytes; returns how many token events they completed."""
@@ -198,6 +207,8 @@ def run_concurrent(
     """
     address = urlsplit(url)
     replies = [Reply(request_id=i) for i in range(len(prompts))]
+    # Opened before connecting: a stream's byte offsets count from its SYN-ACK.
+    clock = PacketClock.open(socket.gethostbyname(address.hostname), address.port)
     streams = [s for s in (_open(address, r, _body(ids, n_predict))
                            for r, ids in zip(replies, prompts, strict=True)) if s]
     poller, open_streams = select.epoll(), {}
@@ -216,10 +227,12 @@ def run_concurrent(
             open_streams[stream.sock.fileno()] = stream
         # No garbage-collection pauses while tokens are being stamped.
         gc.disable()
-        _read_all(poller, open_streams, timeout, on_first_token)
+        _read_all(poller, open_streams, timeout, on_first_token, clock)
     finally:
         gc.enable()
         poller.close()
+        if clock is not None:
+            clock.close()
         for stream in streams:  # anything left open by an unexpected error
             stream.sock.close()
     return replies
@@ -251,7 +264,7 @@ def _open(address: Any, reply: Reply, body: dict[str, Any]) -> _Stream | None:
 def _receive(sock: socket.socket) -> tuple[bytes, tuple[str, str] | None, int, str]:
     """One read and when its data arrived (absolute ns, and which clock said so): the
     kernel's receive stamp of the last segment read (SO_TIMESTAMPNS), or the time the
-    read returned where the kernel gave none."""
+    read returned where the kernel gave none. The fallback where no packet clock runs."""
     try:
         data, ancillary, _, _ = sock.recvmsg(65536, _STAMP_SPACE)
     except OSError as exc:
@@ -262,6 +275,29 @@ def _receive(sock: socket.socket) -> tuple[bytes, tuple[str, str] | None, int, s
             seconds, nanos = _TIMESPEC.unpack_from(payload)
             return data, None, seconds * 1_000_000_000 + nanos, "kernel"
     return data, None, time.time_ns(), "read"
+
+
+def _stamped(stream: _Stream, data: bytes, t_read: int, read_clock: str,
+             clock: PacketClock | None, now_ns: int) -> list[tuple[bytes, int, str]]:
+    """What one read returned, cut at segment boundaries, each piece with its own
+    segment's arrival ("segment"), or with the read's stamp where no segment was
+    captured (no packet clock, or a packet the kernel dropped)."""
+    if clock is None:
+        pieces: list[tuple[bytes, int | None]] = [(data, None)]
+    else:
+        pieces = clock.pieces(stream.port, stream.offset, data)
+    stream.offset += len(data)
+    out = []
+    for piece, t_segment in pieces:
+        # A stamp is trusted when it lies at most STAMP_WINDOW_NS before now (data can
+        # wait while the client is busy, but not for a minute): else a clock step.
+        if t_segment is not None and now_ns - STAMP_WINDOW_NS <= t_segment <= now_ns:
+            out.append((piece, t_segment, "segment"))
+        elif read_clock == "kernel" and now_ns - STAMP_WINDOW_NS <= t_read <= now_ns:
+            out.append((piece, t_read, "kernel"))
+        else:
+            out.append((piece, now_ns, "read"))
+    return out
 
 
 def _close_silent(poller: select.epoll, streams: dict[int, _Stream], now: float,
@@ -275,7 +311,8 @@ def _close_silent(poller: select.epoll, streams: dict[int, _Stream], now: float,
 
 
 def _read_all(poller: select.epoll, streams: dict[int, _Stream], idle_timeout: float,
-              on_first_token: Callable[[], None] | None) -> None:
+              on_first_token: Callable[[], None] | None,
+              clock: PacketClock | None) -> None:
     """The hot loop: wait, receive, stamp, split. Everything else waits for the end."""
     waiting_first = on_first_token is not None
     next_check = 0.0
@@ -286,23 +323,29 @@ def _read_all(poller: select.epoll, streams: dict[int, _Stream], idle_timeout: f
             if not streams:
                 return
             next_check = now + 0.1
-        # Receive and stamp every ready stream before parsing any: one stream's parsing
-        # must not delay the next one's timestamp.
+        # Receive every ready stream before parsing any: one stream's parsing must not
+        # delay the next one's read.
         received = [(fd, *_receive(streams[fd].sock)) for fd, _ in poller.poll(0.1)]
+        if clock is not None:
+            # The device hands a packet to the packet socket before TCP queues its
+            # bytes, so every segment read above is already waiting there.
+            clock.drain()
         now_mono, now_ns = time.monotonic_ns(), time.time_ns()
-        for fd, data, error, t_ns, clock in received:
+        for fd, data, error, t_read, read_clock in received:
             stream = streams[fd]
-            if clock == "kernel" and not now_ns - STAMP_WINDOW_NS <= t_ns <= now_ns:
-                t_ns, clock = now_ns, "read"  # a stamp from another clock or a clock step
-            # Each arrival on the monotonic clock too: both clocks advance together.
-            t_mono = t_ns + now_mono - now_ns
             if data:
-                stream.clocks.add(clock)
                 stream.last_activity = now_mono / 1e9
                 try:
-                    if stream.feed(data, t_ns, t_mono) and waiting_first:
-                        waiting_first = False
-                        on_first_token()
+                    for piece, t_ns, kind in _stamped(stream, data, t_read, read_clock,
+                                                      clock, now_ns):
+                        if stream.done:  # the last chunk came; what follows is not data
+                            break
+                        stream.clocks.add(kind)
+                        # Each arrival on the monotonic clock too: both advance together.
+                        if (stream.feed(piece, t_ns, t_ns + now_mono - now_ns)
+                                and waiting_first):
+                            waiting_first = False
+                            on_first_token()
                 except (ValueError, IndexError) as exc:  # a malformed reply: this stream
                     data, error = b"", ("ProtocolError", str(exc))
             if data and not stream.done:

@@ -134,6 +134,29 @@ def _ensure_namespace(name: str) -> None:
         _ip("netns", "add", name)
         procs.record_namespace(name)
         _ip("link", "set", "lo", "up", netns=name)
+        _quick_acks_on_loopback(name)
+
+
+# The client reads llama-server over host A's loopback. TCP delays an ACK while the
+# receiving process has not read what came (up to 40 ms), and a sender with its small
+# congestion window full waits for it: a client the scheduler did not run would delay
+# the server's next tokens and merge them into one segment. Measured with the client
+# stopped 20-50 ms every 80 ms: p99 token time error 7-14 ms with delayed ACKs, 57-67 us
+# with this route's quickack (benchmarks/client_overhead.py).
+LOOPBACK_ROUTE = ["local", "127.0.0.1", "dev", "lo", "table", "local", "proto", "kernel",
+                  "scope", "host", "src", "127.0.0.1"]
+
+
+def _quick_acks_on_loopback(netns: str) -> None:
+    """ACK every segment on the namespace's loopback at once (route metric quickack)."""
+    _ip("route", "change", *LOOPBACK_ROUTE, "quickack", "1", netns=netns)
+
+
+def loopback_quickack(netns: str | None) -> bool:
+    """Whether the namespace's (or this machine's) loopback route ACKs at once."""
+    argv = ["ip", *(["-n", netns] if netns else []), "route", "show", "table", "local",
+            "127.0.0.1"]
+    return "quickack 1" in subprocess.run(argv, capture_output=True, text=True).stdout
 
 
 def _build_netns(spec: dict[str, Any]) -> Link:

@@ -157,3 +157,34 @@ def test_a_launch_that_fails_on_host_b_is_a_row_stamped_when_it_failed(bench, mo
     assert frame["error_text"].str.contains("no listener").all()
     assert (frame["t_send_ns"] >= before).all()  # not 1970
     assert frame["cell_wall_ms"].isna().all()  # nothing was sent: no wall time
+
+
+@needs_root()
+def test_a_stopped_client_keeps_each_token_s_arrival_against_llama_server(state_dir, tmp_path):
+    """The client, stopped from outside for 20-50 ms at a time while it reads a real
+    llama-server on host A's loopback, still gives every token its own time, and its
+    decode ms/token matches the server's own."""
+    from tests.test_client import run_starved
+
+    gguf = tmp_path / "m.gguf"
+    models.write_synthetic(MODEL, gguf)
+    model = models.describe({"synthetic": MODEL}, gguf)
+    tools = toolchain.record("st", "pip", {"a": {}, "b": {}}, tmp_path / "toolchain.json")
+    link = netsetup.ensure(LINK)
+    server = servers.ensure(link, SETTINGS, model["path"], model["sha256"], tools)
+    started = threading.Event()
+    started.set()
+    pauses: list[tuple[int, int]] = []
+    prompt = json.dumps([[5 + i % 200 for i in range(64)]])
+    replies = run_starved([server.url, "1", "400", prompt], started, pauses,
+                          prefix=("ip", "netns", "exec", link.host_a.netns))
+    reply = replies[0]
+    times, timings = reply["times"], reply["final"]["timings"]
+    assert reply["clock"] == "segment" and reply["error"] is None
+    assert len(times) == 400 and len(set(times)) == 400  # each token its own time
+    decode = (times[-1] - times[0]) / (len(times) - 1) / 1e6
+    server_decode = timings["predicted_ms"] / (timings["predicted_n"] - 1)
+    assert abs(decode / server_decode - 1) < 0.01, (decode, server_decode)
+    # The reader really was stopped while tokens came.
+    during = sum(any(a <= t <= b for a, b in pauses) for t in times)
+    assert len(pauses) >= 4 and during >= 20, (len(pauses), during)

@@ -3,9 +3,14 @@ bodies, error replies, a stream cut short, a timeout, and the first-token hook."
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
+import os
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -14,6 +19,7 @@ import pytest
 
 from splitbench import client
 from splitbench.testing import read_request
+from tests.conftest import ROOT, needs_root
 
 
 def _serve(handler: Callable[[socket.socket, dict], None], requests: int = 1) -> str:
@@ -56,30 +62,52 @@ def chunked_stream(conn: socket.socket, body: dict) -> None:
     conn.sendall(_chunk(FINAL) + b"0\r\n\r\n")
 
 
-def test_a_token_is_stamped_when_it_arrived_not_when_it_was_read():
-    sent = []
-
-    def paced(conn: socket.socket, body: dict) -> None:
+def _paced(sent: list[tuple[int, int]], tokens: int = 3, gap_s: float = 0.03) -> Callable:
+    """A server that sends one token every gap_s, recording the instants just before
+    and just after each send."""
+    def handler(conn: socket.socket, body: dict) -> None:
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
-        for i in range(3):
-            sent.append(time.time_ns())
+        for i in range(tokens):
+            before = time.time_ns()
             conn.sendall(_chunk(_event(i)))
-            time.sleep(0.03)
+            sent.append((before, time.time_ns()))
+            time.sleep(gap_s)
         time.sleep(0.3)  # the end comes after the client's next read
         conn.sendall(_chunk(FINAL) + b"0\r\n\r\n")
+    return handler
 
+
+@needs_root()
+def test_tokens_that_queue_while_the_reader_waits_keep_their_own_arrival():
+    sent: list[tuple[int, int]] = []
     # The first-token hook runs in the client's loop: for 200 ms nothing is read, so
-    # tokens 1 and 2 wait in the socket and come out of one read, long after they came.
-    reply = client.run_concurrent(_serve(paced), [[1]], 3, timeout=10,
+    # tokens 1 and 2 queue in one TCP receive buffer; the packet clock still has each
+    # segment's own arrival.
+    reply = client.run_concurrent(_serve(_paced(sent)), [[1]], 3, timeout=10,
+                                  on_first_token=lambda: time.sleep(0.2))[0]
+    assert reply.arrival_clock == "segment"
+    times = [t["t_ns"] for t in reply.tokens]
+    for t, (before, after) in zip(times, sent, strict=True):
+        # On loopback the packet is stamped inside the sender's send call.
+        assert before <= t <= after + 200_000, (t - before, after - before)
+    assert times[2] - times[1] >= 25e6  # 30 ms apart, not one shared stamp
+
+
+def test_without_a_packet_clock_queued_tokens_share_the_last_segment_s_stamp(monkeypatch):
+    # The fallback (no CAP_NET_RAW): each read's kernel stamp is its last segment's
+    # arrival, so tokens read together share it, and the row says which clock it was.
+    monkeypatch.setattr(client.PacketClock, "open", classmethod(lambda *a: None))
+    sent: list[tuple[int, int]] = []
+    reply = client.run_concurrent(_serve(_paced(sent)), [[1]], 3, timeout=10,
                                   on_first_token=lambda: time.sleep(0.2))[0]
     assert reply.arrival_clock == "kernel"
     times = [t["t_ns"] for t in reply.tokens]
-    assert all(t >= s for t, s in zip(times, sent, strict=True))  # never before the send
+    assert all(t >= before for t, (before, _) in zip(times, sent, strict=True))
     # Read together, so both carry the later segment's arrival: about 60 ms after token
     # 0, where the read's own time would be at least 200 ms.
     assert times[1] == times[2]
     assert 55e6 <= times[2] - times[0] <= 150e6, (times[2] - times[0]) / 1e6
-    assert times[2] - sent[2] < 20e6
 
 
 def test_chunked_stream_is_timestamped_token_by_token():
@@ -193,4 +221,97 @@ def test_one_event_that_is_not_json_keeps_the_others():
 
     reply = client.run_concurrent(_serve(odd), [[1]], 2, timeout=10)[0]
     assert reply.error_type == "JSONDecodeError"
+    assert [t["token_id"] for t in reply.tokens] == [0, 1]
+
+
+# The client in its own process, so that it can be stopped from outside like a reader
+# the scheduler does not run: prints each reply's clock and token times as JSON.
+READER = """
+import json, sys
+from splitbench import client
+url, streams, n_predict = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+prompts = json.loads(sys.argv[4]) if len(sys.argv) > 4 else [[1]] * streams
+replies = client.run_concurrent(url, prompts, n_predict, timeout=60)
+print(json.dumps([{"clock": r.arrival_clock, "error": r.error_type, "final": r.final,
+                   "times": [t["t_ns"] for t in r.tokens]} for r in replies]))
+"""
+
+
+def starve(pid: int, start: threading.Event, until: threading.Event,
+           pauses: list[tuple[int, int]]) -> None:
+    """Stop the process for 20-50 ms at a time, about every 80 ms, from when `start`
+    is set until `until` is; record each pause's (stop, continue) instants."""
+    start.wait(30)
+    lengths = itertools.cycle([0.02, 0.035, 0.05])
+    while not until.is_set():
+        time.sleep(0.03)
+        stopped = time.time_ns()
+        try:
+            os.kill(pid, signal.SIGSTOP)
+        except ProcessLookupError:
+            return  # the reader has finished
+        time.sleep(next(lengths))
+        with contextlib.suppress(ProcessLookupError):  # it ended as it was stopped
+            os.kill(pid, signal.SIGCONT)
+        pauses.append((stopped, time.time_ns()))
+
+
+def run_starved(args: list[str], start: threading.Event, pauses: list[tuple[int, int]],
+                prefix: tuple[str, ...] = ()) -> list[dict]:
+    """Run READER with args (after `prefix`, e.g. ip netns exec) while `starve` stops
+    it; its replies."""
+    reader = subprocess.Popen([*prefix, sys.executable, "-c", READER, *args],
+                              stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    done = threading.Event()
+    stopper = threading.Thread(target=starve, args=(reader.pid, start, done, pauses))
+    stopper.start()
+    try:
+        out, _ = reader.communicate(timeout=120)
+    finally:
+        done.set()
+        stopper.join()
+        if reader.poll() is None:  # a timeout: never leave it stopped
+            reader.kill()
+    assert reader.returncode == 0
+    return json.loads(out)
+
+
+@needs_root()
+def test_a_stopped_reader_still_gets_each_token_s_own_arrival():
+    sent: list[tuple[int, int]] = []
+    started = threading.Event()
+
+    def stream(conn: socket.socket, body: dict) -> None:
+        started.set()
+        _paced(sent, tokens=body["n_predict"], gap_s=0.002)(conn, body)
+
+    pauses: list[tuple[int, int]] = []
+    url = _serve(stream)
+    replies = run_starved([url, "1", "300"], started, pauses)
+    times = replies[0]["times"]
+    assert replies[0]["clock"] == "segment"
+    assert len(times) == len(sent) == 300
+    assert len(set(times)) == 300  # no two tokens share a time
+    errors = [t - before for t, (before, _) in zip(times, sent, strict=True)]
+    late = [t - after for t, (_, after) in zip(times, sent, strict=True)]
+    assert min(errors) >= 0 and max(late) <= 200_000, (min(errors), max(late))
+    # The stops really starved the reader: tokens were sent while it was stopped.
+    during = sum(any(a <= before <= b for a, b in pauses) for before, _ in sent)
+    assert len(pauses) >= 4 and during >= 50, (len(pauses), during)
+
+
+def test_a_last_chunk_split_across_segments_read_together_ends_the_stream():
+    def split_end(conn: socket.socket, body: dict) -> None:
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        conn.sendall(_chunk(_event(0)))
+        time.sleep(0.05)  # the client is asleep in its first-token hook from here
+        for part in (_chunk(_event(1)), _chunk(FINAL), b"0\r\n", b"\r\n"):
+            conn.sendall(part)
+            time.sleep(0.005)
+        time.sleep(0.3)
+
+    reply = client.run_concurrent(_serve(split_end), [[1]], 2, timeout=10,
+                                  on_first_token=lambda: time.sleep(0.2))[0]
+    assert reply.error_type is None, reply.error_text
     assert [t["token_id"] for t in reply.tokens] == [0, 1]

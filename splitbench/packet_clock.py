@@ -1,0 +1,180 @@
+"""Each TCP segment's own arrival time, also when the reader is late.
+
+A TCP socket cannot give it: segments that queue while the reader is not scheduled are
+merged into one receive buffer that keeps the newest segment's stamp, so every token in
+that buffer would share one time. A packet socket sees each segment separately, as the
+network device hands it over, before TCP merges anything: with SO_TIMESTAMPNS every
+packet carries its own stamp (on loopback, taken when the sender's packet enters the
+device; on a NIC, when the driver delivers it), whenever this process gets round to
+reading it.
+
+`PacketClock` captures the segments a server sends to this process's connections (a
+classic BPF filter in the kernel keeps only incoming TCP packets from the server's
+address and port, truncated to their headers) and maps each one to its byte range in
+its stream through the TCP sequence number, counted from the SYN-ACK's. The client then
+cuts what a read returned at segment boundaries and stamps each piece with the arrival
+of the segment that carried it. A packet socket needs CAP_NET_RAW: without it,
+`PacketClock.open` returns None and the client falls back to per-read stamps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ipaddress
+import socket
+import struct
+from collections import deque
+
+ETH_P_IP = 0x0800
+SO_ATTACH_FILTER = 26  # asm-generic/socket.h; the socket module does not name these
+SO_TIMESTAMPNS = 35
+SO_RCVBUFFORCE = 33
+SOL_PACKET = 263
+PACKET_STATISTICS = 6
+# Classic BPF ancillary load: the packet's type (PACKET_HOST = addressed to this host;
+# loopback also shows each packet once more as PACKET_OUTGOING).
+SKF_AD_PKTTYPE = -0x1000 + 4
+PACKET_HOST = 0
+# IPv4 header (up to 60 bytes) plus TCP header (up to 60): all a stamp needs.
+SNAP_BYTES = 120
+# Packets wait here until the client reads them; tokens are a few hundred bytes, but
+# each queued packet is charged its whole buffer. 8 MiB holds thousands.
+RECEIVE_BUFFER = 8 << 20
+_STAMP_SPACE = socket.CMSG_SPACE(16)
+_TIMESPEC = struct.Struct("qq")
+_TCP_PORTS_SEQ = struct.Struct("!HHI")
+SYN = 0x02
+
+
+def _instruction(code: int, jump_true: int, jump_false: int, k: int) -> bytes:
+    return struct.pack("HBBI", code, jump_true, jump_false, k & 0xFFFFFFFF)
+
+
+def filter_program(server_ip: str, server_port: int) -> bytes:
+    """Classic BPF: keep incoming IPv4 TCP packets from server_ip:server_port, truncated
+    to SNAP_BYTES; drop everything else in the kernel (this process never sees it)."""
+    address = int(ipaddress.IPv4Address(server_ip))
+    return b"".join([
+        _instruction(0x20, 0, 0, SKF_AD_PKTTYPE),  # A = packet type
+        _instruction(0x15, 0, 7, PACKET_HOST),     # incoming, else drop
+        _instruction(0x30, 0, 0, 9),               # A = IP protocol
+        _instruction(0x15, 0, 5, socket.IPPROTO_TCP),
+        _instruction(0x20, 0, 0, 12),              # A = source address
+        _instruction(0x15, 0, 3, address),
+        _instruction(0xB1, 0, 0, 0),               # X = IP header length
+        _instruction(0x48, 0, 0, 0),               # A = TCP source port
+        _instruction(0x15, 0, 1, server_port),
+        _instruction(0x06, 0, 0, SNAP_BYTES),      # keep the headers
+        _instruction(0x06, 0, 0, 0),               # drop
+    ])
+
+
+class PacketClock:
+    """Arrival time of every segment the server sends to this process's connections,
+    by client port and stream offset. Open it before connecting: a stream's offsets
+    count from its SYN-ACK."""
+
+    def __init__(self, sock: socket.socket, program: ctypes.Array) -> None:
+        self.sock = sock
+        self._program = program  # the kernel copied it; kept for clarity of ownership
+        # client port -> first data sequence number (the SYN-ACK's + 1)
+        self.first_seq: dict[int, int] = {}
+        # client port -> segments not yet consumed: [start offset, end offset, t_ns]
+        self.segments: dict[int, deque[list[int]]] = {}
+        self.captured = 0
+
+    @classmethod
+    def open(cls, server_ip: str, server_port: int) -> PacketClock | None:
+        """A clock for connections to server_ip:server_port; None where this process
+        may not open a packet socket (no CAP_NET_RAW) or the address is not IPv4."""
+        try:
+            ipaddress.IPv4Address(server_ip)
+        except ValueError:
+            return None
+        try:
+            sock = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(ETH_P_IP))
+        except PermissionError:
+            return None
+        code = filter_program(server_ip, server_port)
+        program = ctypes.create_string_buffer(code, len(code))
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER,
+                            struct.pack("HL", len(code) // 8, ctypes.addressof(program)))
+            sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+            with contextlib.suppress(PermissionError):
+                sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RECEIVE_BUFFER)
+            sock.setblocking(False)
+        except OSError:
+            sock.close()
+            raise
+        clock = cls(sock, program)
+        # Packets that came in before the filter was attached are not the server's.
+        clock.drain(keep=False)
+        clock.drops()
+        return clock
+
+    def drain(self, keep: bool = True) -> None:
+        """Read every packet waiting in the socket and record its segment."""
+        receive = self.sock.recvmsg
+        while True:
+            try:
+                packet, ancillary, _, _ = receive(SNAP_BYTES, _STAMP_SPACE)
+            except BlockingIOError:
+                return
+            if keep and ancillary:
+                seconds, nanos = _TIMESPEC.unpack_from(ancillary[0][2])
+                self._record(packet, seconds * 1_000_000_000 + nanos)
+
+    def _record(self, packet: bytes, t_ns: int) -> None:
+        ip_header = (packet[0] & 0x0F) * 4
+        total = (packet[2] << 8) | packet[3]
+        _, port, seq = _TCP_PORTS_SEQ.unpack_from(packet, ip_header)
+        tcp_header = (packet[ip_header + 12] >> 4) * 4
+        if packet[ip_header + 13] & SYN:
+            self.first_seq[port] = (seq + 1) & 0xFFFFFFFF
+            self.segments[port] = deque()
+            return
+        length = total - ip_header - tcp_header
+        first = self.first_seq.get(port)
+        if length <= 0 or first is None:
+            return  # a pure ACK, or a stream whose start this clock did not see
+        start = (seq - first) & 0xFFFFFFFF
+        queue = self.segments[port]
+        end = start + length
+        # A retransmission or overlap: the bytes already have their first arrival.
+        if queue and end <= queue[-1][1]:
+            return
+        if queue:
+            start = max(start, queue[-1][1])
+        queue.append([start, end, t_ns])
+        self.captured += 1
+
+    def pieces(self, port: int, offset: int, data: bytes) -> list[tuple[bytes, int | None]]:
+        """data (stream bytes from `offset`) cut where segments begin, each piece with
+        its segment's arrival time; None for bytes no captured segment carried."""
+        queue = self.segments.get(port)
+        if not queue:
+            return [(data, None)]
+        out: list[tuple[bytes, int | None]] = []
+        position, end = offset, offset + len(data)
+        while position < end:
+            while queue and queue[0][1] <= position:
+                queue.popleft()
+            if not queue or queue[0][0] > position:
+                stop = end if not queue else min(end, queue[0][0])
+                out.append((data[position - offset:stop - offset], None))
+            else:
+                stop = min(end, queue[0][1])
+                out.append((data[position - offset:stop - offset], queue[0][2]))
+            position = stop
+        return out
+
+    def drops(self) -> int:
+        """Packets the kernel dropped for this socket since the last call (a full
+        buffer): their bytes fall back to the read's stamp."""
+        stats = self.sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8)
+        return struct.unpack("II", stats)[1]
+
+    def close(self) -> None:
+        self.sock.close()
