@@ -48,7 +48,9 @@ rule drift:
         "../envs/splitbench.yaml"
     params:
         settings=as_json(config.get("drift", {})),
+        interference=as_json(config.get("interference", {})),
     shell:
         "python -m splitbench drift --summary {input.summary:q}"
         " --anchors {input.anchors:q} --settings {params.settings:q}"
+        " --interference {params.interference:q}"
         " --report {output.report:q} --table results/tables/drift > {log:q} 2>&1"

@@ -17,9 +17,10 @@ rule aggregate:
     params:
         contexts=as_json(config["contexts"]),
         baseline=config["baseline_link"],
+        interference=as_json(config.get("interference", {})),
     shell:
         "python -m splitbench aggregate --contexts {params.contexts:q}"
-        " --baseline {params.baseline:q}"
+        " --baseline {params.baseline:q} --interference {params.interference:q}"
         " --summary {output.summary:q} --tables results/tables"
         " --links {input.links:q} --requests {input.requests:q} > {log:q} 2>&1"
 
@@ -78,6 +79,7 @@ rule report:
         charts=expand("results/charts/{name}.vl.json", name=CHART_NAMES),
         # Tables written by other steps, so that the page shows them.
         tables=[*roundtrip_targets(), "results/tables/drift.md"],
+        drift="results/drift/report.parquet",
     output:
         report(
             "results/report.html",
@@ -91,4 +93,5 @@ rule report:
     shell:
         "python -m splitbench report --summary {input.summary:q} --links {input.links:q}"
         " --toolchain {input.toolchain:q} --requests {input.requests:q}"
-        " --tables results/tables --charts results/charts --out {output:q} > {log:q} 2>&1"
+        " --tables results/tables --charts results/charts --drift {input.drift:q}"
+        " --out {output:q} > {log:q} 2>&1"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import time
 import traceback
@@ -15,6 +16,8 @@ import pandas as pd
 from splitbench import (
     archive,
     client,
+    interference,
+    lab,
     metrics,
     netsetup,
     parquet_io,
@@ -22,6 +25,7 @@ from splitbench import (
     prompts,
     servers,
     telemetry,
+    wakeup,
 )
 from splitbench.hosts import HostError
 from splitbench.lab import RPC_PORT
@@ -47,10 +51,11 @@ def run(
     link = netsetup.ensure(link_spec)
     measured = []
     # One job at a time drives a pair: another would relaunch its servers mid-cell.
-    with procs.locked(f"pair-{link.pair}"):
+    hosts = {"a": link.host_a, "b": link.host_b}
+    with procs.locked(f"pair-{link.pair}"), wakeup.during(cell, hosts) as held:
         for repeat in range(cell.get("repeats", 1)):
             measured.append(_measure(cell, link, model, launch["settings"], toolchain,
-                                     fingerprint, repeat))
+                                     fingerprint, repeat, held))
     failures = [m[2]["harness_error"] for m in measured]
     if all(failures):
         # Nothing was measured: fail the job, so that the next run measures it again.
@@ -74,20 +79,27 @@ def run(
 
 def _measure(cell: dict[str, Any], link: Any, model: dict[str, Any],
              settings: dict[str, Any], toolchain: dict[str, Any], fingerprint: str,
-             repeat: int) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+             repeat: int, held: dict[str, str]) -> tuple[pd.DataFrame, pd.DataFrame,
+                                                        dict[str, Any]]:
     """One measurement of the cell: request rows, token rows, provenance."""
     sampler = telemetry.Sampler({"a": link.host_a, "b": link.host_b})
     try:
-        replies, server, alive, rpc, harness_error = _attempt(cell, link, model, settings,
-                                                              toolchain)
+        shots, server, alive, harness_error, cpu = _attempt(cell, link, model, settings,
+                                                            toolchain, sampler)
     finally:
         sensors = sampler.finish()
     n_predict = cell["n_predict"]
-    rows = [
-        metrics.request_row(r, cell["prompt_tokens"], n_predict,
-                            alive, cell["crash_below_tps"])
-        for r in replies
-    ]
+    rows, replies = [], []
+    for shot, (shot_replies, rpc) in enumerate(shots):
+        traffic = rpc.figures([t["t_mono_ns"] for r in shot_replies for t in r.tokens]
+                              ) if rpc else {}
+        for reply in shot_replies:
+            # Request ids run on across a single-stream cell's sequential requests.
+            reply.request_id = len(replies)
+            replies.append(reply)
+            row = metrics.request_row(reply, cell["prompt_tokens"], n_predict, alive,
+                                      cell["crash_below_tps"])
+            rows.append({**row, "shot": shot, **traffic})
     cell_fields = {
         "repeat": repeat,
         "cell_status": metrics.cell_status([r["status"] for r in rows]),
@@ -100,7 +112,8 @@ def _measure(cell: dict[str, Any], link: Any, model: dict[str, Any],
         "temp_after_c": _hottest(sensors, "after"),
         "temp_peak_c": _hottest(sensors, "peak"),
         **sensors,
-        **(rpc.figures([t["t_mono_ns"] for r in replies for t in r.tokens]) if rpc else {}),
+        **cpu,
+        **held,
     }
     requests = pd.DataFrame([{**r, **cell_fields} for r in rows])
     tokens = pd.DataFrame(
@@ -113,27 +126,46 @@ def _measure(cell: dict[str, Any], link: Any, model: dict[str, Any],
     return requests, tokens, record
 
 
+Shot = tuple[list[client.Reply], telemetry.RpcTraffic | None]
+
+
 def _attempt(cell: dict[str, Any], link: Any, model: dict[str, Any],
-             settings: dict[str, Any], toolchain: dict[str, Any]) -> tuple[
-                 list[client.Reply], servers.Server | None, bool,
-                 telemetry.RpcTraffic | None, str | None]:
-    """Launch (or reuse) the servers and drive the cell: replies, the server, whether it
-    survived, its RPC traffic, and the harness's own failure (traceback) if there was one.
-    A failure is the replies' status, not an exception: the other repeats are kept."""
+             settings: dict[str, Any], toolchain: dict[str, Any],
+             sampler: telemetry.Sampler) -> tuple[list[Shot], servers.Server | None, bool,
+                                                  str | None, dict[str, Any]]:
+    """Launch (or reuse) the servers and drive the cell: its shots (replies and RPC
+    traffic of each release of requests), the server, whether it survived, the
+    harness's own failure (traceback) if there was one, and what else used the CPUs
+    meanwhile. A failure is the replies' status, not an exception: the other repeats
+    are kept."""
     try:
         server = servers.ensure(link, settings, model["path"], model["sha256"], toolchain)
     except (servers.LaunchError, HostError, httpx.HTTPError) as exc:
-        return _failed(cell, "launch_failed", str(exc)), None, False, None, None
+        return [(_failed(cell, "launch_failed", str(exc)), None)], None, False, None, {}
+    window = interference.Window({"a": link.host_a, "b": link.host_b},
+                                 _own_processes(link, server, sampler))
     try:
-        replies, rpc = _drive(cell, link, server)
+        shots = _drive(cell, link, server)
     except Exception as exc:  # noqa: BLE001 - becomes this repeat's rows
         text = "".join(traceback.format_exception(exc))[-2000:]
-        replies, rpc, harness_error = _failed(cell, type(exc).__name__, text), None, text
+        shots, harness_error = [(_failed(cell, type(exc).__name__, text), None)], text
     else:
         harness_error = None
+    cpu = window.finish()
     with link.host_a.entered():
         alive = server.alive() and servers.healthy(server.url)
-    return replies, server, alive, rpc, harness_error
+    return shots, server, alive, harness_error, cpu
+
+
+def _own_processes(link: Any, server: servers.Server,
+                   sampler: telemetry.Sampler) -> dict[str, list[int]]:
+    """The measurement's processes on each host: this job (the client), the samplers,
+    llama-server and the delay relay on A; the RPC workers on B."""
+    own: dict[str, list[int]] = {"a": [os.getpid(), *sampler.local_pids()], "b": []}
+    keys = [*server.record["proc_keys"], lab.relay_key(link.pair, link.name)]
+    for record in filter(None, map(procs.find, keys)):
+        own["b" if record.get("host") == "b" else "a"].append(record["pid"])
+    return own
 
 
 def _failed(cell: dict[str, Any], error_type: str, text: str) -> list[client.Reply]:
@@ -143,19 +175,38 @@ def _failed(cell: dict[str, Any], error_type: str, text: str) -> list[client.Rep
                          error_text=text[-2000:]) for i in range(cell["concurrency"])]
 
 
-def _drive(cell: dict[str, Any], link: Any,
-           server: servers.Server) -> tuple[list[client.Reply], telemetry.RpcTraffic]:
-    """Send the cell's concurrent requests, counting the RPC bytes they cause."""
+def more_shots(cell: dict[str, Any], sent: int, elapsed_s: float) -> bool:
+    """Whether to release the cell's requests once more. A concurrent cell releases its
+    N requests once. A single-stream cell sends requests one after another: at least
+    `single_stream_requests` (a median and a spread for its prefill, TTFT and decode),
+    then more while the cell has run under `single_stream_seconds` (cheap short
+    requests buy a tighter spread; an expensive long one is not repeated beyond the
+    minimum)."""
+    if cell["concurrency"] != 1:
+        return sent < 1
+    least = cell.get("single_stream_requests", 1)
+    return sent < least or elapsed_s < cell.get("single_stream_seconds", 0.0)
+
+
+def _drive(cell: dict[str, Any], link: Any, server: servers.Server) -> list[Shot]:
+    """Send the cell's requests, counting the RPC bytes each release causes. After a
+    release with a failed request the rest are not sent: the failure is the result."""
+    out: list[Shot] = []
     with link.host_a.entered():
         pool = prompts.token_pool(server.url)
-        batch = [prompts.prompt(pool, cell["prompt_tokens"], secrets.randbits(63))
-                 for _ in range(cell["concurrency"])]
-        rpc = telemetry.RpcTraffic(link.connect_addr,
-                                   server.record.get("worker_ports", [RPC_PORT]))
-        replies = client.run_concurrent(server.url, batch, cell["n_predict"],
-                                        cell["request_timeout_s"], rpc.at_first_token)
-        rpc.finish()
-    return replies, rpc
+        started = time.monotonic()
+        while more_shots(cell, len(out), time.monotonic() - started):
+            batch = [prompts.prompt(pool, cell["prompt_tokens"], secrets.randbits(63))
+                     for _ in range(cell["concurrency"])]
+            rpc = telemetry.RpcTraffic(link.connect_addr,
+                                       server.record.get("worker_ports", [RPC_PORT]))
+            replies = client.run_concurrent(server.url, batch, cell["n_predict"],
+                                            cell["request_timeout_s"], rpc.at_first_token)
+            rpc.finish()
+            out.append((replies, rpc))
+            if any(r.error_type or r.http_status != 200 for r in replies):
+                break
+    return out
 
 
 def _hottest(sensors: dict[str, Any], when: str) -> float | None:

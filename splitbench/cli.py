@@ -61,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
 
     p = sub.add_parser("aggregate", help="summary Parquet and tables from cell files")
     p.add_argument("--contexts", type=_json, required=True)
+    p.add_argument("--interference", type=_json, default={},
+                   help="the config's interference: limits (JSON)")
     p.add_argument("--baseline", default=None, help="the link others are compared with")
     p.add_argument("--summary", required=True)
     p.add_argument("--tables", required=True)
@@ -95,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cells", default="results/cells", help="where the cell Parquet lies")
     p.add_argument("--tables", required=True, help="directory of the tables (.md, .csv)")
     p.add_argument("--charts", required=True, help="directory of the charts (.vl.json)")
+    p.add_argument("--drift", default=None, help="the drift step's report.parquet")
     p.add_argument("--out", required=True)
 
     p = sub.add_parser("cells", help="list cell files (for --forcerun), optionally matching")
@@ -108,6 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--summary", default="results/summary/cells.parquet")
     p.add_argument("--anchors", nargs="*", default=[])
     p.add_argument("--settings", type=_json, default={})
+    p.add_argument("--interference", type=_json, default={},
+                   help="the config's interference: limits (JSON): an anchor above them "
+                        "fails the anchor check")
     p.add_argument("--report", default="results/drift/report.parquet")
     p.add_argument("--table", default="results/tables/drift", help="path without suffix")
     p.add_argument("--apply", action="store_true",
@@ -169,7 +175,7 @@ def _dispatch(args: argparse.Namespace) -> int:  # noqa: C901 - a flat switch
         from splitbench import tables
 
         tables.aggregate(args.requests, args.links, args.contexts, args.summary, args.tables,
-                         baseline_link=args.baseline)
+                         baseline_link=args.baseline, interference_limits=args.interference)
     elif args.stage == "roundtrips":
         from splitbench import roundtrips
 
@@ -196,7 +202,7 @@ def _dispatch(args: argparse.Namespace) -> int:  # noqa: C901 - a flat switch
         size = report.write(args.out, summary_path=args.summary, link_files=args.links,
                             toolchain_files=args.toolchain, tables_dir=args.tables,
                             charts_dir=args.charts, request_files=args.requests,
-                            cells_dir=args.cells)
+                            cells_dir=args.cells, drift_path=args.drift)
         print(f"report: {args.out} ({size / 1e6:.2f} MB)")
     elif args.stage == "cells":
         from splitbench import plan
@@ -216,8 +222,10 @@ def _dispatch(args: argparse.Namespace) -> int:  # noqa: C901 - a flat switch
                   "`snakemake --cores 1 all` re-measures exactly them")
         else:
             suspects = drift.main_drift(args.summary, args.anchors, args.settings, args.report,
-                                        args.table, False, args.reruns)
-            print(f"drift: {len(suspects)} suspect cell(s); see {args.table}.md")
+                                        args.table, False, args.reruns, args.interference)
+            for line in drift.outcome_lines(suspects):
+                print(f"drift: {line}")
+            print(f"drift: see {args.table}.md")
     elif args.stage == "teardown":
         for line in procs.teardown():
             print(line)

@@ -22,10 +22,16 @@ anchor  the (pair, model) block's anchor (a short single-stream cell on the base
           flagged; a cell without temperatures in a block whose anchors have them is
           flagged too (nothing shows it was inside the range).
 
+interference  the cell ran while other work used the CPUs above the `interference:`
+        limits, or its tokens share timestamps (the summary's `flags`, tables.summarize).
+
 A cell whose status is not ok is never a suspect: its failure mode (context wall,
 overflow, collapse) is a result of its configuration, and temperatures alone do not make
-it worth re-measuring. Missing columns (older results), missing anchors, anchors without
-an ok request and null temperatures all just skip the checks that need them.
+it worth re-measuring. Missing columns (older results) and null temperatures skip the
+checks that need them. An anchor check that cannot run is a failed check, never a
+clean one: a (pair, model) block whose anchors are missing, have no ok request, give no
+usable decode figure or ran under interference is reported as FAILED with the reason,
+and its cells as not checked for drift (`blocks` and `unchecked` in the results).
 
 `apply` records a new epoch for each suspect cell in `config/reruns.yaml`; the workflow
 puts a cell's epoch in its params, so the next run re-measures exactly those cells.
@@ -44,7 +50,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import yaml
 
-from splitbench import parquet_io, tables
+from splitbench import interference, parquet_io, tables
 
 DEFAULTS: dict[str, Any] = {
     # [low, high] in C; either may be null (no bound); null: no band check.
@@ -64,7 +70,7 @@ FIGURES = ["status", "decode_ms_per_token", "temp_before_c", "temp_after_c", "te
            "temp_rise_c", "band_low_c", "band_high_c", "anchor_start_ms", "anchor_end_ms",
            "anchor_change", "anchor_threshold", "anchor_temp_low_c", "anchor_temp_high_c"]
 COLUMNS = [*KEYS, "kind", "reason", *FIGURES]
-KINDS = ("band", "rise", "anchor")
+KINDS = ("band", "rise", "anchor", "interference")
 HEADER = """\
 # Re-run epochs, written by `python -m splitbench drift --apply` (or by hand).
 # Each job's params carry its cell's epoch (`cells`, default 0): raising a cell's epoch
@@ -105,18 +111,24 @@ def cell_key(pair: str, link: str, model: str, ctx: str, conc: int | str) -> str
 
 def find_suspects(summary: pd.DataFrame,
                   anchors: Mapping[tuple[str, str], Mapping[str, pd.DataFrame | None]],
-                  config_settings: Mapping[str, Any]) -> pd.DataFrame:
+                  config_settings: Mapping[str, Any],
+                  interference_limits: Mapping[str, Any] | None = None) -> pd.DataFrame:
     """One row per suspect cell: its keys, kind(s), a reason with figures, the figures.
 
     `anchors` maps (pair, model) to {"start": requests, "end": requests}, either None
-    when not measured. `config_settings` is `settings(config)`. A cell flagged by several
-    checks gets one row: kinds joined by "," and reasons by "; ".
+    when not measured. `config_settings` is `settings(config)`; `interference_limits`
+    the `interference:` slice (anchors measured above it fail the anchor check). A cell
+    flagged by several checks gets one row: kinds joined by "," and reasons by "; ".
+    attrs: "checks" (what was checked, for the report), "blocks" (each (pair, model)
+    anchor check: steady, drifted or failed, and why) and "unchecked" (the ok cells of
+    blocks whose anchor check failed).
     """
     cfg = settings({"drift": dict(config_settings)})
     cells = _eligible(summary)
-    blocks = _anchor_blocks(anchors, cfg)
+    blocks, failed = _anchor_blocks(anchors, cfg, interference_limits or {},
+                                    _block_names(summary, anchors))
     cells = cells.merge(blocks, on=["pair", "model"], how="left")
-    found = [_band(cells, cfg), _rise(cells, cfg), _anchor(cells, cfg)]
+    found = [_band(cells, cfg), _rise(cells, cfg), _anchor(cells, cfg), _interfered(cells)]
     kinds = pd.concat([f["kind"] for f in found], axis=1)
     reasons = pd.concat([f["reason"] for f in found], axis=1)
     flagged = kinds.notna().any(axis=1)
@@ -124,14 +136,32 @@ def find_suspects(summary: pd.DataFrame,
     cells["reason"] = _join(reasons, "; ")
     out = cells.loc[flagged].reindex(columns=COLUMNS).reset_index(drop=True)
     out = out.astype({"kind": object, "reason": object, "status": object})
-    out.attrs["checks"] = _checks_text(cfg, blocks, anchors)
+    out.attrs["checks"] = _checks_text(cfg, blocks, failed, cells)
+    out.attrs["blocks"] = _block_outcomes(blocks, failed)
+    out.attrs["unchecked"] = _unchecked(cells, failed)
     return out
+
+
+def _block_names(summary: pd.DataFrame,
+                 anchors: Mapping[tuple[str, str], Any]) -> list[tuple[str, str]]:
+    """Every (pair, model) with cells or anchors: each needs its anchor check."""
+    names = set(anchors)
+    if {"pair", "model"} <= set(summary.columns):
+        names |= set(zip(summary["pair"], summary["model"], strict=True))
+    return sorted(names)
+
+
+def _interfered(cells: pd.DataFrame) -> pd.DataFrame:
+    """Cells flagged by the summary: interference above the limits, shared timestamps."""
+    reason = (cells["flags"] if "flags" in cells
+              else pd.Series(None, index=cells.index, dtype=object))
+    return _flags(cells, "interference", reason.where(reason.notna(), None))
 
 
 def _eligible(summary: pd.DataFrame) -> pd.DataFrame:
     """The ok cells with every column the checks read (null where results lack it)."""
     cells = summary.reindex(columns=list(dict.fromkeys([*summary.columns, *KEYS,
-                                                        *FIGURES[:5]])))
+                                                        *FIGURES[:5], "flags"])))
     if "status" not in summary:
         cells["status"] = "ok"  # a summary without statuses: nothing known to have failed
     cells = cells.loc[cells["status"].eq("ok")].copy()
@@ -219,46 +249,76 @@ def _anchor(cells: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
 
 
 def _anchor_blocks(anchors: Mapping[tuple[str, str], Mapping[str, pd.DataFrame | None]],
-                   cfg: Mapping[str, Any]) -> pd.DataFrame:
-    """One row per (pair, model) whose start and end anchors both have a decode figure."""
+                   cfg: Mapping[str, Any], limits: Mapping[str, Any],
+                   names: list[tuple[str, str]]) -> tuple[pd.DataFrame, dict[tuple[str, str], str]]:
+    """One row per (pair, model) whose start and end anchors could be compared, and for
+    every other block of `names`, why its anchor check failed."""
     columns = ["pair", "model", "anchor_start_ms", "anchor_end_ms", "anchor_change",
                "anchor_threshold", "anchor_drifted", "anchor_thermal", "anchor_temp_low_c",
                "anchor_temp_high_c", "anchor_text"]
-    rows = []
-    for (pair, model), ends in anchors.items():
-        start, end = _anchor_figures(ends.get("start")), _anchor_figures(ends.get("end"))
-        if start is None or end is None or cfg["anchor_tolerance"] is None:
+    rows, failed = [], {}
+    for pair, model in names:
+        if cfg["anchor_tolerance"] is None:
+            continue  # switched off in the config: said so in the checks, not a failure
+        ends = anchors.get((pair, model)) or {}
+        figures = {which: _anchor_figures(ends.get(which), limits)
+                   for which in ("start", "end")}
+        problems = [f"the {which} anchor {figures[which]}" for which in ("start", "end")
+                    if isinstance(figures[which], str)]
+        if problems:
+            failed[(pair, model)] = "; ".join(problems)
             continue
         rows.append({"pair": pair, "model": model,
-                     **_compare(start, end, cfg, f"{pair}/{model}")})
+                     **_compare(figures["start"], figures["end"], cfg, f"{pair}/{model}")})
     blocks = pd.DataFrame(rows, columns=columns)
     # Typed even when empty: a left merge of untyped columns compares objects to floats.
     numbers = [c for c in columns[2:] if c.startswith("anchor_") and c != "anchor_text"
                and c not in ("anchor_drifted", "anchor_thermal")]
-    return blocks.astype({c: "float64" for c in numbers}).astype(
+    blocks = blocks.astype({c: "float64" for c in numbers}).astype(
         {"anchor_drifted": object, "anchor_thermal": object, "anchor_text": object})
+    return blocks, failed
 
 
-def _anchor_figures(requests: pd.DataFrame | None) -> dict[str, float] | None:
-    """Median decode ms/token, its standard error and the temperature span of one anchor;
-    None without an ok request to read it from."""
-    if requests is None or "decode_ms_per_token" not in requests:
-        return None
+def _anchor_figures(requests: pd.DataFrame | None,
+                    limits: Mapping[str, Any]) -> dict[str, float] | str:
+    """Median decode ms/token, its standard error and the temperature span of one
+    anchor; or, when it cannot serve as a reference, what is wrong with it."""
+    if requests is None or len(requests) == 0:
+        return "was not measured"
+    if "decode_ms_per_token" not in requests:
+        return "has no decode figure (results from an older splitbench)"
     ok = requests if "status" not in requests else requests[requests["status"].eq("ok")]
+    if ok.empty:
+        statuses = ", ".join(sorted(set(requests["status"].astype(str))))
+        return f"has no ok request ({statuses})"
     decode = pd.to_numeric(ok["decode_ms_per_token"], errors="coerce").dropna()
     if decode.empty or decode.median() <= 0:
-        return None
+        shown = "none" if decode.empty else f"{decode.median():.3f} ms/token"
+        return (f"gives no usable decode figure ({shown}: its tokens share one "
+                "timestamp)")
+    flagged = _anchor_interference(requests, limits)
+    if flagged:
+        return f"ran under interference ({flagged})"
     n = len(decode)
     # As tables._uncertainty: the spread of the requests, floored by the per-token
     # dispersion (a few requests agreeing by chance must not claim more precision).
     tokens = pd.to_numeric(ok.get("decode_ms_se", pd.Series(dtype=float)), errors="coerce")
-    se = np.fmax(decode.std(ddof=1) / np.sqrt(n) if n >= 2 else np.nan,
+    se = np.fmax(tables.MEDIAN_SE * decode.std(ddof=1) / np.sqrt(n) if n >= 2 else np.nan,
                  tokens.median() / np.sqrt(n) if tokens.notna().any() else np.nan)
     temps = [pd.to_numeric(requests[c], errors="coerce") for c in
              ("temp_before_c", "temp_after_c", "temp_peak_c") if c in requests]
     temps = pd.concat(temps) if temps else pd.Series(dtype=float)
     return {"ms": float(decode.median()), "se": float(se),
             "low": float(temps.min()), "high": float(temps.max())}
+
+
+def _anchor_interference(requests: pd.DataFrame, limits: Mapping[str, Any]) -> str | None:
+    """Why an anchor's figures are not its own (interference above the limits)."""
+    present = [c for c in tables.CPU_FIGURES if c in requests]
+    if not present:
+        return None
+    worst = requests[present].apply(pd.to_numeric, errors="coerce").max().to_frame().T
+    return interference.flag(worst, limits)["interference"].iloc[0]
 
 
 def _compare(start: dict[str, float], end: dict[str, float], cfg: Mapping[str, Any],
@@ -286,23 +346,46 @@ def _compare(start: dict[str, float], end: dict[str, float], cfg: Mapping[str, A
 
 
 def _checks_text(cfg: Mapping[str, Any], blocks: pd.DataFrame,
-                 anchors: Mapping[tuple[str, str], Any]) -> list[str]:
+                 failed: Mapping[tuple[str, str], str], cells: pd.DataFrame) -> list[str]:
     """What was checked, for the report (an empty table must say what it vouches for)."""
     band = cfg["reference_c"]
     lines = [f"reference band: {_c(band[0])}-{_c(band[1])} C, peaks +{cfg['peak_margin_c']:g} C"
              if band is not None else "reference band: not configured (drift.reference_c)",
              f"rise within a cell: at most {cfg['max_temp_rise_c']:g} C"
              if cfg["max_temp_rise_c"] is not None else "rise within a cell: not checked"]
+    if cfg["anchor_tolerance"] is None:
+        lines.append("anchors: not checked (drift.anchor_tolerance is null)")
     for row in blocks.itertuples(index=False):
         verdict = "drifted" if row.anchor_drifted else "steady"
         lines.append(f"anchor {row.pair}/{row.model}: {row.anchor_start_ms:.2f} -> "
                      f"{row.anchor_end_ms:.2f} ms/token ({row.anchor_change:+.1%}, limit "
                      f"±{row.anchor_threshold:.1%}): {verdict}")
-    compared = set(zip(blocks["pair"], blocks["model"], strict=True))
-    for pair, model in sorted(set(anchors) - compared):
-        lines.append(f"anchor {pair}/{model}: not compared (a start or end anchor is "
-                     "missing or has no ok request)")
+    for (pair, model), why in sorted(failed.items()):
+        mine = cells[(cells["pair"] == pair) & (cells["model"] == model)]
+        lines.append(f"anchor {pair}/{model}: FAILED, the check could not run: {why}; its "
+                     f"{len(mine)} ok cell(s) are not checked for drift (re-measure the "
+                     f"anchors: --forcerun results/anchors/{pair}/{model}/start.parquet "
+                     f"results/anchors/{pair}/{model}/end.parquet)")
     return lines
+
+
+def _block_outcomes(blocks: pd.DataFrame,
+                    failed: Mapping[tuple[str, str], str]) -> list[dict[str, str]]:
+    out = [{"pair": r.pair, "model": r.model,
+            "outcome": "drifted" if r.anchor_drifted else "steady", "why": r.anchor_text}
+           for r in blocks.itertuples(index=False)]
+    out += [{"pair": pair, "model": model, "outcome": "failed", "why": why}
+            for (pair, model), why in sorted(failed.items())]
+    return out
+
+
+def _unchecked(cells: pd.DataFrame, failed: Mapping[tuple[str, str], str]) -> pd.DataFrame:
+    """The ok cells of every block whose anchor check failed, each with the reason."""
+    keys = pd.Series(list(zip(cells["pair"], cells["model"], strict=True)), index=cells.index)
+    mine = cells.loc[keys.isin(list(failed)), KEYS].copy()
+    mine["reason"] = [f"not checked for drift: the {p}/{m} anchor check failed"
+                      for p, m in zip(mine["pair"], mine["model"], strict=True)]
+    return mine.reset_index(drop=True)
 
 
 def _c(value: float | None) -> str:
@@ -314,29 +397,55 @@ def _c(value: float | None) -> str:
 
 def write_report(suspects: pd.DataFrame, out_parquet: str | Path, table_stem: str | Path,
                  provenance: Mapping[str, Any] | None = None) -> None:
-    """results/drift/report.parquet and a Markdown + CSV table naming each suspect."""
+    """results/drift/report.parquet (the suspects; the block outcomes and unchecked cells
+    in its metadata) and a Markdown + CSV table naming each suspect, then what could
+    not be checked."""
     frame = suspects.reindex(columns=COLUMNS)
-    parquet_io.write(frame, out_parquet, {"stage": "drift", "suspects": len(frame),
-                                          "checks": suspects.attrs.get("checks", []),
-                                          **(provenance or {})})
-    checks = suspects.attrs.get("checks")
+    frame.attrs = {}  # written as metadata below, not as pandas attributes
+    checks = suspects.attrs.get("checks", [])
+    blocks = suspects.attrs.get("blocks", [])
+    unchecked = suspects.attrs.get("unchecked", pd.DataFrame(columns=[*KEYS, "reason"]))
+    parquet_io.write(frame, out_parquet, {
+        "stage": "drift", "suspects": len(frame), "checks": checks, "blocks": blocks,
+        "unchecked": [{**r, "conc": int(r["conc"])} for r in unchecked.to_dict("records")],
+        **(provenance or {})})
+    table = suspect_table(frame, unchecked)
+    failed = [b for b in blocks if b["outcome"] == "failed"]
+    title = ("Drift: suspect cells" if not failed else
+             f"Drift: suspect cells — CHECK FAILED for {', '.join(_block(b) for b in failed)}")
     note = "\nChecked:\n\n" + "".join(f"- {c}\n" for c in checks) if checks else ""
-    tables.write_table(suspect_table(frame), table_stem, "Thermal drift: suspect cells", note)
+    tables.write_table(table, table_stem, title, note)
 
 
-def suspect_table(suspects: pd.DataFrame) -> pd.DataFrame:
-    """The table a person reads; a single 'no suspect cells' row when there are none."""
-    if suspects.empty:
+def _block(outcome: Mapping[str, str]) -> str:
+    return f"{outcome['pair']}/{outcome['model']}"
+
+
+def suspect_table(suspects: pd.DataFrame,
+                  unchecked: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The table a person reads: each suspect, then one row per block whose cells were
+    not checked; a single 'no suspect cells' row when there is neither."""
+    rows = []
+    if len(suspects):
+        keys = [cell_key(*k) for k in suspects[KEYS].itertuples(index=False)]
+        temps = [None if pd.isna(b) and pd.isna(a) else f"{b:.1f}->{a:.1f}, peak {p:.1f}"
+                 for b, a, p in suspects[["temp_before_c", "temp_after_c", "temp_peak_c"]]
+                 .itertuples(index=False)]
+        rows.append(pd.DataFrame({
+            "cell": keys, "kind": suspects["kind"].to_numpy(),
+            "reason": suspects["reason"].to_numpy(),
+            "decode ms/token": suspects["decode_ms_per_token"].round(3).to_numpy(),
+            "temps (C)": temps}))
+    if unchecked is not None and len(unchecked):
+        for (pair, model), group in unchecked.groupby(["pair", "model"]):
+            rows.append(pd.DataFrame({
+                "cell": [f"{pair}/*/{model}/* ({len(group)} cells)"], "kind": ["NOT CHECKED"],
+                "reason": [group["reason"].iloc[0]], "decode ms/token": [np.nan],
+                "temps (C)": [None]}))
+    if not rows:
         return pd.DataFrame({"cell": ["(none)"], "kind": ["—"], "reason": ["no suspect cells"],
                              "decode ms/token": [np.nan], "temps (C)": [None]})
-    keys = [cell_key(*k) for k in suspects[KEYS].itertuples(index=False)]
-    temps = [None if pd.isna(b) and pd.isna(a) else f"{b:.1f}->{a:.1f}, peak {p:.1f}"
-             for b, a, p in suspects[["temp_before_c", "temp_after_c", "temp_peak_c"]]
-             .itertuples(index=False)]
-    return pd.DataFrame({"cell": keys, "kind": suspects["kind"].to_numpy(),
-                         "reason": suspects["reason"].to_numpy(),
-                         "decode ms/token": suspects["decode_ms_per_token"].round(3).to_numpy(),
-                         "temps (C)": temps})
+    return pd.concat(rows, ignore_index=True)
 
 
 # ---------------------------------------------------------------- epochs
@@ -427,14 +536,30 @@ def read_anchors(anchor_files: list[str]) -> dict[tuple[str, str], dict[str, pd.
 
 def main_drift(summary_path: str | Path, anchor_files: list[str],
                config_settings: Mapping[str, Any] | None, report_out: str | Path,
-               table_stem: str | Path, apply: bool, reruns_path: str | Path) -> pd.DataFrame:
+               table_stem: str | Path, apply: bool, reruns_path: str | Path,
+               interference_limits: Mapping[str, Any] | None = None) -> pd.DataFrame:
     """The drift step: read the summary and anchors, find the suspects, write the report
     and, with apply, bump their epochs in reruns_path. `config_settings` is the config's
     `drift:` slice (or settings()' result). Returns the suspects."""
     cfg = settings({"drift": dict(config_settings or {})})
     summary = pq.read_table(summary_path).to_pandas()
-    suspects = find_suspects(summary, read_anchors(anchor_files), cfg)
-    write_report(suspects, report_out, table_stem, {"settings": cfg})
+    suspects = find_suspects(summary, read_anchors(anchor_files), cfg, interference_limits)
+    write_report(suspects, report_out, table_stem,
+                 {"settings": cfg, "interference": dict(interference_limits or {})})
     if apply:
         _bump(suspects, reruns_path, dt.datetime.now(dt.UTC))
     return suspects
+
+
+def outcome_lines(suspects: pd.DataFrame) -> list[str]:
+    """What the drift step found, for the end of its output: every failed check first."""
+    lines = [f"drift check FAILED for {_block(b)}: {b['why']}"
+             for b in suspects.attrs.get("blocks", []) if b["outcome"] == "failed"]
+    unchecked = suspects.attrs.get("unchecked")
+    if unchecked is not None and len(unchecked):
+        lines.append(f"{len(unchecked)} cell(s) not checked for drift")
+    kinds = suspects["kind"].str.split(",").explode().value_counts() if len(suspects) else {}
+    lines.append(f"{len(suspects)} suspect cell(s)" + (
+        " (" + ", ".join(f"{k}: {n}" for k, n in dict(kinds).items()) + ")" if len(kinds)
+        else ""))
+    return lines

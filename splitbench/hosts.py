@@ -39,6 +39,9 @@ class Host:
     identity: str | None = None
     known_hosts: str | None = None
     python_path: str | None = None
+    # CPUs the host's processes run on (taskset list, "0" or "2-3"): in the embedded
+    # lab each emulated host gets its own, as two machines would have. None: any CPU.
+    cpus: str | None = None
 
     @property
     def remote(self) -> bool:
@@ -65,9 +68,10 @@ class Host:
     def wrap(self, argv: Sequence[str]) -> list[str]:
         if self.ssh is not None:
             return [*self.ssh_prefix(), shlex.join(argv)]
+        pinned = ["taskset", "-c", self.cpus, *argv] if self.cpus else list(argv)
         if self.netns is None:
-            return list(argv)
-        return ["ip", "netns", "exec", self.netns, *argv]
+            return pinned
+        return ["ip", "netns", "exec", self.netns, *pinned]
 
     def run(
         self, argv: Sequence[str], *, timeout: float = 60, check: bool = True
@@ -102,7 +106,8 @@ class Host:
 
     @contextlib.contextmanager
     def entered(self) -> Iterator[None]:
-        """Run the calling thread (and threads it starts) in this host's network stack.
+        """Run the calling thread (and threads it starts) in this host's network stack,
+        on this host's CPUs.
 
         Sockets opened inside reach the host's link and loopback as the host's own
         programs would: the benchmark client then sits on host A, like a real user's.
@@ -111,13 +116,17 @@ class Host:
             yield
             return
         libc = ctypes.CDLL(None, use_errno=True)
+        home_cpus = os.sched_getaffinity(0)
         with open("/proc/thread-self/ns/net") as home, open(f"/run/netns/{self.netns}") as ns:
             if libc.setns(ns.fileno(), CLONE_NEWNET) != 0:
                 raise HostError(f"host {self.name}: setns failed: "
                                 f"{os.strerror(ctypes.get_errno())}")
+            if self.cpus:
+                os.sched_setaffinity(0, cpu_set(self.cpus))
             try:
                 yield
             finally:
+                os.sched_setaffinity(0, home_cpus)
                 libc.setns(home.fileno(), CLONE_NEWNET)
 
     def spawn(
@@ -171,6 +180,15 @@ class Host:
         }
         procs.record_process(record)
         return record
+
+
+def cpu_set(cpus: str) -> set[int]:
+    """A taskset CPU list ("0", "0-3", "0,2") as a set of CPU numbers."""
+    out: set[int] = set()
+    for part in cpus.split(","):
+        first, _, last = part.partition("-")
+        out.update(range(int(first), int(last or first) + 1))
+    return out
 
 
 def host_from_spec(name: str, spec: dict[str, Any]) -> Host:

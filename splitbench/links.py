@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from splitbench import lab, linkfacts, netsetup, parquet_io, probe, procs
+from splitbench import lab, linkfacts, netsetup, parquet_io, probe, procs, wakeup
 from splitbench import link_history as history
 from splitbench.hosts import Host
 
@@ -97,11 +97,9 @@ def verify(spec: dict[str, Any], settings: dict[str, Any], out: str | Path) -> p
     try:
         for role, (argv, port) in servers.items():
             serve(link, role, key, argv, port)
-        row.update(_throughput(link, settings, commands, where))
-        row.update(_ping(link, commands, where))
-        row.update(_request_response(link, settings, commands))
-        if with_sockperf:
-            row.update(_sockperf(link, settings, commands))
+        with wakeup.during(settings, {"a": link.host_a, "b": link.host_b}) as held:
+            row.update(held)
+            _measure(link, settings, commands, where, with_sockperf, row)
     finally:
         for role in servers:
             procs.stop(f"{role}-{key}")
@@ -136,6 +134,16 @@ def verify(spec: dict[str, Any], settings: dict[str, Any], out: str | Path) -> p
         "emulation": link.emulation, "fingerprint": row["fingerprint"],
     })
     return frame
+
+
+def _measure(link: lab.Link, settings: dict[str, Any], commands: list, where: str,
+             with_sockperf: bool, row: dict[str, Any]) -> None:
+    """Throughput, ping, request-response latency (and sockperf) into row."""
+    row.update(_throughput(link, settings, commands, where))
+    row.update(_ping(link, commands, where))
+    row.update(_request_response(link, settings, commands))
+    if with_sockperf:
+        row.update(_sockperf(link, settings, commands))
 
 
 def _check_route(link: lab.Link, where: str) -> str:

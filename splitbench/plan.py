@@ -175,8 +175,15 @@ def _check_ssh_pair(pair: str, spec: dict[str, Any]) -> None:
 
 
 def cell_settings(config: dict[str, Any]) -> dict[str, Any]:
-    defaults = {"n_predict": 64, "request_timeout_s": 600, "crash_below_tps": 1.0}
-    return {**defaults, **config.get("cell", {})}
+    defaults = {"n_predict": 64, "request_timeout_s": 600, "crash_below_tps": 1.0,
+                "single_stream_requests": 5, "single_stream_seconds": 3.0}
+    return {**defaults, **config.get("cell", {}), **_wakeup(config)}
+
+
+def _wakeup(config: dict[str, Any]) -> dict[str, bool]:
+    """Whether measurements hold the CPUs' wake-up latency at 0 (splitbench/wakeup.py):
+    part of every measuring job's settings, so that changing it re-measures."""
+    return {"hold_wakeup_latency": config.get("hold_wakeup_latency", True)}
 
 
 def link_check_settings(config: dict[str, Any]) -> dict[str, Any]:
@@ -192,7 +199,7 @@ def link_check_settings(config: dict[str, Any]) -> dict[str, Any]:
         "asymmetry_threshold": 0.25,
         "change_threshold": 0.15,
     }
-    return {**defaults, **config.get("link_check", {})}
+    return {**defaults, **config.get("link_check", {}), **_wakeup(config)}
 
 
 def cells(config: dict[str, Any]) -> list[Cell]:
@@ -366,7 +373,7 @@ def roundtrip_settings(config: dict[str, Any]) -> dict[str, Any] | None:
     """The round-trips sweep's settings, or None when config has no `roundtrips`."""
     if "roundtrips" not in config:
         return None
-    settings = {**ROUNDTRIP_DEFAULTS, **config["roundtrips"]}
+    settings = {**ROUNDTRIP_DEFAULTS, **config["roundtrips"], **_wakeup(config)}
     settings.setdefault("models", list(config["models"]))
     return settings
 

@@ -49,6 +49,8 @@ td:first-child, th:first-child { text-align: left; }
 details pre { background: #f6f6f6; padding: 8px; overflow-x: auto; font-size: 12px; }
 dl { display: grid; grid-template-columns: max-content auto; gap: 2px 16px; }
 dt { font-weight: 600; }
+.checks { list-style: none; padding-left: 0; } .check-failed { color: #b00; font-weight: bold; }
+.check-flagged { color: #a60; } .check-ok { color: #262; }
 """
 
 # Renders every chart; marks the body with how many rendered so that a reader (and the
@@ -344,9 +346,58 @@ def _overview(summary: pd.DataFrame) -> str:
     })
 
 
+def check_lines(summary: pd.DataFrame, drift_path: str | Path | None) -> list[tuple[str, str]]:
+    """(state, text) per check the run block reports: "failed", "flagged" or "ok". A check
+    that did not run is a failure, never a clean line."""
+    lines: list[tuple[str, str]] = []
+    if drift_path is None or not Path(drift_path).exists():
+        lines.append(("failed", "drift: not run (no results/drift/report.parquet): no cell "
+                                "is checked for drift"))
+    else:
+        meta = parquet_io.provenance(drift_path)
+        for block in meta.get("blocks", []):
+            name = f"{block['pair']}/{block['model']}"
+            if block["outcome"] == "failed":
+                lines.append(("failed", f"drift check FAILED for {name}: {block['why']}"))
+            elif block["outcome"] == "drifted":
+                lines.append(("flagged", f"drift: {name} {block['why']}"))
+            else:
+                lines.append(("ok", f"drift: {name} steady"))
+        unchecked = len(meta.get("unchecked", []))
+        if unchecked:
+            lines.append(("failed", f"{unchecked} cell(s) not checked for drift"))
+        if not meta.get("blocks"):
+            lines.append(("failed", "drift: no anchor check ran"))
+    cells = len(summary)
+    checked = summary.get("interference_checked", pd.Series(False, index=summary.index))
+    flagged = summary.get("interference", pd.Series(None, index=summary.index)).notna()
+    timing = summary.get("timing", pd.Series(None, index=summary.index)).notna()
+    if (~checked.astype(bool)).any():
+        lines.append(("failed", f"interference: not measured for {int((~checked).sum())} of "
+                                f"{cells} cells (no CPU figures): not checked"))
+    if flagged.any():
+        lines.append(("flagged", f"interference: {int(flagged.sum())} of {cells} cells "
+                                 f"measured while other work used the CPUs "
+                                 f"({tables.FLAG_MARK} in the tables)"))
+    elif checked.astype(bool).all():
+        lines.append(("ok", f"interference: none above the limits in {cells} cells"))
+    if timing.any():
+        lines.append(("flagged", f"token times: {int(timing.sum())} cells have tokens that "
+                                 f"share a timestamp ({tables.FLAG_MARK})"))
+    return lines
+
+
+def _checks_html(lines: list[tuple[str, str]]) -> str:
+    marks = {"failed": "✗", "flagged": tables.FLAG_MARK, "ok": "✓"}
+    items = "".join(f'<li class="check-{state}">{marks[state]} {_esc(text)}</li>'
+                    for state, text in lines)
+    return f'<ul class="checks">{items}</ul>'
+
+
 def page(summary_path: str, link_files: list[str], toolchain_files: list[str],
          tables_dir: str, charts_dir: str, request_files: list[str],
-         cells_dir: str = f"{plan.RESULTS}/cells") -> str:
+         cells_dir: str = f"{plan.RESULTS}/cells",
+         drift_path: str | Path | None = None) -> str:
     """The whole report as one HTML string."""
     summary = pq.read_table(summary_path).to_pandas()
     links = tables.read_links(link_files)
@@ -365,6 +416,7 @@ def page(summary_path: str, link_files: list[str], toolchain_files: list[str],
         '<nav><a href="#tables">Tables</a><a href="#charts">Charts</a>'
         '<a href="#provenance">Provenance</a></nav>',
         "<h2>Run</h2>", _overview(summary),
+        "<h3>Checks</h3>", _checks_html(check_lines(summary, drift_path)),
         '<section id="tables"><h2>Tables</h2>', *(table_html or ["<p>No tables.</p>"]),
         "</section>",
         '<section id="charts"><h2>Charts</h2>', *(figures or ["<p>No charts.</p>"]),

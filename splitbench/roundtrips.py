@@ -30,6 +30,7 @@ from splitbench import (
     prompts,
     servers,
     tables,
+    wakeup,
 )
 
 # Index of the first sweep link: far from the configured links' indexes (1, 2, ...).
@@ -103,12 +104,13 @@ def _point(spec: dict[str, Any], settings: dict[str, Any], model: dict[str, Any]
            toolchain: dict[str, Any], index: int, delay: float) -> list[dict]:
     """One delay: its link, its measured latency, a fresh launch, timed requests."""
     link = lab.ensure_link(point_spec(spec["pair"], index, delay))
-    rr_ms = measure_rr_ms(link, spec["rr_samples"])
-    server = servers.ensure(link, settings, model["path"], model["sha256"], toolchain)
-    rows = [{"pair": spec["pair"], "model": spec["model"], "workers": spec["workers"],
-             "delay_ms": delay, "rr_ms": rr_ms, "launch_id": server.launch_id,
-             "emulation_delay": link.emulation["delay"], **row}
-            for row in decode_point(server, link, spec)]
+    with wakeup.during(spec, {"a": link.host_a, "b": link.host_b}) as held:
+        rr_ms = measure_rr_ms(link, spec["rr_samples"])
+        server = servers.ensure(link, settings, model["path"], model["sha256"], toolchain)
+        rows = [{"pair": spec["pair"], "model": spec["model"], "workers": spec["workers"],
+                 "delay_ms": delay, "rr_ms": rr_ms, "launch_id": server.launch_id,
+                 "emulation_delay": link.emulation["delay"], **held, **row}
+                for row in decode_point(server, link, spec)]
     decoded = [r["step_ms_median"] for r in rows if r["step_ms_median"] is not None]
     print(f"delay {delay} ms: rr {rr_ms:.3f} ms, decode "
           f"step {np.median(decoded) if decoded else float('nan'):.3f} ms "

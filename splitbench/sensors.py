@@ -1,8 +1,10 @@
-"""What one host's sensors say now: temperatures, load, and NVIDIA GPUs through NVML.
+"""What one host's sensors say now: temperatures, load, NVIDIA GPUs through NVML, and
+how busy its CPUs are (and with what).
 
 Standard library only: its source runs as is on any host (locally, in a namespace or
 over SSH), once (`python - `) or every N seconds until stopped (`--every N`), printing
-one JSON object per reading.
+one JSON object per reading. `--pids 12,34` adds those processes' CPU time to the
+reading: the measurement's own processes, so that the rest is what else ran.
 """
 
 from __future__ import annotations
@@ -70,7 +72,35 @@ def _gpu(nvml: ctypes.CDLL, index: int) -> dict[str, Any]:
     }
 
 
-def reading() -> dict[str, Any]:
+def cpu_counters(pids: list[int] | None = None) -> dict[str, Any]:
+    """Cumulative CPU counters: the machine's busy and steal time (/proc/stat, clock
+    ticks), the time tasks waited for a CPU (PSI `some` total, us; None where the kernel
+    has no PSI) and, for `pids`, their own CPU time including their reaped children's."""
+    out: dict[str, Any] = {"t_mono": time.monotonic(), "hz": os.sysconf("SC_CLK_TCK"),
+                           "ncpu": os.cpu_count(), "busy_ticks": None, "steal_ticks": None,
+                           "total_ticks": None, "psi_some_us": None}
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+        user, nice, system, idle, iowait, irq, softirq, steal = fields[:8]
+        # Interrupt time is left out: the kernel charges no process for it, so the
+        # measurement's own network traffic would count as someone else's work.
+        out.update(busy_ticks=user + nice + system, steal_ticks=steal,
+                   total_ticks=user + nice + system + idle + iowait + irq + softirq + steal)
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        some = Path("/proc/pressure/cpu").read_text().split("\n")[0]
+        out["psi_some_us"] = int(some.rsplit("total=", 1)[1])
+    if pids is not None:
+        out["own_ticks"], out["own_found"] = 0, 0
+        for pid in pids:
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                # utime, stime, cutime, cstime: fields 14-17; the name may hold spaces.
+                stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                out["own_ticks"] += sum(int(v) for v in stat[11:15])
+                out["own_found"] += 1
+    return out
+
+
+def reading(pids: list[int] | None = None) -> dict[str, Any]:
     temps = temperatures_c()
     gpu_list, gpu_found = gpus()
     return {
@@ -80,16 +110,19 @@ def reading() -> dict[str, Any]:
         "load1": os.getloadavg()[0],
         "gpus": gpu_list,
         "gpu_sources": gpu_found,
+        "cpu": cpu_counters(pids),
     }
 
 
 def main(argv: list[str]) -> None:
     every = float(argv[argv.index("--every") + 1]) if "--every" in argv else None
+    pids = ([int(p) for p in argv[argv.index("--pids") + 1].split(",") if p]
+            if "--pids" in argv else None)
     parent = os.getppid()
     # A sampler outlives nothing: when its parent (the cell job, or the SSH session)
     # is gone, killed say, it stops instead of sampling forever.
     while os.getppid() == parent:
-        print(json.dumps(reading()), flush=True)
+        print(json.dumps(reading(pids)), flush=True)
         if every is None:
             return
         time.sleep(every)

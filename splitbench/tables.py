@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from splitbench import archive, metrics, parquet_io
+from splitbench import archive, interference, metrics, parquet_io
 
 SUMMARY_KEYS = ["pair", "link", "model", "ctx", "conc"]
 # Cells that a link comparison sets side by side: same pair, model and context.
@@ -27,11 +27,16 @@ COMPARE_KEYS = ["pair", "model", "ctx"]
 FIGURES = ["prefill_tps", "decode_tps", "decode_ms_per_token", "ttft_ms",
            "server_prefill_tps", "server_decode_ms_per_token", "prompt_tokens",
            "rpc_bytes_per_token_a_to_b", "rpc_bytes_per_token_b_to_a", "server_ttft_ms"]
+# What else used each host's CPUs during a cell (interference.Window, the sampler).
+CPU_FIGURES = [f"{figure}_{side}_{unit}" for side in ("a", "b") for figure, unit in
+               (("cpu_pressure", "pct"), ("foreign_cpu", "cores"), ("steal", "pct"),
+                ("cpu_pressure", "peak_pct"))]
 # What the summary reads of a request file; older files lack some (those stay missing).
 SUMMARY_COLUMNS = ["request_id", "status", "cell_status", "generated_tokens", "n_predict",
                    "t_send_ns", "t_last_ns", "decode_ms_se", "cell_wall_ms",
                    "cell_throughput_tps", "launch_id", "link_fingerprint", "temp_before_c",
-                   "temp_after_c", "temp_peak_c", "repeat", *FIGURES]
+                   "temp_after_c", "temp_peak_c", "repeat", "arrival_clock",
+                   "coalesced_tokens", *CPU_FIGURES, *FIGURES]
 # ctx{label}_c{N}.requests.parquet; a trailing _r{K} marks repeat K of the same cell, for
 # when a cell is measured more than once (a `repeat` column in the rows wins over it).
 CELL_FILE = re.compile(
@@ -39,6 +44,10 @@ CELL_FILE = re.compile(
 # "±" in the tables is COVERAGE standard errors (about a 95% interval); a difference
 # inside it is "not resolvable".
 COVERAGE = 2.0
+# The standard error of a median of n normal samples is this times sigma / sqrt(n).
+MEDIAN_SE = 1.2533
+# Marks a figure measured under interference or with tokens that share a timestamp.
+FLAG_MARK = "⚠"
 # The seed's names for failure modes (its section 3): 400 is the context wall, 500 the
 # overflow error.
 FAILURE_LABEL = {"crash": "crash", "overflow": "500", "ctx_wall": "400",
@@ -55,9 +64,11 @@ TRACKS_ABOVE = 0.75
 # ---------------------------------------------------------------- summary
 
 
-def summarize(request_files: list[str], contexts: dict[str, int]) -> pd.DataFrame:
+def summarize(request_files: list[str], contexts: dict[str, int],
+              interference_limits: dict[str, Any] | None = None) -> pd.DataFrame:
     """One row per cell: medians over its ok requests, status, uncertainty, overlap,
-    telemetry."""
+    telemetry, and what flags it (interference above `interference_limits`, tokens
+    that share a timestamp)."""
     requests = read_requests(request_files, SUMMARY_COLUMNS)
     ok = requests[requests["status"] == "ok"]
     medians = ok.groupby(SUMMARY_KEYS)[[f for f in FIGURES if f in ok.columns]].median()
@@ -65,7 +76,31 @@ def summarize(request_files: list[str], contexts: dict[str, int]) -> pd.DataFram
     summary["ctx_tokens"] = summary["ctx"].map(contexts)
     summary["temps"] = summary.apply(_temps_text, axis=1)
     summary["overlap"] = _overlaps(summary, requests)
+    summary = summary.join(interference.flag(summary, interference_limits or {}))
+    summary["timing"] = _timing_flags(summary)
+    summary["flags"] = [_joined(i, t) for i, t in zip(summary["interference"],
+                                                      summary["timing"], strict=True)]
     return _ctx_sorted(summary, SUMMARY_KEYS, by_length(contexts)).reset_index(drop=True)
+
+
+def _timing_flags(summary: pd.DataFrame) -> list[str | None]:
+    """Cells whose token times are not each token's own: tokens that came out of one
+    read without a packet clock share that read's stamp."""
+    out = []
+    for row in summary.itertuples(index=False):
+        shared = getattr(row, "coalesced_tokens", None)
+        clock = getattr(row, "arrival_clock", None)
+        if shared and shared > 0 and clock != "segment":
+            out.append(f"{shared:.0f} tokens share a timestamp ({clock} clock: the "
+                       "client read them together)")
+        else:
+            out.append(None)
+    return out
+
+
+def _joined(*reasons: Any) -> str | None:
+    parts = [r for r in reasons if isinstance(r, str) and r]
+    return "; ".join(parts) or None
 
 
 def by_length(contexts: dict[str, int]) -> list[str]:
@@ -163,7 +198,18 @@ CELL_FIELDS = [
     # Fields that cells measured before they existed lack.
     ("throughput_tps", "cell_throughput_tps", "first", "median"),
     ("temp_peak_c", "temp_peak_c", "first", "max"),
+    # Token clocks: the cell's tokens that share a timestamp, and the clock(s) used.
+    ("coalesced_tokens", "coalesced_tokens", "sum", "sum"),
+    ("arrival_clock", "arrival_clock", lambda s: _one_clock(s), lambda s: _one_clock(s)),
+    # Interference: the worst repeat.
+    *[(name, name, "first", "max") for name in CPU_FIGURES],
 ]
+
+
+def _one_clock(clocks: pd.Series) -> str | None:
+    """One word for the clocks of several requests or repeats ("mixed" when they differ)."""
+    found = set(clocks.dropna())
+    return found.pop() if len(found) == 1 else ("mixed" if found else None)
 
 
 def _cells(requests: pd.DataFrame) -> pd.DataFrame:
@@ -177,28 +223,49 @@ def _cells(requests: pd.DataFrame) -> pd.DataFrame:
 
 
 def _uncertainty(ok: pd.DataFrame) -> pd.DataFrame:
-    """Standard errors of a cell's decode ms/token and prefill tok/s.
+    """Standard errors of a cell's decode ms/token, prefill tok/s and TTFT, and where
+    they come from (`uncertainty_from`), best first:
 
-    Where a cell was measured several times, the spread of its repeats; else the
-    per-token dispersion of decode (a single prefill has no dispersion to measure, so
-    prefill gets an uncertainty from repeats only). With repeats the token figure stays a
-    floor: two repeats that agree by chance must not claim more precision than the
-    tokens support.
+    requests  a single-stream cell's sequential requests (and its repeats' requests):
+              the spread of the requests, each a separate pass through the servers
+    repeats   a concurrent cell measured several times: the spread of the repeats
+    tokens    one pass only: decode's per-token dispersion, which sees none of the
+              variation from one request to the next, so it is a lower bound; prefill
+              and TTFT then have none
+
+    The figures are medians, so a spread becomes MEDIAN_SE * sd / sqrt(n). Decode's
+    per-token dispersion stays a floor: a few requests agreeing by chance must not
+    claim more precision than their tokens support.
     """
-    runs = ok.groupby(SUMMARY_KEYS + ["repeat"])[
-        ["decode_ms_per_token", "prefill_tps", "decode_ms_se"]].median()
-    cell = runs.groupby(level=SUMMARY_KEYS)
-    n = cell["decode_ms_per_token"].count()
-    several = n >= 2
-    spread = cell[["decode_ms_per_token", "prefill_tps"]].std(ddof=1).div(np.sqrt(n), axis=0)
-    tokens = cell["decode_ms_se"].median() / np.sqrt(n.clip(lower=1))
-    out = pd.DataFrame(index=n.index)
-    out["decode_ms_se"] = np.where(several, np.fmax(spread["decode_ms_per_token"], tokens),
-                                   tokens)
-    out["prefill_tps_se"] = spread["prefill_tps"].where(several)
-    out["uncertainty_from"] = np.where(several, "repeats",
-                                       np.where(tokens.notna(), "tokens", None))
-    return out
+    figures = ["decode_ms_per_token", "prefill_tps", "ttft_ms"]
+    ok = ok.reindex(columns=list(dict.fromkeys([*ok.columns, *figures, "decode_ms_se"])))
+    single = ok[ok["conc"] == 1]
+    # Single stream: every ok request is a sample.
+    by_request = single.groupby(SUMMARY_KEYS)
+    n_req = by_request["decode_ms_per_token"].count()
+    spread_req = by_request[figures].std(ddof=1).mul(MEDIAN_SE).div(np.sqrt(n_req), axis=0)
+    floor_req = by_request["decode_ms_se"].median() / np.sqrt(n_req.clip(lower=1))
+    # Concurrent: the repeats' medians are the samples.
+    runs = ok[ok["conc"] > 1].groupby(SUMMARY_KEYS + ["repeat"])[
+        [*figures, "decode_ms_se"]].median()
+    by_run = runs.groupby(level=SUMMARY_KEYS)
+    n_run = by_run["decode_ms_per_token"].count()
+    spread_run = by_run[figures].std(ddof=1).mul(MEDIAN_SE).div(np.sqrt(n_run), axis=0)
+    floor_run = by_run["decode_ms_se"].median() / np.sqrt(n_run.clip(lower=1))
+    pieces = []
+    for n, spread, floor, source in ((n_req, spread_req, floor_req, "requests"),
+                                     (n_run, spread_run, floor_run, "repeats")):
+        several = n >= 2
+        part = pd.DataFrame(index=n.index)
+        part["decode_ms_se"] = np.where(several, np.fmax(spread["decode_ms_per_token"], floor),
+                                        floor)
+        part["prefill_tps_se"] = spread["prefill_tps"].where(several)
+        part["ttft_ms_se"] = spread["ttft_ms"].where(several)
+        part["uncertainty_from"] = np.where(several, source,
+                                            np.where(floor.notna(), "tokens", None))
+        part["samples"] = n
+        pieces.append(part)
+    return pd.concat(pieces)
 
 
 def _temps_text(row: pd.Series) -> str | None:
@@ -767,12 +834,13 @@ def tables(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
 
 
 def aggregate(request_files: list[str], link_files: list[str], contexts: dict[str, int],
-              summary_out: str, tables_dir: str, *,
-              baseline_link: str | None = None) -> pd.DataFrame:
+              summary_out: str, tables_dir: str, *, baseline_link: str | None = None,
+              interference_limits: dict[str, Any] | None = None) -> pd.DataFrame:
     """Summary Parquet and every table (Markdown and CSV) under tables_dir."""
-    summary = summarize(request_files, contexts)
-    parquet_io.write(summary, summary_out, {"cells": len(summary), "contexts": contexts,
-                                            "baseline_link": baseline_link})
+    summary = summarize(request_files, contexts, interference_limits)
+    parquet_io.write(summary, summary_out, {
+        "cells": len(summary), "contexts": contexts, "baseline_link": baseline_link,
+        "interference": interference.settings(interference_limits)})
     links = read_links(link_files)
     for stem, (title, frame) in tables(summary, links, by_length(contexts),
                                        baseline_link).items():

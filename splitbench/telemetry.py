@@ -4,6 +4,7 @@ that crossed the link on the RPC connections (kernel TCP counters)."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import subprocess
 import sys
@@ -52,8 +53,13 @@ class Sampler:
             for key, host in self.hosts.items()
         }
 
+    def local_pids(self) -> list[int]:
+        """The samplers running on this machine (part of the measurement)."""
+        return [p.pid for key, p in self.processes.items() if not self.hosts[key].remote]
+
     def finish(self) -> dict[str, Any]:
-        """Per host side: temp_{side}_before_c/after_c/peak_c, load, GPU peaks."""
+        """Per host side: temp_{side}_before_c/after_c/peak_c, load, GPU and CPU-pressure
+        peaks."""
         out: dict[str, Any] = {}
         for key, process in self.processes.items():
             process.terminate()
@@ -101,7 +107,18 @@ def _figures(before: dict, during: list[dict], after: dict) -> dict[str, Any]:
         "gpu_{side}_memory_peak_mib": peak("memory_used_mib"),
         "sensors_{side}": f"{before.get('temp_sources')}; {before.get('gpu_sources')}",
         "sensor_readings_{side}": len(readings),
+        "cpu_pressure_{side}_peak_pct": _peak_pressure(readings),
     }
+
+
+def _peak_pressure(readings: list[dict]) -> float | None:
+    """The highest CPU pressure (PSI "some", %) between two consecutive readings (about
+    a second apart): a burst of other work that a cell's average would dilute."""
+    points = [(c["t_mono"], c["psi_some_us"]) for r in readings
+              if (c := r.get("cpu")) and c.get("psi_some_us") is not None]
+    rates = [(b[1] - a[1]) / ((b[0] - a[0]) * 1e6) * 100
+             for a, b in itertools.pairwise(points) if b[0] - a[0] >= 0.2]
+    return round(max(rates), 1) if rates else None
 
 
 class RpcTraffic:

@@ -55,7 +55,7 @@ def test_summary_carries_per_token_dispersion(tmp_path):
     summary = tables.summarize([path], CONTEXTS)
     row = summary.iloc[0]
     assert row["decode_ms_se"] == pytest.approx(np.std(gaps, ddof=1) / np.sqrt(len(gaps)))
-    assert row["uncertainty_from"] == "tokens"
+    assert row["uncertainty_from"] == "tokens"  # one request: a lower bound
     assert row["repeats"] == 1
     assert np.isnan(row["prefill_tps_se"])
 
@@ -75,20 +75,36 @@ def test_older_files_get_dispersion_from_their_token_file(tmp_path):
 
 
 def test_repeats_give_their_spread_and_worst_status(tmp_path):
-    """Three repeats of one cell: the uncertainty is their spread (not the tokens'), the
-    status the worst of them."""
+    """Three repeats of a concurrent cell: the uncertainty is the spread of their
+    medians (not the tokens'), the status the worst of them."""
     means = [10.0, 14.0, 12.0]
-    rows = [request(0, [m - 0.01, m + 0.01], repeat=k, ttft_ms=10.0 + k,
+    rows = [request(i, [m - 0.01, m + 0.01], repeat=k, ttft_ms=10.0 + k,
                     cell_status="crash" if k == 2 else "ok")
-            for k, m in enumerate(means)]
-    summary = tables.summarize([write_cell(tmp_path, "a", "short", 1, rows)], CONTEXTS)
+            for k, m in enumerate(means) for i in range(2)]
+    summary = tables.summarize([write_cell(tmp_path, "a", "short", 2, rows)], CONTEXTS)
     row = summary.iloc[0]
     assert row["repeats"] == 3
     assert row["status"] == "crash"
     assert row["uncertainty_from"] == "repeats"
-    assert row["decode_ms_se"] == pytest.approx(np.std(means, ddof=1) / np.sqrt(3))
+    # The standard error of a median: 1.2533 sd / sqrt(n).
+    assert row["decode_ms_se"] == pytest.approx(1.2533 * np.std(means, ddof=1) / np.sqrt(3))
     prefill = [128 / (10.0 + k) * 1000 for k in range(3)]
-    assert row["prefill_tps_se"] == pytest.approx(np.std(prefill, ddof=1) / np.sqrt(3))
+    assert row["prefill_tps_se"] == pytest.approx(
+        1.2533 * np.std(prefill, ddof=1) / np.sqrt(3))
+
+
+def test_a_single_stream_cell_s_sequential_requests_give_its_spread(tmp_path):
+    """A concurrency-1 cell's requests (one after another) are separate passes through
+    the servers: their spread is the uncertainty of decode, prefill and TTFT."""
+    means, ttfts = [10.0, 14.0, 12.0, 11.0, 13.0], [10.0, 12.0, 11.0, 10.5, 11.5]
+    rows = [request(i, [m - 0.01, m + 0.01], ttft_ms=t)
+            for i, (m, t) in enumerate(zip(means, ttfts, strict=True))]
+    row = tables.summarize([write_cell(tmp_path, "a", "short", 1, rows)], CONTEXTS).iloc[0]
+    assert row["uncertainty_from"] == "requests" and row["samples"] == 5
+    assert row["decode_ms_per_token"] == pytest.approx(12.0)
+    assert row["decode_ms_se"] == pytest.approx(1.2533 * np.std(means, ddof=1) / np.sqrt(5))
+    assert row["ttft_ms_se"] == pytest.approx(1.2533 * np.std(ttfts, ddof=1) / np.sqrt(5))
+    assert row["prefill_tps_se"] > 0
 
 
 def test_repeats_from_file_names(tmp_path):
