@@ -9,6 +9,7 @@ rule cell:
         toolchain="results/toolchain/{pair}.json",
         launch=ancient("results/servers/{pair}/{link}/{model}.json"),
         link=ancient("results/links/{pair}/{link}.parquet"),
+        reference=reference_link_result,
     output:
         tokens="results/cells/{pair}/{link}/{model}/ctx{ctx}_c{conc}.parquet",
         requests="results/cells/{pair}/{link}/{model}/ctx{ctx}_c{conc}.requests.parquet",
@@ -30,4 +31,5 @@ rule cell:
         "python -m splitbench cell --cell {params.cell:q} --link-spec {params.link_spec:q}"
         " --model {input.model:q} --launch {input.launch:q}"
         " --toolchain {input.toolchain:q} --link-result {input.link:q}"
+        " --reference-result={input.reference:q}"
         " --tokens-out {output.tokens:q} --requests-out {output.requests:q} > {log:q} 2>&1"

@@ -141,6 +141,21 @@ def cell_epoch(wildcards):
     return EPOCHS.get(key, 0)
 
 
+def reference_link_result(wildcards):
+    """A paired cell's reference: the baseline link's verification (ancient, as the
+    cell's own link); nothing for other cells."""
+    cell = plan.Cell(
+        wildcards.pair,
+        wildcards.link,
+        wildcards.model,
+        wildcards.ctx,
+        int(wildcards.conc),
+    )
+    if plan.paired_for(config, cell) is None:
+        return []
+    return [ancient(plan.link_path(wildcards.pair, config["baseline_link"]))]
+
+
 def model_file(wildcards):
     spec = config["models"][wildcards.model]
     if spec.get("synthetic"):

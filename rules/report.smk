@@ -6,6 +6,8 @@ rule aggregate:
     input:
         links=all_link_results(),
         requests=all_request_results(),
+        anchors=all_anchor_results(),
+        sweeps=all_roundtrip_results(),
     output:
         summary="results/summary/cells.parquet",
         single_stream="results/tables/single_stream_decode.md",
@@ -18,9 +20,11 @@ rule aggregate:
         contexts=as_json(config["contexts"]),
         baseline=config["baseline_link"],
         interference=as_json(config.get("interference", {})),
+        workers=as_json({m: s.get("workers", 1) for m, s in config["models"].items()}),
     shell:
         "python -m splitbench aggregate --contexts {params.contexts:q}"
         " --baseline {params.baseline:q} --interference {params.interference:q}"
+        " --anchors {input.anchors:q} --sweeps {input.sweeps:q} --workers {params.workers:q}"
         " --summary {output.summary:q} --tables results/tables"
         " --links {input.links:q} --requests {input.requests:q} > {log:q} 2>&1"
 

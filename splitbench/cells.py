@@ -7,6 +7,7 @@ import os
 import secrets
 import time
 import traceback
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,19 +44,27 @@ def run(
     link_result: str,
     tokens_out: str,
     requests_out: str,
+    reference_result: str | None = None,
 ) -> pd.DataFrame:
     """Measure one cell (`repeats` times, back to back) and write its token and request
-    Parquet files; a previous measurement of the cell goes to the archive first."""
+    Parquet files; a previous measurement of the cell goes to the archive first.
+
+    A cell with `paired` in its settings alternates, round by round, between the
+    baseline link (its reference: `paired.reference` is that link's slice and
+    `reference_result` its verification) and its own link, so that the two are measured
+    on the same machine at the same time (tables.paired_deltas reads them)."""
     toolchain = json.loads(Path(toolchain_path).read_text())
     fingerprint = pd.read_parquet(link_result).iloc[0]["fingerprint"]
     link = netsetup.ensure(link_spec)
+    paired = cell.get("paired")
+    reference = netsetup.ensure(paired["reference"]) if paired else None
     measured = []
     # One job at a time drives a pair: another would relaunch its servers mid-cell.
     hosts = {"a": link.host_a, "b": link.host_b}
     with procs.locked(f"pair-{link.pair}"), wakeup.during(cell, hosts) as held:
         for repeat in range(cell.get("repeats", 1)):
-            measured.append(_measure(cell, link, model, launch["settings"], toolchain,
-                                     fingerprint, repeat, held))
+            measured.append(_measure(cell, link, reference, model, launch["settings"],
+                                     toolchain, fingerprint, repeat, held))
     failures = [m[2]["harness_error"] for m in measured]
     if all(failures):
         # Nothing was measured: fail the job, so that the next run measures it again.
@@ -70,6 +79,9 @@ def run(
         "link_fingerprint": fingerprint,
         "telemetry": [m[2]["telemetry"] for m in measured],
     }
+    if reference_result:
+        provenance["reference_fingerprint"] = pd.read_parquet(
+            reference_result).iloc[0]["fingerprint"]
     archive.supersede([tokens_out, requests_out])
     parquet_io.write(requests, requests_out, provenance)
     parquet_io.write(tokens, tokens_out, provenance)
@@ -77,42 +89,52 @@ def run(
     return requests
 
 
-def _measure(cell: dict[str, Any], link: Any, model: dict[str, Any],
+Shot = tuple[list[client.Reply], telemetry.RpcTraffic | None]
+
+
+@dataclass
+class Run:
+    """Requests sent to one launch: the cell's own link, or (in a paired cell) the
+    baseline link measured alongside as its reference, in round `round`."""
+
+    reference: bool
+    round: int
+    server: servers.Server | None = None
+    shots: list[Shot] = field(default_factory=list)
+    alive: bool = False
+    harness_error: str | None = None
+
+    def failed(self) -> bool:
+        return any(r.error_type or r.http_status != 200 for replies, _ in self.shots
+                   for r in replies)
+
+
+def _measure(cell: dict[str, Any], link: Any, reference: Any, model: dict[str, Any],
              settings: dict[str, Any], toolchain: dict[str, Any], fingerprint: str,
              repeat: int, held: dict[str, str]) -> tuple[pd.DataFrame, pd.DataFrame,
                                                         dict[str, Any]]:
     """One measurement of the cell: request rows, token rows, provenance."""
     sampler = telemetry.Sampler({"a": link.host_a, "b": link.host_b})
+    meter = interference.Meter({"a": link.host_a, "b": link.host_b})
     try:
-        shots, server, alive, harness_error, cpu = _attempt(cell, link, model, settings,
-                                                            toolchain, sampler)
+        runs = _runs(cell, link, reference, model, settings, toolchain, sampler, meter)
     finally:
         sensors = sampler.finish()
-    n_predict = cell["n_predict"]
-    rows, replies = [], []
-    for shot, (shot_replies, rpc) in enumerate(shots):
-        traffic = rpc.figures([t["t_mono_ns"] for r in shot_replies for t in r.tokens]
-                              ) if rpc else {}
-        for reply in shot_replies:
-            # Request ids run on across a single-stream cell's sequential requests.
-            reply.request_id = len(replies)
-            replies.append(reply)
-            row = metrics.request_row(reply, cell["prompt_tokens"], n_predict, alive,
-                                      cell["crash_below_tps"])
-            rows.append({**row, "shot": shot, **traffic})
+    rows, replies = _rows(cell, runs)
+    own = [r for r in rows if not r["reference"]]
+    first = next((run for run in runs if not run.reference), runs[0])
     cell_fields = {
         "repeat": repeat,
-        "cell_status": metrics.cell_status([r["status"] for r in rows]),
-        "cell_wall_ms": metrics.wall_ms(rows),
-        "cell_throughput_tps": metrics.throughput_tps(rows),
-        "launch_id": server.launch_id if server else None,
+        "cell_status": metrics.cell_status([r["status"] for r in own]),
+        "cell_wall_ms": metrics.wall_ms(own),
+        "cell_throughput_tps": metrics.throughput_tps(own),
         "link_fingerprint": fingerprint,
         # The hotter host's figures, for tables; each host's are in the columns below.
         "temp_before_c": _hottest(sensors, "before"),
         "temp_after_c": _hottest(sensors, "after"),
         "temp_peak_c": _hottest(sensors, "peak"),
         **sensors,
-        **cpu,
+        **meter.figures(),
         **held,
     }
     requests = pd.DataFrame([{**r, **cell_fields} for r in rows])
@@ -121,40 +143,77 @@ def _measure(cell: dict[str, Any], link: Any, model: dict[str, Any],
         columns=TOKEN_COLUMNS,
     ).astype({"t_ns": "int64", "t_mono_ns": "int64"})
     tokens = tokens.merge(requests.drop(columns=["error_text"]), on="request_id", how="left")
-    record = {"launch": server.record if server else None, "telemetry": sensors,
-              "harness_error": harness_error}
+    record = {"launch": first.server.record if first.server else None, "telemetry": sensors,
+              "harness_error": next((r.harness_error for r in runs if r.harness_error),
+                                    None)}
     return requests, tokens, record
 
 
-Shot = tuple[list[client.Reply], telemetry.RpcTraffic | None]
+def _rows(cell: dict[str, Any], runs: list[Run]) -> tuple[list[dict[str, Any]],
+                                                         list[client.Reply]]:
+    """A row per request of every run (request ids run on across them), and the replies."""
+    rows, replies = [], []
+    for run in runs:
+        for shot, (shot_replies, rpc) in enumerate(run.shots):
+            traffic = rpc.figures([t["t_mono_ns"] for r in shot_replies for t in r.tokens]
+                                  ) if rpc else {}
+            for reply in shot_replies:
+                reply.request_id = len(replies)
+                replies.append(reply)
+                row = metrics.request_row(reply, cell["prompt_tokens"], cell["n_predict"],
+                                          run.alive, cell["crash_below_tps"])
+                rows.append({**row, "reference": run.reference, "round": run.round,
+                             "shot": shot,
+                             "launch_id": run.server.launch_id if run.server else None,
+                             **traffic})
+    return rows, replies
 
 
-def _attempt(cell: dict[str, Any], link: Any, model: dict[str, Any],
-             settings: dict[str, Any], toolchain: dict[str, Any],
-             sampler: telemetry.Sampler) -> tuple[list[Shot], servers.Server | None, bool,
-                                                  str | None, dict[str, Any]]:
-    """Launch (or reuse) the servers and drive the cell: its shots (replies and RPC
-    traffic of each release of requests), the server, whether it survived, the
-    harness's own failure (traceback) if there was one, and what else used the CPUs
-    meanwhile. A failure is the replies' status, not an exception: the other repeats
-    are kept."""
-    try:
-        server = servers.ensure(link, settings, model["path"], model["sha256"], toolchain)
-    except (servers.LaunchError, HostError, httpx.HTTPError) as exc:
-        return [(_failed(cell, "launch_failed", str(exc)), None)], None, False, None, {}
-    window = interference.Window({"a": link.host_a, "b": link.host_b},
-                                 _own_processes(link, server, sampler))
-    try:
-        shots = _drive(cell, link, server)
-    except Exception as exc:  # noqa: BLE001 - becomes this repeat's rows
-        text = "".join(traceback.format_exception(exc))[-2000:]
-        shots, harness_error = [(_failed(cell, type(exc).__name__, text), None)], text
+def _runs(cell: dict[str, Any], link: Any, reference: Any, model: dict[str, Any],
+          settings: dict[str, Any], toolchain: dict[str, Any], sampler: telemetry.Sampler,
+          meter: interference.Meter) -> list[Run]:
+    """The cell's runs: one on its link; or, paired, rounds of the reference then the
+    link. A failure of the link ends the cell (the failure is its result); a failed
+    reference only costs that round its pair."""
+    paired = cell.get("paired")
+    if not paired:
+        order = [(False, 0, link)]
     else:
-        harness_error = None
-    cpu = window.finish()
+        order = [(is_reference, round_, target) for round_ in range(paired["rounds"])
+                 for is_reference, target in ((True, reference), (False, link))]
+    runs = []
+    for is_reference, round_, target in order:
+        run = Run(is_reference, round_)
+        runs.append(run)
+        _launch_and_drive(run, cell, target, model, settings, toolchain, sampler, meter)
+        if run.harness_error or (run.failed() and not is_reference):
+            break
+    return runs
+
+
+def _launch_and_drive(run: Run, cell: dict[str, Any], link: Any, model: dict[str, Any],
+                      settings: dict[str, Any], toolchain: dict[str, Any],
+                      sampler: telemetry.Sampler, meter: interference.Meter) -> None:
+    """Launch (or reuse) the servers and send the run's requests, measuring what else
+    used the CPUs meanwhile. A failure is the replies' status, not an exception: the
+    other repeats are kept."""
+    try:
+        run.server = servers.ensure(link, settings, model["path"], model["sha256"],
+                                    toolchain)
+    except (servers.LaunchError, HostError, httpx.HTTPError) as exc:
+        run.shots = [(_failed(cell, "launch_failed", str(exc)), None)]
+        return
+    paired = cell.get("paired")
+    count = paired["requests"] if paired else None
+    with meter.stretch(_own_processes(link, run.server, sampler)):
+        try:
+            run.shots = _drive(cell, link, run.server, count)
+        except Exception as exc:  # noqa: BLE001 - becomes this repeat's rows
+            text = "".join(traceback.format_exception(exc))[-2000:]
+            run.shots = [(_failed(cell, type(exc).__name__, text), None)]
+            run.harness_error = text
     with link.host_a.entered():
-        alive = server.alive() and servers.healthy(server.url)
-    return shots, server, alive, harness_error, cpu
+        run.alive = run.server.alive() and servers.healthy(run.server.url)
 
 
 def _own_processes(link: Any, server: servers.Server,
@@ -169,7 +228,7 @@ def _own_processes(link: Any, server: servers.Server,
 
 
 def _failed(cell: dict[str, Any], error_type: str, text: str) -> list[client.Reply]:
-    """Every request of the cell, failed before it got a reply, stamped now."""
+    """Every request of a release, failed before it got a reply, stamped now."""
     now = time.time_ns()
     return [client.Reply(request_id=i, t_send_ns=now, t_end_ns=now, error_type=error_type,
                          error_text=text[-2000:]) for i in range(cell["concurrency"])]
@@ -188,14 +247,17 @@ def more_shots(cell: dict[str, Any], sent: int, elapsed_s: float) -> bool:
     return sent < least or elapsed_s < cell.get("single_stream_seconds", 0.0)
 
 
-def _drive(cell: dict[str, Any], link: Any, server: servers.Server) -> list[Shot]:
-    """Send the cell's requests, counting the RPC bytes each release causes. After a
-    release with a failed request the rest are not sent: the failure is the result."""
+def _drive(cell: dict[str, Any], link: Any, server: servers.Server,
+           count: int | None = None) -> list[Shot]:
+    """Send the cell's requests (`count` single-stream releases, or as `more_shots`
+    says), counting the RPC bytes each release causes. After a release with a failed
+    request the rest are not sent: the failure is the result."""
     out: list[Shot] = []
     with link.host_a.entered():
         pool = prompts.token_pool(server.url)
         started = time.monotonic()
-        while more_shots(cell, len(out), time.monotonic() - started):
+        while (len(out) < count if count is not None
+               else more_shots(cell, len(out), time.monotonic() - started)):
             batch = [prompts.prompt(pool, cell["prompt_tokens"], secrets.randbits(63))
                      for _ in range(cell["concurrency"])]
             rpc = telemetry.RpcTraffic(link.connect_addr,

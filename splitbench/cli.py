@@ -56,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--launch", required=True)
     p.add_argument("--toolchain", required=True)
     p.add_argument("--link-result", required=True)
+    p.add_argument("--reference-result", default="",
+                   help="a paired cell's reference: the baseline link's verification")
     p.add_argument("--tokens-out", required=True)
     p.add_argument("--requests-out", required=True)
 
@@ -68,6 +70,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tables", required=True)
     p.add_argument("--links", nargs="+", required=True)
     p.add_argument("--requests", nargs="+", required=True)
+    p.add_argument("--anchors", nargs="*", default=[],
+                   help="drift anchors' request files: the machine's drift over time")
+    p.add_argument("--sweeps", nargs="*", default=[],
+                   help="round-trip sweeps: the prediction from measured latency")
+    p.add_argument("--workers", type=_json, default={},
+                   help="each model's RPC workers (JSON), to pick its sweep")
 
     p = sub.add_parser("roundtrips", help="sweep link delay, fit round trips per token")
     p.add_argument("--spec", type=_json, required=True)
@@ -166,7 +174,8 @@ def _dispatch(args: argparse.Namespace) -> int:  # noqa: C901 - a flat switch
 
         frame = cells.run(args.cell, args.link_spec, json.loads(Path(args.model).read_text()),
                           json.loads(Path(args.launch).read_text()), args.toolchain,
-                          args.link_result, args.tokens_out, args.requests_out)
+                          args.link_result, args.tokens_out, args.requests_out,
+                          args.reference_result or None)
         ok = frame[frame["status"] == "ok"]
         print(f"cell: {frame['cell_status'].iloc[0]}; decode "
               f"{ok['decode_tps'].median():.1f} tok/s, prefill {ok['prefill_tps'].median():.0f}"
@@ -175,7 +184,9 @@ def _dispatch(args: argparse.Namespace) -> int:  # noqa: C901 - a flat switch
         from splitbench import tables
 
         tables.aggregate(args.requests, args.links, args.contexts, args.summary, args.tables,
-                         baseline_link=args.baseline, interference_limits=args.interference)
+                         baseline_link=args.baseline, interference_limits=args.interference,
+                         anchor_files=args.anchors, sweep_files=args.sweeps,
+                         workers=args.workers)
     elif args.stage == "roundtrips":
         from splitbench import roundtrips
 

@@ -17,8 +17,9 @@ own_cpu_{side}_cores       the measurement's own processes (servers, relay, clie
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -51,69 +52,91 @@ def _counters(host: Host, pids: list[int]) -> dict[str, Any] | None:
         return None
 
 
-class Window:
-    """CPU counters of each machine from `start` (construction) to `finish`.
+class Meter:
+    """CPU counters of each machine over one or more stretches of measuring.
 
-    `pids` maps each host side to the measurement's process ids on its machine; hosts
-    that share a machine (the embedded lab) are read once, with both sides' pids.
+    `stretch(pids)` reads the counters before and after a block that measures; `pids`
+    maps each host side to the measurement's process ids on its machine at that time
+    (a stretch per launch: a cell that switches launches has other servers in each).
+    Hosts that share a machine (the embedded lab) are read once, with both sides'
+    pids. `figures()` turns the sums of all stretches into the figures per side.
     """
 
-    def __init__(self, hosts: Mapping[str, Host], pids: Mapping[str, list[int]]) -> None:
+    def __init__(self, hosts: Mapping[str, Host]) -> None:
         self.machine_of = {side: host.ssh or "local" for side, host in hosts.items()}
         self.hosts: dict[str, Host] = {}
-        self.pids: dict[str, list[int]] = {}
         for side, host in hosts.items():
-            key = self.machine_of[side]
-            self.hosts.setdefault(key, host)
-            self.pids.setdefault(key, []).extend(pids.get(side, []))
-        self.start = {key: _counters(host, self.pids[key]) for key, host in self.hosts.items()}
+            self.hosts.setdefault(self.machine_of[side], host)
+        self.sums: dict[str, dict[str, float] | None] = {key: {} for key in self.hosts}
 
-    def finish(self) -> dict[str, Any]:
+    @contextlib.contextmanager
+    def stretch(self, pids: Mapping[str, list[int]]) -> Iterator[None]:
+        mine: dict[str, list[int]] = {key: [] for key in self.hosts}
+        for side, ids in pids.items():
+            mine[self.machine_of[side]].extend(ids)
+        before = {key: _counters(host, mine[key]) for key, host in self.hosts.items()}
+        try:
+            yield
+        finally:
+            for key, host in self.hosts.items():
+                self._add(key, before[key], _counters(host, mine[key]))
+
+    def _add(self, key: str, before: dict[str, Any] | None,
+             after: dict[str, Any] | None) -> None:
+        sums = self.sums[key]
+        if sums is None:
+            return
+        if before is None or after is None:
+            self.sums[key] = None  # one unreadable stretch: the figures are unknown
+            return
+        sums["seconds"] = sums.get("seconds", 0.0) + after["t_mono"] - before["t_mono"]
+        sums["hz"] = after.get("hz") or 100
+        for name in ("psi_some_us", "busy_ticks", "steal_ticks", "total_ticks"):
+            a, b = before.get(name), after.get(name)
+            sums[name] = None if a is None or b is None or sums.get(name, 0) is None \
+                else sums.get(name, 0) + b - a
+        # A process of the measurement that ended inside the stretch (a crash) takes its
+        # CPU time with it: the rest would look foreign. Unknown then, not a guess.
+        a, b = before.get("own_ticks"), after.get("own_ticks")
+        same = before.get("own_found") == after.get("own_found")
+        sums["own_ticks"] = None if a is None or b is None or not same \
+            or sums.get("own_ticks", 0) is None else sums.get("own_ticks", 0) + b - a
+
+    def figures(self) -> dict[str, Any]:
         """Per side: the figures above, and `interference_{side}` saying what was read."""
         out: dict[str, Any] = {}
-        for key, host in self.hosts.items():
-            figures = window_figures(self.start[key], _counters(host, self.pids[key]))
+        for key in self.hosts:
+            figures = sum_figures(self.sums[key])
             for side, machine in self.machine_of.items():
                 if machine == key:
                     out.update({name.format(side=side): v for name, v in figures.items()})
         return out
 
 
-def window_figures(before: dict[str, Any] | None,
-                   after: dict[str, Any] | None) -> dict[str, Any]:
-    """The figures of one machine between two counter readings (names with {side})."""
+def sum_figures(sums: dict[str, Any] | None) -> dict[str, Any]:
+    """The figures of one machine from its summed counter differences (names with
+    {side})."""
     out: dict[str, Any] = {f"{f}_{{side}}_{unit}": None for f, unit in
                            zip(FIGURES, ("pct", "cores", "pct", "cores"), strict=True)}
-    if before is None or after is None:
+    if sums is None:
         out["interference_{side}"] = "unreadable"
         return out
-    seconds = after["t_mono"] - before["t_mono"]
+    seconds = sums.get("seconds", 0.0)
     if seconds <= 0:
-        out["interference_{side}"] = "no time passed"
+        out["interference_{side}"] = "not measured"
         return out
     found = []
-
-    def delta(name: str) -> float | None:
-        a, b = before.get(name), after.get(name)
-        return None if a is None or b is None else b - a
-
-    psi = delta("psi_some_us")
-    if psi is not None:
-        out["cpu_pressure_{side}_pct"] = round(psi / (seconds * 1e6) * 100, 2)
+    if sums.get("psi_some_us") is not None:
+        out["cpu_pressure_{side}_pct"] = round(sums["psi_some_us"] / (seconds * 1e6) * 100, 2)
         found.append("PSI")
-    busy, own, total = delta("busy_ticks"), delta("own_ticks"), delta("total_ticks")
-    hz = after.get("hz") or 100
+    busy, own, hz = sums.get("busy_ticks"), sums.get("own_ticks"), sums["hz"]
     if busy is not None:
         found.append("/proc/stat")
-        # A process of the measurement that ended inside the window (a crash) takes
-        # its CPU time with it: the rest would look foreign. Unknown then, not a guess.
-        same = before.get("own_found") == after.get("own_found")
-        if own is not None and same:
+        if own is not None:
             out["own_cpu_{side}_cores"] = round(own / hz / seconds, 3)
             out["foreign_cpu_{side}_cores"] = round(max(busy - own, 0) / hz / seconds, 3)
-        steal = delta("steal_ticks")
-        if steal is not None and total:
-            out["steal_{side}_pct"] = round(steal / total * 100, 2)
+        if sums.get("steal_ticks") is not None and sums.get("total_ticks"):
+            out["steal_{side}_pct"] = round(sums["steal_ticks"] / sums["total_ticks"] * 100, 2)
     out["interference_{side}"] = (f"read over {seconds:.1f} s: {', '.join(found)}"
                                   if found else "no CPU counters on this host")
     return out

@@ -107,6 +107,10 @@ def check(config: dict[str, Any]) -> None:
                         "required when toolchain.source is 'path'",
                     )
     _check_roundtrips(config)
+    for ctx in paired_settings(config)["contexts"] or []:
+        if ctx not in config["contexts"]:
+            raise ConfigError("cell.paired.contexts",
+                              f"'{ctx}' is not a context (contexts: {sorted(config['contexts'])})")
     for name, model in config["models"].items():
         _check_workers(f"models.{name}.workers", model.get("workers", 1), name, model)
         synth = model.get("synthetic")
@@ -175,9 +179,33 @@ def _check_ssh_pair(pair: str, spec: dict[str, Any]) -> None:
 
 
 def cell_settings(config: dict[str, Any]) -> dict[str, Any]:
+    """Every cell's measurement settings (`cell:` with defaults; `paired` is per cell)."""
     defaults = {"n_predict": 64, "request_timeout_s": 600, "crash_below_tps": 1.0,
                 "single_stream_requests": 5, "single_stream_seconds": 3.0}
-    return {**defaults, **config.get("cell", {}), **_wakeup(config)}
+    given = {k: v for k, v in config.get("cell", {}).items() if k != "paired"}
+    return {**defaults, **given, **_wakeup(config)}
+
+
+PAIRED_DEFAULTS = {"rounds": 0, "requests": 2, "contexts": None}
+
+
+def paired_settings(config: dict[str, Any]) -> dict[str, Any]:
+    """`cell.paired` with defaults: rounds 0 (off), requests per link per round, the
+    contexts it applies to (None: every context)."""
+    return {**PAIRED_DEFAULTS, **config.get("cell", {}).get("paired", {})}
+
+
+def paired_for(config: dict[str, Any], cell: Cell) -> dict[str, Any] | None:
+    """What a single-stream cell on a link other than the baseline needs to measure
+    itself round by round against the baseline link: rounds, requests per round, and
+    the baseline's link slice. None where pairing does not apply to the cell."""
+    settings = paired_settings(config)
+    contexts = settings["contexts"]
+    if (not settings["rounds"] or cell.conc != 1 or cell.link == config["baseline_link"]
+            or (contexts is not None and cell.ctx not in contexts)):
+        return None
+    return {"rounds": settings["rounds"], "requests": settings["requests"],
+            "reference": link_slice(config, cell.pair, config["baseline_link"])}
 
 
 def _wakeup(config: dict[str, Any]) -> dict[str, bool]:
@@ -341,6 +369,10 @@ def link_slice(config: dict[str, Any], pair: str, link: str) -> dict[str, Any]:
     out = {"pair": pair, "link": link, "mode": pair_spec["mode"], **links[link]}
     if pair_spec["mode"] == "embedded":
         out["index"] = link_index(link, links[link])  # only the lab's addresses need it
+        # Every emulated link takes the same path (the delay relay, or netem, at zero
+        # delay for a link without one): a difference between links is then what is
+        # emulated, not the relay's own cost, which a link without it would not pay.
+        out["same_path_at_zero_delay"] = True
     else:
         out["hosts"] = pair_spec["hosts"]
     return out
@@ -359,6 +391,9 @@ def cell_slice(config: dict[str, Any], cell: Cell, epoch: int = 0) -> dict[str, 
     # Only when set, so that existing cells keep their params (and are not re-measured).
     if config.get("repeats", 1) > 1:
         out["repeats"] = config["repeats"]
+    paired = paired_for(config, cell)
+    if paired:
+        out["paired"] = paired
     if epoch:
         out["epoch"] = epoch
     return out

@@ -119,16 +119,22 @@ def _point(spec: dict[str, Any], settings: dict[str, Any], model: dict[str, Any]
 
 
 def fit(frame: pd.DataFrame) -> dict[str, Any]:
-    """Theil-Sen fit of each point's median decode step (ms) against measured rr_ms."""
+    """Theil-Sen fit of each point's median decode step (ms) against measured rr_ms, and
+    the slope's standard error from every request's scatter about the line (each
+    request a separate sample: n - 2 degrees of freedom)."""
     step = "step_ms_median" if "step_ms_median" in frame else "decode_ms_per_token"
     ok = frame[frame["error"].isna() & frame[step].notna()]
     points = ok.groupby("delay_ms").agg(rr_ms=("rr_ms", "first"), decode=(step, "median"))
     if len(points) < 2:
-        return {"round_trips_per_token": None, "intercept_ms": None, "r2": None,
-                "points": len(points)}
+        return {"round_trips_per_token": None, "round_trips_se": None, "intercept_ms": None,
+                "r2": None, "points": len(points)}
     intercept, slope, r2 = probe.theil_sen(points["rr_ms"], points["decode"])
-    return {"round_trips_per_token": slope, "intercept_ms": intercept, "r2": r2,
-            "points": len(points)}
+    x, y = ok["rr_ms"].to_numpy(float), ok[step].to_numpy(float)
+    spread = np.sum((x - x.mean()) ** 2)
+    se = (float(np.sqrt(np.sum((y - intercept - slope * x) ** 2) / (len(x) - 2) / spread))
+          if len(x) > 2 and spread > 0 else None)
+    return {"round_trips_per_token": slope, "round_trips_se": se, "intercept_ms": intercept,
+            "r2": r2, "points": len(points)}
 
 
 def table(files: list[str]) -> pd.DataFrame:
@@ -141,6 +147,8 @@ def table(files: list[str]) -> pd.DataFrame:
         rows.append({
             "pair": first["pair"], "model": first["model"], "workers": int(first["workers"]),
             "round trips per token": tables.rounded(result["round_trips_per_token"], 2),
+            "±": tables.rounded(tables.COVERAGE * result["round_trips_se"], 2)
+            if result["round_trips_se"] is not None else None,
             "R²": tables.rounded(result["r2"], 3),
             "points": result["points"],
             "decode step at lowest latency (ms)": tables.rounded(

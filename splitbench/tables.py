@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from splitbench import archive, interference, metrics, parquet_io
+from splitbench import archive, comparison, interference, metrics, parquet_io
 
 SUMMARY_KEYS = ["pair", "link", "model", "ctx", "conc"]
 # Cells that a link comparison sets side by side: same pair, model and context.
@@ -36,7 +36,7 @@ SUMMARY_COLUMNS = ["request_id", "status", "cell_status", "generated_tokens", "n
                    "t_send_ns", "t_last_ns", "decode_ms_se", "cell_wall_ms",
                    "cell_throughput_tps", "launch_id", "link_fingerprint", "temp_before_c",
                    "temp_after_c", "temp_peak_c", "repeat", "arrival_clock",
-                   "coalesced_tokens", *CPU_FIGURES, *FIGURES]
+                   "coalesced_tokens", "reference", "round", *CPU_FIGURES, *FIGURES]
 # ctx{label}_c{N}.requests.parquet; a trailing _r{K} marks repeat K of the same cell, for
 # when a cell is measured more than once (a `repeat` column in the rows wins over it).
 CELL_FILE = re.compile(
@@ -46,8 +46,12 @@ CELL_FILE = re.compile(
 COVERAGE = 2.0
 # The standard error of a median of n normal samples is this times sigma / sqrt(n).
 MEDIAN_SE = 1.2533
-# Marks a figure measured under interference or with tokens that share a timestamp.
+# Marks a figure measured under interference or with tokens that share a timestamp,
+# and figures no setup can give.
 FLAG_MARK = "⚠"
+# Overlap above this is flagged: N requests cannot finish sooner than one alone (1.0);
+# the margin is T1's own spread between sequential requests.
+OVERLAP_MAX = 1.05
 # The seed's names for failure modes (its section 3): 400 is the context wall, 500 the
 # overflow error.
 FAILURE_LABEL = {"crash": "crash", "overflow": "500", "ctx_wall": "400",
@@ -69,10 +73,16 @@ def summarize(request_files: list[str], contexts: dict[str, int],
     """One row per cell: medians over its ok requests, status, uncertainty, overlap,
     telemetry, and what flags it (interference above `interference_limits`, tokens
     that share a timestamp)."""
-    requests = read_requests(request_files, SUMMARY_COLUMNS)
+    every = read_requests(request_files, SUMMARY_COLUMNS)
+    # A paired cell's rows include the baseline link measured alongside (its reference):
+    # those give the paired differences only, never the cell's own figures.
+    reference = every["reference"].fillna(False).astype(bool) if "reference" in every \
+        else pd.Series(False, index=every.index)
+    requests = every[~reference]
     ok = requests[requests["status"] == "ok"]
     medians = ok.groupby(SUMMARY_KEYS)[[f for f in FIGURES if f in ok.columns]].median()
-    summary = _cells(requests).join(medians).join(_uncertainty(ok)).reset_index()
+    summary = _cells(requests).join(medians).join(_uncertainty(ok)).join(
+        comparison.paired_deltas(every)).reset_index()
     summary["ctx_tokens"] = summary["ctx"].map(contexts)
     summary["temps"] = summary.apply(_temps_text, axis=1)
     summary["overlap"] = _overlaps(summary, requests)
@@ -335,10 +345,17 @@ def _by_context(summary: pd.DataFrame, contexts: Sequence[str], column: str,
     """Concurrency-1 cells as text, one row per model and link, one column per context."""
     one = summary[summary["conc"] == 1]
     keys = _row_keys(summary)
-    text = one.assign(text=[_cell_text(v, s, spec)
-                            for v, s in zip(one[column], one["status"], strict=True)])
+    flags = one["flags"] if "flags" in one else pd.Series(None, index=one.index)
+    text = one.assign(text=[_flagged(_cell_text(v, s, spec), f) for v, s, f in
+                            zip(one[column], one["status"], flags, strict=True)])
     table = text.pivot(index=keys, columns="ctx", values="text")
     return table.reindex(columns=[c for c in contexts if c in table.columns]).fillna("—")
+
+
+def _flagged(text: str, flags: Any) -> str:
+    """A cell's text with FLAG_MARK when it was measured under interference (or its
+    tokens share timestamps): the reason is in the summary's `flags`."""
+    return f"{text} {FLAG_MARK}" if isinstance(flags, str) and flags else text
 
 
 def _ok_values(summary: pd.DataFrame, column: str, index: list[str]) -> pd.DataFrame:
@@ -411,43 +428,93 @@ def pick_baseline(summary: pd.DataFrame, baseline_link: str | None = None) -> st
     return links[0] if links else None
 
 
-def compare_links(summary: pd.DataFrame, baseline_link: str | None = None) -> pd.DataFrame:
+def compare_links(summary: pd.DataFrame, baseline_link: str | None = None,
+                  drift: pd.DataFrame | None = None) -> pd.DataFrame:
     """Every other link's concurrency-1 cell against the baseline link's cell of the same
     pair, model and context, with numeric differences and their uncertainty.
 
     Columns `*_base` hold the baseline's figures; `status_base` is NaN where the baseline
-    has no such cell. Uncertainties are COVERAGE standard errors; `*_resolvable` is NA
-    where no uncertainty is known (never guessed), else whether the difference lies
-    outside it.
+    has no such cell. A paired cell (it alternated with the baseline, `paired_*` in the
+    summary) gives its paired differences; otherwise the two cells' figures are
+    subtracted and their uncertainty widened by the machine's variation over time,
+    which `drift` (comparison.anchor_drift) measures per pair and model. Without it, or
+    where a cell's own uncertainty is the per-token floor of a single request, the
+    uncertainty is a lower bound (`*_lower_bound`). Uncertainties are COVERAGE standard
+    errors; `*_resolvable` is NA where unknown or only a lower bound is exceeded, else
+    whether the difference lies outside the uncertainty (never guessed).
     """
     base_name = pick_baseline(summary, baseline_link)
     one = summary[summary["conc"] == 1]
+    paired = ["paired_decode_delta_ms", "paired_decode_delta_se", "paired_prefill_change_pct",
+              "paired_prefill_change_se", "paired_reference_decode_ms",
+              "paired_reference_prefill_tps", "paired_rounds"]
     columns = ["status", "prefill_tps", "prefill_tps_se", "decode_ms_per_token",
-               "decode_ms_se", "decode_tps", "ttft_ms"]
+               "decode_ms_se", "decode_tps", "ttft_ms", "uncertainty_from", "flags", *paired]
     one = one.reindex(columns=COMPARE_KEYS + ["link"] + columns)
-    one[columns[1:]] = one[columns[1:]].apply(pd.to_numeric, errors="coerce")
-    base = one[one["link"] == base_name].drop(columns="link")
+    numeric = [c for c in columns if c not in ("status", "uncertainty_from", "flags")]
+    one[numeric] = one[numeric].apply(pd.to_numeric, errors="coerce")
+    base = one[one["link"] == base_name].drop(columns=["link", *paired])
     comp = one[one["link"] != base_name].merge(base, on=COMPARE_KEYS, how="left",
                                                suffixes=("", "_base"))
     comp.insert(comp.columns.get_loc("link") + 1, "baseline", base_name)
-    ratio = comp["prefill_tps"] / comp["prefill_tps_base"]
-    comp["prefill_change_pct"] = (ratio - 1) * 100
-    comp["prefill_change_unc_pct"] = COVERAGE * 100 * ratio * np.hypot(
-        comp["prefill_tps_se"] / comp["prefill_tps"],
-        comp["prefill_tps_se_base"] / comp["prefill_tps_base"])
-    comp["decode_delta_ms"] = comp["decode_ms_per_token"] - comp["decode_ms_per_token_base"]
-    comp["decode_delta_unc_ms"] = COVERAGE * np.hypot(comp["decode_ms_se"],
-                                                      comp["decode_ms_se_base"])
+    drift = drift if drift is not None else pd.DataFrame(
+        columns=["pair", "model", "drift_decode_rel", "drift_prefill_rel"])
+    comp = comp.merge(drift, on=["pair", "model"], how="left")
+    _sequential(comp)
+    _paired(comp)
     for figure, unc, name in [("prefill_change_pct", "prefill_change_unc_pct", "prefill"),
                               ("decode_delta_ms", "decode_delta_unc_ms", "decode")]:
         known = comp[unc].notna() & comp[figure].notna()
-        comp[f"{name}_resolvable"] = (comp[figure].abs() > comp[unc]).where(known).astype(
-            "boolean")
+        outside = comp[figure].abs() > comp[unc]
+        # Exceeding a lower bound proves nothing; lying inside it does.
+        resolvable = outside.where(known & ~(outside & comp[f"{name}_lower_bound"]))
+        comp[f"{name}_resolvable"] = resolvable.astype("boolean")
     return comp.reset_index(drop=True)
 
 
-def _delta_text(value: float, unc: float, resolvable: Any, status: Any, status_base: Any,
-                spec: str, unit: str = "") -> str:
+def _sequential(comp: pd.DataFrame) -> None:
+    """Differences of two cells measured at different times, with the machine's
+    variation over time (the anchors' drift) in their uncertainty."""
+    ratio = comp["prefill_tps"] / comp["prefill_tps_base"]
+    comp["prefill_change_pct"] = (ratio - 1) * 100
+    drift_p = pd.to_numeric(comp["drift_prefill_rel"], errors="coerce")
+    drift_d = pd.to_numeric(comp["drift_decode_rel"], errors="coerce")
+    comp["prefill_change_unc_pct"] = COVERAGE * 100 * ratio * np.sqrt(
+        (comp["prefill_tps_se"] / comp["prefill_tps"]) ** 2
+        + (comp["prefill_tps_se_base"] / comp["prefill_tps_base"]) ** 2
+        + 2 * drift_p.fillna(0) ** 2)
+    comp["decode_delta_ms"] = comp["decode_ms_per_token"] - comp["decode_ms_per_token_base"]
+    comp["decode_delta_unc_ms"] = COVERAGE * np.sqrt(
+        comp["decode_ms_se"] ** 2 + comp["decode_ms_se_base"] ** 2
+        + drift_d.fillna(0) ** 2 * (comp["decode_ms_per_token"] ** 2
+                                    + comp["decode_ms_per_token_base"] ** 2))
+    one_request = comp["uncertainty_from"].eq("tokens") | comp["uncertainty_from_base"].eq(
+        "tokens")
+    comp["decode_lower_bound"] = drift_d.isna() | one_request
+    comp["prefill_lower_bound"] = drift_p.isna()
+    comp["compared"] = np.where(drift_d.notna(), "sequential (anchors' drift included)",
+                                "sequential (no drift measured)")
+
+
+def _paired(comp: pd.DataFrame) -> None:
+    """Cells measured round by round against the baseline: their paired differences."""
+    has = comp["paired_decode_delta_ms"].notna()
+    if not has.any():
+        return
+    comp.loc[has, "decode_delta_ms"] = comp.loc[has, "paired_decode_delta_ms"]
+    comp.loc[has, "decode_delta_unc_ms"] = COVERAGE * comp.loc[has, "paired_decode_delta_se"]
+    comp.loc[has, "prefill_change_pct"] = comp.loc[has, "paired_prefill_change_pct"]
+    comp.loc[has, "prefill_change_unc_pct"] = (COVERAGE
+                                               * comp.loc[has, "paired_prefill_change_se"])
+    comp.loc[has, "decode_ms_per_token_base"] = comp.loc[has, "paired_reference_decode_ms"]
+    comp.loc[has, "prefill_tps_base"] = comp.loc[has, "paired_reference_prefill_tps"]
+    comp.loc[has, ["decode_lower_bound", "prefill_lower_bound"]] = False
+    comp.loc[has, "compared"] = [f"paired ({n:.0f} rounds)"
+                                 for n in comp.loc[has, "paired_rounds"]]
+
+
+def _delta_text(value: float, unc: float, resolvable: Any, lower_bound: Any, status: Any,
+                status_base: Any, spec: str, unit: str = "") -> str:
     if not isinstance(status_base, str):
         return "— (no baseline cell)"
     if status != "ok":
@@ -459,27 +526,48 @@ def _delta_text(value: float, unc: float, resolvable: Any, status: Any, status_b
     text = format(value, "+" + spec) + unit
     if np.isfinite(unc):
         text += f" ±{format(unc, spec)}{unit}"
-    return f"not resolvable ({text})" if resolvable is False else text
+    if resolvable is False:
+        return f"not resolvable ({text})"
+    if np.isfinite(unc) and lower_bound is True:
+        text += " (± a lower bound)"
+    return text
 
 
 def link_comparison(summary: pd.DataFrame, contexts: list[str],
-                    baseline_link: str | None = None) -> pd.DataFrame:
+                    baseline_link: str | None = None, drift: pd.DataFrame | None = None,
+                    prediction: Callable[[pd.DataFrame], pd.DataFrame] | None = None
+                    ) -> pd.DataFrame:
     """The seed's table 1, one row per model, link and context: prefill relative change
-    (%) and decode delta ms/token against the baseline link at concurrency 1."""
-    comp = compare_links(summary, baseline_link)
+    (%) and decode delta ms/token against the baseline link at concurrency 1, how they
+    were compared, and, with `prediction` (rows -> comparison.predicted_decode_delta),
+    the decode difference predicted from the links' measured latency and whether the
+    measurement agrees. A difference that no link can have (faster than the baseline
+    beyond its uncertainty) or that disagrees with the prediction is marked with ⚠."""
+    comp = compare_links(summary, baseline_link, drift)
     keys = _row_keys(summary) + ["ctx"]
-    comp = _ctx_sorted(comp, keys, contexts)
-    rows = zip(comp["prefill_change_pct"], comp["prefill_change_unc_pct"],
-               comp["prefill_resolvable"], comp["decode_delta_ms"],
-               comp["decode_delta_unc_ms"], comp["decode_resolvable"], comp["status"],
-               comp["status_base"], strict=True)
-    prefill, decode = [], []
-    for p, p_unc, p_res, d, d_unc, d_res, status, status_base in rows:
-        prefill.append(_delta_text(p, p_unc, _bool(p_res), status, status_base, ".0f", "%"))
-        decode.append(_delta_text(d, d_unc, _bool(d_res), status, status_base, ".2f"))
-    return pd.DataFrame({
+    comp = _ctx_sorted(comp, keys, contexts).reset_index(drop=True)
+    predicted = prediction(comp) if prediction is not None and len(comp) else None
+    prefill, decode, expected, verdicts = [], [], [], []
+    for i, row in comp.iterrows():
+        prefill.append(_delta_text(row["prefill_change_pct"], row["prefill_change_unc_pct"],
+                                   _bool(row["prefill_resolvable"]),
+                                   _bool(row["prefill_lower_bound"]), row["status"],
+                                   row["status_base"], ".0f", "%"))
+        text = _delta_text(row["decode_delta_ms"], row["decode_delta_unc_ms"],
+                           _bool(row["decode_resolvable"]), _bool(row["decode_lower_bound"]),
+                           row["status"], row["status_base"], ".2f")
+        if _bool(row["decode_resolvable"]) and row["decode_delta_ms"] < 0:
+            text += f" {FLAG_MARK} faster than the baseline: no link can be"
+        if isinstance(row["flags"], str) or isinstance(row.get("flags_base"), str):
+            text += f" {FLAG_MARK} measured under interference"
+        decode.append(text)
+        guess = predicted.loc[i] if predicted is not None else None
+        expected.append(_prediction_text(guess))
+        verdicts.append(_agreement(row, guess))
+    table = pd.DataFrame({
         **{k: comp[k] for k in keys},
         "baseline": comp["baseline"],
+        "compared": comp["compared"],
         "prefill base (tok/s)": _texts(comp["prefill_tps_base"], comp["status_base"], ".0f"),
         "prefill (tok/s)": _texts(comp["prefill_tps"], comp["status"], ".0f"),
         "prefill Δ": prefill,
@@ -487,7 +575,38 @@ def link_comparison(summary: pd.DataFrame, contexts: list[str],
                                          comp["status_base"], ".2f"),
         "decode (ms/token)": _texts(comp["decode_ms_per_token"], comp["status"], ".2f"),
         "decode Δ (ms/token)": decode,
-    }).reset_index(drop=True)
+    })
+    if predicted is not None:
+        table["predicted Δ (ms/token)"] = expected
+        table["measured vs predicted"] = verdicts
+    return table
+
+
+def _prediction_text(guess: pd.Series | None) -> str:
+    if guess is None or not np.isfinite(guess["predicted_decode_delta_ms"]):
+        return "—"
+    text = f"{guess['predicted_decode_delta_ms']:+.2f}"
+    unc = guess["predicted_decode_delta_unc_ms"]
+    return text + (f" ±{unc:.2f}" if np.isfinite(unc) else "")
+
+
+def _agreement(row: pd.Series, guess: pd.Series | None) -> str:
+    """Whether the measured decode difference agrees with the prediction within their
+    combined uncertainty; what is missing when it cannot be judged."""
+    if guess is None or not np.isfinite(guess["predicted_decode_delta_ms"]):
+        return "— (no latency or round-trip measurement)"
+    if row["status"] != "ok" or row["status_base"] != "ok" or \
+            not np.isfinite(row["decode_delta_ms"]):
+        return "—"
+    measured, unc = row["decode_delta_ms"], row["decode_delta_unc_ms"]
+    if not np.isfinite(unc):
+        return "— (the measurement has no uncertainty)"
+    gap = measured - guess["predicted_decode_delta_ms"]
+    allowed = float(np.hypot(unc, np.nan_to_num(guess["predicted_decode_delta_unc_ms"])))
+    if abs(gap) <= allowed:
+        suffix = " (± a lower bound)" if _bool(row["decode_lower_bound"]) else ""
+        return f"agrees ({gap:+.2f} within ±{allowed:.2f}){suffix}"
+    return f"{FLAG_MARK} disagrees by {gap:+.2f} (more than ±{allowed:.2f})"
 
 
 def _texts(values: pd.Series, statuses: pd.Series, spec: str) -> list[str]:
@@ -542,8 +661,9 @@ def overlap_table(summary: pd.DataFrame, contexts: list[str]) -> pd.DataFrame:
     if not levels:
         return pd.DataFrame(columns=keys)
     many = summary[summary["conc"] > 1]
-    text = many.assign(text=[_overlap_text(v, s) for v, s in
-                             zip(many["overlap"], many["status"], strict=True)])
+    flags = many["flags"] if "flags" in many else pd.Series(None, index=many.index)
+    text = many.assign(text=[_flagged(_overlap_text(v, s), f) for v, s, f in
+                             zip(many["overlap"], many["status"], flags, strict=True)])
     wide = text.pivot(index=keys + ["ctx"], columns="conc", values="text")
     joined = wide.reindex(columns=levels).fillna("—").agg(" / ".join, axis=1)
     return _wide_by_context(joined, contexts)
@@ -559,6 +679,8 @@ def _overlap_text(value: float, status: Any) -> str:
         # A completed cell classed as failed (decode below the crash threshold) still has
         # a real overlap; show it with the failure beside it.
         figure = f"{round(value, 1) + 0.0:.1f}"  # + 0.0: no "-0.0"
+        if value > OVERLAP_MAX:
+            figure += f" {FLAG_MARK}"  # more than fully concurrent: noise in T1 or W
         return figure if status == "ok" else f"{figure} {status_text(status)}"
     return status_text(status) if status != "ok" else "—"
 
@@ -589,11 +711,12 @@ def latency_column(links: pd.DataFrame) -> str:
 
 
 def mechanism_points(summary: pd.DataFrame, links: pd.DataFrame,
-                     baseline_link: str | None = None) -> pd.DataFrame:
+                     baseline_link: str | None = None,
+                     drift: pd.DataFrame | None = None) -> pd.DataFrame:
     """One point per non-baseline link, model and context (concurrency 1, both cells ok):
     decode delta against the links' latency difference, prefill relative change against
     relative one-way bandwidth (A->B, the direction a prompt's activations travel)."""
-    comp = compare_links(summary, baseline_link)
+    comp = compare_links(summary, baseline_link, drift)
     comp = comp[(comp["status"] == "ok") & (comp["status_base"] == "ok")]
     latency = latency_column(links)
     facts = links.reindex(columns=["pair", "link", latency, "a_to_b_gbps"]).rename(
@@ -608,21 +731,32 @@ def mechanism_points(summary: pd.DataFrame, links: pd.DataFrame,
     )
 
 
-def fit_through_origin(x: Sequence[float], y: Sequence[float]) -> dict[str, float]:
+def fit_through_origin(x: Sequence[float], y: Sequence[float],
+                       sigma: Sequence[float] | None = None) -> dict[str, float]:
     """y = slope * x (identical links cost nothing extra): slope, its standard error, R²
-    (share of y's variance the line explains; NaN with fewer than two distinct x) and n."""
+    (share of y's variance the line explains; NaN with fewer than two distinct x) and n.
+
+    With `sigma` (each y's standard error) known for every point, the fit is weighted
+    and the standard error is the larger of the propagated one and the scatter's (a
+    fit cannot be more precise than its points, nor than their scatter shows)."""
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    s = np.full(len(x), np.nan) if sigma is None else np.asarray(sigma, dtype=float)
     keep = np.isfinite(x) & np.isfinite(y)
-    x, y = x[keep], y[keep]
+    x, y, s = x[keep], y[keep], s[keep]
     n, sxx = len(x), float(np.sum(x * x))
     if n == 0 or sxx == 0:
         return {"slope": np.nan, "slope_se": np.nan, "r2": np.nan, "n": n}
-    slope = float(np.sum(x * y) / sxx)
-    ss_res = float(np.sum((y - slope * x) ** 2))
+    weighted = bool(np.all(np.isfinite(s)) and np.all(s > 0))
+    w = 1 / s**2 if weighted else np.ones(n)
+    swxx = float(np.sum(w * x * x))
+    slope = float(np.sum(w * x * y) / swxx)
+    residual = y - slope * x
+    ss_res = float(np.sum(residual**2))
     ss_tot = float(np.sum((y - y.mean()) ** 2))
-    se = np.sqrt(ss_res / (n - 1) / sxx) if n > 1 else np.nan
+    scatter = float(np.sqrt(np.sum(w * residual**2) / (n - 1) / swxx)) if n > 1 else np.nan
+    se = max(scatter, float(np.sqrt(1 / swxx))) if weighted else scatter
     r2 = 1 - ss_res / ss_tot if len(np.unique(x)) > 1 and ss_tot > 0 else np.nan
-    return {"slope": slope, "slope_se": float(se), "r2": r2, "n": n}
+    return {"slope": slope, "slope_se": se, "r2": r2, "n": n}
 
 
 def _slopes_by(points: pd.DataFrame, key: str, x: str, y: str, order: Sequence[str]) -> str:
@@ -632,20 +766,26 @@ def _slopes_by(points: pd.DataFrame, key: str, x: str, y: str, order: Sequence[s
 
 
 def mechanisms(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
-               baseline_link: str | None = None) -> pd.DataFrame:
+               baseline_link: str | None = None,
+               drift: pd.DataFrame | None = None) -> pd.DataFrame:
     """The seed's conclusions 1 and 2, computed per model: implied round trips per token
     (decode delta vs request-response latency difference) and prefill's elasticity to
-    one-way bandwidth, each with its fit quality and a one-line verdict."""
-    points = mechanism_points(summary, links, baseline_link)
+    one-way bandwidth, each with its fit quality and a one-line verdict that the data
+    must carry: a slope not resolvable from zero, of an impossible sign, or with a low
+    R² gives "not resolvable on this data" with the reason, never a number."""
+    points = mechanism_points(summary, links, baseline_link, drift)
     latency = latency_column(links)
     rows = []
     for (pair, model), _ in summary.groupby(["pair", "model"]):
         mine = points[(points["pair"] == pair) & (points["model"] == model)]
         decode = mine[["link", "ctx", "latency_delta_ms", "decode_delta_ms",
-                       "decode_delta_unc_ms"]].dropna(subset=["latency_delta_ms",
-                                                               "decode_delta_ms"])
+                       "decode_delta_unc_ms", "decode_lower_bound"]].dropna(
+            subset=["latency_delta_ms", "decode_delta_ms"])
         prefill = mine[["link", "ctx", "bandwidth_change", "prefill_change", "gbps",
-                        "gbps_base"]].dropna()
+                        "gbps_base", "prefill_change_unc_pct", "prefill_lower_bound"]
+                       ].dropna(subset=["bandwidth_change", "prefill_change", "gbps",
+                                        "gbps_base"])
+        prefill = prefill.assign(prefill_change_unc=prefill["prefill_change_unc_pct"] / 100)
         rows.append(_mechanism_row(pair, model, "decode", f"Δ {latency} (ms)", decode,
                                    "latency_delta_ms", "decode_delta_ms", contexts))
         rows.append(_mechanism_row(pair, model, "prefill", "relative A→B bandwidth",
@@ -658,7 +798,12 @@ def mechanisms(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
 
 def _mechanism_row(pair: str, model: str, mechanism: str, against: str, points: pd.DataFrame,
                    x: str, y: str, contexts: Sequence[str]) -> dict[str, Any]:
-    fit = fit_through_origin(points[x], points[y])
+    unc = "decode_delta_unc_ms" if mechanism == "decode" else "prefill_change_unc"
+    fit = fit_through_origin(points[x], points[y], points[unc] / COVERAGE
+                             if unc in points else None)
+    lower = f"{mechanism}_lower_bound"
+    fit["lower_bound"] = bool(points[lower].fillna(True).astype(bool).any()) \
+        if lower in points and len(points) else True
     by_context = _slopes_by(points, "ctx", x, y, contexts)
     verdict = (_decode_verdict(fit, points) if mechanism == "decode"
                else _prefill_verdict(fit, points))
@@ -675,21 +820,50 @@ def _mechanism_row(pair: str, model: str, mechanism: str, against: str, points: 
     }
 
 
-def _decode_verdict(fit: dict[str, float], points: pd.DataFrame) -> str:
+def _unresolvable(fit: dict[str, Any], what: str) -> list[str]:
+    """Why a fit cannot carry a verdict: not resolvable from zero, or a low R²."""
+    slope, unc = fit["slope"], COVERAGE * fit["slope_se"]
+    reasons = []
+    if not np.isfinite(unc):
+        reasons.append(f"{slope:.2f} has no uncertainty (one point)")
+    elif abs(slope) <= unc:
+        reasons.append(f"{slope:+.2f} ±{unc:.2f} is not resolvable from zero")
+    if np.isfinite(fit["r2"]) and fit["r2"] < 0.5:
+        reasons.append(f"{what} explains the differences poorly (R² {fit['r2']:.2f})")
+    return reasons
+
+
+def _decode_verdict(fit: dict[str, Any], points: pd.DataFrame) -> str:
     if not np.isfinite(fit["slope"]):
         return ("no ok cell pairs on links with a request-response latency difference: "
                 "nothing to fit")
-    text = f"decode pays ~{fit['slope']:.1f} round trips of link latency per token"
+    if _varies_with_context(points):
+        # No single number: the per-token cost grows (or shrinks) with context.
+        per = []
+        for ctx, group in points.groupby("ctx", sort=False):
+            f = fit_through_origin(group["latency_delta_ms"], group["decode_delta_ms"],
+                                   group["decode_delta_unc_ms"] / COVERAGE)
+            per.append(f"{ctx} {f['slope']:.1f}" + (f" ±{COVERAGE * f['slope_se']:.1f}"
+                                                    if np.isfinite(f["slope_se"]) else ""))
+        return ("no single number of round trips: the cost per token changes with context "
+                f"({', '.join(per)} round trips' worth of latency; a term that grows with "
+                "context, such as bandwidth, adds to latency)")
+    slope, unc = fit["slope"], COVERAGE * fit["slope_se"]
+    reasons = _unresolvable(fit, "latency")
+    if slope < 0 and np.isfinite(unc) and abs(slope) > unc:
+        reasons.insert(0, f"the slope is {slope:+.2f} ±{unc:.2f}: negative round trips "
+                          "are impossible (noise or a fault in the setup)")
+    if reasons:
+        return "not resolvable on this data: " + "; ".join(reasons)
+    text = f"decode pays ~{slope:.1f} ±{unc:.1f} round trips of link latency per token"
     if np.isfinite(fit["r2"]):
         text += f" (R² {fit['r2']:.2f}, {fit['n']} points)"
-        if fit["r2"] < 0.5:
-            text += "; latency explains the deltas poorly"
-    varies = _varies_with_context(points)
-    if varies is not None:
+    if fit["lower_bound"]:
+        text += "; ± from per-cell spreads alone, a lower bound"
+    if _varies_with_context(points) is False:
         # The seed's fixed-cost signature: the delta does not grow with context even
         # though per-token time does.
-        text += ("; it changes with context" if varies
-                 else "; the same at every context (a fixed per-token cost)")
+        text += "; the same at every context (a fixed per-token cost)"
     return text
 
 
@@ -704,7 +878,7 @@ def _varies_with_context(points: pd.DataFrame) -> bool | None:
         sxx = float(np.sum(x * x))
         if sxx == 0:
             continue
-        sigma = group["decode_delta_unc_ms"].to_numpy() / COVERAGE
+        sigma = group["decode_delta_unc_ms"].to_numpy(dtype=float) / COVERAGE
         se = np.sqrt(np.sum((x * sigma) ** 2)) / sxx  # NaN where a delta has no uncertainty
         slopes.append((float(np.sum(x * group["decode_delta_ms"].to_numpy()) / sxx), se))
     if len(slopes) < 2:
@@ -714,26 +888,31 @@ def _varies_with_context(points: pd.DataFrame) -> bool | None:
                for i, (a, sa) in enumerate(slopes) for b, sb in slopes[i + 1:])
 
 
-def _prefill_verdict(fit: dict[str, float], points: pd.DataFrame) -> str:
+def _prefill_verdict(fit: dict[str, Any], points: pd.DataFrame) -> str:
     if not np.isfinite(fit["slope"]):
         return "no ok cell pairs on links of different bandwidth: nothing to fit"
-    elasticity = fit["slope"]
+    elasticity, unc = fit["slope"], COVERAGE * fit["slope_se"]
     floor = min(points["gbps"].min(), points["gbps_base"].min())
     biggest = points.loc[points["bandwidth_change"].abs().idxmax()]
     gains = points[points["link"] == biggest["link"]]["prefill_change"] * 100
     example = (f"{biggest['bandwidth_change'] * 100:+.0f}% bandwidth ({biggest['link']}): "
                f"{gains.min():+.0f}% to {gains.max():+.0f}% prefill")
-    if elasticity <= -INSENSITIVE_BELOW:
-        head = "prefill does not follow bandwidth: other differences between the links dominate"
-    elif elasticity < INSENSITIVE_BELOW:
-        head = f"prefill insensitive to bandwidth above {floor:.2f} Gbit/s"
-    elif elasticity < TRACKS_ABOVE:
-        head = "prefill partly bandwidth-bound"
-    else:
-        head = "prefill tracks one-way bandwidth"
-    text = f"{head} (elasticity {elasticity:.2f}; {example})"
-    if np.isfinite(fit["r2"]) and fit["r2"] < 0.5:
-        text += f"; bandwidth explains the changes poorly (R² {fit['r2']:.2f})"
+    figure = f"elasticity {elasticity:.2f}" + (f" ±{unc:.2f}" if np.isfinite(unc) else "")
+    # Insensitive: the whole interval lies inside +-INSENSITIVE_BELOW (a low R² is
+    # expected there: there is no trend to explain).
+    if np.isfinite(unc) and abs(elasticity) + unc < INSENSITIVE_BELOW:
+        return f"prefill insensitive to bandwidth above {floor:.2f} Gbit/s ({figure}; {example})"
+    reasons = _unresolvable(fit, "bandwidth")
+    if elasticity < 0 and np.isfinite(unc) and abs(elasticity) > unc:
+        reasons.insert(0, f"prefill falls as bandwidth rises ({figure}): other differences "
+                          "between the links dominate")
+    if reasons:
+        return f"not resolvable on this data: {'; '.join(reasons)} ({example})"
+    head = ("prefill partly bandwidth-bound" if elasticity < TRACKS_ABOVE
+            else "prefill tracks one-way bandwidth")
+    text = f"{head} ({figure}; {example})"
+    if fit["lower_bound"]:
+        text += "; ± from per-cell spreads alone, a lower bound"
     return text
 
 
@@ -798,8 +977,11 @@ def links_table(links: pd.DataFrame) -> pd.DataFrame:
 
 
 def tables(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
-           baseline_link: str | None = None) -> dict[str, tuple[str, pd.DataFrame]]:
-    """Every table by file stem: (title, frame). contexts: labels, shortest first."""
+           baseline_link: str | None = None, drift: pd.DataFrame | None = None,
+           prediction: Callable[[pd.DataFrame], pd.DataFrame] | None = None
+           ) -> dict[str, tuple[str, pd.DataFrame]]:
+    """Every table by file stem: (title, frame). contexts: labels, shortest first.
+    `drift` and `prediction`: see link_comparison."""
     base = pick_baseline(summary, baseline_link)
     levels = overlap_levels(summary) or "no concurrency level above 1"
     return {
@@ -807,14 +989,18 @@ def tables(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
                   links_table(links)),
         "link_comparison": (
             f"Link comparison vs {base} at concurrency 1 (Δ = link − baseline; ± is "
-            f"{COVERAGE:g} standard errors, from repeats or else per-token dispersion; "
-            "not resolvable: the difference lies inside it)",
-            link_comparison(summary, contexts, base)),
+            f"{COVERAGE:g} standard errors: paired rounds, or both cells' spread plus the "
+            "machine's drift between the anchors; not resolvable: the difference lies "
+            f"inside it; {FLAG_MARK}: a figure no link can have, a disagreement with the "
+            "prediction from measured latency, or interference)",
+            link_comparison(summary, contexts, base, drift, prediction)),
         "single_stream_decode": ("Single-stream decode (tok/s) by context; ❌ 400: context "
-                                 "wall, ❌ 500: overflow",
+                                 f"wall, ❌ 500: overflow; {FLAG_MARK}: measured under "
+                                 "interference",
                                  single_stream_decode(summary, contexts)),
         "single_stream_prefill": ("Single-stream prefill (tok/s: prompt tokens / TTFT) by "
-                                  "context", single_stream_prefill(summary, contexts)),
+                                  f"context; {FLAG_MARK}: measured under interference",
+                                  single_stream_prefill(summary, contexts)),
         "ttft": ("Time to first token against prompt size (concurrency 1)",
                  ttft_table(summary, contexts)),
         "concurrency_boundary": (
@@ -822,34 +1008,59 @@ def tables(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
             "(failure at the next level: crashes, 500 = overflow, 400 = context wall)",
             concurrency_boundary(summary, contexts)),
         "overlap": (f"True concurrency ratio (overlap), {levels}: 1 = fully concurrent, "
-                    "0 = serial, below 0 = worse than serial; ❌: the cell's status",
+                    "0 = serial, below 0 = worse than serial; ❌: the cell's status; "
+                    f"{FLAG_MARK}: above 1 (no cell can be more than fully concurrent) or "
+                    "measured under interference",
                     overlap_table(summary, contexts)),
         "mechanisms": (
             f"Mechanisms vs {base}: decode delta (ms/token) against the links' request-"
             "response latency difference (slope = round trips per token) and prefill "
             "relative change against relative one-way bandwidth (slope = elasticity); "
             f"fits through the origin, ± is {COVERAGE:g} standard errors",
-            mechanisms(summary, links, contexts, base)),
+            mechanisms(summary, links, contexts, base, drift)),
     }
 
 
 def aggregate(request_files: list[str], link_files: list[str], contexts: dict[str, int],
               summary_out: str, tables_dir: str, *, baseline_link: str | None = None,
-              interference_limits: dict[str, Any] | None = None) -> pd.DataFrame:
-    """Summary Parquet and every table (Markdown and CSV) under tables_dir."""
+              interference_limits: dict[str, Any] | None = None,
+              anchor_files: Sequence[str] = (), sweep_files: Sequence[str] = (),
+              workers: dict[str, int] | None = None) -> pd.DataFrame:
+    """Summary Parquet and every table (Markdown and CSV) under tables_dir. The drift
+    anchors give sequential comparisons the machine's drift; the round-trip sweeps
+    (and each model's `workers`) the prediction from measured latency."""
     summary = summarize(request_files, contexts, interference_limits)
     parquet_io.write(summary, summary_out, {
         "cells": len(summary), "contexts": contexts, "baseline_link": baseline_link,
         "interference": interference.settings(interference_limits)})
     links = read_links(link_files)
-    for stem, (title, frame) in tables(summary, links, by_length(contexts),
-                                       baseline_link).items():
-        write_table(frame, Path(tables_dir) / stem, title)
+    drift = comparison.anchor_drift(anchor_files) if anchor_files else None
+    trips = comparison.round_trips(sweep_files)
+
+    def prediction(rows: pd.DataFrame) -> pd.DataFrame:
+        return comparison.predicted_decode_delta(rows, links, trips, workers or {})
+
+    note = flag_note(summary)
+    for stem, (title, frame) in tables(summary, links, by_length(contexts), baseline_link,
+                                       drift, prediction).items():
+        write_table(frame, Path(tables_dir) / stem, title, note if FLAG_MARK in title else "")
     results = Path(summary_out).parent.parent  # results/summary/cells.parquet
     write_table(remeasured(archive.archived_requests(results), summary),
                 Path(tables_dir) / "remeasured",
                 "Re-measured cells: the archived measurement against the current one")
     return summary
+
+
+def flag_note(summary: pd.DataFrame) -> str:
+    """Markdown naming every flagged cell and why, for the tables that mark them."""
+    flagged = summary[summary["flags"].notna()] if "flags" in summary else summary.iloc[:0]
+    if flagged.empty:
+        return ""
+    lines = [f"- {'/'.join(str(row[k]) for k in SUMMARY_KEYS)}: {row['flags']}"
+             for _, row in flagged.iterrows()]
+    return (f"\n{FLAG_MARK} measured under interference (re-measure with "
+            "`python -m splitbench drift --apply` and `snakemake all`):\n\n"
+            + "\n".join(lines) + "\n")
 
 
 def remeasured(archived: list[Path], summary: pd.DataFrame) -> pd.DataFrame:

@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import subprocess
+import sys
 import threading
 import time
 
 import pandas as pd
 import pytest
 
-from splitbench import cells, models, netsetup, procs, servers, tables, toolchain
+from splitbench import (
+    cells,
+    interference,
+    models,
+    netsetup,
+    procs,
+    servers,
+    tables,
+    toolchain,
+)
 from tests.conftest import needs_root
 
 MODEL = {"n_layer": 2, "n_embd": 64, "n_head": 2, "n_head_kv": 1, "n_ff": 128,
@@ -188,3 +200,35 @@ def test_a_stopped_client_keeps_each_token_s_arrival_against_llama_server(state_
     # The reader really was stopped while tokens came.
     during = sum(any(a <= t <= b for a, b in pauses) for t in times)
     assert len(pauses) >= 4 and during >= 20, (len(pauses), during)
+
+
+@contextlib.contextmanager
+def cpu_hogs(count: int = 2):
+    """`count` busy-loop processes beside the measurement, as on a busy machine."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        time.sleep(0.5)  # let them take the CPUs
+        yield
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+
+
+@needs_root()
+def test_beside_two_busy_loops_the_harness_still_agrees_and_the_cell_is_flagged(bench):
+    """Two busy loops on a 2-core machine: every token still has its own time, each
+    request's decode agrees with the server's own within 5%, and the cell says what
+    else used the CPUs, enough for the default limits to flag it."""
+    with cpu_hogs():
+        frame = bench(prompt_tokens=64, n_predict=48, name="busy",
+                      single_stream_requests=3)
+    assert (frame["status"] == "ok").all(), frame[["status", "error_text"]]
+    assert (frame["arrival_clock"] == "segment").all()
+    assert (frame["coalesced_tokens"] == 0).all()
+    gap = frame["decode_ms_per_token"] / frame["server_decode_ms_per_token"] - 1
+    assert gap.abs().max() < 0.05, gap
+    assert frame["foreign_cpu_a_cores"].iloc[0] > 0.5, frame["foreign_cpu_a_cores"]
+    verdict = interference.flag(frame.iloc[:1], {})
+    assert verdict["interference_checked"].iloc[0]
+    assert "other processes used" in verdict["interference"].iloc[0]

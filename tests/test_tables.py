@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from splitbench import tables
+from splitbench import comparison, tables
 
 CONTEXTS = {"short": 128, "long": 4096}
 ORDER = ["short", "long"]
@@ -160,10 +160,13 @@ def test_difference_inside_uncertainty_is_not_resolvable():
                     cell("baseline", "long", decode_ms=20.0, se=0.1),
                     cell("x", "long", decode_ms=21.0, se=0.1, prefill=900.0))
     table = tables.link_comparison(summary, ORDER)
-    # 2 x hypot(0.1, 0.1) = 0.28: 0.2 lies inside it, 1.0 does not.
+    # 2 x hypot(0.1, 0.1) = 0.28: 0.2 lies inside it, 1.0 does not; but without the
+    # machine's drift over time (no anchors), 0.28 is only a lower bound.
     assert comparison_row(table, "x", "short")["decode Δ (ms/token)"] == \
         "not resolvable (+0.20 ±0.28)"
-    assert comparison_row(table, "x", "long")["decode Δ (ms/token)"] == "+1.00 ±0.28"
+    assert comparison_row(table, "x", "long")["decode Δ (ms/token)"] == \
+        "+1.00 ±0.28 (± a lower bound)"
+    assert comparison_row(table, "x", "long")["compared"] == "sequential (no drift measured)"
     # No repeats: prefill has no measured uncertainty, so it is never called unresolvable.
     assert comparison_row(table, "x", "short")["prefill Δ"] == "+10%"
     assert comparison_row(table, "x", "long")["prefill Δ"] == "-10%"
@@ -280,7 +283,8 @@ def test_fixed_cost_decode_and_compute_bound_prefill():
     assert decode["slope"] == pytest.approx(2.0)
     assert decode["R²"] == pytest.approx(1.0)
     assert decode["points"] == 4 and decode["links"] == 2
-    assert "~2.0 round trips" in decode["verdict"]
+    assert decode["verdict"].startswith("decode pays ~2.0 ±0.0 round trips")
+    assert "a lower bound" in decode["verdict"]  # no anchors: sequential, no drift known
     assert "fixed per-token cost" in decode["verdict"]
     assert prefill["slope"] == pytest.approx(0.05)
     assert prefill["verdict"].startswith("prefill insensitive to bandwidth above 3.33 Gbit/s")
@@ -289,9 +293,33 @@ def test_fixed_cost_decode_and_compute_bound_prefill():
 def test_delta_growing_with_context_and_bandwidth_bound_prefill():
     summary = matrix(lambda dl, ctx: dl * (1 if ctx == "short" else 3), lambda db: db)
     table = tables.mechanisms(summary, links(baseline=100.0, x=600.0, y=1100.0), ORDER)
-    assert "changes with context" in table.iloc[0]["verdict"]
+    assert table.iloc[0]["verdict"].startswith(
+        "no single number of round trips: the cost per token changes with context "
+        "(short 1.0 ±0.0, long 3.0 ±0.0")
     assert table.iloc[1]["slope"] == pytest.approx(1.0)
     assert table.iloc[1]["verdict"].startswith("prefill tracks one-way bandwidth")
+
+
+def test_a_fit_the_data_cannot_carry_gives_no_number():
+    """Noise as a result: deltas that fall with latency (negative round trips), or that
+    scatter around zero, give "not resolvable on this data" with the reason."""
+    falling = matrix(lambda dl, ctx: -6 * dl, lambda db: -0.8 * db)
+    table = tables.mechanisms(falling, links(baseline=100.0, x=600.0, y=1100.0), ORDER)
+    decode, prefill = table.iloc[0]["verdict"], table.iloc[1]["verdict"]
+    assert decode.startswith("not resolvable on this data: the slope is -6.00")
+    assert "negative round trips are impossible" in decode and "round trips of" not in decode
+    assert prefill.startswith("not resolvable on this data: prefill falls as bandwidth rises")
+    noise = {("x", "short"): 0.4, ("x", "long"): -0.5, ("y", "short"): -0.3,
+             ("y", "long"): 0.45}
+    scattered = matrix(lambda dl, ctx: 0.0, lambda db: 0.0)
+    for (link, ctx), delta in noise.items():
+        where = (scattered["link"] == link) & (scattered["ctx"] == ctx)
+        scattered.loc[where, "decode_ms_per_token"] += delta
+        scattered.loc[where, "decode_ms_se"] = 0.3
+    verdict = tables.mechanisms(scattered, links(baseline=100.0, x=600.0, y=1100.0),
+                                ORDER).iloc[0]["verdict"]
+    assert verdict.startswith("not resolvable on this data")
+    assert "not resolvable from zero" in verdict
 
 
 def test_latency_figure_choice():
@@ -347,3 +375,99 @@ def test_aggregate_writes_every_table(tmp_path):
     assert comparison.iloc[0]["decode Δ (ms/token)"].startswith("+1.00")
     mechanisms = pd.read_csv(out / "tables" / "mechanisms.csv")
     assert mechanisms.iloc[0]["slope"] == pytest.approx(2.0)  # 1 ms over 0.5 ms of latency
+
+
+def test_the_anchors_drift_widens_a_sequential_comparison():
+    """Cells measured minutes apart differ by the machine's own drift too: the anchors
+    moved 10% (a 7.1% standard deviation per cell), so a 1.0 ms difference on 10 ms
+    cells is inside 2 x sqrt(0.1^2 + 0.1^2 + 0.071^2 (10^2 + 11^2)) = 2.1 ms."""
+    summary = frame(cell("baseline", "short", decode_ms=10.0, se=0.1,
+                         uncertainty_from="requests"),
+                    cell("x", "short", decode_ms=11.0, se=0.1, uncertainty_from="requests"))
+    drift = pd.DataFrame({"pair": ["lab"], "model": ["m"], "drift_decode_rel": [0.1 / 2**0.5],
+                          "drift_prefill_rel": [0.0]})
+    comp = tables.compare_links(summary, "baseline", drift).iloc[0]
+    assert comp["decode_delta_unc_ms"] == pytest.approx(
+        2 * np.sqrt(0.02 + 0.005 * (100 + 121)), rel=1e-6)
+    assert bool(comp["decode_resolvable"]) is False and not comp["decode_lower_bound"]
+    steady = drift.assign(drift_decode_rel=0.001)
+    table = tables.link_comparison(summary, ORDER, "baseline", steady)
+    assert comparison_row(table, "x", "short")["decode Δ (ms/token)"] == "+1.00 ±0.28"
+    assert comparison_row(table, "x", "short")["compared"] == \
+        "sequential (anchors' drift included)"
+
+
+def test_a_link_faster_than_the_baseline_is_flagged():
+    summary = frame(cell("baseline", "short", decode_ms=10.0, uncertainty_from="requests"),
+                    cell("x", "short", decode_ms=9.0, uncertainty_from="requests"))
+    steady = pd.DataFrame({"pair": ["lab"], "model": ["m"], "drift_decode_rel": [0.001],
+                           "drift_prefill_rel": [0.001]})
+    text = comparison_row(tables.link_comparison(summary, ORDER, "baseline", steady), "x",
+                          "short")["decode Δ (ms/token)"]
+    assert text.startswith("-1.00 ±0.28 ⚠ faster than the baseline")
+
+
+def paired_rows(deltas: list[float], ref_ms: float = 1.0) -> list[dict]:
+    """A paired cell's request rows: per round two reference requests (the baseline
+    link) and two of the link, the link slower by that round's delta."""
+    rows, i = [], 0
+    for round_, delta in enumerate(deltas):
+        for reference, ms in ((True, ref_ms), (False, ref_ms + delta)):
+            for _ in range(2):
+                rows.append(request(i, [ms] * 8, reference=reference, round=round_,
+                                    ttft_ms=10.0 if reference else 11.0))
+                i += 1
+    return rows
+
+
+def test_a_paired_cell_gives_the_median_of_its_round_differences(tmp_path):
+    deltas = [0.20, 0.25, 0.15, 0.22, 0.18]
+    paths = [write_cell(tmp_path, "baseline", "short", 1, [request(0, [1.5] * 8)]),
+             write_cell(tmp_path, "x", "short", 1, paired_rows(deltas))]
+    summary = tables.summarize(paths, CONTEXTS)
+    x = summary.set_index("link").loc["x"]
+    assert x["paired_rounds"] == 5
+    assert x["paired_decode_delta_ms"] == pytest.approx(0.20)
+    assert x["paired_decode_delta_se"] == pytest.approx(
+        1.2533 * np.std(deltas, ddof=1) / np.sqrt(5))
+    assert x["paired_prefill_change_pct"] == pytest.approx((10 / 11 - 1) * 100)
+    # The cell's own figures come from its own requests only (not the reference's).
+    assert x["decode_ms_per_token"] == pytest.approx(1.20)
+    row = comparison_row(tables.link_comparison(summary, ORDER, "baseline"), "x", "short")
+    # The baseline measured alongside (1.0), not the baseline's own cell (1.5).
+    assert row["decode base (ms/token)"] == "1.00"
+    assert row["decode Δ (ms/token)"] == "+0.20 ±0.04"
+    assert row["compared"] == "paired (5 rounds)"
+
+
+def test_the_prediction_from_measured_latency_is_checked():
+    summary = frame(cell("baseline", "short", decode_ms=1.0, se=0.01,
+                         uncertainty_from="requests"),
+                    cell("x", "short", decode_ms=1.5, se=0.01, uncertainty_from="requests"),
+                    cell("y", "short", decode_ms=1.2, se=0.01, uncertainty_from="requests"))
+    steady = pd.DataFrame({"pair": ["lab"], "model": ["m"], "drift_decode_rel": [0.0],
+                           "drift_prefill_rel": [0.0]})
+    links = pd.DataFrame({"pair": ["lab"] * 3, "link": ["baseline", "x", "y"],
+                          "rr64_p50_us": [50.0, 500.0, 500.0]})
+    trips = pd.DataFrame({"pair": ["lab"], "model": ["m"], "workers": [1],
+                          "round_trips": [1.1], "round_trips_se": [0.02]})
+
+    def predict(rows: pd.DataFrame) -> pd.DataFrame:
+        return comparison.predicted_decode_delta(rows, links, trips, {})
+
+    table = tables.link_comparison(summary, ORDER, "baseline", steady, predict)
+    # 1.1 round trips x 0.45 ms = +0.495 ±0.018 predicted for both links.
+    x, y = comparison_row(table, "x", "short"), comparison_row(table, "y", "short")
+    assert x["predicted Δ (ms/token)"] == "+0.50 ±0.02" == y["predicted Δ (ms/token)"]
+    assert x["measured vs predicted"].startswith("agrees")
+    assert y["measured vs predicted"].startswith("⚠ disagrees by -0.30")
+
+
+def test_flagged_cells_and_impossible_overlap_are_marked():
+    summary = frame(cell("a", "short", flags="host A: CPU pressure 38% (limit 25%)"),
+                    cell("a", "short", 2, overlap=1.4), cell("a", "short", 4, overlap=0.98),
+                    cell("a", "long"))
+    decode = tables.single_stream_decode(summary, ORDER).iloc[0]
+    assert decode["short"].endswith(" ⚠") and not decode["long"].endswith("⚠")
+    overlap = tables.overlap_table(summary, ORDER).iloc[0]
+    assert overlap["short"] == "1.4 ⚠ / 1.0"

@@ -122,7 +122,14 @@ def test_end_to_end_on_the_embedded_lab(finished):
         tokens = pd.read_parquet(str(requests_path).replace(".requests", ""))
         ctx = requests_path.name.split("_c")[0][3:]
         conc = int(requests_path.name.split("_c")[1].split(".")[0])
-        assert len(requests) == conc
+        paired = conc == 1 and ctx == "short" and "/slow/" in str(requests_path)
+        # Single stream: 3 sequential requests; paired: 2 rounds of 2 on each link.
+        own = requests[~requests["reference"]]
+        assert len(own) == (4 if paired else 3 if conc == 1 else conc)
+        assert requests["reference"].sum() == (4 if paired else 0)
+        assert (requests["arrival_clock"] == "segment").all()  # each token its own time
+        assert requests["cpu_pressure_a_pct"].notna().all()  # interference measured
+        assert (requests["wakeup_latency_a"] == "held at 0 us").all()
         assert (requests["status"] == "ok").all(), requests[["status", "error_text"]]
         assert (requests["prompt_tokens"] == target[ctx]).all()
         assert (requests["cache_n"] == 0).all()
@@ -177,9 +184,15 @@ def test_end_to_end_on_the_embedded_lab(finished):
         assert start["t_send_ns"].max() < cells_of_model["t_send_ns"].min()
         assert end["t_send_ns"].min() > cells_of_model["t_last_ns"].max()
     assert (work / "results/drift/report.parquet").exists()
-    # The 1 ms-per-direction link costs at least one 2 ms round trip per token.
+    # The 1 ms-per-direction link costs at least one 2 ms round trip per token, measured
+    # sequentially and paired round by round with the plain link.
     per_link = summary[summary["conc"] == 1].groupby("link")["decode_ms_per_token"].median()
     assert per_link["slow"] - per_link["plain"] > 1.5, per_link
+    paired = summary.set_index(["link", "ctx", "conc"]).loc[("slow", "short", 1)]
+    assert paired["paired_rounds"] == 2
+    assert 1.5 < paired["paired_decode_delta_ms"] < 4, paired["paired_decode_delta_ms"]
+    comparison = (work / "results/tables/link_comparison.md").read_text()
+    assert "paired (2 rounds)" in comparison and "measured vs predicted" in comparison
     assert (work / "results/tables/single_stream_decode.md").read_text().count("|") > 10
 
     second = snakemake(work, "all", "-n")

@@ -1,0 +1,154 @@
+"""What a link costs against the baseline link, with an uncertainty that includes how
+much the machine itself varied, and the difference physics predicts.
+
+Three sources of the decode and prefill differences, best first:
+
+paired      the cell alternated round by round with the baseline link (cells.run,
+            `cell.paired`): each round's difference is taken between requests measured
+            seconds apart on the same machine; their spread is the uncertainty.
+sequential  the link's cell and the baseline's cell were measured at different times:
+            each cell's own uncertainty, plus the variation of the machine over time,
+            which the drift anchors measure (the same cell at the start and end of a
+            model's blocks). Without anchors that term is unknown and the uncertainty is
+            marked as a lower bound.
+
+The prediction: a decode step pays the link's request-response latency once per
+blocking round trip (`roundtrips`: measured by sweeping delay), so a link should cost
+`round trips per token x (its 64 B request-response p50 - the baseline's)` per token,
+both measured in the same run. A measured difference that disagrees with it beyond
+their combined uncertainty is flagged; so is any link that decodes faster than the
+baseline beyond its uncertainty, which no emulated link can.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+
+KEYS = ["pair", "link", "model", "ctx", "conc"]
+MEDIAN_SE = 1.2533  # standard error of a median of n normal samples: this x sd / sqrt(n)
+COVERAGE = 2.0
+
+
+def paired_deltas(requests: pd.DataFrame) -> pd.DataFrame:
+    """Per paired cell (index: KEYS): the median over its rounds of the round's decode
+    difference (link - baseline, ms/token) and relative prefill change (%), their
+    standard errors, the baseline's median decode and prefill measured alongside, and
+    the number of rounds with both sides ok."""
+    columns = ["paired_decode_delta_ms", "paired_decode_delta_se", "paired_prefill_change_pct",
+               "paired_prefill_change_se", "paired_reference_decode_ms",
+               "paired_reference_prefill_tps", "paired_rounds"]
+    if "reference" not in requests or not requests["reference"].fillna(False).any():
+        return pd.DataFrame(columns=columns, index=pd.MultiIndex.from_tuples([], names=KEYS))
+    ok = requests[requests["status"] == "ok"].assign(
+        reference=lambda f: f["reference"].fillna(False).astype(bool))
+    paired_cells = ok[ok["reference"]].groupby(KEYS).size().index
+    ok = ok.set_index(KEYS).loc[lambda f: f.index.isin(paired_cells)].reset_index()
+    by_round = ok.groupby([*KEYS, "repeat", "round", "reference"])[
+        ["decode_ms_per_token", "prefill_tps"]].median().unstack("reference")
+    by_round = by_round.dropna()  # rounds where either side has no ok request
+    rounds = pd.DataFrame({
+        "decode": by_round[("decode_ms_per_token", False)]
+        - by_round[("decode_ms_per_token", True)],
+        "prefill": (by_round[("prefill_tps", False)] / by_round[("prefill_tps", True)] - 1)
+        * 100,
+        "ref_decode": by_round[("decode_ms_per_token", True)],
+        "ref_prefill": by_round[("prefill_tps", True)],
+    }).groupby(level=KEYS)
+    n = rounds["decode"].count()
+    spread = rounds[["decode", "prefill"]].std(ddof=1).mul(MEDIAN_SE).div(np.sqrt(n), axis=0)
+    out = pd.DataFrame({
+        "paired_decode_delta_ms": rounds["decode"].median(),
+        "paired_decode_delta_se": spread["decode"].where(n >= 2),
+        "paired_prefill_change_pct": rounds["prefill"].median(),
+        "paired_prefill_change_se": spread["prefill"].where(n >= 2),
+        "paired_reference_decode_ms": rounds["ref_decode"].median(),
+        "paired_reference_prefill_tps": rounds["ref_prefill"].median(),
+        "paired_rounds": n,
+    })
+    return out.reindex(columns=columns)
+
+
+def anchor_drift(anchor_files: Sequence[str]) -> pd.DataFrame:
+    """Per (pair, model): how much the machine varied over the model's blocks, as the
+    relative standard deviation one cell's figure has from time alone: the start and
+    end anchors' relative difference / sqrt(2) (the difference of two such figures),
+    for decode and prefill. NaN where an anchor is missing or has no ok request."""
+    found: dict[tuple[str, str], dict[str, pd.DataFrame]] = {}
+    for name in anchor_files:
+        path = Path(name)
+        which = path.name.removesuffix(".requests.parquet")
+        frame = pq.read_table(path).to_pandas()
+        found.setdefault((path.parts[-3], path.parts[-2]), {})[which] = frame
+    rows = []
+    for (pair, model), ends in found.items():
+        figures = {which: _anchor_medians(ends.get(which)) for which in ("start", "end")}
+        row = {"pair": pair, "model": model, "drift_decode_rel": np.nan,
+               "drift_prefill_rel": np.nan}
+        if all(f is not None for f in figures.values()):
+            start, end = figures["start"], figures["end"]
+            for figure, column in (("decode", "drift_decode_rel"),
+                                   ("prefill", "drift_prefill_rel")):
+                row[column] = abs(end[figure] / start[figure] - 1) / np.sqrt(2)
+        rows.append(row)
+    return pd.DataFrame(rows, columns=["pair", "model", "drift_decode_rel",
+                                       "drift_prefill_rel"])
+
+
+def _anchor_medians(requests: pd.DataFrame | None) -> dict[str, float] | None:
+    if requests is None or "status" not in requests:
+        return None
+    ok = requests[requests["status"] == "ok"]
+    decode = pd.to_numeric(ok.get("decode_ms_per_token"), errors="coerce").median()
+    prefill = pd.to_numeric(ok.get("prefill_tps"), errors="coerce").median()
+    if not (np.isfinite(decode) and decode > 0 and np.isfinite(prefill) and prefill > 0):
+        return None
+    return {"decode": float(decode), "prefill": float(prefill)}
+
+
+def round_trips(sweep_files: Sequence[str]) -> pd.DataFrame:
+    """Per (pair, model, workers): the measured round trips per decoded token and its
+    standard error, from the round-trip sweeps."""
+    from splitbench import roundtrips  # the sweep's own fit: one estimator
+
+    rows = []
+    for path in sweep_files:
+        frame = pd.read_parquet(path)
+        if frame.empty:
+            continue
+        fit = roundtrips.fit(frame)
+        first = frame.iloc[0]
+        rows.append({"pair": first["pair"], "model": first["model"],
+                     "workers": int(first["workers"]),
+                     "round_trips": fit["round_trips_per_token"],
+                     "round_trips_se": fit.get("round_trips_se")})
+    return pd.DataFrame(rows, columns=["pair", "model", "workers", "round_trips",
+                                       "round_trips_se"])
+
+
+def predicted_decode_delta(comp: pd.DataFrame, links: pd.DataFrame,
+                           trips: pd.DataFrame, workers: dict[str, int]) -> pd.DataFrame:
+    """For each row of a link comparison (pair, link, baseline, model): the decode
+    difference predicted from the links' measured 64 B request-response latency and the
+    model's measured round trips per token, and its uncertainty (COVERAGE standard
+    errors). NaN where the latency or the round trips were not measured."""
+    latency = links.reindex(columns=["pair", "link", "rr64_p50_us"]).rename(
+        columns={"rr64_p50_us": "rr64_us"})
+    rows = comp[["pair", "link", "baseline", "model"]].copy()
+    rows["workers"] = rows["model"].map(workers).fillna(1).astype(int)
+    rows = rows.merge(latency, on=["pair", "link"], how="left").merge(
+        latency.rename(columns={"link": "baseline", "rr64_us": "rr64_base_us"}),
+        on=["pair", "baseline"], how="left").merge(trips, on=["pair", "model", "workers"],
+                                                   how="left")
+    delta_ms = (pd.to_numeric(rows["rr64_us"]) - pd.to_numeric(rows["rr64_base_us"])) / 1000
+    trips_n = pd.to_numeric(rows["round_trips"])
+    return pd.DataFrame({
+        "predicted_decode_delta_ms": (trips_n * delta_ms).to_numpy(),
+        "predicted_decode_delta_unc_ms": (COVERAGE * pd.to_numeric(rows["round_trips_se"])
+                                          * delta_ms.abs()).to_numpy(),
+        "round_trips": trips_n.to_numpy(),
+    }, index=comp.index)
