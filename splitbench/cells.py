@@ -18,7 +18,6 @@ from splitbench import (
     archive,
     client,
     interference,
-    lab,
     metrics,
     netsetup,
     parquet_io,
@@ -173,39 +172,54 @@ def _runs(cell: dict[str, Any], link: Any, reference: Any, model: dict[str, Any]
           settings: dict[str, Any], toolchain: dict[str, Any], sampler: telemetry.Sampler,
           meter: interference.Meter) -> list[Run]:
     """The cell's runs: one on its link; or, paired, rounds of the reference then the
-    link. A failure of the link ends the cell (the failure is its result); a failed
-    reference only costs that round its pair."""
-    paired = cell.get("paired")
-    if not paired:
-        order = [(False, 0, link)]
-    else:
-        order = [(is_reference, round_, target) for round_ in range(paired["rounds"])
-                 for is_reference, target in ((True, reference), (False, link))]
-    runs = []
-    for is_reference, round_, target in order:
-        run = Run(is_reference, round_)
-        runs.append(run)
-        _launch_and_drive(run, cell, target, model, settings, toolchain, sampler, meter)
-        if run.harness_error or (run.failed() and not is_reference):
-            break
+    link, both launches alive side by side (requests a fraction of a second apart: this
+    machine's speed drifts within seconds). A failure of the link ends the cell (the
+    failure is its result); a reference that fails leaves the link measured alone."""
+    own = Run(False, 0)
+    own.server = _launch(own, cell, link, model, settings, toolchain)
+    if own.server is None or not cell.get("paired"):
+        if own.server is not None:
+            _drive_run(own, cell, link, sampler, meter)
+        return [own]
+    paired = cell["paired"]
+    first_reference = Run(True, 0)
+    first_reference.server = _launch(first_reference, cell, reference, model, settings,
+                                     toolchain, slot="reference")
+    if first_reference.server is None:
+        _drive_run(own, cell, link, sampler, meter)
+        return [first_reference, own]
+    runs: list[Run] = []
+    try:
+        for round_ in range(paired["rounds"]):
+            for is_reference, target, server in ((True, reference, first_reference.server),
+                                                 (False, link, own.server)):
+                run = Run(is_reference, round_, server)
+                runs.append(run)
+                _drive_run(run, cell, target, sampler, meter, paired["requests"])
+                if run.harness_error or (run.failed() and not is_reference):
+                    return runs
+    finally:
+        servers.stop(link.pair, slot="reference")
     return runs
 
 
-def _launch_and_drive(run: Run, cell: dict[str, Any], link: Any, model: dict[str, Any],
-                      settings: dict[str, Any], toolchain: dict[str, Any],
-                      sampler: telemetry.Sampler, meter: interference.Meter) -> None:
-    """Launch (or reuse) the servers and send the run's requests, measuring what else
-    used the CPUs meanwhile. A failure is the replies' status, not an exception: the
-    other repeats are kept."""
+def _launch(run: Run, cell: dict[str, Any], link: Any, model: dict[str, Any],
+            settings: dict[str, Any], toolchain: dict[str, Any],
+            slot: str = "") -> servers.Server | None:
+    """Launch (or reuse) the servers; a launch that fails is the run's rows."""
     try:
-        run.server = servers.ensure(link, settings, model["path"], model["sha256"],
-                                    toolchain)
+        return servers.ensure(link, settings, model["path"], model["sha256"], toolchain,
+                              slot)
     except (servers.LaunchError, HostError, httpx.HTTPError) as exc:
         run.shots = [(_failed(cell, "launch_failed", str(exc)), None)]
-        return
-    paired = cell.get("paired")
-    count = paired["requests"] if paired else None
-    with meter.stretch(_own_processes(link, run.server, sampler)):
+        return None
+
+
+def _drive_run(run: Run, cell: dict[str, Any], link: Any, sampler: telemetry.Sampler,
+               meter: interference.Meter, count: int | None = None) -> None:
+    """Send the run's requests, measuring what else used the CPUs meanwhile. A failure
+    is the replies' status, not an exception: the other repeats are kept."""
+    with meter.stretch(_own_processes(link, sampler)):
         try:
             run.shots = _drive(cell, link, run.server, count)
         except Exception as exc:  # noqa: BLE001 - becomes this repeat's rows
@@ -216,14 +230,14 @@ def _launch_and_drive(run: Run, cell: dict[str, Any], link: Any, model: dict[str
         run.alive = run.server.alive() and servers.healthy(run.server.url)
 
 
-def _own_processes(link: Any, server: servers.Server,
-                   sampler: telemetry.Sampler) -> dict[str, list[int]]:
+def _own_processes(link: Any, sampler: telemetry.Sampler) -> dict[str, list[int]]:
     """The measurement's processes on each host: this job (the client), the samplers,
-    llama-server and the delay relay on A; the RPC workers on B."""
+    every launch of the pair (a paired cell has two) and the delay relays on A; the RPC
+    workers on B."""
     own: dict[str, list[int]] = {"a": [os.getpid(), *sampler.local_pids()], "b": []}
-    keys = [*server.record["proc_keys"], lab.relay_key(link.pair, link.name)]
-    for record in filter(None, map(procs.find, keys)):
-        own["b" if record.get("host") == "b" else "a"].append(record["pid"])
+    for record in procs.all_procs():
+        if record.get("pair") == link.pair:  # servers and relays record their pair
+            own["b" if record.get("host") == "b" else "a"].append(record["pid"])
     return own
 
 

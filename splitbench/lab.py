@@ -288,7 +288,7 @@ def _start_relay(link: Link, delay_ms: float, key: str) -> None:
     # cost decode +0.26 ms/token against +0.03 ms on B's CPUs, where its measured
     # latency predicted +0.04 ms.
     wire = dataclasses.replace(link.host_a, cpus=link.host_b.cpus)
-    wire.spawn(argv, role="relay", key=relay_key(link.pair, link.name),
+    wire.spawn(argv, role="relay", key=relay_key(link.pair, link.name), extra={"pair": link.pair},
                log_path=procs.state_dir() / "logs" / f"relay-{key}.log")
     link.host_a.wait_listening(link.addr_a, RPC_PORT, timeout=10)
     link.emulation["relay_argv"] = argv

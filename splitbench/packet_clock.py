@@ -27,6 +27,7 @@ import struct
 from collections import deque
 
 ETH_P_IP = 0x0800
+ETH_P_ALL = 0x0003
 SO_ATTACH_FILTER = 26  # asm-generic/socket.h; the socket module does not name these
 SO_TIMESTAMPNS = 35
 SO_RCVBUFFORCE = 33
@@ -34,10 +35,14 @@ SOL_PACKET = 263
 PACKET_STATISTICS = 6
 # Classic BPF ancillary load: the packet's type (PACKET_HOST = addressed to this host;
 # loopback also shows each packet once more as PACKET_OUTGOING).
+SKF_AD_PROTOCOL = -0x1000 + 0
 SKF_AD_PKTTYPE = -0x1000 + 4
 PACKET_HOST = 0
 # IPv4 header (up to 60 bytes) plus TCP header (up to 60): all a stamp needs.
 SNAP_BYTES = 120
+# Classic BPF opcodes (linux/bpf_common.h).
+LD_W_ABS, LD_H_ABS, LD_B_ABS, LD_H_IND = 0x20, 0x28, 0x30, 0x48
+LDX_B_MSH, JEQ, RET = 0xB1, 0x15, 0x06
 # Packets wait here until the client reads them; tokens are a few hundred bytes, but
 # each queued packet is charged its whole buffer. 8 MiB holds thousands.
 RECEIVE_BUFFER = 8 << 20
@@ -47,27 +52,45 @@ _TCP_PORTS_SEQ = struct.Struct("!HHI")
 SYN = 0x02
 
 
+def _merged(ranges: list[list[int]], start: int, end: int, t_ns: int) -> list[list[int]]:
+    """Sorted, non-overlapping [start, end, t_ns] ranges with the part of [start, end)
+    that none of them covers added, stamped t_ns."""
+    out: list[list[int]] = []
+    position = start
+    for first, last, stamp in ranges:
+        if position < end and first > position:
+            out.append([position, min(end, first), t_ns])  # a gap before this range
+        position = max(position, last)
+        out.append([first, last, stamp])
+    if position < end:
+        out.append([position, end, t_ns])
+    return sorted(out)
+
+
 def _instruction(code: int, jump_true: int, jump_false: int, k: int) -> bytes:
     return struct.pack("HBBI", code, jump_true, jump_false, k & 0xFFFFFFFF)
 
 
 def filter_program(server_ip: str, server_port: int) -> bytes:
     """Classic BPF: keep incoming IPv4 TCP packets from server_ip:server_port, truncated
-    to SNAP_BYTES; drop everything else in the kernel (this process never sees it)."""
+    to SNAP_BYTES; drop everything else in the kernel (this process never sees it).
+
+    The socket listens to every protocol (ETH_P_ALL: the device's taps, which see a
+    packet before any protocol does); bound to ETH_P_IP instead, it sat beside IP's
+    own handler and missed segments that TCP had already received."""
     address = int(ipaddress.IPv4Address(server_ip))
-    return b"".join([
-        _instruction(0x20, 0, 0, SKF_AD_PKTTYPE),  # A = packet type
-        _instruction(0x15, 0, 7, PACKET_HOST),     # incoming, else drop
-        _instruction(0x30, 0, 0, 9),               # A = IP protocol
-        _instruction(0x15, 0, 5, socket.IPPROTO_TCP),
-        _instruction(0x20, 0, 0, 12),              # A = source address
-        _instruction(0x15, 0, 3, address),
-        _instruction(0xB1, 0, 0, 0),               # X = IP header length
-        _instruction(0x48, 0, 0, 0),               # A = TCP source port
-        _instruction(0x15, 0, 1, server_port),
-        _instruction(0x06, 0, 0, SNAP_BYTES),      # keep the headers
-        _instruction(0x06, 0, 0, 0),               # drop
-    ])
+    # (code, k) in order; a JEQ that fails jumps to the final drop.
+    steps = [
+        (LD_H_ABS, SKF_AD_PROTOCOL), (JEQ, ETH_P_IP),      # IPv4
+        (LD_W_ABS, SKF_AD_PKTTYPE), (JEQ, PACKET_HOST),    # addressed to this host
+        (LD_B_ABS, 9), (JEQ, socket.IPPROTO_TCP),          # TCP
+        (LD_W_ABS, 12), (JEQ, address),                    # from the server's address
+        (LDX_B_MSH, 0), (LD_H_IND, 0), (JEQ, server_port),  # from the server's port
+    ]
+    drop = len(steps) + 1  # after the steps and the "keep" return
+    program = b"".join(_instruction(code, 0, drop - i - 1 if code == JEQ else 0, k)
+                       for i, (code, k) in enumerate(steps))
+    return program + _instruction(RET, 0, 0, SNAP_BYTES) + _instruction(RET, 0, 0, 0)
 
 
 class PacketClock:
@@ -93,7 +116,7 @@ class PacketClock:
         except ValueError:
             return None
         try:
-            sock = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(ETH_P_IP))
+            sock = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(ETH_P_ALL))
         except PermissionError:
             return None
         code = filter_program(server_ip, server_port)
@@ -142,13 +165,15 @@ class PacketClock:
         start = (seq - first) & 0xFFFFFFFF
         queue = self.segments[port]
         end = start + length
-        # A retransmission or overlap: the bytes already have their first arrival.
-        if queue and end <= queue[-1][1]:
-            return
-        if queue:
-            start = max(start, queue[-1][1])
-        queue.append([start, end, t_ns])
         self.captured += 1
+        if not queue or start >= queue[-1][1]:
+            queue.append([start, end, t_ns])  # in order: the usual case
+            return
+        # Out of order: segments leave the sender from two CPUs when an ACK processed
+        # on the reader's CPU releases queued data while the sender's own CPU sends
+        # too, so the device hands them over out of sequence. Insert the bytes no
+        # earlier segment carried (a retransmission keeps its first arrival).
+        self.segments[port] = deque(_merged(list(queue), start, end, t_ns))
 
     def pieces(self, port: int, offset: int, data: bytes) -> list[tuple[bytes, int | None]]:
         """data (stream bytes from `offset`) cut where segments begin, each piece with

@@ -51,12 +51,17 @@ def fingerprint(link: lab.Link, settings: dict[str, Any], model_sha: str, build_
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _record_path(pair: str) -> Path:
-    return procs.state_dir() / "servers" / f"{pair}.json"
+def _named(pair: str, slot: str) -> str:
+    """A launch's name: the pair, and the slot when it is not the default one."""
+    return f"{pair}-{slot}" if slot else pair
 
 
-def current(pair: str) -> Server | None:
-    path = _record_path(pair)
+def _record_path(pair: str, slot: str = "") -> Path:
+    return procs.state_dir() / "servers" / f"{_named(pair, slot)}.json"
+
+
+def current(pair: str, slot: str = "") -> Server | None:
+    path = _record_path(pair, slot)
     if not path.exists():
         return None
     record = json.loads(path.read_text())
@@ -70,13 +75,13 @@ def healthy(url: str) -> bool:
         return False
 
 
-def stop(pair: str) -> None:
-    """Stop the pair's servers: llama-server first, then the worker (REFERENCE.md)."""
-    server = current(pair)
+def stop(pair: str, slot: str = "") -> None:
+    """Stop the pair's servers (of `slot`): llama-server first, then the worker."""
+    server = current(pair, slot)
     if server is not None:
         for key in server.record["proc_keys"]:
             procs.stop(key)
-        _record_path(pair).unlink(missing_ok=True)
+        _record_path(pair, slot).unlink(missing_ok=True)
 
 
 def ensure(
@@ -85,17 +90,22 @@ def ensure(
     model_path: str,
     model_sha: str,
     toolchain: dict[str, Any],
+    slot: str = "",
 ) -> Server:
-    """A healthy launch with exactly this fingerprint: reused, or started now."""
+    """A healthy launch with exactly this fingerprint: reused, or started now.
+
+    A pair runs one launch per `slot`: the default one serves its cells; a paired cell
+    keeps the baseline link's launch in the "reference" slot beside it, on its own HTTP
+    port, so that it can alternate between the two request by request."""
     wanted = fingerprint(link, settings, model_sha, toolchain["a"]["build_id"])
     with procs.locked(f"server-{link.pair}"):
-        server = current(link.pair)
+        server = current(link.pair, slot)
         if server is not None and server.fingerprint == wanted and server.alive():
             with link.host_a.entered():
                 if healthy(server.url):
                     return server
-        stop(link.pair)
-        return _launch(link, settings, model_path, wanted, toolchain)
+        stop(link.pair, slot)
+        return _launch(link, settings, model_path, wanted, toolchain, slot)
 
 
 def _launch(
@@ -104,6 +114,7 @@ def _launch(
     model_path: str,
     wanted: str,
     toolchain: dict[str, Any],
+    slot: str = "",
 ) -> Server:
     logs = procs.state_dir() / "logs"
     launch_id = uuid.uuid4().hex[:12]
@@ -116,13 +127,13 @@ def _launch(
         # The worker has no authentication: bind it to B's link address, never 0.0.0.0.
         argv = [str(bin_b / "ggml-rpc-server"), "-H", link.addr_b, "-p", str(worker_port),
                 "-t", threads]
-        key = f"rpc-{link.pair}-{i}"
-        link.host_b.spawn(argv, role="rpc-server", key=key,
+        key = f"rpc-{_named(link.pair, slot)}-{i}"
+        link.host_b.spawn(argv, role="rpc-server", key=key, extra={"pair": link.pair},
                           log_path=logs / f"{launch_id}-rpc{i}.log")
         link.host_b.wait_listening(link.addr_b, worker_port, timeout=30)
         rpc_argvs.append(argv)
         proc_keys.append(key)
-    port = HTTP_PORT if link.host_a.netns else HTTP_PORT + 10000
+    port = (HTTP_PORT if link.host_a.netns else HTTP_PORT + 10000) + (1 if slot else 0)
     server_argv = [
         str(bin_a / "llama-server"), "-m", str(Path(model_path).resolve()),
         "--rpc", ",".join(f"{link.connect_addr}:{port}" for port in worker_ports),
@@ -137,9 +148,10 @@ def _launch(
         "-t", threads,
         "--host", "127.0.0.1", "--port", str(port),
     ]
-    llama_key = f"llama-{link.pair}"
+    llama_key = f"llama-{_named(link.pair, slot)}"
     started = time.monotonic()
     llama = link.host_a.spawn(server_argv, role="llama-server", key=llama_key,
+                              extra={"pair": link.pair},
                               log_path=logs / f"{launch_id}-llama-server.log")
     url = f"http://127.0.0.1:{port}"
     record = {
@@ -157,7 +169,7 @@ def _launch(
     record["memory"] = {key: memory_mib(host, procs.find(key)["pid"]) for key, host in
                         [(llama_key, link.host_a)] + [(k, link.host_b) for k in proc_keys]}
     record["sensors_after_load"] = telemetry.snapshot(link.host_a)
-    path = _record_path(link.pair)
+    path = _record_path(link.pair, slot)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=1))
     return Server(url, launch_id, wanted, record)

@@ -751,9 +751,11 @@ def fit_through_origin(x: Sequence[float], y: Sequence[float],
     swxx = float(np.sum(w * x * x))
     slope = float(np.sum(w * x * y) / swxx)
     residual = y - slope * x
-    ss_res = float(np.sum(residual**2))
-    ss_tot = float(np.sum((y - y.mean()) ** 2))
-    scatter = float(np.sqrt(np.sum(w * residual**2) / (n - 1) / swxx)) if n > 1 else np.nan
+    # R² in the fit's own weights: a point the fit trusts little counts little here too.
+    mean = float(np.sum(w * y) / np.sum(w))
+    ss_res = float(np.sum(w * residual**2))
+    ss_tot = float(np.sum(w * (y - mean) ** 2))
+    scatter = float(np.sqrt(ss_res / (n - 1) / swxx)) if n > 1 else np.nan
     se = max(scatter, float(np.sqrt(1 / swxx))) if weighted else scatter
     r2 = 1 - ss_res / ss_tot if len(np.unique(x)) > 1 and ss_tot > 0 else np.nan
     return {"slope": slope, "slope_se": se, "r2": r2, "n": n}
