@@ -187,6 +187,11 @@ onstart:
 
 onsuccess:
     procs.teardown()
+    # Last words of the run: every check that failed or flagged cells (imported here:
+    # the report's chart libraries would slow every dry run).
+    from splitbench import report
+
+    report.print_checks()
 
 
 onerror:

@@ -156,15 +156,15 @@ def decode_ms_per_token(summary: pd.DataFrame, **_: Any) -> alt.TopLevelMixin:
 
 
 def delta_vs_baseline(summary: pd.DataFrame, baseline: str) -> pd.DataFrame:
-    """Per pair, model and context: each other link's decode ms/token minus the baseline's."""
-    one = _single_stream(summary, "decode_ms_per_token")
-    keys = ["pair", "model", "ctx"]
-    base = one[one["link"] == baseline].set_index(keys)["decode_ms_per_token"]
-    others = one[one["link"] != baseline].copy()
-    reference = others.set_index(keys).index.map(base.to_dict().get)
-    others["baseline_ms"] = pd.to_numeric(pd.Series(reference, index=others.index))
-    others["delta_ms"] = others["decode_ms_per_token"] - others["baseline_ms"]
-    return others[others["delta_ms"].notna()]
+    """Per pair, model and context: each other link's decode ms/token minus the
+    baseline's, as the link comparison table has it (paired where the cell was)."""
+    comp = tables.compare_links(summary, baseline or None)
+    comp = comp[(comp["status"] == "ok") & (comp["status_base"] == "ok")]
+    ctx_tokens = summary.drop_duplicates("ctx").set_index("ctx")["ctx_tokens"] \
+        if "ctx_tokens" in summary else pd.Series(dtype=float)
+    out = comp.assign(delta_ms=comp["decode_delta_ms"],
+                      ctx_tokens=comp["ctx"].map(ctx_tokens))
+    return _where(out[out["delta_ms"].notna()])
 
 
 def decode_delta(summary: pd.DataFrame, baseline: str = "", **_: Any) -> alt.TopLevelMixin:

@@ -8,15 +8,17 @@ paired      the cell alternated round by round with the baseline link (cells.run
             seconds apart on the same machine; their spread is the uncertainty.
 sequential  the link's cell and the baseline's cell were measured at different times:
             each cell's own uncertainty, plus the variation of the machine over time,
-            which the drift anchors measure (the same cell at the start and end of a
-            model's blocks). Without anchors that term is unknown and the uncertainty is
-            marked as a lower bound.
+            which every repeat of the drift anchors' cell measures (`machine_drift`).
+            Without repeats that term is unknown and the uncertainty is marked as a
+            lower bound.
 
 The prediction: a decode step pays the link's request-response latency once per
 blocking round trip (`roundtrips`: measured by sweeping delay), so a link should cost
 `round trips per token x (its 64 B request-response p50 - the baseline's)` per token,
-both measured in the same run. A measured difference that disagrees with it beyond
-their combined uncertainty is flagged; so is any link that decodes faster than the
+both measured in the same run, though not at the same time: its uncertainty is the
+round trips' and the machine's drift between the two (`machine_drift`, applied to the
+predicted difference). A measured difference that disagrees with it beyond their
+combined uncertainty is flagged; so is any link that decodes faster than the
 baseline beyond its uncertainty, which no emulated link can.
 """
 
@@ -73,30 +75,49 @@ def paired_deltas(requests: pd.DataFrame) -> pd.DataFrame:
     return out.reindex(columns=columns)
 
 
-def anchor_drift(anchor_files: Sequence[str]) -> pd.DataFrame:
-    """Per (pair, model): how much the machine varied over the model's blocks, as the
-    relative standard deviation one cell's figure has from time alone: the start and
-    end anchors' relative difference / sqrt(2) (the difference of two such figures),
-    for decode and prefill. NaN where an anchor is missing or has no ok request."""
-    found: dict[tuple[str, str], dict[str, pd.DataFrame]] = {}
+def machine_drift(anchor_files: Sequence[str], summary: pd.DataFrame,
+                  baseline: str | None) -> pd.DataFrame:
+    """Per (pair, model): how much one cell's figure varies with the machine's state over
+    the run, as a relative standard deviation, for decode and prefill.
+
+    Every measurement of the drift anchors' cell (the baseline link, the shortest
+    context, one stream) is a repeat of the same cell at another time: the start and end
+    anchors, the baseline's own cell, and the baseline measured alongside each paired
+    cell of that context. Their spread is the machine's drift; NaN with fewer than two.
+    """
+    values: dict[tuple[str, str], dict[str, list[float]]] = {}
+
+    def add(pair: str, model: str, decode: float, prefill: float) -> None:
+        mine = values.setdefault((pair, model), {"decode": [], "prefill": []})
+        if np.isfinite(decode) and decode > 0:
+            mine["decode"].append(float(decode))
+        if np.isfinite(prefill) and prefill > 0:
+            mine["prefill"].append(float(prefill))
+
     for name in anchor_files:
         path = Path(name)
-        which = path.name.removesuffix(".requests.parquet")
-        frame = pq.read_table(path).to_pandas()
-        found.setdefault((path.parts[-3], path.parts[-2]), {})[which] = frame
+        medians = _anchor_medians(pq.read_table(path).to_pandas())
+        if medians is not None:
+            add(path.parts[-3], path.parts[-2], medians["decode"], medians["prefill"])
+    ok = summary[(summary["conc"] == 1) & (summary["status"] == "ok")]
+    if len(ok) and "ctx_tokens" in ok:
+        shortest = ok.loc[ok["ctx_tokens"] == ok["ctx_tokens"].min()]
+        for row in shortest.itertuples(index=False):
+            if row.link == baseline:
+                add(row.pair, row.model, row.decode_ms_per_token, row.prefill_tps)
+            elif np.isfinite(getattr(row, "paired_reference_decode_ms", np.nan)):
+                add(row.pair, row.model, row.paired_reference_decode_ms,
+                    getattr(row, "paired_reference_prefill_tps", np.nan))
     rows = []
-    for (pair, model), ends in found.items():
-        figures = {which: _anchor_medians(ends.get(which)) for which in ("start", "end")}
-        row = {"pair": pair, "model": model, "drift_decode_rel": np.nan,
-               "drift_prefill_rel": np.nan}
-        if all(f is not None for f in figures.values()):
-            start, end = figures["start"], figures["end"]
-            for figure, column in (("decode", "drift_decode_rel"),
-                                   ("prefill", "drift_prefill_rel")):
-                row[column] = abs(end[figure] / start[figure] - 1) / np.sqrt(2)
+    for (pair, model), found in values.items():
+        row = {"pair": pair, "model": model, "drift_samples": len(found["decode"])}
+        for figure in ("decode", "prefill"):
+            v = np.array(found[figure])
+            row[f"drift_{figure}_rel"] = float(v.std(ddof=1) / v.mean()) if len(v) >= 2 \
+                else np.nan
         rows.append(row)
     return pd.DataFrame(rows, columns=["pair", "model", "drift_decode_rel",
-                                       "drift_prefill_rel"])
+                                       "drift_prefill_rel", "drift_samples"])
 
 
 def _anchor_medians(requests: pd.DataFrame | None) -> dict[str, float] | None:
@@ -130,12 +151,15 @@ def round_trips(sweep_files: Sequence[str]) -> pd.DataFrame:
                                        "round_trips_se"])
 
 
-def predicted_decode_delta(comp: pd.DataFrame, links: pd.DataFrame,
-                           trips: pd.DataFrame, workers: dict[str, int]) -> pd.DataFrame:
+def predicted_decode_delta(comp: pd.DataFrame, links: pd.DataFrame, trips: pd.DataFrame,
+                           workers: dict[str, int],
+                           drift: pd.DataFrame | None = None) -> pd.DataFrame:
     """For each row of a link comparison (pair, link, baseline, model): the decode
     difference predicted from the links' measured 64 B request-response latency and the
     model's measured round trips per token, and its uncertainty (COVERAGE standard
-    errors). NaN where the latency or the round trips were not measured."""
+    errors: the round trips' and, where `drift` (machine_drift) is known, the machine's
+    drift between when the latency and the cell were measured). NaN where the latency or
+    the round trips were not measured."""
     latency = links.reindex(columns=["pair", "link", "rr64_p50_us"]).rename(
         columns={"rr64_p50_us": "rr64_us"})
     rows = comp[["pair", "link", "baseline", "model"]].copy()
@@ -144,11 +168,18 @@ def predicted_decode_delta(comp: pd.DataFrame, links: pd.DataFrame,
         latency.rename(columns={"link": "baseline", "rr64_us": "rr64_base_us"}),
         on=["pair", "baseline"], how="left").merge(trips, on=["pair", "model", "workers"],
                                                    how="left")
+    if drift is not None and len(drift):
+        rows = rows.merge(drift[["pair", "model", "drift_decode_rel"]],
+                          on=["pair", "model"], how="left")
+    else:
+        rows["drift_decode_rel"] = np.nan
     delta_ms = (pd.to_numeric(rows["rr64_us"]) - pd.to_numeric(rows["rr64_base_us"])) / 1000
     trips_n = pd.to_numeric(rows["round_trips"])
+    predicted = trips_n * delta_ms
+    spread = np.hypot(pd.to_numeric(rows["round_trips_se"]) * delta_ms.abs(),
+                      pd.to_numeric(rows["drift_decode_rel"]).fillna(0) * predicted.abs())
     return pd.DataFrame({
-        "predicted_decode_delta_ms": (trips_n * delta_ms).to_numpy(),
-        "predicted_decode_delta_unc_ms": (COVERAGE * pd.to_numeric(rows["round_trips_se"])
-                                          * delta_ms.abs()).to_numpy(),
+        "predicted_decode_delta_ms": predicted.to_numpy(),
+        "predicted_decode_delta_unc_ms": (COVERAGE * spread).to_numpy(),
         "round_trips": trips_n.to_numpy(),
     }, index=comp.index)

@@ -242,9 +242,11 @@ def _cell_dates(rows: pd.DataFrame) -> dict[str, str | None]:
 
 
 def _arrival_clocks(rows: pd.DataFrame) -> str | None:
-    """How many requests' token times are kernel receive stamps, and how many are not."""
+    """How many requests' token times came from which clock."""
     clocks = rows.loc[rows["generated_tokens"] > 0, "arrival_clock"]  # those with tokens
-    names = {"kernel": "kernel receive stamps", "read": "when the read returned",
+    names = {"segment": "per-segment arrival (packet socket)",
+             "kernel": "kernel receive stamps of the last segment of each read",
+             "read": "when the read returned",
              "mixed": "both", "unrecorded": "not recorded (measured before splitbench "
                                             "recorded it: when the read returned)"}
     counts = clocks.fillna("unrecorded").value_counts()
@@ -385,6 +387,20 @@ def check_lines(summary: pd.DataFrame, drift_path: str | Path | None) -> list[tu
         lines.append(("flagged", f"token times: {int(timing.sum())} cells have tokens that "
                                  f"share a timestamp ({tables.FLAG_MARK})"))
     return lines
+
+
+def print_checks(results: str | Path = plan.RESULTS) -> None:
+    """The checks, printed at the end of a run (a failed one first), so that a check that
+    did not run is never missed behind a successful exit."""
+    summary_path = Path(results) / "summary" / "cells.parquet"
+    if not summary_path.exists():
+        return
+    lines = check_lines(pq.read_table(summary_path).to_pandas(),
+                        Path(results) / "drift" / "report.parquet")
+    order = {"failed": 0, "flagged": 1, "ok": 2}
+    marks = {"failed": "FAILED", "flagged": "flagged", "ok": "ok"}
+    for state, text in sorted(lines, key=lambda line: order[line[0]]):
+        print(f"splitbench check {marks[state]}: {text}")
 
 
 def _checks_html(lines: list[tuple[str, str]]) -> str:

@@ -437,7 +437,7 @@ def compare_links(summary: pd.DataFrame, baseline_link: str | None = None,
     has no such cell. A paired cell (it alternated with the baseline, `paired_*` in the
     summary) gives its paired differences; otherwise the two cells' figures are
     subtracted and their uncertainty widened by the machine's variation over time,
-    which `drift` (comparison.anchor_drift) measures per pair and model. Without it, or
+    which `drift` (comparison.machine_drift) measures per pair and model. Without it, or
     where a cell's own uncertainty is the per-token floor of a single request, the
     uncertainty is a lower bound (`*_lower_bound`). Uncertainties are COVERAGE standard
     errors; `*_resolvable` is NA where unknown or only a lower bound is exceeded, else
@@ -482,7 +482,7 @@ def _sequential(comp: pd.DataFrame) -> None:
     comp["prefill_change_unc_pct"] = COVERAGE * 100 * ratio * np.sqrt(
         (comp["prefill_tps_se"] / comp["prefill_tps"]) ** 2
         + (comp["prefill_tps_se_base"] / comp["prefill_tps_base"]) ** 2
-        + 2 * drift_p.fillna(0) ** 2)
+        + 2 * drift_p.fillna(0) ** 2)  # each cell varies by drift_p over time
     comp["decode_delta_ms"] = comp["decode_ms_per_token"] - comp["decode_ms_per_token_base"]
     comp["decode_delta_unc_ms"] = COVERAGE * np.sqrt(
         comp["decode_ms_se"] ** 2 + comp["decode_ms_se_base"] ** 2
@@ -492,7 +492,7 @@ def _sequential(comp: pd.DataFrame) -> None:
         "tokens")
     comp["decode_lower_bound"] = drift_d.isna() | one_request
     comp["prefill_lower_bound"] = drift_p.isna()
-    comp["compared"] = np.where(drift_d.notna(), "sequential (anchors' drift included)",
+    comp["compared"] = np.where(drift_d.notna(), "sequential (machine drift included)",
                                 "sequential (no drift measured)")
 
 
@@ -992,7 +992,7 @@ def tables(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
         "link_comparison": (
             f"Link comparison vs {base} at concurrency 1 (Δ = link − baseline; ± is "
             f"{COVERAGE:g} standard errors: paired rounds, or both cells' spread plus the "
-            "machine's drift between the anchors; not resolvable: the difference lies "
+            "machine's drift over the run; not resolvable: the difference lies "
             f"inside it; {FLAG_MARK}: a figure no link can have, a disagreement with the "
             "prediction from measured latency, or interference)",
             link_comparison(summary, contexts, base, drift, prediction)),
@@ -1036,11 +1036,12 @@ def aggregate(request_files: list[str], link_files: list[str], contexts: dict[st
         "cells": len(summary), "contexts": contexts, "baseline_link": baseline_link,
         "interference": interference.settings(interference_limits)})
     links = read_links(link_files)
-    drift = comparison.anchor_drift(anchor_files) if anchor_files else None
+    drift = comparison.machine_drift(anchor_files, summary,
+                                     pick_baseline(summary, baseline_link))
     trips = comparison.round_trips(sweep_files)
 
     def prediction(rows: pd.DataFrame) -> pd.DataFrame:
-        return comparison.predicted_decode_delta(rows, links, trips, workers or {})
+        return comparison.predicted_decode_delta(rows, links, trips, workers or {}, drift)
 
     note = flag_note(summary)
     for stem, (title, frame) in tables(summary, links, by_length(contexts), baseline_link,

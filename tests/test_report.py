@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from splitbench import charts, cli, parquet_io, plan, report
+from splitbench import charts, cli, drift, parquet_io, plan, report
 
 CONTEXTS = {"short": 128, "5k": 5000}
 LINKS = {"baseline": 100.0, "slow": 900.0}  # 16 KB request-response p50, µs
@@ -67,7 +67,7 @@ def write_results(root: Path) -> dict[str, Any]:
                 layout = plan.cell_path("lab", link, "m", ctx, conc)
                 parquet_io.write(tokens, root / layout, {"launch": launch})
                 requests = root / plan.requests_path("lab", link, "m", ctx, conc)
-                clock = "kernel" if link == "baseline" else "read"
+                clock = "segment" if link == "baseline" else "read"
                 parquet_io.write(_requests(tokens, "ok" if ok else "crash", clock), requests,
                                  {"launch": launch})
                 request_files.append(str(requests))
@@ -154,7 +154,7 @@ def test_page_carries_provenance(built):
                      "2026-11-30 07:30:00 UTC", "splitbench_version",
                      "(1000 characters)",  # long metadata values are cut, and say so
                      # 2 contexts x (1 + 2 + 4) requests per link
-                     "kernel receive stamps: 14 requests",
+                     "per-segment arrival (packet socket): 14 requests",
                      "when the read returned: 14 requests"):
         assert expected in text, expected
 
@@ -379,3 +379,27 @@ def test_report_module_lists_tables_by_reading_order(tmp_path):
         (tmp_path / f"{stem}.csv").write_text("a\n1\n")
     assert [p.name for p in report.table_stems(tmp_path)] == [
         "links", "link_comparison", "single_stream_prefill", "overlap", "zz"]
+
+
+def test_checks_that_did_not_run_are_failures_in_the_run_block(tmp_path):
+    summary = pd.DataFrame({"pair": ["lab"] * 3, "link": ["a", "b", "c"], "model": ["m"] * 3,
+                            "interference": [None, "host A: steal 40% (limit 10%)", None],
+                            "interference_checked": [True, True, False],
+                            "timing": [None, None, None]})
+    missing = report.check_lines(summary, tmp_path / "none.parquet")
+    assert ("failed", "drift: not run (no results/drift/report.parquet): no cell is "
+                      "checked for drift") in missing
+    assert any(state == "failed" and "not measured for 1 of 3 cells" in text
+               for state, text in missing)
+    assert any(state == "flagged" and "1 of 3 cells measured while other work" in text
+               for state, text in missing)
+    found = drift.find_suspects(summary.assign(ctx="short", conc=1, status="ok"),
+                                {("lab", "m"): {"start": None, "end": None}},
+                                drift.settings({}))
+    drift.write_report(found, tmp_path / "drift.parquet", tmp_path / "drift")
+    lines = report.check_lines(summary, tmp_path / "drift.parquet")
+    assert ("failed", "drift check FAILED for lab/m: the start anchor was not measured; "
+                      "the end anchor was not measured") in lines
+    assert ("failed", "3 cell(s) not checked for drift") in lines
+    html = report._checks_html(lines)
+    assert html.count('class="check-failed"') == 3

@@ -377,10 +377,10 @@ def test_aggregate_writes_every_table(tmp_path):
     assert mechanisms.iloc[0]["slope"] == pytest.approx(2.0)  # 1 ms over 0.5 ms of latency
 
 
-def test_the_anchors_drift_widens_a_sequential_comparison():
-    """Cells measured minutes apart differ by the machine's own drift too: the anchors
-    moved 10% (a 7.1% standard deviation per cell), so a 1.0 ms difference on 10 ms
-    cells is inside 2 x sqrt(0.1^2 + 0.1^2 + 0.071^2 (10^2 + 11^2)) = 2.1 ms."""
+def test_the_machine_s_drift_widens_a_sequential_comparison():
+    """Cells measured minutes apart differ by the machine's own drift too: with a 7.1%
+    standard deviation per cell over time, a 1.0 ms difference on 10 ms cells is inside
+    2 x sqrt(0.1^2 + 0.1^2 + 0.071^2 (10^2 + 11^2)) = 2.1 ms."""
     summary = frame(cell("baseline", "short", decode_ms=10.0, se=0.1,
                          uncertainty_from="requests"),
                     cell("x", "short", decode_ms=11.0, se=0.1, uncertainty_from="requests"))
@@ -394,7 +394,7 @@ def test_the_anchors_drift_widens_a_sequential_comparison():
     table = tables.link_comparison(summary, ORDER, "baseline", steady)
     assert comparison_row(table, "x", "short")["decode Δ (ms/token)"] == "+1.00 ±0.28"
     assert comparison_row(table, "x", "short")["compared"] == \
-        "sequential (anchors' drift included)"
+        "sequential (machine drift included)"
 
 
 def test_a_link_faster_than_the_baseline_is_flagged():
@@ -471,3 +471,24 @@ def test_flagged_cells_and_impossible_overlap_are_marked():
     assert decode["short"].endswith(" ⚠") and not decode["long"].endswith("⚠")
     overlap = tables.overlap_table(summary, ORDER).iloc[0]
     assert overlap["short"] == "1.4 ⚠ / 1.0"
+
+
+def test_the_machine_s_drift_comes_from_every_repeat_of_the_anchors_cell(tmp_path):
+    """The anchors, the baseline's own cell and the baseline measured alongside each
+    paired cell are the same cell at six times: their relative spread is the drift."""
+    files = []
+    for which, ms in (("start", 0.99), ("end", 0.93)):
+        path = tmp_path / "anchors" / "lab" / "m" / f"{which}.requests.parquet"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.Table.from_pylist([request(0, [ms] * 4)]), path)
+        files.append(str(path))
+    summary = frame(cell("baseline", "short", decode_ms=0.69, ctx_tokens=128),
+                    *[cell(link, "short", decode_ms=1.0, ctx_tokens=128,
+                           paired_reference_decode_ms=ref, paired_reference_prefill_tps=1e3)
+                      for link, ref in (("x", 0.69), ("y", 0.64), ("z", 0.85))],
+                    cell("x", "long", decode_ms=5.0, ctx_tokens=4096,
+                         paired_reference_decode_ms=9.0))
+    drift = comparison.machine_drift(files, summary, "baseline").iloc[0]
+    values = np.array([0.99, 0.93, 0.69, 0.69, 0.64, 0.85])
+    assert drift["drift_samples"] == 6
+    assert drift["drift_decode_rel"] == pytest.approx(values.std(ddof=1) / values.mean())
