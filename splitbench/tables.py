@@ -780,8 +780,9 @@ def mechanisms(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
     rows = []
     for (pair, model), _ in summary.groupby(["pair", "model"]):
         mine = points[(points["pair"] == pair) & (points["model"] == model)]
-        decode = mine[["link", "ctx", "latency_delta_ms", "decode_delta_ms",
-                       "decode_delta_unc_ms", "decode_lower_bound"]].dropna(
+        decode = mine.reindex(columns=["link", "ctx", "latency_delta_ms", "decode_delta_ms",
+                                       "decode_delta_unc_ms", "decode_lower_bound",
+                                       "drift_decode_rel"]).dropna(
             subset=["latency_delta_ms", "decode_delta_ms"])
         prefill = mine[["link", "ctx", "bandwidth_change", "prefill_change", "gbps",
                         "gbps_base", "prefill_change_unc_pct", "prefill_lower_bound"]
@@ -801,8 +802,14 @@ def mechanisms(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
 def _mechanism_row(pair: str, model: str, mechanism: str, against: str, points: pd.DataFrame,
                    x: str, y: str, contexts: Sequence[str]) -> dict[str, Any]:
     unc = "decode_delta_unc_ms" if mechanism == "decode" else "prefill_change_unc"
-    fit = fit_through_origin(points[x], points[y], points[unc] / COVERAGE
-                             if unc in points else None)
+    sigma = points[unc] / COVERAGE if unc in points else None
+    fit = fit_through_origin(points[x], points[y], sigma)
+    if sigma is not None and "drift_decode_rel" in points and np.isfinite(fit["slope"]):
+        # The latencies were measured minutes before the cells; the machine's drift
+        # moves them too: an uncertainty in x, carried into y through the slope (one
+        # refit with the effective variance).
+        sigma_x = pd.to_numeric(points["drift_decode_rel"]).fillna(0) * points[x].abs()
+        fit = fit_through_origin(points[x], points[y], np.hypot(sigma, fit["slope"] * sigma_x))
     lower = f"{mechanism}_lower_bound"
     fit["lower_bound"] = bool(points[lower].fillna(True).astype(bool).any()) \
         if lower in points and len(points) else True
