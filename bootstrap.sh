@@ -16,11 +16,12 @@ LLAMA_CMAKE_ARGS=${LLAMA_CMAKE_ARGS:-"-DGGML_RPC=ON -DLLAMA_BUILD_TESTS=OFF -DLL
 say() { printf '\033[1m[splitbench]\033[0m %s\n' "$*"; }
 
 system_tools() {
-    # command -> Debian package (chromium: tests/test_report.py opens the report in it)
+    # command -> Debian package (chromium: tests/test_report.py opens the report in it;
+    # cc: the delay relay, splitbench/relay.c; taskset: each lab host on its own CPUs)
     local -A wanted=([iperf3]=iperf3 [sockperf]=sockperf [ip]=iproute2 [tc]=iproute2
                      [ss]=iproute2 [ping]=iputils-ping [ethtool]=ethtool [cmake]=cmake
-                     [g++]=g++ [make]=make [ssh]=openssh-client [sshd]=openssh-server
-                     [chromium]=chromium)
+                     [g++]=g++ [cc]=gcc [make]=make [taskset]=util-linux
+                     [ssh]=openssh-client [sshd]=openssh-server [chromium]=chromium)
     local missing=()
     for tool in "${!wanted[@]}"; do
         command -v "$tool" >/dev/null 2>&1 || [ -x "/usr/sbin/$tool" ] \
@@ -38,7 +39,7 @@ system_tools() {
         say "install them as root (apt-get install ${missing[*]}) and run this again;"
         say "without root the lab falls back to loopback and cannot shape rates;"
         say "without chromium the report's browser test is skipped."
-        case " ${missing[*]} " in *" cmake "*|*" g++ "*|*" python3-venv "*) exit 1;; esac
+        case " ${missing[*]} " in *" cmake "*|*" g++ "*|*" gcc "*|*" python3-venv "*) exit 1;; esac
     fi
 }
 

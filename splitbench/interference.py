@@ -165,19 +165,22 @@ def flag(cells: pd.DataFrame, thresholds: Mapping[str, Any]) -> pd.DataFrame:
     checked: list[bool] = []
     for _, row in cells.iterrows():
         parts, seen = [], False
-        for side in SIDES:
-            for figure, key, text, unit in limits:
-                column = f"{figure}_{side}_{'cores' if unit == ' cores' else 'pct'}"
-                value = row.get(column)
-                if value is None or pd.isna(value):
-                    continue
-                seen = True
-                limit = cfg[key]
-                if limit is not None and value > limit:
-                    parts.append(f"host {side.upper()}: {text.format(v=value)} "
-                                 f"(limit {limit:g}{unit})")
+        for figure, key, text, unit in limits:
+            suffix = "cores" if unit == " cores" else "pct"
+            values = {side: row.get(f"{figure}_{side}_{suffix}") for side in SIDES}
+            values = {side: v for side, v in values.items() if v is not None and not pd.isna(v)}
+            seen = seen or bool(values)
+            limit = cfg[key]
+            over = {side: v for side, v in values.items() if limit is not None and v > limit}
+            # Hosts that share a machine (the embedded lab) read the same figures: once.
+            by_value: dict[float, list[str]] = {}
+            for side, value in over.items():
+                by_value.setdefault(value, []).append(side.upper())
+            for value, sides in by_value.items():
+                hosts = f"host {sides[0]}" if len(sides) == 1 else f"hosts {' and '.join(sides)}"
+                parts.append(f"{hosts}: {text.format(v=value)} (limit {limit:g}{unit})")
         checked.append(seen)
-        reasons.append("; ".join(dict.fromkeys(parts)) + " during the cell" if parts else None)
+        reasons.append("; ".join(parts) + " during the cell" if parts else None)
     return pd.DataFrame({"interference": reasons, "interference_checked": checked},
                         index=cells.index)
 
