@@ -48,7 +48,8 @@ LDX_B_MSH, JEQ, RET = 0xB1, 0x15, 0x06
 RECEIVE_BUFFER = 8 << 20
 _STAMP_SPACE = socket.CMSG_SPACE(16)
 _TIMESPEC = struct.Struct("qq")
-_TCP_PORTS_SEQ = struct.Struct("!HHI")
+_IP_HEAD = struct.Struct("!BxH")  # version/header length, (TOS), total length
+_TCP_HEAD = struct.Struct("!xxHI4xBB")  # (source port), destination port, seq, offset, flags
 SYN = 0x02
 
 
@@ -150,15 +151,14 @@ class PacketClock:
                 self._record(packet, seconds * 1_000_000_000 + nanos)
 
     def _record(self, packet: bytes, t_ns: int) -> None:
-        ip_header = (packet[0] & 0x0F) * 4
-        total = (packet[2] << 8) | packet[3]
-        _, port, seq = _TCP_PORTS_SEQ.unpack_from(packet, ip_header)
-        tcp_header = (packet[ip_header + 12] >> 4) * 4
-        if packet[ip_header + 13] & SYN:
+        version_length, total = _IP_HEAD.unpack_from(packet)
+        ip_header = (version_length & 0x0F) * 4
+        port, seq, offset, flags = _TCP_HEAD.unpack_from(packet, ip_header)
+        if flags & SYN:
             self.first_seq[port] = (seq + 1) & 0xFFFFFFFF
             self.segments[port] = deque()
             return
-        length = total - ip_header - tcp_header
+        length = total - ip_header - (offset >> 4) * 4
         first = self.first_seq.get(port)
         if length <= 0 or first is None:
             return  # a pure ACK, or a stream whose start this clock did not see
@@ -181,6 +181,10 @@ class PacketClock:
         queue = self.segments.get(port)
         if not queue:
             return [(data, None)]
+        head = queue[0]
+        if head[0] == offset and head[1] == offset + len(data):
+            queue.popleft()  # the usual case: the read returned exactly one segment
+            return [(data, head[2])]
         out: list[tuple[bytes, int | None]] = []
         position, end = offset, offset + len(data)
         while position < end:
