@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import time
 import traceback
@@ -219,7 +218,7 @@ def _drive_run(run: Run, cell: dict[str, Any], link: Any, sampler: telemetry.Sam
                meter: interference.Meter, count: int | None = None) -> None:
     """Send the run's requests, measuring what else used the CPUs meanwhile. A failure
     is the replies' status, not an exception: the other repeats are kept."""
-    with meter.stretch(_own_processes(link, sampler)):
+    with meter.stretch(interference.own_processes(link.pair, sampler.local_pids())):
         try:
             run.shots = _drive(cell, link, run.server, count)
         except Exception as exc:  # noqa: BLE001 - becomes this repeat's rows
@@ -228,17 +227,6 @@ def _drive_run(run: Run, cell: dict[str, Any], link: Any, sampler: telemetry.Sam
             run.harness_error = text
     with link.host_a.entered():
         run.alive = run.server.alive() and servers.healthy(run.server.url)
-
-
-def _own_processes(link: Any, sampler: telemetry.Sampler) -> dict[str, list[int]]:
-    """The measurement's processes on each host: this job (the client), the samplers,
-    every launch of the pair (a paired cell has two) and the delay relays on A; the RPC
-    workers on B."""
-    own: dict[str, list[int]] = {"a": [os.getpid(), *sampler.local_pids()], "b": []}
-    for record in procs.all_procs():
-        if record.get("pair") == link.pair:  # servers and relays record their pair
-            own["b" if record.get("host") == "b" else "a"].append(record["pid"])
-    return own
 
 
 def _failed(cell: dict[str, Any], error_type: str, text: str) -> list[client.Reply]:

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from splitbench import sensors
+from splitbench import procs, sensors
 from splitbench.hosts import Host, HostError
 from splitbench.telemetry import SENSORS_SOURCE
 
@@ -113,6 +114,17 @@ class Meter:
                 if machine == key:
                     out.update({name.format(side=side): v for name, v in figures.items()})
         return out
+
+
+def own_processes(pair: str, local_pids: list[int]) -> dict[str, list[int]]:
+    """The measurement's processes on each host: this process (and `local_pids`, its
+    helpers on this machine) on A, and every process recorded for the pair (servers and
+    the delay relay record their pair; iperf3 and the probe too), on the host it runs on."""
+    own: dict[str, list[int]] = {"a": [os.getpid(), *local_pids], "b": []}
+    for record in procs.all_procs():
+        if record.get("pair") == pair:
+            own["b" if record.get("host") == "b" else "a"].append(record["pid"])
+    return own
 
 
 def sum_figures(sums: dict[str, Any] | None) -> dict[str, Any]:

@@ -14,7 +14,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from splitbench import lab, linkfacts, netsetup, parquet_io, probe, procs, wakeup
+from splitbench import (
+    interference,
+    lab,
+    linkfacts,
+    netsetup,
+    parquet_io,
+    probe,
+    procs,
+    wakeup,
+)
 from splitbench import link_history as history
 from splitbench.hosts import Host
 
@@ -69,7 +78,7 @@ def _has(host: Host, tool: str) -> bool:
 def serve(link: lab.Link, role: str, key: str, argv: list[str], port: int) -> None:
     """Start a measuring server on B (recorded as `{role}-{key}`) and wait until it
     listens on B's link address: a relay on A would accept before B is there."""
-    link.host_b.spawn(argv, role=role, key=f"{role}-{key}",
+    link.host_b.spawn(argv, role=role, key=f"{role}-{key}", extra={"pair": link.pair},
                       log_path=procs.state_dir() / "logs" / f"{role}-{key}.log")
     link.host_b.wait_listening(link.addr_b, port, timeout=10)
 
@@ -97,9 +106,14 @@ def verify(spec: dict[str, Any], settings: dict[str, Any], out: str | Path) -> p
     try:
         for role, (argv, port) in servers.items():
             serve(link, role, key, argv, port)
-        with wakeup.during(settings, {"a": link.host_a, "b": link.host_b}) as held:
+        hosts = {"a": link.host_a, "b": link.host_b}
+        meter = interference.Meter(hosts)
+        with wakeup.during(settings, hosts) as held, \
+                meter.stretch(interference.own_processes(link.pair, [])):
             row.update(held)
             _measure(link, settings, commands, where, with_sockperf, row)
+        # What else used the CPUs while the link was measured: the tables flag it.
+        row.update(meter.figures())
     finally:
         for role in servers:
             procs.stop(f"{role}-{key}")

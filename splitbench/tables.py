@@ -948,9 +948,11 @@ def write_table(frame: pd.DataFrame, stem: str | Path, title: str, note: str = "
     stem.with_suffix(".md").write_text(f"## {title}\n\n{to_markdown(frame)}{note}")
 
 
-def links_table(links: pd.DataFrame) -> pd.DataFrame:
+def links_table(links: pd.DataFrame,
+                interference_limits: dict[str, Any] | None = None) -> pd.DataFrame:
     """The seed's Links table (Gbit/s, ms) plus request-response latency and what was
-    negotiated and emulated, from the link results' rows (read_links)."""
+    negotiated and emulated, from the link results' rows (read_links); a link measured
+    while other work used the CPUs has it in its flags (⚠)."""
     # Older or partial link results lack some columns: show them as unknown.
     rates = [f"{c}{s}" for c in ("a_to_b_gbps", "b_to_a_gbps", "bidir_gbps")
              for s in ("", "_min", "_max")]
@@ -959,7 +961,7 @@ def links_table(links: pd.DataFrame) -> pd.DataFrame:
         "rr_us_per_kb", "negotiated_gbps", "emulation_rate", "emulation_delay", "flags"])))
     links[rates] = links[rates].apply(pd.to_numeric, errors="coerce")
     links[["emulation_rate", "emulation_delay"]] = links[
-        ["emulation_rate", "emulation_delay"]].fillna("none")
+        ["emulation_rate", "emulation_delay"]].astype(object).fillna("none")
 
     def gbps(column: str) -> pd.Series:
         spread = links[f"{column}_max"] - links[f"{column}_min"]
@@ -981,21 +983,25 @@ def links_table(links: pd.DataFrame) -> pd.DataFrame:
         "negotiated (Gbit/s)": links["negotiated_gbps"],
         "emulation": [" + ".join(x for x in (r, d) if x) or "none"
                       for r, d in zip(emulated, delay, strict=True)],
-        "flags": links["flags"],
+        "flags": [_joined(f, f"{FLAG_MARK} {i}" if isinstance(i, str) else None)
+                  for f, i in zip(links["flags"], interference.flag(
+                      links, interference_limits or {})["interference"], strict=True)],
     })
 
 
 def tables(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
            baseline_link: str | None = None, drift: pd.DataFrame | None = None,
-           prediction: Callable[[pd.DataFrame], pd.DataFrame] | None = None
+           prediction: Callable[[pd.DataFrame], pd.DataFrame] | None = None,
+           interference_limits: dict[str, Any] | None = None
            ) -> dict[str, tuple[str, pd.DataFrame]]:
     """Every table by file stem: (title, frame). contexts: labels, shortest first.
     `drift` and `prediction`: see link_comparison."""
     base = pick_baseline(summary, baseline_link)
     levels = overlap_levels(summary) or "no concurrency level above 1"
     return {
-        "links": ("Links (bandwidth in Gbit/s: median ± half the spread over repeats)",
-                  links_table(links)),
+        "links": ("Links (bandwidth in Gbit/s: median ± half the spread over repeats; "
+                  f"flags {FLAG_MARK}: measured while other work used the CPUs)",
+                  links_table(links, interference_limits)),
         "link_comparison": (
             f"Link comparison vs {base} at concurrency 1 (Δ = link − baseline; ± is "
             f"{COVERAGE:g} standard errors: paired rounds, or both cells' spread plus the "
@@ -1052,8 +1058,10 @@ def aggregate(request_files: list[str], link_files: list[str], contexts: dict[st
 
     note = flag_note(summary)
     for stem, (title, frame) in tables(summary, links, by_length(contexts), baseline_link,
-                                       drift, prediction).items():
-        write_table(frame, Path(tables_dir) / stem, title, note if FLAG_MARK in title else "")
+                                       drift, prediction, interference_limits).items():
+        # The cells' flags under every table of cells that marks them.
+        marks = FLAG_MARK in title and stem != "links"
+        write_table(frame, Path(tables_dir) / stem, title, note if marks else "")
     results = Path(summary_out).parent.parent  # results/summary/cells.parquet
     write_table(remeasured(archive.archived_requests(results), summary),
                 Path(tables_dir) / "remeasured",

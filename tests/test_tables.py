@@ -492,3 +492,13 @@ def test_the_machine_s_drift_comes_from_every_repeat_of_the_anchors_cell(tmp_pat
     values = np.array([0.99, 0.93, 0.69, 0.69, 0.64, 0.85])
     assert drift["drift_samples"] == 6
     assert drift["drift_decode_rel"] == pytest.approx(values.std(ddof=1) / values.mean())
+
+
+def test_a_link_measured_beside_other_work_is_flagged_in_the_links_table():
+    links = pd.DataFrame({"pair": ["lab", "lab"], "link": ["quiet", "busy"],
+                          "flags": [None, "throughput below half"],
+                          "foreign_cpu_a_cores": [0.01, 1.2], "cpu_pressure_a_pct": [5.0, 60.0]})
+    flags = tables.links_table(links).set_index("link")["flags"]
+    assert pd.isna(flags["quiet"])
+    assert flags["busy"].startswith("throughput below half; ⚠ host A: CPU pressure 60%")
+    assert "other processes used 1.20 cores" in flags["busy"]

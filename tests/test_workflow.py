@@ -156,6 +156,7 @@ def test_end_to_end_on_the_embedded_lab(finished):
     # within 15% of the tbf rate
     assert 0.5 * 0.85 <= slow["a_to_b_gbps"] <= 0.5 * 1.15, slow["a_to_b_gbps"]
     assert slow["emulation_delay"] in ("netem", "relay")
+    assert slow["cpu_pressure_a_pct"] >= 0 and slow["foreign_cpu_a_cores"] >= 0
     assert slow["route_dev_a"] == slow["interface_a"]
     assert slow["interface_tx_bytes"] > 0
     assert slow["bidir_gbps"] > slow["a_to_b_gbps"]
