@@ -171,32 +171,41 @@ def _runs(cell: dict[str, Any], link: Any, reference: Any, model: dict[str, Any]
           settings: dict[str, Any], toolchain: dict[str, Any], sampler: telemetry.Sampler,
           meter: interference.Meter) -> list[Run]:
     """The cell's runs: one on its link; or, paired, rounds of the reference then the
-    link, both launches alive side by side (requests a fraction of a second apart: this
-    machine's speed drifts within seconds). A failure of the link ends the cell (the
-    failure is its result); a reference that fails leaves the link measured alone."""
+    link, both launches alive side by side (requests a fraction of a second apart: a
+    machine's speed can drift within seconds). A failure of the link ends the cell (the
+    failure is its result); a reference that fails to launch, or fails in a round,
+    leaves the link measured alone from then on."""
     own = Run(False, 0)
     own.server = _launch(own, cell, link, model, settings, toolchain)
-    if own.server is None or not cell.get("paired"):
-        if own.server is not None:
-            _drive_run(own, cell, link, sampler, meter)
+    if own.server is None:
+        return [own]
+    if not cell.get("paired"):
+        with meter.stretch(interference.own_processes(link.pair, sampler.local_pids())):
+            _drive_run(own, cell, link)
         return [own]
     paired = cell["paired"]
-    first_reference = Run(True, 0)
-    first_reference.server = _launch(first_reference, cell, reference, model, settings,
-                                     toolchain, slot="reference")
-    if first_reference.server is None:
-        _drive_run(own, cell, link, sampler, meter)
-        return [first_reference, own]
     runs: list[Run] = []
     try:
-        for round_ in range(paired["rounds"]):
-            for is_reference, target, server in ((True, reference, first_reference.server),
-                                                 (False, link, own.server)):
-                run = Run(is_reference, round_, server)
-                runs.append(run)
-                _drive_run(run, cell, target, sampler, meter, paired["requests"])
-                if run.harness_error or (run.failed() and not is_reference):
-                    return runs
+        first = Run(True, 0)
+        first.server = _launch(first, cell, reference, model, settings, toolchain,
+                               slot="reference")
+        # Both launches are up: one stretch of the meter covers every round.
+        with meter.stretch(interference.own_processes(link.pair, sampler.local_pids())):
+            if first.server is None:
+                _drive_run(own, cell, link)
+                return [first, own]
+            for round_ in range(paired["rounds"]):
+                for is_reference, target in ((True, reference), (False, link)):
+                    run = Run(is_reference, round_, first.server if is_reference
+                              else own.server)
+                    runs.append(run)
+                    _drive_run(run, cell, target, paired["requests"])
+                    if run.harness_error or (run.failed() and not is_reference):
+                        return runs
+                if runs[-2].failed():  # the reference died: no more rounds to pair
+                    alone = Run(False, round_ + 1, own.server)
+                    _drive_run(alone, cell, link)
+                    return [*runs, alone]
     finally:
         servers.stop(link.pair, slot="reference")
     return runs
@@ -214,17 +223,15 @@ def _launch(run: Run, cell: dict[str, Any], link: Any, model: dict[str, Any],
         return None
 
 
-def _drive_run(run: Run, cell: dict[str, Any], link: Any, sampler: telemetry.Sampler,
-               meter: interference.Meter, count: int | None = None) -> None:
-    """Send the run's requests, measuring what else used the CPUs meanwhile. A failure
-    is the replies' status, not an exception: the other repeats are kept."""
-    with meter.stretch(interference.own_processes(link.pair, sampler.local_pids())):
-        try:
-            run.shots = _drive(cell, link, run.server, count)
-        except Exception as exc:  # noqa: BLE001 - becomes this repeat's rows
-            text = "".join(traceback.format_exception(exc))[-2000:]
-            run.shots = [(_failed(cell, type(exc).__name__, text), None)]
-            run.harness_error = text
+def _drive_run(run: Run, cell: dict[str, Any], link: Any, count: int | None = None) -> None:
+    """Send the run's requests. A failure is the replies' status, not an exception: the
+    other repeats are kept."""
+    try:
+        run.shots = _drive(cell, link, run.server, count)
+    except Exception as exc:  # noqa: BLE001 - becomes this repeat's rows
+        text = "".join(traceback.format_exception(exc))[-2000:]
+        run.shots = [(_failed(cell, type(exc).__name__, text), None)]
+        run.harness_error = text
     with link.host_a.entered():
         run.alive = run.server.alive() and servers.healthy(run.server.url)
 

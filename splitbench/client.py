@@ -19,20 +19,14 @@ import gc
 import json
 import select
 import socket
-import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from splitbench.packet_clock import PacketClock
+from splitbench.packet_clock import SO_TIMESTAMPNS, STAMP_SPACE, TIMESPEC, PacketClock
 
-# Linux socket option for kernel receive timestamps as a timespec (asm-generic/socket.h);
-# the stdlib socket module does not name it.
-SO_TIMESTAMPNS = 35
-_STAMP_SPACE = socket.CMSG_SPACE(16)
-_TIMESPEC = struct.Struct("qq")
 # A kernel stamp is trusted when it lies at most this far before the read returned
 # (data can wait in the socket while the client is busy, but not for a minute).
 STAMP_WINDOW_NS = 60 * 10**9
@@ -208,11 +202,12 @@ def run_concurrent(
     address = urlsplit(url)
     replies = [Reply(request_id=i) for i in range(len(prompts))]
     # Opened before connecting: a stream's byte offsets count from its SYN-ACK.
-    clock = PacketClock.open(socket.gethostbyname(address.hostname), address.port)
+    clock = _packet_clock(address)
     streams = [s for s in (_open(address, r, _body(ids, n_predict))
                            for r, ids in zip(replies, prompts, strict=True)) if s]
-    poller, open_streams = select.epoll(), {}
+    poller, open_streams = None, {}
     try:
+        poller = select.epoll()
         for stream in streams:  # back to back: the sends are microseconds apart
             stream.reply.t_send_ns = time.time_ns()
             stream.reply.t_send_mono_ns = time.monotonic_ns()
@@ -230,12 +225,23 @@ def run_concurrent(
         _read_all(poller, open_streams, timeout, on_first_token, clock)
     finally:
         gc.enable()
-        poller.close()
+        if poller is not None:
+            poller.close()
         if clock is not None:
             clock.close()
         for stream in streams:  # anything left open by an unexpected error
             stream.sock.close()
     return replies
+
+
+def _packet_clock(address: Any) -> PacketClock | None:
+    """The packet clock for the server's segments; None where it cannot run (then each
+    read's kernel stamp is used, and the rows say so)."""
+    try:
+        ip = socket.gethostbyname(address.hostname)
+    except OSError:
+        return None  # the connection will fail and say why, per request
+    return PacketClock.open(ip, address.port or 80)
 
 
 def _body(ids: list[int], n_predict: int) -> dict[str, Any]:
@@ -249,7 +255,7 @@ def _open(address: Any, reply: Reply, body: dict[str, Any]) -> _Stream | None:
                f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n"
                "Connection: close\r\n\r\n").encode() + payload
     try:
-        sock = socket.create_connection((address.hostname, address.port), timeout=10)
+        sock = socket.create_connection((address.hostname, address.port or 80), timeout=10)
     except OSError as exc:
         reply.error_type, reply.error_text = type(exc).__name__, str(exc)
         reply.t_send_ns = reply.t_end_ns = time.time_ns()
@@ -266,13 +272,13 @@ def _receive(sock: socket.socket) -> tuple[bytes, tuple[str, str] | None, int, s
     kernel's receive stamp of the last segment read (SO_TIMESTAMPNS), or the time the
     read returned where the kernel gave none. The fallback where no packet clock runs."""
     try:
-        data, ancillary, _, _ = sock.recvmsg(65536, _STAMP_SPACE)
+        data, ancillary, _, _ = sock.recvmsg(65536, STAMP_SPACE)
     except OSError as exc:
         return b"", (type(exc).__name__, str(exc)), time.time_ns(), "read"
     if ancillary:  # only the stamp is asked for, so it is the one item when present
         level, kind, payload = ancillary[0]
         if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(payload) >= 16:
-            seconds, nanos = _TIMESPEC.unpack_from(payload)
+            seconds, nanos = TIMESPEC.unpack_from(payload)
             return data, None, seconds * 1_000_000_000 + nanos, "kernel"
     return data, None, time.time_ns(), "read"
 

@@ -52,7 +52,10 @@ def paired_deltas(requests: pd.DataFrame) -> pd.DataFrame:
     ok = ok.set_index(KEYS).loc[lambda f: f.index.isin(paired_cells)].reset_index()
     by_round = ok.groupby([*KEYS, "repeat", "round", "reference"])[
         ["decode_ms_per_token", "prefill_tps"]].median().unstack("reference")
-    by_round = by_round.dropna()  # rounds where either side has no ok request
+    # Both sides of every figure, also where one side never had an ok request (a
+    # reference that failed to launch, a link that failed in round 0): no round then.
+    by_round = by_round.reindex(columns=pd.MultiIndex.from_product(
+        [["decode_ms_per_token", "prefill_tps"], [False, True]])).dropna()
     rounds = pd.DataFrame({
         "decode": by_round[("decode_ms_per_token", False)]
         - by_round[("decode_ms_per_token", True)],

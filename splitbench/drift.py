@@ -152,16 +152,21 @@ def _block_names(summary: pd.DataFrame,
 
 
 def _interfered(cells: pd.DataFrame) -> pd.DataFrame:
-    """Cells flagged by the summary: interference above the limits, shared timestamps."""
-    reason = (cells["flags"] if "flags" in cells
-              else pd.Series(None, index=cells.index, dtype=object))
-    return _flags(cells, "interference", reason.where(reason.notna(), None))
+    """Cells the summary flags as measured under interference (above the limits) or with
+    tokens that share timestamps: measuring again on a quieter machine helps. (Cells
+    without interference figures are reported as not checked, not as suspects.)"""
+    parts = [cells[c] if c in cells else pd.Series(None, index=cells.index, dtype=object)
+             for c in ("interference", "timing")]
+    reason = pd.Series([tables.joined(i, t) for i, t in zip(*parts, strict=True)],
+                       index=cells.index, dtype=object)
+    return _flags(cells, "interference", reason)
 
 
 def _eligible(summary: pd.DataFrame) -> pd.DataFrame:
     """The ok cells with every column the checks read (null where results lack it)."""
     cells = summary.reindex(columns=list(dict.fromkeys([*summary.columns, *KEYS,
-                                                        *FIGURES[:5], "flags"])))
+                                                        *FIGURES[:5], "interference",
+                                                        "timing"])))
     if "status" not in summary:
         cells["status"] = "ok"  # a summary without statuses: nothing known to have failed
     cells = cells.loc[cells["status"].eq("ok")].copy()
@@ -296,9 +301,11 @@ def _anchor_figures(requests: pd.DataFrame | None,
         shown = "none" if decode.empty else f"{decode.median():.3f} ms/token"
         return (f"gives no usable decode figure ({shown}: its tokens share one "
                 "timestamp)")
-    flagged = _anchor_interference(requests, limits)
-    if flagged:
-        return f"ran under interference ({flagged})"
+    verdict = _anchor_interference(requests, limits)
+    if verdict["interference"]:
+        return f"ran under interference ({verdict['interference']})"
+    if verdict["interference_missing"]:
+        return f"cannot show it measured only itself ({verdict['interference_missing']})"
     n = len(decode)
     # As tables._uncertainty: the spread of the requests, floored by the per-token
     # dispersion (a few requests agreeing by chance must not claim more precision).
@@ -312,13 +319,16 @@ def _anchor_figures(requests: pd.DataFrame | None,
             "low": float(temps.min()), "high": float(temps.max())}
 
 
-def _anchor_interference(requests: pd.DataFrame, limits: Mapping[str, Any]) -> str | None:
-    """Why an anchor's figures are not its own (interference above the limits)."""
+def _anchor_interference(requests: pd.DataFrame, limits: Mapping[str, Any]) -> pd.Series:
+    """interference.flag's verdict on an anchor (its worst repeat): interference above
+    the limits, or no figures to tell (then it cannot serve as a reference either)."""
     present = [c for c in tables.CPU_FIGURES if c in requests]
-    if not present:
-        return None
-    worst = requests[present].apply(pd.to_numeric, errors="coerce").max().to_frame().T
-    return interference.flag(worst, limits)["interference"].iloc[0]
+    worst = (requests[present].apply(pd.to_numeric, errors="coerce").max().to_frame().T
+             if present else pd.DataFrame(index=[0]))
+    for column in present:
+        if not column.endswith(("_pct", "_cores")):  # text columns: the first row's
+            worst[column] = requests[column].iloc[0]
+    return interference.flag(worst, limits).iloc[0]
 
 
 def _compare(start: dict[str, float], end: dict[str, float], cfg: Mapping[str, Any],

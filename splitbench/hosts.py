@@ -121,13 +121,13 @@ class Host:
             if libc.setns(ns.fileno(), CLONE_NEWNET) != 0:
                 raise HostError(f"host {self.name}: setns failed: "
                                 f"{os.strerror(ctypes.get_errno())}")
-            if self.cpus:
-                os.sched_setaffinity(0, cpu_set(self.cpus))
             try:
+                if self.cpus:
+                    os.sched_setaffinity(0, cpu_set(self.cpus))
                 yield
             finally:
+                libc.setns(home.fileno(), CLONE_NEWNET)  # first: back home, whatever failed
                 os.sched_setaffinity(0, home_cpus)
-                libc.setns(home.fileno(), CLONE_NEWNET)
 
     def spawn(
         self,

@@ -23,7 +23,6 @@ import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from splitbench import procs, sensors
@@ -40,7 +39,12 @@ DEFAULTS: dict[str, float | None] = {
     "max_foreign_cpu_cores": 0.25,
     "max_steal_pct": 10.0,
 }
-FIGURES = ["cpu_pressure", "foreign_cpu", "steal", "own_cpu"]
+# Each figure and its unit; a column is f"{figure}_{side}_{unit}".
+UNITS = {"cpu_pressure": "pct", "foreign_cpu": "cores", "steal": "pct", "own_cpu": "cores"}
+# Every column the meter and the sampler give per side: request rows, summary, links.
+COLUMNS = [*(f"{figure}_{side}_{unit}" for side in SIDES for figure, unit in UNITS.items()),
+           *(f"cpu_pressure_{side}_peak_pct" for side in SIDES),
+           *(f"interference_{side}" for side in SIDES)]
 
 
 def _counters(host: Host, pids: list[int]) -> dict[str, Any] | None:
@@ -102,8 +106,11 @@ class Meter:
         # CPU time with it: the rest would look foreign. Unknown then, not a guess.
         a, b = before.get("own_ticks"), after.get("own_ticks")
         same = before.get("own_found") == after.get("own_found")
+        # Over SSH the reading is a process of its own, started inside the stretch: its
+        # CPU (the interpreter's start) is the measurement's, not another's.
+        reader = after.get("self_ticks", 0) if self.hosts[key].remote else 0
         sums["own_ticks"] = None if a is None or b is None or not same \
-            or sums.get("own_ticks", 0) is None else sums.get("own_ticks", 0) + b - a
+            or sums.get("own_ticks", 0) is None else sums.get("own_ticks", 0) + b - a + reader
 
     def figures(self) -> dict[str, Any]:
         """Per side: the figures above, and `interference_{side}` saying what was read."""
@@ -130,8 +137,7 @@ def own_processes(pair: str, local_pids: list[int]) -> dict[str, list[int]]:
 def sum_figures(sums: dict[str, Any] | None) -> dict[str, Any]:
     """The figures of one machine from its summed counter differences (names with
     {side})."""
-    out: dict[str, Any] = {f"{f}_{{side}}_{unit}": None for f, unit in
-                           zip(FIGURES, ("pct", "cores", "pct", "cores"), strict=True)}
+    out: dict[str, Any] = {f"{f}_{{side}}_{unit}": None for f, unit in UNITS.items()}
     if sums is None:
         out["interference_{side}"] = "unreadable"
         return out
@@ -164,24 +170,26 @@ def settings(given: Mapping[str, Any] | None) -> dict[str, float | None]:
     return {**DEFAULTS, **(given or {})}
 
 
+LIMITS = [("cpu_pressure", "max_cpu_pressure_pct", "CPU pressure {v:.0f}%", "%"),
+          ("foreign_cpu", "max_foreign_cpu_cores", "other processes used {v:.2f} cores",
+           " cores"),
+          ("steal", "max_steal_pct", "steal {v:.0f}%", "%")]
+
+
 def flag(cells: pd.DataFrame, thresholds: Mapping[str, Any]) -> pd.DataFrame:
     """Per cell (one row each, the summary's figures): `interference` (why the cell is
-    suspect, or None) and `interference_checked` (False where no figure was measured:
-    the cell is then reported as not checked, not as clean)."""
+    suspect, or None), and `interference_checked` with `interference_missing` (why
+    not): a cell counts as checked only when every host's foreign CPU was measured (the
+    figure that tells others' work from the measurement's own); otherwise it is
+    reported as not checked, never as clean."""
     cfg = settings(thresholds)
-    limits = [("cpu_pressure", "max_cpu_pressure_pct", "CPU pressure {v:.0f}%", "%"),
-              ("foreign_cpu", "max_foreign_cpu_cores", "other processes used {v:.2f} cores",
-               " cores"),
-              ("steal", "max_steal_pct", "steal {v:.0f}%", "%")]
     reasons: list[str | None] = []
-    checked: list[bool] = []
+    missing: list[str | None] = []
     for _, row in cells.iterrows():
-        parts, seen = [], False
-        for figure, key, text, unit in limits:
-            suffix = "cores" if unit == " cores" else "pct"
-            values = {side: row.get(f"{figure}_{side}_{suffix}") for side in SIDES}
+        parts = []
+        for figure, key, text, unit in LIMITS:
+            values = {side: row.get(f"{figure}_{side}_{UNITS[figure]}") for side in SIDES}
             values = {side: v for side, v in values.items() if v is not None and not pd.isna(v)}
-            seen = seen or bool(values)
             limit = cfg[key]
             over = {side: v for side, v in values.items() if limit is not None and v > limit}
             # Hosts that share a machine (the embedded lab) read the same figures: once.
@@ -191,13 +199,16 @@ def flag(cells: pd.DataFrame, thresholds: Mapping[str, Any]) -> pd.DataFrame:
             for value, sides in by_value.items():
                 hosts = f"host {sides[0]}" if len(sides) == 1 else f"hosts {' and '.join(sides)}"
                 parts.append(f"{hosts}: {text.format(v=value)} (limit {limit:g}{unit})")
-        checked.append(seen)
         reasons.append("; ".join(parts) + " during the cell" if parts else None)
-    return pd.DataFrame({"interference": reasons, "interference_checked": checked},
-                        index=cells.index)
+        unmeasured = [side for side in SIDES if pd.isna(row.get(f"foreign_cpu_{side}_cores"))]
+        missing.append("interference not measured on " + ", ".join(
+            f"host {side.upper()} ({_why(row.get(f'interference_{side}'))})"
+            for side in unmeasured) if unmeasured else None)
+    return pd.DataFrame({"interference": reasons,
+                         "interference_checked": [m is None for m in missing],
+                         "interference_missing": missing}, index=cells.index)
 
 
-def worst(values: pd.Series) -> float:
-    """The largest figure of a cell's repeats (NaN when none was measured)."""
-    numbers = pd.to_numeric(values, errors="coerce")
-    return float(numbers.max()) if numbers.notna().any() else np.nan
+def _why(text: Any) -> str:
+    return text if isinstance(text, str) and text else "no figures: measured before " \
+        "splitbench recorded them"

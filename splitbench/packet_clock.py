@@ -46,8 +46,9 @@ LDX_B_MSH, JEQ, RET = 0xB1, 0x15, 0x06
 # Packets wait here until the client reads them; tokens are a few hundred bytes, but
 # each queued packet is charged its whole buffer. 8 MiB holds thousands.
 RECEIVE_BUFFER = 8 << 20
-_STAMP_SPACE = socket.CMSG_SPACE(16)
-_TIMESPEC = struct.Struct("qq")
+# Ancillary room for one timespec, and its layout (shared with the client's reads).
+STAMP_SPACE = socket.CMSG_SPACE(16)
+TIMESPEC = struct.Struct("qq")
 _IP_HEAD = struct.Struct("!BxH")  # version/header length, (TOS), total length
 _TCP_HEAD = struct.Struct("!xxHI4xBB")  # (source port), destination port, seq, offset, flags
 SYN = 0x02
@@ -118,7 +119,7 @@ class PacketClock:
             return None
         try:
             sock = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(ETH_P_ALL))
-        except PermissionError:
+        except OSError:  # no CAP_NET_RAW, or no packet sockets here: per-read stamps
             return None
         code = filter_program(server_ip, server_port)
         program = ctypes.create_string_buffer(code, len(code))
@@ -130,8 +131,8 @@ class PacketClock:
                 sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RECEIVE_BUFFER)
             sock.setblocking(False)
         except OSError:
-            sock.close()
-            raise
+            sock.close()  # without its filter the socket would see every packet: none
+            return None
         clock = cls(sock, program)
         # Packets that came in before the filter was attached are not the server's.
         clock.drain(keep=False)
@@ -143,11 +144,11 @@ class PacketClock:
         receive = self.sock.recvmsg
         while True:
             try:
-                packet, ancillary, _, _ = receive(SNAP_BYTES, _STAMP_SPACE)
+                packet, ancillary, _, _ = receive(SNAP_BYTES, STAMP_SPACE)
             except BlockingIOError:
                 return
             if keep and ancillary:
-                seconds, nanos = _TIMESPEC.unpack_from(ancillary[0][2])
+                seconds, nanos = TIMESPEC.unpack_from(ancillary[0][2])
                 self._record(packet, seconds * 1_000_000_000 + nanos)
 
     def _record(self, packet: bytes, t_ns: int) -> None:

@@ -17,6 +17,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -123,17 +124,22 @@ static void add_direction(direction *d) {
 static void accept_one(listener *l) {
     int client = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK);
     if (client < 0) return;
-    int upstream = socket(AF_INET, SOCK_STREAM, 0);
-    if (upstream < 0 || connect(upstream, (struct sockaddr *)&l->target, sizeof(l->target)) < 0) {
+    /* Non-blocking: a target that does not answer must not stall every other
+     * connection. Until it connects, sends wait for EPOLLOUT like any full socket; a
+     * refusal shows up as EPOLLERR/EPOLLHUP on it. */
+    int upstream = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    if (upstream < 0 ||
+        (connect(upstream, (struct sockaddr *)&l->target, sizeof(l->target)) < 0 &&
+         errno != EINPROGRESS)) {
         close(client);
         if (upstream >= 0) close(upstream);
         return;
     }
-    fcntl(upstream, F_SETFL, O_NONBLOCK);
     int one = 1;
     setsockopt(client, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     setsockopt(upstream, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     direction *a = calloc(1, sizeof(direction)), *b = calloc(1, sizeof(direction));
+    if (!a || !b) die("calloc");
     a->src = client; a->dst = upstream; b->src = upstream; b->dst = client;
     a->peer = b; b->peer = a;
     a->reading = b->reading = 1;
@@ -176,8 +182,9 @@ static void flush(direction *d, uint64_t now) {
 
 static void read_one(direction *d, uint64_t now) {
     chunk *c = malloc(sizeof(chunk) + CHUNK);
+    if (!c) die("malloc");
     ssize_t n = recv(d->src, c->data, CHUNK, 0);
-    if (n < 0 && errno == EAGAIN) { free(c); return; }
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) { free(c); return; }
     if (n <= 0) {
         free(c);
         d->src_done = 1;
@@ -185,7 +192,8 @@ static void read_one(direction *d, uint64_t now) {
         update(d);
         return;
     }
-    c = realloc(c, sizeof(chunk) + n);
+    chunk *fit = realloc(c, sizeof(chunk) + n);
+    c = fit ? fit : c;
     c->next = NULL;
     c->len = n;
     c->sent = 0;
@@ -194,6 +202,26 @@ static void read_one(direction *d, uint64_t now) {
     d->tail = c;
     d->queued += n;
     if (d->queued >= MAX_QUEUED) { d->reading = 0; update(d); }
+}
+
+/* d->src hung up or failed, and all it sent has been read: nothing more comes from it
+ * and nothing can be written to it. Stop watching it (its events would repeat until it
+ * is closed), and drop what waits to be written to it. */
+static void hang_up(direction *d) {
+    direction *p = d->peer; /* writes to d->src */
+    d->src_done = 1;
+    d->reading = 0;
+    epoll_ctl(epfd, EPOLL_CTL_DEL, d->src, NULL);
+    while (p->head) {
+        chunk *c = p->head;
+        p->head = c->next;
+        free(c);
+    }
+    p->tail = NULL;
+    p->queued = 0;
+    p->writing = 0;
+    p->src_done = 1;
+    p->closed = 1;
 }
 
 /* Close and forget connections whose two directions are both finished (directions are
@@ -222,6 +250,11 @@ int main(int argc, char **argv) {
     }
     signal(SIGPIPE, SIG_IGN);
     prctl(PR_SET_TIMERSLACK, 1, 0, 0, 0);
+    /* The relay is the emulated wire: it must release a chunk when it is due, also when
+     * other work keeps the CPUs busy. A real-time priority (where allowed: root) lets
+     * its timer preempt ordinary tasks; it never spins, so it takes little. */
+    struct sched_param rt = {.sched_priority = 10};
+    const char *priority = sched_setscheduler(0, SCHED_FIFO, &rt) == 0 ? "real-time" : "normal";
     delay_ns = (uint64_t)(atof(argv[1]) * 1000.0);
     if ((epfd = epoll_create1(0)) < 0) die("epoll_create1");
     if ((timer = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK)) < 0) die("timerfd_create");
@@ -246,7 +279,7 @@ int main(int argc, char **argv) {
         struct epoll_event e = {.events = EPOLLIN, .data.ptr = l};
         epoll_ctl(epfd, EPOLL_CTL_ADD, l->fd, &e);
     }
-    printf("relay ready\n");
+    printf("relay ready (%s priority)\n", priority);
     fflush(stdout);
     struct epoll_event events[64];
     for (;;) {
@@ -266,9 +299,13 @@ int main(int argc, char **argv) {
                 continue;
             }
             direction *d = ptr; /* events on d->src: readable for d, writable for d->peer */
-            if ((events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) && !d->src_done)
-                read_one(d, now);
-            if (events[i].events & EPOLLOUT) flush(d->peer, now);
+            uint32_t ev = events[i].events;
+            if ((ev & (EPOLLIN | EPOLLHUP | EPOLLERR)) && !d->src_done) read_one(d, now);
+            if (ev & (EPOLLHUP | EPOLLERR)) {
+                if (d->src_done) hang_up(d); /* read to the end: now forget the socket */
+                continue;
+            }
+            if (ev & EPOLLOUT) flush(d->peer, now);
         }
         now = now_ns();
         for (size_t i = 0; i < ndirs; i++) flush(dirs[i], now);

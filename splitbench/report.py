@@ -369,7 +369,11 @@ def check_lines(summary: pd.DataFrame, drift_path: str | Path | None) -> list[tu
         if unchecked:
             lines.append(("failed", f"{unchecked} cell(s) not checked for drift"))
         if not meta.get("blocks"):
-            lines.append(("failed", "drift: no anchor check ran"))
+            if (meta.get("settings") or {}).get("anchor_tolerance", 0) is None:
+                lines.append(("flagged", "drift: anchors not compared "
+                                         "(drift.anchor_tolerance is null)"))
+            else:
+                lines.append(("failed", "drift: no anchor check ran"))
     cells = len(summary)
     checked = summary.get("interference_checked", pd.Series(False, index=summary.index))
     flagged = summary.get("interference", pd.Series(None, index=summary.index)).notna()
@@ -383,6 +387,15 @@ def check_lines(summary: pd.DataFrame, drift_path: str | Path | None) -> list[tu
                                  f"({tables.FLAG_MARK} in the tables)"))
     elif checked.astype(bool).all():
         lines.append(("ok", f"interference: none above the limits in {cells} cells"))
+    for side in ("a", "b"):
+        held = summary.get(f"wakeup_latency_{side}")
+        if held is None:
+            continue
+        loose = held.notna() & (held != "held at 0 us")
+        if loose.any():
+            lines.append(("flagged", f"wake-up latency not held on host {side.upper()} for "
+                                     f"{int(loose.sum())} of {cells} cells: "
+                                     f"{held[loose].iloc[0]}"))
     if timing.any():
         lines.append(("flagged", f"token times: {int(timing.sum())} cells have tokens that "
                                  f"share a timestamp ({tables.FLAG_MARK})"))

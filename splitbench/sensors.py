@@ -89,6 +89,10 @@ def cpu_counters(pids: list[int] | None = None) -> dict[str, Any]:
     with contextlib.suppress(OSError, ValueError, IndexError):
         some = Path("/proc/pressure/cpu").read_text().split("\n")[0]
         out["psi_some_us"] = int(some.rsplit("total=", 1)[1])
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        # This process's own CPU so far (a reader started over SSH: the caller counts it).
+        stat = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        out["self_ticks"] = sum(int(v) for v in stat[11:13])
     if pids is not None:
         out["own_ticks"], out["own_found"] = 0, 0
         for pid in pids:

@@ -27,16 +27,15 @@ COMPARE_KEYS = ["pair", "model", "ctx"]
 FIGURES = ["prefill_tps", "decode_tps", "decode_ms_per_token", "ttft_ms",
            "server_prefill_tps", "server_decode_ms_per_token", "prompt_tokens",
            "rpc_bytes_per_token_a_to_b", "rpc_bytes_per_token_b_to_a", "server_ttft_ms"]
-# What else used each host's CPUs during a cell (interference.Window, the sampler).
-CPU_FIGURES = [f"{figure}_{side}_{unit}" for side in ("a", "b") for figure, unit in
-               (("cpu_pressure", "pct"), ("foreign_cpu", "cores"), ("steal", "pct"),
-                ("cpu_pressure", "peak_pct"))]
+# What else used each host's CPUs during a cell (interference.Meter, the sampler).
+CPU_FIGURES = interference.COLUMNS
 # What the summary reads of a request file; older files lack some (those stay missing).
 SUMMARY_COLUMNS = ["request_id", "status", "cell_status", "generated_tokens", "n_predict",
                    "t_send_ns", "t_last_ns", "decode_ms_se", "cell_wall_ms",
                    "cell_throughput_tps", "launch_id", "link_fingerprint", "temp_before_c",
                    "temp_after_c", "temp_peak_c", "repeat", "arrival_clock",
-                   "coalesced_tokens", "reference", "round", *CPU_FIGURES, *FIGURES]
+                   "coalesced_tokens", "reference", "round", "wakeup_latency_a",
+                   "wakeup_latency_b", *CPU_FIGURES, *FIGURES]
 # ctx{label}_c{N}.requests.parquet; a trailing _r{K} marks repeat K of the same cell, for
 # when a cell is measured more than once (a `repeat` column in the rows wins over it).
 CELL_FILE = re.compile(
@@ -88,8 +87,9 @@ def summarize(request_files: list[str], contexts: dict[str, int],
     summary["overlap"] = _overlaps(summary, requests)
     summary = summary.join(interference.flag(summary, interference_limits or {}))
     summary["timing"] = _timing_flags(summary)
-    summary["flags"] = [_joined(i, t) for i, t in zip(summary["interference"],
-                                                      summary["timing"], strict=True)]
+    summary["flags"] = [joined(i, t, m) for i, t, m in zip(
+        summary["interference"], summary["timing"], summary["interference_missing"],
+        strict=True)]
     return _ctx_sorted(summary, SUMMARY_KEYS, by_length(contexts)).reset_index(drop=True)
 
 
@@ -108,7 +108,8 @@ def _timing_flags(summary: pd.DataFrame) -> list[str | None]:
     return out
 
 
-def _joined(*reasons: Any) -> str | None:
+def joined(*reasons: Any) -> str | None:
+    """The reasons that are text, joined with "; " (None when there is none)."""
     parts = [r for r in reasons if isinstance(r, str) and r]
     return "; ".join(parts) or None
 
@@ -212,7 +213,10 @@ CELL_FIELDS = [
     ("coalesced_tokens", "coalesced_tokens", "sum", "sum"),
     ("arrival_clock", "arrival_clock", lambda s: _one_clock(s), lambda s: _one_clock(s)),
     # Interference: the worst repeat.
-    *[(name, name, "first", "max") for name in CPU_FIGURES],
+    *[(name, name, "first", "max" if name.endswith(("_pct", "_cores")) else "first")
+      for name in CPU_FIGURES],
+    ("wakeup_latency_a", "wakeup_latency_a", "first", "first"),
+    ("wakeup_latency_b", "wakeup_latency_b", "first", "first"),
 ]
 
 
@@ -558,8 +562,10 @@ def link_comparison(summary: pd.DataFrame, contexts: list[str],
                            row["status"], row["status_base"], ".2f")
         if _bool(row["decode_resolvable"]) and row["decode_delta_ms"] < 0:
             text += f" {FLAG_MARK} faster than the baseline: no link can be"
-        if isinstance(row["flags"], str) or isinstance(row.get("flags_base"), str):
-            text += f" {FLAG_MARK} measured under interference"
+        base_flagged = isinstance(row.get("flags_base"), str) and not row["compared"].startswith(
+            "paired")  # a paired cell's baseline is the one measured alongside, not this
+        if isinstance(row["flags"], str) or base_flagged:
+            text += f" {FLAG_MARK} flagged (see the note)"
         decode.append(text)
         guess = predicted.loc[i] if predicted is not None else None
         expected.append(_prediction_text(guess))
@@ -846,8 +852,9 @@ def _decode_verdict(fit: dict[str, Any], points: pd.DataFrame) -> str:
     if not np.isfinite(fit["slope"]):
         return ("no ok cell pairs on links with a request-response latency difference: "
                 "nothing to fit")
-    if _varies_with_context(points):
-        # No single number: the per-token cost grows (or shrinks) with context.
+    if _varies_with_context(points) and not fit["lower_bound"]:
+        # No single number: the per-token cost grows (or shrinks) with context (judged
+        # only against uncertainties that include run-to-run variation).
         per = []
         for ctx, group in points.groupby("ctx", sort=False):
             f = fit_through_origin(group["latency_delta_ms"], group["decode_delta_ms"],
@@ -869,10 +876,13 @@ def _decode_verdict(fit: dict[str, Any], points: pd.DataFrame) -> str:
         text += f" (R² {fit['r2']:.2f}, {fit['n']} points)"
     if fit["lower_bound"]:
         text += "; ± from per-cell spreads alone, a lower bound"
-    if _varies_with_context(points) is False:
+    varies = _varies_with_context(points)
+    if varies is False:
         # The seed's fixed-cost signature: the delta does not grow with context even
         # though per-token time does.
         text += "; the same at every context (a fixed per-token cost)"
+    elif varies:  # with lower-bound uncertainties only: a hint, not a finding
+        text += "; it may change with context (the ± are lower bounds)"
     return text
 
 
@@ -910,7 +920,9 @@ def _prefill_verdict(fit: dict[str, Any], points: pd.DataFrame) -> str:
     # Insensitive: the whole interval lies inside +-INSENSITIVE_BELOW (a low R² is
     # expected there: there is no trend to explain).
     if np.isfinite(unc) and abs(elasticity) + unc < INSENSITIVE_BELOW:
-        return f"prefill insensitive to bandwidth above {floor:.2f} Gbit/s ({figure}; {example})"
+        bound = "; ± from per-cell spreads alone, a lower bound" if fit["lower_bound"] else ""
+        return (f"prefill insensitive to bandwidth above {floor:.2f} Gbit/s ({figure}; "
+                f"{example}){bound}")
     reasons = _unresolvable(fit, "bandwidth")
     if elasticity < 0 and np.isfinite(unc) and abs(elasticity) > unc:
         reasons.insert(0, f"prefill falls as bandwidth rises ({figure}): other differences "
@@ -983,9 +995,10 @@ def links_table(links: pd.DataFrame,
         "negotiated (Gbit/s)": links["negotiated_gbps"],
         "emulation": [" + ".join(x for x in (r, d) if x) or "none"
                       for r, d in zip(emulated, delay, strict=True)],
-        "flags": [_joined(f, f"{FLAG_MARK} {i}" if isinstance(i, str) else None)
-                  for f, i in zip(links["flags"], interference.flag(
-                      links, interference_limits or {})["interference"], strict=True)],
+        "flags": [joined(f, *(f"{FLAG_MARK} {x}" for x in (i, m) if isinstance(x, str)))
+                  for f, (i, m) in zip(links["flags"], interference.flag(
+                      links, interference_limits or {})[["interference", "interference_missing"]]
+                      .itertuples(index=False), strict=True)],
     })
 
 
@@ -1007,14 +1020,13 @@ def tables(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
             f"{COVERAGE:g} standard errors: paired rounds, or both cells' spread plus the "
             "machine's drift over the run; not resolvable: the difference lies "
             f"inside it; {FLAG_MARK}: a figure no link can have, a disagreement with the "
-            "prediction from measured latency, or interference)",
+            "prediction from measured latency, or a flagged cell)",
             link_comparison(summary, contexts, base, drift, prediction)),
         "single_stream_decode": ("Single-stream decode (tok/s) by context; ❌ 400: context "
-                                 f"wall, ❌ 500: overflow; {FLAG_MARK}: measured under "
-                                 "interference",
+                                 f"wall, ❌ 500: overflow; {FLAG_MARK}: a flagged cell",
                                  single_stream_decode(summary, contexts)),
         "single_stream_prefill": ("Single-stream prefill (tok/s: prompt tokens / TTFT) by "
-                                  f"context; {FLAG_MARK}: measured under interference",
+                                  f"context; {FLAG_MARK}: a flagged cell",
                                   single_stream_prefill(summary, contexts)),
         "ttft": ("Time to first token against prompt size (concurrency 1)",
                  ttft_table(summary, contexts)),
@@ -1024,8 +1036,8 @@ def tables(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
             concurrency_boundary(summary, contexts)),
         "overlap": (f"True concurrency ratio (overlap), {levels}: 1 = fully concurrent, "
                     "0 = serial, below 0 = worse than serial; ❌: the cell's status; "
-                    f"{FLAG_MARK}: above 1 (no cell can be more than fully concurrent) or "
-                    "measured under interference",
+                    f"{FLAG_MARK}: above 1 (no cell can be more than fully concurrent) or a "
+                    "flagged cell",
                     overlap_table(summary, contexts)),
         "mechanisms": (
             f"Mechanisms vs {base}: decode delta (ms/token) against the links' request-"
@@ -1076,8 +1088,9 @@ def flag_note(summary: pd.DataFrame) -> str:
         return ""
     lines = [f"- {'/'.join(str(row[k]) for k in SUMMARY_KEYS)}: {row['flags']}"
              for _, row in flagged.iterrows()]
-    return (f"\n{FLAG_MARK} measured under interference (re-measure with "
-            "`python -m splitbench drift --apply` and `snakemake all`):\n\n"
+    return (f"\n{FLAG_MARK} flagged cells: measured under interference or with tokens "
+            "that share timestamps (re-measure with `python -m splitbench drift --apply` "
+            "and `snakemake all`), or without interference figures (not checked):\n\n"
             + "\n".join(lines) + "\n")
 
 

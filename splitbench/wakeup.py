@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import struct
 import subprocess
 from collections.abc import Iterator, Mapping
@@ -28,6 +29,7 @@ from splitbench.hosts import Host
 
 DEVICE = "/dev/cpu_dma_latency"
 HELD = "held at 0 us"
+ANSWER_TIMEOUT_S = 30
 # Run on a remote host: hold the request until our end of the SSH session closes stdin.
 REMOTE_HOLDER = (
     "import os, struct, sys\n"
@@ -45,7 +47,11 @@ def _hold_here() -> tuple[int | None, str]:
         fd = os.open(DEVICE, os.O_WRONLY)
     except OSError as exc:
         return None, f"not held: {DEVICE}: {exc.strerror}"
-    os.write(fd, struct.pack("i", 0))
+    try:
+        os.write(fd, struct.pack("i", 0))
+    except OSError as exc:
+        os.close(fd)
+        return None, f"not held: {DEVICE}: {exc.strerror}"
     return fd, HELD
 
 
@@ -53,7 +59,9 @@ def _hold_remote(host: Host) -> tuple[subprocess.Popen | None, str]:
     process = subprocess.Popen(host.wrap([host.python, "-c", REMOTE_HOLDER]),
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                stderr=subprocess.DEVNULL, text=True)
-    answer = process.stdout.readline().strip() if process.stdout else ""
+    # The answer, or none after ANSWER_TIMEOUT_S (a stalled SSH must not stall the cell).
+    ready, _, _ = select.select([process.stdout], [], [], ANSWER_TIMEOUT_S)
+    answer = process.stdout.readline().strip() if ready else ""
     if answer != HELD:
         process.kill()
         process.wait()

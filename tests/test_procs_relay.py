@@ -122,3 +122,22 @@ def test_relay_keeps_bulk_throughput(state_dir):
     rtt_us = np.median(probe.measure("127.0.0.1", front, [1 << 20], samples=5)["1048576"])
     # 1 MiB each way through a 1 ms relay: pipelined, far below 1 ms per 256 KiB chunk.
     assert rtt_us < 50_000, rtt_us
+
+
+def cpu_ticks(pid: int) -> int:
+    stat = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return int(stat[11]) + int(stat[12])
+
+
+def test_relay_to_a_target_that_refuses_ends_the_connection_and_stays_idle(state_dir):
+    refused, front = free_port(), free_port()  # nothing listens on `refused`
+    record = LOCAL.spawn(relay.argv(0.5, [f"127.0.0.1:{front}=127.0.0.1:{refused}"]),
+                         role="relay", key="relay-r", log_path=state_dir / "relay.log")
+    LOCAL.wait_listening("127.0.0.1", front, timeout=10)
+    with socket.create_connection(("127.0.0.1", front), timeout=5) as conn:
+        conn.sendall(b"hello")
+        assert conn.recv(10) == b""  # the relay passes the refusal on as the end
+    before = cpu_ticks(record["pid"])
+    time.sleep(1.0)
+    # A hung-up socket left in epoll would wake the loop without end: a busy core.
+    assert cpu_ticks(record["pid"]) - before <= 5

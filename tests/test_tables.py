@@ -37,6 +37,9 @@ def request(request_id: int, gaps_ms: list[float], *, send_ns: int = 0, ttft_ms:
         "cell_wall_ms": wall_ms if wall_ms is not None else (times[-1] - send_ns) / 1e6,
         "launch_id": "L", "link_fingerprint": "F", "temp_before_c": None,
         "temp_after_c": None,
+        # A quiet machine, measured (a row without these is "not checked").
+        "foreign_cpu_a_cores": 0.0, "foreign_cpu_b_cores": 0.0,
+        "cpu_pressure_a_pct": 5.0, "cpu_pressure_b_pct": 5.0,
     }
     return row | extra
 
@@ -290,12 +293,21 @@ def test_fixed_cost_decode_and_compute_bound_prefill():
     assert prefill["verdict"].startswith("prefill insensitive to bandwidth above 3.33 Gbit/s")
 
 
+STEADY = pd.DataFrame({"pair": ["lab"], "model": ["m"], "drift_decode_rel": [0.0],
+                       "drift_prefill_rel": [0.0]})
+
+
 def test_delta_growing_with_context_and_bandwidth_bound_prefill():
     summary = matrix(lambda dl, ctx: dl * (1 if ctx == "short" else 3), lambda db: db)
-    table = tables.mechanisms(summary, links(baseline=100.0, x=600.0, y=1100.0), ORDER)
+    facts = links(baseline=100.0, x=600.0, y=1100.0)
+    table = tables.mechanisms(summary, facts, ORDER, drift=STEADY)
     assert table.iloc[0]["verdict"].startswith(
         "no single number of round trips: the cost per token changes with context "
         "(short 1.0 ±0.0, long 3.0 ±0.0")
+    # The same data with only lower-bound uncertainties (the machine's drift unknown)
+    # cannot claim the contexts differ: one number explains it poorly, and says so.
+    unknown = tables.mechanisms(summary, facts, ORDER).iloc[0]["verdict"]
+    assert unknown.startswith("not resolvable on this data")
     assert table.iloc[1]["slope"] == pytest.approx(1.0)
     assert table.iloc[1]["verdict"].startswith("prefill tracks one-way bandwidth")
 
@@ -497,8 +509,36 @@ def test_the_machine_s_drift_comes_from_every_repeat_of_the_anchors_cell(tmp_pat
 def test_a_link_measured_beside_other_work_is_flagged_in_the_links_table():
     links = pd.DataFrame({"pair": ["lab", "lab"], "link": ["quiet", "busy"],
                           "flags": [None, "throughput below half"],
-                          "foreign_cpu_a_cores": [0.01, 1.2], "cpu_pressure_a_pct": [5.0, 60.0]})
+                          "foreign_cpu_a_cores": [0.01, 1.2], "foreign_cpu_b_cores": [0.0, 0.0],
+                          "cpu_pressure_a_pct": [5.0, 60.0]})
     flags = tables.links_table(links).set_index("link")["flags"]
     assert pd.isna(flags["quiet"])
     assert flags["busy"].startswith("throughput below half; ⚠ host A: CPU pressure 60%")
     assert "other processes used 1.20 cores" in flags["busy"]
+
+
+def test_a_paired_cell_whose_reference_never_answered_has_no_paired_figures(tmp_path):
+    rows = [request(0, [1.0] * 8, reference=True, round=0, status="crash"),
+            *[request(i, [1.2] * 8, reference=False, round=0) for i in (1, 2, 3)]]
+    summary = tables.summarize([write_cell(tmp_path, "x", "short", 1, rows)], CONTEXTS)
+    row = summary.iloc[0]
+    assert row["status"] == "ok" and row["decode_ms_per_token"] == pytest.approx(1.2)
+    assert np.isnan(row["paired_decode_delta_ms"])
+
+
+def test_a_cell_without_interference_figures_is_not_checked_and_says_so(tmp_path):
+    quiet = write_cell(tmp_path, "a", "short", 1, [request(0, [1.0] * 8)])
+    old = request(0, [1.0] * 8)
+    for column in ("foreign_cpu_a_cores", "foreign_cpu_b_cores", "cpu_pressure_a_pct",
+                   "cpu_pressure_b_pct"):
+        del old[column]
+    unknown = write_cell(tmp_path, "b", "short", 1, [old])
+    busy = write_cell(tmp_path, "c", "short", 1, [request(0, [1.0] * 8,
+                                                          foreign_cpu_a_cores=1.3)])
+    summary = tables.summarize([quiet, unknown, busy], CONTEXTS).set_index("link")
+    assert summary.loc["a", "interference_checked"] and pd.isna(summary.loc["a", "flags"])
+    assert not summary.loc["b", "interference_checked"]
+    assert summary.loc["b", "flags"].startswith("interference not measured on host A")
+    assert "other processes used 1.30 cores" in summary.loc["c", "interference"]
+    note = tables.flag_note(summary.reset_index())
+    assert "lab/b/m/short/1: interference not measured" in note
