@@ -4,6 +4,7 @@ import socket
 import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -125,7 +126,7 @@ def test_relay_keeps_bulk_throughput(state_dir):
 
 
 def cpu_ticks(pid: int) -> int:
-    stat = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return int(stat[11]) + int(stat[12])
 
 
