@@ -17,6 +17,7 @@ from splitbench import (
     archive,
     client,
     interference,
+    links,
     metrics,
     netsetup,
     parquet_io,
@@ -88,6 +89,8 @@ def run(
 
 
 Shot = tuple[list[client.Reply], telemetry.RpcTraffic | None]
+# Request-response samples per paired run (64 B, about 5-35 ms on the lab's links).
+PAIRED_RR_SAMPLES = 50
 
 
 @dataclass
@@ -101,6 +104,10 @@ class Run:
     shots: list[Shot] = field(default_factory=list)
     alive: bool = False
     harness_error: str | None = None
+    # A paired run's link latency right after its requests: the 64 B request-response
+    # p50 (us) along the RPC path, so that the prediction uses latency measured at the
+    # same time as the decode it is compared with.
+    rr64_us: float | None = None
 
     def failed(self) -> bool:
         return any(r.error_type or r.http_status != 200 for replies, _ in self.shots
@@ -161,7 +168,7 @@ def _rows(cell: dict[str, Any], runs: list[Run]) -> tuple[list[dict[str, Any]],
                 row = metrics.request_row(reply, cell["prompt_tokens"], cell["n_predict"],
                                           run.alive, cell["crash_below_tps"])
                 rows.append({**row, "reference": run.reference, "round": run.round,
-                             "shot": shot,
+                             "shot": shot, "rr64_us": run.rr64_us,
                              "launch_id": run.server.launch_id if run.server else None,
                              **traffic})
     return rows, replies
@@ -189,19 +196,25 @@ def _runs(cell: dict[str, Any], link: Any, reference: Any, model: dict[str, Any]
         first = Run(True, 0)
         first.server = _launch(first, cell, reference, model, settings, toolchain,
                                slot="reference")
-        # Both launches are up: one stretch of the meter covers every round.
-        with meter.stretch(interference.own_processes(link.pair, sampler.local_pids())):
-            if first.server is None:
+        if first.server is None:
+            with meter.stretch(interference.own_processes(link.pair, sampler.local_pids())):
                 _drive_run(own, cell, link)
-                return [first, own]
+            return [first, own]
+        # Both launches and both latency probes are up: one stretch of the meter covers
+        # every round.
+        with links.latency_probe(reference) as rr_reference, \
+                links.latency_probe(link) as rr_link, \
+                meter.stretch(interference.own_processes(link.pair, sampler.local_pids())):
             for round_ in range(paired["rounds"]):
-                for is_reference, target in ((True, reference), (False, link)):
+                for is_reference, target, latency in ((True, reference, rr_reference),
+                                                      (False, link, rr_link)):
                     run = Run(is_reference, round_, first.server if is_reference
                               else own.server)
                     runs.append(run)
                     _drive_run(run, cell, target, paired["requests"])
                     if run.harness_error or (run.failed() and not is_reference):
                         return runs
+                    run.rr64_us = latency(PAIRED_RR_SAMPLES)
                 if runs[-2].failed():  # the reference died: no more rounds to pair
                     alone = Run(False, round_ + 1, own.server)
                     _drive_run(alone, cell, link)

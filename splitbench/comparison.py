@@ -14,10 +14,11 @@ sequential  the link's cell and the baseline's cell were measured at different t
 
 The prediction: a decode step pays the link's request-response latency once per
 blocking round trip (`roundtrips`: measured by sweeping delay), so a link should cost
-`round trips per token x (its 64 B request-response p50 - the baseline's)` per token,
-both measured in the same run, though not at the same time: its uncertainty is the
-round trips' and the machine's drift between the two (`machine_drift`, applied to the
-predicted difference). A measured difference that disagrees with it beyond their
+`round trips per token x (its 64 B request-response p50 - the baseline's)` per token.
+A paired cell measures both links' latency in its own rounds, right after each run's
+requests: the difference of those, with their spread. Otherwise the link checks' figures,
+measured minutes before the cells: then the machine's drift (`machine_drift`) is part of
+the uncertainty. A measured difference that disagrees with it beyond their
 combined uncertainty is flagged; so is any link that decodes faster than the
 baseline beyond its uncertainty, which no emulated link can.
 """
@@ -43,19 +44,24 @@ def paired_deltas(requests: pd.DataFrame) -> pd.DataFrame:
     the number of rounds with both sides ok."""
     columns = ["paired_decode_delta_ms", "paired_decode_delta_se", "paired_prefill_change_pct",
                "paired_prefill_change_se", "paired_reference_decode_ms",
-               "paired_reference_prefill_tps", "paired_rounds"]
+               "paired_reference_prefill_tps", "paired_rr64_delta_us", "paired_rr64_delta_se",
+               "paired_rounds"]
     if "reference" not in requests or not requests["reference"].fillna(False).any():
         return pd.DataFrame(columns=columns, index=pd.MultiIndex.from_tuples([], names=KEYS))
     ok = requests[requests["status"] == "ok"].assign(
         reference=lambda f: f["reference"].fillna(False).astype(bool))
     paired_cells = ok[ok["reference"]].groupby(KEYS).size().index
     ok = ok.set_index(KEYS).loc[lambda f: f.index.isin(paired_cells)].reset_index()
+    if "rr64_us" not in ok:
+        ok = ok.assign(rr64_us=np.nan)
     by_round = ok.groupby([*KEYS, "repeat", "round", "reference"])[
-        ["decode_ms_per_token", "prefill_tps"]].median().unstack("reference")
+        ["decode_ms_per_token", "prefill_tps", "rr64_us"]].median().unstack("reference")
     # Both sides of every figure, also where one side never had an ok request (a
     # reference that failed to launch, a link that failed in round 0): no round then.
     by_round = by_round.reindex(columns=pd.MultiIndex.from_product(
-        [["decode_ms_per_token", "prefill_tps"], [False, True]])).dropna()
+        [["decode_ms_per_token", "prefill_tps", "rr64_us"], [False, True]])).dropna(
+        subset=[(f, side) for f in ("decode_ms_per_token", "prefill_tps")
+                for side in (False, True)])
     rounds = pd.DataFrame({
         "decode": by_round[("decode_ms_per_token", False)]
         - by_round[("decode_ms_per_token", True)],
@@ -63,9 +69,11 @@ def paired_deltas(requests: pd.DataFrame) -> pd.DataFrame:
         * 100,
         "ref_decode": by_round[("decode_ms_per_token", True)],
         "ref_prefill": by_round[("prefill_tps", True)],
+        "rr64": by_round[("rr64_us", False)] - by_round[("rr64_us", True)],
     }).groupby(level=KEYS)
     n = rounds["decode"].count()
     spread = rounds[["decode", "prefill"]].std(ddof=1).mul(MEDIAN_SE).div(np.sqrt(n), axis=0)
+    n_rr = rounds["rr64"].count()  # rounds whose latency was measured (older files: none)
     out = pd.DataFrame({
         "paired_decode_delta_ms": rounds["decode"].median(),
         "paired_decode_delta_se": spread["decode"].where(n >= 2),
@@ -73,6 +81,9 @@ def paired_deltas(requests: pd.DataFrame) -> pd.DataFrame:
         "paired_prefill_change_se": spread["prefill"].where(n >= 2),
         "paired_reference_decode_ms": rounds["ref_decode"].median(),
         "paired_reference_prefill_tps": rounds["ref_prefill"].median(),
+        "paired_rr64_delta_us": rounds["rr64"].median(),
+        "paired_rr64_delta_se": (MEDIAN_SE * rounds["rr64"].std(ddof=1) / np.sqrt(n_rr)
+                                 ).where(n_rr >= 2),
         "paired_rounds": n,
     })
     return out.reindex(columns=columns)
@@ -176,11 +187,21 @@ def predicted_decode_delta(comp: pd.DataFrame, links: pd.DataFrame, trips: pd.Da
                           on=["pair", "model"], how="left")
     else:
         rows["drift_decode_rel"] = np.nan
-    delta_ms = (pd.to_numeric(rows["rr64_us"]) - pd.to_numeric(rows["rr64_base_us"])) / 1000
     trips_n = pd.to_numeric(rows["round_trips"])
+    trips_se = pd.to_numeric(rows["round_trips_se"])
+    # Latency from the link checks, minutes before the cells: the machine's drift.
+    delta_ms = (pd.to_numeric(rows["rr64_us"]) - pd.to_numeric(rows["rr64_base_us"])) / 1000
     predicted = trips_n * delta_ms
-    spread = np.hypot(pd.to_numeric(rows["round_trips_se"]) * delta_ms.abs(),
+    spread = np.hypot(trips_se * delta_ms.abs(),
                       pd.to_numeric(rows["drift_decode_rel"]).fillna(0) * predicted.abs())
+    # A paired cell measured both links' latency in its own rounds: that, with its spread.
+    if "paired_rr64_delta_us" in comp:
+        paired_ms = pd.to_numeric(comp["paired_rr64_delta_us"]).to_numpy() / 1000
+        paired_se = pd.to_numeric(comp["paired_rr64_delta_se"]).to_numpy() / 1000
+        has = np.isfinite(paired_ms)
+        delta_ms = delta_ms.where(~has, paired_ms)
+        predicted = trips_n * delta_ms
+        spread = spread.where(~has, np.hypot(trips_se * delta_ms.abs(), trips_n * paired_se))
     return pd.DataFrame({
         "predicted_decode_delta_ms": predicted.to_numpy(),
         "predicted_decode_delta_unc_ms": (COVERAGE * spread).to_numpy(),

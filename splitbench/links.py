@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
 import sys
 import time
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -81,6 +83,26 @@ def serve(link: lab.Link, role: str, key: str, argv: list[str], port: int) -> No
     link.host_b.spawn(argv, role=role, key=f"{role}-{key}", extra={"pair": link.pair},
                       log_path=procs.state_dir() / "logs" / f"{role}-{key}.log")
     link.host_b.wait_listening(link.addr_b, port, timeout=10)
+
+
+@contextlib.contextmanager
+def latency_probe(link: lab.Link) -> Iterator[Callable[[int], float]]:
+    """B's echo server on the link for the block; yields measure(samples): the median
+    64 B request-response time (us) from A along the path the RPC traffic takes."""
+    name = f"{link.pair}__{link.name}"
+    try:
+        serve(link, "probe", name,
+              probe.server_argv(link.host_b.python, link.addr_b, lab.PROBE_PORT),
+              lab.PROBE_PORT)
+
+        def measure(samples: int) -> float:
+            with link.host_a.entered():
+                rtts = probe.measure(link.connect_addr, lab.PROBE_PORT, [64], samples)
+            return float(np.median(rtts["64"]))
+
+        yield measure
+    finally:
+        procs.stop(f"probe-{name}")
 
 
 def verify(spec: dict[str, Any], settings: dict[str, Any], out: str | Path) -> pd.DataFrame:

@@ -35,7 +35,6 @@ from splitbench import (
 
 # Index of the first sweep link: far from the configured links' indexes (1, 2, ...).
 FIRST_INDEX = 200
-RR_SIZE = 64  # bytes: latency without bandwidth
 
 
 def point_spec(pair: str, index: int, delay_ms: float) -> dict[str, Any]:
@@ -46,16 +45,8 @@ def point_spec(pair: str, index: int, delay_ms: float) -> dict[str, Any]:
 
 def measure_rr_ms(link: lab.Link, samples: int) -> float:
     """Median request-response time at 64 B from A to B's services (ms)."""
-    name = f"{link.pair}__{link.name}"
-    try:
-        links.serve(link, "probe", name,
-                    probe.server_argv(link.host_b.python, link.addr_b, lab.PROBE_PORT),
-                    lab.PROBE_PORT)
-        with link.host_a.entered():
-            rtts = probe.measure(link.connect_addr, lab.PROBE_PORT, [RR_SIZE], samples)
-    finally:
-        procs.stop(f"probe-{name}")
-    return float(np.median(rtts[str(RR_SIZE)])) / 1000
+    with links.latency_probe(link) as measure:
+        return measure(samples) / 1000
 
 
 def decode_point(server: servers.Server, link: lab.Link, sweep: dict[str, Any]) -> list[dict]:

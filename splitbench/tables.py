@@ -34,7 +34,7 @@ SUMMARY_COLUMNS = ["request_id", "status", "cell_status", "generated_tokens", "n
                    "t_send_ns", "t_last_ns", "decode_ms_se", "cell_wall_ms",
                    "cell_throughput_tps", "launch_id", "link_fingerprint", "temp_before_c",
                    "temp_after_c", "temp_peak_c", "repeat", "arrival_clock",
-                   "coalesced_tokens", "reference", "round", "wakeup_latency_a",
+                   "coalesced_tokens", "reference", "round", "rr64_us", "wakeup_latency_a",
                    "wakeup_latency_b", *CPU_FIGURES, *FIGURES]
 # ctx{label}_c{N}.requests.parquet; a trailing _r{K} marks repeat K of the same cell, for
 # when a cell is measured more than once (a `repeat` column in the rows wins over it).
@@ -42,9 +42,12 @@ CELL_FILE = re.compile(
     r"^ctx(?P<ctx>.+)_c(?P<conc>\d+)(?:_r(?P<repeat>\d+))?\.requests\.parquet$")
 # "±" in the tables is COVERAGE standard errors (about a 95% interval); a difference
 # inside it is "not resolvable".
-COVERAGE = 2.0
-# The standard error of a median of n normal samples is this times sigma / sqrt(n).
-MEDIAN_SE = 1.2533
+COVERAGE = comparison.COVERAGE
+MEDIAN_SE = comparison.MEDIAN_SE
+# A measured link difference disagrees with its prediction beyond this many combined
+# standard errors: a run checks several links and contexts, and at 2 one in twenty
+# that agree would be flagged by chance.
+AGREEMENT_SIGMAS = 3.0
 # Marks a figure measured under interference or with tokens that share a timestamp,
 # and figures no setup can give.
 FLAG_MARK = "⚠"
@@ -451,7 +454,8 @@ def compare_links(summary: pd.DataFrame, baseline_link: str | None = None,
     one = summary[summary["conc"] == 1]
     paired = ["paired_decode_delta_ms", "paired_decode_delta_se", "paired_prefill_change_pct",
               "paired_prefill_change_se", "paired_reference_decode_ms",
-              "paired_reference_prefill_tps", "paired_rounds"]
+              "paired_reference_prefill_tps", "paired_rr64_delta_us", "paired_rr64_delta_se",
+              "paired_rounds"]
     columns = ["status", "prefill_tps", "prefill_tps_se", "decode_ms_per_token",
                "decode_ms_se", "decode_tps", "ttft_ms", "uncertainty_from", "flags", *paired]
     one = one.reindex(columns=COMPARE_KEYS + ["link"] + columns)
@@ -608,11 +612,16 @@ def _agreement(row: pd.Series, guess: pd.Series | None) -> str:
     if not np.isfinite(unc):
         return "— (the measurement has no uncertainty)"
     gap = measured - guess["predicted_decode_delta_ms"]
-    allowed = float(np.hypot(unc, np.nan_to_num(guess["predicted_decode_delta_unc_ms"])))
+    predicted_unc = guess["predicted_decode_delta_unc_ms"]
+    # Both uncertainties are COVERAGE standard errors; the check allows AGREEMENT_SIGMAS.
+    allowed = float(np.hypot(unc, np.nan_to_num(predicted_unc))) * AGREEMENT_SIGMAS / COVERAGE
+    notes = [n for n, on in (("± a lower bound", _bool(row["decode_lower_bound"])),
+                             ("the prediction's ± unknown", not np.isfinite(predicted_unc)))
+             if on]
+    suffix = f" ({'; '.join(notes)})" if notes else ""
     if abs(gap) <= allowed:
-        suffix = " (± a lower bound)" if _bool(row["decode_lower_bound"]) else ""
         return f"agrees ({gap:+.2f} within ±{allowed:.2f}){suffix}"
-    return f"{FLAG_MARK} disagrees by {gap:+.2f} (more than ±{allowed:.2f})"
+    return f"{FLAG_MARK} disagrees by {gap:+.2f} (more than ±{allowed:.2f}){suffix}"
 
 
 def _texts(values: pd.Series, statuses: pd.Series, spec: str) -> list[str]:

@@ -419,15 +419,18 @@ def test_a_link_faster_than_the_baseline_is_flagged():
     assert text.startswith("-1.00 ±0.28 ⚠ faster than the baseline")
 
 
-def paired_rows(deltas: list[float], ref_ms: float = 1.0) -> list[dict]:
+def paired_rows(deltas: list[float], ref_ms: float = 1.0,
+                rr_us: tuple[float, float] = (50.0, 250.0)) -> list[dict]:
     """A paired cell's request rows: per round two reference requests (the baseline
-    link) and two of the link, the link slower by that round's delta."""
+    link) and two of the link, the link slower by that round's delta; each run's
+    latency measured after it (reference, link; the link's a little more each round)."""
     rows, i = [], 0
     for round_, delta in enumerate(deltas):
-        for reference, ms in ((True, ref_ms), (False, ref_ms + delta)):
+        for reference, ms, rr in ((True, ref_ms, rr_us[0]),
+                                  (False, ref_ms + delta, rr_us[1] + round_)):
             for _ in range(2):
                 rows.append(request(i, [ms] * 8, reference=reference, round=round_,
-                                    ttft_ms=10.0 if reference else 11.0))
+                                    ttft_ms=10.0 if reference else 11.0, rr64_us=rr))
                 i += 1
     return rows
 
@@ -450,6 +453,15 @@ def test_a_paired_cell_gives_the_median_of_its_round_differences(tmp_path):
     assert row["decode base (ms/token)"] == "1.00"
     assert row["decode Δ (ms/token)"] == "+0.20 ±0.04"
     assert row["compared"] == "paired (5 rounds)"
+    # The latency each round measured: 200-204 us more on the link, median 202.
+    assert x["paired_rr64_delta_us"] == pytest.approx(202.0)
+    trips = pd.DataFrame({"pair": ["lab"], "model": ["m"], "workers": [1],
+                          "round_trips": [1.0], "round_trips_se": [0.0]})
+    stale = pd.DataFrame({"pair": ["lab", "lab"], "link": ["baseline", "x"],
+                          "rr64_p50_us": [50.0, 950.0]})  # the link checks' (minutes ago)
+    comp = tables.compare_links(summary, "baseline")
+    guess = comparison.predicted_decode_delta(comp, stale, trips, {})
+    assert guess["predicted_decode_delta_ms"].iloc[0] == pytest.approx(0.202)
 
 
 def test_the_prediction_from_measured_latency_is_checked():
