@@ -45,3 +45,4 @@ rule all:
         "results/tables/links.md",
         expand("results/charts/{name}.{ext}", name=CHART_NAMES, ext=["html", "png"]),
         "results/report.html",
+        "results/checks.txt",

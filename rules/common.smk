@@ -158,7 +158,7 @@ def reference_link_result(wildcards):
 
 def model_file(wildcards):
     spec = config["models"][wildcards.model]
-    if spec.get("synthetic"):
+    if spec.get("synthetic") or spec.get("source"):
         return f"results/models/{wildcards.model}.gguf"
     return spec["path"]
 
@@ -187,11 +187,6 @@ onstart:
 
 onsuccess:
     procs.teardown()
-    # Last words of the run: every check that failed or flagged cells (imported here:
-    # the report's chart libraries would slow every dry run).
-    from splitbench import report
-
-    report.print_checks()
 
 
 onerror:

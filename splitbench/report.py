@@ -374,6 +374,7 @@ def check_lines(summary: pd.DataFrame, drift_path: str | Path | None) -> list[tu
                                          "(drift.anchor_tolerance is null)"))
             else:
                 lines.append(("failed", "drift: no anchor check ran"))
+    lines += [("failed", text) for text in load_failures(summary)]
     cells = len(summary)
     checked = summary.get("interference_checked", pd.Series(False, index=summary.index))
     flagged = summary.get("interference", pd.Series(None, index=summary.index)).notna()
@@ -402,18 +403,33 @@ def check_lines(summary: pd.DataFrame, drift_path: str | Path | None) -> list[tu
     return lines
 
 
-def print_checks(results: str | Path = plan.RESULTS) -> None:
-    """The checks, printed at the end of a run (a failed one first), so that a check that
-    did not run is never missed behind a successful exit."""
-    summary_path = Path(results) / "summary" / "cells.parquet"
-    if not summary_path.exists():
-        return
-    lines = check_lines(pq.read_table(summary_path).to_pandas(),
-                        Path(results) / "drift" / "report.parquet")
+def load_failures(summary: pd.DataFrame) -> list[str]:
+    """One line per block whose servers never came up: which, how many cells that cost,
+    and why (the launch's reason, its first line)."""
+    failed = summary[summary["status"] == "load"] if "status" in summary else summary[:0]
+    out = []
+    for (pair, link, model), cells in failed.groupby(["pair", "link", "model"]):
+        reason = next((e for e in cells.get("error", pd.Series(dtype=object))
+                       if isinstance(e, str)), "no reason recorded")
+        reason = reason.replace("the block's launch failed: ", "").splitlines()[0]
+        out.append(f"{pair}/{link}/{model} did not load ({len(cells)} cells not measured): "
+                   f"{reason}")
+    return out
+
+
+def run_checks(results: str | Path, out: str | Path) -> list[str]:
+    """The checks of a finished run, written to `out` and printed (failed first); returns
+    the blocks that did not load (the run's exit status says so)."""
+    summary = pq.read_table(Path(results) / "summary" / "cells.parquet").to_pandas()
+    lines = check_lines(summary, Path(results) / "drift" / "report.parquet")
     order = {"failed": 0, "flagged": 1, "ok": 2}
     marks = {"failed": "FAILED", "flagged": "flagged", "ok": "ok"}
-    for state, text in sorted(lines, key=lambda line: order[line[0]]):
-        print(f"splitbench check {marks[state]}: {text}")
+    text = "".join(f"splitbench check {marks[state]}: {line}\n"
+                   for state, line in sorted(lines, key=lambda line: order[line[0]]))
+    print(text, end="")
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(text)
+    return load_failures(summary)
 
 
 def _checks_html(lines: list[tuple[str, str]]) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
+import httpx
 import numpy as np
 import pandas as pd
 
@@ -32,6 +33,7 @@ from splitbench import (
     tables,
     wakeup,
 )
+from splitbench.hosts import HostError
 
 # Index of the first sweep link: far from the configured links' indexes (1, 2, ...).
 FIRST_INDEX = 200
@@ -97,10 +99,21 @@ def _point(spec: dict[str, Any], settings: dict[str, Any], model: dict[str, Any]
     link = lab.ensure_link(point_spec(spec["pair"], index, delay))
     with wakeup.during(spec, {"a": link.host_a, "b": link.host_b}) as held:
         rr_ms = measure_rr_ms(link, spec["rr_samples"])
-        server = servers.ensure(link, settings, model["path"], model["sha256"], toolchain)
-        rows = [{"pair": spec["pair"], "model": spec["model"], "workers": spec["workers"],
-                 "delay_ms": delay, "rr_ms": rr_ms, "launch_id": server.launch_id,
-                 "emulation_delay": link.emulation["delay"], **held, **row}
+        base = {"pair": spec["pair"], "model": spec["model"], "workers": spec["workers"],
+                "delay_ms": delay, "rr_ms": rr_ms, "emulation_delay": link.emulation["delay"],
+                **held}
+        try:
+            server = servers.ensure(link, settings, model["path"], model["sha256"],
+                                    toolchain)
+        except (servers.LaunchError, HostError, httpx.HTTPError) as exc:
+            # A model that does not load has no round trips to count: a row that says
+            # why, and the fit has nothing to fit (the table shows "—").
+            print(f"delay {delay} ms: launch failed: {str(exc)[:300]}", flush=True)
+            return [{**base, "launch_id": None, "request": 0, "tokens": 0,
+                     "error": "launch_failed", "error_text": str(exc)[-2000:],
+                     "decode_ms_per_token": None, "step_ms_median": None,
+                     "server_decode_ms_per_token": None}]
+        rows = [{**base, "launch_id": server.launch_id, **row}
                 for row in decode_point(server, link, spec)]
     decoded = [r["step_ms_median"] for r in rows if r["step_ms_median"] is not None]
     print(f"delay {delay} ms: rr {rr_ms:.3f} ms, decode "

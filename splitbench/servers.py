@@ -17,8 +17,8 @@ from typing import Any
 
 import httpx
 
-from splitbench import lab, procs, telemetry
-from splitbench.hosts import Host
+from splitbench import lab, netsetup, procs, telemetry
+from splitbench.hosts import Host, HostError
 
 HTTP_PORT = 8080
 HEALTH_TIMEOUT_S = 600
@@ -108,6 +108,22 @@ def ensure(
         return _launch(link, settings, model_path, wanted, toolchain, slot)
 
 
+def launch_record(link_spec: dict[str, Any], settings: dict[str, Any],
+                  model: dict[str, Any], toolchain: dict[str, Any]) -> dict[str, Any]:
+    """The launch stage: the servers of one block, launched (or reused); their record, or
+    one saying why they could not be launched (status "failed"): a model that does not
+    load is a result of the matrix, which its cells then report."""
+    with procs.locked(f"pair-{link_spec['pair']}"):
+        link = netsetup.ensure(link_spec)
+        try:
+            return ensure(link, settings, model["path"], model["sha256"], toolchain).record
+        except (LaunchError, HostError, httpx.HTTPError) as exc:
+            return {"status": "failed", "error": str(exc), "failed_at": time.time(),
+                    "pair": link.pair, "link": link.name, "settings": settings,
+                    "fingerprint": fingerprint(link, settings, model["sha256"],
+                                               toolchain["a"]["build_id"])}
+
+
 def _launch(
     link: lab.Link,
     settings: dict[str, Any],
@@ -115,6 +131,27 @@ def _launch(
     wanted: str,
     toolchain: dict[str, Any],
     slot: str = "",
+) -> Server:
+    """Start the launch's workers and llama-server and wait until it serves. A launch
+    that fails stops everything it started before the error leaves (a worker left
+    behind would outlive the run: nothing else knows it belongs to a failed launch)."""
+    started: list[str] = []
+    try:
+        return _start(link, settings, model_path, wanted, toolchain, slot, started)
+    except BaseException:
+        for key in started:
+            procs.stop(key)
+        raise
+
+
+def _start(
+    link: lab.Link,
+    settings: dict[str, Any],
+    model_path: str,
+    wanted: str,
+    toolchain: dict[str, Any],
+    slot: str,
+    started: list[str],
 ) -> Server:
     logs = procs.state_dir() / "logs"
     launch_id = uuid.uuid4().hex[:12]
@@ -126,8 +163,9 @@ def _launch(
     for i, worker_port in enumerate(worker_ports):
         # The worker has no authentication: bind it to B's link address, never 0.0.0.0.
         argv = [str(bin_b / "ggml-rpc-server"), "-H", link.addr_b, "-p", str(worker_port),
-                "-t", threads]
+                "-t", threads, *settings.get("worker_args", [])]
         key = f"rpc-{_named(link.pair, slot)}-{i}"
+        started.append(key)
         link.host_b.spawn(argv, role="rpc-server", key=key, extra={"pair": link.pair},
                           log_path=logs / f"{launch_id}-rpc{i}.log")
         link.host_b.wait_listening(link.addr_b, worker_port, timeout=30)
@@ -147,9 +185,11 @@ def _launch(
         "--metrics",
         "-t", threads,
         "--host", "127.0.0.1", "--port", str(port),
+        *settings.get("server_args", []),
     ]
     llama_key = f"llama-{_named(link.pair, slot)}"
-    started = time.monotonic()
+    started.insert(0, llama_key)  # stopped first: the front end before its workers
+    load_started = time.monotonic()
     llama = link.host_a.spawn(server_argv, role="llama-server", key=llama_key,
                               extra={"pair": link.pair},
                               log_path=logs / f"{launch_id}-llama-server.log")
@@ -164,7 +204,7 @@ def _launch(
     }
     with link.host_a.entered():
         _wait_healthy(url, llama, time.monotonic() + HEALTH_TIMEOUT_S)
-        record["load_s"] = round(time.monotonic() - started, 3)
+        record["load_s"] = round(time.monotonic() - load_started, 3)
         _warm_up(url)
     record["memory"] = {key: memory_mib(host, procs.find(key)["pid"]) for key, host in
                         [(llama_key, link.host_a)] + [(k, link.host_b) for k in proc_keys]}
@@ -178,7 +218,9 @@ def _launch(
 def _wait_healthy(url: str, proc: dict[str, Any], deadline: float) -> None:
     while time.monotonic() < deadline:
         if not procs.is_alive(proc):
-            raise LaunchError(f"llama-server exited during start-up:\n{_tail(proc['log'])}")
+            how = procs.exit_status(proc) or "exited"
+            raise LaunchError(f"llama-server {how} during start-up (model load); the "
+                              f"last lines of its log:\n{_tail(proc['log'])}")
         if healthy(url):
             return
         time.sleep(0.2)

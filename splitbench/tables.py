@@ -34,7 +34,8 @@ SUMMARY_COLUMNS = ["request_id", "status", "cell_status", "generated_tokens", "n
                    "t_send_ns", "t_last_ns", "decode_ms_se", "cell_wall_ms",
                    "cell_throughput_tps", "launch_id", "link_fingerprint", "temp_before_c",
                    "temp_after_c", "temp_peak_c", "repeat", "arrival_clock",
-                   "coalesced_tokens", "reference", "round", "rr64_us", "wakeup_latency_a",
+                   "coalesced_tokens", "reference", "round", "rr64_us", "error_text",
+                   "wakeup_latency_a",
                    "wakeup_latency_b", *CPU_FIGURES, *FIGURES]
 # ctx{label}_c{N}.requests.parquet; a trailing _r{K} marks repeat K of the same cell, for
 # when a cell is measured more than once (a `repeat` column in the rows wins over it).
@@ -56,10 +57,10 @@ FLAG_MARK = "⚠"
 OVERLAP_MAX = 1.05
 # The seed's names for failure modes (its section 3): 400 is the context wall, 500 the
 # overflow error.
-FAILURE_LABEL = {"crash": "crash", "overflow": "500", "ctx_wall": "400",
+FAILURE_LABEL = {"load": "load", "crash": "crash", "overflow": "500", "ctx_wall": "400",
                  "timeout": "timeout", "error": "error"}
-FAILURE_AT = {"crash": "crashes", "overflow": "500", "ctx_wall": "400",
-              "timeout": "times out", "error": "fails"}
+FAILURE_AT = {"load": "does not load", "crash": "crashes", "overflow": "500",
+              "ctx_wall": "400", "timeout": "times out", "error": "fails"}
 # Prefill's elasticity to one-way bandwidth: within +-INSENSITIVE_BELOW prefill counts as
 # insensitive to the link (the seed: +55% bandwidth bought +5..17% prefill, about 0.1 to
 # 0.3); from TRACKS_ABOVE it tracks bandwidth.
@@ -218,6 +219,8 @@ CELL_FIELDS = [
     # Interference: the worst repeat.
     *[(name, name, "first", "max" if name.endswith(("_pct", "_cores")) else "first")
       for name in CPU_FIGURES],
+    # Why the cell failed, where it did: its first request's error (a launch's reason).
+    ("error", "error_text", "first", "first"),
     ("wakeup_latency_a", "wakeup_latency_a", "first", "first"),
     ("wakeup_latency_b", "wakeup_latency_b", "first", "first"),
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -166,6 +167,7 @@ def test_a_launch_that_fails_on_host_b_is_a_row_stamped_when_it_failed(bench, mo
     before = time.time_ns()
     frame = bench(prompt_tokens=64, n_predict=8, name="nolaunch", concurrency=2)
     assert frame["error_type"].tolist() == ["launch_failed"] * 2
+    assert frame["status"].tolist() == ["load"] * 2
     assert frame["error_text"].str.contains("no listener").all()
     assert (frame["t_send_ns"] >= before).all()  # not 1970
     assert frame["cell_wall_ms"].isna().all()  # nothing was sent: no wall time
@@ -232,3 +234,31 @@ def test_beside_two_busy_loops_the_harness_still_agrees_and_the_cell_is_flagged(
     verdict = interference.flag(frame.iloc[:1], {})
     assert verdict["interference_checked"].iloc[0]
     assert "other processes used" in verdict["interference"].iloc[0]
+
+
+def running(name: str) -> list[int]:
+    """Process ids of running processes whose command name is `name`."""
+    out = subprocess.run(["pgrep", "-x", name], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+@needs_root()
+def test_a_server_that_dies_loading_says_how_and_leaves_nothing_running(state_dir, tmp_path):
+    """A model that kills llama-server while it loads (here: a GGUF cut in half): the
+    launch record names how it ended and the log's last lines, and the worker already
+    started for it is stopped at once."""
+    gguf = tmp_path / "cut.gguf"
+    models.write_synthetic(MODEL, gguf)
+    data = gguf.read_bytes()
+    gguf.write_bytes(data[: len(data) // 2])
+    model = models.describe({"synthetic": MODEL}, gguf)
+    tools = toolchain.record("st", "pip", {"a": {}, "b": {}}, tmp_path / "toolchain.json")
+    workers_before = set(running("ggml-rpc-server"))
+    record = servers.launch_record(LINK, SETTINGS, model, tools)
+    assert record["status"] == "failed"
+    assert re.search(r"llama-server (exited with code \d+|killed by SIG\w+) during start-up",
+                     record["error"]), record["error"]
+    assert "the last lines of its log" in record["error"]
+    assert procs.find("rpc-st-0") is None and procs.find("llama-st") is None
+    assert set(running("ggml-rpc-server")) <= workers_before  # none of ours is left
+    assert not servers.current("st")
