@@ -141,6 +141,7 @@ def _measure(cell: dict[str, Any], link: Any, reference: Any, model: dict[str, A
         **sensors,
         **meter.figures(),
         **held,
+        **layout(model, first.server.record if first.server else None),
     }
     requests = pd.DataFrame([{**r, **cell_fields} for r in rows])
     tokens = pd.DataFrame(
@@ -152,6 +153,20 @@ def _measure(cell: dict[str, Any], link: Any, reference: Any, model: dict[str, A
               "harness_error": next((r.harness_error for r in runs if r.harness_error),
                                     None)}
     return requests, tokens, record
+
+
+def layout(model: dict[str, Any], launch: dict[str, Any] | None) -> dict[str, Any]:
+    """What decides the bytes a token moves across the link: the model's width and
+    vocabulary (its GGUF header) and where the launch put its layers (the server's log)."""
+    header = model.get("gguf") or {}
+    where = (launch or {}).get("placement") or {}
+    return {
+        "model_n_embd": header.get("n_embd"),
+        "model_n_vocab": header.get("n_vocab"),
+        "blocks_on_b": where.get("blocks_on_b"),
+        "output_on_b": where.get("output_on_b"),
+        "rpc_workers": len(launch["worker_ports"]) if launch else None,
+    }
 
 
 def _rows(cell: dict[str, Any], runs: list[Run]) -> tuple[list[dict[str, Any]],

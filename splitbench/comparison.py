@@ -13,8 +13,10 @@ sequential  the link's cell and the baseline's cell were measured at different t
             lower bound.
 
 The prediction: a decode step pays the link's request-response latency once per
-blocking round trip (`roundtrips`: measured by sweeping delay), so a link should cost
-`round trips per token x (its 64 B request-response p50 - the baseline's)` per token.
+blocking round trip (`roundtrips`: measured by sweeping delay), and its bytes at the
+link's throughput (`traffic`), so a link should cost
+`round trips per token x (its 64 B request-response p50 - the baseline's)` plus
+`its transfer time for the token's bytes - the baseline's` per token.
 A paired cell measures both links' latency in its own rounds, right after each run's
 requests: the difference of those, with their spread. Otherwise the link checks' figures,
 measured minutes before the cells: then the machine's drift (`machine_drift`) is part of
@@ -31,6 +33,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
+
+from splitbench import traffic
 
 KEYS = ["pair", "link", "model", "ctx", "conc"]
 MEDIAN_SE = 1.2533  # standard error of a median of n normal samples: this x sd / sqrt(n)
@@ -202,8 +206,16 @@ def predicted_decode_delta(comp: pd.DataFrame, links: pd.DataFrame, trips: pd.Da
         delta_ms = delta_ms.where(~has, paired_ms)
         predicted = trips_n * delta_ms
         spread = spread.where(~has, np.hypot(trips_se * delta_ms.abs(), trips_n * paired_se))
+    # The bandwidth term: the token's bytes above each link's burst at its throughput.
+    bandwidth = traffic.bandwidth_delta(comp, links)
+    latency_ms = predicted.to_numpy()
+    total = latency_ms + bandwidth["bandwidth_ms"].to_numpy()
+    spread = np.hypot(spread.to_numpy(),
+                      bandwidth["bandwidth_unc_ms"].fillna(0).to_numpy() / COVERAGE)
     return pd.DataFrame({
-        "predicted_decode_delta_ms": predicted.to_numpy(),
-        "predicted_decode_delta_unc_ms": (COVERAGE * spread).to_numpy(),
+        "predicted_decode_delta_ms": total,
+        "predicted_decode_delta_unc_ms": COVERAGE * spread,
+        "predicted_latency_ms": latency_ms,
+        "predicted_bandwidth_ms": bandwidth["bandwidth_ms"].to_numpy(),
         "round_trips": trips_n.to_numpy(),
     }, index=comp.index)

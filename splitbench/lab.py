@@ -222,20 +222,24 @@ def _shape(
         "rate_gbit_b_to_a": rate_ba,
         "delay": "none",
         "delay_ms": delay_ms,
+        # What a message may send above the rate before the shaper holds it (a wire: 0).
+        "burst_bytes_a_to_b": 0,
+        "burst_bytes_b_to_a": 0,
     }
     use_netem = _wants_delay_path(spec) and netem_available(ns_a, if_a)
-    for ns, ifname, rate in ((ns_a, if_a, rate_ab), (ns_b, if_b, rate_ba)):
+    for ns, ifname, rate, direction in ((ns_a, if_a, rate_ab, "a_to_b"),
+                                        (ns_b, if_b, rate_ba, "b_to_a")):
         if use_netem:
             args = ["netem", "delay", f"{delay_ms * 1000:.0f}us"]
             if rate:
                 args += ["rate", f"{rate * 1000:.0f}mbit"]
             kind = "netem"
         elif rate:
-            # Burst of 4 ms at rate keeps tbf from throttling below the rate at HZ=250.
-            burst = max(int(rate * 1e9 / 8 * 0.004), 65536)
+            burst = tbf_burst_bytes(rate)
             args = ["tbf", "rate", f"{rate * 1000:.0f}mbit", "burst", str(burst),
                     "latency", "20ms"]
             kind = "tbf"
+            emulation[f"burst_bytes_{direction}"] = burst
         else:
             continue
         result = _qdisc(ns, ifname, *args)
@@ -255,6 +259,20 @@ def _shape(
         for ns, ifname in ((ns_a, if_a), (ns_b, if_b))
     }
     return emulation
+
+
+# tbf lets a full bucket through at the veth's own speed. A decode step's largest message
+# (a token's logits: 196 KB for a 49k vocabulary) must cross at the link's rate as on a
+# wire, so the bucket holds 0.25 ms at rate: measured, a 196 KB message then took
+# (size - burst) / rate longer than unshaped, and iperf3 reached 1.11 of 1.19 Gbit/s
+# (with 4 ms: 1.14 Gbit/s, but the logits crossed unshaped: no bandwidth cost at all).
+TBF_BURST_S = 0.00025
+TBF_MIN_BURST = 16384  # a few full-size segments (tbf splits larger GSO packets)
+
+
+def tbf_burst_bytes(rate_gbit: float) -> int:
+    """The tbf bucket for a rate: TBF_BURST_S at rate, at least TBF_MIN_BURST."""
+    return max(int(rate_gbit * 1e9 / 8 * TBF_BURST_S), TBF_MIN_BURST)
 
 
 def netem_available(ns: str, ifname: str) -> bool:

@@ -153,6 +153,9 @@ def verify(spec: dict[str, Any], settings: dict[str, Any], out: str | Path) -> p
         emulated_rate_gbit_a_to_b=link.emulation.get("rate_gbit_a_to_b"),
         emulated_rate_gbit_b_to_a=link.emulation.get("rate_gbit_b_to_a"),
         emulated_delay_ms=link.emulation.get("delay_ms"),
+        # Bytes a message may send above the rate (tbf's bucket; 0 on a wire).
+        burst_bytes_a_to_b=link.emulation.get("burst_bytes_a_to_b", 0),
+        burst_bytes_b_to_a=link.emulation.get("burst_bytes_b_to_a", 0),
         ping_includes_delay=link.emulation["delay"] != "relay",
         iperf3_version=_version(link.host_a, ["iperf3", "--version"]),
         sockperf_version=_version(link.host_a, ["sockperf", "--version"]) if with_sockperf
@@ -373,7 +376,8 @@ def fingerprint(row: dict[str, Any]) -> str:
     keys = ("pair", "link", "interface_a", "addr_a", "addr_b", "emulation_mode",
             "emulation_rate", "emulation_delay", "emulated_rate_gbit_a_to_b",
             "emulated_rate_gbit_b_to_a", "emulated_delay_ms", "negotiated_gbps",
-            "mtu_a", "mtu_b", "driver_a", "driver_b")
+            "mtu_a", "mtu_b", "driver_a", "driver_b", "burst_bytes_a_to_b",
+            "burst_bytes_b_to_a")
     text = json.dumps({k: row.get(k) for k in keys}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

@@ -355,7 +355,7 @@ def _server_settings(model: dict[str, Any], slots: int, tokens: int) -> dict[str
 # clash with what the launch record says).
 SERVER_OWNED = {"--rpc", "-m", "--model", "-ngl", "--gpu-layers", "--n-gpu-layers", "-c",
                 "--ctx-size", "-np", "--parallel", "--host", "--port", "-t", "--threads",
-                "--fit", "--cache-ram", "--metrics"}
+                "--fit", "--cache-ram", "--metrics", "-lv", "--verbosity", "--log-verbosity"}
 WORKER_OWNED = {"-H", "--host", "-p", "--port", "-t", "--threads"}
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 import uuid
 from dataclasses import dataclass
@@ -185,6 +186,9 @@ def _start(
         "--metrics",
         "-t", threads,
         "--host", "127.0.0.1", "--port", str(port),
+        # At verbosity 4 the start-up log says where the layers went (`placement`); per
+        # request it adds about twenty lines.
+        "-lv", "4",
         *settings.get("server_args", []),
     ]
     llama_key = f"llama-{_named(link.pair, slot)}"
@@ -205,6 +209,7 @@ def _start(
     with link.host_a.entered():
         _wait_healthy(url, llama, time.monotonic() + HEALTH_TIMEOUT_S)
         record["load_s"] = round(time.monotonic() - load_started, 3)
+        record["placement"] = placement(Path(llama["log"]).read_text(errors="replace"))
         _warm_up(url)
     record["memory"] = {key: memory_mib(host, procs.find(key)["pid"]) for key, host in
                         [(llama_key, link.host_a)] + [(k, link.host_b) for k in proc_keys]}
@@ -213,6 +218,33 @@ def _start(
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=1))
     return Server(url, launch_id, wanted, record)
+
+
+_OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
+_REPEATING = re.compile(r"offloading (\d+) repeating layers to GPU")
+_BUFFER = re.compile(r"(\S+) (model|KV|compute) buffer size =\s+([\d.]+) MiB")
+
+
+def placement(log: str) -> dict[str, Any]:
+    """Where llama-server put the model, from its start-up log: the blocks and whether
+    the output layer sit on host B (llama.cpp counts RPC workers as GPUs), and each
+    host's model, KV and compute buffers (MiB). `error` where the log does not say."""
+    offloaded = _OFFLOADED.search(log)
+    if offloaded is None:
+        return {"error": "the server's start-up log does not say where the layers went "
+                         "(it is written at verbosity 4 and above)"}
+    repeating = _REPEATING.search(log)
+    found: dict[str, Any] = {
+        "layers_on_b": int(offloaded.group(1)),
+        "layers_total": int(offloaded.group(2)),  # the blocks and the output layer
+        "blocks_on_b": int(repeating.group(1)) if repeating else 0,
+        "output_on_b": "offloading output layer to GPU" in log,
+    }
+    for device, kind, mib in _BUFFER.findall(log):
+        # RPC0[10.0.0.2:50052], RPC1[...]: the workers on B; CPU, CPU_Mapped, ...: A.
+        key = f"{kind.lower()}_mib_{'b' if device.startswith('RPC') else 'a'}"
+        found[key] = round(found.get(key, 0.0) + float(mib), 2)
+    return found
 
 
 def _wait_healthy(url: str, proc: dict[str, Any], deadline: float) -> None:

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from splitbench import archive, comparison, interference, metrics, parquet_io
+from splitbench import archive, comparison, interference, metrics, parquet_io, traffic
 
 SUMMARY_KEYS = ["pair", "link", "model", "ctx", "conc"]
 # Cells that a link comparison sets side by side: same pair, model and context.
@@ -27,6 +27,7 @@ COMPARE_KEYS = ["pair", "model", "ctx"]
 FIGURES = ["prefill_tps", "decode_tps", "decode_ms_per_token", "ttft_ms",
            "server_prefill_tps", "server_decode_ms_per_token", "prompt_tokens",
            "rpc_bytes_per_token_a_to_b", "rpc_bytes_per_token_b_to_a", "server_ttft_ms"]
+LAYOUT = ["model_n_embd", "model_n_vocab", "blocks_on_b", "output_on_b", "rpc_workers"]
 # What else used each host's CPUs during a cell (interference.Meter, the sampler).
 CPU_FIGURES = interference.COLUMNS
 # What the summary reads of a request file; older files lack some (those stay missing).
@@ -36,7 +37,7 @@ SUMMARY_COLUMNS = ["request_id", "status", "cell_status", "generated_tokens", "n
                    "temp_after_c", "temp_peak_c", "repeat", "arrival_clock",
                    "coalesced_tokens", "reference", "round", "rr64_us", "error_text",
                    "wakeup_latency_a",
-                   "wakeup_latency_b", *CPU_FIGURES, *FIGURES]
+                   "wakeup_latency_b", *CPU_FIGURES, *FIGURES, *LAYOUT]
 # ctx{label}_c{N}.requests.parquet; a trailing _r{K} marks repeat K of the same cell, for
 # when a cell is measured more than once (a `repeat` column in the rows wins over it).
 CELL_FILE = re.compile(
@@ -223,6 +224,8 @@ CELL_FIELDS = [
     ("error", "error_text", "first", "first"),
     ("wakeup_latency_a", "wakeup_latency_a", "first", "first"),
     ("wakeup_latency_b", "wakeup_latency_b", "first", "first"),
+    # What decides a token's bytes across the link (cells.layout).
+    *[(name, name, "first", "first") for name in LAYOUT],
 ]
 
 
@@ -460,7 +463,8 @@ def compare_links(summary: pd.DataFrame, baseline_link: str | None = None,
               "paired_reference_prefill_tps", "paired_rr64_delta_us", "paired_rr64_delta_se",
               "paired_rounds"]
     columns = ["status", "prefill_tps", "prefill_tps_se", "decode_ms_per_token",
-               "decode_ms_se", "decode_tps", "ttft_ms", "uncertainty_from", "flags", *paired]
+               "decode_ms_se", "decode_tps", "ttft_ms", "uncertainty_from", "flags",
+               "rpc_bytes_per_token_a_to_b", "rpc_bytes_per_token_b_to_a", *paired]
     one = one.reindex(columns=COMPARE_KEYS + ["link"] + columns)
     numeric = [c for c in columns if c not in ("status", "uncertainty_from", "flags")]
     one[numeric] = one[numeric].apply(pd.to_numeric, errors="coerce")
@@ -600,7 +604,11 @@ def _prediction_text(guess: pd.Series | None) -> str:
         return "—"
     text = f"{guess['predicted_decode_delta_ms']:+.2f}"
     unc = guess["predicted_decode_delta_unc_ms"]
-    return text + (f" ±{unc:.2f}" if np.isfinite(unc) else "")
+    text += f" ±{unc:.2f}" if np.isfinite(unc) else ""
+    parts = guess.get("predicted_latency_ms"), guess.get("predicted_bandwidth_ms")
+    if all(p is not None and np.isfinite(p) for p in parts):
+        text += f" (latency {parts[0]:+.2f}, bandwidth {parts[1]:+.2f})"
+    return text
 
 
 def _agreement(row: pd.Series, guess: pd.Series | None) -> str:
@@ -732,8 +740,9 @@ def mechanism_points(summary: pd.DataFrame, links: pd.DataFrame,
                      baseline_link: str | None = None,
                      drift: pd.DataFrame | None = None) -> pd.DataFrame:
     """One point per non-baseline link, model and context (concurrency 1, both cells ok):
-    decode delta against the links' latency difference, prefill relative change against
-    relative one-way bandwidth (A->B, the direction a prompt's activations travel)."""
+    decode delta, less its bandwidth term (traffic.bandwidth_delta), against the links'
+    latency difference; prefill relative change against relative one-way bandwidth
+    (A->B, the direction a prompt's activations travel)."""
     comp = compare_links(summary, baseline_link, drift)
     comp = comp[(comp["status"] == "ok") & (comp["status_base"] == "ok")]
     latency = latency_column(links)
@@ -742,10 +751,16 @@ def mechanism_points(summary: pd.DataFrame, links: pd.DataFrame,
     comp = comp.merge(facts, on=["pair", "link"], how="left").merge(
         facts.rename(columns={"link": "baseline"}), on=["pair", "baseline"], how="left",
         suffixes=("", "_base"))
+    bandwidth = traffic.bandwidth_delta(comp, links)
     return comp.assign(
         latency_delta_ms=(comp["latency_us"] - comp["latency_us_base"]) / 1000,
         bandwidth_change=comp["gbps"] / comp["gbps_base"] - 1,
         prefill_change=comp["prefill_change_pct"] / 100,
+        bandwidth_ms=bandwidth["bandwidth_ms"],
+        bandwidth_what=bandwidth["bandwidth_what"],
+        # What the link's latency must explain: the delta less its bandwidth term
+        # (all of it where that term is unknown: no bytes or throughput measured).
+        decode_latency_ms=comp["decode_delta_ms"] - bandwidth["bandwidth_ms"].fillna(0),
     )
 
 
@@ -787,18 +802,27 @@ def _slopes_by(points: pd.DataFrame, key: str, x: str, y: str, order: Sequence[s
 
 def mechanisms(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
                baseline_link: str | None = None,
-               drift: pd.DataFrame | None = None) -> pd.DataFrame:
+               drift: pd.DataFrame | None = None,
+               prediction: Callable[[pd.DataFrame], pd.DataFrame] | None = None
+               ) -> pd.DataFrame:
     """The seed's conclusions 1 and 2, computed per model: implied round trips per token
     (decode delta vs request-response latency difference) and prefill's elasticity to
     one-way bandwidth, each with its fit quality and a one-line verdict that the data
     must carry: a slope not resolvable from zero, of an impossible sign, or with a low
-    R² gives "not resolvable on this data" with the reason, never a number."""
+    R² gives "not resolvable on this data" with the reason, never a number. With
+    `prediction` (see link_comparison), a decode verdict whose fit has no number takes
+    its latency term from the measured round trips."""
     points = mechanism_points(summary, links, baseline_link, drift)
+    if prediction is not None and len(points):
+        # The latency term from the round-trip sweep, where the cells' own fit has none.
+        points["predicted_latency_ms"] = prediction(points)["predicted_latency_ms"]
     latency = latency_column(links)
     rows = []
     for (pair, model), _ in summary.groupby(["pair", "model"]):
         mine = points[(points["pair"] == pair) & (points["model"] == model)]
         decode = mine.reindex(columns=["link", "ctx", "latency_delta_ms", "decode_delta_ms",
+                                       "decode_latency_ms", "bandwidth_ms", "bandwidth_what",
+                                       "predicted_latency_ms",
                                        "decode_delta_unc_ms", "decode_lower_bound",
                                        "drift_decode_rel"]).dropna(
             subset=["latency_delta_ms", "decode_delta_ms"])
@@ -807,8 +831,9 @@ def mechanisms(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
                        ].dropna(subset=["bandwidth_change", "prefill_change", "gbps",
                                         "gbps_base"])
         prefill = prefill.assign(prefill_change_unc=prefill["prefill_change_unc_pct"] / 100)
-        rows.append(_mechanism_row(pair, model, "decode", f"Δ {latency} (ms)", decode,
-                                   "latency_delta_ms", "decode_delta_ms", contexts))
+        rows.append(_mechanism_row(pair, model, "decode",
+                                   f"Δ {latency} (ms), after the bandwidth term", decode,
+                                   "latency_delta_ms", "decode_latency_ms", contexts))
         rows.append(_mechanism_row(pair, model, "prefill", "relative A→B bandwidth",
                                    prefill, "bandwidth_change", "prefill_change", contexts))
     table = pd.DataFrame(rows)
@@ -832,8 +857,8 @@ def _mechanism_row(pair: str, model: str, mechanism: str, against: str, points: 
     fit["lower_bound"] = bool(points[lower].fillna(True).astype(bool).any()) \
         if lower in points and len(points) else True
     by_context = _slopes_by(points, "ctx", x, y, contexts)
-    verdict = (_decode_verdict(fit, points) if mechanism == "decode"
-               else _prefill_verdict(fit, points))
+    verdict = (_decode_verdict(fit, points) + _dominant_terms(fit, points)
+               if mechanism == "decode" else _prefill_verdict(fit, points))
     return {
         "pair": pair, "model": model, "mechanism": mechanism, "against": against,
         "slope": round(fit["slope"], 3),
@@ -843,8 +868,67 @@ def _mechanism_row(pair: str, model: str, mechanism: str, against: str, points: 
         "links": points["link"].nunique(),
         "by link": _slopes_by(points, "link", x, y, sorted(points["link"].unique())),
         "by context": by_context,
+        "bandwidth term (ms/token)": _bandwidth_by_link(points) if mechanism == "decode"
+        else "—",
         "verdict": verdict,
     }
+
+
+def _bandwidth_by_link(points: pd.DataFrame) -> str:
+    """Each link's bandwidth term (median over contexts), "usb4 +1.02 / 5gbe +1.05"."""
+    if points.empty or points["bandwidth_ms"].isna().all():
+        return "— (no bytes or throughput measured)"
+    return " / ".join(f"{link} {group['bandwidth_ms'].median():+.2f}"
+                      for link, group in points.groupby("link"))
+
+
+def _dominant_terms(fit: dict[str, Any], points: pd.DataFrame) -> str:
+    """Per link: the decode delta's bandwidth term (predicted from the token's bytes and
+    the links' throughput) and its latency term (the fitted round trips x the latency
+    difference; where the fit has no number, the round trips the sweep measured), and
+    which one dominates. No latency term, no verdict on dominance."""
+    if points.empty:
+        return ""
+    if points["bandwidth_ms"].isna().all():
+        return ("; the bandwidth term is unknown (no bytes per token or throughput "
+                "measured): the fit counts all of the delta as latency")
+    resolvable = np.isfinite(fit["slope"]) and fit["slope"] > 0 and not _unresolvable(
+        fit, "latency")
+    parts = []
+    for link, group in points.groupby("link"):
+        measured = _weighted(group["decode_delta_ms"], group["decode_delta_unc_ms"])
+        bandwidth = group["bandwidth_ms"].median()
+        gap = group["latency_delta_ms"].median()
+        swept = group["predicted_latency_ms"].median() if "predicted_latency_ms" in group \
+            else np.nan
+        if resolvable:
+            latency, how = fit["slope"] * gap, f"{fit['slope']:.1f} round trips × {gap:.2f} ms"
+        elif np.isfinite(swept):
+            latency, how = swept, "the round trips the sweep measured"
+        else:
+            latency, how = np.nan, ""
+        if not np.isfinite(bandwidth):
+            continue
+        what = group["bandwidth_what"].dropna()
+        carried = f" ({what.iloc[0]})" if len(what) and bandwidth > 0 else ""
+        text = f"{link}: {measured:+.2f} ms/token measured; bandwidth {bandwidth:+.2f}{carried}"
+        if np.isfinite(latency):
+            dominant = "bandwidth" if abs(bandwidth) > abs(latency) else "latency"
+            text += f", latency {latency:+.2f} ({how}): {dominant} dominates"
+        else:
+            text += ", latency term unknown (no round trips resolved or measured)"
+        parts.append(text)
+    return ("; per link: " + "; ".join(parts)) if parts else ""
+
+
+def _weighted(values: pd.Series, unc: pd.Series) -> float:
+    """The inverse-variance mean of a link's deltas over contexts (their median where
+    an uncertainty is missing)."""
+    values, unc = values.to_numpy(dtype=float), unc.to_numpy(dtype=float)
+    if len(values) and np.all(np.isfinite(unc)) and np.all(unc > 0):
+        weights = 1 / unc**2
+        return float(np.sum(weights * values) / np.sum(weights))
+    return float(np.median(values)) if len(values) else np.nan
 
 
 def _unresolvable(fit: dict[str, Any], what: str) -> list[str]:
@@ -869,7 +953,7 @@ def _decode_verdict(fit: dict[str, Any], points: pd.DataFrame) -> str:
         # only against uncertainties that include run-to-run variation).
         per = []
         for ctx, group in points.groupby("ctx", sort=False):
-            f = fit_through_origin(group["latency_delta_ms"], group["decode_delta_ms"],
+            f = fit_through_origin(group["latency_delta_ms"], group["decode_latency_ms"],
                                    group["decode_delta_unc_ms"] / COVERAGE)
             per.append(f"{ctx} {f['slope']:.1f}" + (f" ±{COVERAGE * f['slope_se']:.1f}"
                                                     if np.isfinite(f["slope_se"]) else ""))
@@ -911,7 +995,7 @@ def _varies_with_context(points: pd.DataFrame) -> bool | None:
             continue
         sigma = group["decode_delta_unc_ms"].to_numpy(dtype=float) / COVERAGE
         se = np.sqrt(np.sum((x * sigma) ** 2)) / sxx  # NaN where a delta has no uncertainty
-        slopes.append((float(np.sum(x * group["decode_delta_ms"].to_numpy()) / sxx), se))
+        slopes.append((float(np.sum(x * group["decode_latency_ms"].to_numpy()) / sxx), se))
     if len(slopes) < 2:
         return None
     return any(abs(a - b) > COVERAGE * np.hypot(sa, sb) if np.isfinite(np.hypot(sa, sb))
@@ -1032,7 +1116,7 @@ def tables(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
             f"{COVERAGE:g} standard errors: paired rounds, or both cells' spread plus the "
             "machine's drift over the run; not resolvable: the difference lies "
             f"inside it; {FLAG_MARK}: a figure no link can have, a disagreement with the "
-            "prediction from measured latency, or a flagged cell)",
+            "prediction from measured latency and bandwidth, or a flagged cell)",
             link_comparison(summary, contexts, base, drift, prediction)),
         "single_stream_decode": ("Single-stream decode (tok/s) by context; ❌ 400: context "
                                  f"wall, ❌ 500: overflow; {FLAG_MARK}: a flagged cell",
@@ -1051,12 +1135,20 @@ def tables(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
                     f"{FLAG_MARK}: above 1 (no cell can be more than fully concurrent) or a "
                     "flagged cell",
                     overlap_table(summary, contexts)),
+        "link_traffic": (
+            "Bytes per decoded token across the link (concurrency 1): measured (kernel "
+            "TCP counters of the RPC connections) against the prediction from the "
+            f"model's GGUF header and where its layers sit; {FLAG_MARK}: more than "
+            f"{traffic.TOLERANCE:.0%} apart; transfer: the bytes above the link's burst "
+            "allowance at its measured throughput",
+            traffic.link_traffic(summary, links, contexts)),
         "mechanisms": (
-            f"Mechanisms vs {base}: decode delta (ms/token) against the links' request-"
+            f"Mechanisms vs {base}: decode delta (ms/token) less its bandwidth term "
+            "(the token's bytes at each link's throughput) against the links' request-"
             "response latency difference (slope = round trips per token) and prefill "
             "relative change against relative one-way bandwidth (slope = elasticity); "
             f"fits through the origin, ± is {COVERAGE:g} standard errors",
-            mechanisms(summary, links, contexts, base, drift)),
+            mechanisms(summary, links, contexts, base, drift, prediction)),
     }
 
 
