@@ -8,12 +8,15 @@
 
 from snakemake.utils import min_version, validate
 
+from splitbench import plan
+
 min_version("9.0")
 
 
 configfile: "config/config.yaml"
 
 
+plan.names_as_text(config)
 validate(config, "config/schema.yaml")
 
 

@@ -209,7 +209,8 @@ def predicted_decode_delta(comp: pd.DataFrame, links: pd.DataFrame, trips: pd.Da
     # The bandwidth term: the token's bytes above each link's burst at its throughput.
     bandwidth = traffic.bandwidth_delta(comp, links)
     latency_ms = predicted.to_numpy()
-    total = latency_ms + bandwidth["bandwidth_ms"].to_numpy()
+    # Unknown (no bytes or throughput measured): latency alone, which the text says.
+    total = latency_ms + bandwidth["bandwidth_ms"].fillna(0).to_numpy()
     spread = np.hypot(spread.to_numpy(),
                       bandwidth["bandwidth_unc_ms"].fillna(0).to_numpy() / COVERAGE)
     return pd.DataFrame({

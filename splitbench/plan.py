@@ -83,6 +83,29 @@ def entries_merged_in(workflow_config: dict[str, Any], given: list[dict[str, Any
     return found
 
 
+def names_as_text(config: dict[str, Any]) -> None:
+    """Names are text: YAML reads a context named `512:` or a model named `7:` as a
+    number, which then fails to sort against the other names. Turns the names of pairs,
+    links, models and contexts, and every reference to one, into strings, in place."""
+    def keys(mapping: Any) -> Any:
+        return {str(k): v for k, v in mapping.items()} if isinstance(mapping, dict) \
+            else mapping
+
+    for section in ("pairs", "models", "contexts"):
+        config[section] = keys(config.get(section))
+    for spec in (config.get("pairs") or {}).values():
+        if isinstance(spec, dict):
+            spec["links"] = keys(spec.get("links"))
+    if config.get("baseline_link") is not None:
+        config["baseline_link"] = str(config["baseline_link"])
+    for section, key in (("roundtrips", "models"), ("cell", "paired")):
+        value = (config.get(section) or {}).get(key)
+        if key == "models" and isinstance(value, list):
+            config[section][key] = [str(v) for v in value]
+        elif isinstance(value, dict) and isinstance(value.get("contexts"), list):
+            value["contexts"] = [str(v) for v in value["contexts"]]
+
+
 def check(config: dict[str, Any]) -> None:
     """Cross-key checks the JSON schema cannot express. Raises ConfigError."""
     links_by_pair = {p: set(spec["links"]) for p, spec in config["pairs"].items()}

@@ -608,6 +608,8 @@ def _prediction_text(guess: pd.Series | None) -> str:
     parts = guess.get("predicted_latency_ms"), guess.get("predicted_bandwidth_ms")
     if all(p is not None and np.isfinite(p) for p in parts):
         text += f" (latency {parts[0]:+.2f}, bandwidth {parts[1]:+.2f})"
+    elif parts[1] is not None and not np.isfinite(parts[1]):
+        text += " (latency only: the bandwidth term is unknown)"
     return text
 
 

@@ -92,11 +92,12 @@ def bandwidth_delta(rows: pd.DataFrame, links: pd.DataFrame) -> pd.DataFrame:
             if not (np.isfinite(size) and np.isfinite(link[0]) and np.isfinite(base[0])):
                 total = np.nan
                 break
-            burst = pd.to_numeric(facts.at[i, f"burst_bytes_{way}"], errors="coerce")
-            burst_base = pd.to_numeric(facts.at[i, f"burst_bytes_{way}_base"],
-                                       errors="coerce")
-            on_link = transfer_ms(size, np.nan_to_num(burst), link[0])
-            on_base = transfer_ms(size, np.nan_to_num(burst_base), base[0])
+            # The bytes within the link's burst cross at line speed, as on the baseline:
+            # only the rest differs between the two.
+            burst = np.nan_to_num(pd.to_numeric(facts.at[i, f"burst_bytes_{way}"],
+                                                errors="coerce"))
+            on_link = transfer_ms(size, burst, link[0])
+            on_base = transfer_ms(size, burst, base[0])
             total += on_link - on_base
             # Relative uncertainty of a transfer time = that of the throughput.
             for ms, (mid, low, high) in ((on_link, link), (on_base, base)):

@@ -116,3 +116,20 @@ def test_entries_merged_in_from_the_workflow_config_are_named():
     # Keys the files leave out (contexts here) are meant to come from the workflow's.
     assert plan.entries_merged_in(default, [{"repeats": 3}]) == []
     assert plan.entries_merged_in(default, [default]) == []
+
+
+def test_names_that_yaml_reads_as_numbers_are_names():
+    config = yaml.safe_load("""
+contexts: {short: 128, 512: 512}
+models: {7: {synthetic: {}}}
+baseline_link: 1
+pairs: {lab: {links: {1: {}, 2: {rate_gbit: 1.0}}}}
+roundtrips: {models: [7]}
+cell: {paired: {contexts: [512]}}
+""")
+    plan.names_as_text(config)
+    assert list(config["contexts"]) == ["short", "512"]
+    assert list(config["models"]) == ["7"] and config["roundtrips"]["models"] == ["7"]
+    assert list(config["pairs"]["lab"]["links"]) == ["1", "2"]
+    assert config["baseline_link"] == "1"
+    assert config["cell"]["paired"]["contexts"] == ["512"]
