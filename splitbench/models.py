@@ -204,4 +204,10 @@ def describe(spec: dict[str, Any], gguf_path: str | Path | None,
         stat = path.stat()
         out = {"path": str(path.resolve()),
                "sha256": f"size{stat.st_size}-mtime{stat.st_mtime_ns}", "synthetic": False}
-    return {**out, "gguf": header(path)}
+    try:
+        found = header(path)
+    except Exception as exc:  # noqa: BLE001 - any unreadable file: the server will say more
+        # The launch then fails with the server's own reason, and that is the block's
+        # result; a model record that raised here would cost the whole report instead.
+        found = {"error": f"not a readable GGUF header: {type(exc).__name__}: {exc}"}
+    return {**out, "gguf": found}

@@ -28,9 +28,9 @@ from markdown_it import MarkdownIt
 from splitbench import __version__, charts, parquet_io, plan, tables
 
 # Tables in the seed write-up's order; stems that match none come after, by name.
-TABLE_ORDER = ["links", "link_comparison", "single_stream_decode", "single_stream_prefill",
-               "single_stream", "ttft", "concurrency", "boundary", "overlap", "mechanism",
-               "round_trips"]
+TABLE_ORDER = ["links", "link_comparison", "link_traffic", "single_stream_decode",
+               "single_stream_prefill", "single_stream", "ttft", "concurrency", "boundary",
+               "overlap", "mechanism", "round_trips"]
 # Long provenance values (a probe's source code passed with -c) are cut to this.
 MAX_TEXT = 400
 

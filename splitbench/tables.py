@@ -886,9 +886,11 @@ def _bandwidth_by_link(points: pd.DataFrame) -> str:
 
 def _dominant_terms(fit: dict[str, Any], points: pd.DataFrame) -> str:
     """Per link: the decode delta's bandwidth term (predicted from the token's bytes and
-    the links' throughput) and its latency term (the fitted round trips x the latency
-    difference; where the fit has no number, the round trips the sweep measured), and
-    which one dominates. No latency term, no verdict on dominance."""
+    the links' throughput) and its latency term (the round trips the sweep measured x
+    the latency difference; without a sweep, the cells' fitted round trips where the
+    fit has a number), and which one dominates. No latency term, no verdict on
+    dominance. The sweep comes first: it measures round trips on their own, where the
+    cells' fit inherits every cell's noise."""
     if points.empty:
         return ""
     if points["bandwidth_ms"].isna().all():
@@ -903,10 +905,10 @@ def _dominant_terms(fit: dict[str, Any], points: pd.DataFrame) -> str:
         gap = group["latency_delta_ms"].median()
         swept = group["predicted_latency_ms"].median() if "predicted_latency_ms" in group \
             else np.nan
-        if resolvable:
+        if np.isfinite(swept):
+            latency, how = swept, "the sweep's round trips × the latency difference"
+        elif resolvable:
             latency, how = fit["slope"] * gap, f"{fit['slope']:.1f} round trips × {gap:.2f} ms"
-        elif np.isfinite(swept):
-            latency, how = swept, "the round trips the sweep measured"
         else:
             latency, how = np.nan, ""
         if not np.isfinite(bandwidth):

@@ -129,7 +129,8 @@ def link_traffic(summary: pd.DataFrame, links: pd.DataFrame,
         "on host B": [_layout_text(r) for _, r in one.iterrows()],
     })
     for way, arrow in DIRECTIONS.items():
-        measured = pd.to_numeric(one.get(f"rpc_bytes_per_token_{way}"), errors="coerce")
+        measured = pd.to_numeric(one.reindex(columns=[f"rpc_bytes_per_token_{way}"]).iloc[:, 0],
+                                 errors="coerce")
         predicted = one[f"predicted_bytes_{way}"]
         table[f"{arrow} (B/token)"] = [_bytes(v) for v in measured]
         table[f"{arrow} predicted"] = [_bytes(v) for v in predicted]
