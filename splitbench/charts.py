@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from splitbench import plan, tables
+from splitbench import plan, tables, traffic
 
 # name -> (title, the question it answers); the report shows them in this order.
 CHARTS: dict[str, tuple[str, str]] = {
@@ -54,7 +54,8 @@ CHARTS: dict[str, tuple[str, str]] = {
     ),
     "decode_vs_latency": (
         "Decode time per token against link latency",
-        "The fitted slope is the number of link round trips each token pays for.",
+        "Decode less the time its token's bytes take on the link, against the link's "
+        "latency: the fitted slope is the number of round trips each token pays for.",
     ),
 }
 
@@ -367,8 +368,12 @@ def latency_column(links: pd.DataFrame) -> str | None:
 
 
 def latency_points(summary: pd.DataFrame, links: pd.DataFrame, column: str) -> pd.DataFrame:
-    """Single-stream decode ms/token of each ok cell next to its link's latency (ms)."""
+    """Single-stream decode ms/token of each ok cell, less the time its token's bytes
+    take on its link (traffic.own_transfer_ms; kept whole where unknown), next to its
+    link's latency (ms): what latency has to explain, as the mechanisms table fits it."""
     one = _single_stream(summary, "decode_ms_per_token")
+    transfer = traffic.own_transfer_ms(one, links) if len(one) else pd.Series(dtype=float)
+    one = one.assign(decode_ms_per_token=one["decode_ms_per_token"] - transfer.fillna(0))
     latency = links[["pair", "link"]].assign(
         latency_ms=pd.to_numeric(links[column], errors="coerce") / 1000)
     points = one[["pair", "link", "where", "model", "ctx", "decode_ms_per_token"]].merge(
@@ -379,7 +384,8 @@ def latency_points(summary: pd.DataFrame, links: pd.DataFrame, column: str) -> p
 def _latency_layers(x: alt.X, colour: alt.Color) -> list[alt.Chart]:
     """Measured points, fitted lines and the fit's label, each from its `part` of the data."""
     dots = alt.Chart().mark_point(filled=True, size=60).encode(
-        x=x, y=alt.Y("decode_ms_per_token:Q", title="decode ms/token"), color=colour,
+        x=x, y=alt.Y("decode_ms_per_token:Q", title="decode ms/token less transfer"),
+        color=colour,
         shape=alt.Shape("where:N", title="link"),
         tooltip=["where:N", "ctx:N", alt.Tooltip("latency_ms:Q", format=".3f"),
                  alt.Tooltip("decode_ms_per_token:Q", format=".3f")],

@@ -208,7 +208,7 @@ def predicted_decode_delta(comp: pd.DataFrame, links: pd.DataFrame, trips: pd.Da
         spread = spread.where(~has, np.hypot(trips_se * delta_ms.abs(), trips_n * paired_se))
     # The bandwidth term: the token's bytes above each link's burst at its throughput.
     bandwidth = traffic.bandwidth_delta(comp, links)
-    latency_ms = predicted.to_numpy()
+    latency_ms, latency_unc = predicted.to_numpy(), COVERAGE * np.asarray(spread)
     # Unknown (no bytes or throughput measured): latency alone, which the text says.
     total = latency_ms + bandwidth["bandwidth_ms"].fillna(0).to_numpy()
     spread = np.hypot(spread.to_numpy(),
@@ -217,6 +217,8 @@ def predicted_decode_delta(comp: pd.DataFrame, links: pd.DataFrame, trips: pd.Da
         "predicted_decode_delta_ms": total,
         "predicted_decode_delta_unc_ms": COVERAGE * spread,
         "predicted_latency_ms": latency_ms,
+        "predicted_latency_unc_ms": latency_unc,
         "predicted_bandwidth_ms": bandwidth["bandwidth_ms"].to_numpy(),
+        "predicted_bandwidth_unc_ms": bandwidth["bandwidth_unc_ms"].to_numpy(),
         "round_trips": trips_n.to_numpy(),
     }, index=comp.index)

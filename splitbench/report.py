@@ -285,7 +285,8 @@ def _launch_rows(launch_files: dict[str, Path]) -> tuple[pd.DataFrame, str]:
         rows.append({"launch": launch_id, "pair": launch.get("pair"),
                      "link": launch.get("link"), "settings": json.dumps(launch.get("settings")),
                      "started": _clock(started * 1e9) if started else None,
-                     "load s": launch.get("load_s")})
+                     "load s": launch.get("load_s"),
+                     "placement": json.dumps(launch.get("placement"))})
         lines = [shlex.join(argv) for argv in _argvs(launch.get("commands", {}))]
         commands.append(f"# launch {launch_id}\n" + "\n".join(lines))
     text = html.escape("\n\n".join(commands))

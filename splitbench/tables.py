@@ -759,6 +759,7 @@ def mechanism_points(summary: pd.DataFrame, links: pd.DataFrame,
         bandwidth_change=comp["gbps"] / comp["gbps_base"] - 1,
         prefill_change=comp["prefill_change_pct"] / 100,
         bandwidth_ms=bandwidth["bandwidth_ms"],
+        bandwidth_unc_ms=bandwidth["bandwidth_unc_ms"],
         bandwidth_what=bandwidth["bandwidth_what"],
         # What the link's latency must explain: the delta less its bandwidth term
         # (all of it where that term is unknown: no bytes or throughput measured).
@@ -817,14 +818,17 @@ def mechanisms(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
     points = mechanism_points(summary, links, baseline_link, drift)
     if prediction is not None and len(points):
         # The latency term from the round-trip sweep, where the cells' own fit has none.
-        points["predicted_latency_ms"] = prediction(points)["predicted_latency_ms"]
+        predicted = prediction(points)
+        points["predicted_latency_ms"] = predicted["predicted_latency_ms"]
+        points["predicted_latency_unc_ms"] = predicted["predicted_latency_unc_ms"]
     latency = latency_column(links)
     rows = []
     for (pair, model), _ in summary.groupby(["pair", "model"]):
         mine = points[(points["pair"] == pair) & (points["model"] == model)]
         decode = mine.reindex(columns=["link", "ctx", "latency_delta_ms", "decode_delta_ms",
                                        "decode_latency_ms", "bandwidth_ms", "bandwidth_what",
-                                       "predicted_latency_ms",
+                                       "predicted_latency_ms", "predicted_latency_unc_ms",
+                                       "bandwidth_unc_ms",
                                        "decode_delta_unc_ms", "decode_lower_bound",
                                        "drift_decode_rel"]).dropna(
             subset=["latency_delta_ms", "decode_delta_ms"])
@@ -888,9 +892,9 @@ def _dominant_terms(fit: dict[str, Any], points: pd.DataFrame) -> str:
     """Per link: the decode delta's bandwidth term (predicted from the token's bytes and
     the links' throughput) and its latency term (the round trips the sweep measured x
     the latency difference; without a sweep, the cells' fitted round trips where the
-    fit has a number), and which one dominates. No latency term, no verdict on
-    dominance. The sweep comes first: it measures round trips on their own, where the
-    cells' fit inherits every cell's noise."""
+    fit has a number), each with its ±, and the term that dominates: only where the two
+    differ by more than their combined ±. The sweep comes first: it measures round trips
+    on their own, where the cells' fit inherits every cell's noise."""
     if points.empty:
         return ""
     if points["bandwidth_ms"].isna().all():
@@ -900,39 +904,62 @@ def _dominant_terms(fit: dict[str, Any], points: pd.DataFrame) -> str:
         fit, "latency")
     parts = []
     for link, group in points.groupby("link"):
-        measured = _weighted(group["decode_delta_ms"], group["decode_delta_unc_ms"])
+        measured, unc = _weighted(group["decode_delta_ms"], group["decode_delta_unc_ms"])
         bandwidth = group["bandwidth_ms"].median()
+        bandwidth_unc = group["bandwidth_unc_ms"].median()
         gap = group["latency_delta_ms"].median()
         swept = group["predicted_latency_ms"].median() if "predicted_latency_ms" in group \
             else np.nan
         if np.isfinite(swept):
-            latency, how = swept, "the sweep's round trips × the latency difference"
+            latency, latency_unc = swept, group["predicted_latency_unc_ms"].median()
+            how = "the sweep's round trips × the latency difference"
         elif resolvable:
-            latency, how = fit["slope"] * gap, f"{fit['slope']:.1f} round trips × {gap:.2f} ms"
+            latency, latency_unc = fit["slope"] * gap, COVERAGE * fit["slope_se"] * abs(gap)
+            how = f"{fit['slope']:.1f} round trips × {gap:.2f} ms"
         else:
-            latency, how = np.nan, ""
+            latency, latency_unc, how = np.nan, np.nan, ""
         if not np.isfinite(bandwidth):
             continue
         what = group["bandwidth_what"].dropna()
         carried = f" ({what.iloc[0]})" if len(what) and bandwidth > 0 else ""
-        text = f"{link}: {measured:+.2f} ms/token measured; bandwidth {bandwidth:+.2f}{carried}"
+        figure = f"{measured:+.2f}" + (f" ±{unc:.2f}" if np.isfinite(unc) else "")
+        if np.isfinite(unc) and abs(measured) <= unc:
+            figure += " (not resolvable)"
+        text = (f"{link}: {figure} ms/token measured; bandwidth {bandwidth:+.2f}"
+                f"{_plus_minus(bandwidth_unc)}{carried}")
         if np.isfinite(latency):
-            dominant = "bandwidth" if abs(bandwidth) > abs(latency) else "latency"
-            text += f", latency {latency:+.2f} ({how}): {dominant} dominates"
+            text += f", latency {latency:+.2f}{_plus_minus(latency_unc)} ({how}): "
+            text += _dominance(bandwidth, bandwidth_unc, latency, latency_unc)
         else:
             text += ", latency term unknown (no round trips resolved or measured)"
         parts.append(text)
     return ("; per link: " + "; ".join(parts)) if parts else ""
 
 
-def _weighted(values: pd.Series, unc: pd.Series) -> float:
-    """The inverse-variance mean of a link's deltas over contexts (their median where
-    an uncertainty is missing)."""
+def _plus_minus(unc: float) -> str:
+    return f" ±{unc:.2f}" if np.isfinite(unc) else ""
+
+
+def _dominance(bandwidth: float, bandwidth_unc: float, latency: float,
+               latency_unc: float) -> str:
+    """Which term is larger beyond their combined uncertainty (unknown ± counts as 0)."""
+    allowed = float(np.hypot(np.nan_to_num(bandwidth_unc), np.nan_to_num(latency_unc)))
+    if abs(bandwidth) - abs(latency) > allowed:
+        return "bandwidth dominates"
+    if abs(latency) - abs(bandwidth) > allowed:
+        return "latency dominates"
+    return f"neither dominates (they differ by less than ±{allowed:.2f})"
+
+
+def _weighted(values: pd.Series, unc: pd.Series) -> tuple[float, float]:
+    """The inverse-variance mean of a link's deltas over contexts and its uncertainty
+    (their median and no uncertainty where one is missing)."""
     values, unc = values.to_numpy(dtype=float), unc.to_numpy(dtype=float)
     if len(values) and np.all(np.isfinite(unc)) and np.all(unc > 0):
         weights = 1 / unc**2
-        return float(np.sum(weights * values) / np.sum(weights))
-    return float(np.median(values)) if len(values) else np.nan
+        return float(np.sum(weights * values) / np.sum(weights)), float(
+            1 / np.sqrt(np.sum(weights)))
+    return (float(np.median(values)) if len(values) else np.nan), np.nan
 
 
 def _unresolvable(fit: dict[str, Any], what: str) -> list[str]:

@@ -147,7 +147,8 @@ def _layout_text(row: pd.Series) -> str:
     if blocks is None or pd.isna(blocks):
         return "— (not in the launch record)"
     workers = int(row["rpc_workers"]) if pd.notna(row.get("rpc_workers")) else 1
-    text = f"{int(blocks)} blocks" + (" + output layer" if output else "")
+    text = f"{int(blocks)} block{'s' if int(blocks) != 1 else ''}" + (
+        " + output layer" if output else "")
     return text + (f" ({workers} workers)" if workers > 1 else "")
 
 
@@ -170,13 +171,31 @@ def _check(measured: float, predicted: float, way: str) -> str:
     return f"⚠ {ratio:.1f}× the {what}{rest}"
 
 
-def _transfer_text(row: pd.Series) -> str:
-    parts = []
-    for way, arrow in DIRECTIONS.items():
+def _own_transfer(row: pd.Series) -> dict[str, float]:
+    """A cell's transfer time per token each way on its own link (NaN where unknown)."""
+    out = {}
+    for way in DIRECTIONS:
         size = pd.to_numeric(row.get(f"rpc_bytes_per_token_{way}"), errors="coerce")
         gbps = pd.to_numeric(row.get(f"{way}_gbps"), errors="coerce")
-        if not (np.isfinite(size) and np.isfinite(gbps)):
-            return "— (no throughput measured)"
         burst = np.nan_to_num(pd.to_numeric(row.get(f"burst_bytes_{way}"), errors="coerce"))
-        parts.append(f"{arrow} {transfer_ms(size, burst, gbps):.3f}")
-    return " / ".join(parts)
+        out[way] = transfer_ms(size, burst, gbps) if np.isfinite(size) and \
+            np.isfinite(gbps) else np.nan
+    return out
+
+
+def own_transfer_ms(cells: pd.DataFrame, links: pd.DataFrame) -> pd.Series:
+    """Each cell's decoded token's transfer time on its own link, both ways (ms)."""
+    facts = cells[["pair", "link"]].merge(_link_facts(links), on=["pair", "link"],
+                                          how="left")
+    facts.index = cells.index
+    rows = pd.concat([cells.drop(columns=[c for c in LINK_FACTS if c in cells]),
+                      facts[LINK_FACTS]], axis=1)
+    return pd.Series([sum(_own_transfer(r).values()) for _, r in rows.iterrows()],
+                     index=cells.index, dtype=float)
+
+
+def _transfer_text(row: pd.Series) -> str:
+    times = _own_transfer(row)
+    if not all(np.isfinite(v) for v in times.values()):
+        return "— (no throughput measured)"
+    return " / ".join(f"{arrow} {times[way]:.3f}" for way, arrow in DIRECTIONS.items())

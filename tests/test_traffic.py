@@ -134,10 +134,25 @@ def test_the_verdict_names_the_term_that_dominates():
     # What latency must explain after the bandwidth term: 2 round trips either way.
     assert big["slope"] == pytest.approx(2.0, abs=0.01)
     assert small["slope"] == pytest.approx(2.0, abs=0.01)
-    assert "bandwidth +1.01 (B→A 196.6 KB at 1.19 Gbit/s)" in big["verdict"]
-    assert "bandwidth dominates" in big["verdict"]
-    assert "latency dominates" in small["verdict"]
+    assert "bandwidth +1.01 ±0.01 (B→A 196.6 KB at 1.19 Gbit/s)" in big["verdict"]
+    assert "latency +0.40 ±0.02" in big["verdict"]
+    assert big["verdict"].endswith("bandwidth dominates")
+    assert small["verdict"].endswith("latency dominates")
     assert big["bandwidth term (ms/token)"] == "slow +1.01"
+
+
+def test_no_term_dominates_inside_their_uncertainty():
+    """A sweep that could not pin the round trips down (2 ±4): the latency term is
+    0.40 ±0.80, which may be as large as the bandwidth term (1.01)."""
+    vague = TRIPS.assign(round_trips_se=2.0)
+
+    def vague_predict(rows: pd.DataFrame) -> pd.DataFrame:
+        return comparison.predicted_decode_delta(rows, LINKS, vague, {}, STEADY)
+
+    table = tables.mechanisms(matrix(), LINKS, ORDER, "baseline", STEADY, vague_predict)
+    big = table[(table["model"] == "big") & (table["mechanism"] == "decode")].iloc[0]
+    assert "latency +0.40 ±0.80" in big["verdict"]
+    assert big["verdict"].endswith("neither dominates (they differ by less than ±0.80)")
 
 
 def test_a_latency_only_fit_would_count_the_logits_as_round_trips():
