@@ -925,10 +925,10 @@ def _dominant_terms(fit: dict[str, Any], points: pd.DataFrame) -> str:
         figure = f"{measured:+.2f}" + (f" ±{unc:.2f}" if np.isfinite(unc) else "")
         if np.isfinite(unc) and abs(measured) <= unc:
             figure += " (not resolvable)"
-        text = (f"{link}: {figure} ms/token measured; bandwidth {bandwidth:+.2f}"
+        text = (f"{link}: {figure} ms/token measured, predicted bandwidth {bandwidth:+.2f}"
                 f"{_plus_minus(bandwidth_unc)}{carried}")
         if np.isfinite(latency):
-            text += f", latency {latency:+.2f}{_plus_minus(latency_unc)} ({how}): "
+            text += f" + latency {latency:+.2f}{_plus_minus(latency_unc)} ({how}): "
             text += _dominance(bandwidth, bandwidth_unc, latency, latency_unc)
         else:
             text += ", latency term unknown (no round trips resolved or measured)"

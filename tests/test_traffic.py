@@ -135,7 +135,7 @@ def test_the_verdict_names_the_term_that_dominates():
     assert big["slope"] == pytest.approx(2.0, abs=0.01)
     assert small["slope"] == pytest.approx(2.0, abs=0.01)
     assert "bandwidth +1.01 ±0.01 (B→A 196.6 KB at 1.19 Gbit/s)" in big["verdict"]
-    assert "latency +0.40 ±0.02" in big["verdict"]
+    assert "+ latency +0.40 ±0.02" in big["verdict"]
     assert big["verdict"].endswith("bandwidth dominates")
     assert small["verdict"].endswith("latency dominates")
     assert big["bandwidth term (ms/token)"] == "slow +1.01"

@@ -287,13 +287,17 @@ def test_adding_a_link_plans_only_its_verification_launches_and_cells(finished):
 
 @needs_root()
 @pytest.mark.e2e
-def test_changing_one_models_settings_plans_only_its_cells(finished):
+@pytest.mark.parametrize("change", [{"threads": 2}, {"server_args": ["--no-mmap"]},
+                                    {"worker_args": ["-c"]}])
+def test_changing_one_models_settings_plans_only_its_cells(finished, change):
     work, config = finished
     changed = yaml.safe_load(yaml.safe_dump(config, sort_keys=False))
-    changed["models"]["tiny2"]["threads"] = 2
+    changed["models"]["tiny2"].update(change)
     jobs = planned(work, changed)
     assert len(cells_in(jobs)) == 8
     assert all("/tiny2/" in path for path in cells_in(jobs))
+    assert sorted(jobs.get("launch", [])) == [
+        "results/servers/t/plain/tiny2.json", "results/servers/t/slow/tiny2.json"]
 
 
 @needs_root()
