@@ -276,7 +276,17 @@ def _failed(cell: dict[str, Any], error_type: str, text: str) -> list[client.Rep
     """Every request of a release, failed before it got a reply, stamped now."""
     now = time.time_ns()
     return [client.Reply(request_id=i, t_send_ns=now, t_end_ns=now, error_type=error_type,
-                         error_text=text[-2000:]) for i in range(cell["concurrency"])]
+                         error_text=capped(text)) for i in range(cell["concurrency"])]
+
+
+def capped(text: str, limit: int = 2000) -> str:
+    """At most `limit` characters: the first line (the reason) and the end (the last
+    lines of a log), what lies between cut."""
+    if len(text) <= limit:
+        return text
+    first, _, rest = text.partition("\n")
+    first = first[: limit // 2]
+    return f"{first}\n…\n{rest[-(limit - len(first) - 3):]}"
 
 
 def more_shots(cell: dict[str, Any], sent: int, elapsed_s: float) -> bool:

@@ -376,6 +376,10 @@ def check_lines(summary: pd.DataFrame, drift_path: str | Path | None) -> list[tu
             else:
                 lines.append(("failed", "drift: no anchor check ran"))
     lines += [("failed", text) for text in load_failures(summary)]
+    # A block that never loaded measured nothing that interference could disturb (its
+    # own line above says so): the interference check counts the cells that ran.
+    if "status" in summary:
+        summary = summary[summary["status"] != "load"]
     cells = len(summary)
     checked = summary.get("interference_checked", pd.Series(False, index=summary.index))
     flagged = summary.get("interference", pd.Series(None, index=summary.index)).notna()
@@ -387,7 +391,7 @@ def check_lines(summary: pd.DataFrame, drift_path: str | Path | None) -> list[tu
         lines.append(("flagged", f"interference: {int(flagged.sum())} of {cells} cells "
                                  f"measured while other work used the CPUs "
                                  f"({tables.FLAG_MARK} in the tables)"))
-    elif checked.astype(bool).all():
+    elif checked.astype(bool).all() and cells:
         lines.append(("ok", f"interference: none above the limits in {cells} cells"))
     for side in ("a", "b"):
         held = summary.get(f"wakeup_latency_{side}")

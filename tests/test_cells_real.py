@@ -262,3 +262,15 @@ def test_a_server_that_dies_loading_says_how_and_leaves_nothing_running(state_di
     assert procs.find("rpc-st-0") is None and procs.find("llama-st") is None
     assert set(running("ggml-rpc-server")) <= workers_before  # none of ours is left
     assert not servers.current("st")
+
+
+def test_a_long_failure_keeps_its_reason_and_its_log_s_last_lines():
+    from splitbench.cells import capped
+
+    text = "llama-server exited with code 1 during start-up\n" + "\n".join(
+        f"log line {i}" for i in range(1000))
+    kept = capped(text)
+    assert len(kept) <= 2000
+    assert kept.startswith("llama-server exited with code 1 during start-up\n…\n")
+    assert kept.endswith("log line 999")
+    assert capped("short") == "short"
