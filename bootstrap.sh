@@ -72,6 +72,12 @@ llama_cpp
 case "${1:-setup}" in
     setup) say "ready: $VENV/bin/snakemake --cores 1 all" ;;
     run) exec "$VENV/bin/snakemake" --cores 1 all ;;
-    test) exec "$VENV/bin/python" -m pytest -v -rs ;;
+    test)
+        # Lint first: a lint failure fails the test command as a test would.
+        say "lint: ruff, snakefmt, snakemake --lint"
+        "$VENV/bin/ruff" check .
+        "$VENV/bin/snakefmt" --check Snakefile rules/
+        "$VENV/bin/snakemake" --lint
+        exec "$VENV/bin/python" -m pytest -v -rs ;;
     *) echo "usage: $0 [setup|run|test]" >&2; exit 2 ;;
 esac

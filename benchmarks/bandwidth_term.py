@@ -8,7 +8,7 @@ per link, the measured decode difference and the predicted one split into its la
 and bandwidth terms: the latency term should be near zero and the measured difference
 should agree with the bandwidth term. Prints figures; asserts nothing.
 
-    .venv/bin/python benchmarks/bandwidth_term.py [--rounds 24] [--dir DIR]
+    .venv/bin/python benchmarks/bandwidth_term.py [--rounds 24] [--dir DIR] [--dry-run]
 
 Needs root (network namespaces) and PyPI (the model's wheel). About 6 minutes on 2 cores.
 """
@@ -56,6 +56,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=24)
     parser.add_argument("--dir", help="run here (kept) instead of a temporary directory")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="only plan the run (checks the config against the workflow)")
     args = parser.parse_args()
     work = Path(args.dir or tempfile.mkdtemp(prefix="sb-bandwidth-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -65,8 +67,13 @@ def main() -> None:
     (work / "config/reruns.yaml").unlink(missing_ok=True)
     (work / "bandwidth.yaml").write_text(yaml.safe_dump(config(args.rounds), sort_keys=False))
     snakemake = Path(sys.executable).with_name("snakemake")
-    run = subprocess.run([str(snakemake), "--cores", "1", "all", "--configfile",
-                          "bandwidth.yaml", "--replace-workflow-config"], cwd=work)
+    argv = [str(snakemake), "--cores", "1", "all", "--configfile", "bandwidth.yaml",
+            "--replace-workflow-config"]
+    if args.dry_run:
+        plan = subprocess.run([*argv, "-n", "--quiet", "rules"], cwd=work)
+        print(f"planned (dry run, exit {plan.returncode}) in {work}")
+        sys.exit(plan.returncode)
+    run = subprocess.run(argv, cwd=work)
     if run.returncode != 0:
         print(f"the workflow failed (exit {run.returncode}); see {work}/results/logs")
     table = pd.read_csv(work / "results/tables/link_comparison.csv")

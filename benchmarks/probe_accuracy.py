@@ -30,9 +30,9 @@ SIZES = [64, 1024, 4096, 16384, 65536, 262144]
 def measure(spec: dict, samples: int) -> list[dict]:
     link = lab.ensure_link(spec)
     key = f"bench-{spec['link']}"
-    links._serve(link, "probe", key, [sys.executable, "-m", "splitbench.probe", "serve",
+    links.serve(link, "probe", key, [sys.executable, "-m", "splitbench.probe", "serve",
                                       link.addr_b, str(lab.PROBE_PORT)], lab.PROBE_PORT)
-    links._serve(link, "sockperf", key, ["sockperf", "server", "--tcp", "-i", link.addr_b,
+    links.serve(link, "sockperf", key, ["sockperf", "server", "--tcp", "-i", link.addr_b,
                                          "-p", str(lab.SOCKPERF_PORT)], lab.SOCKPERF_PORT)
     client = [sys.executable, "-m", "splitbench.probe", "client", link.connect_addr,
               str(lab.PROBE_PORT), "--sizes", ",".join(map(str, SIZES)),

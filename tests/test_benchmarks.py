@@ -1,0 +1,43 @@
+"""Every benchmark runs in a small mode, so that a rename in the package breaks a test,
+not a user's benchmark run. The figures themselves are the benchmarks' business."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+
+# script: (small arguments, text its output must hold, needs root)
+SMALL = {
+    "aggregate_scale.py": (["--tokens", "5000", "--models", "1"], "aggregate()", False),
+    "client_overhead.py": (["--streams", "1", "--rate", "500", "--tokens", "200",
+                            "--results", "{tmp}"], "reader runs freely", False),
+    "probe_accuracy.py": (["--samples", "30"], "worst probe/sockperf p50 ratio", True),
+    "bandwidth_term.py": (["--dry-run", "--dir", "{tmp}/wf"], "planned (dry run, exit 0)",
+                          False),
+}
+
+
+def test_every_benchmark_has_a_small_mode():
+    assert {p.name for p in (ROOT / "benchmarks").glob("*.py")} == set(SMALL)
+
+
+@pytest.mark.parametrize("script", sorted(SMALL))
+def test_a_benchmark_runs_in_its_small_mode(script, tmp_path):
+    args, expected, root = SMALL[script]
+    if root and os.geteuid() != 0:
+        pytest.skip("needs root (network namespaces)")
+    if script == "probe_accuracy.py" and not shutil.which("sockperf"):
+        pytest.skip("needs sockperf (./bootstrap.sh installs it as root)")
+    argv = [sys.executable, str(ROOT / "benchmarks" / script),
+            *(a.format(tmp=tmp_path) for a in args)]
+    env = {**os.environ, "SPLITBENCH_STATE": str(tmp_path / "state")}
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=ROOT,
+                            env=env)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert expected in result.stdout, result.stdout[-2000:]
