@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 import pandas as pd
+from rich.console import Console
 
 from splitbench import (
     archive,
@@ -321,9 +322,27 @@ def _drive(cell: dict[str, Any], link: Any, server: servers.Server,
                                             cell["request_timeout_s"], rpc.at_first_token)
             rpc.finish()
             out.append((replies, rpc))
+            _progress(cell, link, len(out), replies, time.monotonic() - started)
             if any(r.error_type or r.http_status != 200 for r in replies):
                 break
     return out
+
+
+_LOG = Console(width=140, log_path=False, highlight=False)  # the job log: stdout
+
+
+def _progress(cell: dict[str, Any], link: Any, release: int, replies: list[client.Reply],
+              elapsed_s: float) -> None:
+    """One line per release in the job's log (between releases, never during one), so
+    that a long cell shows how far it is: requests ok, tokens, decode rate, time."""
+    ok = [r for r in replies if not r.error_type and r.http_status == 200]
+    tokens = sum(len(r.tokens) for r in replies)
+    rates = [(len(r.tokens) - 1) / ((r.tokens[-1]["t_ns"] - r.tokens[0]["t_ns"]) / 1e9)
+             for r in ok if len(r.tokens) > 1 and r.tokens[-1]["t_ns"] > r.tokens[0]["t_ns"]]
+    rate = f"{sum(rates) / len(rates):,.0f} tok/s decode" if rates else "no decode rate"
+    _LOG.log(f"{link.pair}/{link.name} {cell.get('model', '')} {cell['prompt_tokens']} tokens "
+             f"x{cell['concurrency']}: release {release}, {len(ok)}/{len(replies)} ok, "
+             f"{tokens} tokens, {rate}, {elapsed_s:.1f} s")
 
 
 def _hottest(sensors: dict[str, Any], when: str) -> float | None:
