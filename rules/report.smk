@@ -10,8 +10,9 @@ rule aggregate:
         sweeps=all_roundtrip_results(),
     output:
         summary="results/summary/cells.parquet",
-        single_stream="results/tables/single_stream_decode.md",
-        links="results/tables/links.md",
+        tables=expand(
+            "results/tables/{stem}.{ext}", stem=tables.TABLE_STEMS, ext=["md", "csv"]
+        ),
     log:
         "results/logs/aggregate.log",
     conda:

@@ -27,6 +27,11 @@ COMPARE_KEYS = ["pair", "model", "ctx"]
 FIGURES = ["prefill_tps", "decode_tps", "decode_ms_per_token", "ttft_ms",
            "server_prefill_tps", "server_decode_ms_per_token", "prompt_tokens",
            "rpc_bytes_per_token_a_to_b", "rpc_bytes_per_token_b_to_a", "server_ttft_ms"]
+# Every table `aggregate` writes (results/tables/<stem>.md and .csv): the aggregate
+# rule declares exactly these as its outputs.
+TABLE_STEMS = ["links", "link_comparison", "link_traffic", "single_stream_decode",
+               "single_stream_prefill", "ttft", "concurrency_boundary", "overlap",
+               "mechanisms", "remeasured"]
 LAYOUT = ["model_n_embd", "model_n_vocab", "blocks_on_b", "output_on_b", "rpc_workers"]
 # What else used each host's CPUs during a cell (interference.Meter, the sampler).
 CPU_FIGURES = interference.COLUMNS
