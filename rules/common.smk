@@ -3,7 +3,7 @@ import json
 import os
 import sys
 
-from splitbench import archive, drift, plan, procs, tables
+from splitbench import archive, charts, drift, plan, procs, tables
 
 # Snakemake extends config/config.yaml with a --configfile's entries, recursively; for
 # the matrix that means running the embedded lab next to the user's own pair, unasked.

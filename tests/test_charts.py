@@ -3,7 +3,6 @@ a single link or nothing at all; the figures they draw are the right ones."""
 
 from __future__ import annotations
 
-import ast
 import json
 import re
 from pathlib import Path
@@ -153,9 +152,7 @@ def test_saved_files_are_offline_html_png_and_strict_json(tmp_path):
     json.loads(spec.read_text(), parse_constant=no_constants)
 
 
-def test_rule_lists_every_chart_with_a_caption():
-    text = (ROOT / "rules" / "report.smk").read_text()
-    listed = ast.literal_eval(re.search(r"CHART_NAMES = (\[.*?\])", text, re.S).group(1))
-    assert listed == list(charts.CHARTS)
-    for name in listed:
+def test_every_chart_has_a_caption_for_the_workflow_report():
+    # The charts rule declares one PNG per charts.CHARTS entry, each with this caption.
+    for name in charts.CHARTS:
         assert (ROOT / "report" / "charts" / f"{name}.rst").is_file(), name
