@@ -22,7 +22,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-# Stop order: the HTTP front end before the RPC worker it talks to (REFERENCE.md).
+# Stop order: the HTTP front end before the RPC worker it talks to (a worker that
+# goes first makes llama-server abort mid-call: "Remote RPC server crashed").
 # A measuring job goes first: after Snakemake is killed, its jobs run on as orphans.
 STOP_ORDER = ("job", "llama-server", "rpc-server", "relay", "probe", "iperf3", "other")
 
