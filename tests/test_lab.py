@@ -83,3 +83,45 @@ def test_unreachable_peer_is_named_and_leaves_no_output(state_dir, tmp_path):
     assert "host b" in message or ("pair 'tl'" in message and "link 'gone'" in message)
     assert not out.exists()
     assert not any(p["role"] in ("iperf3", "probe", "sockperf") for p in procs.all_procs())
+
+
+def detour(link: lab.Link) -> None:
+    """A second veth between A and B, and a host route on A that sends B's link address
+    over it: traffic for B then bypasses the link's own interface."""
+    ns_a, ns_b = link.host_a.netns, link.host_b.netns
+    for argv in (
+        ["ip", "link", "add", "sbtd-a", "type", "veth", "peer", "name", "sbtd-b"],
+        ["ip", "link", "set", "sbtd-a", "netns", ns_a],
+        ["ip", "link", "set", "sbtd-b", "netns", ns_b],
+        ["ip", "-n", ns_a, "addr", "add", "10.250.9.1/30", "dev", "sbtd-a"],
+        ["ip", "-n", ns_b, "addr", "add", "10.250.9.2/30", "dev", "sbtd-b"],
+        ["ip", "-n", ns_a, "link", "set", "sbtd-a", "up"],
+        ["ip", "-n", ns_b, "link", "set", "sbtd-b", "up"],
+        ["ip", "-n", ns_a, "route", "add", f"{link.addr_b}/32", "via", "10.250.9.2"],
+    ):
+        subprocess.run(argv, check=True, capture_output=True)
+
+
+@needs_root()
+def test_traffic_that_bypasses_the_link_stops_its_verification(state_dir, tmp_path):
+    """The guards fire: a route on A that sends B's address another way stops the link's
+    verification, naming pair, link and host; and iperf3 traffic that did not cross the
+    link's interface (its byte counter did not move) is refused even past the route."""
+    from splitbench import links, plan
+
+    spec = {**SPEC, "link": "detour", "index": 9}
+    link = lab.ensure_link(spec)
+    detour(link)
+    out = tmp_path / "detour.parquet"
+    settings = {**plan.link_check_settings({}), "iperf_seconds": 1, "iperf_repeats": 1}
+    with pytest.raises(links.LinkError, match=r"pair 'tl', link 'detour': host a routes "
+                                              rf"{link.addr_b} via 'sbtd-a', not via "):
+        links.verify(spec, settings, out)
+    assert not out.exists()
+    # Past the route check: iperf3 reaches B, but not over the link's interface.
+    key = "tl__detour"
+    links.serve(link, "iperf3", key, ["iperf3", "-s", "-B", link.addr_b, "-p",
+                                      str(lab.IPERF_PORT)], lab.IPERF_PORT)
+    with pytest.raises(links.LinkError, match=rf"iperf3 traffic did not cross "
+                                              rf"{link.interface_a} on host a"):
+        links._throughput(link, settings, [], "pair 'tl', link 'detour'")
