@@ -178,14 +178,35 @@ def stop(key: str, timeout: float = 10.0) -> None:
 
 def _terminate(record: dict[str, Any], timeout: float) -> None:
     if not is_alive(record):
+        _reap(record)
         return
     _signal(record, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not is_alive(record):
+            _reap(record)
             return
         time.sleep(0.05 if not record.get("remote") else 0.3)
     _signal(record, signal.SIGKILL)
+    _reap(record)
+
+
+def _reap(record: dict[str, Any], timeout: float = 5.0) -> None:
+    """Collect a stopped child of this process now. Its whole CPU time moves into this
+    process's reaped-children counters when it is collected; Python's subprocess module
+    would collect it at some later start of another process, in the middle of a cell,
+    where the interference meter would count that server's lifetime as the cell's own."""
+    if record.get("remote"):
+        return
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            pid, _ = os.waitpid(record["pid"], os.WNOHANG)
+        except ChildProcessError:
+            return  # not our child, or already collected
+        if pid or time.monotonic() > deadline:
+            return
+        time.sleep(0.01)
 
 
 def exit_status(record: dict[str, Any]) -> str | None:

@@ -1,5 +1,6 @@
 """Real processes on loopback: the process registry, the delay relay and the RR probe."""
 
+import os
 import socket
 import sys
 import threading
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from splitbench import probe, procs, relay
+from splitbench import probe, procs, relay, sensors
 from splitbench.hosts import Host
 
 LOCAL = Host("local")
@@ -42,6 +43,23 @@ def test_teardown_stops_exactly_what_was_recorded(state_dir):
     finally:
         bystander.kill()
         bystander.wait()
+
+
+def test_a_stopped_server_s_cpu_time_is_collected_when_it_stops(state_dir):
+    """A stopped child is collected by `stop` itself. Left as a zombie, its lifetime CPU
+    moved into this process's counters whenever Python next started a process, which
+    could be inside a later cell: the interference meter counted it as that cell's own
+    and called two busy loops "0.00 cores foreign"."""
+    record = LOCAL.spawn([sys.executable, "-c", "import time\nt = time.process_time()\n"
+                          "while time.process_time() - t < 0.3: pass\ntime.sleep(60)"],
+                         role="other", key="burner", log_path=state_dir / "burner.log")
+    time.sleep(1.0)  # past its 0.3 s of CPU, now asleep
+    procs.stop("burner")
+    assert not Path(f"/proc/{record['pid']}").exists()  # collected, not a zombie
+    before = sensors.cpu_counters([os.getpid()])["own_ticks"]
+    __import__("subprocess").run(["true"], check=True)  # would collect a left zombie
+    after = sensors.cpu_counters([os.getpid()])["own_ticks"]
+    assert after - before < 10  # not the burner's 30 ticks landing now
 
 
 def test_a_reused_pid_is_not_killed(state_dir):
