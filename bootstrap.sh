@@ -16,7 +16,7 @@ LLAMA_CMAKE_ARGS=${LLAMA_CMAKE_ARGS:-"-DGGML_RPC=ON -DLLAMA_BUILD_TESTS=OFF -DLL
 say() { printf '\033[1m[splitbench]\033[0m %s\n' "$*"; }
 
 system_tools() {
-    # command -> Debian package (chromium: tests/test_report.py opens the report in it;
+    # command -> Debian package (chromium: tests/integration/test_report.py opens the report in it;
     # cc: the delay relay, splitbench/relay.c; taskset: each lab host on its own CPUs)
     local -A wanted=([iperf3]=iperf3 [sockperf]=sockperf [ip]=iproute2 [tc]=iproute2
                      [ss]=iproute2 [ping]=iputils-ping [ethtool]=ethtool [cmake]=cmake

@@ -36,7 +36,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from splitbench import metrics
+from splitbench.backends.llamacpp import metrics
 
 PAIRS = ["lab", "lab2"]
 # link: (request-response fixed overhead us, A->B Gbit/s, emulation rate, delay)
@@ -308,7 +308,7 @@ def _link_row(pair: str, link: str, fixed_us: float, gbps: float, rate: str,
 
 CHILD = """
 import json, sys, time
-from splitbench import tables
+from splitbench.report import tables
 job = json.load(open(sys.argv[1]))
 start = time.perf_counter()
 summary = tables.aggregate(job["requests"], job["links"], job["contexts"],

@@ -30,13 +30,19 @@ import resource
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from splitbench import client, lab, tables
-from splitbench.testing import read_request
+from splitbench.backends.llamacpp import client
+from splitbench.links import lab
+from splitbench.report import tables
+
+# The synthetic streaming server is test code, kept out of the package.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.synthetic_server import read_request  # noqa: E402
 
 CLONE_NEWNET = 0x40000000
 

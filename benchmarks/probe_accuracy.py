@@ -18,7 +18,9 @@ import tempfile
 
 import numpy as np
 
-from splitbench import lab, links, probe, procs
+from splitbench.infra import procs
+from splitbench.links import lab, verify
+from splitbench.links.link import PROBE_PORT, SOCKPERF_PORT
 
 LINKS = [
     {"pair": "bench", "link": "direct", "index": 1, "mode": "embedded"},
@@ -30,21 +32,21 @@ SIZES = [64, 1024, 4096, 16384, 65536, 262144]
 def measure(spec: dict, samples: int) -> list[dict]:
     link = lab.ensure_link(spec)
     key = f"bench-{spec['link']}"
-    links.serve(link, "probe", key, [sys.executable, "-m", "splitbench.probe", "serve",
-                                      link.addr_b, str(lab.PROBE_PORT)], lab.PROBE_PORT)
-    links.serve(link, "sockperf", key, ["sockperf", "server", "--tcp", "-i", link.addr_b,
-                                         "-p", str(lab.SOCKPERF_PORT)], lab.SOCKPERF_PORT)
-    client = [sys.executable, "-m", "splitbench.probe", "client", link.connect_addr,
-              str(lab.PROBE_PORT), "--sizes", ",".join(map(str, SIZES)),
+    verify.serve(link, "probe", key, [sys.executable, "-m", "splitbench.remote.probe", "serve",
+                                      link.addr_b, str(PROBE_PORT)], PROBE_PORT)
+    verify.serve(link, "sockperf", key, ["sockperf", "server", "--tcp", "-i", link.addr_b,
+                                         "-p", str(SOCKPERF_PORT)], SOCKPERF_PORT)
+    client = [sys.executable, "-m", "splitbench.remote.probe", "client", link.connect_addr,
+              str(PROBE_PORT), "--sizes", ",".join(map(str, SIZES)),
               "--samples", str(samples)]
     rtts = json.loads(link.host_a.run(client, timeout=900).stdout)
-    fit = probe.fixed_overhead(rtts)
+    fit = verify.fixed_overhead(rtts)
     rows = []
     for size in (64, 16384):
         result = link.host_a.run(
             ["sockperf", "ping-pong", "--tcp", "-i", link.connect_addr, "-p",
-             str(lab.SOCKPERF_PORT), "-m", str(size), "-t", "3", "--full-rtt"], timeout=60)
-        sockperf_p50 = links.parse_sockperf(result.stdout)["sockperf_p50_us"]
+             str(SOCKPERF_PORT), "-m", str(size), "-t", "3", "--full-rtt"], timeout=60)
+        sockperf_p50 = verify.parse_sockperf(result.stdout)["sockperf_p50_us"]
         probe_p50 = float(np.median(rtts[str(size)]))
         rows.append({"link": spec["link"], "emulation": link.emulation["delay"],
                      "bytes": size, "probe_p50_us": probe_p50,

@@ -16,8 +16,6 @@ rule cell:
     log:
         "results/logs/cells/{pair}/{link}/{model}/ctx{ctx}_c{conc}.log",
     priority: block_priority
-    conda:
-        "../envs/splitbench.yaml"
     params:
         cell=lambda w: as_json(
             plan.cell_slice(

@@ -3,7 +3,10 @@ import json
 import os
 import sys
 
-from splitbench import archive, charts, drift, plan, procs, tables
+from splitbench import plan
+from splitbench.analysis import drift
+from splitbench.infra import archive, procs
+from splitbench.report import charts, tables
 
 # Snakemake extends config/config.yaml with a --configfile's entries, recursively; for
 # the matrix that means running the embedded lab next to the user's own pair, unasked.

@@ -19,8 +19,6 @@ rule anchor:
     log:
         "results/logs/anchors/{pair}/{model}/{when}.log",
     priority: anchor_priority
-    conda:
-        "../envs/splitbench.yaml"
     params:
         cell=lambda w: as_json(
             plan.cell_slice(config, plan.anchor_cell(config, w.pair, w.model))
@@ -44,8 +42,6 @@ rule drift:
         table="results/tables/drift.md",
     log:
         "results/logs/drift.log",
-    conda:
-        "../envs/splitbench.yaml"
     params:
         settings=as_json(config.get("drift", {})),
         interference=as_json(config.get("interference", {})),

@@ -7,8 +7,6 @@ rule link:
     log:
         "results/logs/links/{pair}/{link}.log",
     priority: SETUP_PRIORITY
-    conda:
-        "../envs/splitbench.yaml"
     params:
         spec=lambda w: as_json(plan.link_slice(config, w.pair, w.link)),
         settings=as_json(plan.link_check_settings(config)),

@@ -8,8 +8,6 @@ rule model_gguf:
     log:
         "results/logs/models/{model}.log",
     priority: SETUP_PRIORITY
-    conda:
-        "../envs/splitbench.yaml"
     params:
         spec=lambda w: as_json(
             {
@@ -31,8 +29,6 @@ rule model_info:
     log:
         "results/logs/models/{model}.info.log",
     priority: SETUP_PRIORITY
-    conda:
-        "../envs/splitbench.yaml"
     params:
         spec=lambda w: as_json(config["models"][w.model]),
     shell:

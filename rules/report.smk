@@ -15,8 +15,6 @@ rule aggregate:
         ),
     log:
         "results/logs/aggregate.log",
-    conda:
-        "../envs/splitbench.yaml"
     params:
         contexts=as_json(config["contexts"]),
         baseline=config["baseline_link"],
@@ -30,7 +28,7 @@ rule aggregate:
         " --links {input.links:q} --requests {input.requests:q} > {log:q} 2>&1"
 
 
-# The charts splitbench.charts draws, in the report's order.
+# The charts splitbench.report.charts draws, in the report's order.
 CHART_NAMES = list(charts.CHARTS)
 
 
@@ -55,8 +53,6 @@ rule charts:
         spec=expand("results/charts/{name}.vl.json", name=CHART_NAMES),
     log:
         "results/logs/charts.log",
-    conda:
-        "../envs/splitbench.yaml"
     params:
         baseline=config["baseline_link"],
         timeline=config.get("report", {}).get("timeline_cell", ""),
@@ -85,8 +81,6 @@ rule report:
         ),
     log:
         "results/logs/report.log",
-    conda:
-        "../envs/splitbench.yaml"
     shell:
         "python -m splitbench report --summary {input.summary:q} --links {input.links:q}"
         " --toolchain {input.toolchain:q} --requests {input.requests:q}"
@@ -104,8 +98,6 @@ rule checks:
         "results/checks.txt",
     log:
         "results/logs/checks.log",
-    conda:
-        "../envs/splitbench.yaml"
     shell:
         "python -m splitbench checks --results results --out {output:q} 2>&1 | tee {log:q};"
         " exit ${{PIPESTATUS[0]}}"

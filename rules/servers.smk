@@ -12,8 +12,6 @@ rule launch:
     log:
         "results/logs/servers/{pair}/{link}/{model}.log",
     priority: launch_priority
-    conda:
-        "../envs/splitbench.yaml"
     params:
         link_spec=lambda w: as_json(plan.link_slice(config, w.pair, w.link)),
         settings=lambda w: as_json(plan.server_slice(config, w.model)),

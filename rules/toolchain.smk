@@ -7,8 +7,6 @@ rule toolchain:
     log:
         "results/logs/toolchain/{pair}.log",
     priority: SETUP_PRIORITY
-    conda:
-        "../envs/splitbench.yaml"
     params:
         source=config["toolchain"]["source"],
         hosts=lambda w: as_json(config["pairs"][w.pair]["hosts"]),

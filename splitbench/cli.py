@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from splitbench import procs
+from splitbench.infra import procs
 
 # Stages that drive servers on a pair: recorded while they run (see procs.job).
 MEASURING = {"link", "launch", "cell", "roundtrips"}
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _dispatch(args: argparse.Namespace) -> int:  # noqa: C901 - a flat switch
     if args.stage == "toolchain":
-        from splitbench import toolchain
+        from splitbench.backends.llamacpp import toolchain
 
         toolchain.record(args.pair, args.source, args.hosts, args.out)
     elif args.stage == "model":
@@ -163,16 +163,16 @@ def _dispatch(args: argparse.Namespace) -> int:  # noqa: C901 - a flat switch
             Path(args.out).write_text(json.dumps(models.describe(args.spec, args.gguf, origin),
                                                  indent=1))
     elif args.stage == "link":
-        from splitbench import links
+        from splitbench.links import verify
 
         # One job drives a pair at a time: iperf3 next to a running cell would skew it.
         with procs.locked(f"pair-{args.spec['pair']}"):
-            row = links.verify(args.spec, args.settings, args.out).iloc[0]
+            row = verify.verify(args.spec, args.settings, args.out).iloc[0]
         print(f"link {row['pair']}/{row['link']}: A->B {row['a_to_b_gbps']:.2f} Gbit/s, "
               f"B->A {row['b_to_a_gbps']:.2f}, bidir {row['bidir_gbps']:.2f}, "
               f"ping {row['ping_ms']:.3f} ms, RR16k p50 {row['rr16k_p50_us']:.0f} us")
     elif args.stage == "launch":
-        from splitbench import servers
+        from splitbench.backends.llamacpp import servers
 
         model = json.loads(Path(args.model).read_text())
         tools = json.loads(Path(args.toolchain).read_text())
@@ -185,9 +185,9 @@ def _dispatch(args: argparse.Namespace) -> int:  # noqa: C901 - a flat switch
         else:
             print(f"launch {record['launch_id']}: loaded in {record.get('load_s')} s")
     elif args.stage == "cell":
-        from splitbench import cells
+        from splitbench.cells import measure
 
-        frame = cells.run(args.cell, args.link_spec, json.loads(Path(args.model).read_text()),
+        frame = measure.run(args.cell, args.link_spec, json.loads(Path(args.model).read_text()),
                           json.loads(Path(args.launch).read_text()), args.toolchain,
                           args.link_result, args.tokens_out, args.requests_out,
                           args.reference_result or None)
@@ -196,36 +196,37 @@ def _dispatch(args: argparse.Namespace) -> int:  # noqa: C901 - a flat switch
               f"{ok['decode_tps'].median():.1f} tok/s, prefill {ok['prefill_tps'].median():.0f}"
               f" tok/s over {len(ok)}/{len(frame)} ok requests")
     elif args.stage == "aggregate":
-        from splitbench import tables
+        from splitbench.report import tables
 
         tables.aggregate(args.requests, args.links, args.contexts, args.summary, args.tables,
                          baseline_link=args.baseline, interference_limits=args.interference,
                          anchor_files=args.anchors, sweep_files=args.sweeps,
                          workers=args.workers)
     elif args.stage == "roundtrips":
-        from splitbench import roundtrips
+        from splitbench.cells import delay_sweep
 
-        result = roundtrips.sweep(args.spec, json.loads(Path(args.model).read_text()),
+        result = delay_sweep.sweep(args.spec, json.loads(Path(args.model).read_text()),
                                   json.loads(Path(args.toolchain).read_text()), args.out)
         print(f"round trips per token with {args.spec['workers']} worker(s): "
               f"{result['round_trips_per_token']} (R2 {result['r2']}, "
               f"{result['points']} points)")
     elif args.stage == "roundtrips-table":
-        from splitbench import roundtrips, tables
+        from splitbench.analysis import roundtrips
+        from splitbench.report import tables
 
         tables.write_table(roundtrips.table(args.sweeps), args.out,
                            "Round trips per decoded token (median decode step against "
                            "measured request-response latency)")
     elif args.stage == "charts":
-        from splitbench import charts
+        from splitbench.report import charts
 
         written = charts.render(args.summary, args.links, args.baseline, args.out,
                                 args.cells, args.timeline)
         print(f"charts: {len(written)} files in {args.out}")
     elif args.stage == "report":
-        from splitbench import report
+        from splitbench.report import page
 
-        size = report.write(args.out, summary_path=args.summary, link_files=args.links,
+        size = page.write(args.out, summary_path=args.summary, link_files=args.links,
                             toolchain_files=args.toolchain, tables_dir=args.tables,
                             charts_dir=args.charts, request_files=args.requests,
                             cells_dir=args.cells, drift_path=args.drift)
@@ -237,7 +238,7 @@ def _dispatch(args: argparse.Namespace) -> int:  # noqa: C901 - a flat switch
         for cell in plan.matching_cells(config, args.match):
             print(cell.path)
     elif args.stage == "drift":
-        from splitbench import drift
+        from splitbench.analysis import drift
 
         if args.apply:
             import pandas as pd
@@ -253,9 +254,9 @@ def _dispatch(args: argparse.Namespace) -> int:  # noqa: C901 - a flat switch
                 print(f"drift: {line}")
             print(f"drift: see {args.table}.md")
     elif args.stage == "checks":
-        from splitbench import report
+        from splitbench.report import page
 
-        failed = report.run_checks(args.results, args.out)
+        failed = page.run_checks(args.results, args.out)
         if failed:
             print(f"splitbench: {len(failed)} block(s) did not load; everything else is "
                   "measured and reported. --forcerun their launch records "

@@ -237,7 +237,7 @@ def paired_for(config: dict[str, Any], cell: Cell) -> dict[str, Any] | None:
 
 
 def _wakeup(config: dict[str, Any]) -> dict[str, bool]:
-    """Whether measurements hold the CPUs' wake-up latency at 0 (splitbench/wakeup.py):
+    """Whether measurements hold the CPUs' wake-up latency at 0 (splitbench/cells/wakeup.py):
     part of every measuring job's settings, so that changing it re-measures."""
     return {"hold_wakeup_latency": config.get("hold_wakeup_latency", True)}
 

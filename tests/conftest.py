@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from splitbench import procs
+from splitbench.infra import procs
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,0 +1,224 @@
+"""What a link costs against the baseline link, with an uncertainty that includes how
+much the machine itself varied, and the difference physics predicts.
+
+Three sources of the decode and prefill differences, best first:
+
+paired      the cell alternated round by round with the baseline link (cells.run,
+            `cell.paired`): each round's difference is taken between requests measured
+            seconds apart on the same machine; their spread is the uncertainty.
+sequential  the link's cell and the baseline's cell were measured at different times:
+            each cell's own uncertainty, plus the variation of the machine over time,
+            which every repeat of the drift anchors' cell measures (`machine_drift`).
+            Without repeats that term is unknown and the uncertainty is marked as a
+            lower bound.
+
+The prediction: a decode step pays the link's request-response latency once per
+blocking round trip (`roundtrips`: measured by sweeping delay), and its bytes at the
+link's throughput (`traffic`), so a link should cost
+`round trips per token x (its 64 B request-response p50 - the baseline's)` plus
+`its transfer time for the token's bytes - the baseline's` per token.
+A paired cell measures both links' latency in its own rounds, right after each run's
+requests: the difference of those, with their spread. Otherwise the link checks' figures,
+measured minutes before the cells: then the machine's drift (`machine_drift`) is part of
+the uncertainty. A measured difference that disagrees with it beyond their
+combined uncertainty is flagged; so is any link that decodes faster than the
+baseline beyond its uncertainty, which no emulated link can.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+
+from splitbench.analysis import traffic
+
+KEYS = ["pair", "link", "model", "ctx", "conc"]
+MEDIAN_SE = 1.2533  # standard error of a median of n normal samples: this x sd / sqrt(n)
+COVERAGE = 2.0
+
+
+def paired_deltas(requests: pd.DataFrame) -> pd.DataFrame:
+    """Per paired cell (index: KEYS): the median over its rounds of the round's decode
+    difference (link - baseline, ms/token) and relative prefill change (%), their
+    standard errors, the baseline's median decode and prefill measured alongside, and
+    the number of rounds with both sides ok."""
+    columns = ["paired_decode_delta_ms", "paired_decode_delta_se", "paired_prefill_change_pct",
+               "paired_prefill_change_se", "paired_reference_decode_ms",
+               "paired_reference_prefill_tps", "paired_rr64_delta_us", "paired_rr64_delta_se",
+               "paired_rounds"]
+    if "reference" not in requests or not requests["reference"].fillna(False).any():
+        return pd.DataFrame(columns=columns, index=pd.MultiIndex.from_tuples([], names=KEYS))
+    ok = requests[requests["status"] == "ok"].assign(
+        reference=lambda f: f["reference"].fillna(False).astype(bool))
+    paired_cells = ok[ok["reference"]].groupby(KEYS).size().index
+    ok = ok.set_index(KEYS).loc[lambda f: f.index.isin(paired_cells)].reset_index()
+    if "rr64_us" not in ok:
+        ok = ok.assign(rr64_us=np.nan)
+    by_round = ok.groupby([*KEYS, "repeat", "round", "reference"])[
+        ["decode_ms_per_token", "prefill_tps", "rr64_us"]].median().unstack("reference")
+    # Both sides of every figure, also where one side never had an ok request (a
+    # reference that failed to launch, a link that failed in round 0): no round then.
+    by_round = by_round.reindex(columns=pd.MultiIndex.from_product(
+        [["decode_ms_per_token", "prefill_tps", "rr64_us"], [False, True]])).dropna(
+        subset=[(f, side) for f in ("decode_ms_per_token", "prefill_tps")
+                for side in (False, True)])
+    rounds = pd.DataFrame({
+        "decode": by_round[("decode_ms_per_token", False)]
+        - by_round[("decode_ms_per_token", True)],
+        "prefill": (by_round[("prefill_tps", False)] / by_round[("prefill_tps", True)] - 1)
+        * 100,
+        "ref_decode": by_round[("decode_ms_per_token", True)],
+        "ref_prefill": by_round[("prefill_tps", True)],
+        "rr64": by_round[("rr64_us", False)] - by_round[("rr64_us", True)],
+    }).groupby(level=KEYS)
+    n = rounds["decode"].count()
+    spread = rounds[["decode", "prefill"]].std(ddof=1).mul(MEDIAN_SE).div(np.sqrt(n), axis=0)
+    n_rr = rounds["rr64"].count()  # rounds whose latency was measured (older files: none)
+    out = pd.DataFrame({
+        "paired_decode_delta_ms": rounds["decode"].median(),
+        "paired_decode_delta_se": spread["decode"].where(n >= 2),
+        "paired_prefill_change_pct": rounds["prefill"].median(),
+        "paired_prefill_change_se": spread["prefill"].where(n >= 2),
+        "paired_reference_decode_ms": rounds["ref_decode"].median(),
+        "paired_reference_prefill_tps": rounds["ref_prefill"].median(),
+        "paired_rr64_delta_us": rounds["rr64"].median(),
+        "paired_rr64_delta_se": (MEDIAN_SE * rounds["rr64"].std(ddof=1) / np.sqrt(n_rr)
+                                 ).where(n_rr >= 2),
+        "paired_rounds": n,
+    })
+    return out.reindex(columns=columns)
+
+
+def machine_drift(anchor_files: Sequence[str], summary: pd.DataFrame,
+                  baseline: str | None) -> pd.DataFrame:
+    """Per (pair, model): how much one cell's figure varies with the machine's state over
+    the run, as a relative standard deviation, for decode and prefill.
+
+    Every measurement of the drift anchors' cell (the baseline link, the shortest
+    context, one stream) is a repeat of the same cell at another time: the start and end
+    anchors, the baseline's own cell, and the baseline measured alongside each paired
+    cell of that context. Their spread is the machine's drift; NaN with fewer than two.
+    """
+    values: dict[tuple[str, str], dict[str, list[float]]] = {}
+
+    def add(pair: str, model: str, decode: float, prefill: float) -> None:
+        mine = values.setdefault((pair, model), {"decode": [], "prefill": []})
+        if np.isfinite(decode) and decode > 0:
+            mine["decode"].append(float(decode))
+        if np.isfinite(prefill) and prefill > 0:
+            mine["prefill"].append(float(prefill))
+
+    for name in anchor_files:
+        path = Path(name)
+        medians = _anchor_medians(pq.read_table(path).to_pandas())
+        if medians is not None:
+            add(path.parts[-3], path.parts[-2], medians["decode"], medians["prefill"])
+    ok = summary[(summary["conc"] == 1) & (summary["status"] == "ok")]
+    if len(ok) and "ctx_tokens" in ok:
+        shortest = ok.loc[ok["ctx_tokens"] == ok["ctx_tokens"].min()]
+        for row in shortest.itertuples(index=False):
+            if row.link == baseline:
+                add(row.pair, row.model, row.decode_ms_per_token, row.prefill_tps)
+            elif np.isfinite(getattr(row, "paired_reference_decode_ms", np.nan)):
+                add(row.pair, row.model, row.paired_reference_decode_ms,
+                    getattr(row, "paired_reference_prefill_tps", np.nan))
+    rows = []
+    for (pair, model), found in values.items():
+        row = {"pair": pair, "model": model, "drift_samples": len(found["decode"])}
+        for figure in ("decode", "prefill"):
+            v = np.array(found[figure])
+            row[f"drift_{figure}_rel"] = float(v.std(ddof=1) / v.mean()) if len(v) >= 2 \
+                else np.nan
+        rows.append(row)
+    return pd.DataFrame(rows, columns=["pair", "model", "drift_decode_rel",
+                                       "drift_prefill_rel", "drift_samples"])
+
+
+def _anchor_medians(requests: pd.DataFrame | None) -> dict[str, float] | None:
+    if requests is None or "status" not in requests:
+        return None
+    ok = requests[requests["status"] == "ok"]
+    decode = pd.to_numeric(ok.get("decode_ms_per_token"), errors="coerce").median()
+    prefill = pd.to_numeric(ok.get("prefill_tps"), errors="coerce").median()
+    if not (np.isfinite(decode) and decode > 0 and np.isfinite(prefill) and prefill > 0):
+        return None
+    return {"decode": float(decode), "prefill": float(prefill)}
+
+
+def round_trips(sweep_files: Sequence[str]) -> pd.DataFrame:
+    """Per (pair, model, workers): the measured round trips per decoded token and its
+    standard error, from the round-trip sweeps."""
+    from splitbench.analysis import roundtrips  # the sweep's own fit: one estimator
+
+    rows = []
+    for path in sweep_files:
+        frame = pd.read_parquet(path)
+        if frame.empty:
+            continue
+        fit = roundtrips.fit(frame)
+        first = frame.iloc[0]
+        rows.append({"pair": first["pair"], "model": first["model"],
+                     "workers": int(first["workers"]),
+                     "round_trips": fit["round_trips_per_token"],
+                     "round_trips_se": fit.get("round_trips_se")})
+    return pd.DataFrame(rows, columns=["pair", "model", "workers", "round_trips",
+                                       "round_trips_se"])
+
+
+def predicted_decode_delta(comp: pd.DataFrame, links: pd.DataFrame, trips: pd.DataFrame,
+                           workers: dict[str, int],
+                           drift: pd.DataFrame | None = None) -> pd.DataFrame:
+    """For each row of a link comparison (pair, link, baseline, model): the decode
+    difference predicted from the links' measured 64 B request-response latency and the
+    model's measured round trips per token, and its uncertainty (COVERAGE standard
+    errors: the round trips' and, where `drift` (machine_drift) is known, the machine's
+    drift between when the latency and the cell were measured). NaN where the latency or
+    the round trips were not measured."""
+    latency = links.reindex(columns=["pair", "link", "rr64_p50_us"]).rename(
+        columns={"rr64_p50_us": "rr64_us"})
+    rows = comp[["pair", "link", "baseline", "model"]].copy()
+    rows["workers"] = rows["model"].map(workers).fillna(1).astype(int)
+    rows = rows.merge(latency, on=["pair", "link"], how="left").merge(
+        latency.rename(columns={"link": "baseline", "rr64_us": "rr64_base_us"}),
+        on=["pair", "baseline"], how="left").merge(trips, on=["pair", "model", "workers"],
+                                                   how="left")
+    if drift is not None and len(drift):
+        rows = rows.merge(drift[["pair", "model", "drift_decode_rel"]],
+                          on=["pair", "model"], how="left")
+    else:
+        rows["drift_decode_rel"] = np.nan
+    trips_n = pd.to_numeric(rows["round_trips"])
+    trips_se = pd.to_numeric(rows["round_trips_se"])
+    # Latency from the link checks, minutes before the cells: the machine's drift.
+    delta_ms = (pd.to_numeric(rows["rr64_us"]) - pd.to_numeric(rows["rr64_base_us"])) / 1000
+    predicted = trips_n * delta_ms
+    spread = np.hypot(trips_se * delta_ms.abs(),
+                      pd.to_numeric(rows["drift_decode_rel"]).fillna(0) * predicted.abs())
+    # A paired cell measured both links' latency in its own rounds: that, with its spread.
+    if "paired_rr64_delta_us" in comp:
+        paired_ms = pd.to_numeric(comp["paired_rr64_delta_us"]).to_numpy() / 1000
+        paired_se = pd.to_numeric(comp["paired_rr64_delta_se"]).to_numpy() / 1000
+        has = np.isfinite(paired_ms)
+        delta_ms = delta_ms.where(~has, paired_ms)
+        predicted = trips_n * delta_ms
+        spread = spread.where(~has, np.hypot(trips_se * delta_ms.abs(), trips_n * paired_se))
+    # The bandwidth term: the token's bytes above each link's burst at its throughput.
+    bandwidth = traffic.bandwidth_delta(comp, links)
+    latency_ms, latency_unc = predicted.to_numpy(), COVERAGE * np.asarray(spread)
+    # Unknown (no bytes or throughput measured): latency alone, which the text says.
+    total = latency_ms + bandwidth["bandwidth_ms"].fillna(0).to_numpy()
+    spread = np.hypot(spread.to_numpy(),
+                      bandwidth["bandwidth_unc_ms"].fillna(0).to_numpy() / COVERAGE)
+    return pd.DataFrame({
+        "predicted_decode_delta_ms": total,
+        "predicted_decode_delta_unc_ms": COVERAGE * spread,
+        "predicted_latency_ms": latency_ms,
+        "predicted_latency_unc_ms": latency_unc,
+        "predicted_bandwidth_ms": bandwidth["bandwidth_ms"].to_numpy(),
+        "predicted_bandwidth_unc_ms": bandwidth["bandwidth_unc_ms"].to_numpy(),
+        "round_trips": trips_n.to_numpy(),
+    }, index=comp.index)

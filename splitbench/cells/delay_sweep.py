@@ -1,0 +1,114 @@
+"""Round trips per decoded token, measured: sweep the link's added delay, fit decode
+ms/token against the measured request-response latency. The slope is the number of
+blocking round trips A makes to its workers per decode step.
+
+The decode figure is each request's median inter-token gap (the typical step).
+Each sweep point is its own emulated link on the embedded pair (a veth with that delay),
+its request-response latency measured with the probe through exactly the path the RPC
+traffic takes (relay included), then a fresh launch with `workers` RPC workers on B
+(chained: A hands the activations from one to the next) and a few single-stream
+requests. The x axis is measured, not configured, so the relay's own cost and any
+emulation error are inside it.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+import httpx
+import numpy as np
+import pandas as pd
+
+from splitbench.analysis import roundtrips
+from splitbench.backends.llamacpp import client, metrics, prompts, servers
+from splitbench.infra import parquet_io, procs, wakeup
+from splitbench.infra.hosts import HostError
+from splitbench.links import lab, verify
+from splitbench.links.link import Link
+
+# Index of the first sweep link: far from the configured links' indexes (1, 2, ...).
+FIRST_INDEX = 200
+
+
+def point_spec(pair: str, index: int, delay_ms: float) -> dict[str, Any]:
+    """The sweep point's link: an unshaped veth with only the added delay."""
+    return {"pair": pair, "link": f"rt{index}", "index": FIRST_INDEX + index,
+            "mode": "embedded", "delay_ms": delay_ms, "same_path_at_zero_delay": True}
+
+
+def measure_rr_ms(link: Link, samples: int) -> float:
+    """Median request-response time at 64 B from A to B's services (ms)."""
+    with verify.latency_probe(link) as measure:
+        return measure(samples) / 1000
+
+
+def decode_point(server: servers.Server, link: Link, sweep: dict[str, Any]) -> list[dict]:
+    """Single-stream requests one after another; one row each."""
+    rows = []
+    with link.host_a.entered():
+        pool = prompts.token_pool(server.url)
+        for i in range(sweep["requests"]):
+            ids = prompts.prompt(pool, sweep["prompt_tokens"], secrets.randbits(63))
+            reply = client.run_concurrent(server.url, [ids], sweep["n_predict"],
+                                          sweep["request_timeout_s"])[0]
+            figures = metrics.request_row(reply, sweep["prompt_tokens"], sweep["n_predict"],
+                                          True, 0.0)
+            gaps = np.diff([t["t_ns"] for t in reply.tokens])
+            rows.append({
+                "request": i,
+                "tokens": figures["generated_tokens"],
+                "error": reply.error_type,
+                "decode_ms_per_token": figures["decode_ms_per_token"],
+                # The typical step: a sporadic stall (a re-allocation, the scheduler)
+                # must not read as a fraction of a round trip.
+                "step_ms_median": float(np.median(gaps) / 1e6) if gaps.size else None,
+                "server_decode_ms_per_token": figures["server_decode_ms_per_token"],
+            })
+    return rows
+
+
+def sweep(spec: dict[str, Any], model: dict[str, Any], toolchain: dict[str, Any],
+          out: str) -> dict[str, Any]:
+    """Run every delay point (spec: plan.roundtrips_slice); write rows, return the fit."""
+    settings = spec["server"]
+    rows = []
+    with procs.locked(f"pair-{spec['pair']}"):
+        try:
+            for index, delay in enumerate(spec["delays_ms"]):
+                rows += _point(spec, settings, model, toolchain, index, delay)
+        finally:
+            servers.stop(spec["pair"])
+    frame = pd.DataFrame(rows)
+    result = roundtrips.fit(frame)
+    parquet_io.write(frame, out, {"config": spec, "settings": settings, "fit": result})
+    return result
+
+
+def _point(spec: dict[str, Any], settings: dict[str, Any], model: dict[str, Any],
+           toolchain: dict[str, Any], index: int, delay: float) -> list[dict]:
+    """One delay: its link, its measured latency, a fresh launch, timed requests."""
+    link = lab.ensure_link(point_spec(spec["pair"], index, delay))
+    with wakeup.during(spec, {"a": link.host_a, "b": link.host_b}) as held:
+        rr_ms = measure_rr_ms(link, spec["rr_samples"])
+        base = {"pair": spec["pair"], "model": spec["model"], "workers": spec["workers"],
+                "delay_ms": delay, "rr_ms": rr_ms, "emulation_delay": link.emulation["delay"],
+                **held}
+        try:
+            server = servers.ensure(link, settings, model["path"], model["sha256"],
+                                    toolchain)
+        except (servers.LaunchError, HostError, httpx.HTTPError) as exc:
+            # A model that does not load has no round trips to count: a row that says
+            # why, and the fit has nothing to fit (the table shows "—").
+            print(f"delay {delay} ms: launch failed: {str(exc)[:300]}", flush=True)
+            return [{**base, "launch_id": None, "request": 0, "tokens": 0,
+                     "error": "launch_failed", "error_text": str(exc)[-2000:],
+                     "decode_ms_per_token": None, "step_ms_median": None,
+                     "server_decode_ms_per_token": None}]
+        rows = [{**base, "launch_id": server.launch_id, **row}
+                for row in decode_point(server, link, spec)]
+    decoded = [r["step_ms_median"] for r in rows if r["step_ms_median"] is not None]
+    print(f"delay {delay} ms: rr {rr_ms:.3f} ms, decode "
+          f"step {np.median(decoded) if decoded else float('nan'):.3f} ms "
+          f"({len(decoded)}/{len(rows)} requests decoded)", flush=True)
+    return rows

@@ -1,0 +1,340 @@
+"""One cell: N concurrent requests of one context length against one launch."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pandas as pd
+from rich.console import Console
+
+from splitbench.backends.llamacpp import client, metrics, prompts, servers
+from splitbench.infra import archive, interference, parquet_io, procs, telemetry, wakeup
+from splitbench.infra.hosts import HostError
+from splitbench.links import real, verify
+from splitbench.links.link import RPC_PORT
+
+TOKEN_COLUMNS = ["request_id", "token_index", "token_id", "t_ns", "t_mono_ns", "chunk_tokens",
+                 "server_cum_prompt_ms", "server_cum_predicted_ms", "server_cum_predicted_n"]
+
+
+def run(
+    cell: dict[str, Any],
+    link_spec: dict[str, Any],
+    model: dict[str, Any],
+    launch: dict[str, Any],
+    toolchain_path: str,
+    link_result: str,
+    tokens_out: str,
+    requests_out: str,
+    reference_result: str | None = None,
+) -> pd.DataFrame:
+    """Measure one cell (`repeats` times, back to back) and write its token and request
+    Parquet files; a previous measurement of the cell goes to the archive first.
+
+    A cell with `paired` in its settings alternates, round by round, between the
+    baseline link (its reference: `paired.reference` is that link's slice and
+    `reference_result` its verification) and its own link, so that the two are measured
+    on the same machine at the same time (tables.paired_deltas reads them)."""
+    toolchain = json.loads(Path(toolchain_path).read_text())
+    fingerprint = pd.read_parquet(link_result).iloc[0]["fingerprint"]
+    link = real.ensure(link_spec)
+    paired = cell.get("paired")
+    reference = real.ensure(paired["reference"]) if paired else None
+    measured = []
+    # One job at a time drives a pair: another would relaunch its servers mid-cell.
+    hosts = {"a": link.host_a, "b": link.host_b}
+    with procs.locked(f"pair-{link.pair}"), wakeup.during(cell, hosts) as held:
+        for repeat in range(cell.get("repeats", 1)):
+            measured.append(_measure(cell, link, reference, model, launch, toolchain,
+                                     fingerprint, repeat, held))
+    failures = [m[2]["harness_error"] for m in measured]
+    if all(failures):
+        # Nothing was measured: fail the job, so that the next run measures it again.
+        raise RuntimeError(f"every repeat of the cell failed in splitbench itself; the "
+                           f"first:\n{failures[0]}")
+    requests = pd.concat([m[0] for m in measured], ignore_index=True)
+    tokens = pd.concat([m[1] for m in measured], ignore_index=True)
+    provenance = {
+        "config": {"cell": cell, "link": link_spec, "model": model},
+        "launch": [m[2]["launch"] for m in measured],
+        "toolchain": toolchain,
+        "link_fingerprint": fingerprint,
+        "telemetry": [m[2]["telemetry"] for m in measured],
+    }
+    if reference_result:
+        provenance["reference_fingerprint"] = pd.read_parquet(
+            reference_result).iloc[0]["fingerprint"]
+    archive.supersede([tokens_out, requests_out])
+    parquet_io.write(requests, requests_out, provenance)
+    parquet_io.write(tokens, tokens_out, provenance)
+    archive.keep([tokens_out, requests_out])
+    return requests
+
+
+Shot = tuple[list[client.Reply], telemetry.RpcTraffic | None]
+# Request-response samples per paired run (64 B, about 5-35 ms on the lab's links).
+PAIRED_RR_SAMPLES = 50
+
+
+@dataclass
+class Run:
+    """Requests sent to one launch: the cell's own link, or (in a paired cell) the
+    baseline link measured alongside as its reference, in round `round`."""
+
+    reference: bool
+    round: int
+    server: servers.Server | None = None
+    shots: list[Shot] = field(default_factory=list)
+    alive: bool = False
+    harness_error: str | None = None
+    # A paired run's link latency right after its requests: the 64 B request-response
+    # p50 (us) along the RPC path, so that the prediction uses latency measured at the
+    # same time as the decode it is compared with.
+    rr64_us: float | None = None
+
+    def failed(self) -> bool:
+        return any(r.error_type or r.http_status != 200 for replies, _ in self.shots
+                   for r in replies)
+
+
+def _measure(cell: dict[str, Any], link: Any, reference: Any, model: dict[str, Any],
+             launch: dict[str, Any], toolchain: dict[str, Any], fingerprint: str,
+             repeat: int, held: dict[str, str]) -> tuple[pd.DataFrame, pd.DataFrame,
+                                                        dict[str, Any]]:
+    """One measurement of the cell: request rows, token rows, provenance."""
+    sampler = telemetry.Sampler({"a": link.host_a, "b": link.host_b})
+    meter = interference.Meter({"a": link.host_a, "b": link.host_b})
+    try:
+        runs = _runs(cell, link, reference, model, launch, toolchain, sampler, meter)
+    finally:
+        sensors = sampler.finish()
+    rows, replies = _rows(cell, runs)
+    own = [r for r in rows if not r["reference"]]
+    first = next((run for run in runs if not run.reference), runs[0])
+    cell_fields = {
+        "repeat": repeat,
+        "cell_status": metrics.cell_status([r["status"] for r in own]),
+        "cell_wall_ms": metrics.wall_ms(own),
+        "cell_throughput_tps": metrics.throughput_tps(own),
+        "link_fingerprint": fingerprint,
+        # The hotter host's figures, for tables; each host's are in the columns below.
+        "temp_before_c": _hottest(sensors, "before"),
+        "temp_after_c": _hottest(sensors, "after"),
+        "temp_peak_c": _hottest(sensors, "peak"),
+        **sensors,
+        **meter.figures(),
+        **held,
+        **layout(model, first.server.record if first.server else None),
+    }
+    requests = pd.DataFrame([{**r, **cell_fields} for r in rows])
+    tokens = pd.DataFrame(
+        [{**t, "request_id": r.request_id} for r in replies for t in r.tokens],
+        columns=TOKEN_COLUMNS,
+    ).astype({"t_ns": "int64", "t_mono_ns": "int64"})
+    tokens = tokens.merge(requests.drop(columns=["error_text"]), on="request_id", how="left")
+    record = {"launch": first.server.record if first.server else None, "telemetry": sensors,
+              "harness_error": next((r.harness_error for r in runs if r.harness_error),
+                                    None)}
+    return requests, tokens, record
+
+
+def layout(model: dict[str, Any], launch: dict[str, Any] | None) -> dict[str, Any]:
+    """What decides the bytes a token moves across the link: the model's width and
+    vocabulary (its GGUF header) and where the launch put its layers (the server's log)."""
+    header = model.get("gguf") or {}
+    where = (launch or {}).get("placement") or {}
+    return {
+        "model_n_embd": header.get("n_embd"),
+        "model_n_vocab": header.get("n_vocab"),
+        "blocks_on_b": where.get("blocks_on_b"),
+        "output_on_b": where.get("output_on_b"),
+        "rpc_workers": len(launch["worker_ports"]) if launch else None,
+    }
+
+
+def _rows(cell: dict[str, Any], runs: list[Run]) -> tuple[list[dict[str, Any]],
+                                                         list[client.Reply]]:
+    """A row per request of every run (request ids run on across them), and the replies."""
+    rows, replies = [], []
+    for run in runs:
+        for shot, (shot_replies, rpc) in enumerate(run.shots):
+            traffic = rpc.figures([t["t_mono_ns"] for r in shot_replies for t in r.tokens]
+                                  ) if rpc else {}
+            for reply in shot_replies:
+                reply.request_id = len(replies)
+                replies.append(reply)
+                row = metrics.request_row(reply, cell["prompt_tokens"], cell["n_predict"],
+                                          run.alive, cell["crash_below_tps"])
+                rows.append({**row, "reference": run.reference, "round": run.round,
+                             "shot": shot, "rr64_us": run.rr64_us,
+                             "launch_id": run.server.launch_id if run.server else None,
+                             **traffic})
+    return rows, replies
+
+
+def _runs(cell: dict[str, Any], link: Any, reference: Any, model: dict[str, Any],
+          launch: dict[str, Any], toolchain: dict[str, Any], sampler: telemetry.Sampler,
+          meter: interference.Meter) -> list[Run]:
+    """The cell's runs: one on its link; or, paired, rounds of the reference then the
+    link, both launches alive side by side (requests a fraction of a second apart: a
+    machine's speed can drift within seconds). A failure of the link ends the cell (the
+    failure is its result); a reference that fails to launch, or fails in a round,
+    leaves the link measured alone from then on."""
+    own = Run(False, 0)
+    settings = launch["settings"]
+    if launch.get("status") == "failed":
+        # The block's launch stage could not start the servers with these settings:
+        # its reason is this cell's result (trying again would fail again, slowly for
+        # a large model). `--forcerun` the launch record to try again.
+        own.shots = [(_failed(cell, "launch_failed", f"the block's launch failed: "
+                                                     f"{launch['error']}"), None)]
+        return [own]
+    own.server = _launch(own, cell, link, model, settings, toolchain)
+    if own.server is None:
+        return [own]
+    if not cell.get("paired"):
+        with meter.stretch(interference.own_processes(link.pair, sampler.local_pids())):
+            _drive_run(own, cell, link)
+        return [own]
+    paired = cell["paired"]
+    runs: list[Run] = []
+    try:
+        first = Run(True, 0)
+        first.server = _launch(first, cell, reference, model, settings, toolchain,
+                               slot="reference")
+        if first.server is None:
+            with meter.stretch(interference.own_processes(link.pair, sampler.local_pids())):
+                _drive_run(own, cell, link)
+            return [first, own]
+        # Both launches and both latency probes are up: one stretch of the meter covers
+        # every round.
+        with verify.latency_probe(reference) as rr_reference, \
+                verify.latency_probe(link) as rr_link, \
+                meter.stretch(interference.own_processes(link.pair, sampler.local_pids())):
+            for round_ in range(paired["rounds"]):
+                for is_reference, target, latency in ((True, reference, rr_reference),
+                                                      (False, link, rr_link)):
+                    run = Run(is_reference, round_, first.server if is_reference
+                              else own.server)
+                    runs.append(run)
+                    _drive_run(run, cell, target, paired["requests"])
+                    if run.harness_error or (run.failed() and not is_reference):
+                        return runs
+                    run.rr64_us = latency(PAIRED_RR_SAMPLES)
+                if runs[-2].failed():  # the reference died: no more rounds to pair
+                    alone = Run(False, round_ + 1, own.server)
+                    _drive_run(alone, cell, link)
+                    return [*runs, alone]
+    finally:
+        servers.stop(link.pair, slot="reference")
+    return runs
+
+
+def _launch(run: Run, cell: dict[str, Any], link: Any, model: dict[str, Any],
+            settings: dict[str, Any], toolchain: dict[str, Any],
+            slot: str = "") -> servers.Server | None:
+    """Launch (or reuse) the servers; a launch that fails is the run's rows."""
+    try:
+        return servers.ensure(link, settings, model["path"], model["sha256"], toolchain,
+                              slot)
+    except (servers.LaunchError, HostError, httpx.HTTPError) as exc:
+        run.shots = [(_failed(cell, "launch_failed", str(exc)), None)]
+        return None
+
+
+def _drive_run(run: Run, cell: dict[str, Any], link: Any, count: int | None = None) -> None:
+    """Send the run's requests. A failure is the replies' status, not an exception: the
+    other repeats are kept."""
+    try:
+        run.shots = _drive(cell, link, run.server, count)
+    except Exception as exc:  # noqa: BLE001 - becomes this repeat's rows
+        text = "".join(traceback.format_exception(exc))[-2000:]
+        run.shots = [(_failed(cell, type(exc).__name__, text), None)]
+        run.harness_error = text
+    with link.host_a.entered():
+        run.alive = run.server.alive() and servers.healthy(run.server.url)
+
+
+def _failed(cell: dict[str, Any], error_type: str, text: str) -> list[client.Reply]:
+    """Every request of a release, failed before it got a reply, stamped now."""
+    now = time.time_ns()
+    return [client.Reply(request_id=i, t_send_ns=now, t_end_ns=now, error_type=error_type,
+                         error_text=capped(text)) for i in range(cell["concurrency"])]
+
+
+def capped(text: str, limit: int = 2000) -> str:
+    """At most `limit` characters: the first line (the reason) and the end (the last
+    lines of a log), what lies between cut."""
+    if len(text) <= limit:
+        return text
+    first, _, rest = text.partition("\n")
+    first = first[: limit // 2]
+    return f"{first}\n…\n{rest[-(limit - len(first) - 3):]}"
+
+
+def more_shots(cell: dict[str, Any], sent: int, elapsed_s: float) -> bool:
+    """Whether to release the cell's requests once more. A concurrent cell releases its
+    N requests once. A single-stream cell sends requests one after another: at least
+    `single_stream_requests` (a median and a spread for its prefill, TTFT and decode),
+    then more while the cell has run under `single_stream_seconds` (cheap short
+    requests buy a tighter spread; an expensive long one is not repeated beyond the
+    minimum)."""
+    if cell["concurrency"] != 1:
+        return sent < 1
+    least = cell.get("single_stream_requests", 1)
+    return sent < least or elapsed_s < cell.get("single_stream_seconds", 0.0)
+
+
+def _drive(cell: dict[str, Any], link: Any, server: servers.Server,
+           count: int | None = None) -> list[Shot]:
+    """Send the cell's requests (`count` single-stream releases, or as `more_shots`
+    says), counting the RPC bytes each release causes. After a release with a failed
+    request the rest are not sent: the failure is the result."""
+    out: list[Shot] = []
+    with link.host_a.entered():
+        pool = prompts.token_pool(server.url)
+        started = time.monotonic()
+        while (len(out) < count if count is not None
+               else more_shots(cell, len(out), time.monotonic() - started)):
+            batch = [prompts.prompt(pool, cell["prompt_tokens"], secrets.randbits(63))
+                     for _ in range(cell["concurrency"])]
+            rpc = telemetry.RpcTraffic(link.connect_addr,
+                                       server.record.get("worker_ports", [RPC_PORT]))
+            replies = client.run_concurrent(server.url, batch, cell["n_predict"],
+                                            cell["request_timeout_s"], rpc.at_first_token)
+            rpc.finish()
+            out.append((replies, rpc))
+            _progress(cell, link, len(out), replies, time.monotonic() - started)
+            if any(r.error_type or r.http_status != 200 for r in replies):
+                break
+    return out
+
+
+_LOG = Console(width=140, log_path=False, highlight=False)  # the job log: stdout
+
+
+def _progress(cell: dict[str, Any], link: Any, release: int, replies: list[client.Reply],
+              elapsed_s: float) -> None:
+    """One line per release in the job's log (between releases, never during one), so
+    that a long cell shows how far it is: requests ok, tokens, decode rate, time."""
+    ok = [r for r in replies if not r.error_type and r.http_status == 200]
+    tokens = sum(len(r.tokens) for r in replies)
+    rates = [(len(r.tokens) - 1) / ((r.tokens[-1]["t_ns"] - r.tokens[0]["t_ns"]) / 1e9)
+             for r in ok if len(r.tokens) > 1 and r.tokens[-1]["t_ns"] > r.tokens[0]["t_ns"]]
+    rate = f"{sum(rates) / len(rates):,.0f} tok/s decode" if rates else "no decode rate"
+    _LOG.log(f"{link.pair}/{link.name} {cell.get('model', '')} {cell['prompt_tokens']} tokens "
+             f"x{cell['concurrency']}: release {release}, {len(ok)}/{len(replies)} ok, "
+             f"{tokens} tokens, {rate}, {elapsed_s:.1f} s")
+
+
+def _hottest(sensors: dict[str, Any], when: str) -> float | None:
+    values = [sensors.get(f"temp_{side}_{when}_c") for side in ("a", "b")]
+    values = [v for v in values if v is not None]
+    return max(values) if values else None

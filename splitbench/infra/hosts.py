@@ -1,0 +1,198 @@
+"""Where a command runs: this machine, a network namespace on it, or a host over SSH.
+
+Commands are argument lists end to end. The one place a string is built is the remote
+command line of SSH, and there every argument is quoted (shlex.join). SSH verifies host
+keys (StrictHostKeyChecking=yes, never accept-new) and never prompts (BatchMode=yes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from splitbench.infra import procs
+
+CLONE_NEWNET = 0x40000000
+
+
+class HostError(RuntimeError):
+    """A command on a host failed; the message names the host."""
+
+
+@dataclass(frozen=True)
+class Host:
+    """A host of a pair: this machine (netns None), a namespace on it, or an SSH host."""
+
+    name: str
+    netns: str | None = None
+    ssh: str | None = None  # destination, e.g. "bench@192.0.2.7"
+    ssh_port: int | None = None
+    identity: str | None = None
+    known_hosts: str | None = None
+    python_path: str | None = None
+    # CPUs the host's processes run on (taskset list, "0" or "2-3"): in the embedded
+    # lab each emulated host gets its own, as two machines would have. None: any CPU.
+    cpus: str | None = None
+
+    @property
+    def remote(self) -> bool:
+        return self.ssh is not None
+
+    @property
+    def python(self) -> str:
+        """A Python 3 on the host: this interpreter locally, `python3` (or as set) over SSH."""
+        if self.python_path:
+            return self.python_path
+        return "python3" if self.remote else sys.executable
+
+    def ssh_prefix(self) -> list[str]:
+        argv = ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
+                "-o", "ConnectTimeout=10"]
+        if self.known_hosts:
+            argv += ["-o", f"UserKnownHostsFile={Path(self.known_hosts).expanduser()}"]
+        if self.identity:
+            argv += ["-i", str(Path(self.identity).expanduser()), "-o", "IdentitiesOnly=yes"]
+        if self.ssh_port:
+            argv += ["-p", str(self.ssh_port)]
+        return [*argv, self.ssh, "--"]
+
+    def wrap(self, argv: Sequence[str]) -> list[str]:
+        if self.ssh is not None:
+            return [*self.ssh_prefix(), shlex.join(argv)]
+        pinned = ["taskset", "-c", self.cpus, *argv] if self.cpus else list(argv)
+        if self.netns is None:
+            return pinned
+        return ["ip", "netns", "exec", self.netns, *pinned]
+
+    def run(
+        self, argv: Sequence[str], *, timeout: float = 60, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        try:
+            result = subprocess.run(
+                self.wrap(argv), capture_output=True, text=True, timeout=timeout
+            )
+        except FileNotFoundError as exc:
+            raise HostError(f"host {self.name}: {self.wrap(argv)[0]} not found") from exc
+        except subprocess.TimeoutExpired as exc:
+            raise HostError(f"host {self.name}: {argv[0]} timed out after {timeout}s") from exc
+        if self.remote and result.returncode == 255:
+            raise HostError(f"host {self.name}: ssh to {self.ssh} failed: "
+                            f"{result.stderr.strip()[-500:]}")
+        if check and result.returncode != 0:
+            raise HostError(
+                f"host {self.name}: {' '.join(argv[:3])} failed "
+                f"(exit {result.returncode}): {result.stderr.strip()[-500:]}"
+            )
+        return result
+
+    def wait_listening(self, addr: str, port: int, timeout: float) -> None:
+        """Wait until this host has a TCP listener on addr:port. It does not connect:
+        a ggml-rpc-server would take a probing connection for its one client."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.run(["ss", "-Hltn", f"src {addr}:{port}"], check=False).stdout.strip():
+                return
+            time.sleep(0.1)
+        raise HostError(f"host {self.name}: no listener on {addr}:{port} after {timeout}s")
+
+    @contextlib.contextmanager
+    def entered(self) -> Iterator[None]:
+        """Run the calling thread (and threads it starts) in this host's network stack,
+        on this host's CPUs.
+
+        Sockets opened inside reach the host's link and loopback as the host's own
+        programs would: the benchmark client then sits on host A, like a real user's.
+        """
+        if self.netns is None:
+            yield
+            return
+        libc = ctypes.CDLL(None, use_errno=True)
+        home_cpus = os.sched_getaffinity(0)
+        with open("/proc/thread-self/ns/net") as home, open(f"/run/netns/{self.netns}") as ns:
+            if libc.setns(ns.fileno(), CLONE_NEWNET) != 0:
+                raise HostError(f"host {self.name}: setns failed: "
+                                f"{os.strerror(ctypes.get_errno())}")
+            try:
+                if self.cpus:
+                    os.sched_setaffinity(0, cpu_set(self.cpus))
+                yield
+            finally:
+                libc.setns(home.fileno(), CLONE_NEWNET)  # first: back home, whatever failed
+                os.sched_setaffinity(0, home_cpus)
+
+    def spawn(
+        self,
+        argv: Sequence[str],
+        *,
+        role: str,
+        key: str,
+        log_path: Path,
+        env: dict[str, str] | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Start a long-lived process on this host, recorded for teardown."""
+        if self.remote:
+            return self._spawn_remote(argv, role=role, key=key, env=env, extra=extra)
+        return procs.spawn(
+            self.wrap(argv),
+            role=role,
+            key=key,
+            log_path=log_path,
+            env=env,
+            extra={"host": self.name, **(extra or {})},
+        )
+
+    def _spawn_remote(
+        self,
+        argv: Sequence[str],
+        *,
+        role: str,
+        key: str,
+        env: dict[str, str] | None,
+        extra: dict[str, Any] | None,
+    ) -> dict[str, Any]:
+        """Start a detached process on the SSH host; record its remote pid and start time."""
+        log = f"/tmp/splitbench-{key}.log"
+        assignments = [f"{k}={v}" for k, v in (env or {}).items()]
+        script = 'log=$1; shift; setsid "$@" > "$log" 2>&1 < /dev/null & echo $!'
+        command = ["sh", "-c", script, "sh", log, *(["env", *assignments] if env else []),
+                   *argv]
+        pid = int(self.run(command, timeout=30).stdout.split()[-1])
+        record = {
+            "pid": pid,
+            "start_time": procs.remote_start_time(self.ssh_prefix(), pid),
+            "remote": self.ssh_prefix(),
+            "role": role,
+            "key": key,
+            "argv": list(argv),
+            "log": f"{self.ssh}:{log}",
+            "host": self.name,
+            **(extra or {}),
+        }
+        procs.record_process(record)
+        return record
+
+
+def cpu_set(cpus: str) -> set[int]:
+    """A taskset CPU list ("0", "0-3", "0,2") as a set of CPU numbers."""
+    out: set[int] = set()
+    for part in cpus.split(","):
+        first, _, last = part.partition("-")
+        out.update(range(int(first), int(last or first) + 1))
+    return out
+
+
+def host_from_spec(name: str, spec: dict[str, Any]) -> Host:
+    """A host from its config block: over SSH when it names a destination."""
+    return Host(name, ssh=spec.get("ssh"), ssh_port=spec.get("ssh_port"),
+                identity=spec.get("identity"), known_hosts=spec.get("known_hosts"),
+                python_path=spec.get("python"))

@@ -1,0 +1,215 @@
+"""What else used the machines while a cell ran, and which cells that makes suspect.
+
+A cell's figures are only the link's and the model's when nothing else competed for the
+CPUs. Around each measurement, `Window` reads each machine's cumulative CPU counters
+(`sensors.cpu_counters`: /proc/stat, /proc/pressure/cpu, and the CPU time of the
+measurement's own processes) at its start and end, on host A and host B (over SSH for a
+remote B). From the differences, per host side:
+
+cpu_pressure_{side}_pct    share of the time some task waited for a CPU (PSI "some")
+foreign_cpu_{side}_cores   CPU used by processes that are not the measurement's, in cores
+steal_{side}_pct           share of CPU time the hypervisor gave to someone else
+own_cpu_{side}_cores       the measurement's own processes (servers, relay, client)
+
+`flag` turns them into a reason per cell with the configured thresholds
+(`interference:` in the config); a cell without figures is "not checked", never clean.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pandas as pd
+
+from splitbench.infra import procs
+from splitbench.infra.hosts import Host, HostError
+from splitbench.infra.telemetry import SENSORS_SOURCE
+from splitbench.remote import sensors
+
+SIDES = ("a", "b")
+# Defaults, from the embedded default on the 2-core development VM: in a quiet run no
+# cell went above 0.043 foreign cores, 3.5% steal or 37% CPU pressure (PSI counts the
+# measurement's own processes waiting for each other too: on two cores they do); one
+# cell beside two busy loops read 0.79 foreign cores and 66% pressure.
+DEFAULTS: dict[str, float | None] = {
+    "max_cpu_pressure_pct": 50.0,
+    "max_foreign_cpu_cores": 0.25,
+    "max_steal_pct": 10.0,
+}
+# Each figure and its unit; a column is f"{figure}_{side}_{unit}".
+UNITS = {"cpu_pressure": "pct", "foreign_cpu": "cores", "steal": "pct", "own_cpu": "cores"}
+# Every column the meter and the sampler give per side: request rows, summary, links.
+COLUMNS = [*(f"{figure}_{side}_{unit}" for side in SIDES for figure, unit in UNITS.items()),
+           *(f"cpu_pressure_{side}_peak_pct" for side in SIDES),
+           *(f"interference_{side}" for side in SIDES)]
+
+
+def _counters(host: Host, pids: list[int]) -> dict[str, Any] | None:
+    """One machine's CPU counters, with `pids`' CPU time; None when unreadable."""
+    if not host.remote:
+        return sensors.cpu_counters(pids)  # a namespace shares the machine's counters
+    argv = [host.python, "-c", SENSORS_SOURCE, "--pids", ",".join(map(str, pids))]
+    try:
+        result = host.run(argv, check=False)
+        return json.loads(result.stdout.splitlines()[-1])["cpu"]
+    except (HostError, IndexError, KeyError, ValueError):
+        return None
+
+
+class Meter:
+    """CPU counters of each machine over one or more stretches of measuring.
+
+    `stretch(pids)` reads the counters before and after a block that measures; `pids`
+    maps each host side to the measurement's process ids on its machine at that time
+    (a stretch per launch: a cell that switches launches has other servers in each).
+    Hosts that share a machine (the embedded lab) are read once, with both sides'
+    pids. `figures()` turns the sums of all stretches into the figures per side.
+    """
+
+    def __init__(self, hosts: Mapping[str, Host]) -> None:
+        self.machine_of = {side: host.ssh or "local" for side, host in hosts.items()}
+        self.hosts: dict[str, Host] = {}
+        for side, host in hosts.items():
+            self.hosts.setdefault(self.machine_of[side], host)
+        self.sums: dict[str, dict[str, float] | None] = {key: {} for key in self.hosts}
+
+    @contextlib.contextmanager
+    def stretch(self, pids: Mapping[str, list[int]]) -> Iterator[None]:
+        mine: dict[str, list[int]] = {key: [] for key in self.hosts}
+        for side, ids in pids.items():
+            mine[self.machine_of[side]].extend(ids)
+        before = {key: _counters(host, mine[key]) for key, host in self.hosts.items()}
+        try:
+            yield
+        finally:
+            for key, host in self.hosts.items():
+                self._add(key, before[key], _counters(host, mine[key]))
+
+    def _add(self, key: str, before: dict[str, Any] | None,
+             after: dict[str, Any] | None) -> None:
+        sums = self.sums[key]
+        if sums is None:
+            return
+        if before is None or after is None:
+            self.sums[key] = None  # one unreadable stretch: the figures are unknown
+            return
+        sums["seconds"] = sums.get("seconds", 0.0) + after["t_mono"] - before["t_mono"]
+        sums["hz"] = after.get("hz") or 100
+        for name in ("psi_some_us", "busy_ticks", "steal_ticks", "total_ticks"):
+            a, b = before.get(name), after.get(name)
+            sums[name] = None if a is None or b is None or sums.get(name, 0) is None \
+                else sums.get(name, 0) + b - a
+        # A process of the measurement that ended inside the stretch (a crash) takes its
+        # CPU time with it: the rest would look foreign. Unknown then, not a guess.
+        a, b = before.get("own_ticks"), after.get("own_ticks")
+        same = before.get("own_found") == after.get("own_found")
+        # Over SSH the reading is a process of its own, started inside the stretch: its
+        # CPU (the interpreter's start) is the measurement's, not another's.
+        reader = after.get("self_ticks", 0) if self.hosts[key].remote else 0
+        sums["own_ticks"] = None if a is None or b is None or not same \
+            or sums.get("own_ticks", 0) is None else sums.get("own_ticks", 0) + b - a + reader
+
+    def figures(self) -> dict[str, Any]:
+        """Per side: the figures above, and `interference_{side}` saying what was read."""
+        out: dict[str, Any] = {}
+        for key in self.hosts:
+            figures = sum_figures(self.sums[key])
+            for side, machine in self.machine_of.items():
+                if machine == key:
+                    out.update({name.format(side=side): v for name, v in figures.items()})
+        return out
+
+
+def own_processes(pair: str, local_pids: list[int]) -> dict[str, list[int]]:
+    """The measurement's processes on each host: this process (and `local_pids`, its
+    helpers on this machine) on A, and every process recorded for the pair (servers and
+    the delay relay record their pair; iperf3 and the probe too), on the host it runs on."""
+    own: dict[str, list[int]] = {"a": [os.getpid(), *local_pids], "b": []}
+    for record in procs.all_procs():
+        if record.get("pair") == pair:
+            own["b" if record.get("host") == "b" else "a"].append(record["pid"])
+    return own
+
+
+def sum_figures(sums: dict[str, Any] | None) -> dict[str, Any]:
+    """The figures of one machine from its summed counter differences (names with
+    {side})."""
+    out: dict[str, Any] = {f"{f}_{{side}}_{unit}": None for f, unit in UNITS.items()}
+    if sums is None:
+        out["interference_{side}"] = "unreadable"
+        return out
+    seconds = sums.get("seconds", 0.0)
+    if seconds <= 0:
+        out["interference_{side}"] = "not measured"
+        return out
+    found = []
+    if sums.get("psi_some_us") is not None:
+        out["cpu_pressure_{side}_pct"] = round(sums["psi_some_us"] / (seconds * 1e6) * 100, 2)
+        found.append("PSI")
+    busy, own, hz = sums.get("busy_ticks"), sums.get("own_ticks"), sums["hz"]
+    if busy is not None:
+        found.append("/proc/stat")
+        if own is not None:
+            out["own_cpu_{side}_cores"] = round(own / hz / seconds, 3)
+            out["foreign_cpu_{side}_cores"] = round(max(busy - own, 0) / hz / seconds, 3)
+        if sums.get("steal_ticks") is not None and sums.get("total_ticks"):
+            out["steal_{side}_pct"] = round(sums["steal_ticks"] / sums["total_ticks"] * 100, 2)
+    out["interference_{side}"] = (f"read over {seconds:.1f} s: {', '.join(found)}"
+                                  if found else "no CPU counters on this host")
+    return out
+
+
+# ---------------------------------------------------------------- judging cells
+
+
+def settings(given: Mapping[str, Any] | None) -> dict[str, float | None]:
+    """The `interference:` thresholds with defaults filled in (null: not checked)."""
+    return {**DEFAULTS, **(given or {})}
+
+
+LIMITS = [("cpu_pressure", "max_cpu_pressure_pct", "CPU pressure {v:.0f}%", "%"),
+          ("foreign_cpu", "max_foreign_cpu_cores", "other processes used {v:.2f} cores",
+           " cores"),
+          ("steal", "max_steal_pct", "steal {v:.0f}%", "%")]
+
+
+def flag(cells: pd.DataFrame, thresholds: Mapping[str, Any]) -> pd.DataFrame:
+    """Per cell (one row each, the summary's figures): `interference` (why the cell is
+    suspect, or None), and `interference_checked` with `interference_missing` (why
+    not): a cell counts as checked only when every host's foreign CPU was measured (the
+    figure that tells others' work from the measurement's own); otherwise it is
+    reported as not checked, never as clean."""
+    cfg = settings(thresholds)
+    reasons: list[str | None] = []
+    missing: list[str | None] = []
+    for _, row in cells.iterrows():
+        parts = []
+        for figure, key, text, unit in LIMITS:
+            values = {side: row.get(f"{figure}_{side}_{UNITS[figure]}") for side in SIDES}
+            values = {side: v for side, v in values.items() if v is not None and not pd.isna(v)}
+            limit = cfg[key]
+            over = {side: v for side, v in values.items() if limit is not None and v > limit}
+            # Hosts that share a machine (the embedded lab) read the same figures: once.
+            by_value: dict[float, list[str]] = {}
+            for side, value in over.items():
+                by_value.setdefault(value, []).append(side.upper())
+            for value, sides in by_value.items():
+                hosts = f"host {sides[0]}" if len(sides) == 1 else f"hosts {' and '.join(sides)}"
+                parts.append(f"{hosts}: {text.format(v=value)} (limit {limit:g}{unit})")
+        reasons.append("; ".join(parts) + " during the cell" if parts else None)
+        unmeasured = [side for side in SIDES if pd.isna(row.get(f"foreign_cpu_{side}_cores"))]
+        missing.append("interference not measured on " + ", ".join(
+            f"host {side.upper()} ({_why(row.get(f'interference_{side}'))})"
+            for side in unmeasured) if unmeasured else None)
+    return pd.DataFrame({"interference": reasons,
+                         "interference_checked": [m is None for m in missing],
+                         "interference_missing": missing}, index=cells.index)
+
+
+def _why(text: Any) -> str:
+    return text if isinstance(text, str) and text else "no figures: measured before " \
+        "splitbench recorded them"

@@ -1,0 +1,308 @@
+"""Processes and namespaces a run starts, recorded so that exactly those are stopped.
+
+A run's long-lived parts (RPC workers, llama-servers, delay relays, namespaces) outlive
+the Snakemake job that started them: the next cell job reuses them. Each is recorded as
+a small JSON file under the state directory. `teardown()` stops what is recorded (by
+pid, checked against the recorded start time so a reused pid is never hit) and deletes
+the recorded namespaces. A reaper process watches the Snakemake process and tears down
+when it goes away, whether it ended normally, on Ctrl-C or by kill -9.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+# Stop order: the HTTP front end before the RPC worker it talks to (a worker that
+# goes first makes llama-server abort mid-call: "Remote RPC server crashed").
+# A measuring job goes first: after Snakemake is killed, its jobs run on as orphans.
+STOP_ORDER = ("job", "llama-server", "rpc-server", "relay", "probe", "iperf3", "other")
+
+
+def state_dir() -> Path:
+    return Path(os.environ.get("SPLITBENCH_STATE", ".splitbench")).resolve()
+
+
+def _records(kind: str) -> Path:
+    path = state_dir() / kind
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@contextlib.contextmanager
+def locked(name: str) -> Iterator[None]:
+    """An exclusive lock shared by every process of this run (file lock)."""
+    path = state_dir() / f"{name}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def start_time(pid: int) -> int | None:
+    """The kernel's start time of a process (clock ticks since boot), None if gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # Field 22; the command name (field 2) may contain spaces, so split after ')'.
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def is_alive(record: dict[str, Any]) -> bool:
+    """Running, and the same process that was recorded (not a reused pid, not a zombie)."""
+    pid = record["pid"]
+    if record.get("remote"):
+        return remote_start_time(record["remote"], pid) == record["start_time"]
+    return start_time(pid) == record["start_time"] and not _is_zombie(pid)
+
+
+def remote_start_time(ssh_prefix: list[str], pid: int) -> int | None:
+    """A remote process's start time, None when it is gone or a zombie."""
+    result = subprocess.run([*ssh_prefix, f"cat /proc/{int(pid)}/stat"], capture_output=True,
+                            text=True, timeout=30)
+    if result.returncode != 0 or ")" not in result.stdout:
+        return None
+    fields = result.stdout.rsplit(")", 1)[1].split()
+    return None if fields[0] == "Z" else int(fields[19])
+
+
+def _signal(record: dict[str, Any], sig: signal.Signals) -> None:
+    if record.get("remote"):
+        subprocess.run([*record["remote"], f"kill -{sig.name} {int(record['pid'])}"],
+                       capture_output=True, timeout=30)
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(record["pid"], sig)
+
+
+def spawn(
+    argv: Sequence[str],
+    *,
+    role: str,
+    key: str,
+    log_path: Path,
+    env: dict[str, str] | None = None,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Start a detached process (own session, outlives the caller) and record it."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, **(env or {})},
+        )
+    # The kernel fills /proc/PID/stat at fork, so the start time is readable at once.
+    record = {
+        "pid": proc.pid,
+        "start_time": start_time(proc.pid),
+        "role": role,
+        "key": key,
+        "argv": list(argv),
+        "log": str(log_path),
+        **(extra or {}),
+    }
+    return record_process(record)
+
+
+def _forget(kind: str, key: str) -> None:
+    """Drop a record (a process or namespace that is gone)."""
+    with contextlib.suppress(FileNotFoundError):
+        (_records(kind) / f"{key}.json").unlink()
+
+
+def record_process(record: dict[str, Any]) -> dict[str, Any]:
+    """Remember a started process (local or remote) so teardown can stop it."""
+    _write(_records("procs") / f"{record['key']}.json", record)
+    return record
+
+
+@contextlib.contextmanager
+def job(stage: str) -> Iterator[None]:
+    """Record this process as a running job of the run, so that the reaper stops it when
+    Snakemake is killed (an orphan would measure on against torn-down servers)."""
+    key = f"job-{os.getpid()}"
+    record_process({"pid": os.getpid(), "start_time": start_time(os.getpid()), "role": "job",
+                    "key": key, "argv": sys.argv, "stage": stage})
+    try:
+        yield
+    finally:
+        _forget("procs", key)
+
+
+def _write(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    tmp.replace(path)
+
+
+def find(key: str) -> dict[str, Any] | None:
+    path = _records("procs") / f"{key}.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def all_procs() -> list[dict[str, Any]]:
+    out = []
+    for path in sorted(_records("procs").glob("*.json")):
+        with contextlib.suppress(OSError, ValueError):
+            out.append(json.loads(path.read_text()))
+    return out
+
+
+def stop(key: str, timeout: float = 10.0) -> None:
+    """Stop one recorded process (SIGTERM, then SIGKILL) and forget it."""
+    record = find(key)
+    if record is not None:
+        _terminate(record, timeout)
+    _forget("procs", key)
+
+
+def _terminate(record: dict[str, Any], timeout: float) -> None:
+    if not is_alive(record):
+        _reap(record)
+        return
+    _signal(record, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not is_alive(record):
+            _reap(record)
+            return
+        time.sleep(0.05 if not record.get("remote") else 0.3)
+    _signal(record, signal.SIGKILL)
+    _reap(record)
+
+
+def _reap(record: dict[str, Any], timeout: float = 5.0) -> None:
+    """Collect a stopped child of this process now. Its whole CPU time moves into this
+    process's reaped-children counters when it is collected; Python's subprocess module
+    would collect it at some later start of another process, in the middle of a cell,
+    where the interference meter would count that server's lifetime as the cell's own."""
+    if record.get("remote"):
+        return
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            pid, _ = os.waitpid(record["pid"], os.WNOHANG)
+        except ChildProcessError:
+            return  # not our child, or already collected
+        if pid or time.monotonic() > deadline:
+            return
+        time.sleep(0.01)
+
+
+def exit_status(record: dict[str, Any]) -> str | None:
+    """How a process this one started has ended ("exited with code 1", "killed by
+    SIGSEGV"), reaping it; None while it runs, or when it is not our child (then no
+    one here can know)."""
+    if record.get("remote"):
+        return None
+    try:
+        pid, status = os.waitpid(record["pid"], os.WNOHANG)
+    except ChildProcessError:
+        return None
+    if pid == 0:
+        return None
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        try:
+            return f"killed by {signal.Signals(number).name}"
+        except ValueError:
+            return f"killed by signal {number}"
+    return f"exited with code {os.WEXITSTATUS(status)}"
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def record_namespace(name: str) -> None:
+    _write(_records("netns") / f"{name}.json", {"name": name})
+
+
+def namespaces() -> list[str]:
+    return [p.stem for p in sorted(_records("netns").glob("*.json"))]
+
+
+def teardown() -> list[str]:
+    """Stop every recorded process, delete every recorded namespace. Returns what it did."""
+    done = []
+    rank = {role: i for i, role in enumerate(STOP_ORDER)}
+    for record in sorted(all_procs(), key=lambda r: rank.get(r.get("role"), len(rank))):
+        if record["pid"] != os.getpid():  # the reaper does not stop itself
+            if is_alive(record):
+                done.append(f"stopped {record['role']} pid {record['pid']}")
+            _terminate(record, timeout=10.0)
+        _forget("procs", record["key"])
+    for name in namespaces():
+        # Deleting a namespace also deletes the veth ends and qdiscs inside it.
+        result = subprocess.run(
+            ["ip", "netns", "delete", name], capture_output=True, text=True
+        )
+        if result.returncode == 0:
+            done.append(f"deleted namespace {name}")
+        _forget("netns", name)
+    for path in _records("links").glob("*.json"):
+        path.unlink()
+    return done
+
+
+def start_reaper(owner_pid: int, locks: Sequence[str] = ()) -> None:
+    """Watch owner_pid; tear the run down when it is gone (also after kill -9).
+
+    locks: the owner's Snakemake directory locks. A killed Snakemake leaves them behind
+    and the next run would refuse to start; the reaper removes exactly these files.
+    """
+    log = state_dir() / "reaper.log"
+    spawn(
+        [sys.executable, "-m", "splitbench.infra.procs", "reaper", str(owner_pid),
+         *(str(Path(lock).resolve()) for lock in locks)],
+        role="reaper",
+        key=f"reaper-{owner_pid}",
+        log_path=log,
+        env={"SPLITBENCH_STATE": str(state_dir())},
+    )
+
+
+def _reap_when_gone(owner_pid: int, locks: list[str]) -> None:
+    owner = {"pid": owner_pid, "start_time": start_time(owner_pid)}
+    me = f"reaper-{owner_pid}"
+    while is_alive(owner):
+        if find(me) is None:  # the run tore down normally and forgot us
+            return
+        time.sleep(0.5)
+    for line in teardown():
+        print(line, flush=True)
+    for lock in locks:
+        with contextlib.suppress(FileNotFoundError):
+            Path(lock).unlink()
+            print(f"removed stale Snakemake lock {lock}", flush=True)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["reaper"]:
+        _reap_when_gone(int(sys.argv[2]), sys.argv[3:])
+    elif sys.argv[1:2] == ["teardown"]:
+        for line in teardown():
+            print(line)

@@ -1,0 +1,181 @@
+"""Around a cell: each host's sensors before, during (peak) and after it, and the bytes
+that crossed the link on the RPC connections (kernel TCP counters)."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from splitbench.infra import sockdiag
+from splitbench.infra.hosts import Host, HostError
+from splitbench.remote import sensors
+
+# sensors.py needs only the standard library: its source runs on any host as is.
+SENSORS_SOURCE = Path(sensors.__file__).read_text()
+
+
+def snapshot(host: Host | None = None) -> dict[str, Any]:
+    """One sensors reading on host (this machine when None)."""
+    if host is None or not host.remote:
+        return sensors.reading()  # a namespace shares the machine's sensors
+    try:
+        result = host.run([host.python, "-c", SENSORS_SOURCE], check=False)
+        return json.loads(result.stdout.splitlines()[-1])
+    except (HostError, IndexError, ValueError) as exc:  # a sensor gap, not a failed cell
+        return {"temp_max_c": None, "temp_sources": f"unreadable: {str(exc)[-200:]}",
+                "load1": None, "gpus": [], "gpu_sources": "unreadable"}
+
+
+class Sampler:
+    """Each machine's sensors read every `every_s` seconds by a small process started
+    before the cell and stopped after it (one process when both hosts share this
+    machine), plus a fresh reading at each end: before, after and peak."""
+
+    def __init__(self, hosts: dict[str, Host], every_s: float = 1.0) -> None:
+        self.machine_of = {side: host.ssh or "local" for side, host in hosts.items()}
+        self.hosts = {self.machine_of[side]: host for side, host in reversed(hosts.items())}
+        self.before = {key: snapshot(host) for key, host in self.hosts.items()}
+        argv = ["-c", SENSORS_SOURCE, "--every", str(every_s)]
+        # Readings go to a file, not a pipe: nobody reads during the cell, and a full
+        # pipe would stop the sampler (and the peaks) after a few minutes.
+        self.outputs = {key: tempfile.TemporaryFile("w+")  # noqa: SIM115 - closed in finish
+                        for key in self.hosts}
+        self.processes = {
+            key: subprocess.Popen(
+                host.wrap([host.python, *argv]) if host.remote else [sys.executable, *argv],
+                stdout=self.outputs[key], stderr=subprocess.DEVNULL, text=True)
+            for key, host in self.hosts.items()
+        }
+
+    def local_pids(self) -> list[int]:
+        """The samplers running on this machine (part of the measurement)."""
+        return [p.pid for key, p in self.processes.items() if not self.hosts[key].remote]
+
+    def finish(self) -> dict[str, Any]:
+        """Per host side: temp_{side}_before_c/after_c/peak_c, load, GPU and CPU-pressure
+        peaks."""
+        out: dict[str, Any] = {}
+        for key, process in self.processes.items():
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+            with self.outputs[key] as output:
+                output.seek(0)
+                during = _readings(output.read())
+            after = snapshot(self.hosts[key])
+            figures = _figures(self.before[key], during, after)
+            for side, machine in self.machine_of.items():
+                if machine == key:
+                    out.update({name.format(side=side): v for name, v in figures.items()})
+        return out
+
+
+def _readings(text: str) -> list[dict]:
+    """Every complete reading (a sampler stopped mid-line leaves a partial last one)."""
+    out = []
+    for line in text.splitlines():
+        with contextlib.suppress(ValueError):
+            out.append(json.loads(line))
+    return out
+
+
+def _figures(before: dict, during: list[dict], after: dict) -> dict[str, Any]:
+    readings = [before, *during, after]
+    temps = [r["temp_max_c"] for r in readings if r.get("temp_max_c") is not None]
+    gpus = [g for r in readings for g in r.get("gpus", [])]
+
+    def peak(name: str) -> float | None:
+        values = [g[name] for g in gpus if g.get(name) is not None]
+        return max(values) if values else None
+
+    return {
+        "temp_{side}_before_c": before.get("temp_max_c"),
+        "temp_{side}_after_c": after.get("temp_max_c"),
+        "temp_{side}_peak_c": max(temps) if temps else None,
+        "load1_{side}_before": before.get("load1"),
+        "gpu_{side}_temp_peak_c": peak("temp_c"),
+        "gpu_{side}_power_peak_w": peak("power_w"),
+        "gpu_{side}_memory_peak_mib": peak("memory_used_mib"),
+        "sensors_{side}": f"{before.get('temp_sources')}; {before.get('gpu_sources')}",
+        "sensor_readings_{side}": len(readings),
+        "cpu_pressure_{side}_peak_pct": _peak_pressure(readings),
+    }
+
+
+def _peak_pressure(readings: list[dict]) -> float | None:
+    """The highest CPU pressure (PSI "some", %) between two consecutive readings (about
+    a second apart): a burst of other work that a cell's average would dilute."""
+    points = [(c["t_mono"], c["psi_some_us"]) for r in readings
+              if (c := r.get("cpu")) and c.get("psi_some_us") is not None]
+    rates = [(b[1] - a[1]) / ((b[0] - a[0]) * 1e6) * 100
+             for a, b in itertools.pairwise(points) if b[0] - a[0] >= 0.2]
+    return round(max(rates), 1) if rates else None
+
+
+class RpcTraffic:
+    """Kernel TCP counters of A's connections to the RPC workers, read at the cell's
+    start, at its first token (`at_first_token`, called from the client's loop) and at
+    its end, each with the monotonic time of the read.
+
+    Start to first token is prefill; first token to end is decode, and bytes per token
+    divide by the tokens that arrived between those two reads. Exact at concurrency 1;
+    at higher concurrency the other requests' prefill falls partly into "decode".
+    Read in-process over netlink (sock_diag, ~50 us) in the calling thread's namespace:
+    forking `ss` here stalled the client for milliseconds.
+    """
+
+    def __init__(self, addr: str, ports: list[int]) -> None:
+        self.connections = [c for port in ports for c in sockdiag.connections_to(addr, port)]
+        self.at: dict[str, tuple[int, dict | None]] = {"start": self.read()}
+
+    def read(self) -> tuple[int, dict | None]:
+        before = time.monotonic_ns()
+        fresh = sockdiag.read(self.connections)
+        middle = (before + time.monotonic_ns()) // 2
+        # A closed connection (a crashed worker) would make the sums go backwards.
+        complete = self.connections and len(fresh) == len(self.connections)
+        return middle, sockdiag.totals(fresh) if complete else None
+
+    def at_first_token(self) -> None:
+        self.at.setdefault("first", self.read())
+
+    def finish(self) -> None:
+        self.at["end"] = self.read()
+
+    def figures(self, token_times_mono: list[int]) -> dict[str, Any]:
+        """Prefill and decode traffic each way, and decode bytes per token."""
+        (_, start), (t_first, first), (t_end, end) = (
+            self.at["start"], self.at.get("first", (0, None)), self.at["end"])
+        prefill, decode = traffic(start, first), traffic(first, end)
+        decoded = sum(t_first <= t <= t_end for t in token_times_mono)
+        out = {f"rpc_prefill_{k}": v for k, v in prefill.items()}
+        out.update({f"rpc_decode_{k}": v for k, v in decode.items()})
+        out["rpc_decode_tokens"] = decoded
+        out["rpc_connections"] = len(self.connections)
+        for way in ("a_to_b", "b_to_a"):
+            total = decode[f"{way}_bytes"]
+            out[f"rpc_bytes_per_token_{way}"] = total / decoded if total and decoded else None
+        return out
+
+
+def traffic(before: dict | None, after: dict | None) -> dict[str, int | None]:
+    """Bytes and data segments that crossed the RPC connection between two snapshots."""
+    if before is None or after is None:
+        return {"a_to_b_bytes": None, "b_to_a_bytes": None, "a_to_b_segs": None,
+                "b_to_a_segs": None}
+    return {
+        "a_to_b_bytes": after["bytes_sent"] - before["bytes_sent"],
+        "b_to_a_bytes": after["bytes_received"] - before["bytes_received"],
+        "a_to_b_segs": after["data_segs_out"] - before["data_segs_out"],
+        "b_to_a_segs": after["data_segs_in"] - before["data_segs_in"],
+    }

@@ -1,0 +1,103 @@
+"""Links between real hosts: bring the interface up, address it (or adopt its
+addresses), and prove that A reaches B over exactly that interface.
+
+Host A is the machine splitbench runs on; host B is reached over SSH (or is this
+machine too, for a pair of interfaces looped by cable). Nothing is torn down from real
+interfaces at the end of a run: addresses stay as the user's network expects them.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from typing import Any
+
+from splitbench.infra import procs
+from splitbench.infra.hosts import Host, HostError, host_from_spec
+from splitbench.links import lab
+from splitbench.links.link import Link
+
+
+class SetupError(RuntimeError):
+    """A real link could not be set up; the message names the pair, link and host."""
+
+
+def ensure(spec: dict[str, Any]) -> Link:
+    """The ready link of a link slice: the embedded lab's, or a real one."""
+    if spec["mode"] == "embedded":
+        return lab.ensure_link(spec)
+    key = f"{spec['pair']}__{spec['link']}"
+    record_path = procs.state_dir() / "links" / f"{key}.json"
+    with procs.locked("lab"):
+        if record_path.exists():
+            return Link.from_json(json.loads(record_path.read_text()))
+        link = _set_up(spec)
+        record_path.parent.mkdir(parents=True, exist_ok=True)
+        record_path.write_text(json.dumps(link.to_json(), indent=1))
+        return link
+
+
+def _set_up(spec: dict[str, Any]) -> Link:
+    where = f"pair '{spec['pair']}', link '{spec['link']}'"
+    host_a = host_from_spec("a", spec["hosts"]["a"])
+    host_b = host_from_spec("b", spec["hosts"]["b"])
+    applied: list[list[str]] = []
+    ends = {}
+    for side, host in (("a", host_a), ("b", host_b)):
+        ifname = spec[f"interface_{side}"]
+        _require_interface(host, ifname, where)
+        if spec.get("adopt"):
+            ends[side] = _existing_address(host, ifname, where)
+        else:
+            ends[side] = _configure(host, ifname, spec[f"addr_{side}"], spec.get("prefix", 30),
+                                    spec.get("mtu"), where, applied)
+    link = Link(
+        spec["pair"], spec["link"], host_a, host_b, ends["a"], ends["b"], ends["b"],
+        spec["interface_a"], spec["interface_b"],
+        {"mode": "real", "rate": "none", "delay": "none", "rate_gbit_a_to_b": None,
+         "rate_gbit_b_to_a": None, "delay_ms": 0.0, "applied": applied},
+    )
+    reply = host_a.run(["ping", "-n", "-c", "3", "-i", "0.2", "-W", "2", "-I",
+                        link.interface_a, link.addr_b], check=False, timeout=30)
+    if reply.returncode != 0:
+        raise SetupError(f"{where}: host a cannot reach host b at {link.addr_b} over "
+                         f"{link.interface_a}: {(reply.stdout + reply.stderr).strip()[-300:]}")
+    return link
+
+
+def _require_interface(host: Host, ifname: str, where: str) -> None:
+    try:
+        result = host.run(["ip", "-j", "link", "show", "dev", ifname], check=False)
+    except HostError as exc:
+        raise SetupError(f"{where}: {exc}") from exc
+    if result.returncode != 0:
+        raise SetupError(f"{where}: host {host.name} has no interface '{ifname}' "
+                         f"({result.stderr.strip()})")
+
+
+def _existing_address(host: Host, ifname: str, where: str) -> str:
+    """The interface's IPv4 address as it is (link-local ones included)."""
+    shown = json.loads(host.run(["ip", "-j", "-4", "addr", "show", "dev", ifname]).stdout)
+    for entry in shown:
+        for info in entry.get("addr_info", []):
+            if info.get("family") == "inet":
+                return info["local"]
+    raise SetupError(f"{where}: host {host.name}'s interface {ifname} has no IPv4 address "
+                     "to adopt: give addr_a/addr_b instead of adopt")
+
+
+def _configure(host: Host, ifname: str, addr: str, prefix: int, mtu: int | None, where: str,
+               applied: list) -> str:
+    ipaddress.ip_interface(f"{addr}/{prefix}")  # a typo fails here, before any change
+    commands = [["ip", "link", "set", "dev", ifname, "up"],
+                ["ip", "addr", "replace", f"{addr}/{prefix}", "dev", ifname]]
+    if mtu:
+        commands.append(["ip", "link", "set", "dev", ifname, "mtu", str(mtu)])
+    for argv in commands:
+        result = host.run(argv, check=False)
+        if result.returncode != 0:
+            raise SetupError(f"{where}: host {host.name}: {' '.join(argv)} failed "
+                             f"({result.stderr.strip()}); set it up by hand and use "
+                             "adopt: true, or run with the rights to change interfaces")
+        applied.append([f"host {host.name}", *argv])
+    return addr

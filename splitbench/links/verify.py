@@ -1,0 +1,390 @@
+"""Link verification: throughput each way and both ways, ping, request-response latency."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import re
+import sys
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from splitbench.analysis import fits
+from splitbench.infra import interference, parquet_io, procs, wakeup
+from splitbench.infra.hosts import Host
+from splitbench.links import history, lab, real
+from splitbench.links.link import IPERF_PORT, PROBE_PORT, SOCKPERF_PORT, Link
+from splitbench.remote import linkfacts, probe
+
+
+class LinkError(RuntimeError):
+    """A link failed verification; the message names the pair, link and host."""
+
+
+def parse_iperf(report: dict[str, Any]) -> dict[str, float | None]:
+    """Receiver-side rates (Gbit/s) per direction from one iperf3 -J report."""
+    if "error" in report:
+        raise LinkError(f"iperf3: {report['error']}")
+    end = report["end"]
+    reverse = bool(report["start"]["test_start"].get("reverse"))
+    forward = end["sum_received"]["bits_per_second"] / 1e9
+    out: dict[str, float | None] = {
+        "retransmits": end.get("sum_sent", {}).get("retransmits"),
+        "cpu_local_pct": end.get("cpu_utilization_percent", {}).get("host_total"),
+        "cpu_remote_pct": end.get("cpu_utilization_percent", {}).get("remote_total"),
+    }
+    if "sum_received_bidir_reverse" in end:
+        back = end["sum_received_bidir_reverse"]["bits_per_second"] / 1e9
+        out.update(a_to_b=forward, b_to_a=back)
+    elif reverse:
+        out.update(a_to_b=None, b_to_a=forward)
+    else:
+        out.update(a_to_b=forward, b_to_a=None)
+    return out
+
+
+def parse_ping(text: str) -> dict[str, float]:
+    times = [float(t) for t in re.findall(r"time=([\d.]+) ms", text)]
+    if not times:
+        raise LinkError(f"ping gave no replies: {text.strip()[-300:]}")
+    return {
+        "ping_ms": float(np.median(times)),
+        "ping_min_ms": min(times),
+        "ping_avg_ms": float(np.mean(times)),
+    }
+
+
+def _require(host: Host, tool: str, where: str) -> None:
+    if not _has(host, tool):
+        raise LinkError(f"{where}: {tool} is not installed on host {host.name} "
+                        f"(run ./bootstrap.sh setup, or apt-get install {tool})")
+
+
+def _has(host: Host, tool: str) -> bool:
+    return host.run(["sh", "-c", 'command -v "$1"', "sh", tool], check=False).returncode == 0
+
+
+def serve(link: Link, role: str, key: str, argv: list[str], port: int) -> None:
+    """Start a measuring server on B (recorded as `{role}-{key}`) and wait until it
+    listens on B's link address: a relay on A would accept before B is there."""
+    link.host_b.spawn(argv, role=role, key=f"{role}-{key}", extra={"pair": link.pair},
+                      log_path=procs.state_dir() / "logs" / f"{role}-{key}.log")
+    link.host_b.wait_listening(link.addr_b, port, timeout=10)
+
+
+@contextlib.contextmanager
+def latency_probe(link: Link) -> Iterator[Callable[[int], float]]:
+    """B's echo server on the link for the block; yields measure(samples): the median
+    64 B request-response time (us) from A along the path the RPC traffic takes."""
+    name = f"{link.pair}__{link.name}"
+    try:
+        serve(link, "probe", name,
+              probe.server_argv(link.host_b.python, link.addr_b, PROBE_PORT),
+              PROBE_PORT)
+
+        def measure(samples: int) -> float:
+            with link.host_a.entered():
+                rtts = probe.measure(link.connect_addr, PROBE_PORT, [64], samples)
+            return float(np.median(rtts["64"]))
+
+        yield measure
+    finally:
+        procs.stop(f"probe-{name}")
+
+
+def verify(spec: dict[str, Any], settings: dict[str, Any], out: str | Path) -> pd.DataFrame:
+    """Set up (or adopt) the link, prove and measure it, write its one-row Parquet."""
+    where = f"pair '{spec['pair']}', link '{spec['link']}'"
+    link = real.ensure(spec)
+    for host in (link.host_a, link.host_b):
+        for tool in ("iperf3", "ping", "ss"):
+            _require(host, tool, where)
+    key = f"{spec['pair']}__{spec['link']}"
+    with_sockperf = _has(link.host_a, "sockperf") and _has(link.host_b, "sockperf")
+    servers = {
+        "iperf3": (["iperf3", "-s", "-B", link.addr_b, "-p", str(IPERF_PORT)],
+                   IPERF_PORT),
+        "probe": (probe.server_argv(link.host_b.python, link.addr_b, PROBE_PORT),
+                   PROBE_PORT),
+    }
+    if with_sockperf:
+        servers["sockperf"] = (["sockperf", "server", "--tcp", "-i", link.addr_b, "-p",
+                                str(SOCKPERF_PORT)], SOCKPERF_PORT)
+    commands: list[list[str]] = [argv for argv, _ in servers.values()]
+    row: dict[str, Any] = {"route_dev_a": _check_route(link, where)}
+    try:
+        for role, (argv, port) in servers.items():
+            serve(link, role, key, argv, port)
+        hosts = {"a": link.host_a, "b": link.host_b}
+        meter = interference.Meter(hosts)
+        with wakeup.during(settings, hosts) as held, \
+                meter.stretch(interference.own_processes(link.pair, [])):
+            row.update(held)
+            _measure(link, settings, commands, where, with_sockperf, row)
+        # What else used the CPUs while the link was measured: the tables flag it.
+        row.update(meter.figures())
+    finally:
+        for role in servers:
+            procs.stop(f"{role}-{key}")
+    row.update(_facts(link, spec, row, settings))
+    row.update(
+        pair=spec["pair"],
+        link=spec["link"],
+        interface_a=link.interface_a,
+        interface_b=link.interface_b,
+        addr_a=link.addr_a,
+        addr_b=link.addr_b,
+        emulation_mode=link.emulation["mode"],
+        emulation_rate=link.emulation["rate"],
+        emulation_delay=link.emulation["delay"],
+        emulated_rate_gbit_a_to_b=link.emulation.get("rate_gbit_a_to_b"),
+        emulated_rate_gbit_b_to_a=link.emulation.get("rate_gbit_b_to_a"),
+        emulated_delay_ms=link.emulation.get("delay_ms"),
+        # Bytes a message may send above the rate (tbf's bucket; 0 on a wire).
+        burst_bytes_a_to_b=link.emulation.get("burst_bytes_a_to_b", 0),
+        burst_bytes_b_to_a=link.emulation.get("burst_bytes_b_to_a", 0),
+        ping_includes_delay=link.emulation["delay"] != "relay",
+        iperf3_version=_version(link.host_a, ["iperf3", "--version"]),
+        sockperf_version=_version(link.host_a, ["sockperf", "--version"]) if with_sockperf
+        else None,
+        measured_at=datetime.now(UTC).isoformat(),
+    )
+    row["fingerprint"] = fingerprint(row)
+    changes = history.compare_and_keep(row, out, settings)
+    row["flags"] = "; ".join([*row.pop("_flags"), *changes]) or None
+    for flag in row["flags"].split("; ") if row["flags"] else []:
+        print(f"WARNING {where}: {flag}", flush=True)
+    frame = pd.DataFrame([row])
+    parquet_io.write(frame, out, {
+        "config": spec, "settings": settings, "commands": commands,
+        "emulation": link.emulation, "fingerprint": row["fingerprint"],
+    })
+    return frame
+
+
+def _measure(link: Link, settings: dict[str, Any], commands: list, where: str,
+             with_sockperf: bool, row: dict[str, Any]) -> None:
+    """Throughput, ping, request-response latency (and sockperf) into row."""
+    row.update(_throughput(link, settings, commands, where))
+    row.update(_ping(link, commands, where))
+    row.update(_request_response(link, settings, commands))
+    if with_sockperf:
+        row.update(_sockperf(link, settings, commands))
+
+
+def _check_route(link: Link, where: str) -> str:
+    """Prove A reaches B over exactly this link's interface (a route lookup on A)."""
+    route = link.host_a.run(["ip", "route", "get", link.addr_b], check=False)
+    found = re.search(r"\bdev (\S+)", route.stdout)
+    device = found.group(1) if found else ""
+    expected = link.interface_a or "lo"
+    if device != expected:
+        raise LinkError(f"{where}: host {link.host_a.name} routes {link.addr_b} via "
+                        f"'{device or route.stderr.strip()}', not via {expected}")
+    return device
+
+
+def _counter(host: Host, ifname: str | None, name: str) -> int | None:
+    if ifname is None:
+        return None
+    result = host.run(["cat", f"/sys/class/net/{ifname}/statistics/{name}"], check=False)
+    return int(result.stdout) if result.returncode == 0 else None
+
+
+def _throughput(link: Link, settings: dict, commands: list, where: str) -> dict:
+    """iperf3 A->B, B->A and both at once, `iperf_repeats` times: median and spread.
+
+    iperf3 talks to B's own address, past any delay relay: the rate is set by the link
+    (and its shaping), and a userspace relay would measure itself instead.
+    """
+    base = ["iperf3", "-c", link.addr_b, "-p", str(IPERF_PORT),
+            "-t", str(settings["iperf_seconds"]), "-O", str(settings["iperf_omit"]),
+            "-P", str(settings["iperf_streams"]), "-J"]
+    if settings.get("iperf_block"):
+        base += ["-l", str(settings["iperf_block"])]
+    runs: dict[str, list[dict]] = {"fwd": [], "rev": [], "bidir": []}
+    tx_before = _counter(link.host_a, link.interface_a, "tx_bytes")
+    for _ in range(settings["iperf_repeats"]):
+        for label, extra in (("fwd", []), ("rev", ["-R"]), ("bidir", ["--bidir"])):
+            argv = [*base, *extra]
+            commands.append(argv)
+            timeout = settings["iperf_seconds"] + settings["iperf_omit"] + 30
+            try:
+                runs[label].append(_iperf_once(link.host_a, argv, timeout))
+            except (ValueError, KeyError, LinkError) as exc:
+                raise LinkError(f"{where}: iperf3 from host {link.host_a.name} to "
+                                f"{link.addr_b} failed: {exc}") from exc
+    tx_after = _counter(link.host_a, link.interface_a, "tx_bytes")
+    a_to_b = [r["a_to_b"] for r in runs["fwd"]]
+    b_to_a = [r["b_to_a"] for r in runs["rev"]]
+    bidir = [r["a_to_b"] + r["b_to_a"] for r in runs["bidir"]]
+    out: dict[str, Any] = {"iperf_repeats": settings["iperf_repeats"]}
+    for name, values in (("a_to_b", a_to_b), ("b_to_a", b_to_a), ("bidir", bidir)):
+        out[f"{name}_gbps"] = float(np.median(values))
+        out[f"{name}_gbps_min"] = float(min(values))
+        out[f"{name}_gbps_max"] = float(max(values))
+    out["retransmits_a_to_b"] = int(sum(r["retransmits"] or 0 for r in runs["fwd"]))
+    out["retransmits_b_to_a"] = int(sum(r["retransmits"] or 0 for r in runs["rev"]))
+    out["iperf_cpu_a_pct"] = float(np.median([r["cpu_local_pct"] for r in runs["fwd"]]))
+    out["iperf_cpu_b_pct"] = float(np.median([r["cpu_remote_pct"] for r in runs["fwd"]]))
+    if tx_before is not None and tx_after is not None:
+        # The interface's own counter must have carried the test traffic.
+        moved = tx_after - tx_before
+        out["interface_tx_bytes"] = moved
+        expected = out["a_to_b_gbps"] * 1e9 / 8 * settings["iperf_seconds"] * 0.5
+        if moved < expected:
+            raise LinkError(f"{where}: iperf3 traffic did not cross {link.interface_a} on "
+                            f"host {link.host_a.name} ({moved} bytes counted)")
+    return out
+
+
+def _iperf_once(host: Host, argv: list[str], timeout: float) -> dict:
+    """One iperf3 run; waits while the server still finishes the previous test."""
+    for _ in range(20):
+        result = host.run(argv, timeout=timeout, check=False)
+        report = json.loads(result.stdout)
+        if "busy" not in report.get("error", ""):
+            return parse_iperf(report)
+        time.sleep(0.5)
+    return parse_iperf(report)
+
+
+def _ping(link: Link, commands: list, where: str) -> dict:
+    interval = "0.05" if lab.is_root() else "0.2"
+    ping = ["ping", "-n", "-c", "20", "-i", interval, "-W", "2", link.addr_b]
+    commands.append(ping)
+    result = link.host_a.run(ping, timeout=30, check=False)
+    try:
+        return parse_ping(result.stdout)
+    except LinkError as exc:
+        raise LinkError(f"{where}: host {link.host_a.name} cannot reach {link.addr_b}: "
+                        f"{exc}") from exc
+
+
+def _request_response(link: Link, settings: dict, commands: list) -> dict:
+    payload = settings["rr_payload_bytes"]
+    sizes = sorted({*settings["rr_sizes"], payload})
+    client = [sys.executable, "-m", "splitbench.remote.probe", "client", link.connect_addr,
+              str(PROBE_PORT), "--sizes", ",".join(map(str, sizes)),
+              "--samples", str(settings["rr_samples"])]
+    commands.append(client)
+    rtts = json.loads(link.host_a.run(client, timeout=600).stdout)
+    sample = np.array(rtts[str(payload)])
+    return {
+        "rr16k_p50_us": float(np.percentile(sample, 50)),
+        "rr16k_p90_us": float(np.percentile(sample, 90)),
+        "rr16k_p99_us": float(np.percentile(sample, 99)),
+        "rr64_p50_us": float(np.median(rtts[str(min(sizes))])),
+        "rr_payload_bytes": payload,
+        **fixed_overhead(rtts),
+    }
+
+
+def parse_sockperf(text: str) -> dict[str, float]:
+    """Percentiles (us) from `sockperf ping-pong --full-rtt` output (ANSI colours removed)."""
+    clean = re.sub(r"\x1b\[[0-9;]*m", "", text)
+    found = {float(p): float(v) for p, v in
+             re.findall(r"percentile\s+([\d.]+)\s*=\s*([\d.]+)", clean)}
+    if 50.0 not in found:
+        raise LinkError(f"sockperf printed no percentiles: {clean.strip()[-300:]}")
+    return {"sockperf_p50_us": found[50.0], "sockperf_p90_us": found.get(90.0),
+            "sockperf_p99_us": found.get(99.0)}
+
+
+def _sockperf(link: Link, settings: dict, commands: list) -> dict:
+    out: dict[str, Any] = {}
+    for size, prefix in ((64, "sockperf64"), (settings["rr_payload_bytes"], "sockperf16k")):
+        argv = ["sockperf", "ping-pong", "--tcp", "-i", link.connect_addr, "-p",
+                str(SOCKPERF_PORT), "-m", str(size), "-t", "2", "--full-rtt"]
+        commands.append(argv)
+        result = link.host_a.run(argv, timeout=60, check=False)
+        parsed = parse_sockperf(result.stdout + result.stderr)
+        out.update({k.replace("sockperf", prefix): v for k, v in parsed.items()})
+    return out
+
+
+def _facts(link: Link, spec: dict, row: dict, settings: dict) -> dict:
+    """What makes two runs comparable, and what the kernel says the link negotiated."""
+    out: dict[str, Any] = {}
+    flags: list[str] = []
+    for side, host, ifname in (("a", link.host_a, link.interface_a),
+                               ("b", link.host_b, link.interface_b)):
+        facts = _interface_facts(host, ifname)
+        out[f"driver_{side}"] = facts.get("driver")
+        out[f"mtu_{side}"] = facts.get("mtu")
+        out[f"speed_mbps_{side}"] = facts.get("speed_mbps")
+        out[f"kernel_{side}"] = host.run(["uname", "-r"]).stdout.strip()
+        out[f"tcp_cc_{side}"] = _read(host, "/proc/sys/net/ipv4/tcp_congestion_control")
+        out[f"slow_start_after_idle_{side}"] = _read(
+            host, "/proc/sys/net/ipv4/tcp_slow_start_after_idle")
+        out[f"offloads_{side}"] = _offloads(host, ifname)
+        if side == "a":
+            out["negotiated_gbps"] = facts.get("negotiated_gbps")
+            out["thunderbolt"] = json.dumps(facts.get("thunderbolt")) \
+                if facts.get("thunderbolt") else None
+            flags += linkfacts.flags(facts, row["a_to_b_gbps"],
+                                     expected_gbps=spec.get("expected_gbps"))
+    asym = linkfacts.asymmetry(row["a_to_b_gbps"], row["b_to_a_gbps"],
+                               settings["asymmetry_threshold"])
+    if asym:
+        flags.append(asym)
+    out["_flags"] = flags
+    return out
+
+
+def _interface_facts(host: Host, ifname: str | None) -> dict:
+    if ifname is None:
+        return {}
+    # Read sysfs from inside the host: a namespace sees its own /sys/class/net.
+    # linkfacts needs only the standard library: its source runs on any host as is.
+    code = (Path(linkfacts.__file__).read_text()
+            + "\nimport json, sys\nprint(json.dumps(interface_facts(sys.argv[1])))\n")
+    result = host.run([host.python, "-c", code, ifname], check=False)
+    return json.loads(result.stdout) if result.returncode == 0 else {}
+
+
+def _read(host: Host, path: str) -> str | None:
+    result = host.run(["cat", path], check=False)
+    return result.stdout.strip() if result.returncode == 0 else None
+
+
+def _offloads(host: Host, ifname: str | None) -> str | None:
+    if ifname is None or not _has(host, "ethtool"):
+        return None
+    result = host.run(["ethtool", "-k", ifname], check=False)
+    wanted = ("tcp-segmentation-offload", "generic-segmentation-offload",
+              "generic-receive-offload", "large-receive-offload")
+    found = dict(re.findall(r"^(\S+): (on|off)", result.stdout, flags=re.M))
+    return ",".join(f"{k}={found[k]}" for k in wanted if k in found) or None
+
+
+def fingerprint(row: dict[str, Any]) -> str:
+    """What identifies the link a cell was measured on (not the measurement noise)."""
+    keys = ("pair", "link", "interface_a", "addr_a", "addr_b", "emulation_mode",
+            "emulation_rate", "emulation_delay", "emulated_rate_gbit_a_to_b",
+            "emulated_rate_gbit_b_to_a", "emulated_delay_ms", "negotiated_gbps",
+            "mtu_a", "mtu_b", "driver_a", "driver_b", "burst_bytes_a_to_b",
+            "burst_bytes_b_to_a")
+    text = json.dumps({k: row.get(k) for k in keys}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _version(host: Host, argv: list[str]) -> str:
+    result = host.run(argv, check=False)
+    text = (result.stdout or result.stderr).strip()
+    return text.splitlines()[0] if result.returncode == 0 and text else ""
+
+
+def fixed_overhead(rtts: dict[str, list[float]]) -> dict[str, float]:
+    """Fit p50 RTT against payload: intercept = fixed overhead (us), slope = us per KB."""
+    sizes = np.array(sorted(int(s) for s in rtts))
+    p50 = np.array([np.median(rtts[str(s)]) for s in sizes])
+    intercept, slope, r2 = fits.theil_sen(sizes / 1024, p50)
+    return {"rr_fixed_us": intercept, "rr_us_per_kb": slope, "rr_fit_r2": r2}

@@ -1,0 +1,2 @@
+"""What a person reads: the tables (markdown and CSV), the charts and the offline HTML page.
+"""

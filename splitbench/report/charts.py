@@ -1,0 +1,481 @@
+"""Charts: one per question a reader of the results asks.
+
+Each chart is built from the summary (one row per cell), the link results and, for
+the token timeline, one cell's token Parquet. Every builder returns an altair chart
+and copes with failed cells (null figures), a single link and an empty run: what it
+cannot draw, it says in a note instead of failing the workflow.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import altair as alt
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+
+from splitbench import plan
+from splitbench.analysis import traffic
+from splitbench.report import tables
+
+# name -> (title, the question it answers); the report shows them in this order.
+CHARTS: dict[str, tuple[str, str]] = {
+    "decode_ms_per_token": (
+        "Single-stream decode time per token by context",
+        "How long does one token take on each link, and how does context length change it?",
+    ),
+    "decode_delta": (
+        "Decode time per token minus the baseline link's",
+        "What does each link add per token? A flat line across contexts is a fixed "
+        "per-step cost (round trips), not a bandwidth cost.",
+    ),
+    "prefill_tps": (
+        "Single-stream prefill by context",
+        "How fast is the prompt processed on each link? Prefill moves large activations "
+        "one way, so bandwidth shows here if anywhere.",
+    ),
+    "overlap": (
+        "Overlap (true concurrency) by context and concurrency",
+        "Do N streams really decode at the same time? 1 = fully concurrent, 0 = serial, "
+        "below 0 = worse than serial.",
+    ),
+    "links": (
+        "Link bandwidth and latency",
+        "What does each link carry (iperf3, Gbit/s) and how long does a round trip take "
+        "(ping, 16 KB request-response, its fixed part)?",
+    ),
+    "token_timeline": (
+        "Token timeline of one concurrency cell",
+        "When did each stream's tokens arrive on the absolute clock? Streams whose ticks "
+        "interleave were decoded together; a staircase is serial prefill.",
+    ),
+    "decode_vs_latency": (
+        "Decode time per token against link latency",
+        "Decode less the time its token's bytes take on the link, against the link's "
+        "latency: the fitted slope is the number of round trips each token pays for.",
+    ),
+}
+
+# The latency the decode-vs-latency fit uses, the mechanisms table's: the probe's fixed
+# request-response overhead (a decode step moves a few KB per transaction, where the
+# fixed cost dominates), else the 16 KB p50. Axis titles:
+LATENCY_COLUMNS = {"rr_fixed_us": "request-response fixed overhead",
+                   "rr16k_p50_us": "16 KB request-response p50"}
+# A timeline of more ticks than this is thinned per stream (every k-th token) so the
+# chart stays readable and the page small.
+TIMELINE_MAX_TOKENS = 4000
+FACET_COLUMNS = 3
+WIDTH, HEIGHT = 260, 200
+
+
+def ctx_order(summary: pd.DataFrame) -> list[str]:
+    """Context labels from shortest to longest prompt."""
+    if summary.empty:
+        return []
+    pairs = summary[["ctx", "ctx_tokens"]].drop_duplicates().sort_values("ctx_tokens")
+    return list(dict.fromkeys(pairs["ctx"]))
+
+
+def _note(title: str, text: str) -> alt.Chart:
+    """A chart that says why there is nothing to draw."""
+    frame = pd.DataFrame({"text": [text]})
+    return alt.Chart(frame, title=title).mark_text(size=14, color="#555").encode(
+        text="text:N"
+    ).properties(width=520, height=60)
+
+
+def _where(frame: pd.DataFrame) -> pd.DataFrame:
+    """Add `where`: the link's name, prefixed by its pair when the run has several."""
+    several = frame["pair"].nunique() > 1
+    where = frame["pair"] + "/" + frame["link"] if several else frame["link"]
+    return frame.assign(where=where)
+
+
+def _single_stream(summary: pd.DataFrame, figure: str) -> pd.DataFrame:
+    """Concurrency-1 cells with a usable figure; failed cells carry no figure."""
+    one = summary[(summary["conc"] == 1) & (summary["status"] == "ok")]
+    return _where(one[one[figure].notna()])
+
+
+def _failed_note(summary: pd.DataFrame) -> str:
+    """Which single-stream cells failed, for a subtitle (a chart cannot draw them)."""
+    failed = summary[(summary["conc"] == 1) & (summary["status"] != "ok")]
+    if failed.empty:
+        return ""
+    names = [f"{r.link}/{r.model}/{r.ctx}x{r.conc}: {r.status}" for r in failed.itertuples()]
+    shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+    return f"not drawn (failed): {shown}"
+
+
+def _title(name: str, subtitle: str = "") -> alt.TitleParams:
+    return alt.TitleParams(CHARTS[name][0], subtitle=subtitle or alt.Undefined, anchor="start")
+
+
+def _link_colours(summary: pd.DataFrame) -> alt.Scale:
+    """One colour per link, the same in every chart (also where the baseline is absent)."""
+    return alt.Scale(domain=sorted(_where(summary)["where"].unique()))
+
+
+def _ctx_axis(order: list[str]) -> alt.X:
+    return alt.X("ctx:O", sort=order, title="context", axis=alt.Axis(labelAngle=0))
+
+
+def _by_context(frame: pd.DataFrame, figure: str, axis: str, summary: pd.DataFrame,
+                name: str, subtitle: str, layers: tuple = ()) -> alt.FacetChart:
+    """Lines per link over contexts, one panel per model."""
+    base = alt.Chart().encode(
+        x=_ctx_axis(ctx_order(summary)),
+        y=alt.Y(f"{figure}:Q", title=axis),
+        color=alt.Color("where:N", title="link", scale=_link_colours(summary)),
+        tooltip=["where:N", "model:N", "ctx:N", "ctx_tokens:Q",
+                 alt.Tooltip(f"{figure}:Q", format=".3f")],
+    ).mark_line(point=True)
+    return alt.layer(base, *layers, data=frame).properties(
+        width=WIDTH, height=HEIGHT
+    ).facet(
+        facet=alt.Facet("model:N", title="model"), columns=FACET_COLUMNS,
+        title=_title(name, subtitle),
+    )
+
+
+def _single_stream_chart(summary: pd.DataFrame, column: str, axis: str,
+                         empty_why: str) -> alt.TopLevelMixin:
+    """One single-stream figure by context, a line per link (the chart shares its name)."""
+    data = _single_stream(summary, column)
+    if data.empty:
+        return _note(CHARTS[column][0], empty_why)
+    return _by_context(data, column, axis, summary, column, _failed_note(summary))
+
+
+def decode_ms_per_token(summary: pd.DataFrame, **_: Any) -> alt.TopLevelMixin:
+    return _single_stream_chart(summary, "decode_ms_per_token",
+                                "decode ms/token (lower is better)",
+                                "no single-stream cell decoded")
+
+
+def delta_vs_baseline(summary: pd.DataFrame, baseline: str) -> pd.DataFrame:
+    """Per pair, model and context: each other link's decode ms/token minus the
+    baseline's, as the link comparison table has it (paired where the cell was)."""
+    comp = tables.compare_links(summary, baseline or None)
+    comp = comp[(comp["status"] == "ok") & (comp["status_base"] == "ok")]
+    ctx_tokens = summary.drop_duplicates("ctx").set_index("ctx")["ctx_tokens"] \
+        if "ctx_tokens" in summary else pd.Series(dtype=float)
+    out = comp.assign(delta_ms=comp["decode_delta_ms"],
+                      ctx_tokens=comp["ctx"].map(ctx_tokens))
+    return _where(out[out["delta_ms"].notna()])
+
+
+def decode_delta(summary: pd.DataFrame, baseline: str = "", **_: Any) -> alt.TopLevelMixin:
+    name = "decode_delta"
+    data = delta_vs_baseline(summary, baseline)
+    if data.empty:
+        why = (f"no link to compare with the baseline '{baseline}'"
+               if summary["link"].nunique() <= 1 else
+               f"no context where both '{baseline}' and another link decoded")
+        return _note(CHARTS[name][0], why)
+    zero = alt.Chart().mark_rule(color="#888", strokeDash=[4, 3]).encode(y=alt.datum(0))
+    return _by_context(data, "delta_ms", f"Δ ms/token vs {baseline}", summary, name,
+                       f"baseline: {baseline}; above 0 = slower than the baseline", (zero,))
+
+
+def prefill_tps(summary: pd.DataFrame, **_: Any) -> alt.TopLevelMixin:
+    return _single_stream_chart(summary, "prefill_tps", "prefill tok/s (higher is better)",
+                                "no single-stream cell processed its prompt")
+
+
+def overlap(summary: pd.DataFrame, **_: Any) -> alt.TopLevelMixin:
+    name = "overlap"
+    many = _where(summary[summary["conc"] > 1])
+    if many.empty:
+        return _note(CHARTS[name][0], "no cell ran more than one stream")
+    many = many.assign(label=[f"{v:.2f}" if s == "ok" and pd.notna(v) else s
+                              for v, s in zip(many["overlap"], many["status"], strict=True)])
+    order = ctx_order(summary)
+    encode = {"x": _ctx_axis(order),
+              "y": alt.Y("conc:O", title="concurrent streams")}
+    # Grey under everything: a failed cell (no overlap) still shows where it is.
+    cells = alt.Chart().mark_rect(color="#ddd").encode(**encode)
+    colour = alt.Chart().mark_rect().encode(
+        **encode,
+        color=alt.Color("overlap:Q", title="overlap",
+                        scale=alt.Scale(domain=[-1, 0, 1], range=["#b2182b", "#f7f7f7",
+                                                                  "#2166ac"], clamp=True)),
+        tooltip=["where:N", "model:N", "ctx:N", "conc:O", "status:N",
+                 alt.Tooltip("overlap:Q", format=".2f")],
+    ).transform_filter("isValid(datum.overlap)")
+    text = alt.Chart().mark_text(fontSize=12).encode(**encode, text="label:N")
+    return alt.layer(cells, colour, text, data=many).properties(
+        width=45 * len(order) + 40, height=30 * many["conc"].nunique() + 20
+    ).facet(
+        row=alt.Row("model:N", title="model"), column=alt.Column("where:N", title="link"),
+        title=_title(name, "2-way, 4-way, ... against the same link's single stream"),
+    )
+
+
+def _links_long(links: pd.DataFrame, columns: dict[str, str], scale: dict[str, float]
+                ) -> pd.DataFrame:
+    present = [c for c in columns if c in links.columns]
+    long = _where(links).melt(id_vars=["where"], value_vars=present, var_name="measure")
+    long["value"] = pd.to_numeric(long["value"], errors="coerce") * long["measure"].map(
+        lambda m: scale.get(m, 1.0))
+    long["measure"] = long["measure"].map(columns)
+    return long[long["value"].notna()]
+
+
+def _grouped_bars(long: pd.DataFrame, axis: str, order: list[str]) -> alt.Chart:
+    return alt.Chart(long).mark_bar().encode(
+        x=alt.X("where:N", title="link", axis=alt.Axis(labelAngle=0)),
+        xOffset=alt.XOffset("measure:N", sort=order),
+        y=alt.Y("value:Q", title=axis),
+        color=alt.Color("measure:N", sort=order, title=None),
+        tooltip=["where:N", "measure:N", alt.Tooltip("value:Q", format=".3f")],
+    ).properties(width=60 * long["where"].nunique() + 60, height=HEIGHT).resolve_scale(
+        color="independent")
+
+
+def links_chart(links: pd.DataFrame, **_: Any) -> alt.TopLevelMixin:
+    name = "links"
+    if links.empty:
+        return _note(CHARTS[name][0], "no link results")
+    bandwidth = {"a_to_b_gbps": "A→B", "b_to_a_gbps": "B→A", "bidir_gbps": "both at once"}
+    latency = {"ping_ms": "idle ping", "rr_fixed_us": "RR fixed part",
+               "rr16k_p50_us": "16 KB RR p50"}
+    left = _grouped_bars(_links_long(links, bandwidth, {}), "Gbit/s (iperf3, median)",
+                         list(bandwidth.values()))
+    right = _grouped_bars(_links_long(links, latency, {"ping_ms": 1000.0}), "µs",
+                          list(latency.values()))
+    return alt.hconcat(left, right, title=_title(
+        name, "ICMP ping does not see a userspace delay relay; the RR probe does")
+    ).resolve_scale(color="independent")
+
+
+def timeline_cell(summary: pd.DataFrame, baseline: str, choice: str = "") -> pd.Series | None:
+    """The cell whose token timeline is drawn.
+
+    `choice` names one as pair/link/model/ctx/conc. Otherwise: an ok cell of the
+    baseline link (any link if it has none), preferring more than one stream, then
+    the shortest context, then the most streams, so that overlap is visible."""
+    if choice:
+        pair, link, model, ctx, conc = choice.split("/")
+        hit = summary[(summary["pair"] == pair) & (summary["link"] == link)
+                      & (summary["model"] == model) & (summary["ctx"] == ctx)
+                      & (summary["conc"] == int(conc))]
+        if hit.empty:
+            raise ValueError(f"timeline cell {choice!r} is not in the summary")
+        return hit.iloc[0]
+    ok = summary[summary["status"] == "ok"]
+    pool = ok[ok["link"] == baseline]
+    pool = pool if not pool.empty else ok
+    if pool.empty:
+        return None
+    ranked = pool.assign(single=pool["conc"] == 1, neg_conc=-pool["conc"]).sort_values(
+        ["single", "ctx_tokens", "neg_conc", "pair", "model"])
+    return ranked.iloc[0]
+
+
+def read_timeline(cells_dir: str | Path, cell: pd.Series) -> pd.DataFrame:
+    """One cell's tokens (request_id, token_index, t_ns, t_send_ns) from its Parquet."""
+    layout = Path(plan.cell_path(cell["pair"], cell["link"], cell["model"], cell["ctx"],
+                                 cell["conc"]))
+    path = Path(cells_dir) / layout.relative_to(Path(plan.RESULTS) / "cells")
+    columns = ["request_id", "token_index", "t_ns", "t_send_ns"]
+    return pq.read_table(path, columns=columns).to_pandas()
+
+
+def _thin(tokens: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """Every k-th token of each stream (first and last always kept) when there are many."""
+    step = max(1, -(-len(tokens) // TIMELINE_MAX_TOKENS))
+    if step == 1:
+        return tokens, 1
+    last = tokens.groupby("request_id")["token_index"].transform("max")
+    keep = (tokens["token_index"] % step == 0) | (tokens["token_index"] == last)
+    return tokens[keep], step
+
+
+def token_timeline(tokens: pd.DataFrame | None, cell: pd.Series | None = None, **_: Any
+                   ) -> alt.TopLevelMixin:
+    name = "token_timeline"
+    if tokens is None or tokens.empty or cell is None:
+        return _note(CHARTS[name][0], "no cell with tokens to draw")
+    t0 = int(tokens["t_send_ns"].min())
+    tokens = tokens.assign(t_ms=(tokens["t_ns"] - t0) / 1e6,
+                           stream=tokens["request_id"].astype(int))
+    waits = tokens.groupby("stream").agg(send_ms=("t_send_ns", "first"),
+                                         first_ms=("t_ms", "min")).reset_index()
+    waits["send_ms"] = (waits["send_ms"] - t0) / 1e6
+    shown, step = _thin(tokens)
+    overlap_text = f", overlap {cell['overlap']:.2f}" if pd.notna(cell.get("overlap")) else ""
+    subtitle = (f"{cell['pair']}/{cell['link']}/{cell['model']}, context {cell['ctx']}, "
+                f"{cell['conc']} streams{overlap_text}; grey bar = waiting for the first "
+                "token (prefill), ticks = tokens"
+                + (f"; every {step}th token shown" if step > 1 else ""))
+    y = alt.Y("stream:O", title="stream (request)")
+    wait = alt.Chart(waits).mark_rule(color="#bbb", strokeWidth=6).encode(
+        x=alt.X("send_ms:Q", title="ms since the first request was sent"), x2="first_ms:Q",
+        y=y, tooltip=["stream:O", alt.Tooltip("send_ms:Q", format=".1f"),
+                      alt.Tooltip("first_ms:Q", title="first token ms", format=".1f")])
+    ticks = alt.Chart(shown).mark_tick(thickness=1, size=18).encode(
+        x="t_ms:Q", y=y, color=alt.Color("stream:N", legend=None),
+        tooltip=["stream:O", "token_index:Q", alt.Tooltip("t_ms:Q", format=".2f")])
+    return alt.layer(wait, ticks).properties(
+        width=720, height=40 * tokens["stream"].nunique() + 20, title=_title(name, subtitle))
+
+
+def fit_round_trips(points: pd.DataFrame) -> dict[str, float] | None:
+    """Least squares of decode ms/token on latency (ms) with one intercept per context and
+    one slope shared by all: the slope is round trips per token, the intercepts the
+    per-context compute. None when the links do not differ in latency."""
+    x = points["latency_ms"] - points.groupby("ctx")["latency_ms"].transform("mean")
+    y = points["decode_ms_per_token"] - points.groupby("ctx")["decode_ms_per_token"].transform(
+        "mean")
+    if len(points) < 2 or float((x**2).sum()) <= 0:
+        return None
+    slope = float((x * y).sum() / (x**2).sum())
+    residual = y - slope * x
+    total = float((y**2).sum())
+    r2 = 1 - float((residual**2).sum()) / total if total > 0 else 1.0
+    return {"slope": slope, "r2": r2, "n": float(len(points))}
+
+
+def _fit_lines(points: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Fitted line ends per (model, ctx) and one label per model."""
+    lines, labels = [], []
+    for model, group in points.groupby("model"):
+        fit = fit_round_trips(group)
+        if fit is None:
+            labels.append({"model": model, "label": "fit needs two links of different "
+                                                    "latency"})
+            continue
+        labels.append({"model": model, "label": f"slope {fit['slope']:.2f} round trips/token"
+                                                 f" (R² {fit['r2']:.2f}, {int(fit['n'])} cells)"})
+        for ctx, rows in group.groupby("ctx"):
+            intercept = rows["decode_ms_per_token"].mean() - fit["slope"] * rows[
+                "latency_ms"].mean()
+            for x in (rows["latency_ms"].min(), rows["latency_ms"].max()):
+                lines.append({"model": model, "ctx": ctx, "latency_ms": x,
+                              "fit_ms": intercept + fit["slope"] * x})
+    return pd.DataFrame(lines), pd.DataFrame(labels)
+
+
+def latency_column(links: pd.DataFrame) -> str | None:
+    """The mechanisms table's latency figure (tables.latency_column); None when no link
+    has it."""
+    column = tables.latency_column(links)
+    return column if column in links.columns and links[column].notna().any() else None
+
+
+def latency_points(summary: pd.DataFrame, links: pd.DataFrame, column: str) -> pd.DataFrame:
+    """Single-stream decode ms/token of each ok cell, less the time its token's bytes
+    take on its link (traffic.own_transfer_ms; kept whole where unknown), next to its
+    link's latency (ms): what latency has to explain, as the mechanisms table fits it."""
+    one = _single_stream(summary, "decode_ms_per_token")
+    transfer = traffic.own_transfer_ms(one, links) if len(one) else pd.Series(dtype=float)
+    one = one.assign(decode_ms_per_token=one["decode_ms_per_token"] - transfer.fillna(0))
+    latency = links[["pair", "link"]].assign(
+        latency_ms=pd.to_numeric(links[column], errors="coerce") / 1000)
+    points = one[["pair", "link", "where", "model", "ctx", "decode_ms_per_token"]].merge(
+        latency, on=["pair", "link"])
+    return points[np.isfinite(points["latency_ms"])]
+
+
+def _latency_layers(x: alt.X, colour: alt.Color) -> list[alt.Chart]:
+    """Measured points, fitted lines and the fit's label, each from its `part` of the data."""
+    dots = alt.Chart().mark_point(filled=True, size=60).encode(
+        x=x, y=alt.Y("decode_ms_per_token:Q", title="decode ms/token less transfer"),
+        color=colour,
+        shape=alt.Shape("where:N", title="link"),
+        tooltip=["where:N", "ctx:N", alt.Tooltip("latency_ms:Q", format=".3f"),
+                 alt.Tooltip("decode_ms_per_token:Q", format=".3f")],
+    ).transform_filter("datum.part == 'point'")
+    fit = alt.Chart().mark_line(strokeDash=[5, 3]).encode(
+        x=x, y="fit_ms:Q", color=colour, detail="ctx:N",
+    ).transform_filter("datum.part == 'fit'")
+    label = alt.Chart().mark_text(align="left", baseline="top", dx=4, dy=4,
+                                  color="#333").encode(
+        x=alt.value(0), y=alt.value(0), text="label:N",
+    ).transform_filter("datum.part == 'label'")
+    return [dots, fit, label]
+
+
+def decode_vs_latency(summary: pd.DataFrame, links: pd.DataFrame, **_: Any
+                      ) -> alt.TopLevelMixin:
+    name = "decode_vs_latency"
+    column = latency_column(links)
+    points = latency_points(summary, links, column) if column else pd.DataFrame()
+    if points.empty:
+        return _note(CHARTS[name][0], "no single-stream decode with a link latency")
+    lines, labels = _fit_lines(points)
+    # A facet needs one data set: points, fitted lines and labels travel together,
+    # told apart by `part`.
+    data = pd.concat([points.assign(part="point"), lines.assign(part="fit"),
+                      labels.assign(part="label")], ignore_index=True)
+    x = alt.X("latency_ms:Q", title=f"link latency: {LATENCY_COLUMNS[column]} (ms)")
+    colour = alt.Color("ctx:N", sort=ctx_order(summary), title="context")
+    return alt.layer(*_latency_layers(x, colour), data=data).properties(
+        width=WIDTH + 120, height=HEIGHT + 40
+    ).facet(
+        facet=alt.Facet("model:N", title="model"), columns=2,
+        title=_title(name, "dashed: one slope shared by all contexts, one intercept each; "
+                           "slope = round trips per token"))
+
+
+BUILDERS: dict[str, Callable[..., alt.TopLevelMixin]] = {
+    "decode_ms_per_token": decode_ms_per_token,
+    "decode_delta": decode_delta,
+    "prefill_tps": prefill_tps,
+    "overlap": overlap,
+    "links": links_chart,
+    "token_timeline": token_timeline,
+    "decode_vs_latency": decode_vs_latency,
+}
+
+
+def build(summary: pd.DataFrame, links: pd.DataFrame, baseline: str,
+          tokens: pd.DataFrame | None = None, cell: pd.Series | None = None
+          ) -> dict[str, alt.TopLevelMixin]:
+    """Every chart, by name, in the report's order."""
+    inputs = {"summary": summary, "links": links, "baseline": baseline, "tokens": tokens,
+              "cell": cell}
+    return {name: BUILDERS[name](**inputs) for name in CHARTS}
+
+
+def save(chart: alt.TopLevelMixin, out_dir: str | Path, name: str) -> list[Path]:
+    """name.html (opens offline: the Vega libraries are inlined), name.png (2x) and
+    name.vl.json (the Vega-Lite spec, data included, that the report page embeds)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    html, png, spec = out / f"{name}.html", out / f"{name}.png", out / f"{name}.vl.json"
+    chart.save(str(html), inline=True)
+    chart.save(str(png), scale_factor=2)
+    # Strict JSON (no NaN), so that a browser's JSON.parse reads it.
+    spec.write_text(json.dumps(finite(chart.to_dict()), allow_nan=False))
+    return [html, png, spec]
+
+
+def finite(value: Any) -> Any:
+    """NaN and infinities as null: JSON has no word for them."""
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [finite(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def render(summary_path: str, link_files: list[str], baseline: str, out_dir: str,
+           cells_dir: str = f"{plan.RESULTS}/cells", timeline: str = "") -> list[Path]:
+    """Build and save every chart; returns the files written."""
+    summary = pq.read_table(summary_path).to_pandas()
+    links = tables.read_links(link_files)
+    cell = timeline_cell(summary, baseline, timeline)
+    tokens = read_timeline(cells_dir, cell) if cell is not None else None
+    written = []
+    for name, chart in build(summary, links, baseline, tokens, cell).items():
+        written += save(chart, out_dir, name)
+    return written

@@ -1,0 +1,487 @@
+"""results/report.html: one page a person opens offline, with the tables, the charts and
+where the numbers came from.
+
+The page needs no network. The Vega, Vega-Lite and Vega-Embed libraries (vl-convert's
+bundle, about 0.9 MB) are inlined once, and each chart travels as its Vega-Lite spec
+with its data, rendered to SVG in the browser. That costs about what seven inlined
+PNGs would, and keeps what PNGs lose: tooltips with the exact figures, sharp text at
+any zoom, and text a reader can select and search.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import html
+import json
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+import altair as alt
+import pandas as pd
+import pyarrow.parquet as pq
+import vl_convert
+from markdown_it import MarkdownIt
+
+from splitbench import __version__, plan
+from splitbench.infra import parquet_io
+from splitbench.report import charts, tables
+
+# Tables in the seed write-up's order; stems that match none come after, by name.
+TABLE_ORDER = ["links", "link_comparison", "link_traffic", "single_stream_decode",
+               "single_stream_prefill", "single_stream", "ttft", "concurrency", "boundary",
+               "overlap", "mechanism", "round_trips"]
+# Long provenance values (a probe's source code passed with -c) are cut to this.
+MAX_TEXT = 400
+
+STYLE = """
+body { font: 15px/1.45 system-ui, sans-serif; margin: 0 auto; max-width: 1280px;
+       padding: 0 24px 48px; color: #222; }
+h1 { margin-bottom: 0; } h2 { border-bottom: 1px solid #ccc; margin-top: 2.2em; }
+nav a { margin-right: 1em; } .muted { color: #666; }
+.table-wrap { overflow-x: auto; }
+table { border-collapse: collapse; margin: .5em 0 1em; font-size: 13px; }
+th, td { border: 1px solid #ddd; padding: 3px 8px; text-align: right; white-space: nowrap; }
+th { background: #f3f3f3; } tr:nth-child(even) td { background: #fafafa; }
+td:first-child, th:first-child { text-align: left; }
+.chart { overflow-x: auto; margin: .5em 0 2em; min-height: 80px; }
+.chart-error { color: #b00; font-weight: bold; }
+details pre { background: #f6f6f6; padding: 8px; overflow-x: auto; font-size: 12px; }
+dl { display: grid; grid-template-columns: max-content auto; gap: 2px 16px; }
+dt { font-weight: 600; }
+.checks { list-style: none; padding-left: 0; } .check-failed { color: #b00; font-weight: bold; }
+.check-flagged { color: #a60; } .check-ok { color: #262; }
+"""
+
+# Renders every chart; marks the body with how many rendered so that a reader (and the
+# browser test) can tell a finished page from a broken one; shows a failure in place.
+SCRIPT = """
+(function () {
+  const specs = Array.from(document.querySelectorAll('script.chart-spec'));
+  const options = {renderer: 'svg', actions: {export: true, source: false,
+                   compiled: false, editor: false}};
+  Promise.allSettled(specs.map(function (tag) {
+    const target = document.getElementById(tag.dataset.target);
+    // Parsing inside the promise: one bad spec fails its own chart, not the page.
+    return Promise.resolve().then(function () {
+      return vegaEmbed(target, JSON.parse(tag.textContent), options);
+    }).catch(function (err) {
+      target.innerHTML = '<p class="chart-error">This chart failed to render: ' +
+                         String(err).replace(/</g, '&lt;') + '</p>';
+      throw err;
+    });
+  })).then(function (results) {
+    const failed = results.filter(function (r) { return r.status === 'rejected'; });
+    failed.forEach(function (r) { console.error('chart failed:', r.reason); });
+    document.body.dataset.charts = (results.length - failed.length) + '/' + results.length;
+  });
+})();
+"""
+
+
+def _esc(value: Any) -> str:
+    return html.escape("—" if value is None or value == "" else str(value))
+
+
+def _script_json(value: Any) -> str:
+    """Strict JSON safe inside a <script> element: no '<' can close it early."""
+    return json.dumps(charts.finite(value), allow_nan=False).replace("<", "\\u003c")
+
+
+def _short(value: Any) -> Any:
+    """Provenance with long strings cut, for reading (the Parquet keeps them whole)."""
+    if isinstance(value, dict):
+        return {k: _short(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_short(v) for v in value]
+    if isinstance(value, str) and len(value) > MAX_TEXT:
+        return f"{value[:MAX_TEXT]}… ({len(value)} characters)"
+    return value
+
+
+def _dl(items: dict[str, Any]) -> str:
+    rows = "".join(f"<dt>{_esc(k)}</dt><dd>{_esc(v)}</dd>" for k, v in items.items())
+    return f"<dl>{rows}</dl>"
+
+
+def _frame_html(frame: pd.DataFrame) -> str:
+    shown = frame.astype(object).where(frame.notna(), "—")
+    return f'<div class="table-wrap">{shown.to_html(index=False, escape=True, border=0)}</div>'
+
+
+# --- tables ---------------------------------------------------------------------------
+
+def _table_rank(stem: str) -> tuple[int, str]:
+    for rank, prefix in enumerate(TABLE_ORDER):
+        if stem.startswith(prefix):
+            return rank, stem
+    return len(TABLE_ORDER), stem
+
+
+def table_stems(tables_dir: str | Path) -> list[Path]:
+    """Every table in tables_dir (by stem: .md, .csv or both), in reading order."""
+    files = list(Path(tables_dir).glob("*.md")) + list(Path(tables_dir).glob("*.csv"))
+    stems = {f.with_suffix("") for f in files}
+    return sorted(stems, key=lambda s: _table_rank(s.name))
+
+
+def _markdown_table(text: str, fallback: str) -> tuple[str, str]:
+    """The title (the file's leading '## ' heading) and the rest of the markdown as HTML."""
+    lines = text.splitlines()
+    title = fallback
+    if lines and lines[0].startswith("#"):
+        title, lines = lines[0].lstrip("#").strip(), lines[1:]
+    body = MarkdownIt("commonmark", {"html": False}).enable("table").render("\n".join(lines))
+    body = body.replace("<table>", '<div class="table-wrap"><table>').replace(
+        "</table>", "</table></div>")
+    return title, body
+
+
+def render_table(stem: Path) -> str:
+    """One table's section: its markdown when there is one, else its CSV; plus the CSV
+    itself as a download that works offline (a data: link)."""
+    md, csv = stem.with_suffix(".md"), stem.with_suffix(".csv")
+    fallback = stem.name.replace("_", " ").capitalize()
+    if md.exists():
+        title, body = _markdown_table(md.read_text(encoding="utf-8"), fallback)
+    else:
+        title, body = fallback, _frame_html(pd.read_csv(csv))
+    link = ""
+    if csv.exists():
+        data = base64.b64encode(csv.read_bytes()).decode()
+        link = (f'<p class="muted"><a download="{_esc(csv.name)}" '
+                f'href="data:text/csv;base64,{data}">{_esc(csv.name)}</a></p>')
+    return (f'<section id="table-{_esc(stem.name)}"><h3>{_esc(title)}</h3>'
+            f"{body}{link}</section>")
+
+
+# --- charts ---------------------------------------------------------------------------
+
+def render_chart(name: str, spec_file: Path) -> str:
+    title, question = charts.CHARTS.get(name, (name, ""))
+    spec = json.loads(spec_file.read_text(encoding="utf-8"))
+    return (f'<section id="chart-{_esc(name)}"><h3>{_esc(title)}</h3>'
+            f'<p class="muted">{_esc(question)}</p>'
+            f'<div class="chart" id="vis-{_esc(name)}"></div>'
+            f'<script type="application/json" class="chart-spec" data-target="vis-{_esc(name)}">'
+            f"{_script_json(spec)}</script></section>")
+
+
+def chart_specs(charts_dir: str | Path) -> list[tuple[str, Path]]:
+    """(name, spec file) for each chart written, known charts first in their order."""
+    found = {p.name.removesuffix(".vl.json"): p for p in Path(charts_dir).glob("*.vl.json")}
+    known = [n for n in charts.CHARTS if n in found]
+    return [(n, found[n]) for n in known + sorted(set(found) - set(known))]
+
+
+def vega_bundle() -> str:
+    """Vega, Vega-Lite (the version altair writes) and Vega-Embed as one script."""
+    major, minor = alt.SCHEMA_VERSION.lstrip("v").split(".")[:2]
+    bundle = vl_convert.javascript_bundle(vl_version=f"v{major}_{minor}")
+    # Inside a <script> element, only '</script' could end it early.
+    return re.sub(r"</(script)", r"<\\/\1", bundle, flags=re.IGNORECASE)
+
+
+# --- provenance -----------------------------------------------------------------------
+
+def _toolchain_rows(toolchain_files: list[str]) -> pd.DataFrame:
+    rows = []
+    for path in toolchain_files:
+        record = json.loads(Path(path).read_text())
+        for side in ("a", "b"):
+            host = record.get(side, {})
+            rows.append({
+                "pair": record.get("pair"), "host": side.upper(),
+                "llama-server version": host.get("llama_server_version"),
+                "build id": host.get("build_id"), "source": record.get("source"),
+                "package": host.get("package"),
+                "llama-server sha256": (host.get("llama-server_sha256") or "")[:16],
+                "ggml-rpc-server sha256": (host.get("ggml-rpc-server_sha256") or "")[:16],
+                "bin dir": host.get("bin_dir"),
+            })
+    return pd.DataFrame(rows)
+
+
+LINK_PROVENANCE = ["pair", "link", "emulation_mode", "emulation_rate", "emulation_delay",
+                   "emulated_rate_gbit_a_to_b", "emulated_rate_gbit_b_to_a",
+                   "emulated_delay_ms", "ping_includes_delay", "interface_a", "interface_b",
+                   "kernel_a", "kernel_b", "iperf3_version", "sockperf_version",
+                   "measured_at", "fingerprint", "flags"]
+
+
+def _links_rows(links: pd.DataFrame) -> pd.DataFrame:
+    return links[[c for c in LINK_PROVENANCE if c in links.columns]]
+
+
+def _clock(ns: Any) -> str | None:
+    if ns is None or pd.isna(ns):
+        return None
+    return dt.datetime.fromtimestamp(int(ns) / 1e9, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _iso(text: str) -> str:
+    return pd.Timestamp(text).tz_convert("UTC").strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+# What the provenance reads from every request file, in one pass.
+REQUEST_FACTS = ["t_send_ns", "t_end_ns", "arrival_clock", "generated_tokens"]
+
+
+def _request_facts(request_files: list[str]) -> pd.DataFrame:
+    if not request_files:
+        return pd.DataFrame(columns=REQUEST_FACTS)
+    return tables.read_requests(request_files, REQUEST_FACTS).reindex(columns=REQUEST_FACTS)
+
+
+def _cell_dates(rows: pd.DataFrame) -> dict[str, str | None]:
+    """When the first request was sent and the last one ended, over every cell."""
+    if rows.empty:
+        return {"cells measured from": None, "cells measured until": None}
+    return {"cells measured from": _clock(rows["t_send_ns"].min()),
+            "cells measured until": _clock(rows["t_end_ns"].max())}
+
+
+def _arrival_clocks(rows: pd.DataFrame) -> str | None:
+    """How many requests' token times came from which clock."""
+    clocks = rows.loc[rows["generated_tokens"] > 0, "arrival_clock"]  # those with tokens
+    names = {"segment": "per-segment arrival (packet socket)",
+             "kernel": "kernel receive stamps of the last segment of each read",
+             "read": "when the read returned",
+             "mixed": "both", "unrecorded": "not recorded (measured before splitbench "
+                                            "recorded it: when the read returned)"}
+    counts = clocks.fillna("unrecorded").value_counts()
+    if counts.empty:
+        return None
+    return "; ".join(f"{names.get(k, k)}: {n} requests" for k, n in counts.items())
+
+
+def _launch_files(summary: pd.DataFrame, cells_dir: str | Path) -> dict[str, Path]:
+    """One request file per server launch: its metadata holds the launch's commands."""
+    files = {}
+    for row in summary.drop_duplicates("server_launch_id").itertuples():
+        layout = Path(plan.requests_path(row.pair, row.link, row.model, row.ctx, row.conc))
+        path = Path(cells_dir) / layout.relative_to(Path(plan.RESULTS) / "cells")
+        if path.exists():
+            files[str(row.server_launch_id)] = path
+    return files
+
+
+def _argvs(commands: dict) -> list[list[str]]:
+    """Every command line of a launch: llama-server, and one or more RPC workers."""
+    out = []
+    for value in commands.values():
+        out += value if value and isinstance(value[0], list) else [value]
+    return out
+
+
+def _launch_rows(launch_files: dict[str, Path]) -> tuple[pd.DataFrame, str]:
+    """A row per launch, and its exact command lines (too long for a table cell)."""
+    rows, commands = [], []
+    for launch_id, path in launch_files.items():
+        launch = parquet_io.provenance(path).get("launch") or {}
+        if isinstance(launch, list):  # one record per repeat of the cell
+            launch = next((item for item in launch if item), {})
+        started = launch.get("started_at")
+        rows.append({"launch": launch_id, "pair": launch.get("pair"),
+                     "link": launch.get("link"), "settings": json.dumps(launch.get("settings")),
+                     "started": _clock(started * 1e9) if started else None,
+                     "load s": launch.get("load_s"),
+                     "placement": json.dumps(launch.get("placement"))})
+        lines = [shlex.join(argv) for argv in _argvs(launch.get("commands", {}))]
+        commands.append(f"# launch {launch_id}\n" + "\n".join(lines))
+    text = html.escape("\n\n".join(commands))
+    block = f"<details><summary>command lines</summary><pre>{text}</pre></details>"
+    return pd.DataFrame(rows), block
+
+
+def _metadata_details(label: str, path: str | Path) -> str:
+    meta = _short(parquet_io.provenance(path))
+    text = html.escape(json.dumps(meta, indent=1, default=str))
+    return (f"<details><summary>{_esc(label)}: <code>{_esc(path)}</code></summary>"
+            f"<pre>{text}</pre></details>")
+
+
+def provenance_section(summary_path: str, summary: pd.DataFrame, links: pd.DataFrame,
+                       link_files: list[str], toolchain_files: list[str],
+                       request_files: list[str], cells_dir: str | Path) -> str:
+    """Versions, builds, links as emulated, dates and the Parquet files' own metadata."""
+    summary_meta = parquet_io.provenance(summary_path)
+    requests = _request_facts(request_files)
+    measured = links["measured_at"].dropna() if "measured_at" in links else pd.Series()
+    facts = {
+        "report written": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
+        "splitbench (report)": __version__,
+        "splitbench (summary)": summary_meta.get("splitbench_version"),
+        "links measured from": _iso(measured.min()) if len(measured) else None,
+        "links measured until": _iso(measured.max()) if len(measured) else None,
+        **_cell_dates(requests),
+        "token times from": _arrival_clocks(requests),
+    }
+    launches = _launch_files(summary, cells_dir)
+    launch_rows, launch_commands = _launch_rows(launches)
+    details = [_metadata_details("summary", summary_path)]
+    details += [_metadata_details(f"link {Path(p).parent.name}/{Path(p).stem}", p)
+                for p in link_files]
+    details += [_metadata_details(f"cell (launch {k})", p) for k, p in launches.items()]
+    return "".join([
+        '<section id="provenance"><h2>Provenance</h2>', _dl(facts),
+        "<h3>llama.cpp on each host</h3>", _frame_html(_toolchain_rows(toolchain_files)),
+        "<h3>Links as set up (emulation really applied)</h3>", _frame_html(_links_rows(links)),
+        "<h3>Server launches</h3>", _frame_html(launch_rows), launch_commands,
+        "<h3>Parquet provenance metadata</h3>",
+        '<p class="muted">Schema metadata key <code>splitbench</code> of each file; long '
+        "values are cut here, the files keep them whole.</p>", *details, "</section>",
+    ])
+
+
+# --- the page -------------------------------------------------------------------------
+
+def _overview(summary: pd.DataFrame) -> str:
+    statuses = summary["status"].value_counts().to_dict() if not summary.empty else {}
+    return _dl({
+        "pairs": ", ".join(sorted(summary["pair"].unique())),
+        "links": ", ".join(sorted(summary["link"].unique())),
+        "models": ", ".join(sorted(summary["model"].unique())),
+        "contexts": ", ".join(charts.ctx_order(summary)),
+        "concurrency": ", ".join(str(c) for c in sorted(summary["conc"].unique())),
+        "cells": f"{len(summary)} (" + ", ".join(f"{k}: {v}" for k, v in
+                                                 sorted(statuses.items())) + ")",
+    })
+
+
+def check_lines(summary: pd.DataFrame, drift_path: str | Path | None) -> list[tuple[str, str]]:
+    """(state, text) per check the run block reports: "failed", "flagged" or "ok". A check
+    that did not run is a failure, never a clean line."""
+    lines: list[tuple[str, str]] = []
+    if drift_path is None or not Path(drift_path).exists():
+        lines.append(("failed", "drift: not run (no results/drift/report.parquet): no cell "
+                                "is checked for drift"))
+    else:
+        meta = parquet_io.provenance(drift_path)
+        for block in meta.get("blocks", []):
+            name = f"{block['pair']}/{block['model']}"
+            if block["outcome"] == "failed":
+                lines.append(("failed", f"drift check FAILED for {name}: {block['why']}"))
+            elif block["outcome"] == "drifted":
+                lines.append(("flagged", f"drift: {name} {block['why']}"))
+            else:
+                lines.append(("ok", f"drift: {name} steady"))
+        unchecked = len(meta.get("unchecked", []))
+        if unchecked:
+            lines.append(("failed", f"{unchecked} cell(s) not checked for drift"))
+        if not meta.get("blocks"):
+            if (meta.get("settings") or {}).get("anchor_tolerance", 0) is None:
+                lines.append(("flagged", "drift: anchors not compared "
+                                         "(drift.anchor_tolerance is null)"))
+            else:
+                lines.append(("failed", "drift: no anchor check ran"))
+    lines += [("failed", text) for text in load_failures(summary)]
+    # A block that never loaded measured nothing that interference could disturb (its
+    # own line above says so): the interference check counts the cells that ran.
+    if "status" in summary:
+        summary = summary[summary["status"] != "load"]
+    cells = len(summary)
+    checked = summary.get("interference_checked", pd.Series(False, index=summary.index))
+    flagged = summary.get("interference", pd.Series(None, index=summary.index)).notna()
+    timing = summary.get("timing", pd.Series(None, index=summary.index)).notna()
+    if (~checked.astype(bool)).any():
+        lines.append(("failed", f"interference: not measured for {int((~checked).sum())} of "
+                                f"{cells} cells (no CPU figures): not checked"))
+    if flagged.any():
+        lines.append(("flagged", f"interference: {int(flagged.sum())} of {cells} cells "
+                                 f"measured while other work used the CPUs "
+                                 f"({tables.FLAG_MARK} in the tables)"))
+    elif checked.astype(bool).all() and cells:
+        lines.append(("ok", f"interference: none above the limits in {cells} cells"))
+    for side in ("a", "b"):
+        held = summary.get(f"wakeup_latency_{side}")
+        if held is None:
+            continue
+        loose = held.notna() & (held != "held at 0 us")
+        if loose.any():
+            lines.append(("flagged", f"wake-up latency not held on host {side.upper()} for "
+                                     f"{int(loose.sum())} of {cells} cells: "
+                                     f"{held[loose].iloc[0]}"))
+    if timing.any():
+        lines.append(("flagged", f"token times: {int(timing.sum())} cells have tokens that "
+                                 f"share a timestamp ({tables.FLAG_MARK})"))
+    return lines
+
+
+def load_failures(summary: pd.DataFrame) -> list[str]:
+    """One line per block whose servers never came up: which, how many cells that cost,
+    and why (the launch's reason, its first line)."""
+    failed = summary[summary["status"] == "load"] if "status" in summary else summary[:0]
+    out = []
+    for (pair, link, model), cells in failed.groupby(["pair", "link", "model"]):
+        reason = next((e for e in cells.get("error", pd.Series(dtype=object))
+                       if isinstance(e, str)), "no reason recorded")
+        reason = reason.replace("the block's launch failed: ", "").splitlines()[0]
+        out.append(f"{pair}/{link}/{model} did not load ({len(cells)} cells not measured): "
+                   f"{reason}")
+    return out
+
+
+def run_checks(results: str | Path, out: str | Path) -> list[str]:
+    """The checks of a finished run, written to `out` and printed (failed first); returns
+    the blocks that did not load (the run's exit status says so)."""
+    summary = pq.read_table(Path(results) / "summary" / "cells.parquet").to_pandas()
+    lines = check_lines(summary, Path(results) / "drift" / "report.parquet")
+    order = {"failed": 0, "flagged": 1, "ok": 2}
+    marks = {"failed": "FAILED", "flagged": "flagged", "ok": "ok"}
+    text = "".join(f"splitbench check {marks[state]}: {line}\n"
+                   for state, line in sorted(lines, key=lambda line: order[line[0]]))
+    print(text, end="")
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(text)
+    return load_failures(summary)
+
+
+def _checks_html(lines: list[tuple[str, str]]) -> str:
+    marks = {"failed": "✗", "flagged": tables.FLAG_MARK, "ok": "✓"}
+    items = "".join(f'<li class="check-{state}">{marks[state]} {_esc(text)}</li>'
+                    for state, text in lines)
+    return f'<ul class="checks">{items}</ul>'
+
+
+def page(summary_path: str, link_files: list[str], toolchain_files: list[str],
+         tables_dir: str, charts_dir: str, request_files: list[str],
+         cells_dir: str = f"{plan.RESULTS}/cells",
+         drift_path: str | Path | None = None) -> str:
+    """The whole report as one HTML string."""
+    summary = pq.read_table(summary_path).to_pandas()
+    links = tables.read_links(link_files)
+    table_html = [render_table(stem) for stem in table_stems(tables_dir)]
+    figures = [render_chart(name, spec) for name, spec in chart_specs(charts_dir)]
+    provenance = provenance_section(summary_path, summary, links, link_files,
+                                    toolchain_files, request_files, cells_dir)
+    return "".join([
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>splitbench report</title><style>{STYLE}</style>",
+        f"<script>{vega_bundle()}</script></head><body>",
+        "<h1>splitbench report</h1>",
+        '<p class="muted">What the link between two machines costs a model split across '
+        "them: llama.cpp RPC, measured per link, model, context and concurrency.</p>",
+        '<nav><a href="#tables">Tables</a><a href="#charts">Charts</a>'
+        '<a href="#provenance">Provenance</a></nav>',
+        "<h2>Run</h2>", _overview(summary),
+        "<h3>Checks</h3>", _checks_html(check_lines(summary, drift_path)),
+        '<section id="tables"><h2>Tables</h2>', *(table_html or ["<p>No tables.</p>"]),
+        "</section>",
+        '<section id="charts"><h2>Charts</h2>', *(figures or ["<p>No charts.</p>"]),
+        "</section>", provenance, f"<script>{SCRIPT}</script></body></html>",
+    ])
+
+
+def write(out: str, **inputs: Any) -> int:
+    """Write the page to out; returns its size in bytes."""
+    text = page(**inputs)
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+    return len(text.encode())

@@ -1,0 +1,274 @@
+"""Cell statuses against real llama-server and ggml-rpc-server processes on the lab."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import subprocess
+import sys
+import threading
+import time
+
+import pandas as pd
+import pytest
+
+from splitbench import models
+from splitbench.backends.llamacpp import servers, toolchain
+from splitbench.cells import measure
+from splitbench.infra import interference, procs
+from splitbench.links import real
+from splitbench.report import tables
+from tests.conftest import needs_root
+
+MODEL = {"n_layer": 2, "n_embd": 64, "n_head": 2, "n_head_kv": 1, "n_ff": 128,
+         "n_vocab": 1024, "context_length": 8192, "seed": 5}
+SETTINGS = {"layers_on_b": 2, "threads": 1, "slots": 1, "ctx_per_slot": 4096, "n_ctx": 4096}
+LINK = {"pair": "st", "link": "plain", "index": 1, "mode": "embedded"}
+
+
+@pytest.fixture
+def bench(state_dir, tmp_path):
+    gguf = tmp_path / "m.gguf"
+    models.write_synthetic(MODEL, gguf)
+    model = models.describe({"synthetic": MODEL}, gguf)
+    tools = tmp_path / "toolchain.json"
+    toolchain.record("st", "pip", {"a": {}, "b": {}}, tools)
+    link_result = tmp_path / "link.parquet"
+    pd.DataFrame([{"fingerprint": "lab-plain"}]).to_parquet(link_result)
+
+    def run(prompt_tokens: int, n_predict: int, name: str, **extra: int) -> pd.DataFrame:
+        cell = {"measurement_version": 1, "prompt_tokens": prompt_tokens, "concurrency": 1,
+                "n_predict": n_predict, "request_timeout_s": 60, "crash_below_tps": 1.0,
+                **extra}
+        return measure.run(cell, LINK, model, {"settings": SETTINGS}, str(tools),
+                         str(link_result), str(tmp_path / f"{name}.parquet"),
+                         str(tmp_path / f"{name}.requests.parquet"))
+
+    return run
+
+
+@needs_root()
+def test_prompt_beyond_the_context_is_a_ctx_wall(bench):
+    frame = bench(prompt_tokens=4200, n_predict=8, name="wall")
+    assert frame["status"].tolist() == ["ctx_wall"]
+    assert frame["http_status"].tolist() == [400]
+    ok = bench(prompt_tokens=100, n_predict=8, name="fits")
+    assert ok["status"].tolist() == ["ok"]
+    assert ok["launch_id"].iloc[0] == frame["launch_id"].iloc[0]  # one launch served both
+
+
+@needs_root()
+def test_killing_the_worker_mid_cell_is_a_crash_and_the_next_cell_relaunches(bench):
+    first = {}
+
+    def long_cell() -> None:
+        first["frame"] = bench(prompt_tokens=64, n_predict=3900, name="long")
+
+    runner = threading.Thread(target=long_cell)
+    runner.start()
+    deadline = time.monotonic() + 60
+    while procs.find("rpc-st-0") is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(2)  # let the cell decode for a while
+    procs.stop("rpc-st-0")  # the worker dies under the running cell
+    runner.join(timeout=120)
+    crashed = first["frame"]
+    assert crashed["status"].tolist() == ["crash"], crashed[["status", "error_type"]]
+    assert crashed["cell_status"].iloc[0] == "crash"
+    after = bench(prompt_tokens=64, n_predict=8, name="after")
+    assert after["status"].tolist() == ["ok"]
+    assert after["launch_id"].iloc[0] != crashed["launch_id"].iloc[0]
+    record = json.loads((procs.state_dir() / "servers" / "st.json").read_text())
+    assert record["launch_id"] == after["launch_id"].iloc[0]
+    link = real.ensure(LINK)
+    with link.host_a.entered():
+        assert servers.healthy(record["url"])
+
+
+@needs_root()
+def test_bytes_per_decoded_token_come_from_the_rpc_connection(bench):
+    frame = bench(prompt_tokens=200, n_predict=120, name="bytes")
+    row = frame.iloc[0]
+    assert row["status"] == "ok"
+    # Each decode step sends activations to B and gets logits back: the output layer is
+    # on B (layers_on_b 2), so B returns the logits, n_vocab x 4 bytes, per token (give or
+    # take the token that arrives while a counter snapshot is read).
+    logits = MODEL["n_vocab"] * 4
+    per_token = row["rpc_bytes_per_token_b_to_a"]
+    assert 0.9 * logits <= per_token <= 1.5 * logits, (per_token, row["rpc_decode_tokens"])
+    assert row["rpc_bytes_per_token_a_to_b"] >= MODEL["n_embd"] * 4
+    # Prefill moved every prompt token's hidden state (n_embd x 4 bytes) from A to B.
+    assert row["rpc_prefill_a_to_b_bytes"] >= 200 * MODEL["n_embd"] * 4
+
+
+@needs_root()
+def test_repeats_are_measured_and_their_spread_is_the_uncertainty(bench, tmp_path, capsys):
+    frame = bench(prompt_tokens=64, n_predict=24, name="cells/st/plain/m/ctxshort_c2",
+                  concurrency=2, repeats=3)
+    assert sorted(frame["repeat"].unique()) == [0, 1, 2]
+    # The job's log shows each release as it ends: one per repeat here.
+    assert capsys.readouterr().out.count("64 tokens x2: release 1, 2/2 ok, 48 tokens") == 3
+    assert len(frame) == 6 and (frame["status"] == "ok").all()
+    tokens = pd.read_parquet(tmp_path / "cells/st/plain/m/ctxshort_c2.parquet")
+    assert tokens.groupby(["repeat", "request_id"]).size().eq(24).all()
+    summary = tables.summarize([str(tmp_path / "cells/st/plain/m/ctxshort_c2.requests.parquet")],
+                               {"short": 64})
+    row = summary.iloc[0]
+    assert row["repeats"] == 3
+    assert row["uncertainty_from"] == "repeats"
+    spread = frame.groupby("repeat")["decode_ms_per_token"].median().std(ddof=1) / 3 ** 0.5
+    assert row["decode_ms_se"] >= spread * 0.999
+
+
+@needs_root()
+def test_an_unexpected_failure_in_one_repeat_keeps_the_others(bench, tmp_path, monkeypatch):
+    real_run = measure.client.run_concurrent
+    calls = []
+
+    def fails_on_second_repeat(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("bug in the harness")
+        return real_run(*args, **kwargs)
+
+    monkeypatch.setattr(measure.client, "run_concurrent", fails_on_second_repeat)
+    frame = bench(prompt_tokens=64, n_predict=8, name="flaky", repeats=3)
+    by_repeat = frame.set_index("repeat")
+    assert by_repeat.loc[0, "status"] == "ok" and by_repeat.loc[2, "status"] == "ok"
+    assert by_repeat.loc[1, "status"] == "error"
+    assert by_repeat.loc[1, "error_type"] == "RuntimeError"
+    assert "bug in the harness" in by_repeat.loc[1, "error_text"]
+    written = pd.read_parquet(tmp_path / "flaky.requests.parquet")
+    assert sorted(written["repeat"]) == [0, 1, 2]
+
+
+@needs_root()
+def test_a_cell_whose_every_repeat_fails_in_the_harness_fails_the_job(bench, tmp_path,
+                                                                      monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("bug in the harness")
+
+    monkeypatch.setattr(measure.client, "run_concurrent", broken)
+    with pytest.raises(RuntimeError, match=r"(?s)every repeat.*bug in the harness"):
+        bench(prompt_tokens=64, n_predict=8, name="broken")
+    # Nothing written, so the next run measures the cell again.
+    assert not (tmp_path / "broken.requests.parquet").exists()
+
+
+@needs_root()
+def test_a_launch_that_fails_on_host_b_is_a_row_stamped_when_it_failed(bench, monkeypatch):
+    def unreachable(*args, **kwargs):
+        raise measure.HostError("host b: no listener on 10.0.0.2:50052 after 30s")
+
+    monkeypatch.setattr(measure.servers, "ensure", unreachable)
+    before = time.time_ns()
+    frame = bench(prompt_tokens=64, n_predict=8, name="nolaunch", concurrency=2)
+    assert frame["error_type"].tolist() == ["launch_failed"] * 2
+    assert frame["status"].tolist() == ["load"] * 2
+    assert frame["error_text"].str.contains("no listener").all()
+    assert (frame["t_send_ns"] >= before).all()  # not 1970
+    assert frame["cell_wall_ms"].isna().all()  # nothing was sent: no wall time
+
+
+@needs_root()
+def test_a_stopped_client_keeps_each_token_s_arrival_against_llama_server(state_dir, tmp_path):
+    """The client, stopped from outside for 20-50 ms at a time while it reads a real
+    llama-server on host A's loopback, still gives every token its own time, and its
+    decode ms/token matches the server's own."""
+    from tests.integration.test_client import run_starved
+
+    gguf = tmp_path / "m.gguf"
+    models.write_synthetic(MODEL, gguf)
+    model = models.describe({"synthetic": MODEL}, gguf)
+    tools = toolchain.record("st", "pip", {"a": {}, "b": {}}, tmp_path / "toolchain.json")
+    link = real.ensure(LINK)
+    server = servers.ensure(link, SETTINGS, model["path"], model["sha256"], tools)
+    started = threading.Event()
+    started.set()
+    pauses: list[tuple[int, int]] = []
+    prompt = json.dumps([[5 + i % 200 for i in range(64)]])
+    replies = run_starved([server.url, "1", "400", prompt], started, pauses,
+                          prefix=("ip", "netns", "exec", link.host_a.netns))
+    reply = replies[0]
+    times, timings = reply["times"], reply["final"]["timings"]
+    assert reply["clock"] == "segment" and reply["error"] is None
+    assert len(times) == 400 and len(set(times)) == 400  # each token its own time
+    decode = (times[-1] - times[0]) / (len(times) - 1) / 1e6
+    server_decode = timings["predicted_ms"] / (timings["predicted_n"] - 1)
+    assert abs(decode / server_decode - 1) < 0.01, (decode, server_decode)
+    # The reader really was stopped while tokens came.
+    during = sum(any(a <= t <= b for a, b in pauses) for t in times)
+    assert len(pauses) >= 4 and during >= 20, (len(pauses), during)
+
+
+@contextlib.contextmanager
+def cpu_hogs(count: int = 2):
+    """`count` busy-loop processes beside the measurement, as on a busy machine."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        time.sleep(0.5)  # let them take the CPUs
+        yield
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+
+
+@needs_root()
+def test_beside_two_busy_loops_the_harness_still_agrees_and_the_cell_is_flagged(bench):
+    """Two busy loops on a 2-core machine: every token still has its own time, each
+    request's decode agrees with the server's own within 5%, and the cell says what
+    else used the CPUs, enough for the default limits to flag it."""
+    with cpu_hogs():
+        frame = bench(prompt_tokens=64, n_predict=48, name="busy",
+                      single_stream_requests=3)
+    assert (frame["status"] == "ok").all(), frame[["status", "error_text"]]
+    assert (frame["arrival_clock"] == "segment").all()
+    assert (frame["coalesced_tokens"] == 0).all()
+    gap = frame["decode_ms_per_token"] / frame["server_decode_ms_per_token"] - 1
+    assert gap.abs().max() < 0.05, gap
+    assert frame["foreign_cpu_a_cores"].iloc[0] > 0.5, frame["foreign_cpu_a_cores"]
+    verdict = interference.flag(frame.iloc[:1], {})
+    assert verdict["interference_checked"].iloc[0]
+    assert "other processes used" in verdict["interference"].iloc[0]
+
+
+def running(name: str) -> list[int]:
+    """Process ids of running processes whose command name is `name`."""
+    out = subprocess.run(["pgrep", "-x", name], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+@needs_root()
+def test_a_server_that_dies_loading_says_how_and_leaves_nothing_running(state_dir, tmp_path):
+    """A model that kills llama-server while it loads (here: a GGUF cut in half): the
+    launch record names how it ended and the log's last lines, and the worker already
+    started for it is stopped at once."""
+    gguf = tmp_path / "cut.gguf"
+    models.write_synthetic(MODEL, gguf)
+    data = gguf.read_bytes()
+    gguf.write_bytes(data[: len(data) // 2])
+    model = models.describe({"synthetic": MODEL}, gguf)
+    tools = toolchain.record("st", "pip", {"a": {}, "b": {}}, tmp_path / "toolchain.json")
+    workers_before = set(running("ggml-rpc-server"))
+    record = servers.launch_record(LINK, SETTINGS, model, tools)
+    assert record["status"] == "failed"
+    assert re.search(r"llama-server (exited with code \d+|killed by SIG\w+) during start-up",
+                     record["error"]), record["error"]
+    assert "the last lines of its log" in record["error"]
+    assert procs.find("rpc-st-0") is None and procs.find("llama-st") is None
+    assert set(running("ggml-rpc-server")) <= workers_before  # none of ours is left
+    assert not servers.current("st")
+
+
+def test_a_long_failure_keeps_its_reason_and_its_log_s_last_lines():
+    from splitbench.cells.measure import capped
+
+    text = "llama-server exited with code 1 during start-up\n" + "\n".join(
+        f"log line {i}" for i in range(1000))
+    kept = capped(text)
+    assert len(kept) <= 2000
+    assert kept.startswith("llama-server exited with code 1 during start-up\n…\n")
+    assert kept.endswith("log line 999")
+    assert capped("short") == "short"

@@ -1,0 +1,131 @@
+"""The embedded lab's links: real namespaces, veth, tc and the delay relay."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from splitbench.infra import procs
+from splitbench.links import lab
+from splitbench.links.link import IPERF_PORT, PROBE_PORT, Link
+from tests.conftest import needs_root
+
+SPEC = {"pair": "tl", "link": "x", "index": 7, "mode": "embedded"}
+
+
+def probe_p50_us(link: Link, size: int = 64) -> float:
+    client = [sys.executable, "-m", "splitbench.remote.probe", "client", link.connect_addr,
+              str(PROBE_PORT), "--sizes", str(size), "--samples", "60"]
+    samples = json.loads(link.host_a.run(client).stdout)[str(size)]
+    return sorted(samples)[len(samples) // 2]
+
+
+def serve_probe(link: Link, state_dir) -> None:
+    link.host_b.spawn([sys.executable, "-m", "splitbench.remote.probe", "serve", link.addr_b,
+                       str(PROBE_PORT)], role="probe", key="probe-test",
+                      log_path=state_dir / "probe.log")
+    # Wait on B itself: the relay on A accepts before B listens.
+    link.host_b.wait_listening(link.addr_b, PROBE_PORT, timeout=10)
+
+
+def test_loopback_lab_adds_delay_with_the_relay(state_dir, monkeypatch):
+    monkeypatch.setenv("SPLITBENCH_LAB", "loopback")
+    link = lab.ensure_link({**SPEC, "delay_ms": 1.5})
+    assert link.emulation["mode"] == "loopback"
+    assert link.emulation["delay"] == "relay"
+    assert link.emulation["rate"].startswith("none")
+    assert (link.addr_a, link.addr_b, link.connect_addr) == ("127.0.7.1", "127.0.7.2",
+                                                           "127.0.7.1")
+    serve_probe(link, state_dir)
+    assert 3000 <= probe_p50_us(link) <= 5500  # 1.5 ms each way
+
+
+@needs_root()
+def test_namespace_link_is_shaped_recorded_and_torn_down(state_dir):
+    link = lab.ensure_link({**SPEC, "rate_gbit": 0.2, "delay_ms": 0.5})
+    assert link.host_a.netns == "sb-tl-a" and link.host_b.netns == "sb-tl-b"
+    assert link.emulation["rate"] in ("tbf", "netem")
+    assert "200mbit" in " ".join(" ".join(cmd) for cmd in link.emulation["applied"])
+    # B is reachable from A over exactly this link's addresses.
+    route = link.host_a.run(["ip", "route", "get", link.addr_b]).stdout
+    assert f"dev {link.interface_a}" in route
+    serve_probe(link, state_dir)
+    assert 1000 <= probe_p50_us(link) <= 3000  # 0.5 ms each way
+    # Calling again adopts the same link instead of rebuilding it.
+    again = lab.ensure_link({**SPEC, "rate_gbit": 0.2, "delay_ms": 0.5})
+    assert again.to_json() == link.to_json()
+    procs.teardown()
+    names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert "sb-tl-" not in names
+
+
+def test_waiting_for_a_listener_names_host_and_address(state_dir):
+    host = lab.Host("local")
+    with pytest.raises(lab.HostError, match=r"host local: .*127\.0\.0\.1:9"):
+        host.wait_listening("127.0.0.1", 9, timeout=0.5)
+
+
+@needs_root()
+def test_unreachable_peer_is_named_and_leaves_no_output(state_dir, tmp_path):
+    from splitbench import plan
+    from splitbench.links import verify
+
+    spec = {**SPEC, "link": "gone", "index": 8}
+    link = lab.ensure_link(spec)
+    # B loses its address: A's route still points at the link, but nobody answers.
+    subprocess.run(["ip", "-n", link.host_b.netns, "addr", "flush", "dev", link.interface_b],
+                   check=True)
+    out = tmp_path / "gone.parquet"
+    settings = {**plan.link_check_settings({}), "iperf_seconds": 1}
+    with pytest.raises((verify.LinkError, lab.HostError)) as error:
+        verify.verify(spec, settings, out)
+    message = str(error.value)
+    assert "host b" in message or ("pair 'tl'" in message and "link 'gone'" in message)
+    assert not out.exists()
+    assert not any(p["role"] in ("iperf3", "probe", "sockperf") for p in procs.all_procs())
+
+
+def detour(link: Link) -> None:
+    """A second veth between A and B, and a host route on A that sends B's link address
+    over it: traffic for B then bypasses the link's own interface."""
+    ns_a, ns_b = link.host_a.netns, link.host_b.netns
+    for argv in (
+        ["ip", "link", "add", "sbtd-a", "type", "veth", "peer", "name", "sbtd-b"],
+        ["ip", "link", "set", "sbtd-a", "netns", ns_a],
+        ["ip", "link", "set", "sbtd-b", "netns", ns_b],
+        ["ip", "-n", ns_a, "addr", "add", "10.250.9.1/30", "dev", "sbtd-a"],
+        ["ip", "-n", ns_b, "addr", "add", "10.250.9.2/30", "dev", "sbtd-b"],
+        ["ip", "-n", ns_a, "link", "set", "sbtd-a", "up"],
+        ["ip", "-n", ns_b, "link", "set", "sbtd-b", "up"],
+        ["ip", "-n", ns_a, "route", "add", f"{link.addr_b}/32", "via", "10.250.9.2"],
+    ):
+        subprocess.run(argv, check=True, capture_output=True)
+
+
+@needs_root()
+def test_traffic_that_bypasses_the_link_stops_its_verification(state_dir, tmp_path):
+    """The guards fire: a route on A that sends B's address another way stops the link's
+    verification, naming pair, link and host; and iperf3 traffic that did not cross the
+    link's interface (its byte counter did not move) is refused even past the route."""
+    from splitbench import plan
+    from splitbench.links import verify
+
+    spec = {**SPEC, "link": "detour", "index": 9}
+    link = lab.ensure_link(spec)
+    detour(link)
+    out = tmp_path / "detour.parquet"
+    settings = {**plan.link_check_settings({}), "iperf_seconds": 1, "iperf_repeats": 1}
+    with pytest.raises(verify.LinkError, match=r"pair 'tl', link 'detour': host a routes "
+                                              rf"{link.addr_b} via 'sbtd-a', not via "):
+        verify.verify(spec, settings, out)
+    assert not out.exists()
+    # Past the route check: iperf3 reaches B, but not over the link's interface.
+    key = "tl__detour"
+    verify.serve(link, "iperf3", key, ["iperf3", "-s", "-B", link.addr_b, "-p",
+                                      str(IPERF_PORT)], IPERF_PORT)
+    with pytest.raises(verify.LinkError, match=rf"iperf3 traffic did not cross "
+                                              rf"{link.interface_a} on host a"):
+        verify._throughput(link, settings, [], "pair 'tl', link 'detour'")

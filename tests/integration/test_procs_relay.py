@@ -1,0 +1,164 @@
+"""Real processes on loopback: the process registry, the delay relay and the RR probe."""
+
+import os
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from splitbench.infra import procs
+from splitbench.infra.hosts import Host
+from splitbench.links import relay
+from splitbench.remote import probe, sensors
+
+LOCAL = Host("local")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_probe(state_dir, port):
+    record = LOCAL.spawn([sys.executable, "-m", "splitbench.remote.probe", "serve", "127.0.0.1",
+                          str(port)], role="probe", key=f"probe-{port}",
+                         log_path=state_dir / f"probe-{port}.log")
+    LOCAL.wait_listening("127.0.0.1", port, timeout=10)
+    return record
+
+
+def test_teardown_stops_exactly_what_was_recorded(state_dir):
+    port = free_port()
+    record = start_probe(state_dir, port)
+    bystander = __import__("subprocess").Popen(["sleep", "30"])
+    try:
+        assert procs.is_alive(record)
+        done = procs.teardown()
+        assert any(str(record["pid"]) in line for line in done)
+        assert not procs.is_alive(record)
+        assert procs.all_procs() == []
+        assert bystander.poll() is None  # not ours to stop
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+def test_a_stopped_server_s_cpu_time_is_collected_when_it_stops(state_dir):
+    """A stopped child is collected by `stop` itself. Left as a zombie, its lifetime CPU
+    moved into this process's counters whenever Python next started a process, which
+    could be inside a later cell: the interference meter counted it as that cell's own
+    and called two busy loops "0.00 cores foreign"."""
+    record = LOCAL.spawn([sys.executable, "-c", "import time\nt = time.process_time()\n"
+                          "while time.process_time() - t < 0.3: pass\ntime.sleep(60)"],
+                         role="other", key="burner", log_path=state_dir / "burner.log")
+    time.sleep(1.0)  # past its 0.3 s of CPU, now asleep
+    procs.stop("burner")
+    assert not Path(f"/proc/{record['pid']}").exists()  # collected, not a zombie
+    before = sensors.cpu_counters([os.getpid()])["own_ticks"]
+    __import__("subprocess").run(["true"], check=True)  # would collect a left zombie
+    after = sensors.cpu_counters([os.getpid()])["own_ticks"]
+    assert after - before < 10  # not the burner's 30 ticks landing now
+
+
+def test_a_reused_pid_is_not_killed(state_dir):
+    record = {"pid": 1, "start_time": -5, "role": "other", "key": "fake"}
+    assert not procs.is_alive(record)  # pid 1 exists but started at another time
+
+
+def test_reaper_tears_down_when_its_owner_dies(state_dir):
+    owner = __import__("subprocess").Popen(["sleep", "30"])
+    port = free_port()
+    record = start_probe(state_dir, port)
+    procs.start_reaper(owner.pid)
+    time.sleep(0.5)
+    owner.kill()
+    owner.wait()
+    deadline = time.monotonic() + 10
+    while procs.is_alive(record) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not procs.is_alive(record)
+
+
+def test_relay_adds_the_configured_delay(state_dir):
+    target, front = free_port(), free_port()
+    start_probe(state_dir, target)
+    direct = probe.measure("127.0.0.1", target, [64], samples=100)["64"]
+    LOCAL.spawn(relay.argv(2.0, [f"127.0.0.1:{front}=127.0.0.1:{target}"]), role="relay",
+                key="relay-t", log_path=state_dir / "relay.log")
+    LOCAL.wait_listening("127.0.0.1", front, timeout=10)
+    relayed = probe.measure("127.0.0.1", front, [64], samples=100)["64"]
+    added_us = np.median(relayed) - np.median(direct)
+    # 2 ms each way: a round trip holds 4 ms; the extra hop through the relay and its
+    # timer's wake-up add 0.1-0.5 ms (measured here 4.1-4.5 ms in all).
+    assert 4000 <= added_us <= 5000, added_us
+
+
+def test_a_burst_of_messages_each_keeps_its_own_delay(state_dir):
+    """Messages sent back to back, as a decode step sends them: each is held the delay
+    after it was sent, never less, and not until the whole burst has come."""
+    target, front = free_port(), free_port()
+    received: list[int] = []
+
+    def sink() -> None:
+        with socket.create_server(("127.0.0.1", target)) as server:
+            conn, _ = server.accept()
+            with conn:
+                while len(received) < 17:
+                    if conn.recv(1):
+                        received.append(time.monotonic_ns())
+
+    threading.Thread(target=sink, daemon=True).start()
+    LOCAL.spawn(relay.argv(0.5, [f"127.0.0.1:{front}=127.0.0.1:{target}"]), role="relay",
+                key="relay-m", log_path=state_dir / "relay.log")
+    LOCAL.wait_listening("127.0.0.1", front, timeout=10)
+    sent = []
+    with socket.create_connection(("127.0.0.1", front)) as conn:
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn.sendall(b"w")  # the connection's first message sets it up: not timed
+        time.sleep(0.05)
+        for _ in range(16):
+            sent.append(time.monotonic_ns())
+            conn.sendall(b"x")
+            time.sleep(0.0001)
+        deadline = time.monotonic() + 5
+        while len(received) < 17 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    held_us = np.array([(r - s) / 1000 for r, s in zip(received[1:], sent, strict=True)])
+    assert held_us.min() >= 500, held_us  # never early
+    # Not held back until the burst is over (16 messages x 0.5 ms would be 8 ms). The
+    # sink reads in this process, so a busy machine can only make holds look longer.
+    assert np.median(held_us) <= 1500, held_us
+
+
+def test_relay_keeps_bulk_throughput(state_dir):
+    target, front = free_port(), free_port()
+    start_probe(state_dir, target)
+    LOCAL.spawn(relay.argv(1.0, [f"127.0.0.1:{front}=127.0.0.1:{target}"]), role="relay",
+                key="relay-b", log_path=state_dir / "relay.log")
+    LOCAL.wait_listening("127.0.0.1", front, timeout=10)
+    rtt_us = np.median(probe.measure("127.0.0.1", front, [1 << 20], samples=5)["1048576"])
+    # 1 MiB each way through a 1 ms relay: pipelined, far below 1 ms per 256 KiB chunk.
+    assert rtt_us < 50_000, rtt_us
+
+
+def cpu_ticks(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(stat[11]) + int(stat[12])
+
+
+def test_relay_to_a_target_that_refuses_ends_the_connection_and_stays_idle(state_dir):
+    refused, front = free_port(), free_port()  # nothing listens on `refused`
+    record = LOCAL.spawn(relay.argv(0.5, [f"127.0.0.1:{front}=127.0.0.1:{refused}"]),
+                         role="relay", key="relay-r", log_path=state_dir / "relay.log")
+    LOCAL.wait_listening("127.0.0.1", front, timeout=10)
+    with socket.create_connection(("127.0.0.1", front), timeout=5) as conn:
+        conn.sendall(b"hello")
+        assert conn.recv(10) == b""  # the relay passes the refusal on as the end
+    before = cpu_ticks(record["pid"])
+    time.sleep(1.0)
+    # A hung-up socket left in epoll would wake the loop without end: a busy core.
+    assert cpu_ticks(record["pid"]) - before <= 5

@@ -1,0 +1,408 @@
+"""results/page.html from small generated results: what the page holds, and the page
+itself opened in headless Chromium (renders, no console errors, no network, the charts
+visible in a screenshot). The browser check is shown to fail on broken pages."""
+
+from __future__ import annotations
+
+import base64
+import fcntl
+import io
+import json
+import os
+import queue
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from splitbench import cli, plan
+from splitbench.analysis import drift
+from splitbench.infra import parquet_io
+from splitbench.report import charts, page
+
+CONTEXTS = {"short": 128, "5k": 5000}
+LINKS = {"baseline": 100.0, "slow": 900.0}  # 16 KB request-response p50, µs
+CONCURRENCY = (1, 2, 4)
+FAILED = ("slow", "5k", 4)
+LLAMA_VERSION = "version: 9999 (abc1234)"
+
+
+# --- generated results ----------------------------------------------------------------
+
+def _tokens(link: str, ctx: str, conc: int) -> pd.DataFrame:
+    ms = 1.0 + CONTEXTS[ctx] / 5000 + 2 * LINKS[link] / 1000
+    t0 = 1_790_000_000 * 10**9
+    return pd.DataFrame([{
+        "request_id": r, "token_index": i, "t_send_ns": t0 + r * 10**5,
+        "t_ns": t0 + int((CONTEXTS[ctx] / 100 * (r + 1) + i * ms * conc) * 1e6),
+    } for r in range(conc) for i in range(16)])
+
+
+def _requests(tokens: pd.DataFrame, status: str, clock: str) -> pd.DataFrame:
+    per = tokens.groupby("request_id").agg(t_send_ns=("t_send_ns", "first"),
+                                           t_end_ns=("t_ns", "max"),
+                                           generated_tokens=("t_ns", "size")).reset_index()
+    return per.assign(status=status, cell_status=status, launch_id="launch-" + "x" * 4,
+                      arrival_clock=clock)
+
+
+def write_results(root: Path) -> dict[str, Any]:
+    """Every input the charts and report stages read, under root/results."""
+    res = root / "results"
+    rows, request_files = [], []
+    for link, rr_us in LINKS.items():
+        launch = {"launch_id": f"{link}-launch", "pair": "lab", "link": link, "load_s": 0.1,
+                  "started_at": 1_790_000_000.0, "settings": {"slots": 4},
+                  "commands": {"llama_server": ["llama-server", "--rpc", "10.0.0.2:50052"],
+                               "rpc_server": ["ggml-rpc-server", "-H", "10.0.0.2"]}}
+        for ctx, n in CONTEXTS.items():
+            for conc in CONCURRENCY:
+                ok = (link, ctx, conc) != FAILED
+                tokens = _tokens(link, ctx, conc)
+                layout = plan.cell_path("lab", link, "m", ctx, conc)
+                parquet_io.write(tokens, root / layout, {"launch": launch})
+                requests = root / plan.requests_path("lab", link, "m", ctx, conc)
+                clock = "segment" if link == "baseline" else "read"
+                parquet_io.write(_requests(tokens, "ok" if ok else "crash", clock), requests,
+                                 {"launch": launch})
+                request_files.append(str(requests))
+                ms = 1.0 + n / 5000 + 2 * rr_us / 1000
+                rows.append({
+                    "pair": "lab", "link": link, "model": "m", "ctx": ctx, "conc": conc,
+                    "ctx_tokens": n, "status": "ok" if ok else "crash",
+                    "server_launch_id": launch["launch_id"],
+                    "decode_ms_per_token": ms * conc if ok else np.nan,
+                    "prefill_tps": 2000.0 - n / 10 if ok else np.nan,
+                    "overlap": (1 - n / 5000 if conc > 1 else np.nan) if ok else np.nan})
+    summary = res / "summary" / "cells.parquet"
+    parquet_io.write(pd.DataFrame(rows), summary, {"cells": len(rows)})
+    link_files = []
+    for i, (link, rr_us) in enumerate(LINKS.items()):
+        path = res / "links" / "lab" / f"{link}.parquet"
+        parquet_io.write(pd.DataFrame([{
+            "pair": "lab", "link": link, "a_to_b_gbps": 4.0 + i, "b_to_a_gbps": 4.5,
+            "bidir_gbps": 8.0, "ping_ms": 0.05, "rr16k_p50_us": rr_us, "rr_fixed_us": rr_us / 2,
+            "emulation_mode": "netns-veth", "emulation_rate": "tbf" if i else "none",
+            "emulation_delay": "netem" if i else "none", "emulated_delay_ms": 0.4 * i,
+            "measured_at": f"2026-11-30T07:3{i}:00+00:00", "fingerprint": f"fp{i}",
+        }]), path, {"commands": [["iperf3", "-c", "x" * 1000]]})
+        link_files.append(str(path))
+    toolchain = res / "toolchain" / "lab.json"
+    toolchain.parent.mkdir(parents=True)
+    host = {"llama_server_version": LLAMA_VERSION, "build_id": "b1", "package": "pkg==1"}
+    toolchain.write_text(json.dumps({"pair": "lab", "source": "pip", "a": host, "b": host}))
+    tables = res / "tables"
+    tables.mkdir()
+    (tables / "single_stream_decode.md").write_text(
+        "## Single-stream decode (tok/s) by context\n\n| link | short |\n|---|---|\n"
+        "| baseline | 10.0 |\n| slow | <script>alert(1)</script> |\n")
+    (tables / "links.md").write_text("## Links\n\n| link | A→B |\n|---|---|\n| slow | 5.0 |\n")
+    (tables / "links.csv").write_text("link,A→B\nslow,5.0\n")
+    (tables / "zz_only_csv.csv").write_text("a,b\n1,\n")
+    return {"summary": str(summary), "links": link_files, "toolchain": [str(toolchain)],
+            "requests": request_files, "cells": str(res / "cells"),
+            "tables": str(tables), "charts": str(res / "charts"),
+            "page": str(res / "page.html")}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> dict[str, Any]:
+    """The charts and report stages run through the command line on generated results."""
+    paths = write_results(tmp_path_factory.mktemp("run"))
+    assert cli.main(["charts", "--summary", paths["summary"], "--links", *paths["links"],
+                     "--baseline", "baseline", "--cells", paths["cells"],
+                     "--out", paths["charts"]]) == 0
+    assert cli.main(["report", "--summary", paths["summary"], "--links", *paths["links"],
+                     "--toolchain", *paths["toolchain"], "--requests", *paths["requests"],
+                     "--cells", paths["cells"], "--tables", paths["tables"],
+                     "--charts", paths["charts"], "--out", paths["page"]]) == 0
+    return paths
+
+
+# --- the page's content ---------------------------------------------------------------
+
+def test_page_holds_every_table_in_order_and_every_chart(built):
+    text = Path(built["page"]).read_text()
+    order = [text.index(f'id="table-{s}"') for s in ("links", "single_stream_decode",
+                                                    "zz_only_csv")]
+    assert order == sorted(order)
+    for name in charts.CHARTS:
+        assert f'id="vis-{name}"' in text
+        assert (Path(built["charts"]) / f"{name}.png").is_file()
+    assert text.count('class="chart-spec"') == len(charts.CHARTS)
+
+
+def test_page_needs_no_network_and_escapes_table_text(built):
+    head, body = Path(built["page"]).read_text().split("</head>", 1)
+    # The head's one script is the inlined Vega bundle (whose own code mentions <img src=).
+    assert re.search(r"<script[^>]*>", head).group(0) == "<script>"
+    assert "<link" not in head.split("<script>")[0]
+    assert not re.search(r"<(script|img|iframe)[^>]+src=|<link[^>]+href=", body)
+    assert "<script>alert(1)</script>" not in body
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in body
+    assert 'href="data:text/csv;base64,' in body
+
+
+def test_page_carries_provenance(built):
+    text = Path(built["page"]).read_text()
+    for expected in (LLAMA_VERSION, "netns-veth", "netem", "ggml-rpc-server -H 10.0.0.2",
+                     "2026-11-30 07:30:00 UTC", "splitbench_version",
+                     "(1000 characters)",  # long metadata values are cut, and say so
+                     # 2 contexts x (1 + 2 + 4) requests per link
+                     "per-segment arrival (packet socket): 14 requests",
+                     "when the read returned: 14 requests"):
+        assert expected in text, expected
+
+
+# --- the page in a browser ------------------------------------------------------------
+
+CHROMIUM = next(filter(None, map(shutil.which, ("chromium", "chromium-browser",
+                                                "google-chrome"))), None)
+needs_chromium = pytest.mark.skipif(
+    CHROMIUM is None, reason="chromium not installed (./bootstrap.sh installs Debian's "
+                             "chromium when run as root)")
+
+
+class DevTools:
+    """Headless Chromium over the DevTools protocol on a pipe (--remote-debugging-pipe:
+    commands on fd 3, replies on fd 4, NUL-separated JSON); needs no WebSocket library."""
+
+    def __init__(self, binary: str) -> None:
+        to_child, self._to_browser = os.pipe()
+        self._from_browser, from_child = os.pipe()
+        # Above fd 4, so that placing them on 3 and 4 in the child cannot clobber one.
+        child_in = fcntl.fcntl(to_child, fcntl.F_DUPFD_CLOEXEC, 10)
+        child_out = fcntl.fcntl(from_child, fcntl.F_DUPFD_CLOEXEC, 10)
+        os.close(to_child)
+        os.close(from_child)
+        self._profile = tempfile.TemporaryDirectory()
+
+        def on_fds_3_and_4() -> None:
+            os.dup2(child_in, 3)
+            os.dup2(child_out, 4)
+
+        self.proc = subprocess.Popen(
+            [binary, "--headless", "--disable-gpu", "--no-sandbox", "--no-first-run",
+             "--hide-scrollbars", "--remote-debugging-pipe",
+             f"--user-data-dir={self._profile.name}", "about:blank"],
+            preexec_fn=on_fds_3_and_4, close_fds=False,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        os.close(child_in)
+        os.close(child_out)
+        self._inbox: queue.Queue = queue.Queue()
+        self.events: list[dict] = []
+        self._id = 0
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        buf = b""
+        with os.fdopen(self._from_browser, "rb", buffering=0) as pipe:
+            while chunk := pipe.read(1 << 16):
+                *messages, buf = (buf + chunk).split(b"\0")
+                for message in messages:
+                    self._inbox.put(json.loads(message))
+        self._inbox.put(None)
+
+    def _next(self, deadline: float) -> dict:
+        message = self._inbox.get(timeout=max(0.01, deadline - time.monotonic()))
+        if message is None:
+            raise RuntimeError("chromium closed the DevTools pipe")
+        return message
+
+    def send(self, method: str, params: dict | None = None, session: str | None = None,
+             timeout: float = 60) -> dict:
+        self._id += 1
+        message = {"id": self._id, "method": method, "params": params or {}}
+        if session:
+            message["sessionId"] = session
+        os.write(self._to_browser, json.dumps(message).encode() + b"\0")
+        deadline = time.monotonic() + timeout
+        while (reply := self._next(deadline)).get("id") != self._id:
+            self.events.append(reply)
+        if "error" in reply:
+            raise RuntimeError(f"{method}: {reply['error']}")
+        return reply.get("result", {})
+
+    def wait_for(self, method: str, timeout: float = 60) -> dict:
+        deadline = time.monotonic() + timeout
+        while not any(e.get("method") == method for e in self.events):
+            self.events.append(self._next(deadline))
+        return next(e for e in self.events if e.get("method") == method)
+
+    def close(self) -> None:
+        try:
+            self.send("Browser.close", timeout=10)
+            self.proc.wait(timeout=10)
+        except (RuntimeError, queue.Empty, subprocess.TimeoutExpired):
+            self.proc.kill()
+            self.proc.wait()
+        os.close(self._to_browser)
+        self._profile.cleanup()
+
+
+CHART_BOXES = """JSON.stringify(Array.from(document.querySelectorAll('.chart')).map(el => {
+  const r = el.getBoundingClientRect(), svg = el.querySelector('svg');
+  return {id: el.id, marks: svg ? svg.querySelectorAll('path, rect, line, text').length : 0,
+          x: r.left + scrollX, y: r.top + scrollY, width: r.width, height: r.height};
+}))"""
+
+
+def _evaluate(browser: DevTools, session: str, expression: str) -> Any:
+    result = browser.send("Runtime.evaluate", {"expression": expression,
+                                               "returnByValue": True}, session)
+    return result["result"].get("value")
+
+
+def open_page(page: Path, width: int = 1280, wait_s: float = 30) -> dict[str, Any]:
+    """Load page in headless Chromium; return what a reader would have seen: the charts'
+    status, each chart's box and marks, console errors, requests and a full screenshot."""
+    browser = DevTools(CHROMIUM)
+    try:
+        target = browser.send("Target.createTarget", {"url": "about:blank"})["targetId"]
+        session = browser.send("Target.attachToTarget",
+                               {"targetId": target, "flatten": True})["sessionId"]
+        for domain in ("Runtime", "Log", "Network", "Page"):
+            browser.send(f"{domain}.enable", session=session)
+        browser.send("Emulation.setDeviceMetricsOverride", {
+            "width": width, "height": 900, "deviceScaleFactor": 1, "mobile": False}, session)
+        browser.send("Page.navigate", {"url": page.resolve().as_uri()}, session)
+        browser.wait_for("Page.loadEventFired")
+        deadline = time.monotonic() + wait_s
+        while not (status := _evaluate(browser, session, "document.body.dataset.charts")):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        boxes = json.loads(_evaluate(browser, session, CHART_BOXES))
+        size = browser.send("Page.getLayoutMetrics", session=session)["cssContentSize"]
+        shot = browser.send("Page.captureScreenshot", {
+            "format": "png", "captureBeyondViewport": True,
+            "clip": {"x": 0, "y": 0, "width": size["width"], "height": size["height"],
+                     "scale": 1}}, session)
+        return {"status": status, "boxes": boxes, "events": list(browser.events),
+                "screenshot": base64.b64decode(shot["data"])}
+    finally:
+        browser.close()
+
+
+def _errors(events: list[dict]) -> list[str]:
+    found = []
+    for event in events:
+        method, params = event.get("method"), event.get("params", {})
+        if method == "Runtime.consoleAPICalled" and params["type"] in ("error", "assert"):
+            found.append("console: " + " ".join(str(a.get("value", a.get("description")))
+                                                for a in params["args"]))
+        elif method == "Runtime.exceptionThrown":
+            details = params["exceptionDetails"]
+            found.append("exception: " + details.get("exception", {}).get(
+                "description", details.get("text", "")))
+        elif method == "Log.entryAdded" and params["entry"]["level"] == "error":
+            found.append("log: " + params["entry"]["text"])
+        elif method == "Network.requestWillBeSent":
+            url = params["request"]["url"]
+            if not url.startswith(("file:", "data:")):
+                found.append(f"network request: {url}")
+    return found
+
+
+def _ink(screenshot: bytes, box: dict) -> float:
+    """Share of the box's pixels that are not (near) white in the screenshot."""
+    from PIL import Image
+
+    image = Image.open(io.BytesIO(screenshot)).convert("L")
+    crop = image.crop((int(box["x"]), int(box["y"]), int(box["x"] + box["width"]),
+                       int(box["y"] + box["height"])))
+    histogram = crop.histogram()
+    return 1 - sum(histogram[240:]) / max(1, sum(histogram))
+
+
+def problems(seen: dict[str, Any], expected_charts: int) -> list[str]:
+    """Everything that tells a broken page from a good one; empty when the page is good."""
+    found = _errors(seen["events"])
+    if seen["status"] != f"{expected_charts}/{expected_charts}":
+        found.append(f"charts rendered: {seen['status'] or 'never finished'}")
+    if len(seen["boxes"]) != expected_charts:
+        found.append(f"{len(seen['boxes'])} chart containers, expected {expected_charts}")
+    for box in seen["boxes"]:
+        if box["marks"] < 10:
+            found.append(f"{box['id']}: {box['marks']} SVG marks")
+        if (ink := _ink(seen["screenshot"], box)) < 0.02:
+            found.append(f"{box['id']}: blank in the screenshot ({ink:.1%} ink)")
+    return found
+
+
+@needs_chromium
+def test_page_renders_in_chromium(built, tmp_path):
+    seen = open_page(Path(built["page"]))
+    shot = tmp_path / "report.png"
+    shot.write_bytes(seen["screenshot"])
+    if os.environ.get("SPLITBENCH_SCREENSHOT"):  # to look at it: a path to copy it to
+        shutil.copy(shot, os.environ["SPLITBENCH_SCREENSHOT"])
+    assert problems(seen, len(charts.CHARTS)) == []
+
+
+def _break_spec(text: str) -> str:
+    """The first chart's spec loses its mark: Vega-Lite rejects it."""
+    start = text.index('class="chart-spec"')
+    return text[:start] + text[start:].replace('"mark":', '"mark_broken":', 1)
+
+
+def _drop_vega(text: str) -> str:
+    """The inlined Vega bundle is gone (as if it had been a CDN link, offline)."""
+    return re.sub(r"<script>.*?</script></head>", "</head>", text, count=1, flags=re.S)
+
+
+def _hide_charts(text: str) -> str:
+    """Charts render into the DOM but paint nothing: only the screenshot can tell."""
+    return text.replace("</head>", "<style>.chart svg { visibility: hidden; }</style></head>")
+
+
+@needs_chromium
+@pytest.mark.parametrize("breakage, symptom", [
+    (_break_spec, "charts rendered: 6/7"),
+    (_drop_vega, "vegaEmbed is not defined"),
+    (_hide_charts, "blank in the screenshot"),
+], ids=["bad spec", "no vega", "nothing painted"])
+def test_browser_check_catches_a_broken_page(built, tmp_path, breakage, symptom):
+    broken = tmp_path / "broken.html"
+    broken.write_text(breakage(Path(built["page"]).read_text()))
+    found = problems(open_page(broken, wait_s=5), len(charts.CHARTS))
+    assert any(symptom in problem for problem in found), found
+
+
+def test_report_module_lists_tables_by_reading_order(tmp_path):
+    for stem in ("zz", "overlap", "links", "link_comparison", "single_stream_prefill"):
+        (tmp_path / f"{stem}.csv").write_text("a\n1\n")
+    assert [p.name for p in page.table_stems(tmp_path)] == [
+        "links", "link_comparison", "single_stream_prefill", "overlap", "zz"]
+
+
+def test_checks_that_did_not_run_are_failures_in_the_run_block(tmp_path):
+    summary = pd.DataFrame({"pair": ["lab"] * 3, "link": ["a", "b", "c"], "model": ["m"] * 3,
+                            "interference": [None, "host A: steal 40% (limit 10%)", None],
+                            "interference_checked": [True, True, False],
+                            "timing": [None, None, None]})
+    missing = page.check_lines(summary, tmp_path / "none.parquet")
+    assert ("failed", "drift: not run (no results/drift/report.parquet): no cell is "
+                      "checked for drift") in missing
+    assert any(state == "failed" and "not measured for 1 of 3 cells" in text
+               for state, text in missing)
+    assert any(state == "flagged" and "1 of 3 cells measured while other work" in text
+               for state, text in missing)
+    found = drift.find_suspects(summary.assign(ctx="short", conc=1, status="ok"),
+                                {("lab", "m"): {"start": None, "end": None}},
+                                drift.settings({}))
+    drift.write_report(found, tmp_path / "drift.parquet", tmp_path / "drift")
+    lines = page.check_lines(summary, tmp_path / "drift.parquet")
+    assert ("failed", "drift check FAILED for lab/m: the start anchor was not measured; "
+                      "the end anchor was not measured") in lines
+    assert ("failed", "3 cell(s) not checked for drift") in lines
+    html = page._checks_html(lines)
+    assert html.count('class="check-failed"') == 3

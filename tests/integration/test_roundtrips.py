@@ -1,0 +1,67 @@
+"""Round trips per token, measured on the embedded lab with real servers."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from splitbench import models, plan
+from splitbench.backends.llamacpp import toolchain
+from splitbench.cells import delay_sweep
+from tests.conftest import needs_root
+
+MODEL = {"n_layer": 2, "n_embd": 64, "n_head": 2, "n_head_kv": 1, "n_ff": 128,
+         "n_vocab": 1024, "context_length": 4096, "seed": 3}
+
+
+def _config(workers: list[int]) -> dict:
+    return {
+        "pairs": {"rt": {"mode": "embedded", "hosts": {"a": {}, "b": {}},
+                         "links": {"plain": {}}}},
+        "models": {"m": {"synthetic": MODEL, "layers_on_b": 2, "threads": 1}},
+        "contexts": {"short": 64},
+        "concurrency": [1],
+        "roundtrips": {"workers": workers, "delays_ms": [0.0, 1.0, 2.0], "requests": 3,
+                       "n_predict": 32, "rr_samples": 100},
+    }
+
+
+@pytest.fixture
+def sweep(state_dir, tmp_path):
+    gguf = tmp_path / "m.gguf"
+    models.write_synthetic(MODEL, gguf)
+    model = models.describe({"synthetic": MODEL}, gguf)
+    tools = toolchain.record("rt", "pip", {"a": {}, "b": {}}, tmp_path / "toolchain.json")
+
+    def run(workers: int) -> tuple[dict, pd.DataFrame]:
+        spec = plan.roundtrips_slice(_config([workers]), "rt", "m", workers)
+        out = tmp_path / f"w{workers}.parquet"
+        return delay_sweep.sweep(spec, model, tools, str(out)), pd.read_parquet(out)
+
+    return run
+
+
+@needs_root()
+def test_one_worker_costs_one_round_trip_per_token(sweep):
+    result, rows = sweep(1)
+    assert 0.8 <= result["round_trips_per_token"] <= 1.2, result
+    assert result["points"] == 3
+    assert rows["error"].isna().all()
+    assert (rows["tokens"] == 32).all()
+    # The x axis is measured: each point's latency grows by about twice its delay.
+    latency = rows.groupby("delay_ms")["rr_ms"].first()
+    assert latency[2.0] - latency[0.0] == pytest.approx(4.0, abs=0.8)
+
+
+@needs_root()
+def test_two_chained_workers_cost_two(sweep):
+    result, rows = sweep(2)
+    assert 1.6 <= result["round_trips_per_token"] <= 2.6, result
+    assert rows["launch_id"].nunique() == 3  # a fresh launch per point
+
+
+def test_sweep_settings_need_layers_for_each_worker():
+    config = _config([3])
+    with pytest.raises(plan.ConfigError, match="roundtrips.workers"):
+        plan.check({**config, "baseline_link": "plain", "toolchain": {"source": "pip"},
+                    "measurement_version": 1})

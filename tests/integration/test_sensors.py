@@ -1,0 +1,110 @@
+"""Host sensors: sysfs temperatures, NVML absence, and the sampler around a cell."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from splitbench.infra import telemetry
+from splitbench.infra.hosts import Host
+from splitbench.remote import sensors
+
+
+def test_reads_thermal_zones_and_hwmon(tmp_path):
+    zone = tmp_path / "class/thermal/thermal_zone0"
+    zone.mkdir(parents=True)
+    (zone / "temp").write_text("45500\n")
+    hwmon = tmp_path / "class/hwmon/hwmon2"
+    hwmon.mkdir(parents=True)
+    (hwmon / "temp1_input").write_text("61000\n")
+    (hwmon / "temp2_input").write_text("garbage\n")
+    found = sensors.temperatures_c(str(tmp_path))
+    assert found == {"thermal:thermal_zone0": 45.5, "hwmon:hwmon2:temp1_input": 61.0}
+
+
+def test_reading_says_what_it_found():
+    reading = sensors.reading()
+    assert reading["load1"] >= 0
+    temps = sensors.temperatures_c()
+    assert reading["temp_sources"] == (",".join(sorted(temps)) or "none found")
+    assert reading["temp_max_c"] == (max(temps.values()) if temps else None)
+    gpus, found = sensors.gpus()
+    assert re.fullmatch(r"NVML: \d+ GPU\(s\)|no NVML \(libnvidia-ml\.so\.1 not found\)|"
+                        r"NVML present but nvmlInit failed", found), found
+    assert len(gpus) == len(reading["gpus"])
+
+
+def test_sampler_covers_both_sides_with_one_process_on_one_machine():
+    local = Host("local")
+    sampler = telemetry.Sampler({"a": local, "b": local}, every_s=0.1)
+    assert len(sampler.processes) == 1
+    # Wait for two readings during the "cell", however long the sampler takes to start
+    # on a busy machine (a fixed sleep measured the machine, not the sampler).
+    out = sampler.outputs["local"].fileno()
+    deadline = time.monotonic() + 60
+    while os.pread(out, 1 << 16, 0).count(b"\n") < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    figures = sampler.finish()
+    assert figures["sensor_readings_a"] >= 4  # before, two or more during, after
+    assert figures["sensor_readings_b"] == figures["sensor_readings_a"]
+    # A machine without sensors says so and has no temperatures (this VM); one with
+    # them has a before temperature.
+    no_sensors = figures["sensors_a"].startswith("none found")
+    assert (figures["temp_a_before_c"] is None) == no_sensors, figures
+    assert all(p.poll() is not None for p in sampler.processes.values())
+
+
+def test_peaks_cover_before_during_and_after():
+    def reading(temp, gpu_temp=None, power=None):
+        gpus = [] if gpu_temp is None else [{"temp_c": gpu_temp, "power_w": power,
+                                             "memory_used_mib": 100.0}]
+        return {"temp_max_c": temp, "temp_sources": "thermal:thermal_zone0", "load1": 0.5,
+                "gpus": gpus, "gpu_sources": "NVML: 1 GPU(s)"}
+
+    figures = telemetry._figures(reading(40.0, 50, 90.0),
+                                 [reading(47.5, 61, 250.0), reading(None)],
+                                 reading(44.0, 55, 120.0))
+    assert figures["temp_{side}_before_c"] == 40.0
+    assert figures["temp_{side}_after_c"] == 44.0
+    assert figures["temp_{side}_peak_c"] == 47.5  # a reading during the cell
+    assert figures["gpu_{side}_temp_peak_c"] == 61
+    assert figures["gpu_{side}_power_peak_w"] == 250.0
+    assert figures["sensor_readings_{side}"] == 4
+
+
+def test_a_sampler_stops_when_its_parent_is_killed(tmp_path):
+    """After a kill -9 of the cell job, its sampler must not sample forever."""
+    out = tmp_path / "readings"
+    parent = subprocess.Popen(
+        [sys.executable, "-c",
+         "import subprocess, sys, time\n"
+         f"p = subprocess.Popen([sys.executable, '-m', 'splitbench.remote.sensors', '--every', "
+         f"'0.1'], stdout=open({str(out)!r}, 'w'))\n"
+         "print(p.pid, flush=True)\n"
+         "time.sleep(120)\n"],
+        stdout=subprocess.PIPE, text=True)
+    sampler = int(parent.stdout.readline())
+    deadline = time.monotonic() + 10
+    while not out.exists() or not out.read_text():
+        assert time.monotonic() < deadline, "the sampler wrote nothing"
+        time.sleep(0.05)
+    assert _running(sampler)
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 5
+    while _running(sampler) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _running(sampler)
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan's zombie waits for init to reap it)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"

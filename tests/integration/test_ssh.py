@@ -1,0 +1,223 @@
+"""The SSH path for real: an sshd in a namespace of our own plays host B.
+
+Host A is this machine's own network stack; host B is a namespace joined to it by a
+veth pair, reached only through a real OpenSSH server with a known host key.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from splitbench import models, plan
+from splitbench.backends.llamacpp import servers, toolchain
+from splitbench.cells import measure
+from splitbench.infra import procs
+from splitbench.infra.hosts import Host, HostError, host_from_spec
+from splitbench.links import real, verify
+from tests.conftest import needs_root
+from tests.workflow.test_workflow import SNAKEMAKE, workflow_copy
+
+NS = "sb-sshtest-b"
+IF_A, IF_B = "sbssh-a", "sbssh-b"
+ADDR_A, ADDR_B = "10.214.9.1", "10.214.9.2"
+PORT = 2222
+
+pytestmark = [
+    needs_root(),
+    pytest.mark.skipif(shutil.which("sshd") is None and not Path("/usr/sbin/sshd").exists(),
+                       reason="openssh-server not installed (./bootstrap.sh installs it)"),
+]
+
+
+def sh(*argv: str) -> None:
+    subprocess.run(argv, check=True, capture_output=True)
+
+
+@pytest.fixture
+def host_b(state_dir, tmp_path):
+    """Namespace B with a veth to this machine and a real sshd listening on B's address."""
+    subprocess.run(["ip", "netns", "delete", NS], capture_output=True)
+    # A deleted namespace's veth pair disappears asynchronously: wait for A's end to go.
+    subprocess.run(["ip", "link", "del", IF_A], capture_output=True)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and subprocess.run(
+            ["ip", "link", "show", IF_A], capture_output=True).returncode == 0:
+        time.sleep(0.1)
+    sh("ip", "netns", "add", NS)
+    procs.record_namespace(NS)  # teardown deletes it, and the veth pair with it
+    sh("ip", "link", "add", IF_A, "type", "veth", "peer", "name", IF_B, "netns", NS)
+    sh("ip", "-n", NS, "link", "set", "lo", "up")
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(keys / "host"))
+    sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(keys / "client"))
+    shutil.copy(keys / "client.pub", keys / "authorized_keys")
+    (keys / "known_hosts").write_text(f"[{ADDR_B}]:{PORT} {(keys / 'host.pub').read_text()}")
+    (keys / "sshd_config").write_text(
+        f"Port {PORT}\nListenAddress {ADDR_B}\nHostKey {keys / 'host'}\n"
+        f"AuthorizedKeysFile {keys / 'authorized_keys'}\nPasswordAuthentication no\n"
+        "KbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\n"
+        "StrictModes no\nUsePAM no\nPidFile none\n")
+    Path("/run/sshd").mkdir(exist_ok=True)
+    # B's address must exist before sshd can listen on it; splitbench re-applies it.
+    sh("ip", "-n", NS, "addr", "add", f"{ADDR_B}/30", "dev", IF_B)
+    sh("ip", "-n", NS, "link", "set", IF_B, "up")
+    sshd = shutil.which("sshd") or "/usr/sbin/sshd"
+    procs.spawn(["ip", "netns", "exec", NS, sshd, "-D", "-e", "-f", str(keys / "sshd_config")],
+                role="other", key="sshd-test", log_path=tmp_path / "sshd.log")
+    # sshd takes a moment to bind; a test that connects first would see "refused".
+    try:
+        Host("b", netns=NS).wait_listening(ADDR_B, PORT, timeout=15)
+    except HostError:
+        pytest.fail(f"sshd did not listen: {(tmp_path / 'sshd.log').read_text()[-2000:]}")
+    return {"ssh": f"root@{ADDR_B}", "ssh_port": PORT, "identity": str(keys / "client"),
+            "known_hosts": str(keys / "known_hosts")}
+
+
+def link_spec(host_b: dict, **extra) -> dict:
+    return {"pair": "rig", "link": "veth", "index": 1, "mode": "ssh",
+            "hosts": {"a": {}, "b": host_b}, "interface_a": IF_A, "interface_b": IF_B,
+            "addr_a": ADDR_A, "addr_b": ADDR_B, "prefix": 30, **extra}
+
+
+def test_ssh_quotes_every_argument_and_verifies_the_host_key(host_b):
+    # A's end must be up before B is reachable at all.
+    real.ensure(link_spec(host_b))
+    host = host_from_spec("b", host_b)
+    hostile = "a b; touch /tmp/sb-pwned $(id)"
+    assert host.run(["echo", hostile]).stdout.strip() == hostile
+    assert not Path("/tmp/sb-pwned").exists()
+    stranger = Host("b", ssh=host_b["ssh"], ssh_port=PORT, identity=host_b["identity"],
+                    known_hosts=str(Path(host_b["known_hosts"]).with_name("empty")))
+    Path(stranger.known_hosts).write_text("")
+    with pytest.raises(HostError, match=r"host b: ssh to root@10\.214\.9\.2 failed.*"
+                                        r"(verification failed|known_hosts|No \w+ host key)"):
+        stranger.run(["true"])
+
+
+def test_remote_process_is_recorded_and_stopped(host_b):
+    real.ensure(link_spec(host_b))
+    host = host_from_spec("b", host_b)
+    record = host.spawn(["sleep", "300"], role="other", key="remote-sleep",
+                        log_path=Path("/unused"))
+    assert procs.is_alive(record)
+    procs.stop("remote-sleep")
+    assert not procs.is_alive(record)
+
+
+def test_link_over_ssh_is_set_up_proved_and_measured(host_b, tmp_path):
+    spec = link_spec(host_b, mtu=1400)
+    out = tmp_path / "veth.parquet"
+    settings = {**plan.link_check_settings({}), "iperf_seconds": 1, "rr_samples": 40,
+                "rr_sizes": [64, 16384, 65536]}
+    row = verify.verify(spec, settings, out).iloc[0]
+    assert row["route_dev_a"] == IF_A
+    assert row["mtu_a"] == 1400 and row["mtu_b"] == 1400
+    assert row["a_to_b_gbps"] > 0.1 and row["b_to_a_gbps"] > 0.1
+    assert row["interface_tx_bytes"] > 0
+    assert row["rr16k_p50_us"] > 0 and row["emulation_mode"] == "real"
+    assert pd.read_parquet(out)["link"].iloc[0] == "veth"
+    assert not any(p["role"] in ("iperf3", "probe", "sockperf") for p in procs.all_procs())
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"interface_b": "nosuch0"}, "host b has no interface 'nosuch0'"),
+        ({"addr_b": "10.214.9.300"}, "10.214.9.300"),
+    ],
+)
+def test_bad_link_config_is_named(host_b, change, message):
+    real.ensure(link_spec(host_b))  # A's side up, so B is reachable over SSH
+    spec = link_spec(host_b, link="broken", **change)
+    with pytest.raises((real.SetupError, ValueError), match=message):
+        real.ensure(spec)
+
+
+def test_missing_tool_on_b_is_named(host_b):
+    real.ensure(link_spec(host_b))
+    host = host_from_spec("b", host_b)
+    with pytest.raises(verify.LinkError, match="iperf9 is not installed on host b"):
+        verify._require(host, "iperf9", "pair 'rig', link 'veth'")
+    verify._require(host, "iperf3", "pair 'rig', link 'veth'")  # present: no error
+
+
+def test_a_cell_runs_with_its_worker_started_over_ssh(host_b, tmp_path):
+    """The whole cell path with B reached only over SSH: the worker is launched through
+    sshd on B's link address, llama-server on A uses it, the sampler reads B over SSH."""
+    spec = link_spec(host_b)
+    real.ensure(spec)
+    synthetic = {"n_layer": 2, "n_embd": 64, "n_head": 2, "n_head_kv": 1, "n_ff": 128,
+                 "n_vocab": 1024, "context_length": 4096, "seed": 3}
+    gguf = tmp_path / "m.gguf"
+    models.write_synthetic(synthetic, gguf)
+    model = models.describe({"synthetic": synthetic}, gguf)
+    tools = tmp_path / "toolchain.json"
+    toolchain.record("rig", "pip", {"a": {}, "b": host_b}, tools)
+    link_result = tmp_path / "link.parquet"
+    pd.DataFrame([{"fingerprint": "ssh-veth"}]).to_parquet(link_result)
+    settings = {"layers_on_b": 2, "threads": 1, "slots": 1, "ctx_per_slot": 1024,
+                "n_ctx": 1024}
+    cell = {"measurement_version": 1, "prompt_tokens": 100, "concurrency": 1,
+            "n_predict": 16, "request_timeout_s": 60, "crash_below_tps": 1.0}
+    requests = measure.run(cell, spec, model, {"settings": settings}, str(tools),
+                         str(link_result), str(tmp_path / "c.parquet"),
+                         str(tmp_path / "c.requests.parquet"))
+    row = requests.iloc[0]
+    assert row["status"] == "ok", row[["status", "error_type", "error_text"]].to_dict()
+    assert row["generated_tokens"] == 16 and row["prompt_tokens"] == 100
+    assert row["rpc_bytes_per_token_b_to_a"] >= synthetic["n_vocab"] * 4 * 0.9
+    worker = procs.find("rpc-rig-0")
+    assert worker["remote"] and worker["host"] == "b"  # started through sshd on B
+    assert worker["argv"][worker["argv"].index("-H"):][:2] == ["-H", ADDR_B]
+    assert procs.is_alive(worker)
+    # B's sensors were read over SSH (a failed read would say "unreadable: ...").
+    assert not row["sensors_b"].startswith("unreadable"), row["sensors_b"]
+    assert "NVML" in row["sensors_b"]
+    servers.stop("rig")
+    assert not procs.is_alive(worker)
+
+
+@pytest.mark.e2e
+def test_the_workflow_runs_a_pair_over_ssh(host_b, tmp_path):
+    """`snakemake all` on a config of its own with one pair in mode: ssh, as the README
+    says to run two real machines."""
+    real.ensure(link_spec(host_b))  # A's end up: B's management address, here
+    rig = {
+        "measurement_version": 1, "toolchain": {"source": "pip"},
+        "pairs": {"rig": {"mode": "ssh", "hosts": {"a": {}, "b": host_b}, "links": {
+            "veth": {"interface_a": IF_A, "interface_b": IF_B, "addr_a": ADDR_A,
+                     "addr_b": ADDR_B, "prefix": 30}}}},
+        "baseline_link": "veth",
+        "models": {"tiny": {"synthetic": {
+            "n_layer": 2, "n_embd": 64, "n_head": 4, "n_head_kv": 2, "n_ff": 128,
+            "n_vocab": 1024, "context_length": 4096, "seed": 1}, "layers_on_b": 1}},
+        "contexts": {"short": 32}, "concurrency": [1, 2], "cell": {"n_predict": 24},
+        "link_check": {"iperf_seconds": 1, "rr_sizes": [64, 16384], "rr_samples": 40},
+    }
+    work = workflow_copy(tmp_path)
+    (work / "rig.yaml").write_text(yaml.safe_dump(rig, sort_keys=False))
+    env = {k: v for k, v in os.environ.items() if k != "SPLITBENCH_STATE"}  # its own
+    run = subprocess.run([SNAKEMAKE, "--cores", "1", "all", "--configfile", "rig.yaml",
+                          "--replace-workflow-config"], cwd=work, env=env,
+                         capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    summary = pd.read_parquet(work / "results/summary/cells.parquet")
+    assert sorted(summary["conc"]) == [1, 2] and set(summary["pair"]) == {"rig"}
+    assert (summary["status"] == "ok").all()
+    link = pd.read_parquet(work / "results/links/rig/veth.parquet").iloc[0]
+    assert link["route_dev_a"] == IF_A and link["emulation_mode"] == "real"
+    assert (work / "results/report.html").stat().st_size > 0
+    # The run stopped the worker it started on B over SSH.
+    left = subprocess.run(["ip", "netns", "pids", NS], capture_output=True, text=True)
+    commands = [Path(f"/proc/{pid}/cmdline").read_bytes() for pid in left.stdout.split()
+                if Path(f"/proc/{pid}/cmdline").exists()]
+    assert not [c for c in commands if b"ggml-rpc-server" in c]

