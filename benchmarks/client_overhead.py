@@ -36,9 +36,9 @@ from pathlib import Path
 
 import numpy as np
 
+from splitbench.analysis import cell_summary
 from splitbench.backends.llamacpp import client
 from splitbench.links import lab
-from splitbench.report import tables
 
 # The synthetic streaming server is test code, kept out of the package.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -180,7 +180,7 @@ def harness_against_server(results: Path) -> None:
         print(f"no cells under {results}/cells: run `snakemake --cores 1 all` first")
         return
     columns = ["status", "decode_ms_per_token", "server_decode_ms_per_token"]
-    rows = tables.read_requests(files, columns)
+    rows = cell_summary.read_requests(files, columns)
     rows = rows[(rows["status"] == "ok") & rows["server_decode_ms_per_token"].notna()]
     gap = ((rows["decode_ms_per_token"] - rows["server_decode_ms_per_token"]).abs()
            / rows["server_decode_ms_per_token"] * 100)

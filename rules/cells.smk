@@ -16,6 +16,8 @@ rule cell:
     log:
         "results/logs/cells/{pair}/{link}/{model}/ctx{ctx}_c{conc}.log",
     priority: block_priority
+    conda:
+        "../envs/splitbench.yaml"
     params:
         cell=lambda w: as_json(
             plan.cell_slice(
@@ -26,8 +28,15 @@ rule cell:
         ),
         link_spec=lambda w: as_json(plan.link_slice(config, w.pair, w.link)),
     shell:
-        "python -m splitbench cell --cell {params.cell:q} --link-spec {params.link_spec:q}"
-        " --model {input.model:q} --launch {input.launch:q}"
-        " --toolchain {input.toolchain:q} --link-result {input.link:q}"
-        " --reference-result={input.reference:q}"
-        " --tokens-out {output.tokens:q} --requests-out {output.requests:q} > {log:q} 2>&1"
+        splitbench(
+            "cell",
+            "--cell {params.cell:q}",
+            "--link-spec {params.link_spec:q}",
+            "--model {input.model:q}",
+            "--launch {input.launch:q}",
+            "--toolchain {input.toolchain:q}",
+            "--link-result {input.link:q}",
+            "--reference-result={input.reference:q}",
+            "--tokens-out {output.tokens:q}",
+            "--requests-out {output.requests:q}",
+        )

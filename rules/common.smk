@@ -63,6 +63,13 @@ def as_json(value):
     return json.dumps(value, sort_keys=True)
 
 
+def splitbench(stage, *arguments):
+    """A rule's shell command: `python -m splitbench <stage> <arguments>`, its output in
+    the rule's log. This string is Snakemake's code trigger for the rule: changing it (a
+    renamed flag, say) re-runs every job of the rule; editing the package does not."""
+    return " ".join(["python -m splitbench", stage, *arguments, "> {log:q} 2>&1"])
+
+
 def all_link_results():
     return [
         plan.link_path(pair, link)

@@ -19,6 +19,8 @@ rule anchor:
     log:
         "results/logs/anchors/{pair}/{model}/{when}.log",
     priority: anchor_priority
+    conda:
+        "../envs/splitbench.yaml"
     params:
         cell=lambda w: as_json(
             plan.cell_slice(config, plan.anchor_cell(config, w.pair, w.model))
@@ -27,10 +29,17 @@ rule anchor:
             plan.link_slice(config, w.pair, config["baseline_link"])
         ),
     shell:
-        "python -m splitbench cell --cell {params.cell:q} --link-spec {params.link_spec:q}"
-        " --model {input.model:q} --launch {input.launch:q}"
-        " --toolchain {input.toolchain:q} --link-result {input.link:q}"
-        " --tokens-out {output.tokens:q} --requests-out {output.requests:q} > {log:q} 2>&1"
+        splitbench(
+            "cell",
+            "--cell {params.cell:q}",
+            "--link-spec {params.link_spec:q}",
+            "--model {input.model:q}",
+            "--launch {input.launch:q}",
+            "--toolchain {input.toolchain:q}",
+            "--link-result {input.link:q}",
+            "--tokens-out {output.tokens:q}",
+            "--requests-out {output.requests:q}",
+        )
 
 
 rule drift:
@@ -42,11 +51,18 @@ rule drift:
         table="results/tables/drift.md",
     log:
         "results/logs/drift.log",
+    conda:
+        "../envs/splitbench.yaml"
     params:
         settings=as_json(config.get("drift", {})),
         interference=as_json(config.get("interference", {})),
     shell:
-        "python -m splitbench drift --summary {input.summary:q}"
-        " --anchors {input.anchors:q} --settings {params.settings:q}"
-        " --interference {params.interference:q}"
-        " --report {output.report:q} --table results/tables/drift > {log:q} 2>&1"
+        splitbench(
+            "drift",
+            "--summary {input.summary:q}",
+            "--anchors {input.anchors:q}",
+            "--settings {params.settings:q}",
+            "--interference {params.interference:q}",
+            "--report {output.report:q}",
+            "--table results/tables/drift",
+        )

@@ -7,9 +7,15 @@ rule link:
     log:
         "results/logs/links/{pair}/{link}.log",
     priority: SETUP_PRIORITY
+    conda:
+        "../envs/splitbench.yaml"
     params:
         spec=lambda w: as_json(plan.link_slice(config, w.pair, w.link)),
         settings=as_json(plan.link_check_settings(config)),
     shell:
-        "python -m splitbench link --spec {params.spec:q} --settings {params.settings:q}"
-        " --out {output:q} > {log:q} 2>&1"
+        splitbench(
+            "link",
+            "--spec {params.spec:q}",
+            "--settings {params.settings:q}",
+            "--out {output:q}",
+        )

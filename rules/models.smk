@@ -8,6 +8,8 @@ rule model_gguf:
     log:
         "results/logs/models/{model}.log",
     priority: SETUP_PRIORITY
+    conda:
+        "../envs/splitbench.yaml"
     params:
         spec=lambda w: as_json(
             {
@@ -17,8 +19,7 @@ rule model_gguf:
             }
         ),
     shell:
-        "python -m splitbench model --spec {params.spec:q} --gguf {output:q}"
-        " --write > {log:q} 2>&1"
+        splitbench("model", "--spec {params.spec:q}", "--gguf {output:q}", "--write")
 
 
 rule model_info:
@@ -29,8 +30,11 @@ rule model_info:
     log:
         "results/logs/models/{model}.info.log",
     priority: SETUP_PRIORITY
+    conda:
+        "../envs/splitbench.yaml"
     params:
         spec=lambda w: as_json(config["models"][w.model]),
     shell:
-        "python -m splitbench model --spec {params.spec:q} --gguf {input:q}"
-        " --out {output:q} > {log:q} 2>&1"
+        splitbench(
+            "model", "--spec {params.spec:q}", "--gguf {input:q}", "--out {output:q}"
+        )

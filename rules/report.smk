@@ -15,17 +15,27 @@ rule aggregate:
         ),
     log:
         "results/logs/aggregate.log",
+    conda:
+        "../envs/splitbench.yaml"
     params:
         contexts=as_json(config["contexts"]),
         baseline=config["baseline_link"],
         interference=as_json(config.get("interference", {})),
         workers=as_json({m: s.get("workers", 1) for m, s in config["models"].items()}),
     shell:
-        "python -m splitbench aggregate --contexts {params.contexts:q}"
-        " --baseline {params.baseline:q} --interference {params.interference:q}"
-        " --anchors {input.anchors:q} --sweeps {input.sweeps:q} --workers {params.workers:q}"
-        " --summary {output.summary:q} --tables results/tables"
-        " --links {input.links:q} --requests {input.requests:q} > {log:q} 2>&1"
+        splitbench(
+            "aggregate",
+            "--contexts {params.contexts:q}",
+            "--baseline {params.baseline:q}",
+            "--interference {params.interference:q}",
+            "--anchors {input.anchors:q}",
+            "--sweeps {input.sweeps:q}",
+            "--workers {params.workers:q}",
+            "--summary {output.summary:q}",
+            "--tables results/tables",
+            "--links {input.links:q}",
+            "--requests {input.requests:q}",
+        )
 
 
 # The charts splitbench.report.charts draws, in the report's order.
@@ -35,6 +45,8 @@ CHART_NAMES = list(charts.CHARTS)
 rule charts:
     input:
         summary="results/summary/cells.parquet",
+        # The decode-vs-latency chart draws this table's slopes: one estimator.
+        mechanisms="results/tables/mechanisms.csv",
         links=all_link_results(),
         # The token timeline's cell is chosen from the summary when the job runs.
         cells=all_cell_results(),
@@ -53,13 +65,21 @@ rule charts:
         spec=expand("results/charts/{name}.vl.json", name=CHART_NAMES),
     log:
         "results/logs/charts.log",
+    conda:
+        "../envs/splitbench.yaml"
     params:
         baseline=config["baseline_link"],
         timeline=config.get("report", {}).get("timeline_cell", ""),
     shell:
-        "python -m splitbench charts --summary {input.summary:q} --links {input.links:q}"
-        " --baseline {params.baseline:q} --timeline={params.timeline:q}"
-        " --out results/charts > {log:q} 2>&1"
+        splitbench(
+            "charts",
+            "--summary {input.summary:q}",
+            "--links {input.links:q}",
+            "--baseline {params.baseline:q}",
+            "--timeline={params.timeline:q}",
+            "--mechanisms {input.mechanisms:q}",
+            "--out results/charts",
+        )
 
 
 rule report:
@@ -81,11 +101,20 @@ rule report:
         ),
     log:
         "results/logs/report.log",
+    conda:
+        "../envs/splitbench.yaml"
     shell:
-        "python -m splitbench report --summary {input.summary:q} --links {input.links:q}"
-        " --toolchain {input.toolchain:q} --requests {input.requests:q}"
-        " --tables results/tables --charts results/charts --drift {input.drift:q}"
-        " --out {output:q} > {log:q} 2>&1"
+        splitbench(
+            "report",
+            "--summary {input.summary:q}",
+            "--links {input.links:q}",
+            "--toolchain {input.toolchain:q}",
+            "--requests {input.requests:q}",
+            "--tables results/tables",
+            "--charts results/charts",
+            "--drift {input.drift:q}",
+            "--out {output:q}",
+        )
 
 
 # Last: the run's checks, printed; the job (and so the run) fails when a block's
@@ -98,6 +127,8 @@ rule checks:
         "results/checks.txt",
     log:
         "results/logs/checks.log",
+    conda:
+        "../envs/splitbench.yaml"
     shell:
         "python -m splitbench checks --results results --out {output:q} 2>&1 | tee {log:q};"
         " exit ${{PIPESTATUS[0]}}"

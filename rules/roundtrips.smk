@@ -10,13 +10,20 @@ rule roundtrips:
         "results/roundtrips/{pair}/{model}/w{workers}.parquet",
     log:
         "results/logs/roundtrips/{pair}/{model}/w{workers}.log",
+    conda:
+        "../envs/splitbench.yaml"
     params:
         spec=lambda w: as_json(
             plan.roundtrips_slice(config, w.pair, w.model, int(w.workers))
         ),
     shell:
-        "python -m splitbench roundtrips --spec {params.spec:q} --model {input.model:q}"
-        " --toolchain {input.toolchain:q} --out {output:q} > {log:q} 2>&1"
+        splitbench(
+            "roundtrips",
+            "--spec {params.spec:q}",
+            "--model {input.model:q}",
+            "--toolchain {input.toolchain:q}",
+            "--out {output:q}",
+        )
 
 
 rule roundtrips_table:
@@ -27,6 +34,11 @@ rule roundtrips_table:
         "results/tables/round_trips.csv",
     log:
         "results/logs/roundtrips_table.log",
+    conda:
+        "../envs/splitbench.yaml"
     shell:
-        "python -m splitbench roundtrips-table --sweeps {input:q}"
-        " --out results/tables/round_trips > {log:q} 2>&1"
+        splitbench(
+            "roundtrips-table",
+            "--sweeps {input:q}",
+            "--out results/tables/round_trips",
+        )

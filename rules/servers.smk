@@ -12,10 +12,17 @@ rule launch:
     log:
         "results/logs/servers/{pair}/{link}/{model}.log",
     priority: launch_priority
+    conda:
+        "../envs/splitbench.yaml"
     params:
         link_spec=lambda w: as_json(plan.link_slice(config, w.pair, w.link)),
         settings=lambda w: as_json(plan.server_slice(config, w.model)),
     shell:
-        "python -m splitbench launch --link-spec {params.link_spec:q}"
-        " --settings {params.settings:q} --model {input.model:q}"
-        " --toolchain {input.toolchain:q} --out {output:q} > {log:q} 2>&1"
+        splitbench(
+            "launch",
+            "--link-spec {params.link_spec:q}",
+            "--settings {params.settings:q}",
+            "--model {input.model:q}",
+            "--toolchain {input.toolchain:q}",
+            "--out {output:q}",
+        )

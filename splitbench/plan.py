@@ -7,12 +7,15 @@ each job receives only its own slice of config.
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from splitbench.stage import Stage
 
 RESULTS = "results"
 
@@ -488,3 +491,20 @@ def roundtrips_slice(config: dict[str, Any], pair: str, model: str,
     server = _server_settings({**model_slice(config, model), "workers": workers}, 1,
                               sweep["prompt_tokens"] + sweep["n_predict"])
     return {"pair": pair, "model": model, "workers": workers, **sweep, "server": server}
+
+
+# --- the `cells` stage ----------------------------------------------------------------
+def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", default="config/config.yaml")
+    p.add_argument("--match", default="",
+                   help="comma-separated key=value over pair, link, model, ctx, conc; e.g. "
+                        "model=synth,link=usb4")
+
+
+def _run(args: argparse.Namespace) -> None:
+    for cell in matching_cells(read_yaml(args.config), args.match):
+        print(cell.path)
+
+
+STAGES = (Stage("cells", "list cell files (for --forcerun), optionally matching", _arguments,
+                _run),)

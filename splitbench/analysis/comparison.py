@@ -36,6 +36,9 @@ import pyarrow.parquet as pq
 
 from splitbench.analysis import traffic
 
+# Cells that a link comparison sets side by side: same pair, model and context.
+COMPARE_KEYS = ["pair", "model", "ctx"]
+
 KEYS = ["pair", "link", "model", "ctx", "conc"]
 MEDIAN_SE = 1.2533  # standard error of a median of n normal samples: this x sd / sqrt(n)
 COVERAGE = 2.0
@@ -222,3 +225,103 @@ def predicted_decode_delta(comp: pd.DataFrame, links: pd.DataFrame, trips: pd.Da
         "predicted_bandwidth_unc_ms": bandwidth["bandwidth_unc_ms"].to_numpy(),
         "round_trips": trips_n.to_numpy(),
     }, index=comp.index)
+
+
+def pick_baseline(summary: pd.DataFrame, baseline_link: str | None = None) -> str | None:
+    """The configured baseline; else the link named "baseline"; else the first link."""
+    if baseline_link:
+        return baseline_link
+    links = sorted(summary["link"].dropna().unique())
+    if "baseline" in links:
+        return "baseline"
+    return links[0] if links else None
+
+
+
+def compare_links(summary: pd.DataFrame, baseline_link: str | None = None,
+                  drift: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Every other link's concurrency-1 cell against the baseline link's cell of the same
+    pair, model and context, with numeric differences and their uncertainty.
+
+    Columns `*_base` hold the baseline's figures; `status_base` is NaN where the baseline
+    has no such cell. A paired cell (it alternated with the baseline, `paired_*` in the
+    summary) gives its paired differences; otherwise the two cells' figures are
+    subtracted and their uncertainty widened by the machine's variation over time,
+    which `drift` (comparison.machine_drift) measures per pair and model. Without it, or
+    where a cell's own uncertainty is the per-token floor of a single request, the
+    uncertainty is a lower bound (`*_lower_bound`). Uncertainties are COVERAGE standard
+    errors; `*_resolvable` is NA where unknown or only a lower bound is exceeded, else
+    whether the difference lies outside the uncertainty (never guessed).
+    """
+    base_name = pick_baseline(summary, baseline_link)
+    one = summary[summary["conc"] == 1]
+    paired = ["paired_decode_delta_ms", "paired_decode_delta_se", "paired_prefill_change_pct",
+              "paired_prefill_change_se", "paired_reference_decode_ms",
+              "paired_reference_prefill_tps", "paired_rr64_delta_us", "paired_rr64_delta_se",
+              "paired_rounds"]
+    columns = ["status", "prefill_tps", "prefill_tps_se", "decode_ms_per_token",
+               "decode_ms_se", "decode_tps", "ttft_ms", "uncertainty_from", "flags",
+               "rpc_bytes_per_token_a_to_b", "rpc_bytes_per_token_b_to_a", *paired]
+    one = one.reindex(columns=COMPARE_KEYS + ["link"] + columns)
+    numeric = [c for c in columns if c not in ("status", "uncertainty_from", "flags")]
+    one[numeric] = one[numeric].apply(pd.to_numeric, errors="coerce")
+    base = one[one["link"] == base_name].drop(columns=["link", *paired])
+    comp = one[one["link"] != base_name].merge(base, on=COMPARE_KEYS, how="left",
+                                               suffixes=("", "_base"))
+    comp.insert(comp.columns.get_loc("link") + 1, "baseline", base_name)
+    drift = drift if drift is not None else pd.DataFrame(
+        columns=["pair", "model", "drift_decode_rel", "drift_prefill_rel"])
+    comp = comp.merge(drift, on=["pair", "model"], how="left")
+    _sequential(comp)
+    _paired(comp)
+    for figure, unc, name in [("prefill_change_pct", "prefill_change_unc_pct", "prefill"),
+                              ("decode_delta_ms", "decode_delta_unc_ms", "decode")]:
+        known = comp[unc].notna() & comp[figure].notna()
+        outside = comp[figure].abs() > comp[unc]
+        # Exceeding a lower bound proves nothing; lying inside it does.
+        resolvable = outside.where(known & ~(outside & comp[f"{name}_lower_bound"]))
+        comp[f"{name}_resolvable"] = resolvable.astype("boolean")
+    return comp.reset_index(drop=True)
+
+
+
+def _sequential(comp: pd.DataFrame) -> None:
+    """Differences of two cells measured at different times, with the machine's
+    variation over time (the anchors' drift) in their uncertainty."""
+    ratio = comp["prefill_tps"] / comp["prefill_tps_base"]
+    comp["prefill_change_pct"] = (ratio - 1) * 100
+    drift_p = pd.to_numeric(comp["drift_prefill_rel"], errors="coerce")
+    drift_d = pd.to_numeric(comp["drift_decode_rel"], errors="coerce")
+    comp["prefill_change_unc_pct"] = COVERAGE * 100 * ratio * np.sqrt(
+        (comp["prefill_tps_se"] / comp["prefill_tps"]) ** 2
+        + (comp["prefill_tps_se_base"] / comp["prefill_tps_base"]) ** 2
+        + 2 * drift_p.fillna(0) ** 2)  # each cell varies by drift_p over time
+    comp["decode_delta_ms"] = comp["decode_ms_per_token"] - comp["decode_ms_per_token_base"]
+    comp["decode_delta_unc_ms"] = COVERAGE * np.sqrt(
+        comp["decode_ms_se"] ** 2 + comp["decode_ms_se_base"] ** 2
+        + drift_d.fillna(0) ** 2 * (comp["decode_ms_per_token"] ** 2
+                                    + comp["decode_ms_per_token_base"] ** 2))
+    one_request = comp["uncertainty_from"].eq("tokens") | comp["uncertainty_from_base"].eq(
+        "tokens")
+    comp["decode_lower_bound"] = drift_d.isna() | one_request
+    comp["prefill_lower_bound"] = drift_p.isna()
+    comp["compared"] = np.where(drift_d.notna(), "sequential (machine drift included)",
+                                "sequential (no drift measured)")
+
+
+
+def _paired(comp: pd.DataFrame) -> None:
+    """Cells measured round by round against the baseline: their paired differences."""
+    has = comp["paired_decode_delta_ms"].notna()
+    if not has.any():
+        return
+    comp.loc[has, "decode_delta_ms"] = comp.loc[has, "paired_decode_delta_ms"]
+    comp.loc[has, "decode_delta_unc_ms"] = COVERAGE * comp.loc[has, "paired_decode_delta_se"]
+    comp.loc[has, "prefill_change_pct"] = comp.loc[has, "paired_prefill_change_pct"]
+    comp.loc[has, "prefill_change_unc_pct"] = (COVERAGE
+                                               * comp.loc[has, "paired_prefill_change_se"])
+    comp.loc[has, "decode_ms_per_token_base"] = comp.loc[has, "paired_reference_decode_ms"]
+    comp.loc[has, "prefill_tps_base"] = comp.loc[has, "paired_reference_prefill_tps"]
+    comp.loc[has, ["decode_lower_bound", "prefill_lower_bound"]] = False
+    comp.loc[has, "compared"] = [f"paired ({n:.0f} rounds)"
+                                 for n in comp.loc[has, "paired_rounds"]]

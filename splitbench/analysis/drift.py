@@ -2,7 +2,7 @@
 
 A matrix runs for hours or days, so ambient and machine temperatures move under it (the
 seed's author named day/night drift as the main confound). Three checks, each on the
-summary's one row per cell (`tables.summarize`), flag a cell whose status is ok:
+summary's one row per cell (`cell_summary.summarize`), flag a cell whose status is ok:
 
 band    `drift.reference_c: [low, high]` set: the cell started or ended outside the band,
         or its peak went above `high + peak_margin_c` (a peak is a one-second maximum,
@@ -23,7 +23,7 @@ anchor  the (pair, model) block's anchor (a short single-stream cell on the base
           flagged too (nothing shows it was inside the range).
 
 interference  the cell ran while other work used the CPUs above the `interference:`
-        limits, or its tokens share timestamps (the summary's `flags`, tables.summarize).
+        limits, or its tokens share timestamps (the summary's `flags`, cell_summary.summarize).
 
 A cell whose status is not ok is never a suspect: its failure mode (context wall,
 overflow, collapse) is a result of its configuration, and temperatures alone do not make
@@ -39,6 +39,7 @@ puts a cell's epoch in its params, so the next run re-measures exactly those cel
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import os
 from collections.abc import Mapping
@@ -50,8 +51,10 @@ import pandas as pd
 import pyarrow.parquet as pq
 import yaml
 
+from splitbench.analysis import cell_summary, comparison
 from splitbench.infra import interference, parquet_io
 from splitbench.report import tables
+from splitbench.stage import Stage, json_arg
 
 DEFAULTS: dict[str, Any] = {
     # [low, high] in C; either may be null (no bound); null: no band check.
@@ -66,7 +69,7 @@ DEFAULTS: dict[str, Any] = {
     # Sensor resolution and settling (C) when comparing cells with the anchors' range.
     "anchor_margin_c": 2.0,
 }
-KEYS = tables.SUMMARY_KEYS  # a cell's identity
+KEYS = cell_summary.SUMMARY_KEYS  # a cell's identity
 FIGURES = ["status", "decode_ms_per_token", "temp_before_c", "temp_after_c", "temp_peak_c",
            "temp_rise_c", "band_low_c", "band_high_c", "anchor_start_ms", "anchor_end_ms",
            "anchor_change", "anchor_threshold", "anchor_temp_low_c", "anchor_temp_high_c"]
@@ -158,7 +161,7 @@ def _interfered(cells: pd.DataFrame) -> pd.DataFrame:
     without interference figures are reported as not checked, not as suspects.)"""
     parts = [cells[c] if c in cells else pd.Series(None, index=cells.index, dtype=object)
              for c in ("interference", "timing")]
-    reason = pd.Series([tables.joined(i, t) for i, t in zip(*parts, strict=True)],
+    reason = pd.Series([cell_summary.joined(i, t) for i, t in zip(*parts, strict=True)],
                        index=cells.index, dtype=object)
     return _flags(cells, "interference", reason)
 
@@ -308,10 +311,10 @@ def _anchor_figures(requests: pd.DataFrame | None,
     if verdict["interference_missing"]:
         return f"cannot show it measured only itself ({verdict['interference_missing']})"
     n = len(decode)
-    # As tables._uncertainty: the spread of the requests, floored by the per-token
+    # As cell_summary._uncertainty: the spread of the requests, floored by the per-token
     # dispersion (a few requests agreeing by chance must not claim more precision).
     tokens = pd.to_numeric(ok.get("decode_ms_se", pd.Series(dtype=float)), errors="coerce")
-    se = np.fmax(tables.MEDIAN_SE * decode.std(ddof=1) / np.sqrt(n) if n >= 2 else np.nan,
+    se = np.fmax(comparison.MEDIAN_SE * decode.std(ddof=1) / np.sqrt(n) if n >= 2 else np.nan,
                  tokens.median() / np.sqrt(n) if tokens.notna().any() else np.nan)
     temps = [pd.to_numeric(requests[c], errors="coerce") for c in
              ("temp_before_c", "temp_after_c", "temp_peak_c") if c in requests]
@@ -323,7 +326,7 @@ def _anchor_figures(requests: pd.DataFrame | None,
 def _anchor_interference(requests: pd.DataFrame, limits: Mapping[str, Any]) -> pd.Series:
     """interference.flag's verdict on an anchor (its worst repeat): interference above
     the limits, or no figures to tell (then it cannot serve as a reference either)."""
-    present = [c for c in tables.CPU_FIGURES if c in requests]
+    present = [c for c in cell_summary.CPU_FIGURES if c in requests]
     worst = (requests[present].apply(pd.to_numeric, errors="coerce").max().to_frame().T
              if present else pd.DataFrame(index=[0]))
     for column in present:
@@ -337,7 +340,7 @@ def _compare(start: dict[str, float], end: dict[str, float], cfg: Mapping[str, A
     change = end["ms"] / start["ms"] - 1
     # Never tighter than what the anchors can resolve.
     # An anchor without a standard error (one request, no token timestamps) adds none.
-    noise = tables.COVERAGE * np.hypot(np.nan_to_num(start["se"]),
+    noise = comparison.COVERAGE * np.hypot(np.nan_to_num(start["se"]),
                                        np.nan_to_num(end["se"])) / start["ms"]
     threshold = float(np.fmax(cfg["anchor_tolerance"], noise))
     known = not any(np.isnan(v) for v in (start["low"], start["high"], end["low"], end["high"]))
@@ -574,3 +577,36 @@ def outcome_lines(suspects: pd.DataFrame) -> list[str]:
         " (" + ", ".join(f"{k}: {n}" for k, n in dict(kinds).items()) + ")" if len(kinds)
         else ""))
     return lines
+
+
+# --- the `drift` stage ----------------------------------------------------------------
+def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--summary", default="results/summary/cells.parquet")
+    p.add_argument("--anchors", nargs="*", default=[])
+    p.add_argument("--settings", type=json_arg, default={})
+    p.add_argument("--interference", type=json_arg, default={},
+                   help="the config's interference: limits (JSON): an anchor above them "
+                        "fails the anchor check")
+    p.add_argument("--report", default="results/drift/report.parquet")
+    p.add_argument("--table", default="results/tables/drift", help="path without suffix")
+    p.add_argument("--apply", action="store_true",
+                   help="record a new epoch for the cells in the existing report")
+    p.add_argument("--reruns", default="config/reruns.yaml")
+
+
+def _run(args: argparse.Namespace) -> None:
+    if args.apply:
+        suspects = pd.read_parquet(args.report)
+        apply(suspects, args.reruns)
+        print(f"{len(suspects)} cell(s) get a new epoch in {args.reruns}; "
+              "`snakemake --cores 1 all` re-measures exactly them")
+        return
+    suspects = main_drift(args.summary, args.anchors, args.settings, args.report, args.table,
+                          False, args.reruns, args.interference)
+    for line in outcome_lines(suspects):
+        print(f"drift: {line}")
+    print(f"drift: see {args.table}.md")
+
+
+STAGES = (Stage("drift", "name cells measured under thermal drift; --apply gives them a new "
+                         "epoch in config/reruns.yaml", _arguments, _run),)

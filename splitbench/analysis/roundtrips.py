@@ -7,32 +7,43 @@ the number of blocking round trips A makes to its workers per decode step.
 
 from __future__ import annotations
 
+import argparse
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from splitbench.analysis import fits
+from splitbench.analysis import cell_summary, comparison, fits
 from splitbench.report import tables
+from splitbench.stage import Stage
 
 
 def fit(frame: pd.DataFrame) -> dict[str, Any]:
-    """Theil-Sen fit of each point's median decode step (ms) against measured rr_ms, and
-    the slope's standard error from every request's scatter about the line (each
-    request a separate sample: n - 2 degrees of freedom)."""
+    """Round trips per token from a delay sweep, with the estimator the mechanisms table
+    uses on links (`fits.fit_through_origin`): each point's median decode step less the
+    lowest-delay point's, against its measured latency less that point's, each
+    difference weighted by its standard error (a median's, from the point's requests).
+    The intercept is the line's decode step at zero latency, through the lowest-delay
+    point."""
     step = "step_ms_median" if "step_ms_median" in frame else "decode_ms_per_token"
     ok = frame[frame["error"].isna() & frame[step].notna()]
-    points = ok.groupby("delay_ms").agg(rr_ms=("rr_ms", "first"), decode=(step, "median"))
+    points = ok.groupby("delay_ms").agg(rr_ms=("rr_ms", "first"), decode=(step, "median"),
+                                        spread=(step, "std"), n=(step, "size")).sort_index()
     if len(points) < 2:
         return {"round_trips_per_token": None, "round_trips_se": None, "intercept_ms": None,
                 "r2": None, "points": len(points)}
-    intercept, slope, r2 = fits.theil_sen(points["rr_ms"], points["decode"])
-    x, y = ok["rr_ms"].to_numpy(float), ok[step].to_numpy(float)
-    spread = np.sum((x - x.mean()) ** 2)
-    se = (float(np.sqrt(np.sum((y - intercept - slope * x) ** 2) / (len(x) - 2) / spread))
-          if len(x) > 2 and spread > 0 else None)
-    return {"round_trips_per_token": slope, "round_trips_se": se, "intercept_ms": intercept,
-            "r2": r2, "points": len(points)}
+    se = (comparison.MEDIAN_SE * points["spread"] / np.sqrt(points["n"])).to_numpy(float)
+    ref, rest = points.iloc[0], points.iloc[1:]
+    line = fits.fit_through_origin(rest["rr_ms"] - ref["rr_ms"], rest["decode"] - ref["decode"],
+                                   np.hypot(se[1:], se[0]))
+    slope = line["slope"]
+    return {"round_trips_per_token": _number(slope), "round_trips_se": _number(line["slope_se"]),
+            "intercept_ms": _number(ref["decode"] - slope * ref["rr_ms"]),
+            "r2": _number(line["r2"]), "points": len(points)}
+
+
+def _number(value: float) -> float | None:
+    return float(value) if np.isfinite(value) else None
 
 
 def table(files: list[str]) -> pd.DataFrame:
@@ -44,12 +55,12 @@ def table(files: list[str]) -> pd.DataFrame:
         first = frame.iloc[0]
         rows.append({
             "pair": first["pair"], "model": first["model"], "workers": int(first["workers"]),
-            "round trips per token": tables.rounded(result["round_trips_per_token"], 2),
-            "±": tables.rounded(tables.COVERAGE * result["round_trips_se"], 2)
+            "round trips per token": cell_summary.rounded(result["round_trips_per_token"], 2),
+            "±": cell_summary.rounded(comparison.COVERAGE * result["round_trips_se"], 2)
             if result["round_trips_se"] is not None else None,
-            "R²": tables.rounded(result["r2"], 3),
+            "R²": cell_summary.rounded(result["r2"], 3),
             "points": result["points"],
-            "decode step at lowest latency (ms)": tables.rounded(
+            "decode step at lowest latency (ms)": cell_summary.rounded(
                 frame.groupby("rr_ms")["step_ms_median"].median().iloc[0], 3),
             "latency range (ms)": f"{frame['rr_ms'].min():.3f}–{frame['rr_ms'].max():.3f}",
             # The mechanism at the largest delay (the zero-delay point has none).
@@ -58,3 +69,16 @@ def table(files: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+# --- the `roundtrips-table` stage -----------------------------------------------------
+def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--sweeps", nargs="+", required=True)
+    p.add_argument("--out", required=True, help="table path without suffix")
+
+
+def _run(args: argparse.Namespace) -> None:
+    tables.write_table(table(args.sweeps), args.out,
+                       "Round trips per decoded token (median decode step against "
+                       "measured request-response latency)")
+
+
+STAGES = (Stage("roundtrips-table", "the round trips per token table", _arguments, _run),)

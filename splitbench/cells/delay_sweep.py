@@ -13,7 +13,10 @@ emulation error are inside it.
 
 from __future__ import annotations
 
+import argparse
+import json
 import secrets
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -26,6 +29,7 @@ from splitbench.infra import parquet_io, procs, wakeup
 from splitbench.infra.hosts import HostError
 from splitbench.links import lab, verify
 from splitbench.links.link import Link
+from splitbench.stage import Stage, json_arg
 
 # Index of the first sweep link: far from the configured links' indexes (1, 2, ...).
 FIRST_INDEX = 200
@@ -112,3 +116,22 @@ def _point(spec: dict[str, Any], settings: dict[str, Any], model: dict[str, Any]
           f"step {np.median(decoded) if decoded else float('nan'):.3f} ms "
           f"({len(decoded)}/{len(rows)} requests decoded)", flush=True)
     return rows
+
+
+# --- the `roundtrips` stage -----------------------------------------------------------
+def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--spec", type=json_arg, required=True)
+    p.add_argument("--model", required=True)
+    p.add_argument("--toolchain", required=True)
+    p.add_argument("--out", required=True)
+
+
+def _run(args: argparse.Namespace) -> None:
+    result = sweep(args.spec, json.loads(Path(args.model).read_text()),
+                   json.loads(Path(args.toolchain).read_text()), args.out)
+    print(f"round trips per token with {args.spec['workers']} worker(s): "
+          f"{result['round_trips_per_token']} (R2 {result['r2']}, {result['points']} points)")
+
+
+STAGES = (Stage("roundtrips", "sweep link delay, fit round trips per token", _arguments, _run,
+                measuring=True),)

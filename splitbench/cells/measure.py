@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import secrets
 import time
@@ -19,6 +20,7 @@ from splitbench.infra import archive, interference, parquet_io, procs, telemetry
 from splitbench.infra.hosts import HostError
 from splitbench.links import real, verify
 from splitbench.links.link import RPC_PORT
+from splitbench.stage import Stage, json_arg
 
 TOKEN_COLUMNS = ["request_id", "token_index", "token_id", "t_ns", "t_mono_ns", "chunk_tokens",
                  "server_cum_prompt_ms", "server_cum_predicted_ms", "server_cum_predicted_n"]
@@ -338,3 +340,30 @@ def _hottest(sensors: dict[str, Any], when: str) -> float | None:
     values = [sensors.get(f"temp_{side}_{when}_c") for side in ("a", "b")]
     values = [v for v in values if v is not None]
     return max(values) if values else None
+
+
+# --- the `cell` stage -----------------------------------------------------------------
+def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cell", type=json_arg, required=True)
+    p.add_argument("--link-spec", type=json_arg, required=True)
+    p.add_argument("--model", required=True)
+    p.add_argument("--launch", required=True)
+    p.add_argument("--toolchain", required=True)
+    p.add_argument("--link-result", required=True)
+    p.add_argument("--reference-result", default="",
+                   help="a paired cell's reference: the baseline link's verification")
+    p.add_argument("--tokens-out", required=True)
+    p.add_argument("--requests-out", required=True)
+
+
+def _run(args: argparse.Namespace) -> None:
+    frame = run(args.cell, args.link_spec, json.loads(Path(args.model).read_text()),
+                json.loads(Path(args.launch).read_text()), args.toolchain, args.link_result,
+                args.tokens_out, args.requests_out, args.reference_result or None)
+    ok = frame[frame["status"] == "ok"]
+    print(f"cell: {frame['cell_status'].iloc[0]}; decode {ok['decode_tps'].median():.1f} "
+          f"tok/s, prefill {ok['prefill_tps'].median():.0f} tok/s over "
+          f"{len(ok)}/{len(frame)} ok requests")
+
+
+STAGES = (Stage("cell", "measure one cell", _arguments, _run, measuring=True),)

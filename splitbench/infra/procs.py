@@ -10,6 +10,7 @@ when it goes away, whether it ended normally, on Ctrl-C or by kill -9.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import fcntl
 import json
@@ -21,6 +22,8 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
+
+from splitbench.stage import Stage
 
 # Stop order: the HTTP front end before the RPC worker it talks to (a worker that
 # goes first makes llama-server abort mid-call: "Remote RPC server crashed").
@@ -298,6 +301,16 @@ def _reap_when_gone(owner_pid: int, locks: list[str]) -> None:
         with contextlib.suppress(FileNotFoundError):
             Path(lock).unlink()
             print(f"removed stale Snakemake lock {lock}", flush=True)
+
+
+# --- the `teardown` stage -------------------------------------------------------------
+def _teardown(args: argparse.Namespace) -> None:
+    for line in teardown():
+        print(line)
+
+
+STAGES = (Stage("teardown", "stop every process and namespace this run started",
+                lambda p: None, _teardown),)
 
 
 if __name__ == "__main__":

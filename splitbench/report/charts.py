@@ -8,6 +8,7 @@ cannot draw, it says in a note instead of failing the workflow.
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 from collections.abc import Callable
@@ -20,8 +21,8 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from splitbench import plan
-from splitbench.analysis import traffic
-from splitbench.report import tables
+from splitbench.analysis import cell_summary, comparison, traffic
+from splitbench.stage import Stage
 
 # name -> (title, the question it answers); the report shows them in this order.
 CHARTS: dict[str, tuple[str, str]] = {
@@ -161,7 +162,7 @@ def decode_ms_per_token(summary: pd.DataFrame, **_: Any) -> alt.TopLevelMixin:
 def delta_vs_baseline(summary: pd.DataFrame, baseline: str) -> pd.DataFrame:
     """Per pair, model and context: each other link's decode ms/token minus the
     baseline's, as the link comparison table has it (paired where the cell was)."""
-    comp = tables.compare_links(summary, baseline or None)
+    comp = comparison.compare_links(summary, baseline or None)
     comp = comp[(comp["status"] == "ok") & (comp["status_base"] == "ok")]
     ctx_tokens = summary.drop_duplicates("ctx").set_index("ctx")["ctx_tokens"] \
         if "ctx_tokens" in summary else pd.Series(dtype=float)
@@ -326,46 +327,50 @@ def token_timeline(tokens: pd.DataFrame | None, cell: pd.Series | None = None, *
         width=720, height=40 * tokens["stream"].nunique() + 20, title=_title(name, subtitle))
 
 
-def fit_round_trips(points: pd.DataFrame) -> dict[str, float] | None:
-    """Least squares of decode ms/token on latency (ms) with one intercept per context and
-    one slope shared by all: the slope is round trips per token, the intercepts the
-    per-context compute. None when the links do not differ in latency."""
-    x = points["latency_ms"] - points.groupby("ctx")["latency_ms"].transform("mean")
-    y = points["decode_ms_per_token"] - points.groupby("ctx")["decode_ms_per_token"].transform(
-        "mean")
-    if len(points) < 2 or float((x**2).sum()) <= 0:
-        return None
-    slope = float((x * y).sum() / (x**2).sum())
-    residual = y - slope * x
-    total = float((y**2).sum())
-    r2 = 1 - float((residual**2).sum()) / total if total > 0 else 1.0
-    return {"slope": slope, "r2": r2, "n": float(len(points))}
-
-
-def _fit_lines(points: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Fitted line ends per (model, ctx) and one label per model."""
+def _fit_lines(points: pd.DataFrame, fitted: pd.DataFrame | None, baseline: str
+               ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per (model, ctx), a line with the mechanisms table's decode slope through the
+    baseline link's point, and one label per model. The slope is the table's own (one
+    estimator, `analysis.mechanisms`), so the chart cannot print a different one."""
     lines, labels = [], []
-    for model, group in points.groupby("model"):
-        fit = fit_round_trips(group)
-        if fit is None:
-            labels.append({"model": model, "label": "fit needs two links of different "
-                                                    "latency"})
+    for (pair, model), group in points.groupby(["pair", "model"]):
+        row = _decode_fit(fitted, pair, model)
+        if row is None or not np.isfinite(row["slope"]):
+            why = ("fit needs two links of different latency" if group["link"].nunique() < 2
+                   else "no slope: see the mechanisms table's verdict")
+            labels.append({"pair": pair, "model": model, "label": why})
             continue
-        labels.append({"model": model, "label": f"slope {fit['slope']:.2f} round trips/token"
-                                                 f" (R² {fit['r2']:.2f}, {int(fit['n'])} cells)"})
+        labels.append({"pair": pair, "model": model,
+                       "label": f"slope {row['slope']:.2f} ±{row['±']:.2f} round trips/token "
+                                f"(the mechanisms table; R² {row['R²']:.2f}, "
+                                f"{int(row['points'])} link-context points)"})
         for ctx, rows in group.groupby("ctx"):
-            intercept = rows["decode_ms_per_token"].mean() - fit["slope"] * rows[
-                "latency_ms"].mean()
+            base = rows[rows["link"] == baseline]
+            if base.empty:
+                continue
+            intercept = base["decode_ms_per_token"].iloc[0] - row["slope"] * base[
+                "latency_ms"].iloc[0]
             for x in (rows["latency_ms"].min(), rows["latency_ms"].max()):
-                lines.append({"model": model, "ctx": ctx, "latency_ms": x,
-                              "fit_ms": intercept + fit["slope"] * x})
+                lines.append({"pair": pair, "model": model, "ctx": ctx, "latency_ms": x,
+                              "fit_ms": intercept + row["slope"] * x})
     return pd.DataFrame(lines), pd.DataFrame(labels)
 
 
+def _decode_fit(fitted: pd.DataFrame | None, pair: str, model: str) -> pd.Series | None:
+    """The mechanisms table's decode row for (pair, model); it has no pair column when
+    the run has one pair."""
+    if fitted is None or fitted.empty:
+        return None
+    mine = fitted[(fitted["mechanism"] == "decode") & (fitted["model"] == model)]
+    if "pair" in mine:
+        mine = mine[mine["pair"] == pair]
+    return mine.iloc[0] if len(mine) else None
+
+
 def latency_column(links: pd.DataFrame) -> str | None:
-    """The mechanisms table's latency figure (tables.latency_column); None when no link
+    """The mechanisms table's latency figure (cell_summary.latency_column); None when no link
     has it."""
-    column = tables.latency_column(links)
+    column = cell_summary.latency_column(links)
     return column if column in links.columns and links[column].notna().any() else None
 
 
@@ -402,14 +407,14 @@ def _latency_layers(x: alt.X, colour: alt.Color) -> list[alt.Chart]:
     return [dots, fit, label]
 
 
-def decode_vs_latency(summary: pd.DataFrame, links: pd.DataFrame, **_: Any
-                      ) -> alt.TopLevelMixin:
+def decode_vs_latency(summary: pd.DataFrame, links: pd.DataFrame, baseline: str,
+                      mechanisms: pd.DataFrame | None = None, **_: Any) -> alt.TopLevelMixin:
     name = "decode_vs_latency"
     column = latency_column(links)
     points = latency_points(summary, links, column) if column else pd.DataFrame()
     if points.empty:
         return _note(CHARTS[name][0], "no single-stream decode with a link latency")
-    lines, labels = _fit_lines(points)
+    lines, labels = _fit_lines(points, mechanisms, baseline)
     # A facet needs one data set: points, fitted lines and labels travel together,
     # told apart by `part`.
     data = pd.concat([points.assign(part="point"), lines.assign(part="fit"),
@@ -420,8 +425,8 @@ def decode_vs_latency(summary: pd.DataFrame, links: pd.DataFrame, **_: Any
         width=WIDTH + 120, height=HEIGHT + 40
     ).facet(
         facet=alt.Facet("model:N", title="model"), columns=2,
-        title=_title(name, "dashed: one slope shared by all contexts, one intercept each; "
-                           "slope = round trips per token"))
+        title=_title(name, "dashed: the mechanisms table's slope (round trips per token), "
+                           "through the baseline link's point of each context"))
 
 
 BUILDERS: dict[str, Callable[..., alt.TopLevelMixin]] = {
@@ -436,11 +441,12 @@ BUILDERS: dict[str, Callable[..., alt.TopLevelMixin]] = {
 
 
 def build(summary: pd.DataFrame, links: pd.DataFrame, baseline: str,
-          tokens: pd.DataFrame | None = None, cell: pd.Series | None = None
-          ) -> dict[str, alt.TopLevelMixin]:
-    """Every chart, by name, in the report's order."""
+          tokens: pd.DataFrame | None = None, cell: pd.Series | None = None,
+          mechanisms: pd.DataFrame | None = None) -> dict[str, alt.TopLevelMixin]:
+    """Every chart, by name, in the report's order. `mechanisms`: the mechanisms table,
+    whose decode slopes the decode-vs-latency chart draws."""
     inputs = {"summary": summary, "links": links, "baseline": baseline, "tokens": tokens,
-              "cell": cell}
+              "cell": cell, "mechanisms": mechanisms}
     return {name: BUILDERS[name](**inputs) for name in CHARTS}
 
 
@@ -469,13 +475,39 @@ def finite(value: Any) -> Any:
 
 
 def render(summary_path: str, link_files: list[str], baseline: str, out_dir: str,
-           cells_dir: str = f"{plan.RESULTS}/cells", timeline: str = "") -> list[Path]:
+           cells_dir: str = f"{plan.RESULTS}/cells", timeline: str = "",
+           mechanisms_path: str = "") -> list[Path]:
     """Build and save every chart; returns the files written."""
     summary = pq.read_table(summary_path).to_pandas()
-    links = tables.read_links(link_files)
+    mechanisms = pd.read_csv(mechanisms_path) if mechanisms_path else None
+    links = cell_summary.read_links(link_files)
     cell = timeline_cell(summary, baseline, timeline)
     tokens = read_timeline(cells_dir, cell) if cell is not None else None
     written = []
-    for name, chart in build(summary, links, baseline, tokens, cell).items():
+    for name, chart in build(summary, links, baseline, tokens, cell, mechanisms).items():
         written += save(chart, out_dir, name)
     return written
+
+
+# --- the `charts` stage ---------------------------------------------------------------
+def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--summary", required=True)
+    p.add_argument("--links", nargs="+", required=True)
+    p.add_argument("--baseline", required=True, help="the link others are compared with")
+    p.add_argument("--cells", default="results/cells", help="where the cell Parquet lies")
+    p.add_argument("--timeline", default="",
+                   help="the token timeline's cell as pair/link/model/ctx/conc "
+                        "(default: the baseline's shortest-context, most-concurrent ok cell)")
+    p.add_argument("--mechanisms", default="",
+                   help="the mechanisms table (CSV): the decode slopes the chart draws")
+    p.add_argument("--out", required=True, help="directory for the chart files")
+
+
+def _run(args: argparse.Namespace) -> None:
+    written = render(args.summary, args.links, args.baseline, args.out, args.cells,
+                     args.timeline, args.mechanisms)
+    print(f"charts: {len(written)} files in {args.out}")
+
+
+STAGES = (Stage("charts", "charts (HTML, PNG, Vega-Lite spec) from the results", _arguments,
+                _run),)

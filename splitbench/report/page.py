@@ -10,12 +10,14 @@ any zoom, and text a reader can select and search.
 
 from __future__ import annotations
 
+import argparse
 import base64
 import datetime as dt
 import html
 import json
 import re
 import shlex
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +28,10 @@ import vl_convert
 from markdown_it import MarkdownIt
 
 from splitbench import __version__, plan
+from splitbench.analysis import cell_summary
 from splitbench.infra import parquet_io
 from splitbench.report import charts, tables
+from splitbench.stage import Stage
 
 # Tables in the seed write-up's order; stems that match none come after, by name.
 TABLE_ORDER = ["links", "link_comparison", "link_traffic", "single_stream_decode",
@@ -232,7 +236,7 @@ REQUEST_FACTS = ["t_send_ns", "t_end_ns", "arrival_clock", "generated_tokens"]
 def _request_facts(request_files: list[str]) -> pd.DataFrame:
     if not request_files:
         return pd.DataFrame(columns=REQUEST_FACTS)
-    return tables.read_requests(request_files, REQUEST_FACTS).reindex(columns=REQUEST_FACTS)
+    return cell_summary.read_requests(request_files, REQUEST_FACTS).reindex(columns=REQUEST_FACTS)
 
 
 def _cell_dates(rows: pd.DataFrame) -> dict[str, str | None]:
@@ -452,7 +456,7 @@ def page(summary_path: str, link_files: list[str], toolchain_files: list[str],
          drift_path: str | Path | None = None) -> str:
     """The whole report as one HTML string."""
     summary = pq.read_table(summary_path).to_pandas()
-    links = tables.read_links(link_files)
+    links = cell_summary.read_links(link_files)
     table_html = [render_table(stem) for stem in table_stems(tables_dir)]
     figures = [render_chart(name, spec) for name, spec in chart_specs(charts_dir)]
     provenance = provenance_section(summary_path, summary, links, link_files,
@@ -485,3 +489,47 @@ def write(out: str, **inputs: Any) -> int:
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)
     return len(text.encode())
+
+
+# --- the `report` and `checks` stages -------------------------------------------------
+def _report_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--summary", required=True)
+    p.add_argument("--links", nargs="+", required=True)
+    p.add_argument("--toolchain", nargs="+", required=True)
+    p.add_argument("--requests", nargs="+", required=True)
+    p.add_argument("--cells", default="results/cells", help="where the cell Parquet lies")
+    p.add_argument("--tables", required=True, help="directory of the tables (.md, .csv)")
+    p.add_argument("--charts", required=True, help="directory of the charts (.vl.json)")
+    p.add_argument("--drift", default=None, help="the drift step's report.parquet")
+    p.add_argument("--out", required=True)
+
+
+def _report(args: argparse.Namespace) -> None:
+    size = write(args.out, summary_path=args.summary, link_files=args.links,
+                 toolchain_files=args.toolchain, tables_dir=args.tables,
+                 charts_dir=args.charts, request_files=args.requests, cells_dir=args.cells,
+                 drift_path=args.drift)
+    print(f"report: {args.out} ({size / 1e6:.2f} MB)")
+
+
+def _checks_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--results", default="results")
+    p.add_argument("--out", required=True, help="where to write them (on success)")
+
+
+def _checks(args: argparse.Namespace) -> int:
+    failed = run_checks(args.results, args.out)
+    if failed:
+        print(f"splitbench: {len(failed)} block(s) did not load; everything else is "
+              "measured and reported. --forcerun their launch records "
+              "(results/servers/<pair>/<link>/<model>.json) to try again.", file=sys.stderr)
+        return 1
+    return 0
+
+
+STAGES = (
+    Stage("report", "one offline HTML page: tables, charts, provenance", _report_arguments,
+          _report),
+    Stage("checks", "print the run's checks; fail when a block did not load",
+          _checks_arguments, _checks),
+)

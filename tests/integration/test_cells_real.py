@@ -14,11 +14,11 @@ import pandas as pd
 import pytest
 
 from splitbench import models
+from splitbench.analysis import cell_summary
 from splitbench.backends.llamacpp import servers, toolchain
 from splitbench.cells import measure
 from splitbench.infra import interference, procs
 from splitbench.links import real
-from splitbench.report import tables
 from tests.conftest import needs_root
 
 MODEL = {"n_layer": 2, "n_embd": 64, "n_head": 2, "n_head_kv": 1, "n_ff": 128,
@@ -112,8 +112,8 @@ def test_repeats_are_measured_and_their_spread_is_the_uncertainty(bench, tmp_pat
     assert len(frame) == 6 and (frame["status"] == "ok").all()
     tokens = pd.read_parquet(tmp_path / "cells/st/plain/m/ctxshort_c2.parquet")
     assert tokens.groupby(["repeat", "request_id"]).size().eq(24).all()
-    summary = tables.summarize([str(tmp_path / "cells/st/plain/m/ctxshort_c2.requests.parquet")],
-                               {"short": 64})
+    summary = cell_summary.summarize(
+        [str(tmp_path / "cells/st/plain/m/ctxshort_c2.requests.parquet")], {"short": 64})
     row = summary.iloc[0]
     assert row["repeats"] == 3
     assert row["uncertainty_from"] == "repeats"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from splitbench.analysis import cell_summary
 from splitbench.infra import archive
 from splitbench.report import tables
 
@@ -42,7 +43,7 @@ def test_a_remeasured_cell_keeps_the_old_files(tmp_path):
     assert pd.read_parquet(moved[1])["decode_ms_per_token"].tolist() == [1.0]
     new = _cell_files(tmp_path, 1.5)
     archive.keep(new)
-    summary = tables.summarize([new[1]], {"short": 128})
+    summary = cell_summary.summarize([new[1]], {"short": 128})
     table = tables.remeasured(archive.archived_requests(tmp_path / "results"), summary)
     assert len(table) == 1
     row = table.iloc[0]

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 import vl_convert as vlc
 
+from splitbench.analysis import mechanisms
 from splitbench.report import charts
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -108,15 +109,33 @@ def test_delta_against_the_baseline():
     assert delta["delta_ms"].to_numpy() == pytest.approx([expected] * len(CONTEXTS))
 
 
-def test_fit_recovers_round_trips_per_token():
-    points = pd.DataFrame([{
-        "ctx": ctx, "latency_ms": lat / 1000,
-        "decode_ms_per_token": 1 + tokens / 1000 + 3.0 * lat / 1000,
-    } for ctx, tokens in CONTEXTS.items() for lat in (100.0, 400.0, 900.0)])
-    fit = charts.fit_round_trips(points)
-    assert fit["slope"] == pytest.approx(3.0)
-    assert fit["r2"] == pytest.approx(1.0)
-    assert charts.fit_round_trips(points.assign(latency_ms=0.5)) is None
+def test_the_latency_chart_draws_the_mechanisms_tables_own_slope():
+    """One estimator: the dashed lines have the slope the mechanisms table prints, through
+    each context's baseline point, and the label quotes it."""
+    summary, links = summary_frame(), links_frame()
+    table = mechanisms.table(summary, links, list(CONTEXTS), "baseline")
+    decode = table[table["mechanism"] == "decode"].iloc[0]
+    # The table fits against rr_fixed_us, which the fixture sets to 0.8 x the latency.
+    assert decode["slope"] == pytest.approx(ROUND_TRIPS / 0.8, rel=1e-3)
+    chart = charts.build(summary, links, "baseline", mechanisms=table)["decode_vs_latency"]
+    data = pd.DataFrame(next(iter(chart.to_dict()["datasets"].values())))
+    for ctx, line in data[data["part"] == "fit"].groupby("ctx"):
+        x, y = line["latency_ms"].to_numpy(), line["fit_ms"].to_numpy()
+        assert (y[1] - y[0]) / (x[1] - x[0]) == pytest.approx(decode["slope"])
+        base = data[(data["part"] == "point") & (data["ctx"] == ctx)
+                    & (data["link"] == "baseline")].iloc[0]
+        at_base = y[0] + decode["slope"] * (base["latency_ms"] - x[0])
+        assert at_base == pytest.approx(base["decode_ms_per_token"])
+    label = data.loc[data["part"] == "label", "label"].iloc[0]
+    assert label.startswith(f"slope {decode['slope']:.2f} ±{decode['±']:.2f} round trips")
+
+
+def test_without_a_table_slope_the_chart_draws_no_line_and_says_why():
+    summary, links = summary_frame(), links_frame()
+    chart = charts.build(summary, links, "baseline")["decode_vs_latency"]
+    data = pd.DataFrame(next(iter(chart.to_dict()["datasets"].values())))
+    assert (data["part"] != "fit").all()
+    assert "no slope: see the mechanisms table" in rendered(chart)
 
 
 def test_timeline_cell_prefers_concurrency_on_the_baseline():

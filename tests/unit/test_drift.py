@@ -21,7 +21,7 @@ BAND = {"reference_c": [30, 85]}
 def cell(ctx: str = "short", conc: int = 1, *, link: str = "baseline", model: str = "synth",
          status: str = "ok", before: float | None = 50.0, after: float | None = 52.0,
          peak: float | None = 53.0, decode: float = 1.0) -> dict:
-    """One summary row as tables.summarize writes it (the columns drift reads)."""
+    """One summary row as cell_summary.summarize writes it (the columns drift reads)."""
     return {"pair": "lab", "link": link, "model": model, "ctx": ctx, "conc": conc,
             "status": status, "decode_ms_per_token": decode, "prefill_tps": 1000.0,
             "temp_before_c": before, "temp_after_c": after, "temp_peak_c": peak,

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from splitbench.analysis import fits, mechanisms
 from splitbench.report import tables
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -157,14 +158,14 @@ def test_prefill_mechanism_matches_conclusion_1():
     """+55% one-way bandwidth buys +5..17%: prefill is compute-bound (elasticity well
     below 1); the fast MoEs are the most sensitive; Qwen3.6's sensitivity climbs with
     context from 5K to 100K."""
-    table = tables.mechanisms(SUMMARY, LINKS, CONTEXTS, "5gbe")
+    table = mechanisms.table(SUMMARY, LINKS, CONTEXTS, "5gbe")
     prefill = table[table["mechanism"] == "prefill"].set_index("model")
     assert (prefill["slope"] < 0.5).all()
     slow = prefill.drop(index=FAST_MOES)["slope"]
     assert prefill.loc[FAST_MOES, "slope"].min() > slow.max()
-    points = tables.mechanism_points(SUMMARY, LINKS, "5gbe")
+    points = mechanisms.mechanism_points(SUMMARY, LINKS, "5gbe")
     qwen = points[points["model"] == FAST_MOES[0]]
-    by_ctx = [tables.fit_through_origin(g["bandwidth_change"], g["prefill_change"])["slope"]
+    by_ctx = [fits.fit_through_origin(g["bandwidth_change"], g["prefill_change"])["slope"]
               for ctx in ["5k", "32k", "52k", "100k"]
               for g in [qwen[qwen["ctx"] == ctx]]]
     assert by_ctx == sorted(by_ctx) and by_ctx[0] < by_ctx[-1]
@@ -172,7 +173,7 @@ def test_prefill_mechanism_matches_conclusion_1():
 
 def test_decode_mechanism_needs_both_latencies():
     """The seed measured request-response latency on fake TB5 only: nothing to fit."""
-    table = tables.mechanisms(SUMMARY, LINKS, CONTEXTS, "5gbe")
+    table = mechanisms.table(SUMMARY, LINKS, CONTEXTS, "5gbe")
     decode = table[table["mechanism"] == "decode"]
     assert len(decode) == SUMMARY["model"].nunique()
     assert decode["slope"].isna().all()

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from splitbench.analysis import comparison
+from splitbench.analysis import cell_summary, comparison, fits, mechanisms
 from splitbench.report import tables
 
 CONTEXTS = {"short": 128, "long": 4096}
@@ -56,7 +56,7 @@ def write_cell(root: Path, link: str, ctx: str, conc: int, rows: list[dict],
 def test_summary_carries_per_token_dispersion(tmp_path):
     gaps = [10.0, 12.0, 8.0, 11.0, 9.0]
     path = write_cell(tmp_path, "a", "short", 1, [request(0, gaps)])
-    summary = tables.summarize([path], CONTEXTS)
+    summary = cell_summary.summarize([path], CONTEXTS)
     row = summary.iloc[0]
     assert row["decode_ms_se"] == pytest.approx(np.std(gaps, ddof=1) / np.sqrt(len(gaps)))
     assert row["uncertainty_from"] == "tokens"  # one request: a lower bound
@@ -73,7 +73,7 @@ def test_older_files_get_dispersion_from_their_token_file(tmp_path):
     tokens = pa.table({"request_id": [0] * len(t_ns), "token_index": range(len(t_ns)),
                        "t_ns": t_ns.astype("int64")})
     pq.write_table(tokens, path.replace(".requests", ""))
-    summary = tables.summarize([path], CONTEXTS)
+    summary = cell_summary.summarize([path], CONTEXTS)
     assert summary.iloc[0]["decode_ms_se"] == pytest.approx(
         np.std(gaps, ddof=1) / np.sqrt(len(gaps)))
 
@@ -85,7 +85,7 @@ def test_repeats_give_their_spread_and_worst_status(tmp_path):
     rows = [request(i, [m - 0.01, m + 0.01], repeat=k, ttft_ms=10.0 + k,
                     cell_status="crash" if k == 2 else "ok")
             for k, m in enumerate(means) for i in range(2)]
-    summary = tables.summarize([write_cell(tmp_path, "a", "short", 2, rows)], CONTEXTS)
+    summary = cell_summary.summarize([write_cell(tmp_path, "a", "short", 2, rows)], CONTEXTS)
     row = summary.iloc[0]
     assert row["repeats"] == 3
     assert row["status"] == "crash"
@@ -103,7 +103,7 @@ def test_a_single_stream_cell_s_sequential_requests_give_its_spread(tmp_path):
     means, ttfts = [10.0, 14.0, 12.0, 11.0, 13.0], [10.0, 12.0, 11.0, 10.5, 11.5]
     rows = [request(i, [m - 0.01, m + 0.01], ttft_ms=t)
             for i, (m, t) in enumerate(zip(means, ttfts, strict=True))]
-    row = tables.summarize([write_cell(tmp_path, "a", "short", 1, rows)], CONTEXTS).iloc[0]
+    row = cell_summary.summarize([write_cell(tmp_path, "a", "short", 1, rows)], CONTEXTS).iloc[0]
     assert row["uncertainty_from"] == "requests" and row["samples"] == 5
     assert row["decode_ms_per_token"] == pytest.approx(12.0)
     assert row["decode_ms_se"] == pytest.approx(1.2533 * np.std(means, ddof=1) / np.sqrt(5))
@@ -114,7 +114,7 @@ def test_a_single_stream_cell_s_sequential_requests_give_its_spread(tmp_path):
 def test_repeats_from_file_names(tmp_path):
     paths = [write_cell(tmp_path, "a", "short", 1, [request(0, [m, m])], suffix=f"_r{k}")
              for k, m in enumerate([10.0, 11.0])]
-    summary = tables.summarize(paths, CONTEXTS)
+    summary = cell_summary.summarize(paths, CONTEXTS)
     assert len(summary) == 1 and summary.iloc[0]["repeats"] == 2
 
 
@@ -129,7 +129,7 @@ def test_overlap_for_complete_cells_only(tmp_path):
         request(0, [10.0] * 9, cell_status="overflow", wall_ms=150.0),
         request(1, [10.0] * 3, status="overflow", cell_status="overflow", n_predict=10,
                 wall_ms=150.0)])
-    summary = tables.summarize([single, slow, cut, cut2], CONTEXTS).set_index(["ctx", "conc"])
+    summary = cell_summary.summarize([single, slow, cut, cut2], CONTEXTS).set_index(["ctx", "conc"])
     assert summary.loc[("short", 2), "overlap"] == pytest.approx(0.5)
     assert np.isnan(summary.loc[("long", 2), "overlap"])
 
@@ -186,7 +186,7 @@ def test_unknown_uncertainty_shows_the_difference_plain():
 def test_comparison_with_repeats_uses_prefill_spread():
     summary = frame(cell("baseline", "short", prefill_tps_se=10.0),
                     cell("x", "short", prefill=1010.0, prefill_tps_se=10.0))
-    comp = tables.compare_links(summary)
+    comp = comparison.compare_links(summary)
     assert comp.loc[0, "prefill_change_pct"] == pytest.approx(1.0)
     assert bool(comp.loc[0, "prefill_resolvable"]) is False
 
@@ -206,10 +206,10 @@ def test_failures_and_missing_cells_in_the_comparison():
 
 
 def test_baseline_defaults():
-    assert tables.pick_baseline(frame(cell("z", "short"), cell("baseline", "short"))) == \
+    assert comparison.pick_baseline(frame(cell("z", "short"), cell("baseline", "short"))) == \
         "baseline"
-    assert tables.pick_baseline(frame(cell("z", "short"), cell("a", "short"))) == "a"
-    assert tables.pick_baseline(frame(cell("z", "short")), "z") == "z"
+    assert comparison.pick_baseline(frame(cell("z", "short"), cell("a", "short"))) == "a"
+    assert comparison.pick_baseline(frame(cell("z", "short")), "z") == "z"
 
 
 def test_single_stream_tables_render_failures():
@@ -273,16 +273,16 @@ def matrix(delta_ms, prefill_of) -> pd.DataFrame:
 
 
 def test_fit_through_origin():
-    fit = tables.fit_through_origin([1, 2, 3], [2, 4, 6.3])
+    fit = fits.fit_through_origin([1, 2, 3], [2, 4, 6.3])
     assert fit["slope"] == pytest.approx((2 + 8 + 18.9) / 14)
     assert 0.99 < fit["r2"] <= 1 and fit["n"] == 3
-    assert np.isnan(tables.fit_through_origin([1, 1], [2, 3])["r2"])
-    assert np.isnan(tables.fit_through_origin([], [])["slope"])
+    assert np.isnan(fits.fit_through_origin([1, 1], [2, 3])["r2"])
+    assert np.isnan(fits.fit_through_origin([], [])["slope"])
 
 
 def test_fixed_cost_decode_and_compute_bound_prefill():
     summary = matrix(lambda dl, ctx: 2 * dl, lambda db: 0.05 * db)
-    table = tables.mechanisms(summary, links(baseline=100.0, x=600.0, y=1100.0), ORDER)
+    table = mechanisms.table(summary, links(baseline=100.0, x=600.0, y=1100.0), ORDER)
     decode, prefill = table.iloc[0], table.iloc[1]
     assert decode["slope"] == pytest.approx(2.0)
     assert decode["R²"] == pytest.approx(1.0)
@@ -301,13 +301,13 @@ STEADY = pd.DataFrame({"pair": ["lab"], "model": ["m"], "drift_decode_rel": [0.0
 def test_delta_growing_with_context_and_bandwidth_bound_prefill():
     summary = matrix(lambda dl, ctx: dl * (1 if ctx == "short" else 3), lambda db: db)
     facts = links(baseline=100.0, x=600.0, y=1100.0)
-    table = tables.mechanisms(summary, facts, ORDER, drift=STEADY)
+    table = mechanisms.table(summary, facts, ORDER, drift=STEADY)
     assert table.iloc[0]["verdict"].startswith(
         "no single number of round trips: the cost per token changes with context "
         "(short 1.0 ±0.0, long 3.0 ±0.0")
     # The same data with only lower-bound uncertainties (the machine's drift unknown)
     # cannot claim the contexts differ: one number explains it poorly, and says so.
-    unknown = tables.mechanisms(summary, facts, ORDER).iloc[0]["verdict"]
+    unknown = mechanisms.table(summary, facts, ORDER).iloc[0]["verdict"]
     assert unknown.startswith("not resolvable on this data")
     assert table.iloc[1]["slope"] == pytest.approx(1.0)
     assert table.iloc[1]["verdict"].startswith("prefill tracks one-way bandwidth")
@@ -317,7 +317,7 @@ def test_a_fit_the_data_cannot_carry_gives_no_number():
     """Noise as a result: deltas that fall with latency (negative round trips), or that
     scatter around zero, give "not resolvable on this data" with the reason."""
     falling = matrix(lambda dl, ctx: -6 * dl, lambda db: -0.8 * db)
-    table = tables.mechanisms(falling, links(baseline=100.0, x=600.0, y=1100.0), ORDER)
+    table = mechanisms.table(falling, links(baseline=100.0, x=600.0, y=1100.0), ORDER)
     decode, prefill = table.iloc[0]["verdict"], table.iloc[1]["verdict"]
     assert decode.startswith("not resolvable on this data: the slope is -6.00")
     assert "negative round trips are impossible" in decode and "round trips of" not in decode
@@ -329,16 +329,16 @@ def test_a_fit_the_data_cannot_carry_gives_no_number():
         where = (scattered["link"] == link) & (scattered["ctx"] == ctx)
         scattered.loc[where, "decode_ms_per_token"] += delta
         scattered.loc[where, "decode_ms_se"] = 0.3
-    verdict = tables.mechanisms(scattered, links(baseline=100.0, x=600.0, y=1100.0),
+    verdict = mechanisms.table(scattered, links(baseline=100.0, x=600.0, y=1100.0),
                                 ORDER).iloc[0]["verdict"]
     assert verdict.startswith("not resolvable on this data")
     assert "not resolvable from zero" in verdict
 
 
 def test_latency_figure_choice():
-    assert tables.latency_column(links(a=1.0)) == "rr_fixed_us"
+    assert cell_summary.latency_column(links(a=1.0)) == "rr_fixed_us"
     no_fit = links(a=1.0).assign(rr_fixed_us=np.nan)
-    assert tables.latency_column(no_fit) == "rr16k_p50_us"
+    assert cell_summary.latency_column(no_fit) == "rr16k_p50_us"
 
 
 # ---------------------------------------------------------------- single link, whole run
@@ -400,7 +400,7 @@ def test_the_machine_s_drift_widens_a_sequential_comparison():
                     cell("x", "short", decode_ms=11.0, se=0.1, uncertainty_from="requests"))
     drift = pd.DataFrame({"pair": ["lab"], "model": ["m"], "drift_decode_rel": [0.1 / 2**0.5],
                           "drift_prefill_rel": [0.0]})
-    comp = tables.compare_links(summary, "baseline", drift).iloc[0]
+    comp = comparison.compare_links(summary, "baseline", drift).iloc[0]
     assert comp["decode_delta_unc_ms"] == pytest.approx(
         2 * np.sqrt(0.02 + 0.005 * (100 + 121)), rel=1e-6)
     assert bool(comp["decode_resolvable"]) is False and not comp["decode_lower_bound"]
@@ -441,7 +441,7 @@ def test_a_paired_cell_gives_the_median_of_its_round_differences(tmp_path):
     deltas = [0.20, 0.25, 0.15, 0.22, 0.18]
     paths = [write_cell(tmp_path, "baseline", "short", 1, [request(0, [1.5] * 8)]),
              write_cell(tmp_path, "x", "short", 1, paired_rows(deltas))]
-    summary = tables.summarize(paths, CONTEXTS)
+    summary = cell_summary.summarize(paths, CONTEXTS)
     x = summary.set_index("link").loc["x"]
     assert x["paired_rounds"] == 5
     assert x["paired_decode_delta_ms"] == pytest.approx(0.20)
@@ -461,7 +461,7 @@ def test_a_paired_cell_gives_the_median_of_its_round_differences(tmp_path):
                           "round_trips": [1.0], "round_trips_se": [0.0]})
     stale = pd.DataFrame({"pair": ["lab", "lab"], "link": ["baseline", "x"],
                           "rr64_p50_us": [50.0, 950.0]})  # the link checks' (minutes ago)
-    comp = tables.compare_links(summary, "baseline")
+    comp = comparison.compare_links(summary, "baseline")
     guess = comparison.predicted_decode_delta(comp, stale, trips, {})
     assert guess["predicted_decode_delta_ms"].iloc[0] == pytest.approx(0.202)
 
@@ -536,7 +536,7 @@ def test_a_link_measured_beside_other_work_is_flagged_in_the_links_table():
 def test_a_paired_cell_whose_reference_never_answered_has_no_paired_figures(tmp_path):
     rows = [request(0, [1.0] * 8, reference=True, round=0, status="crash"),
             *[request(i, [1.2] * 8, reference=False, round=0) for i in (1, 2, 3)]]
-    summary = tables.summarize([write_cell(tmp_path, "x", "short", 1, rows)], CONTEXTS)
+    summary = cell_summary.summarize([write_cell(tmp_path, "x", "short", 1, rows)], CONTEXTS)
     row = summary.iloc[0]
     assert row["status"] == "ok" and row["decode_ms_per_token"] == pytest.approx(1.2)
     assert np.isnan(row["paired_decode_delta_ms"])
@@ -551,7 +551,7 @@ def test_a_cell_without_interference_figures_is_not_checked_and_says_so(tmp_path
     unknown = write_cell(tmp_path, "b", "short", 1, [old])
     busy = write_cell(tmp_path, "c", "short", 1, [request(0, [1.0] * 8,
                                                           foreign_cpu_a_cores=1.3)])
-    summary = tables.summarize([quiet, unknown, busy], CONTEXTS).set_index("link")
+    summary = cell_summary.summarize([quiet, unknown, busy], CONTEXTS).set_index("link")
     assert summary.loc["a", "interference_checked"] and pd.isna(summary.loc["a", "flags"])
     assert not summary.loc["b", "interference_checked"]
     assert summary.loc["b", "flags"].startswith("interference not measured on host A")

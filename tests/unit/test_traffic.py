@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from splitbench.analysis import comparison, traffic
+from splitbench.analysis import comparison, mechanisms, traffic
 from splitbench.backends.llamacpp import servers
 from splitbench.report import tables
 
@@ -130,7 +130,7 @@ def test_the_bandwidth_term_enters_the_prediction():
 
 
 def test_the_verdict_names_the_term_that_dominates():
-    table = tables.mechanisms(matrix(), LINKS, ORDER, "baseline", STEADY, predict)
+    table = mechanisms.table(matrix(), LINKS, ORDER, "baseline", STEADY, predict)
     big = table[(table["model"] == "big") & (table["mechanism"] == "decode")].iloc[0]
     small = table[(table["model"] == "small") & (table["mechanism"] == "decode")].iloc[0]
     # What latency must explain after the bandwidth term: 2 round trips either way.
@@ -151,7 +151,7 @@ def test_no_term_dominates_inside_their_uncertainty():
     def vague_predict(rows: pd.DataFrame) -> pd.DataFrame:
         return comparison.predicted_decode_delta(rows, LINKS, vague, {}, STEADY)
 
-    table = tables.mechanisms(matrix(), LINKS, ORDER, "baseline", STEADY, vague_predict)
+    table = mechanisms.table(matrix(), LINKS, ORDER, "baseline", STEADY, vague_predict)
     big = table[(table["model"] == "big") & (table["mechanism"] == "decode")].iloc[0]
     assert "latency +0.40 ±0.80" in big["verdict"]
     assert big["verdict"].endswith("neither dominates (they differ by less than ±0.80)")
@@ -162,7 +162,7 @@ def test_a_latency_only_fit_would_count_the_logits_as_round_trips():
     ~7 round trips: the error the term removes, said in the verdict."""
     blind = matrix().drop(columns=["rpc_bytes_per_token_a_to_b",
                                    "rpc_bytes_per_token_b_to_a"])
-    table = tables.mechanisms(blind, LINKS, ORDER, "baseline", STEADY)
+    table = mechanisms.table(blind, LINKS, ORDER, "baseline", STEADY)
     big = table[(table["model"] == "big") & (table["mechanism"] == "decode")].iloc[0]
     assert big["slope"] > 6.5
     assert "the bandwidth term is unknown" in big["verdict"]

