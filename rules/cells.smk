@@ -5,16 +5,16 @@
 
 rule cell:
     input:
-        model="results/models/{model}.json",
-        toolchain="results/toolchain/{pair}.json",
-        launch=ancient("results/servers/{pair}/{link}/{model}.json"),
-        link=ancient("results/links/{pair}/{link}.parquet"),
+        model=results.MODEL_INFO,
+        toolchain=results.TOOLCHAIN,
+        launch=ancient(results.LAUNCH),
+        link=ancient(results.LINK),
         reference=reference_link_result,
     output:
-        tokens="results/cells/{pair}/{link}/{model}/ctx{ctx}_c{conc}.parquet",
-        requests="results/cells/{pair}/{link}/{model}/ctx{ctx}_c{conc}.requests.parquet",
+        tokens=results.CELL,
+        requests=results.CELL_REQUESTS,
     log:
-        "results/logs/cells/{pair}/{link}/{model}/ctx{ctx}_c{conc}.log",
+        results.log("cells/{pair}/{link}/{model}/ctx{ctx}_c{conc}"),
     priority: block_priority
     conda:
         "../envs/splitbench.yaml"

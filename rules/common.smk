@@ -1,9 +1,10 @@
 # Shared helpers: config checks, the matrix, per-job config slices, run lifecycle.
 import json
+import re
 import os
 import sys
 
-from splitbench import plan
+from splitbench import plan, results
 from splitbench.analysis import drift
 from splitbench.infra import archive, procs
 from splitbench.report import charts, tables
@@ -72,7 +73,7 @@ def splitbench(stage, *arguments):
 
 def all_link_results():
     return [
-        plan.link_path(pair, link)
+        results.link(pair, link)
         for pair, spec in config["pairs"].items()
         for link in spec["links"]
     ]
@@ -82,9 +83,7 @@ def all_launch_records():
     """Requested by `all` so that a launch whose settings changed (a longer context, more
     concurrency) re-runs: its cells take it as an `ancient` input, which alone would
     never ask for it again."""
-    return [
-        f"results/servers/{pair}/{link}/{model}.json" for pair, link, model in BLOCKS
-    ]
+    return [results.launch(pair, link, model) for pair, link, model in BLOCKS]
 
 
 def all_cell_results():
@@ -93,24 +92,24 @@ def all_cell_results():
 
 def all_request_results():
     return [
-        plan.requests_path(c.pair, c.link, c.model, c.ctx, c.conc)
+        results.cell_requests(c.pair, c.link, c.model, c.ctx, c.conc)
         for c in plan.cells(config)
     ]
 
 
 def all_roundtrip_results():
-    return [plan.roundtrips_path(*sweep) for sweep in plan.roundtrip_sweeps(config)]
+    return [results.roundtrips(*sweep) for sweep in plan.roundtrip_sweeps(config)]
 
 
 def roundtrip_targets():
     """The sweeps and their table, when config has a `roundtrips` section."""
     sweeps = all_roundtrip_results()
-    return [*sweeps, "results/tables/round_trips.md"] if sweeps else []
+    return [*sweeps, results.table("round_trips", "md")] if sweeps else []
 
 
 def all_anchor_results():
     return [
-        plan.anchor_path(pair, model, when, requests=True)
+        results.anchor(pair, model, when, requests=True)
         for pair in config["pairs"]
         for model in config["models"]
         for when in ("start", "end")
@@ -163,13 +162,42 @@ def reference_link_result(wildcards):
     )
     if plan.paired_for(config, cell) is None:
         return []
-    return [ancient(plan.link_path(wildcards.pair, config["baseline_link"]))]
+    return [ancient(results.link(wildcards.pair, config["baseline_link"]))]
+
+
+def models_named(synthetic=None):
+    """A wildcard constraint: every model, the synthetic ones, or those fetched from PyPI
+    (a regex that matches nothing when there are none)."""
+    kinds = {
+        name: (
+            "synthetic"
+            if "synthetic" in spec
+            else "source" if "source" in spec else "path"
+        )
+        for name, spec in config["models"].items()
+    }
+    wanted = {
+        None: {"synthetic", "source", "path"},
+        True: {"synthetic"},
+        False: {"source"},
+    }
+    names = [
+        re.escape(name) for name, kind in kinds.items() if kind in wanted[synthetic]
+    ]
+    return "|".join(names) or "(?!)"
+
+
+def model_origin(wildcards):
+    """A fetched model's origin record; nothing for other models."""
+    if "source" in config["models"][wildcards.model]:
+        return [results.MODEL_ORIGIN.format(model=wildcards.model)]
+    return []
 
 
 def model_file(wildcards):
     spec = config["models"][wildcards.model]
     if spec.get("synthetic") or spec.get("source"):
-        return f"results/models/{wildcards.model}.gguf"
+        return results.MODEL_GGUF.format(model=wildcards.model)
     return spec["path"]
 
 

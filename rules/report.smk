@@ -9,12 +9,10 @@ rule aggregate:
         anchors=all_anchor_results(),
         sweeps=all_roundtrip_results(),
     output:
-        summary="results/summary/cells.parquet",
-        tables=expand(
-            "results/tables/{stem}.{ext}", stem=tables.TABLE_STEMS, ext=["md", "csv"]
-        ),
+        summary=results.SUMMARY,
+        tables=expand(results.TABLE, stem=tables.TABLE_STEMS, ext=["md", "csv"]),
     log:
-        "results/logs/aggregate.log",
+        results.log("aggregate"),
     conda:
         "../envs/splitbench.yaml"
     params:
@@ -32,7 +30,7 @@ rule aggregate:
             "--sweeps {input.sweeps:q}",
             "--workers {params.workers:q}",
             "--summary {output.summary:q}",
-            "--tables results/tables",
+            f"--tables {results.TABLES}",
             "--links {input.links:q}",
             "--requests {input.requests:q}",
         )
@@ -44,27 +42,27 @@ CHART_NAMES = list(charts.CHARTS)
 
 rule charts:
     input:
-        summary="results/summary/cells.parquet",
+        summary=results.SUMMARY,
         # The decode-vs-latency chart draws this table's slopes: one estimator.
-        mechanisms="results/tables/mechanisms.csv",
+        mechanisms=results.table("mechanisms", "csv"),
         links=all_link_results(),
         # The token timeline's cell is chosen from the summary when the job runs.
         cells=all_cell_results(),
     output:
-        html=expand("results/charts/{name}.html", name=CHART_NAMES),
+        html=expand(results.CHART, name=CHART_NAMES, ext="html"),
         # Each PNG with its caption, for `snakemake --report`.
         png=[
             report(
-                f"results/charts/{name}.png",
+                results.chart(name, "png"),
                 caption=f"../report/charts/{name}.rst",
                 category="Charts",
                 labels={"chart": name.replace("_", " ")},
             )
             for name in CHART_NAMES
         ],
-        spec=expand("results/charts/{name}.vl.json", name=CHART_NAMES),
+        spec=expand(results.CHART, name=CHART_NAMES, ext="vl.json"),
     log:
-        "results/logs/charts.log",
+        results.log("charts"),
     conda:
         "../envs/splitbench.yaml"
     params:
@@ -78,29 +76,29 @@ rule charts:
             "--baseline {params.baseline:q}",
             "--timeline={params.timeline:q}",
             "--mechanisms {input.mechanisms:q}",
-            "--out results/charts",
+            f"--out {results.CHARTS}",
         )
 
 
 rule report:
     input:
         aggregate=rules.aggregate.output,
-        summary="results/summary/cells.parquet",
+        summary=results.SUMMARY,
         links=all_link_results(),
-        toolchain=expand("results/toolchain/{pair}.json", pair=config["pairs"]),
+        toolchain=expand(results.TOOLCHAIN, pair=config["pairs"]),
         requests=all_request_results(),
-        charts=expand("results/charts/{name}.vl.json", name=CHART_NAMES),
+        charts=expand(results.CHART, name=CHART_NAMES, ext="vl.json"),
         # Tables written by other steps, so that the page shows them.
-        tables=[*roundtrip_targets(), "results/tables/drift.md"],
-        drift="results/drift/report.parquet",
+        tables=[*roundtrip_targets(), results.table("drift", "md")],
+        drift=results.DRIFT_REPORT,
     output:
         report(
-            "results/report.html",
+            results.REPORT,
             caption="../report/report.rst",
             category="Report",
         ),
     log:
-        "results/logs/report.log",
+        results.log("report"),
     conda:
         "../envs/splitbench.yaml"
     shell:
@@ -110,8 +108,8 @@ rule report:
             "--links {input.links:q}",
             "--toolchain {input.toolchain:q}",
             "--requests {input.requests:q}",
-            "--tables results/tables",
-            "--charts results/charts",
+            f"--tables {results.TABLES}",
+            f"--charts {results.CHARTS}",
             "--drift {input.drift:q}",
             "--out {output:q}",
         )
@@ -121,14 +119,14 @@ rule report:
 # servers did not load, after everything else was measured and reported.
 rule checks:
     input:
-        report="results/report.html",
-        drift="results/drift/report.parquet",
+        report=results.REPORT,
+        drift=results.DRIFT_REPORT,
     output:
-        "results/checks.txt",
+        results.CHECKS,
     log:
-        "results/logs/checks.log",
+        results.log("checks"),
     conda:
         "../envs/splitbench.yaml"
     shell:
-        "python -m splitbench checks --results results --out {output:q} 2>&1 | tee {log:q};"
-        " exit ${{PIPESTATUS[0]}}"
+        f"python -m splitbench checks --results {results.ROOT} --out {{output:q}} 2>&1"
+        " | tee {log:q}; exit ${{PIPESTATUS[0]}}"

@@ -4,12 +4,12 @@
 
 rule roundtrips:
     input:
-        model="results/models/{model}.json",
-        toolchain="results/toolchain/{pair}.json",
+        model=results.MODEL_INFO,
+        toolchain=results.TOOLCHAIN,
     output:
-        "results/roundtrips/{pair}/{model}/w{workers}.parquet",
+        results.ROUNDTRIPS,
     log:
-        "results/logs/roundtrips/{pair}/{model}/w{workers}.log",
+        results.log("roundtrips/{pair}/{model}/w{workers}"),
     conda:
         "../envs/splitbench.yaml"
     params:
@@ -30,15 +30,15 @@ rule roundtrips_table:
     input:
         all_roundtrip_results(),
     output:
-        "results/tables/round_trips.md",
-        "results/tables/round_trips.csv",
+        results.table("round_trips", "md"),
+        results.table("round_trips", "csv"),
     log:
-        "results/logs/roundtrips_table.log",
+        results.log("roundtrips_table"),
     conda:
         "../envs/splitbench.yaml"
     shell:
         splitbench(
             "roundtrips-table",
             "--sweeps {input:q}",
-            "--out results/tables/round_trips",
+            f"--out {results.TABLES}/round_trips",
         )

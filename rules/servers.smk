@@ -4,13 +4,13 @@
 
 rule launch:
     input:
-        model="results/models/{model}.json",
-        toolchain="results/toolchain/{pair}.json",
-        link=ancient("results/links/{pair}/{link}.parquet"),
+        model=results.MODEL_INFO,
+        toolchain=results.TOOLCHAIN,
+        link=ancient(results.LINK),
     output:
-        "results/servers/{pair}/{link}/{model}.json",
+        results.LAUNCH,
     log:
-        "results/logs/servers/{pair}/{link}/{model}.log",
+        results.log("servers/{pair}/{link}/{model}"),
     priority: launch_priority
     conda:
         "../envs/splitbench.yaml"

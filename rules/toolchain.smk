@@ -3,9 +3,9 @@
 
 rule toolchain:
     output:
-        "results/toolchain/{pair}.json",
+        results.TOOLCHAIN,
     log:
-        "results/logs/toolchain/{pair}.log",
+        results.log("toolchain/{pair}"),
     priority: SETUP_PRIORITY
     conda:
         "../envs/splitbench.yaml"

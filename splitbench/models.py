@@ -22,6 +22,7 @@ from typing import Any
 import gguf
 import numpy as np
 
+from splitbench import results
 from splitbench.stage import Stage, json_arg
 
 BYTE_TOKENS = [f"<0x{b:02X}>" for b in range(256)]
@@ -229,11 +230,11 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 def _run(args: argparse.Namespace) -> None:
     if args.write and args.spec.get("source"):
         origin = fetch(args.spec["source"], args.gguf)
-        Path(args.gguf).with_suffix(".origin.json").write_text(json.dumps(origin))
+        results.model_origin(args.gguf).write_text(json.dumps(origin))
     elif args.write:
         write_synthetic(args.spec["synthetic"], args.gguf)
     if args.out:
-        origin_file = Path(args.gguf).with_suffix(".origin.json") if args.gguf else None
+        origin_file = results.model_origin(args.gguf) if args.gguf else None
         origin = (json.loads(origin_file.read_text())
                   if origin_file and origin_file.exists() else None)
         Path(args.out).write_text(json.dumps(describe(args.spec, args.gguf, origin), indent=1))

@@ -15,9 +15,8 @@ from typing import Any
 
 import yaml
 
+from splitbench import results
 from splitbench.stage import Stage
-
-RESULTS = "results"
 
 
 class ConfigError(ValueError):
@@ -38,19 +37,7 @@ class Cell:
 
     @property
     def path(self) -> str:
-        return cell_path(self.pair, self.link, self.model, self.ctx, self.conc)
-
-
-def cell_path(pair: str, link: str, model: str, ctx: str, conc: int | str) -> str:
-    return f"{RESULTS}/cells/{pair}/{link}/{model}/ctx{ctx}_c{conc}.parquet"
-
-
-def requests_path(pair: str, link: str, model: str, ctx: str, conc: int | str) -> str:
-    return f"{RESULTS}/cells/{pair}/{link}/{model}/ctx{ctx}_c{conc}.requests.parquet"
-
-
-def link_path(pair: str, link: str) -> str:
-    return f"{RESULTS}/links/{pair}/{link}.parquet"
+        return results.cell(self.pair, self.link, self.model, self.ctx, self.conc)
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
@@ -328,11 +315,6 @@ def setup_priority(order: list[tuple[str, str, str]]) -> int:
     return 4 * len(order) + 4
 
 
-def anchor_path(pair: str, model: str, when: str, requests: bool = False) -> str:
-    suffix = ".requests.parquet" if requests else ".parquet"
-    return f"{RESULTS}/anchors/{pair}/{model}/{when}{suffix}"
-
-
 def anchor_cell(config: dict[str, Any], pair: str, model: str) -> Cell:
     """The drift anchor: a short single-stream cell on the baseline link."""
     shortest = min(config["contexts"], key=config["contexts"].get)
@@ -477,10 +459,6 @@ def roundtrip_sweeps(config: dict[str, Any]) -> list[tuple[str, str, int]]:
     return [(pair, model, workers)
             for pair, spec in config["pairs"].items() if spec["mode"] == "embedded"
             for model in settings["models"] for workers in settings["workers"]]
-
-
-def roundtrips_path(pair: str, model: str, workers: int | str) -> str:
-    return f"{RESULTS}/roundtrips/{pair}/{model}/w{workers}.parquet"
 
 
 def roundtrips_slice(config: dict[str, Any], pair: str, model: str,

@@ -8,7 +8,6 @@ standard error of the decode step.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -19,14 +18,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from splitbench import results
 from splitbench.analysis import comparison
 from splitbench.analysis.comparison import MEDIAN_SE
 from splitbench.backends.llamacpp import metrics
 from splitbench.infra import interference
 
 SUMMARY_KEYS = ["pair", "link", "model", "ctx", "conc"]
-
-
 
 
 FIGURES = ["prefill_tps", "decode_tps", "decode_ms_per_token", "ttft_ms",
@@ -51,16 +49,9 @@ SUMMARY_COLUMNS = ["request_id", "status", "cell_status", "generated_tokens", "n
                    "wakeup_latency_b", *CPU_FIGURES, *FIGURES, *LAYOUT]
 
 
-# ctx{label}_c{N}.requests.parquet; a trailing _r{K} marks repeat K of the same cell, for
-# when a cell is measured more than once (a `repeat` column in the rows wins over it).
-CELL_FILE = re.compile(
-    r"^ctx(?P<ctx>.+)_c(?P<conc>\d+)(?:_r(?P<repeat>\d+))?\.requests\.parquet$")
-
-
 # Overlap above this is flagged: N requests cannot finish sooner than one alone (1.0);
 # the margin is T1's own spread between sequential requests.
 OVERLAP_MAX = 1.05
-
 
 
 def summarize(request_files: list[str], contexts: dict[str, int],
@@ -89,7 +80,6 @@ def summarize(request_files: list[str], contexts: dict[str, int],
     return ctx_sorted(summary, SUMMARY_KEYS, by_length(contexts)).reset_index(drop=True)
 
 
-
 def _timing_flags(summary: pd.DataFrame) -> list[str | None]:
     """Cells whose token times are not each token's own: tokens that came out of one
     read without a packet clock share that read's stamp."""
@@ -105,12 +95,10 @@ def _timing_flags(summary: pd.DataFrame) -> list[str | None]:
     return out
 
 
-
 def joined(*reasons: Any) -> str | None:
     """The reasons that are text, joined with "; " (None when there is none)."""
     parts = [r for r in reasons if isinstance(r, str) and r]
     return "; ".join(parts) or None
-
 
 
 def by_length(contexts: dict[str, int]) -> list[str]:
@@ -118,11 +106,11 @@ def by_length(contexts: dict[str, int]) -> list[str]:
     return sorted(contexts, key=contexts.get)
 
 
-
 def read_requests(request_files: Sequence[str],
                   columns: Sequence[str] | None = None) -> pd.DataFrame:
-    """Every cell's request rows in one frame, with the cell's pair, link, model, ctx and
-    conc from its path, and `repeat` from the path where the rows carry none.
+    """Every cell's request rows in one frame, each with its identity (pair, link, model,
+    ctx, conc, repeat): the rows' own, or, for files written before rows carried it, the
+    file's path's (`results.identity`).
 
     columns: the request columns to read (all where None) where a file has them; a file
     lacking one gets it missing. pyarrow reads each file, the tables are concatenated
@@ -131,25 +119,16 @@ def read_requests(request_files: Sequence[str],
     token files, read together (`_token_se`), as metrics.request_row computes it.
     """
     needs_se = columns is None or "decode_ms_se" in columns
-    wanted = None if columns is None else {*columns, "request_id", "repeat"}
-    pieces, cells, old = [], [], []
+    wanted = None if columns is None else {*columns, "request_id", *results.IDENTITY}
+    pieces, old = [], []
     for path in request_files:
-        parts = Path(path).parts  # results/cells/PAIR/LINK/MODEL/ctxC_cN.requests.parquet
-        name = CELL_FILE.match(Path(path).name)
-        if name is None:
-            raise ValueError(
-                f"{path}: not a cell's request file (ctx<label>_c<N>.requests.parquet)")
         file = pq.ParquetFile(path)
         names = file.schema_arrow.names
         table = file.read(columns=None if wanted is None else [c for c in names if c in wanted],
                           use_threads=False).replace_schema_metadata(None)
         if needs_se and ("decode_ms_se" not in names or _all_missing(table["decode_ms_se"])):
             old.append(len(pieces))
-        if "repeat" not in names:
-            table = table.append_column(
-                "repeat", pa.array(np.full(table.num_rows, int(name["repeat"] or 0))))
-        pieces.append(table)
-        cells.append((parts[-4], parts[-3], parts[-2], name["ctx"], int(name["conc"])))
+        pieces.append(_with_identity(table, path))
     if not pieces:
         raise ValueError("no request files")
     frame = pa.concat_tables(pieces, promote_options="permissive").to_pandas()
@@ -165,15 +144,24 @@ def read_requests(request_files: Sequence[str],
             [np.searchsorted(old, file_of[rows]), frame["request_id"].to_numpy()[rows]])
         values[rows] = se.reindex(at).to_numpy() if len(se) else np.nan
         frame["decode_ms_se"] = values
-    for key, values in zip(SUMMARY_KEYS, zip(*cells, strict=True), strict=True):
-        frame[key] = np.asarray(values, dtype="int64" if key == "conc" else object)[file_of]
     return frame
 
+
+def _with_identity(table: pa.Table, path: str) -> pa.Table:
+    """A request file's rows with their identity columns; files written before rows
+    carried them get them from their path (the results layout's own parser)."""
+    missing = [k for k in results.IDENTITY if k not in table.column_names]
+    if not missing:
+        return table
+    ident = results.identity(path)
+    for key in missing:
+        kind = pa.int64() if key in ("conc", "repeat") else pa.string()
+        table = table.append_column(key, pa.array([ident[key]] * table.num_rows, type=kind))
+    return table
 
 
 def _all_missing(column: pa.ChunkedArray) -> bool:
     return len(column) == 0 or bool(pc.all(pc.is_null(column, nan_is_null=True)).as_py())
-
 
 
 def _token_se(token_files: Sequence[Path]) -> pd.Series:
@@ -226,12 +214,10 @@ CELL_FIELDS = [
 ]
 
 
-
 def _one_clock(clocks: pd.Series) -> str | None:
     """One word for the clocks of several requests or repeats ("mixed" when they differ)."""
     found = set(clocks.dropna())
     return found.pop() if len(found) == 1 else ("mixed" if found else None)
-
 
 
 def _cells(requests: pd.DataFrame) -> pd.DataFrame:
@@ -242,7 +228,6 @@ def _cells(requests: pd.DataFrame) -> pd.DataFrame:
         **{name: (column, per_run) for name, column, per_run, _ in fields})
     return runs.groupby(level=SUMMARY_KEYS).agg(
         **{name: (name, across) for name, _, _, across in fields})
-
 
 
 def _uncertainty(ok: pd.DataFrame) -> pd.DataFrame:
@@ -291,12 +276,10 @@ def _uncertainty(ok: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(pieces)
 
 
-
 def _temps_text(row: pd.Series) -> str | None:
     if pd.isna(row["temp_before_c"]):
         return None
     return f"{row['temp_before_c']:.1f}->{row['temp_after_c']:.1f} C"
-
 
 
 def _overlaps(summary: pd.DataFrame, requests: pd.DataFrame) -> pd.Series:
@@ -323,13 +306,11 @@ def _overlaps(summary: pd.DataFrame, requests: pd.DataFrame) -> pd.Series:
     return pd.Series(values, index=summary.index, dtype="float64")
 
 
-
 def read_links(link_files: list[str]) -> pd.DataFrame:
     """Link results, one row per (pair, link)."""
     if not link_files:
         return pd.DataFrame(columns=["pair", "link"])
     return pd.concat([pq.read_table(p).to_pandas() for p in link_files], ignore_index=True)
-
 
 
 def latency_column(links: pd.DataFrame) -> str:
@@ -345,7 +326,6 @@ def latency_column(links: pd.DataFrame) -> str:
     if "rr_fixed_us" in links and links["rr_fixed_us"].notna().any():
         return "rr_fixed_us"
     return "rr16k_p50_us"
-
 
 
 def rounded(value: float | None, digits: int) -> float | None:

@@ -28,12 +28,12 @@ baseline beyond its uncertainty, which no emulated link can.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
+from splitbench import results
 from splitbench.analysis import traffic
 
 # Cells that a link comparison sets side by side: same pair, model and context.
@@ -115,11 +115,12 @@ def machine_drift(anchor_files: Sequence[str], summary: pd.DataFrame,
         if np.isfinite(prefill) and prefill > 0:
             mine["prefill"].append(float(prefill))
 
-    for name in anchor_files:
-        path = Path(name)
-        medians = _anchor_medians(pq.read_table(path).to_pandas())
+    for path in anchor_files:
+        rows = results.with_identity(pq.read_table(path).to_pandas(), path, ["pair", "model"])
+        medians = _anchor_medians(rows)
         if medians is not None:
-            add(path.parts[-3], path.parts[-2], medians["decode"], medians["prefill"])
+            add(rows["pair"].iloc[0], rows["model"].iloc[0], medians["decode"],
+                medians["prefill"])
     ok = summary[(summary["conc"] == 1) & (summary["status"] == "ok")]
     if len(ok) and "ctx_tokens" in ok:
         shortest = ok.loc[ok["ctx_tokens"] == ok["ctx_tokens"].min()]
@@ -237,7 +238,6 @@ def pick_baseline(summary: pd.DataFrame, baseline_link: str | None = None) -> st
     return links[0] if links else None
 
 
-
 def compare_links(summary: pd.DataFrame, baseline_link: str | None = None,
                   drift: pd.DataFrame | None = None) -> pd.DataFrame:
     """Every other link's concurrency-1 cell against the baseline link's cell of the same
@@ -284,7 +284,6 @@ def compare_links(summary: pd.DataFrame, baseline_link: str | None = None,
     return comp.reset_index(drop=True)
 
 
-
 def _sequential(comp: pd.DataFrame) -> None:
     """Differences of two cells measured at different times, with the machine's
     variation over time (the anchors' drift) in their uncertainty."""
@@ -307,7 +306,6 @@ def _sequential(comp: pd.DataFrame) -> None:
     comp["prefill_lower_bound"] = drift_p.isna()
     comp["compared"] = np.where(drift_d.notna(), "sequential (machine drift included)",
                                 "sequential (no drift measured)")
-
 
 
 def _paired(comp: pd.DataFrame) -> None:

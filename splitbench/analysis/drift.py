@@ -51,6 +51,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import yaml
 
+from splitbench import results
 from splitbench.analysis import cell_summary, comparison
 from splitbench.infra import interference, parquet_io
 from splitbench.report import tables
@@ -378,8 +379,8 @@ def _checks_text(cfg: Mapping[str, Any], blocks: pd.DataFrame,
         mine = cells[(cells["pair"] == pair) & (cells["model"] == model)]
         lines.append(f"anchor {pair}/{model}: FAILED, the check could not run: {why}; its "
                      f"{len(mine)} ok cell(s) are not checked for drift (re-measure the "
-                     f"anchors: --forcerun results/anchors/{pair}/{model}/start.parquet "
-                     f"results/anchors/{pair}/{model}/end.parquet)")
+                     f"anchors: --forcerun {results.anchor(pair, model, 'start')} "
+                     f"{results.anchor(pair, model, 'end')})")
     return lines
 
 
@@ -536,15 +537,15 @@ def _save(reruns_path: str | Path, data: dict[str, Any]) -> None:
 
 
 def read_anchors(anchor_files: list[str]) -> dict[tuple[str, str], dict[str, pd.DataFrame]]:
-    """results/anchors/{pair}/{model}/{start,end}.requests.parquet, by (pair, model)."""
+    """The anchors' request rows, by (pair, model) and when (start, end)."""
     anchors: dict[tuple[str, str], dict[str, pd.DataFrame]] = {}
-    for name in anchor_files:
-        path = Path(name)
-        which = path.name.removesuffix(".requests.parquet")
-        if which not in ("start", "end"):
-            raise ValueError(f"{path}: not an anchor file ({{start,end}}.requests.parquet)")
-        pair, model = path.parts[-3], path.parts[-2]
-        anchors.setdefault((pair, model), {})[which] = pq.read_table(path).to_pandas()
+    for path in anchor_files:
+        rows = results.with_identity(pq.read_table(path).to_pandas(), path,
+                                     ["pair", "model", "when"])
+        if rows.empty:
+            continue
+        first = rows.iloc[0]
+        anchors.setdefault((first["pair"], first["model"]), {})[first["when"]] = rows
     return anchors
 
 
@@ -581,14 +582,14 @@ def outcome_lines(suspects: pd.DataFrame) -> list[str]:
 
 # --- the `drift` stage ----------------------------------------------------------------
 def _arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--summary", default="results/summary/cells.parquet")
+    p.add_argument("--summary", default=results.SUMMARY)
     p.add_argument("--anchors", nargs="*", default=[])
     p.add_argument("--settings", type=json_arg, default={})
     p.add_argument("--interference", type=json_arg, default={},
                    help="the config's interference: limits (JSON): an anchor above them "
                         "fails the anchor check")
-    p.add_argument("--report", default="results/drift/report.parquet")
-    p.add_argument("--table", default="results/tables/drift", help="path without suffix")
+    p.add_argument("--report", default=results.DRIFT_REPORT)
+    p.add_argument("--table", default=f"{results.TABLES}/drift", help="path without suffix")
     p.add_argument("--apply", action="store_true",
                    help="record a new epoch for the cells in the existing report")
     p.add_argument("--reruns", default="config/reruns.yaml")

@@ -21,10 +21,7 @@ from splitbench.analysis.fits import fit_through_origin
 # insensitive to the link (the seed: +55% bandwidth bought +5..17% prefill, about 0.1 to
 # 0.3); from TRACKS_ABOVE it tracks bandwidth.
 INSENSITIVE_BELOW = 0.25
-
-
 TRACKS_ABOVE = 0.75
-
 
 
 def mechanism_points(summary: pd.DataFrame, links: pd.DataFrame,
@@ -56,19 +53,17 @@ def mechanism_points(summary: pd.DataFrame, links: pd.DataFrame,
     )
 
 
-
 def _slopes_by(points: pd.DataFrame, key: str, x: str, y: str, order: Sequence[str]) -> str:
     fits = {k: fit_through_origin(g[x], g[y])["slope"] for k, g in points.groupby(key)}
     return " / ".join(f"{k} {fits[k]:.2f}" for k in order
                       if k in fits and np.isfinite(fits[k])) or "—"
 
 
-
 def table(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
-               baseline_link: str | None = None,
-               drift: pd.DataFrame | None = None,
-               prediction: Callable[[pd.DataFrame], pd.DataFrame] | None = None
-               ) -> pd.DataFrame:
+          baseline_link: str | None = None,
+          drift: pd.DataFrame | None = None,
+          prediction: Callable[[pd.DataFrame], pd.DataFrame] | None = None
+          ) -> pd.DataFrame:
     """The seed's conclusions 1 and 2, computed per model: implied round trips per token
     (decode delta vs request-response latency difference) and prefill's elasticity to
     one-way bandwidth, each with its fit quality and a one-line verdict that the data
@@ -109,7 +104,6 @@ def table(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
     return table
 
 
-
 def _mechanism_row(pair: str, model: str, mechanism: str, against: str, points: pd.DataFrame,
                    x: str, y: str, contexts: Sequence[str]) -> dict[str, Any]:
     unc = "decode_delta_unc_ms" if mechanism == "decode" else "prefill_change_unc"
@@ -142,14 +136,12 @@ def _mechanism_row(pair: str, model: str, mechanism: str, against: str, points: 
     }
 
 
-
 def _bandwidth_by_link(points: pd.DataFrame) -> str:
     """Each link's bandwidth term (median over contexts), "usb4 +1.02 / 5gbe +1.05"."""
     if points.empty or points["bandwidth_ms"].isna().all():
         return "— (no bytes or throughput measured)"
     return " / ".join(f"{link} {group['bandwidth_ms'].median():+.2f}"
                       for link, group in points.groupby("link"))
-
 
 
 def _dominant_terms(fit: dict[str, Any], points: pd.DataFrame) -> str:
@@ -200,10 +192,8 @@ def _dominant_terms(fit: dict[str, Any], points: pd.DataFrame) -> str:
     return ("; per link: " + "; ".join(parts)) if parts else ""
 
 
-
 def _plus_minus(unc: float) -> str:
     return f" ±{unc:.2f}" if np.isfinite(unc) else ""
-
 
 
 def _dominance(bandwidth: float, bandwidth_unc: float, latency: float,
@@ -217,7 +207,6 @@ def _dominance(bandwidth: float, bandwidth_unc: float, latency: float,
     return f"neither dominates (they differ by less than ±{allowed:.2f})"
 
 
-
 def _weighted(values: pd.Series, unc: pd.Series) -> tuple[float, float]:
     """The inverse-variance mean of a link's deltas over contexts and its uncertainty
     (their median and no uncertainty where one is missing)."""
@@ -227,7 +216,6 @@ def _weighted(values: pd.Series, unc: pd.Series) -> tuple[float, float]:
         return float(np.sum(weights * values) / np.sum(weights)), float(
             1 / np.sqrt(np.sum(weights)))
     return (float(np.median(values)) if len(values) else np.nan), np.nan
-
 
 
 def _unresolvable(fit: dict[str, Any], what: str) -> list[str]:
@@ -241,7 +229,6 @@ def _unresolvable(fit: dict[str, Any], what: str) -> list[str]:
     if np.isfinite(fit["r2"]) and fit["r2"] < 0.5:
         reasons.append(f"{what} explains the differences poorly (R² {fit['r2']:.2f})")
     return reasons
-
 
 
 def _decode_verdict(fit: dict[str, Any], points: pd.DataFrame) -> str:
@@ -282,7 +269,6 @@ def _decode_verdict(fit: dict[str, Any], points: pd.DataFrame) -> str:
     return text
 
 
-
 def _varies_with_context(points: pd.DataFrame) -> bool | None:
     """Whether two contexts' round-trip slopes differ by more than their measured
     uncertainty (propagated from the deltas' own uncertainty, not from the scatter, which
@@ -302,7 +288,6 @@ def _varies_with_context(points: pd.DataFrame) -> bool | None:
     return any(abs(a - b) > COVERAGE * np.hypot(sa, sb) if np.isfinite(np.hypot(sa, sb))
                else abs(a - b) > 0.25 * max(abs(a), abs(b))
                for i, (a, sa) in enumerate(slopes) for b, sb in slopes[i + 1:])
-
 
 
 def _prefill_verdict(fit: dict[str, Any], points: pd.DataFrame) -> str:

@@ -15,6 +15,7 @@ import httpx
 import pandas as pd
 from rich.console import Console
 
+from splitbench import results
 from splitbench.backends.llamacpp import client, metrics, prompts, servers
 from splitbench.infra import archive, interference, parquet_io, procs, telemetry, wakeup
 from splitbench.infra.hosts import HostError
@@ -73,6 +74,8 @@ def run(
     if reference_result:
         provenance["reference_fingerprint"] = pd.read_parquet(
             reference_result).iloc[0]["fingerprint"]
+    ident = _identity(tokens_out, link_spec)
+    requests, tokens = results.stamped(requests, ident), results.stamped(tokens, ident)
     archive.supersede([tokens_out, requests_out])
     parquet_io.write(requests, requests_out, provenance)
     parquet_io.write(tokens, tokens_out, provenance)
@@ -104,6 +107,18 @@ class Run:
     def failed(self) -> bool:
         return any(r.error_type or r.http_status != 200 for replies, _ in self.shots
                    for r in replies)
+
+
+def _identity(tokens_out: str, link_spec: dict[str, Any]) -> dict[str, Any]:
+    """What the rows are, from the output path Snakemake chose: a cell's pair, link,
+    model, ctx, conc; an anchor's pair, model and when, on the link it ran on. Nothing
+    for a one-off measurement written outside the results layout."""
+    try:
+        ident = results.identity(tokens_out)
+    except ValueError:
+        return {}
+    ident.pop("repeat", None)  # the rows' own: one job measures every repeat
+    return {**ident, "link": link_spec["link"]} if "when" in ident else ident
 
 
 def _measure(cell: dict[str, Any], link: Any, reference: Any, model: dict[str, Any],

@@ -12,27 +12,7 @@ import os
 from datetime import UTC, datetime
 from pathlib import Path
 
-KEPT = ".kept"
-ARCHIVE = "archive"
-
-
-MEASURED = ("cells", "anchors")  # results/<one of these>/... are measurements
-
-
-def _split(path: str | Path) -> tuple[Path, Path] | None:
-    """The results root and the path inside it (results/cells/... -> results, cells/...);
-    None for a file outside the results layout (a one-off measurement)."""
-    parts = Path(path).parts
-    found = [i for i, part in enumerate(parts[:-1]) if part in MEASURED]
-    if not found:
-        return None
-    at = found[-1]
-    return Path(*parts[:at]) if at else Path("."), Path(*parts[at:])
-
-
-def kept_path(path: str | Path) -> Path | None:
-    split = _split(path)
-    return split[0] / KEPT / split[1] if split else None
+from splitbench import results
 
 
 def stamp() -> str:
@@ -45,10 +25,9 @@ def supersede(paths: list[str], when: str | None = None) -> list[Path]:
     when = when or stamp()
     moved = []
     for path in paths:
-        kept = kept_path(path)
+        kept = results.kept(path)
         if kept is not None and kept.exists():
-            root, inside = _split(path)
-            target = root / ARCHIVE / when / inside
+            target = results.archived(path, when)
             target.parent.mkdir(parents=True, exist_ok=True)
             os.replace(kept, target)
             moved.append(target)
@@ -58,7 +37,7 @@ def supersede(paths: list[str], when: str | None = None) -> list[Path]:
 def keep(paths: list[str]) -> None:
     """Hard-link freshly written outputs, so a later re-measurement can archive them."""
     for path in paths:
-        kept = kept_path(path)
+        kept = results.kept(path)
         if kept is None:
             continue
         kept.parent.mkdir(parents=True, exist_ok=True)
@@ -66,19 +45,14 @@ def keep(paths: list[str]) -> None:
         os.link(path, kept)
 
 
-def keep_existing(results: str | Path) -> int:
+def keep_existing(root: str | Path) -> int:
     """Hard-link every measured file that has no kept link yet (files written before the
     archive existed), so that re-measuring them archives instead of losing them."""
     added = 0
-    for folder in MEASURED:
-        for path in Path(results, folder).rglob("*.parquet"):
-            kept = kept_path(path)
+    for folder in results.MEASURED:
+        for path in Path(root, folder).rglob("*.parquet"):
+            kept = results.kept(path)
             if kept is not None and not kept.exists():
                 keep([str(path)])
                 added += 1
     return added
-
-
-def archived_requests(results: str | Path) -> list[Path]:
-    """Every archived request file, oldest first."""
-    return sorted(Path(results, ARCHIVE).glob("*/cells/*/*/*/*.requests.parquet"))

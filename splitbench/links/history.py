@@ -11,12 +11,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from splitbench import results
+
 TRACKED = ("a_to_b_gbps", "b_to_a_gbps", "bidir_gbps", "rr16k_p50_us")
-
-
-def history_path(out: str | Path) -> Path:
-    out = Path(out)
-    return out.with_name(f"{out.stem}.history.jsonl")
 
 
 def compare(previous: dict[str, Any], row: dict[str, Any], threshold: float) -> list[str]:
@@ -35,7 +32,7 @@ def compare(previous: dict[str, Any], row: dict[str, Any], threshold: float) -> 
 
 def compare_and_keep(row: dict[str, Any], out: str | Path, settings: dict) -> list[str]:
     """Compare with the last kept verification, then append this one."""
-    path = history_path(out)
+    path = results.link_history(out)
     changes: list[str] = []
     if path.exists():
         lines = path.read_text().splitlines()

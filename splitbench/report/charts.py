@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from splitbench import plan
+from splitbench import results
 from splitbench.analysis import cell_summary, comparison, traffic
 from splitbench.stage import Stage
 
@@ -281,9 +281,8 @@ def timeline_cell(summary: pd.DataFrame, baseline: str, choice: str = "") -> pd.
 
 def read_timeline(cells_dir: str | Path, cell: pd.Series) -> pd.DataFrame:
     """One cell's tokens (request_id, token_index, t_ns, t_send_ns) from its Parquet."""
-    layout = Path(plan.cell_path(cell["pair"], cell["link"], cell["model"], cell["ctx"],
-                                 cell["conc"]))
-    path = Path(cells_dir) / layout.relative_to(Path(plan.RESULTS) / "cells")
+    path = results.cell(cell["pair"], cell["link"], cell["model"], cell["ctx"], cell["conc"],
+                        root=Path(cells_dir).parent)
     columns = ["request_id", "token_index", "t_ns", "t_send_ns"]
     return pq.read_table(path, columns=columns).to_pandas()
 
@@ -475,7 +474,7 @@ def finite(value: Any) -> Any:
 
 
 def render(summary_path: str, link_files: list[str], baseline: str, out_dir: str,
-           cells_dir: str = f"{plan.RESULTS}/cells", timeline: str = "",
+           cells_dir: str = results.CELLS, timeline: str = "",
            mechanisms_path: str = "") -> list[Path]:
     """Build and save every chart; returns the files written."""
     summary = pq.read_table(summary_path).to_pandas()
@@ -494,7 +493,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--summary", required=True)
     p.add_argument("--links", nargs="+", required=True)
     p.add_argument("--baseline", required=True, help="the link others are compared with")
-    p.add_argument("--cells", default="results/cells", help="where the cell Parquet lies")
+    p.add_argument("--cells", default=results.CELLS, help="where the cell Parquet lies")
     p.add_argument("--timeline", default="",
                    help="the token timeline's cell as pair/link/model/ctx/conc "
                         "(default: the baseline's shortest-context, most-concurrent ok cell)")

@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 import vl_convert
 from markdown_it import MarkdownIt
 
-from splitbench import __version__, plan
+from splitbench import __version__, results
 from splitbench.analysis import cell_summary
 from splitbench.infra import parquet_io
 from splitbench.report import charts, tables
@@ -265,8 +265,8 @@ def _launch_files(summary: pd.DataFrame, cells_dir: str | Path) -> dict[str, Pat
     """One request file per server launch: its metadata holds the launch's commands."""
     files = {}
     for row in summary.drop_duplicates("server_launch_id").itertuples():
-        layout = Path(plan.requests_path(row.pair, row.link, row.model, row.ctx, row.conc))
-        path = Path(cells_dir) / layout.relative_to(Path(plan.RESULTS) / "cells")
+        path = Path(results.cell_requests(row.pair, row.link, row.model, row.ctx, row.conc,
+                                          root=Path(cells_dir).parent))
         if path.exists():
             files[str(row.server_launch_id)] = path
     return files
@@ -360,8 +360,8 @@ def check_lines(summary: pd.DataFrame, drift_path: str | Path | None) -> list[tu
     that did not run is a failure, never a clean line."""
     lines: list[tuple[str, str]] = []
     if drift_path is None or not Path(drift_path).exists():
-        lines.append(("failed", "drift: not run (no results/drift/report.parquet): no cell "
-                                "is checked for drift"))
+        lines.append(("failed", f"drift: not run (no {drift_path or results.DRIFT_REPORT}): "
+                                "no cell is checked for drift"))
     else:
         meta = parquet_io.provenance(drift_path)
         for block in meta.get("blocks", []):
@@ -428,11 +428,11 @@ def load_failures(summary: pd.DataFrame) -> list[str]:
     return out
 
 
-def run_checks(results: str | Path, out: str | Path) -> list[str]:
-    """The checks of a finished run, written to `out` and printed (failed first); returns
-    the blocks that did not load (the run's exit status says so)."""
-    summary = pq.read_table(Path(results) / "summary" / "cells.parquet").to_pandas()
-    lines = check_lines(summary, Path(results) / "drift" / "report.parquet")
+def run_checks(root: str | Path, out: str | Path) -> list[str]:
+    """The checks of the finished run under `root`, written to `out` and printed (failed
+    first); returns the blocks that did not load (the run's exit status says so)."""
+    summary = pq.read_table(results.under(root, results.SUMMARY)).to_pandas()
+    lines = check_lines(summary, results.under(root, results.DRIFT_REPORT))
     order = {"failed": 0, "flagged": 1, "ok": 2}
     marks = {"failed": "FAILED", "flagged": "flagged", "ok": "ok"}
     text = "".join(f"splitbench check {marks[state]}: {line}\n"
@@ -452,7 +452,7 @@ def _checks_html(lines: list[tuple[str, str]]) -> str:
 
 def page(summary_path: str, link_files: list[str], toolchain_files: list[str],
          tables_dir: str, charts_dir: str, request_files: list[str],
-         cells_dir: str = f"{plan.RESULTS}/cells",
+         cells_dir: str = results.CELLS,
          drift_path: str | Path | None = None) -> str:
     """The whole report as one HTML string."""
     summary = pq.read_table(summary_path).to_pandas()
@@ -497,7 +497,7 @@ def _report_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--links", nargs="+", required=True)
     p.add_argument("--toolchain", nargs="+", required=True)
     p.add_argument("--requests", nargs="+", required=True)
-    p.add_argument("--cells", default="results/cells", help="where the cell Parquet lies")
+    p.add_argument("--cells", default=results.CELLS, help="where the cell Parquet lies")
     p.add_argument("--tables", required=True, help="directory of the tables (.md, .csv)")
     p.add_argument("--charts", required=True, help="directory of the charts (.vl.json)")
     p.add_argument("--drift", default=None, help="the drift step's report.parquet")
@@ -513,7 +513,7 @@ def _report(args: argparse.Namespace) -> None:
 
 
 def _checks_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--results", default="results")
+    p.add_argument("--results", default=results.ROOT)
     p.add_argument("--out", required=True, help="where to write them (on success)")
 
 
@@ -522,7 +522,8 @@ def _checks(args: argparse.Namespace) -> int:
     if failed:
         print(f"splitbench: {len(failed)} block(s) did not load; everything else is "
               "measured and reported. --forcerun their launch records "
-              "(results/servers/<pair>/<link>/<model>.json) to try again.", file=sys.stderr)
+              f"({results.launch('<pair>', '<link>', '<model>')}) to try again.",
+              file=sys.stderr)
         return 1
     return 0
 

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from splitbench import results
 from splitbench.analysis import comparison, mechanisms, traffic
 from splitbench.analysis.cell_summary import (
     OVERLAP_MAX,
@@ -28,7 +29,7 @@ from splitbench.analysis.cell_summary import (
     summarize,
 )
 from splitbench.analysis.comparison import COVERAGE, compare_links, pick_baseline
-from splitbench.infra import archive, interference, parquet_io
+from splitbench.infra import interference, parquet_io
 from splitbench.stage import Stage, json_arg
 
 # Every table `aggregate` writes (results/tables/<stem>.md and .csv): the aggregate
@@ -59,13 +60,11 @@ FAILURE_AT = {"load": "does not load", "crash": "crashes", "overflow": "500",
               "ctx_wall": "400", "timeout": "times out", "error": "fails"}
 
 
-
 def status_text(status: Any) -> str:
     """A failed cell as the seed writes it: "❌ 400", "❌ crash"; "—" for no cell."""
     if not isinstance(status, str):
         return "—"
     return f"❌ {FAILURE_LABEL.get(status, status)}"
-
 
 
 def _cell_text(value: Any, status: Any, spec: str | Callable[[float], str]) -> str:
@@ -79,13 +78,9 @@ def _cell_text(value: Any, status: Any, spec: str | Callable[[float], str]) -> s
     return spec(value) if callable(spec) else format(value, spec)
 
 
-
 def _row_keys(summary: pd.DataFrame) -> list[str]:
     """Row labels of per-link tables; the pair only where there are several."""
     return (["pair"] if summary["pair"].nunique() > 1 else []) + ["model", "link"]
-
-
-
 
 
 def _by_context(summary: pd.DataFrame, contexts: Sequence[str], column: str,
@@ -100,12 +95,10 @@ def _by_context(summary: pd.DataFrame, contexts: Sequence[str], column: str,
     return table.reindex(columns=[c for c in contexts if c in table.columns]).fillna("—")
 
 
-
 def _flagged(text: str, flags: Any) -> str:
     """A cell's text with FLAG_MARK when it was measured under interference (or its
     tokens share timestamps): the reason is in the summary's `flags`."""
     return f"{text} {FLAG_MARK}" if isinstance(flags, str) and flags else text
-
 
 
 def _ok_values(summary: pd.DataFrame, column: str, index: list[str]) -> pd.DataFrame:
@@ -115,10 +108,8 @@ def _ok_values(summary: pd.DataFrame, column: str, index: list[str]) -> pd.DataF
         index=index, columns="ctx", values="value")
 
 
-
 def _ms(value: float) -> str:
     return f"{value:.1f}" if abs(value) < 100 else f"{value:.0f}"
-
 
 
 def single_stream_decode(summary: pd.DataFrame, contexts: list[str]) -> pd.DataFrame:
@@ -134,13 +125,11 @@ def single_stream_decode(summary: pd.DataFrame, contexts: list[str]) -> pd.DataF
     return table.reset_index().rename_axis(columns=None)
 
 
-
 def single_stream_prefill(summary: pd.DataFrame, contexts: list[str]) -> pd.DataFrame:
     """The seed's section 2: prefill tok/s (prompt tokens / TTFT) by context at
     concurrency 1."""
     return _by_context(summary, contexts, "prefill_tps", ".0f").reset_index().rename_axis(
         columns=None)
-
 
 
 def ttft_table(summary: pd.DataFrame, contexts: list[str]) -> pd.DataFrame:
@@ -166,7 +155,6 @@ def ttft_table(summary: pd.DataFrame, contexts: list[str]) -> pd.DataFrame:
     return pd.DataFrame(columns).reset_index(drop=True)
 
 
-
 def _delta_text(value: float, unc: float, resolvable: Any, lower_bound: Any, status: Any,
                 status_base: Any, spec: str, unit: str = "") -> str:
     if not isinstance(status_base, str):
@@ -185,7 +173,6 @@ def _delta_text(value: float, unc: float, resolvable: Any, lower_bound: Any, sta
     if np.isfinite(unc) and lower_bound is True:
         text += " (± a lower bound)"
     return text
-
 
 
 def link_comparison(summary: pd.DataFrame, contexts: list[str],
@@ -239,7 +226,6 @@ def link_comparison(summary: pd.DataFrame, contexts: list[str],
     return table
 
 
-
 def _prediction_text(guess: pd.Series | None) -> str:
     if guess is None or not np.isfinite(guess["predicted_decode_delta_ms"]):
         return "—"
@@ -252,7 +238,6 @@ def _prediction_text(guess: pd.Series | None) -> str:
     elif parts[1] is not None and not np.isfinite(parts[1]):
         text += " (latency only: the bandwidth term is unknown)"
     return text
-
 
 
 def _agreement(row: pd.Series, guess: pd.Series | None) -> str:
@@ -279,15 +264,12 @@ def _agreement(row: pd.Series, guess: pd.Series | None) -> str:
     return f"{FLAG_MARK} disagrees by {gap:+.2f} (more than ±{allowed:.2f}){suffix}"
 
 
-
 def _texts(values: pd.Series, statuses: pd.Series, spec: str) -> list[str]:
     return [_cell_text(v, s, spec) for v, s in zip(values, statuses, strict=True)]
 
 
-
 def _bool(value: Any) -> bool | None:
     return None if value is pd.NA or value is None else bool(value)
-
 
 
 def concurrency_boundary(summary: pd.DataFrame, contexts: list[str]) -> pd.DataFrame:
@@ -304,7 +286,6 @@ def concurrency_boundary(summary: pd.DataFrame, contexts: list[str]) -> pd.DataF
     return _wide_by_context(text, contexts)
 
 
-
 def _boundary(statuses: list[Any], levels: list[int]) -> str:
     if not levels or statuses[0] != "ok":
         return status_text(statuses[0]) if levels else "—"
@@ -318,12 +299,10 @@ def _boundary(statuses: list[Any], levels: list[int]) -> str:
     return str(top)
 
 
-
 def _wide_by_context(text: pd.Series, contexts: Sequence[str]) -> pd.DataFrame:
     table = text.unstack("ctx")
     table = table.reindex(columns=[c for c in contexts if c in table.columns]).fillna("—")
     return table.reset_index().rename_axis(columns=None)
-
 
 
 def overlap_table(summary: pd.DataFrame, contexts: list[str]) -> pd.DataFrame:
@@ -342,11 +321,9 @@ def overlap_table(summary: pd.DataFrame, contexts: list[str]) -> pd.DataFrame:
     return _wide_by_context(joined, contexts)
 
 
-
 def overlap_levels(summary: pd.DataFrame) -> str:
     """"2-way / 4-way" for the concurrency levels the overlap table shows."""
     return " / ".join(f"{c}-way" for c in sorted(summary["conc"].unique()) if c > 1)
-
 
 
 def _overlap_text(value: float, status: Any) -> str:
@@ -360,7 +337,6 @@ def _overlap_text(value: float, status: Any) -> str:
     return status_text(status) if status != "ok" else "—"
 
 
-
 def to_markdown(frame: pd.DataFrame) -> str:
     columns = [str(c) for c in frame.columns]
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
@@ -369,10 +345,8 @@ def to_markdown(frame: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
-
 def _missing(value: Any) -> bool:
     return value is None or (isinstance(value, float) and np.isnan(value))
-
 
 
 def write_table(frame: pd.DataFrame, stem: str | Path, title: str, note: str = "") -> None:
@@ -381,7 +355,6 @@ def write_table(frame: pd.DataFrame, stem: str | Path, title: str, note: str = "
     stem.parent.mkdir(parents=True, exist_ok=True)
     frame.to_csv(stem.with_suffix(".csv"), index=False)
     stem.with_suffix(".md").write_text(f"## {title}\n\n{to_markdown(frame)}{note}")
-
 
 
 def links_table(links: pd.DataFrame,
@@ -424,7 +397,6 @@ def links_table(links: pd.DataFrame,
                       links, interference_limits or {})[["interference", "interference_missing"]]
                       .itertuples(index=False), strict=True)],
     })
-
 
 
 def tables(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
@@ -481,7 +453,6 @@ def tables(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
     }
 
 
-
 def aggregate(request_files: list[str], link_files: list[str], contexts: dict[str, int],
               summary_out: str, tables_dir: str, *, baseline_link: str | None = None,
               interference_limits: dict[str, Any] | None = None,
@@ -508,12 +479,11 @@ def aggregate(request_files: list[str], link_files: list[str], contexts: dict[st
         # The cells' flags under every table of cells that marks them.
         marks = FLAG_MARK in title and stem != "links"
         write_table(frame, Path(tables_dir) / stem, title, note if marks else "")
-    results = Path(summary_out).parent.parent  # results/summary/cells.parquet
-    write_table(remeasured(archive.archived_requests(results), summary),
+    root = Path(summary_out).parent.parent  # <root>/summary/cells.parquet
+    write_table(remeasured(results.archived_requests(root), summary),
                 Path(tables_dir) / "remeasured",
                 "Re-measured cells: the archived measurement against the current one")
     return summary
-
 
 
 def flag_note(summary: pd.DataFrame) -> str:
@@ -527,7 +497,6 @@ def flag_note(summary: pd.DataFrame) -> str:
             "that share timestamps (re-measure with `python -m splitbench drift --apply` "
             "and `snakemake all`), or without interference figures (not checked):\n\n"
             + "\n".join(lines) + "\n")
-
 
 
 def remeasured(archived: list[Path], summary: pd.DataFrame) -> pd.DataFrame:
@@ -545,7 +514,7 @@ def remeasured(archived: list[Path], summary: pd.DataFrame) -> pd.DataFrame:
         now = current.loc[key] if key in current.index else None
         before = ok["decode_ms_per_token"].median() if len(ok) else None
         after = now["decode_ms_per_token"] if now is not None else None
-        rows.append([*key, path.parts[-6], rounded(before, 3), rounded(after, 3),
+        rows.append([*key, results.archived_when(path), rounded(before, 3), rounded(after, 3),
                      rounded(after - before, 3) if None not in (before, after) else None,
                      rounded(ok["prefill_tps"].median() if len(ok) else None, 0),
                      rounded(now["prefill_tps"] if now is not None else None, 0),
@@ -569,7 +538,6 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    help="round-trip sweeps: the prediction from measured latency")
     p.add_argument("--workers", type=json_arg, default={},
                    help="each model's RPC workers (JSON), to pick its sweep")
-
 
 
 def _run(args: argparse.Namespace) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -112,9 +113,17 @@ def test_repeats_are_measured_and_their_spread_is_the_uncertainty(bench, tmp_pat
     assert len(frame) == 6 and (frame["status"] == "ok").all()
     tokens = pd.read_parquet(tmp_path / "cells/st/plain/m/ctxshort_c2.parquet")
     assert tokens.groupby(["repeat", "request_id"]).size().eq(24).all()
-    summary = cell_summary.summarize(
-        [str(tmp_path / "cells/st/plain/m/ctxshort_c2.requests.parquet")], {"short": 64})
+    # Every row says which cell it is: no reader needs the file's path.
+    identity = ["pair", "link", "model", "ctx", "conc"]
+    for rows in (frame, tokens):
+        assert rows[identity].drop_duplicates().to_numpy().tolist() == [
+            ["st", "plain", "m", "short", 2]]
+    anywhere = tmp_path / "renamed.parquet"
+    shutil.copy(tmp_path / "cells/st/plain/m/ctxshort_c2.requests.parquet", anywhere)
+    summary = cell_summary.summarize([str(anywhere)], {"short": 64})
     row = summary.iloc[0]
+    assert (row["pair"], row["link"], row["model"], row["ctx"], row["conc"]) == (
+        "st", "plain", "m", "short", 2)
     assert row["repeats"] == 3
     assert row["uncertainty_from"] == "repeats"
     spread = frame.groupby("repeat")["decode_ms_per_token"].median().std(ddof=1) / 3 ** 0.5

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from splitbench import cli, plan
+from splitbench import cli, results
 from splitbench.analysis import drift
 from splitbench.infra import parquet_io
 from splitbench.report import charts, page
@@ -67,9 +67,9 @@ def write_results(root: Path) -> dict[str, Any]:
             for conc in CONCURRENCY:
                 ok = (link, ctx, conc) != FAILED
                 tokens = _tokens(link, ctx, conc)
-                layout = plan.cell_path("lab", link, "m", ctx, conc)
+                layout = results.cell("lab", link, "m", ctx, conc)
                 parquet_io.write(tokens, root / layout, {"launch": launch})
-                requests = root / plan.requests_path("lab", link, "m", ctx, conc)
+                requests = root / results.cell_requests("lab", link, "m", ctx, conc)
                 clock = "segment" if link == "baseline" else "read"
                 parquet_io.write(_requests(tokens, "ok" if ok else "crash", clock), requests,
                                  {"launch": launch})
@@ -390,7 +390,7 @@ def test_checks_that_did_not_run_are_failures_in_the_run_block(tmp_path):
                             "interference_checked": [True, True, False],
                             "timing": [None, None, None]})
     missing = page.check_lines(summary, tmp_path / "none.parquet")
-    assert ("failed", "drift: not run (no results/drift/report.parquet): no cell is "
+    assert ("failed", f"drift: not run (no {tmp_path / 'none.parquet'}): no cell is "
                       "checked for drift") in missing
     assert any(state == "failed" and "not measured for 1 of 3 cells" in text
                for state, text in missing)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from splitbench import results
 from splitbench.analysis import cell_summary
 from splitbench.infra import archive
 from splitbench.report import tables
@@ -28,7 +29,7 @@ def test_the_first_measurement_has_nothing_to_archive(tmp_path):
     paths = _cell_files(tmp_path, 1.0)
     assert archive.supersede(paths) == []
     archive.keep(paths)
-    assert archive.kept_path(paths[1]).samefile(paths[1])  # a hard link, not a copy
+    assert results.kept(paths[1]).samefile(paths[1])  # a hard link, not a copy
 
 
 def test_a_remeasured_cell_keeps_the_old_files(tmp_path):
@@ -44,7 +45,7 @@ def test_a_remeasured_cell_keeps_the_old_files(tmp_path):
     new = _cell_files(tmp_path, 1.5)
     archive.keep(new)
     summary = cell_summary.summarize([new[1]], {"short": 128})
-    table = tables.remeasured(archive.archived_requests(tmp_path / "results"), summary)
+    table = tables.remeasured(results.archived_requests(tmp_path / "results"), summary)
     assert len(table) == 1
     row = table.iloc[0]
     assert row["archived"] == "20261130T000000Z"

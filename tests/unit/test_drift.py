@@ -4,7 +4,6 @@ and the re-run epochs it records."""
 from __future__ import annotations
 
 import datetime as dt
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -385,6 +384,18 @@ def test_main_drift_reads_writes_and_applies(tmp_path):
 
 
 def test_read_anchors_rejects_other_files(tmp_path):
-    path = Path(tmp_path / "anchors" / "lab" / "synth" / "middle.requests.parquet")
-    with pytest.raises(ValueError, match="not an anchor file"):
+    """A file whose rows do not say which anchor they are, and whose name is no anchor's,
+    is refused by name."""
+    path = tmp_path / "anchors" / "lab" / "synth" / "middle.requests.parquet"
+    path.parent.mkdir(parents=True)
+    pd.DataFrame({"request_id": [0], "status": ["ok"]}).to_parquet(path)
+    with pytest.raises(ValueError, match="middle.requests.parquet: not a cell's file"):
         drift.read_anchors([str(path)])
+
+
+def test_anchor_rows_that_carry_their_identity_need_no_path(tmp_path):
+    path = tmp_path / "elsewhere.parquet"
+    pd.DataFrame({"pair": ["lab"], "link": ["plain"], "model": ["synth"], "when": ["end"],
+                  "request_id": [0], "status": ["ok"]}).to_parquet(path)
+    anchors = drift.read_anchors([str(path)])
+    assert list(anchors) == [("lab", "synth")] and list(anchors["lab", "synth"]) == ["end"]

@@ -4,6 +4,7 @@ import re
 import numpy as np
 import pytest
 
+from splitbench import results
 from splitbench.analysis import fits
 from splitbench.links import history, verify
 from tests.conftest import ROOT
@@ -105,4 +106,4 @@ def test_history_is_kept_across_verifications(tmp_path):
     assert history.compare_and_keep(row, out, settings) == []
     later = {**row, "measured_at": "t1", "rr16k_p50_us": 200.0}
     assert "rr16k_p50_us changed +100%" in history.compare_and_keep(later, out, settings)[0]
-    assert len(history.history_path(out).read_text().splitlines()) == 2
+    assert len(results.link_history(out).read_text().splitlines()) == 2

@@ -13,7 +13,13 @@ import pytest
 from splitbench import models
 from tests.conftest import needs_root
 from tests.integration.test_cells_real import running
-from tests.workflow.test_workflow import procs_left, snakemake, tiny, workflow_copy
+from tests.workflow.test_workflow import (
+    procs_left,
+    snakemake,
+    tiny,
+    undeclared,
+    workflow_copy,
+)
 
 
 def per_link(verdict: str) -> dict[str, str]:
@@ -29,6 +35,10 @@ def test_a_real_model_from_pypi_beside_a_synthetic_one(tmp_path):
     run = snakemake(work, "all", "--configfile", "config/examples/real-model.yaml",
                     "--replace-workflow-config", timeout=3000)
     assert run.returncode == 0, run.stderr[-3000:]
+    # The fetched model's origin record is a declared output of its own rule.
+    assert (work / "results/models/smol.origin.json").exists()
+    assert undeclared(work, "--configfile", "config/examples/real-model.yaml",
+                      "--replace-workflow-config") == []
     results = work / "results"
 
     smol = json.loads((results / "models/smol.json").read_text())

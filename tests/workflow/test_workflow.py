@@ -202,6 +202,29 @@ def test_end_to_end_on_the_embedded_lab(finished):
     assert "Nothing to be done" in second.stdout + second.stderr
 
 
+def undeclared(work: Path, *args: str) -> list[str]:
+    """Files under results/ that no job declares (as an output or a log), less those kept
+    across re-runs on purpose: link history, the archive and its hard links."""
+    listed = snakemake(work, "--summary", *args)
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    declared = set()
+    for line in listed.stdout.splitlines()[1:]:
+        fields = line.split("\t")
+        declared |= {fields[0], *fields[3].split(",")} if len(fields) > 3 else {fields[0]}
+    written = {str(p.relative_to(work)) for p in (work / "results").rglob("*") if p.is_file()}
+    on_purpose = {p for p in written if p.endswith(".history.jsonl")
+                  or "/.kept/" in p or "/archive/" in p}
+    return sorted(written - declared - on_purpose)
+
+
+@needs_root()
+@pytest.mark.e2e
+def test_every_file_a_run_writes_is_declared(finished):
+    work, _ = finished
+    assert (work / "results/tables/drift.csv").exists()
+    assert undeclared(work) == []
+
+
 def procs_left(work: Path) -> list[str]:
     """Names of processes still recorded or still running from this workflow copy."""
     out = subprocess.run(["ps", "-eo", "comm=,args="], capture_output=True, text=True).stdout

@@ -1,0 +1,186 @@
+"""The results layout: every path under `results/` is built here, and parsed only here.
+
+Rules take the patterns (Snakemake wildcards in braces); stages and readers take the
+functions. Measured rows carry their identity (pair, link, model, ctx, conc, repeat;
+anchors: pair, link, model, when), stamped by the stage that writes them, so a reader
+never needs a file's path to know what its rows are. `identity` parses a path: for the
+writing stage, which learns its cell from the output path Snakemake chose (the cell's
+config slice, its rerun trigger, does not repeat it), and for files written before rows
+carried their identity.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+ROOT = "results"
+
+TOOLCHAIN = f"{ROOT}/toolchain/{{pair}}.json"
+MODEL_GGUF = f"{ROOT}/models/{{model}}.gguf"
+MODEL_INFO = f"{ROOT}/models/{{model}}.json"
+# Where a GGUF fetched from PyPI came from (package, wheel, file, sha256).
+MODEL_ORIGIN = f"{ROOT}/models/{{model}}.origin.json"
+LINK = f"{ROOT}/links/{{pair}}/{{link}}.parquet"
+LAUNCH = f"{ROOT}/servers/{{pair}}/{{link}}/{{model}}.json"
+CELLS = f"{ROOT}/cells"
+CELL = f"{CELLS}/{{pair}}/{{link}}/{{model}}/ctx{{ctx}}_c{{conc}}.parquet"
+CELL_REQUESTS = f"{CELLS}/{{pair}}/{{link}}/{{model}}/ctx{{ctx}}_c{{conc}}.requests.parquet"
+ANCHOR = f"{ROOT}/anchors/{{pair}}/{{model}}/{{when}}.parquet"
+ANCHOR_REQUESTS = f"{ROOT}/anchors/{{pair}}/{{model}}/{{when}}.requests.parquet"
+ROUNDTRIPS = f"{ROOT}/roundtrips/{{pair}}/{{model}}/w{{workers}}.parquet"
+SUMMARY = f"{ROOT}/summary/cells.parquet"
+TABLES = f"{ROOT}/tables"
+TABLE = f"{TABLES}/{{stem}}.{{ext}}"
+CHARTS = f"{ROOT}/charts"
+CHART = f"{CHARTS}/{{name}}.{{ext}}"
+DRIFT_REPORT = f"{ROOT}/drift/report.parquet"
+REPORT = f"{ROOT}/report.html"
+CHECKS = f"{ROOT}/checks.txt"
+LOGS = f"{ROOT}/logs"
+
+# Measurements (results/<one of these>/...): a re-measured file's previous version is
+# kept under results/.kept/ and moved to results/archive/<timestamp>/ (infra.archive).
+MEASURED = ("cells", "anchors")
+KEPT = ".kept"
+ARCHIVE = "archive"
+
+IDENTITY = ["pair", "link", "model", "ctx", "conc", "repeat"]
+ANCHOR_IDENTITY = ["pair", "link", "model", "when"]
+# ctx{label}_c{N}[.requests].parquet; a trailing _r{K} marks repeat K of the same cell,
+# for when a cell is measured more than once (a `repeat` column in the rows wins).
+_CELL_FILE = re.compile(
+    r"^ctx(?P<ctx>.+)_c(?P<conc>\d+)(?:_r(?P<repeat>\d+))?(?:\.requests)?\.parquet$")
+_ANCHOR_FILE = re.compile(r"^(?P<when>start|end)(?:\.requests)?\.parquet$")
+
+
+def cell(pair: str, link: str, model: str, ctx: str, conc: int | str,
+         root: str | Path = ROOT) -> str:
+    return under(root, CELL.format(pair=pair, link=link, model=model, ctx=ctx, conc=conc))
+
+
+def cell_requests(pair: str, link: str, model: str, ctx: str, conc: int | str,
+                  root: str | Path = ROOT) -> str:
+    return under(root, CELL_REQUESTS.format(pair=pair, link=link, model=model, ctx=ctx,
+                                             conc=conc))
+
+
+def model_origin(gguf: str | Path) -> Path:
+    """The origin record beside a fetched GGUF (results/models/<model>.origin.json)."""
+    return Path(gguf).with_suffix(".origin.json")
+
+
+def link_history(link_result: str | Path) -> Path:
+    """Every verification of a link, one JSON line each, beside its result. Not a rule's
+    output on purpose: Snakemake deletes a job's outputs before it re-runs, and this file
+    must outlive re-verification (as results/.kept and results/archive outlive
+    re-measurement)."""
+    path = Path(link_result)
+    return path.with_name(f"{path.stem}.history.jsonl")
+
+
+def link(pair: str, link: str) -> str:
+    return LINK.format(pair=pair, link=link)
+
+
+def launch(pair: str, link: str, model: str) -> str:
+    return LAUNCH.format(pair=pair, link=link, model=model)
+
+
+def anchor(pair: str, model: str, when: str, requests: bool = False) -> str:
+    return (ANCHOR_REQUESTS if requests else ANCHOR).format(pair=pair, model=model, when=when)
+
+
+def roundtrips(pair: str, model: str, workers: int | str) -> str:
+    return ROUNDTRIPS.format(pair=pair, model=model, workers=workers)
+
+
+def under(root: str | Path, path: str) -> str:
+    """The layout's path (one under results/) under another results root."""
+    if str(root) == ROOT:
+        return path
+    return str(Path(root) / Path(path).relative_to(ROOT))
+
+
+def identity(path: str | Path) -> dict[str, Any]:
+    """What a measured file holds, from its path: a cell's pair, link, model, ctx, conc and
+    repeat, or an anchor's pair, model and when. Raises ValueError, naming the file, for
+    a path outside the layout."""
+    path = Path(path)
+    parts = path.parts
+    if (found := _CELL_FILE.match(path.name)) and len(parts) >= 4:
+        return {"pair": parts[-4], "link": parts[-3], "model": parts[-2],
+                "ctx": found["ctx"], "conc": int(found["conc"]),
+                "repeat": int(found["repeat"] or 0)}
+    if (found := _ANCHOR_FILE.match(path.name)) and len(parts) >= 3:
+        return {"pair": parts[-3], "model": parts[-2], "when": found["when"]}
+    raise ValueError(f"{path}: not a cell's file (.../PAIR/LINK/MODEL/ctx<label>_c<N>"
+                     "[.requests].parquet) nor an anchor's (.../PAIR/MODEL/{start,end}"
+                     "[.requests].parquet)")
+
+
+def stamped(frame: pd.DataFrame, ident: dict[str, Any]) -> pd.DataFrame:
+    """The rows with their identity as the first columns (a `repeat` already in the rows
+    wins: one job measures every repeat of its cell)."""
+    given = {k: v for k, v in ident.items() if k not in frame.columns}
+    return pd.concat([pd.DataFrame(given, index=frame.index), frame], axis=1)
+
+
+def with_identity(frame: pd.DataFrame, path: str | Path, keys: list[str]) -> pd.DataFrame:
+    """The rows of the file at `path`, with `keys` from the rows themselves, or, for files
+    written before rows carried them, from the path."""
+    missing = [k for k in keys if k not in frame.columns]
+    if not missing:
+        return frame
+    ident = identity(path)
+    return stamped(frame, {k: ident[k] for k in missing if k in ident})
+
+
+def split_measured(path: str | Path) -> tuple[Path, Path] | None:
+    """The results root and the path inside it (results/cells/... -> results, cells/...);
+    None for a file outside the measured layout (a one-off measurement)."""
+    parts = Path(path).parts
+    found = [i for i, part in enumerate(parts[:-1]) if part in MEASURED]
+    if not found:
+        return None
+    at = found[-1]
+    return Path(*parts[:at]) if at else Path("."), Path(*parts[at:])
+
+
+def kept(path: str | Path) -> Path | None:
+    """Where a measured file's hard link is kept until it is re-measured."""
+    split = split_measured(path)
+    return split[0] / KEPT / split[1] if split else None
+
+
+def archived(path: str | Path, when: str) -> Path | None:
+    """Where a measured file goes when it is superseded at `when`."""
+    split = split_measured(path)
+    return split[0] / ARCHIVE / when / split[1] if split else None
+
+
+def archived_requests(root: str | Path) -> list[Path]:
+    """Every archived cell request file, oldest first."""
+    return sorted(Path(root, ARCHIVE).glob("*/cells/*/*/*/*.requests.parquet"))
+
+
+def archived_when(path: str | Path) -> str:
+    """The timestamp an archived file was superseded at."""
+    parts = Path(path).parts
+    return parts[parts.index(ARCHIVE) + 1]
+
+
+def table(stem: str, ext: str) -> str:
+    return TABLE.format(stem=stem, ext=ext)
+
+
+def chart(name: str, ext: str) -> str:
+    return CHART.format(name=name, ext=ext)
+
+
+def log(name: str) -> str:
+    """A job's log: results/logs/<name>.log (name may hold wildcards)."""
+    return f"{LOGS}/{name}.log"
