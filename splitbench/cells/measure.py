@@ -324,6 +324,7 @@ def _drive(cell: dict[str, Any], link: Any, server: servers.Server,
                      for _ in range(cell["concurrency"])]
             rpc = telemetry.RpcTraffic(link.connect_addr,
                                        server.record.get("worker_ports", [RPC_PORT]))
+            _LOG.log(f"{_what(cell, link)}: release {len(out) + 1}, sending")
             replies = client.run_concurrent(server.url, batch, cell["n_predict"],
                                             cell["request_timeout_s"], rpc.at_first_token)
             rpc.finish()
@@ -337,17 +338,22 @@ def _drive(cell: dict[str, Any], link: Any, server: servers.Server,
 _LOG = Console(width=140, log_path=False, highlight=False)  # the job log: stdout
 
 
+def _what(cell: dict[str, Any], link: Any) -> str:
+    return (f"{link.pair}/{link.name} {cell.get('model', '')} {cell['prompt_tokens']} tokens "
+            f"x{cell['concurrency']}")
+
+
 def _progress(cell: dict[str, Any], link: Any, release: int, replies: list[client.Reply],
               elapsed_s: float) -> None:
-    """One line per release in the job's log (between releases, never during one), so
-    that a long cell shows how far it is: requests ok, tokens, decode rate, time."""
+    """Two lines per release in the job's log, written between releases, never during
+    one: when it is sent (a long prefill is silent for minutes), and when it ends: requests
+    ok, tokens, decode rate, time."""
     ok = [r for r in replies if not r.error_type and r.http_status == 200]
     tokens = sum(len(r.tokens) for r in replies)
     rates = [(len(r.tokens) - 1) / ((r.tokens[-1]["t_ns"] - r.tokens[0]["t_ns"]) / 1e9)
              for r in ok if len(r.tokens) > 1 and r.tokens[-1]["t_ns"] > r.tokens[0]["t_ns"]]
     rate = f"{sum(rates) / len(rates):,.0f} tok/s decode" if rates else "no decode rate"
-    _LOG.log(f"{link.pair}/{link.name} {cell.get('model', '')} {cell['prompt_tokens']} tokens "
-             f"x{cell['concurrency']}: release {release}, {len(ok)}/{len(replies)} ok, "
+    _LOG.log(f"{_what(cell, link)}: release {release}, {len(ok)}/{len(replies)} ok, "
              f"{tokens} tokens, {rate}, {elapsed_s:.1f} s")
 
 

@@ -18,7 +18,7 @@ from splitbench import models
 from splitbench.analysis import cell_summary
 from splitbench.backends.llamacpp import servers, toolchain
 from splitbench.cells import measure
-from splitbench.infra import interference, procs
+from splitbench.infra import interference, procs, telemetry
 from splitbench.links import real
 from tests.conftest import needs_root
 
@@ -60,23 +60,33 @@ def test_prompt_beyond_the_context_is_a_ctx_wall(bench):
 
 
 @needs_root()
-def test_killing_the_worker_mid_cell_is_a_crash_and_the_next_cell_relaunches(bench):
+def test_killing_the_worker_mid_cell_is_a_crash_and_the_next_cell_relaunches(bench,
+                                                                             monkeypatch):
     first = {}
+    decoding = threading.Event()
+    first_token = telemetry.RpcTraffic.at_first_token
+
+    def at_first_token(self) -> None:  # the cell's own hook: its first token is in
+        first_token(self)
+        decoding.set()
+
+    monkeypatch.setattr(telemetry.RpcTraffic, "at_first_token", at_first_token)
 
     def long_cell() -> None:
         first["frame"] = bench(prompt_tokens=64, n_predict=3900, name="long")
 
     runner = threading.Thread(target=long_cell)
     runner.start()
-    deadline = time.monotonic() + 60
-    while procs.find("rpc-st-0") is None and time.monotonic() < deadline:
-        time.sleep(0.1)
-    time.sleep(2)  # let the cell decode for a while
+    # Wait for the state the test is about: the servers loaded and the cell decoding.
+    assert decoding.wait(timeout=300), "the cell never got its first token"
     procs.stop("rpc-st-0")  # the worker dies under the running cell
     runner.join(timeout=120)
     crashed = first["frame"]
     assert crashed["status"].tolist() == ["crash"], crashed[["status", "error_type"]]
     assert crashed["cell_status"].iloc[0] == "crash"
+    # It died mid-stream, not while loading: some tokens came, far fewer than asked.
+    assert 1 <= crashed["generated_tokens"].iloc[0] < 3900
+    assert crashed["error_type"].iloc[0] != "launch_failed"
     after = bench(prompt_tokens=64, n_predict=8, name="after")
     assert after["status"].tolist() == ["ok"]
     assert after["launch_id"].iloc[0] != crashed["launch_id"].iloc[0]
@@ -281,3 +291,25 @@ def test_a_long_failure_keeps_its_reason_and_its_log_s_last_lines():
     assert kept.startswith("llama-server exited with code 1 during start-up\n…\n")
     assert kept.endswith("log line 999")
     assert capped("short") == "short"
+
+
+@needs_root()
+def test_a_launch_is_reused_only_while_its_fingerprint_matches(state_dir, tmp_path):
+    gguf = tmp_path / "m.gguf"
+    models.write_synthetic(MODEL, gguf)
+    model = models.describe({"synthetic": MODEL}, gguf)
+    tools = toolchain.record("st", "pip", {"a": {}, "b": {}}, tmp_path / "toolchain.json")
+    link = real.ensure(LINK)
+    first = servers.ensure(link, SETTINGS, str(gguf), model["sha256"], tools)
+    processes = [procs.find(key) for key in first.record["proc_keys"]]
+    again = servers.ensure(link, SETTINGS, str(gguf), model["sha256"], tools)
+    # Same settings, same model, same build, same link: the very same processes.
+    assert again.launch_id == first.launch_id
+    assert [procs.find(key) for key in again.record["proc_keys"]] == processes
+    assert all(procs.is_alive(p) for p in processes)
+    changed = servers.ensure(link, {**SETTINGS, "threads": 2}, str(gguf), model["sha256"],
+                             tools)
+    assert changed.fingerprint != first.fingerprint
+    assert changed.launch_id != first.launch_id
+    # The old launch was stopped, not left beside the new one.
+    assert not any(procs.is_alive(p) for p in processes)

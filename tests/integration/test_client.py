@@ -107,7 +107,11 @@ def test_without_a_packet_clock_queued_tokens_share_the_last_segment_s_stamp(mon
     # Read together, so both carry the later segment's arrival: about 60 ms after token
     # 0, where the read's own time would be at least 200 ms.
     assert times[1] == times[2]
-    assert 55e6 <= times[2] - times[0] <= 150e6, (times[2] - times[0]) / 1e6
+    # That stamp is the later segment's arrival, stamped inside the sender's send call on
+    # loopback, not the read's own time (at least 200 ms on): whatever the scheduler did
+    # to the reader, it lies within that send.
+    before, after = sent[2]
+    assert before <= times[2] <= after + 200_000, (times[2] - before, after - before)
 
 
 def test_chunked_stream_is_timestamped_token_by_token():
@@ -123,7 +127,8 @@ def test_chunked_stream_is_timestamped_token_by_token():
         gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
         assert all(gap >= 15e6 for gap in gaps), gaps  # 20 ms apart, never stamped together
         assert reply.final["timings"]["predicted_n"] == 3
-    assert firsts[0] <= min(r.tokens[0]["t_ns"] for r in replies) + 1e6
+    # The hook runs once the release's first token is in, never before it.
+    assert firsts[0] >= min(r.tokens[0]["t_ns"] for r in replies)
 
 
 def test_plain_body_ends_at_close():

@@ -60,3 +60,19 @@ def test_overlap(n, single, wall, expected):
 def test_overlap_undefined_without_reference_or_for_one_stream():
     assert metrics.overlap(1, 100.0, 100.0) is None
     assert metrics.overlap(4, None, 100.0) is None
+
+
+def test_decode_standard_error_is_the_gaps_spread_over_root_n():
+    # Gaps 10, 20, 30, 40 ms: mean 25, sample std 12.91; 4 gaps -> 12.91 / 2 = 6.455 ms.
+    row = metrics.request_row(reply_with_tokens([100, 110, 130, 160, 200]), 100, 5, True, 1.0)
+    assert row["decode_ms_per_token"] == pytest.approx(25.0)
+    assert row["decode_ms_se"] == pytest.approx(12.909944 / 2, rel=1e-6)
+    # Fewer than three tokens leave one gap at most: no spread to estimate.
+    assert metrics.request_row(reply_with_tokens([100, 110]), 100, 2, True, 1.0)[
+        "decode_ms_se"] is None
+
+
+def test_the_arrival_clock_a_reply_used_is_recorded():
+    reply = reply_with_tokens([100, 110, 120])
+    reply.arrival_clock = "read"  # no packet clock, no kernel stamp: the read's own time
+    assert metrics.request_row(reply, 100, 3, True, 1.0)["arrival_clock"] == "read"

@@ -53,6 +53,9 @@ def test_dry_run_plans_every_stage(tmp_path):
     assert counts["link"] == "4"
     assert counts["launch"] == "4"
     assert counts["aggregate"] == "1"
+    # The round-trip sweep: one job per worker count, and its table.
+    assert counts["roundtrips"] == "2"
+    assert counts["roundtrips_table"] == "1"
 
 
 @pytest.mark.parametrize(
@@ -202,6 +205,50 @@ def test_end_to_end_on_the_embedded_lab(finished):
     assert "Nothing to be done" in second.stdout + second.stderr
 
 
+@needs_root()
+@pytest.mark.e2e
+def test_every_figure_is_what_its_definition_gives(finished):
+    """Each published figure recomputed from the raw rows (token arrivals, send times),
+    and held to what the server's own timings make physically necessary."""
+    work, _ = finished
+    summary = pd.read_parquet(work / "results/summary/cells.parquet").set_index(
+        ["link", "model", "ctx", "conc"])
+    singles = {}
+    for path in sorted((work / "results/cells/t").rglob("*.requests.parquet")):
+        requests = pd.read_parquet(path)
+        tokens = pd.read_parquet(str(path).replace(".requests", ""))
+        own = requests[~requests["reference"] & (requests["status"] == "ok")]
+        first = tokens.groupby(["repeat", "request_id"])["t_ns"].agg(["min", "max", "size"])
+        for row in own.itertuples():
+            t_first, t_last, n = first.loc[(row.repeat, row.request_id)]
+            ttft = (t_first - row.t_send_ns) / 1e6
+            assert row.ttft_ms == pytest.approx(ttft, rel=1e-9)
+            assert row.prefill_tps == pytest.approx(row.prompt_tokens / (ttft / 1000), rel=1e-9)
+            assert row.decode_ms_per_token == pytest.approx((t_last - t_first) / 1e6 / (n - 1),
+                                                            rel=1e-9)
+            # The server's prompt time and first token lie inside the client's TTFT
+            # (0.5 ms: the two clocks' reading granularity), whatever the machine's load.
+            assert row.server_ttft_ms <= ttft + 0.5, (row.server_ttft_ms, ttft)
+            assert row.server_prompt_ms <= ttft + 0.5
+            assert row.server_prefill_tps * 1.01 >= row.prefill_tps
+        key = (own["link"].iloc[0], own["model"].iloc[0], own["ctx"].iloc[0],
+               int(own["conc"].iloc[0]))
+        wall = (own["t_last_ns"].max() - own["t_send_ns"].min()) / 1e6
+        assert own["cell_wall_ms"].iloc[0] == pytest.approx(wall, rel=1e-9)
+        throughput = own["generated_tokens"].sum() / (wall / 1000)
+        assert own["cell_throughput_tps"].iloc[0] == pytest.approx(throughput, rel=1e-9)
+        cell = summary.loc[key]
+        # The summary's figures are medians over the cell's ok requests.
+        for figure in ("ttft_ms", "prefill_tps", "decode_ms_per_token"):
+            assert cell[figure] == pytest.approx(own[figure].median(), rel=1e-9), figure
+        if key[3] == 1:
+            singles[key[:3]] = ((own["t_last_ns"] - own["t_send_ns"]) / 1e6).median()
+        else:
+            n, t1 = key[3], singles[key[:3]]
+            assert cell["overlap"] == pytest.approx((n * t1 - wall) / ((n - 1) * t1),
+                                                    rel=1e-9)
+
+
 def undeclared(work: Path, *args: str) -> list[str]:
     """Files under results/ that no job declares (as an output or a log), less those kept
     across re-runs on purpose: link history, the archive and its hard links."""
@@ -259,6 +306,18 @@ def planned(work: Path, config: dict, *args: str) -> dict[str, list[str]]:
 
 def cells_in(jobs: dict[str, list[str]]) -> set[str]:
     return set(jobs.get("cell", []))
+
+
+@needs_root()
+@pytest.mark.e2e
+def test_re_verifying_a_link_re_measures_nothing(finished):
+    """A link's result is an `ancient` input of its launches and cells: verifying it again
+    re-builds the tables from the new figures and measures nothing."""
+    work, config = finished
+    jobs = planned(work, config, "--forcerun", "results/links/t/slow.parquet")
+    assert jobs["link"] == ["results/links/t/slow.parquet"]
+    assert not {"cell", "launch", "anchor", "roundtrips", "model_gguf"} & set(jobs), jobs
+    assert "aggregate" in jobs  # the tables show the new verification
 
 
 @needs_root()
@@ -399,18 +458,23 @@ def test_a_killed_run_resumes_with_only_the_interrupted_cell(finished):
     locks.mkdir(parents=True, exist_ok=True)
     foreign = locks / "7.output.lock"  # another Snakemake's, on files this run never uses
     foreign.write_text("elsewhere/other.txt\n")
+    log = work / "results/logs/cells/t/slow/tiny/ctxmid_c2.log"
+    log.unlink(missing_ok=True)
     run = subprocess.Popen([SNAKEMAKE, "--cores", "1", "all", "--forcerun", target],
                            cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    log = work / "results/logs/cells/t/slow/tiny/ctxmid_c2.log"
-    deadline = time.monotonic() + 120
-    started_at = log.stat().st_mtime_ns if log.exists() else 0
-    while time.monotonic() < deadline:
-        if log.exists() and log.stat().st_mtime_ns > started_at and log.stat().st_size > 0:
+    # Wait for the state the test is about: the cell's requests are out.
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and run.poll() is None:
+        if log.exists() and "release 1, sending" in log.read_text():
             break
-        time.sleep(0.05)
-    time.sleep(0.5)  # the cell is measuring
+        time.sleep(0.02)
+    assert "release 1, sending" in log.read_text(), "the cell never sent its requests"
+    killed_ns = time.time_ns()
     run.kill()  # kill -9 of Snakemake mid-cell
     run.wait()
+    # The kill landed mid-cell: the cell wrote nothing (Snakemake had removed its old
+    # files before the job started).
+    assert not (work / target).exists()
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and ("sb-t-" in _namespaces() or procs_left(work)
                                            or len(list(locks.glob("*.lock"))) > 1):
@@ -423,10 +487,15 @@ def test_a_killed_run_resumes_with_only_the_interrupted_cell(finished):
     foreign.unlink()
     resumed = snakemake(work, "all")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "ctxmid_c2" in resumed.stderr + resumed.stdout
-    assert (work / spare).stat().st_mtime_ns == spare_mtime
+    # Re-measured: every request of the cell was sent after the kill; nothing else was.
     requests = pd.read_parquet(work / target.replace(".parquet", ".requests.parquet"))
     assert (requests["status"] == "ok").all()
+    assert requests["t_send_ns"].min() > killed_ns
+    assert (work / spare).stat().st_mtime_ns == spare_mtime
+    measured_again = [p for p in (work / "results/cells").rglob("*.requests.parquet")
+                      if p.stat().st_mtime_ns > killed_ns]
+    assert [str(p.relative_to(work)) for p in measured_again] == [
+        target.replace(".parquet", ".requests.parquet")]
     assert "Nothing to be done" in snakemake(work, "all", "-n").stdout
 
 

@@ -1,0 +1,36 @@
+"""The summary from request files: medians over ok requests only, identity from the rows.
+(The summary's dispersion, repeats and overlap are tested in test_tables.py.)"""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from splitbench import results
+from splitbench.analysis import cell_summary
+from tests.unit.test_tables import CONTEXTS, request, write_cell
+
+
+def test_medians_are_over_ok_requests_only(tmp_path):
+    rows = [request(i, [gap] * 4, send_ns=i * 10**9, ttft_ms=ttft, cell_status="timeout")
+            for i, (gap, ttft) in enumerate([(10.0, 50.0), (11.0, 60.0), (12.0, 70.0)])]
+    # A failed request's figures, however extreme, are not in the medians.
+    rows.append(request(3, [900.0, 900.0], send_ns=4 * 10**9, ttft_ms=9000.0,
+                        status="timeout", cell_status="timeout", n_predict=5))
+    summary = cell_summary.summarize([write_cell(tmp_path, "a", "short", 1, rows)], CONTEXTS)
+    row = summary.iloc[0]
+    assert row["decode_ms_per_token"] == pytest.approx(11.0)
+    assert row["ttft_ms"] == pytest.approx(60.0)
+    assert row["prefill_tps"] == pytest.approx(128 / 0.060)
+    assert row["status"] == "timeout"  # the cell's status is its worst request's
+
+
+def test_identity_comes_from_the_rows_when_they_carry_it(tmp_path):
+    path = write_cell(tmp_path, "a", "short", 1, [request(0, [10.0, 10.0])])
+    rows = results.stamped(pd.read_parquet(path), {"pair": "q", "link": "k", "model": "n",
+                                                    "ctx": "short", "conc": 1, "repeat": 0})
+    moved = tmp_path / "moved.parquet"
+    rows.to_parquet(moved)
+    summary = cell_summary.summarize([str(moved)], CONTEXTS)
+    assert summary.iloc[0][["pair", "link", "model", "ctx", "conc"]].tolist() == [
+        "q", "k", "n", "short", 1]
