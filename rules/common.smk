@@ -4,7 +4,7 @@ import re
 import os
 import sys
 
-from splitbench import plan, results
+from splitbench import configuration, plan, results
 from splitbench.analysis import drift
 from splitbench.infra import archive, procs
 from splitbench.report import charts, tables
@@ -23,8 +23,8 @@ if not workflow.config_settings.replace_workflow_config:
         )
 
 try:
-    plan.check(config)
-except plan.ConfigError as error:
+    configuration.check(config)
+except configuration.ConfigError as error:
     raise ValueError(f"splitbench: invalid configuration: {error}") from None
 
 

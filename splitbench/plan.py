@@ -8,23 +8,15 @@ each job receives only its own slice of config.
 from __future__ import annotations
 
 import argparse
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from splitbench import results
+from splitbench import configuration, results
+from splitbench.configuration import ConfigError, link_index
 from splitbench.stage import Stage
-
-
-class ConfigError(ValueError):
-    """A configuration problem, named by its key."""
-
-    def __init__(self, key: str, problem: str) -> None:
-        super().__init__(f"config key '{key}': {problem}")
-        self.key = key
 
 
 @dataclass(frozen=True)
@@ -96,121 +88,18 @@ def names_as_text(config: dict[str, Any]) -> None:
             value["contexts"] = [str(v) for v in value["contexts"]]
 
 
-def check(config: dict[str, Any]) -> None:
-    """Cross-key checks the JSON schema cannot express. Raises ConfigError."""
-    links_by_pair = {p: set(spec["links"]) for p, spec in config["pairs"].items()}
-    baseline = config["baseline_link"]
-    for pair, links in links_by_pair.items():
-        if baseline not in links:
-            raise ConfigError(
-                "baseline_link",
-                f"'{baseline}' is not a link of pair '{pair}' (links: {sorted(links)})",
-            )
-    for pair, spec in config["pairs"].items():
-        if spec["mode"] == "ssh":
-            _check_ssh_pair(pair, spec)
-        else:
-            _check_link_indexes(pair, spec["links"])
-    if config["toolchain"]["source"] == "path":
-        for pair, spec in config["pairs"].items():
-            for side in ("a", "b"):
-                if not spec["hosts"][side].get("bin_dir"):
-                    raise ConfigError(
-                        f"pairs.{pair}.hosts.{side}.bin_dir",
-                        "required when toolchain.source is 'path'",
-                    )
-    _check_roundtrips(config)
-    for ctx in paired_settings(config)["contexts"] or []:
-        if ctx not in config["contexts"]:
-            raise ConfigError("cell.paired.contexts",
-                              f"'{ctx}' is not a context (contexts: {sorted(config['contexts'])})")
-    for name, model in config["models"].items():
-        given = [k for k in ("synthetic", "path", "source") if model.get(k)]
-        if len(given) != 1:
-            raise ConfigError(f"models.{name}", "give exactly one of synthetic, path or "
-                              f"source (given: {', '.join(given) or 'none'})")
-        _check_workers(f"models.{name}.workers", model.get("workers", 1), name, model)
-        _check_own_flags(name, model)
-        synth = model.get("synthetic")
-        if synth:
-            n_layer = synth["n_layer"]
-            if model["layers_on_b"] > n_layer:
-                raise ConfigError(
-                    f"models.{name}.layers_on_b",
-                    f"{model['layers_on_b']} exceeds the model's {n_layer} layers",
-                )
-            if synth["n_embd"] % synth["n_head"]:
-                raise ConfigError(
-                    f"models.{name}.synthetic.n_head", "must divide n_embd"
-                )
-            if synth["n_head"] % synth.get("n_head_kv", synth["n_head"]):
-                raise ConfigError(
-                    f"models.{name}.synthetic.n_head_kv", "must divide n_head"
-                )
-            n_predict = cell_settings(config)["n_predict"]
-            longest = max(config["contexts"].values())
-            if longest + n_predict > synth.get("context_length", 131072):
-                raise ConfigError(
-                    f"models.{name}.synthetic.context_length",
-                    f"{synth.get('context_length')} is below the longest context "
-                    f"({longest}) plus n_predict ({n_predict})",
-                )
-
-
-def _check_roundtrips(config: dict[str, Any]) -> None:
-    settings = roundtrip_settings(config)
-    if settings is None:
-        return
-    for model in settings["models"]:
-        if model not in config["models"]:
-            raise ConfigError("roundtrips.models",
-                              f"'{model}' is not a model (models: {sorted(config['models'])})")
-        for workers in settings["workers"]:
-            _check_workers("roundtrips.workers", workers, model, config["models"][model])
-    if not any(spec["mode"] == "embedded" for spec in config["pairs"].values()):
-        raise ConfigError("roundtrips", "the sweep emulates delay: it needs an embedded pair")
-
-
-def _check_workers(key: str, workers: int, name: str, model: dict[str, Any]) -> None:
-    """Each RPC worker holds at least one of B's layers."""
-    if workers > model["layers_on_b"]:
-        raise ConfigError(key, f"{workers} workers need at least {workers} layers on B; "
-                               f"models.{name}.layers_on_b is {model['layers_on_b']}")
-
-
-def _check_ssh_pair(pair: str, spec: dict[str, Any]) -> None:
-    if not spec["hosts"]["b"].get("ssh"):
-        raise ConfigError(f"pairs.{pair}.hosts.b.ssh", "required when mode is 'ssh'")
-    for link, link_spec in spec["links"].items():
-        for key in ("interface_a", "interface_b"):
-            if key not in link_spec:
-                raise ConfigError(f"pairs.{pair}.links.{link}.{key}", "required in mode 'ssh'")
-        if not link_spec.get("adopt"):
-            for key in ("addr_a", "addr_b"):
-                if key not in link_spec:
-                    raise ConfigError(f"pairs.{pair}.links.{link}.{key}",
-                                      "required unless adopt: true")
-        for key in ("rate_gbit", "rate_gbit_b_to_a", "delay_ms"):
-            if key in link_spec:
-                raise ConfigError(f"pairs.{pair}.links.{link}.{key}",
-                                  "emulation applies to embedded pairs only")
-
-
 def cell_settings(config: dict[str, Any]) -> dict[str, Any]:
     """Every cell's measurement settings (`cell:` with defaults; `paired` is per cell)."""
-    defaults = {"n_predict": 64, "request_timeout_s": 600, "crash_below_tps": 1.0,
-                "single_stream_requests": 5, "single_stream_seconds": 3.0}
     given = {k: v for k, v in config.get("cell", {}).items() if k != "paired"}
-    return {**defaults, **given, **_wakeup(config)}
-
-
-PAIRED_DEFAULTS = {"rounds": 0, "requests": 2, "contexts": None}
+    return {**configuration.defaults(configuration.Cell, exclude=("paired",)), **given,
+            **_wakeup(config)}
 
 
 def paired_settings(config: dict[str, Any]) -> dict[str, Any]:
     """`cell.paired` with defaults: rounds 0 (off), requests per link per round, the
     contexts it applies to (None: every context)."""
-    return {**PAIRED_DEFAULTS, **config.get("cell", {}).get("paired", {})}
+    return {**configuration.defaults(configuration.Paired),
+            **config.get("cell", {}).get("paired", {})}
 
 
 def paired_for(config: dict[str, Any], cell: Cell) -> dict[str, Any] | None:
@@ -233,19 +122,8 @@ def _wakeup(config: dict[str, Any]) -> dict[str, bool]:
 
 
 def link_check_settings(config: dict[str, Any]) -> dict[str, Any]:
-    defaults = {
-        "iperf_seconds": 3,
-        "iperf_omit": 0,
-        "iperf_streams": 1,
-        "iperf_block": None,
-        "iperf_repeats": 1,
-        "rr_payload_bytes": 16384,
-        "rr_sizes": [64, 1024, 4096, 16384, 65536, 262144],
-        "rr_samples": 200,
-        "asymmetry_threshold": 0.25,
-        "change_threshold": 0.15,
-    }
-    return {**defaults, **config.get("link_check", {}), **_wakeup(config)}
+    return {**configuration.defaults(configuration.LinkCheck), **config.get("link_check", {}),
+            **_wakeup(config)}
 
 
 def cells(config: dict[str, Any]) -> list[Cell]:
@@ -358,48 +236,6 @@ def _server_settings(model: dict[str, Any], slots: int, tokens: int) -> dict[str
     return settings
 
 
-# Flags splitbench sets on llama-server and ggml-rpc-server itself: a model's own
-# server_args / worker_args may not set them (a second value would silently win or
-# clash with what the launch record says).
-SERVER_OWNED = {"--rpc", "-m", "--model", "-ngl", "--gpu-layers", "--n-gpu-layers", "-c",
-                "--ctx-size", "-np", "--parallel", "--host", "--port", "-t", "--threads",
-                "--fit", "--cache-ram", "--metrics", "-lv", "--verbosity", "--log-verbosity"}
-WORKER_OWNED = {"-H", "--host", "-p", "--port", "-t", "--threads"}
-
-
-def _check_own_flags(name: str, model: dict[str, Any]) -> None:
-    """server_args and worker_args must leave splitbench's own flags alone."""
-    for key, owned in (("server_args", SERVER_OWNED), ("worker_args", WORKER_OWNED)):
-        extra = set()
-        if key == "server_args" and model.get("workers", 1) > 1:
-            extra = {"-ts", "--tensor-split"}  # set to share B's layers among workers
-        for arg in model.get(key) or []:
-            flag = str(arg).split("=", 1)[0]
-            if flag in owned | extra:
-                raise ConfigError(f"models.{name}.{key}",
-                                  f"'{flag}' is set by splitbench itself; remove it")
-
-
-def link_index(link: str, spec: dict[str, Any]) -> int:
-    """The link's number on an embedded pair (its /30 subnet and veth name): set in config,
-    or derived from its name, so that adding or reordering links changes no other link's
-    addresses (and so re-runs nothing). 200 and up are the round-trip sweep's."""
-    if "index" in spec:
-        return spec["index"]
-    return 1 + int(hashlib.sha256(link.encode()).hexdigest(), 16) % 199
-
-
-def _check_link_indexes(pair: str, links: dict[str, Any]) -> None:
-    taken: dict[int, str] = {}
-    for link, spec in links.items():
-        index = link_index(link, spec)
-        if index in taken:
-            raise ConfigError(f"pairs.{pair}.links.{link}.index",
-                              f"links '{taken[index]}' and '{link}' get the same emulated "
-                              f"subnet ({index}); set index: <1-199> on one of them")
-        taken[index] = link
-
-
 def link_slice(config: dict[str, Any], pair: str, link: str) -> dict[str, Any]:
     """The link's emulation spec plus its position (which sets its addresses)."""
     pair_spec = config["pairs"][pair]
@@ -437,16 +273,15 @@ def cell_slice(config: dict[str, Any], cell: Cell, epoch: int = 0) -> dict[str, 
     return out
 
 
-ROUNDTRIP_DEFAULTS = {"workers": [1], "delays_ms": [0.0, 0.5, 1.0, 2.0], "requests": 3,
-                      "prompt_tokens": 32, "n_predict": 64, "rr_samples": 200,
-                      "request_timeout_s": 300}
+def _roundtrip_defaults() -> dict[str, Any]:
+    return configuration.defaults(configuration.Roundtrips, exclude=("models",))
 
 
 def roundtrip_settings(config: dict[str, Any]) -> dict[str, Any] | None:
     """The round-trips sweep's settings, or None when config has no `roundtrips`."""
     if "roundtrips" not in config:
         return None
-    settings = {**ROUNDTRIP_DEFAULTS, **config["roundtrips"], **_wakeup(config)}
+    settings = {**_roundtrip_defaults(), **config["roundtrips"], **_wakeup(config)}
     settings.setdefault("models", list(config["models"]))
     return settings
 
@@ -464,7 +299,7 @@ def roundtrip_sweeps(config: dict[str, Any]) -> list[tuple[str, str, int]]:
 def roundtrips_slice(config: dict[str, Any], pair: str, model: str,
                      workers: int) -> dict[str, Any]:
     """One sweep's settings, with its own server settings (one slot, short context)."""
-    settings = roundtrip_settings(config) or ROUNDTRIP_DEFAULTS
+    settings = roundtrip_settings(config) or _roundtrip_defaults()
     sweep = {k: v for k, v in settings.items() if k not in ("models", "workers")}
     server = _server_settings({**model_slice(config, model), "workers": workers}, 1,
                               sweep["prompt_tokens"] + sweep["n_predict"])

@@ -51,25 +51,12 @@ import pandas as pd
 import pyarrow.parquet as pq
 import yaml
 
-from splitbench import results
+from splitbench import configuration, results
 from splitbench.analysis import cell_summary, comparison
 from splitbench.infra import interference, parquet_io
 from splitbench.report import tables
 from splitbench.stage import Stage, json_arg
 
-DEFAULTS: dict[str, Any] = {
-    # [low, high] in C; either may be null (no bound); null: no band check.
-    "reference_c": None,
-    # Largest allowed warming from a cell's start to its end (C); null: no check.
-    "max_temp_rise_c": 10.0,
-    # How far a one-second peak may exceed the band's upper bound (C).
-    "peak_margin_c": 5.0,
-    # Relative change of the anchor's decode ms/token, end vs start, that flags the
-    # block; null: no anchor check. The anchors' own uncertainty widens it.
-    "anchor_tolerance": 0.10,
-    # Sensor resolution and settling (C) when comparing cells with the anchors' range.
-    "anchor_margin_c": 2.0,
-}
 KEYS = cell_summary.SUMMARY_KEYS  # a cell's identity
 FIGURES = ["status", "decode_ms_per_token", "temp_before_c", "temp_after_c", "temp_peak_c",
            "temp_rise_c", "band_low_c", "band_high_c", "anchor_start_ms", "anchor_end_ms",
@@ -88,24 +75,6 @@ HEADER = """\
 # ---------------------------------------------------------------- settings and keys
 
 
-def settings(config: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The `drift:` settings of a config with defaults filled in, checked."""
-    given = dict((config or {}).get("drift") or {})
-    unknown = set(given) - set(DEFAULTS)
-    if unknown:
-        raise ValueError(f"config key 'drift': unknown setting(s) {sorted(unknown)}")
-    merged = {**DEFAULTS, **given}
-    band = merged["reference_c"]
-    if band is not None:
-        if len(band) != 2:
-            raise ValueError("config key 'drift.reference_c': give [low, high] in C")
-        low, high = band
-        if low is not None and high is not None and low >= high:
-            raise ValueError(f"config key 'drift.reference_c': low {low} >= high {high}")
-        merged["reference_c"] = [low, high]
-    return merged
-
-
 def cell_key(pair: str, link: str, model: str, ctx: str, conc: int | str) -> str:
     """A cell's name in config/reruns.yaml (its path under results/cells, no suffix)."""
     return f"{pair}/{link}/{model}/ctx{ctx}_c{int(conc)}"
@@ -121,14 +90,14 @@ def find_suspects(summary: pd.DataFrame,
     """One row per suspect cell: its keys, kind(s), a reason with figures, the figures.
 
     `anchors` maps (pair, model) to {"start": requests, "end": requests}, either None
-    when not measured. `config_settings` is `settings(config)`; `interference_limits`
-    the `interference:` slice (anchors measured above it fail the anchor check). A cell
-    flagged by several checks gets one row: kinds joined by "," and reasons by "; ".
-    attrs: "checks" (what was checked, for the report), "blocks" (each (pair, model)
-    anchor check: steady, drifted or failed, and why) and "unchecked" (the ok cells of
-    blocks whose anchor check failed).
+    when not measured. `config_settings` is `configuration.drift_settings(config)`;
+    `interference_limits` the `interference:` slice (anchors measured above it fail the
+    anchor check). A cell flagged by several checks gets one row: kinds joined by ","
+    and reasons by "; ". attrs: "checks" (what was checked, for the report), "blocks"
+    (each (pair, model) anchor check: steady, drifted or failed, and why) and
+    "unchecked" (the ok cells of blocks whose anchor check failed).
     """
-    cfg = settings({"drift": dict(config_settings)})
+    cfg = configuration.drift_settings({"drift": dict(config_settings)})
     cells = _eligible(summary)
     blocks, failed = _anchor_blocks(anchors, cfg, interference_limits or {},
                                     _block_names(summary, anchors))
@@ -555,8 +524,8 @@ def main_drift(summary_path: str | Path, anchor_files: list[str],
                interference_limits: Mapping[str, Any] | None = None) -> pd.DataFrame:
     """The drift step: read the summary and anchors, find the suspects, write the report
     and, with apply, bump their epochs in reruns_path. `config_settings` is the config's
-    `drift:` slice (or settings()' result). Returns the suspects."""
-    cfg = settings({"drift": dict(config_settings or {})})
+    `drift:` slice (or drift_settings()' result). Returns the suspects."""
+    cfg = configuration.drift_settings({"drift": dict(config_settings or {})})
     summary = pq.read_table(summary_path).to_pandas()
     suspects = find_suspects(summary, read_anchors(anchor_files), cfg, interference_limits)
     write_report(suspects, report_out, table_stem,

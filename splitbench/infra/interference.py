@@ -25,6 +25,7 @@ from typing import Any
 
 import pandas as pd
 
+from splitbench import configuration
 from splitbench.infra import procs
 from splitbench.infra.hosts import Host, HostError
 from splitbench.infra.telemetry import SENSORS_SOURCE
@@ -35,11 +36,6 @@ SIDES = ("a", "b")
 # cell went above 0.043 foreign cores, 3.5% steal or 37% CPU pressure (PSI counts the
 # measurement's own processes waiting for each other too: on two cores they do); one
 # cell beside two busy loops read 0.79 foreign cores and 66% pressure.
-DEFAULTS: dict[str, float | None] = {
-    "max_cpu_pressure_pct": 50.0,
-    "max_foreign_cpu_cores": 0.25,
-    "max_steal_pct": 10.0,
-}
 # Each figure and its unit; a column is f"{figure}_{side}_{unit}".
 UNITS = {"cpu_pressure": "pct", "foreign_cpu": "cores", "steal": "pct", "own_cpu": "cores"}
 # Every column the meter and the sampler give per side: request rows, summary, links.
@@ -168,7 +164,7 @@ def sum_figures(sums: dict[str, Any] | None) -> dict[str, Any]:
 
 def settings(given: Mapping[str, Any] | None) -> dict[str, float | None]:
     """The `interference:` thresholds with defaults filled in (null: not checked)."""
-    return {**DEFAULTS, **(given or {})}
+    return {**configuration.defaults(configuration.Interference), **(given or {})}
 
 
 LIMITS = [("cpu_pressure", "max_cpu_pressure_pct", "CPU pressure {v:.0f}%", "%"),

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from splitbench import cli, results
+from splitbench import cli, configuration, results
 from splitbench.analysis import drift
 from splitbench.infra import parquet_io
 from splitbench.report import charts, page
@@ -398,7 +398,7 @@ def test_checks_that_did_not_run_are_failures_in_the_run_block(tmp_path):
                for state, text in missing)
     found = drift.find_suspects(summary.assign(ctx="short", conc=1, status="ok"),
                                 {("lab", "m"): {"start": None, "end": None}},
-                                drift.settings({}))
+                                configuration.drift_settings({}))
     drift.write_report(found, tmp_path / "drift.parquet", tmp_path / "drift")
     lines = page.check_lines(summary, tmp_path / "drift.parquet")
     assert ("failed", "drift check FAILED for lab/m: the start anchor was not measured; "

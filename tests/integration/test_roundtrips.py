@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from splitbench import models, plan
+from splitbench import configuration, models, plan
 from splitbench.backends.llamacpp import toolchain
 from splitbench.cells import delay_sweep
 from tests.conftest import needs_root
@@ -62,6 +62,6 @@ def test_two_chained_workers_cost_two(sweep):
 
 def test_sweep_settings_need_layers_for_each_worker():
     config = _config([3])
-    with pytest.raises(plan.ConfigError, match="roundtrips.workers"):
-        plan.check({**config, "baseline_link": "plain", "toolchain": {"source": "pip"},
+    with pytest.raises(configuration.ConfigError, match="roundtrips.workers"):
+        configuration.check({**config, "baseline_link": "plain", "toolchain": {"source": "pip"},
                     "measurement_version": 1})

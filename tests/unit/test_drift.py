@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from splitbench import configuration
 from splitbench.analysis import drift
 from splitbench.infra import parquet_io
 
@@ -62,22 +63,22 @@ def cells_of(found: pd.DataFrame) -> set[str]:
 
 
 def find(frame: pd.DataFrame, anchors: dict | None = None, **cfg) -> pd.DataFrame:
-    return drift.find_suspects(frame, anchors or {}, drift.settings({"drift": cfg}))
+    return drift.find_suspects(frame, anchors or {}, configuration.drift_settings({"drift": cfg}))
 
 
 # ---------------------------------------------------------------- settings
 
 
 def test_settings_defaults_and_checks():
-    cfg = drift.settings({})
+    cfg = configuration.drift_settings({})
     assert cfg["reference_c"] is None
     assert cfg["max_temp_rise_c"] == 10.0
     assert cfg["anchor_tolerance"] == 0.10
-    assert drift.settings({"drift": BAND})["reference_c"] == [30, 85]
+    assert configuration.drift_settings({"drift": BAND})["reference_c"] == [30, 85]
     with pytest.raises(ValueError, match="low 90 >= high 85"):
-        drift.settings({"drift": {"reference_c": [90, 85]}})
+        configuration.drift_settings({"drift": {"reference_c": [90, 85]}})
     with pytest.raises(ValueError, match="unknown setting"):
-        drift.settings({"drift": {"reference": [30, 85]}})
+        configuration.drift_settings({"drift": {"reference": [30, 85]}})
 
 
 def test_cell_key_is_the_cells_path_without_suffix():

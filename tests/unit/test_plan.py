@@ -3,7 +3,7 @@ import copy
 import pytest
 import yaml
 
-from splitbench import plan
+from splitbench import configuration, plan
 from tests.conftest import ROOT
 
 
@@ -67,8 +67,8 @@ def test_cell_slice_does_not_depend_on_other_cells_or_models(config):
 )
 def test_bad_config_names_the_key(config, mutate, key):
     mutate(config)
-    with pytest.raises(plan.ConfigError) as error:
-        plan.check(config)
+    with pytest.raises(configuration.ConfigError) as error:
+        configuration.check(config)
     assert error.value.key == key
     assert key in str(error.value)
 

@@ -1,0 +1,78 @@
+"""The typed config model is the one place for keys, defaults and checks: the schema and
+the reference are generated from it, and the code's defaults are its defaults."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+from snakemake.utils import validate
+
+from splitbench import configuration, plan
+from splitbench.infra import interference
+from tests.conftest import ROOT
+
+SHIPPED = [ROOT / "config/config.yaml", ROOT / "tests/configs/tiny.yaml",
+           *sorted((ROOT / "config/examples").glob("*.yaml"))]
+
+
+def test_the_committed_schema_and_reference_are_the_generated_ones():
+    assert configuration.main(["--check"]) == 0, "run python -m splitbench.configuration"
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
+def test_shipped_configs_pass_the_schema_and_the_checks(path):
+    config = yaml.safe_load(path.read_text())
+    plan.names_as_text(config)
+    validate(config, str(configuration.SCHEMA))
+    configuration.check(config)
+
+
+def _default_config() -> dict:
+    return yaml.safe_load((ROOT / "config/config.yaml").read_text())
+
+
+@pytest.mark.parametrize("mutate", [
+    lambda c: c.update(concurrency=[1, 1]),
+    lambda c: c["pairs"]["lab"]["links"]["5gbe"].update(rate_gbit=None),  # not nullable
+    lambda c: c["pairs"]["lab"]["links"].update({"Bad Name": {}}),
+    lambda c: c["pairs"]["lab"].update(mode="cloud"),
+    lambda c: c.update(drift={"peak_margin_c": None}),
+    lambda c: c.update(link_check={"rr_sizes": [64]}),
+    lambda c: c["models"]["synth"].pop("layers_on_b"),
+    lambda c: c.update(report={"timeline_cell": "a/b"}),
+], ids=["duplicate-concurrency", "null-rate", "link-name", "mode", "null-margin",
+        "one-rr-size", "no-layers-on-b", "timeline-cell"])
+def test_the_generated_schema_refuses_what_the_model_refuses(mutate):
+    config = _default_config()
+    mutate(config)
+    with pytest.raises(Exception, match="ValidationError|is not valid|Error validating"):
+        validate(config, str(configuration.SCHEMA))
+
+
+def test_nullable_keys_take_null_and_validate_writes_only_schema_defaults():
+    config = _default_config()
+    config.update(drift={"max_temp_rise_c": None, "reference_c": [None, 80]},
+                  interference={"max_steal_pct": None},
+                  link_check={"iperf_block": None})
+    before = copy.deepcopy(config)
+    validate(config, str(configuration.SCHEMA))
+    # Schema defaults filled in: the cell section's; the code's (drift) left alone.
+    assert config["cell"]["n_predict"] == configuration.defaults(configuration.Cell)[
+        "n_predict"]
+    assert config["drift"] == before["drift"] and config["pairs"] == before["pairs"]
+
+
+def test_the_code_uses_the_models_defaults():
+    assert configuration.drift_settings({})["max_temp_rise_c"] == 10.0
+    assert interference.settings({}) == configuration.defaults(configuration.Interference)
+    checks = plan.link_check_settings({})
+    assert checks["rr_sizes"] == configuration.LinkCheck.model_fields["rr_sizes"].default
+    sweep = plan.roundtrip_settings({"roundtrips": {}, "models": {"m": {}}})
+    assert sweep["delays_ms"] == [0.0, 0.5, 1.0, 2.0] and sweep["models"] == ["m"]
+
+
+def test_a_drift_band_out_of_order_is_refused_by_key():
+    with pytest.raises(configuration.ConfigError, match="drift.reference_c.*low 90 >= high 85"):
+        configuration.drift_settings({"drift": {"reference_c": [90, 85]}})
