@@ -44,7 +44,7 @@ def run(
     A cell with `paired` in its settings alternates, round by round, between the
     baseline link (its reference: `paired.reference` is that link's slice and
     `reference_result` its verification) and its own link, so that the two are measured
-    on the same machine at the same time (tables.paired_deltas reads them)."""
+    on the same machine at the same time (comparison.paired_deltas reads them)."""
     toolchain = json.loads(Path(toolchain_path).read_text())
     fingerprint = pd.read_parquet(link_result).iloc[0]["fingerprint"]
     link = real.ensure(link_spec)
