@@ -114,6 +114,26 @@ def test_without_a_packet_clock_queued_tokens_share_the_last_segment_s_stamp(mon
     assert before <= times[2] <= after + 200_000, (times[2] - before, after - before)
 
 
+def test_without_any_stamp_a_token_gets_the_read_s_own_time(monkeypatch):
+    """The last fallback: no packet clock and no kernel stamp. Tokens that queued while
+    the reader was busy get the time they were read, and the row says so ("read")."""
+    monkeypatch.setattr(client.PacketClock, "open", classmethod(lambda *a: None))
+    monkeypatch.setattr(client, "STAMP_SPACE", 0)  # no room for the kernel's stamp
+    sent: list[tuple[int, int]] = []
+    woke: list[int] = []
+
+    def busy() -> None:
+        time.sleep(0.2)
+        woke.append(time.time_ns())
+
+    reply = client.run_concurrent(_serve(_paced(sent)), [[1]], 3, timeout=10,
+                                  on_first_token=busy)[0]
+    assert reply.arrival_clock == "read"
+    times = [t["t_ns"] for t in reply.tokens]
+    assert times[1] >= woke[0] and times[2] >= woke[0]  # read after the reader woke
+    assert sent[1][1] < woke[0]  # though token 1 had arrived long before
+
+
 def test_chunked_stream_is_timestamped_token_by_token():
     url = _serve(chunked_stream, requests=2)
     firsts = []
