@@ -16,11 +16,13 @@ from tests.conftest import needs_root
 SPEC = {"pair": "tl", "link": "x", "index": 7, "mode": "embedded"}
 
 
-def probe_p50_us(link: Link, size: int = 64) -> float:
+def probe_min_us(link: Link, size: int = 64) -> float:
+    """The fastest of 60 round trips: what the link itself allows. Scheduling on a busy
+    machine only adds to a round trip, so the minimum is the link's property, where a
+    median would also measure the machine's load."""
     client = [sys.executable, "-m", "splitbench.remote.probe", "client", link.connect_addr,
               str(PROBE_PORT), "--sizes", str(size), "--samples", "60"]
-    samples = json.loads(link.host_a.run(client).stdout)[str(size)]
-    return sorted(samples)[len(samples) // 2]
+    return min(json.loads(link.host_a.run(client).stdout)[str(size)])
 
 
 def serve_probe(link: Link, state_dir) -> None:
@@ -40,7 +42,9 @@ def test_loopback_lab_adds_delay_with_the_relay(state_dir, monkeypatch):
     assert (link.addr_a, link.addr_b, link.connect_addr) == ("127.0.7.1", "127.0.7.2",
                                                            "127.0.7.1")
     serve_probe(link, state_dir)
-    assert 3000 <= probe_p50_us(link) <= 5500  # 1.5 ms each way
+    # 1.5 ms each way: never early, and applied once per direction (twice would hold
+    # every round trip 6 ms or more).
+    assert 3000 <= probe_min_us(link) < 6000
 
 
 @needs_root()
@@ -53,7 +57,7 @@ def test_namespace_link_is_shaped_recorded_and_torn_down(state_dir):
     route = link.host_a.run(["ip", "route", "get", link.addr_b]).stdout
     assert f"dev {link.interface_a}" in route
     serve_probe(link, state_dir)
-    assert 1000 <= probe_p50_us(link) <= 3000  # 0.5 ms each way
+    assert 1000 <= probe_min_us(link) < 2000  # 0.5 ms each way, once per direction
     # Calling again adopts the same link instead of rebuilding it.
     again = lab.ensure_link({**SPEC, "rate_gbit": 0.2, "delay_ms": 0.5})
     assert again.to_json() == link.to_json()
