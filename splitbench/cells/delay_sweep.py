@@ -23,14 +23,16 @@ import httpx
 import numpy as np
 import pandas as pd
 
+from splitbench import backends
 from splitbench.analysis import roundtrips
-from splitbench.backends.llamacpp import client, metrics, prompts, servers
+from splitbench.backends import Launch
 from splitbench.infra import parquet_io, procs, wakeup
 from splitbench.infra.hosts import HostError
 from splitbench.links import lab, verify
 from splitbench.links.link import Link
 from splitbench.stage import Stage, json_arg
 
+BACKEND = backends.get("llamacpp")
 # Index of the first sweep link: far from the configured links' indexes (1, 2, ...).
 FIRST_INDEX = 200
 
@@ -47,16 +49,16 @@ def measure_rr_ms(link: Link, samples: int) -> float:
         return measure(samples) / 1000
 
 
-def decode_point(server: servers.Server, link: Link, sweep: dict[str, Any]) -> list[dict]:
+def decode_point(server: Launch, link: Link, sweep: dict[str, Any]) -> list[dict]:
     """Single-stream requests one after another; one row each."""
     rows = []
     with link.host_a.entered():
-        pool = prompts.token_pool(server.url)
+        pool = BACKEND.prompt_pool(server.url)
         for i in range(sweep["requests"]):
-            ids = prompts.prompt(pool, sweep["prompt_tokens"], secrets.randbits(63))
-            reply = client.run_concurrent(server.url, [ids], sweep["n_predict"],
+            ids = BACKEND.prompt(pool, sweep["prompt_tokens"], secrets.randbits(63))
+            reply = BACKEND.stream(server.url, [ids], sweep["n_predict"],
                                           sweep["request_timeout_s"])[0]
-            figures = metrics.request_row(reply, sweep["prompt_tokens"], sweep["n_predict"],
+            figures = BACKEND.request_row(reply, sweep["prompt_tokens"], sweep["n_predict"],
                                           True, 0.0)
             gaps = np.diff([t["t_ns"] for t in reply.tokens])
             rows.append({
@@ -82,7 +84,7 @@ def sweep(spec: dict[str, Any], model: dict[str, Any], toolchain: dict[str, Any]
             for index, delay in enumerate(spec["delays_ms"]):
                 rows += _point(spec, settings, model, toolchain, index, delay)
         finally:
-            servers.stop(spec["pair"])
+            BACKEND.stop(spec["pair"])
     frame = pd.DataFrame(rows)
     result = roundtrips.fit(frame)
     parquet_io.write(frame, out, {"config": spec, "settings": settings, "fit": result})
@@ -99,9 +101,9 @@ def _point(spec: dict[str, Any], settings: dict[str, Any], model: dict[str, Any]
                 "delay_ms": delay, "rr_ms": rr_ms, "emulation_delay": link.emulation["delay"],
                 **held}
         try:
-            server = servers.ensure(link, settings, model["path"], model["sha256"],
+            server = BACKEND.ensure(link, settings, model["path"], model["sha256"],
                                     toolchain)
-        except (servers.LaunchError, HostError, httpx.HTTPError) as exc:
+        except (*BACKEND.launch_errors, HostError, httpx.HTTPError) as exc:
             # A model that does not load has no round trips to count: a row that says
             # why, and the fit has nothing to fit (the table shows "—").
             print(f"delay {delay} ms: launch failed: {str(exc)[:300]}", flush=True)

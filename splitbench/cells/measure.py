@@ -15,13 +15,17 @@ import httpx
 import pandas as pd
 from rich.console import Console
 
-from splitbench import results
-from splitbench.backends.llamacpp import client, metrics, prompts, servers
+from splitbench import backends, results
+from splitbench.backends import Launch
+from splitbench.backends.llamacpp import client, metrics
 from splitbench.infra import archive, interference, parquet_io, procs, telemetry, wakeup
 from splitbench.infra.hosts import HostError
 from splitbench.links import real, verify
 from splitbench.links.link import RPC_PORT
 from splitbench.stage import Stage, json_arg
+
+# The cells' backend; a model's own (vLLM, say) comes with its config key.
+BACKEND = backends.get("llamacpp")
 
 TOKEN_COLUMNS = ["request_id", "token_index", "token_id", "t_ns", "t_mono_ns", "chunk_tokens",
                  "server_cum_prompt_ms", "server_cum_predicted_ms", "server_cum_predicted_n"]
@@ -95,7 +99,7 @@ class Run:
 
     reference: bool
     round: int
-    server: servers.Server | None = None
+    server: Launch | None = None
     shots: list[Shot] = field(default_factory=list)
     alive: bool = False
     harness_error: str | None = None
@@ -187,7 +191,7 @@ def _rows(cell: dict[str, Any], runs: list[Run]) -> tuple[list[dict[str, Any]],
             for reply in shot_replies:
                 reply.request_id = len(replies)
                 replies.append(reply)
-                row = metrics.request_row(reply, cell["prompt_tokens"], cell["n_predict"],
+                row = BACKEND.request_row(reply, cell["prompt_tokens"], cell["n_predict"],
                                           run.alive, cell["crash_below_tps"])
                 rows.append({**row, "reference": run.reference, "round": run.round,
                              "shot": shot, "rr64_us": run.rr64_us,
@@ -250,18 +254,18 @@ def _runs(cell: dict[str, Any], link: Any, reference: Any, model: dict[str, Any]
                     _drive_run(alone, cell, link)
                     return [*runs, alone]
     finally:
-        servers.stop(link.pair, slot="reference")
+        BACKEND.stop(link.pair, slot="reference")
     return runs
 
 
 def _launch(run: Run, cell: dict[str, Any], link: Any, model: dict[str, Any],
             settings: dict[str, Any], toolchain: dict[str, Any],
-            slot: str = "") -> servers.Server | None:
+            slot: str = "") -> Launch | None:
     """Launch (or reuse) the servers; a launch that fails is the run's rows."""
     try:
-        return servers.ensure(link, settings, model["path"], model["sha256"], toolchain,
+        return BACKEND.ensure(link, settings, model["path"], model["sha256"], toolchain,
                               slot)
-    except (servers.LaunchError, HostError, httpx.HTTPError) as exc:
+    except (*BACKEND.launch_errors, HostError, httpx.HTTPError) as exc:
         run.shots = [(_failed(cell, "launch_failed", str(exc)), None)]
         return None
 
@@ -276,7 +280,7 @@ def _drive_run(run: Run, cell: dict[str, Any], link: Any, count: int | None = No
         run.shots = [(_failed(cell, type(exc).__name__, text), None)]
         run.harness_error = text
     with link.host_a.entered():
-        run.alive = run.server.alive() and servers.healthy(run.server.url)
+        run.alive = run.server.alive() and BACKEND.healthy(run.server.url)
 
 
 def _failed(cell: dict[str, Any], error_type: str, text: str) -> list[client.Reply]:
@@ -309,23 +313,23 @@ def more_shots(cell: dict[str, Any], sent: int, elapsed_s: float) -> bool:
     return sent < least or elapsed_s < cell.get("single_stream_seconds", 0.0)
 
 
-def _drive(cell: dict[str, Any], link: Any, server: servers.Server,
+def _drive(cell: dict[str, Any], link: Any, server: Launch,
            count: int | None = None) -> list[Shot]:
     """Send the cell's requests (`count` single-stream releases, or as `more_shots`
     says), counting the RPC bytes each release causes. After a release with a failed
     request the rest are not sent: the failure is the result."""
     out: list[Shot] = []
     with link.host_a.entered():
-        pool = prompts.token_pool(server.url)
+        pool = BACKEND.prompt_pool(server.url)
         started = time.monotonic()
         while (len(out) < count if count is not None
                else more_shots(cell, len(out), time.monotonic() - started)):
-            batch = [prompts.prompt(pool, cell["prompt_tokens"], secrets.randbits(63))
+            batch = [BACKEND.prompt(pool, cell["prompt_tokens"], secrets.randbits(63))
                      for _ in range(cell["concurrency"])]
             rpc = telemetry.RpcTraffic(link.connect_addr,
                                        server.record.get("worker_ports", [RPC_PORT]))
             _LOG.log(f"{_what(cell, link)}: release {len(out) + 1}, sending")
-            replies = client.run_concurrent(server.url, batch, cell["n_predict"],
+            replies = BACKEND.stream(server.url, batch, cell["n_predict"],
                                             cell["request_timeout_s"], rpc.at_first_token)
             rpc.finish()
             out.append((replies, rpc))

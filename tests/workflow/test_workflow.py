@@ -322,6 +322,36 @@ def test_re_verifying_a_link_re_measures_nothing(finished):
 
 @needs_root()
 @pytest.mark.e2e
+def test_the_round_trip_sweep_runs_through_the_workflow(finished):
+    """The sweep's rules for real: links at two added delays, a launch at each, the fit
+    and its table, and nothing left running."""
+    work, config = finished
+    sweep = {**config, "roundtrips": {"models": ["tiny"], "workers": [1],
+                                      "delays_ms": [0.0, 2.0], "requests": 2,
+                                      "prompt_tokens": 16, "n_predict": 16,
+                                      "rr_samples": 40}}
+    path = work / "config/config.yaml"
+    original = path.read_text()
+    path.write_text(yaml.safe_dump(sweep, sort_keys=False))
+    try:
+        run = snakemake(work, "results/roundtrips/t/tiny/w1.parquet",
+                        "results/tables/round_trips.csv")
+    finally:
+        path.write_text(original)
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = pd.read_parquet(work / "results/roundtrips/t/tiny/w1.parquet")
+    assert sorted(rows["delay_ms"].unique()) == [0.0, 2.0]
+    assert rows["error"].isna().all() and rows["launch_id"].nunique() == 2
+    # 2 ms each way: the measured latency grows by at least the 4 ms round trip.
+    latency = rows.groupby("delay_ms")["rr_ms"].first()
+    assert latency[2.0] - latency[0.0] >= 3.2
+    table = pd.read_csv(work / "results/tables/round_trips.csv").iloc[0]
+    assert table["points"] == 2 and table["round trips per token"] > 0
+    assert not procs_left(work)
+
+
+@needs_root()
+@pytest.mark.e2e
 def test_adding_a_model_plans_only_its_cells(finished):
     work, config = finished
     grown = yaml.safe_load(yaml.safe_dump(config, sort_keys=False))
