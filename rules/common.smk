@@ -187,13 +187,6 @@ def models_named(synthetic=None):
     return "|".join(names) or "(?!)"
 
 
-def model_origin(wildcards):
-    """A fetched model's origin record; nothing for other models."""
-    if "source" in config["models"][wildcards.model]:
-        return [results.MODEL_ORIGIN.format(model=wildcards.model)]
-    return []
-
-
 def model_file(wildcards):
     spec = config["models"][wildcards.model]
     if spec.get("synthetic") or spec.get("source"):

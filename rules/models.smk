@@ -45,9 +45,9 @@ rule model_fetch:
 
 
 rule model_info:
+    # A fetched model's origin record comes from the same job as its GGUF (model_fetch).
     input:
         model_file,
-        model_origin,
     output:
         results.MODEL_INFO,
     log:

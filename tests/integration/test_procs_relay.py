@@ -91,10 +91,14 @@ def test_relay_adds_the_configured_delay(state_dir):
                 key="relay-t", log_path=state_dir / "relay.log")
     LOCAL.wait_listening("127.0.0.1", front, timeout=10)
     relayed = probe.measure("127.0.0.1", front, [64], samples=100)["64"]
-    added_us = np.median(relayed) - np.median(direct)
-    # 2 ms each way: a round trip holds 4 ms; the extra hop through the relay and its
-    # timer's wake-up add 0.1-0.5 ms (measured here 4.1-4.5 ms in all).
-    assert 4000 <= added_us <= 5000, added_us
+    # 2 ms each way: no round trip through the relay is faster than 4 ms (never early),
+    # and the delay is held once per direction, not twice (8 ms or more). On the
+    # fastest round trips, which a busy machine cannot make faster. How little the relay
+    # adds beyond the delay is a speed figure, not a bound for a test on a shared machine
+    # (benchmarks/probe_accuracy.py prints the delayed link's round trips).
+    added_us = min(relayed) - min(direct)
+    assert min(relayed) >= 4000, min(relayed)
+    assert added_us < 8000, added_us
 
 
 def test_a_burst_of_messages_each_keeps_its_own_delay(state_dir):
