@@ -1,12 +1,13 @@
 """How long and how much memory does aggregation take over a big cell matrix?
 
-Generates a matrix of cells as the cells stage (`cells.run`) writes them: a token file
-and a request file per cell, in its columns and types, with generated values. 2 pairs x
+Generates a matrix of cells as the cells stage (`splitbench.cells.measure.run`) writes
+them: a token file and a request file per cell, in its columns and types, with
+generated values. 2 pairs x
 5 links x 10 models x 5 contexts x 10 concurrency levels = 5,000 cells, one request per
 stream (27,500), their tokens 2,000,000 rows in all, with context walls, overflows and
 crashes at high concurrency and long context; plus one link result per pair and link.
-Then runs `splitbench.tables.aggregate` over them in a fresh process and prints its wall
-time and peak memory (the child's VmHWM; the parent's getrusage of the child agrees).
+Then runs `splitbench.report.tables.aggregate` over them in a fresh process and prints
+its wall time and peak memory (the child's VmHWM; the parent's getrusage of the child agrees).
 Prints figures; asserts nothing.
 
     .venv/bin/python benchmarks/aggregate_scale.py [--tokens 2000000] [--models 10]

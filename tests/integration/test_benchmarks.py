@@ -20,6 +20,8 @@ SMALL = {
     "probe_accuracy.py": (["--samples", "30"], "worst probe/sockperf p50 ratio", True),
     "bandwidth_term.py": (["--dry-run", "--dir", "{tmp}/wf"], "planned (dry run, exit 0)",
                           False),
+    "plan_scale.py": (["--pairs", "2", "--links", "2", "--models", "1", "--contexts", "2",
+                       "--concurrency", "2"], "16 cells over 2 pairs: 38 jobs planned", False),
 }
 
 

@@ -1,0 +1,89 @@
+"""How long does Snakemake take to plan a big matrix spread over several pairs?
+
+Writes a copy of the workflow with a config of `--pairs` embedded pairs, each with
+`--links` links, `--models` synthetic models, `--contexts` contexts and `--concurrency`
+levels (defaults: 4 x 5 x 5 x 10 x 5 = 5,000 cells), and times `snakemake -n` (the DAG
+is built, nothing runs). Prints figures; asserts nothing.
+
+    .venv/bin/python benchmarks/plan_scale.py [--pairs 4] [--links 5] [--models 5]
+        [--contexts 10] [--concurrency 5] [--dir DIR]
+
+Goal (issue 13): a 5,000-cell matrix over several pairs planned in at most 10 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
+
+
+def matrix(pairs: int, links: int, models: int, contexts: int, levels: int) -> dict:
+    base = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    model = base["models"]["synth"]
+    return {
+        **{k: base[k] for k in ("measurement_version", "toolchain", "drift")},
+        "cell": {k: v for k, v in base["cell"].items() if k != "paired"},
+        "pairs": {f"p{p}": {"mode": "embedded", "hosts": {"a": {}, "b": {}},
+                            "links": {f"l{k}": {"index": k + 1, "delay_ms": 0.1 * k}
+                                      for k in range(links)}}
+                  for p in range(pairs)},
+        "baseline_link": "l0",
+        "models": {f"m{m}": {**model, "synthetic": {**model["synthetic"], "seed": m}}
+                   for m in range(models)},
+        "contexts": {f"c{c}": 64 * (c + 1) for c in range(contexts)},
+        "concurrency": list(range(1, levels + 1)),
+    }
+
+
+def workflow(where: Path, config: dict) -> Path:
+    for name in ("Snakefile", "rules", "profiles", "envs", "report", "config"):
+        source = ROOT / name
+        if source.is_dir():
+            shutil.copytree(source, where / name, dirs_exist_ok=True)
+        else:
+            shutil.copy(source, where / name)
+    (where / "config/reruns.yaml").unlink(missing_ok=True)
+    (where / "config/config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    return where
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", type=int, default=4)
+    parser.add_argument("--links", type=int, default=5)
+    parser.add_argument("--models", type=int, default=5)
+    parser.add_argument("--contexts", type=int, default=10)
+    parser.add_argument("--concurrency", type=int, default=5)
+    parser.add_argument("--dir", help="keep the workflow copy here")
+    args = parser.parse_args()
+    config = matrix(args.pairs, args.links, args.models, args.contexts, args.concurrency)
+    cells = args.pairs * args.links * args.models * args.contexts * args.concurrency
+    where = Path(args.dir or tempfile.mkdtemp(prefix="sb-plan-"))
+    where.mkdir(parents=True, exist_ok=True)
+    workflow(where, config)
+    started = time.monotonic()
+    done = subprocess.run([SNAKEMAKE, "-n", "--quiet", "rules"], cwd=where,
+                          capture_output=True, text=True)
+    seconds = time.monotonic() - started
+    if done.returncode != 0:
+        sys.exit(f"snakemake -n failed:\n{(done.stdout + done.stderr)[-3000:]}")
+    jobs = next((line.split()[-1] for line in done.stdout.splitlines()
+                 if line.startswith("total")), "?")
+    print(f"{cells:,} cells over {args.pairs} pairs: {jobs} jobs planned in {seconds:.1f} s "
+          "(snakemake -n, wall time)")
+    if not args.dir:
+        shutil.rmtree(where)
+
+
+if __name__ == "__main__":
+    main()
