@@ -129,14 +129,21 @@ def stamped(frame: pd.DataFrame, ident: dict[str, Any]) -> pd.DataFrame:
     return pd.concat([pd.DataFrame(given, index=frame.index), frame], axis=1)
 
 
+def missing_identity(columns: list[str], path: str | Path, keys: list[str]) -> dict[str, Any]:
+    """The identity `keys` that a file's rows lack, from its path (files written before
+    rows carried them); nothing when the rows carry them all."""
+    missing = [k for k in keys if k not in columns]
+    if not missing:
+        return {}
+    ident = identity(path)
+    return {k: ident[k] for k in missing if k in ident}
+
+
 def with_identity(frame: pd.DataFrame, path: str | Path, keys: list[str]) -> pd.DataFrame:
     """The rows of the file at `path`, with `keys` from the rows themselves, or, for files
     written before rows carried them, from the path."""
-    missing = [k for k in keys if k not in frame.columns]
-    if not missing:
-        return frame
-    ident = identity(path)
-    return stamped(frame, {k: ident[k] for k in missing if k in ident})
+    added = missing_identity(list(frame.columns), path, keys)
+    return stamped(frame, added) if added else frame
 
 
 def split_measured(path: str | Path) -> tuple[Path, Path] | None:

@@ -150,13 +150,10 @@ def read_requests(request_files: Sequence[str],
 def _with_identity(table: pa.Table, path: str) -> pa.Table:
     """A request file's rows with their identity columns; files written before rows
     carried them get them from their path (the results layout's own parser)."""
-    missing = [k for k in results.IDENTITY if k not in table.column_names]
-    if not missing:
-        return table
-    ident = results.identity(path)
-    for key in missing:
+    added = results.missing_identity(table.column_names, path, results.IDENTITY)
+    for key, value in added.items():
         kind = pa.int64() if key in ("conc", "repeat") else pa.string()
-        table = table.append_column(key, pa.array([ident[key]] * table.num_rows, type=kind))
+        table = table.append_column(key, pa.array([value] * table.num_rows, type=kind))
     return table
 
 
