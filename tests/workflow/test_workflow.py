@@ -120,6 +120,8 @@ def test_end_to_end_on_the_embedded_lab(finished):
     n_predict = config["cell"]["n_predict"]
     cells = sorted((work / "results/cells/t").rglob("*.requests.parquet"))
     assert len(cells) == 2 * 2 * 2 * 2  # links x models x contexts x concurrency
+    flags = pd.read_parquet(work / "results/summary/cells.parquet").set_index(
+        ["link", "model", "ctx", "conc"])["flags"]
     for requests_path in cells:
         requests = pd.read_parquet(requests_path)
         tokens = pd.read_parquet(str(requests_path).replace(".requests", ""))
@@ -150,9 +152,13 @@ def test_end_to_end_on_the_embedded_lab(finished):
         # The harness's decode rate agrees with the server's own timings: per request when
         # alone; under concurrency a first token can leave the server late (another slot's
         # prefill runs first), so there the cell's median is held to the same 5%.
+        # A cell measured beside other work may disagree (the server's sends wait for a
+        # CPU its own timer does not count); then the summary must say it was flagged.
         gap = (requests["decode_ms_per_token"] / requests["server_decode_ms_per_token"] - 1)
         worst = gap.abs().max() if conc == 1 else abs(gap.median())
-        assert worst < 0.05, gap
+        identity = requests[["link", "model", "ctx", "conc"]].iloc[0]
+        flagged = flags.loc[tuple(identity)]
+        assert worst < 0.05 or "other processes used" in (flagged or ""), (gap, flagged)
 
     links = pd.concat(pd.read_parquet(p) for p in (work / "results/links/t").glob("*.parquet"))
     slow = links.set_index("link").loc["slow"]
