@@ -1,8 +1,10 @@
 """Where a command runs: this machine, a network namespace on it, or a host over SSH.
 
 Commands are argument lists end to end. The one place a string is built is the remote
-command line of SSH, and there every argument is quoted (shlex.join). SSH verifies host
-keys (StrictHostKeyChecking=yes, never accept-new) and never prompts (BatchMode=yes).
+command line of SSH, and there every argument is quoted (shlex.join). SSH goes through
+paramiko (splitbench/infra/ssh.py): one connection per host per process, reused for
+every command; host keys are verified and an unknown or changed one is refused; nothing
+prompts.
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
-import shlex
 import subprocess
 import sys
 import time
@@ -54,20 +55,18 @@ class Host:
             return self.python_path
         return "python3" if self.remote else sys.executable
 
-    def ssh_prefix(self) -> list[str]:
-        argv = ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
-                "-o", "ConnectTimeout=10"]
-        if self.known_hosts:
-            argv += ["-o", f"UserKnownHostsFile={Path(self.known_hosts).expanduser()}"]
-        if self.identity:
-            argv += ["-i", str(Path(self.identity).expanduser()), "-o", "IdentitiesOnly=yes"]
-        if self.ssh_port:
-            argv += ["-p", str(self.ssh_port)]
-        return [*argv, self.ssh, "--"]
+    def ssh_settings(self) -> dict[str, Any]:
+        """How to reach this host over SSH, as JSON (process records keep it)."""
+        from splitbench.infra import ssh  # paramiko loads only for a remote host
+
+        return ssh.settings({"ssh": self.ssh, "ssh_port": self.ssh_port,
+                             "identity": self.identity, "known_hosts": self.known_hosts})
 
     def wrap(self, argv: Sequence[str]) -> list[str]:
+        """The local command line that runs argv on this host (not for an SSH host:
+        `run` and `popen` reach it through the connection)."""
         if self.ssh is not None:
-            return [*self.ssh_prefix(), shlex.join(argv)]
+            raise HostError(f"host {self.name}: no local command line for an SSH host")
         pinned = ["taskset", "-c", self.cpus, *argv] if self.cpus else list(argv)
         if self.netns is None:
             return pinned
@@ -76,23 +75,49 @@ class Host:
     def run(
         self, argv: Sequence[str], *, timeout: float = 60, check: bool = True
     ) -> subprocess.CompletedProcess[str]:
-        try:
-            result = subprocess.run(
-                self.wrap(argv), capture_output=True, text=True, timeout=timeout
-            )
-        except FileNotFoundError as exc:
-            raise HostError(f"host {self.name}: {self.wrap(argv)[0]} not found") from exc
-        except subprocess.TimeoutExpired as exc:
-            raise HostError(f"host {self.name}: {argv[0]} timed out after {timeout}s") from exc
-        if self.remote and result.returncode == 255:
-            raise HostError(f"host {self.name}: ssh to {self.ssh} failed: "
-                            f"{result.stderr.strip()[-500:]}")
+        if self.remote:
+            result = self._run_remote(argv, timeout)
+        else:
+            try:
+                result = subprocess.run(
+                    self.wrap(argv), capture_output=True, text=True, timeout=timeout
+                )
+            except FileNotFoundError as exc:
+                raise HostError(f"host {self.name}: {self.wrap(argv)[0]} not found") from exc
+            except subprocess.TimeoutExpired as exc:
+                raise HostError(f"host {self.name}: {argv[0]} timed out after "
+                                f"{timeout}s") from exc
         if check and result.returncode != 0:
             raise HostError(
                 f"host {self.name}: {' '.join(argv[:3])} failed "
                 f"(exit {result.returncode}): {result.stderr.strip()[-500:]}"
             )
         return result
+
+    def _run_remote(self, argv: Sequence[str],
+                    timeout: float) -> subprocess.CompletedProcess[str]:
+        from splitbench.infra import ssh
+
+        try:
+            return ssh.run(self.ssh_settings(), argv, timeout=timeout)
+        except ssh.CommandTimeout as exc:
+            raise HostError(f"host {self.name}: {argv[0]} timed out after {timeout}s") from exc
+        except ssh.SSHError as exc:
+            raise HostError(f"host {self.name}: ssh to {self.ssh} failed: {exc}") from exc
+
+    def popen(self, argv: Sequence[str], *, stdout: Any = None, stdin: bool = False) -> Any:
+        """A long-running command on this SSH host, used like subprocess.Popen: stdout
+        None/DEVNULL, PIPE (`.stdout` read line by line) or an open file; stdin=True gives
+        `.stdin`, whose close() ends the command's input; poll, wait, terminate, kill
+        (these two close the channel). See ssh.RemoteProcess."""
+        from splitbench.infra import ssh
+
+        if not self.remote:
+            raise HostError(f"host {self.name}: popen is for SSH hosts; run locally")
+        try:
+            return ssh.popen(self.ssh_settings(), argv, stdout=stdout, stdin=stdin)
+        except ssh.SSHError as exc:
+            raise HostError(f"host {self.name}: ssh to {self.ssh} failed: {exc}") from exc
 
     def wait_listening(self, addr: str, port: int, timeout: float) -> None:
         """Wait until this host has a TCP listener on addr:port. It does not connect:
@@ -167,10 +192,11 @@ class Host:
         command = ["sh", "-c", script, "sh", log, *(["env", *assignments] if env else []),
                    *argv]
         pid = int(self.run(command, timeout=30).stdout.split()[-1])
+        remote = self.ssh_settings()
         record = {
             "pid": pid,
-            "start_time": procs.remote_start_time(self.ssh_prefix(), pid),
-            "remote": self.ssh_prefix(),
+            "start_time": procs.remote_start_time(remote, pid),
+            "remote": remote,
             "role": role,
             "key": key,
             "argv": list(argv),

@@ -47,28 +47,26 @@ class Sampler:
         # pipe would stop the sampler (and the peaks) after a few minutes.
         self.outputs = {key: tempfile.TemporaryFile("w+")  # noqa: SIM115 - closed in finish
                         for key in self.hosts}
-        self.processes = {
-            key: subprocess.Popen(
-                host.wrap([host.python, *argv]) if host.remote else [sys.executable, *argv],
-                stdout=self.outputs[key], stderr=subprocess.DEVNULL, text=True)
-            for key, host in self.hosts.items()
-        }
+        self.processes = {key: _start(host, argv, self.outputs[key])
+                          for key, host in self.hosts.items()}
 
     def local_pids(self) -> list[int]:
         """The samplers running on this machine (part of the measurement)."""
-        return [p.pid for key, p in self.processes.items() if not self.hosts[key].remote]
+        return [p.pid for key, p in self.processes.items()
+                if p is not None and not self.hosts[key].remote]
 
     def finish(self) -> dict[str, Any]:
         """Per host side: temp_{side}_before_c/after_c/peak_c, load, GPU and CPU-pressure
         peaks."""
         out: dict[str, Any] = {}
         for key, process in self.processes.items():
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            if process is not None:
+                process.terminate()
+                try:
+                    process.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
             with self.outputs[key] as output:
                 output.seek(0)
                 during = _readings(output.read())
@@ -78,6 +76,19 @@ class Sampler:
                 if machine == key:
                     out.update({name.format(side=side): v for name, v in figures.items()})
         return out
+
+
+def _start(host: Host, argv: list[str], output: Any) -> Any:
+    """The sampler: here, or over SSH on the host's one connection (a channel of its own;
+    Popen-like). None when the host cannot be reached: a sensor gap, not a failed cell
+    (the readings before and after say why)."""
+    if not host.remote:
+        return subprocess.Popen([sys.executable, *argv], stdout=output,
+                                stderr=subprocess.DEVNULL, text=True)
+    try:
+        return host.popen([host.python, *argv], stdout=output)
+    except HostError:
+        return None
 
 
 def _readings(text: str) -> list[dict]:

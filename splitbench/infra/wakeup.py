@@ -25,12 +25,12 @@ import subprocess
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from splitbench.infra.hosts import Host
+from splitbench.infra.hosts import Host, HostError
 
 DEVICE = "/dev/cpu_dma_latency"
 HELD = "held at 0 us"
 ANSWER_TIMEOUT_S = 30
-# Run on a remote host: hold the request until our end of the SSH session closes stdin.
+# Run on a remote host: hold the request until our end of the SSH channel closes stdin.
 REMOTE_HOLDER = (
     "import os, struct, sys\n"
     f"try:\n    fd = os.open({DEVICE!r}, os.O_WRONLY)\n"
@@ -55,16 +55,20 @@ def _hold_here() -> tuple[int | None, str]:
     return fd, HELD
 
 
-def _hold_remote(host: Host) -> tuple[subprocess.Popen | None, str]:
-    process = subprocess.Popen(host.wrap([host.python, "-c", REMOTE_HOLDER]),
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                               stderr=subprocess.DEVNULL, text=True)
+def _hold_remote(host: Host) -> tuple[Any | None, str]:
+    """The holder on an SSH host (a channel on its connection; Popen-like), or None."""
+    try:
+        process = host.popen([host.python, "-c", REMOTE_HOLDER], stdin=True,
+                             stdout=subprocess.PIPE)
+    except HostError as exc:
+        return None, f"not held: {str(exc)[-200:]}"
     # The answer, or none after ANSWER_TIMEOUT_S (a stalled SSH must not stall the cell).
     ready, _, _ = select.select([process.stdout], [], [], ANSWER_TIMEOUT_S)
     answer = process.stdout.readline().strip() if ready else ""
     if answer != HELD:
         process.kill()
         process.wait()
+        process.stdout.close()
         return None, answer or f"not held: no answer from host {host.name}"
     return process, HELD
 
@@ -76,7 +80,7 @@ def low_latency(hosts: Mapping[str, Host]) -> Iterator[dict[str, str]]:
     machine_of = {side: host.ssh or "local" for side, host in hosts.items()}
     states: dict[str, str] = {}
     local_fd: int | None = None
-    remotes: list[subprocess.Popen] = []
+    remotes: list[Any] = []
     try:
         for side, host in hosts.items():
             machine = machine_of[side]
@@ -100,6 +104,7 @@ def low_latency(hosts: Mapping[str, Host]) -> Iterator[dict[str, str]]:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+            process.stdout.close()
 
 
 def during(settings: Mapping[str, object], hosts: Mapping[str, Host]) -> Any:

@@ -6,9 +6,13 @@ veth pair, reached only through a real OpenSSH server with a known host key.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import shutil
 import subprocess
+import sys
+import threading
 import time
 from pathlib import Path
 
@@ -19,7 +23,7 @@ import yaml
 from splitbench import models, plan
 from splitbench.backends.llamacpp import servers, toolchain
 from splitbench.cells import measure
-from splitbench.infra import procs
+from splitbench.infra import procs, ssh, telemetry, wakeup
 from splitbench.infra.hosts import Host, HostError, host_from_spec
 from splitbench.links import real, verify
 from tests.conftest import needs_root
@@ -62,7 +66,9 @@ def host_b(state_dir, tmp_path):
     shutil.copy(keys / "client.pub", keys / "authorized_keys")
     (keys / "known_hosts").write_text(f"[{ADDR_B}]:{PORT} {(keys / 'host.pub').read_text()}")
     (keys / "sshd_config").write_text(
-        f"Port {PORT}\nListenAddress {ADDR_B}\nHostKey {keys / 'host'}\n"
+        # B's loopback too: reachable from A only through B itself (the ProxyJump test).
+        f"Port {PORT}\nListenAddress {ADDR_B}\nListenAddress 127.0.0.1\n"
+        f"HostKey {keys / 'host'}\n"
         f"AuthorizedKeysFile {keys / 'authorized_keys'}\nPasswordAuthentication no\n"
         "KbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\n"
         "StrictModes no\nUsePAM no\nPidFile none\n")
@@ -78,8 +84,10 @@ def host_b(state_dir, tmp_path):
         Host("b", netns=NS).wait_listening(ADDR_B, PORT, timeout=15)
     except HostError:
         pytest.fail(f"sshd did not listen: {(tmp_path / 'sshd.log').read_text()[-2000:]}")
-    return {"ssh": f"root@{ADDR_B}", "ssh_port": PORT, "identity": str(keys / "client"),
-            "known_hosts": str(keys / "known_hosts")}
+    yield {"ssh": f"root@{ADDR_B}", "ssh_port": PORT, "identity": str(keys / "client"),
+           "known_hosts": str(keys / "known_hosts")}
+    # This process's connections end with the test's sshd (its sessions would linger).
+    ssh.close_all()
 
 
 def link_spec(host_b: dict, **extra) -> dict:
@@ -221,3 +229,190 @@ def test_the_workflow_runs_a_pair_over_ssh(host_b, tmp_path):
     commands = [Path(f"/proc/{pid}/cmdline").read_bytes() for pid in left.stdout.split()
                 if Path(f"/proc/{pid}/cmdline").exists()]
     assert not [c for c in commands if b"ggml-rpc-server" in c]
+
+
+# --- the paramiko transport: one connection, ~/.ssh/config, host keys ----------------
+def accepted(tmp_path: Path) -> int:
+    """Logins sshd has accepted since the test started it (its log is the fixture's)."""
+    return (tmp_path / "sshd.log").read_text().count("Accepted publickey")
+
+
+def b_commands() -> list[str]:
+    """Command lines of the processes running in B's namespace."""
+    left = subprocess.run(["ip", "netns", "pids", NS], capture_output=True, text=True)
+    out = []
+    for pid in left.stdout.split():
+        with contextlib.suppress(OSError):
+            out.append(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode())
+    return out
+
+
+def gone_from_b(marker: str, timeout: float = 10) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not any(marker in c for c in b_commands()):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_one_connection_serves_every_command_process_check_and_sampler(host_b, tmp_path):
+    real.ensure(link_spec(host_b))
+    host = host_from_spec("b", host_b)
+    ssh.close_all()
+    before, logins = ssh.opened, accepted(tmp_path)
+    assert host.run(["true"]).returncode == 0
+    fds, threads = len(os.listdir("/proc/self/fd")), threading.active_count()
+    for i in range(15):
+        assert host.run(["echo", str(i)]).stdout == f"{i}\n"
+    # Each command's channel is closed with it: no descriptor or thread is left behind.
+    assert (len(os.listdir("/proc/self/fd")), threading.active_count()) == (fds, threads)
+    done = host.run(["sh", "-c", "echo out; echo err >&2; exit 3"], check=False)
+    assert (done.returncode, done.stdout, done.stderr) == (3, "out\n", "err\n")
+    with pytest.raises(HostError, match=r"host b: sleep timed out after 0.5s"):
+        host.run(["sleep", "5"], timeout=0.5)
+    record = host.spawn(["sleep", "301"], role="other", key="remote-sleep",
+                        log_path=Path("/unused"))
+    assert procs.is_alive(record)
+    sampler = telemetry.Sampler({"a": Host("a"), "b": host}, every_s=0.2)
+    with wakeup.low_latency({"b": host}) as held:
+        time.sleep(1.5)
+        assert any("cpu_dma_latency" in c for c in b_commands())  # the holder runs on B
+    assert gone_from_b("cpu_dma_latency")  # and ended with the block
+    assert held["wakeup_latency_b"] == wakeup.HELD  # root on B: the request is held
+    figures = sampler.finish()
+    assert figures["sensor_readings_b"] >= 5, figures  # before, after, and streamed ones
+    procs.stop("remote-sleep")
+    assert not procs.is_alive(record)
+    assert gone_from_b("sleep 301")
+    # All of that went over one connection: one login, one client in this process.
+    assert ssh.opened - before == 1
+    assert accepted(tmp_path) - logins == 1
+    assert ssh.client(host.ssh_settings()) is ssh.client(host_b)
+
+
+def test_a_streaming_remote_process_reads_lines_and_ends_when_terminated(host_b):
+    real.ensure(link_spec(host_b))
+    host = host_from_spec("b", host_b)
+    process = host.popen(["sh", "-c", "i=0; while :; do i=$((i+1)); echo line $i; "
+                          "sleep 0.1; done # sb-stream"], stdout=subprocess.PIPE)
+    assert [process.stdout.readline() for _ in range(3)] == ["line 1\n", "line 2\n",
+                                                            "line 3\n"]
+    assert process.poll() is None
+    process.terminate()
+    assert process.wait(timeout=10) == -15
+    process.stdout.close()
+    assert gone_from_b("sb-stream")  # its next write found the channel closed
+    ended = host.popen(["sh", "-c", "read x; echo got $x; exit 4"], stdin=True,
+                       stdout=subprocess.PIPE)
+    ended.stdin.write("hello\n")
+    ended.stdin.close()
+    assert ended.stdout.readline() == "got hello\n"
+    assert ended.wait(timeout=10) == 4
+    ended.stdout.close()
+
+
+def test_a_process_started_in_one_process_is_stopped_from_another(host_b, state_dir):
+    """The reaper tears down in a process of its own: the record holds the connection
+    settings (JSON), not a connection."""
+    real.ensure(link_spec(host_b))
+    host = host_from_spec("b", host_b)
+    record = host.spawn(["sleep", "302"], role="other", key="remote-sleep",
+                        log_path=Path("/unused"))
+    stored = procs.find("remote-sleep")
+    assert stored["remote"] == host.ssh_settings() == json.loads(json.dumps(stored["remote"]))
+    stop = subprocess.run([sys.executable, "-c", "from splitbench.infra import procs; "
+                           "print(procs.teardown())"], capture_output=True, text=True,
+                          env={**os.environ, "SPLITBENCH_STATE": str(state_dir)}, timeout=60)
+    assert "stopped other pid" in stop.stdout, stop.stderr[-2000:]
+    assert not procs.is_alive(record)
+    assert gone_from_b("sleep 302")
+
+
+def write_config(home: Path, text: str) -> None:
+    (home / ".ssh").mkdir(parents=True, exist_ok=True)
+    (home / ".ssh" / "config").write_text(text)
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    """A HOME of the test's own: its ~/.ssh/config, no agent, no default keys."""
+    path = tmp_path / "home"
+    path.mkdir()
+    monkeypatch.setenv("HOME", str(path))
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    return path
+
+
+def test_ssh_config_hostname_user_port_and_identity_are_honoured(host_b, home):
+    real.ensure(link_spec(host_b))
+    write_config(home, f"Host bee\n  HostName {ADDR_B}\n  User root\n  Port {PORT}\n"
+                       f"  IdentityFile {host_b['identity']}\n"
+                       f"  UserKnownHostsFile {host_b['known_hosts']}\n"
+                       "Host nokey\n"
+                       f"  HostName {ADDR_B}\n  User root\n  Port {PORT}\n")
+    bee = Host("b", ssh="bee")
+    assert bee.run(["id", "-un"]).stdout.strip() == "root"
+    where = bee.run(["sh", "-c", "echo $SSH_CONNECTION"]).stdout.split()
+    assert where[2:] == [ADDR_B, str(PORT)]
+    # Without the IdentityFile (and no agent, no ~/.ssh/id_*) B refuses us.
+    nokey = Host("b", ssh="nokey", known_hosts=host_b["known_hosts"])
+    with pytest.raises(HostError, match=r"host b: ssh to nokey failed: no key to log in"):
+        nokey.run(["true"])
+    sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(home / "other"))
+    other = Host("b", ssh="nokey", identity=str(home / "other"),
+                 known_hosts=host_b["known_hosts"])
+    with pytest.raises(HostError, match=r"host b: ssh to nokey failed: .*refused our keys"):
+        other.run(["true"])
+    # The pair's host block wins over the config: a wrong Port there is overridden.
+    write_config(home, f"Host bee\n  HostName {ADDR_B}\n  User nobody\n  Port 1\n")
+    block = Host("b", ssh="root@bee", ssh_port=PORT, identity=host_b["identity"],
+                 known_hosts=host_b["known_hosts"])
+    assert block.run(["id", "-un"]).stdout.strip() == "root"
+
+
+def test_proxyjump_goes_through_a_verified_jump_host(host_b, home, tmp_path):
+    """B's loopback sshd is reachable only through B: ProxyJump via B's link address."""
+    real.ensure(link_spec(host_b))
+    host_key = (tmp_path / "keys" / "host.pub").read_text()
+    both = tmp_path / "both_known"
+    both.write_text(f"[{ADDR_B}]:{PORT} {host_key}[127.0.0.1]:{PORT} {host_key}")
+    write_config(home, f"Host jump\n  HostName {ADDR_B}\n  Port {PORT}\n  User root\n"
+                       f"Host inner\n  HostName 127.0.0.1\n  Port {PORT}\n  User root\n"
+                       f"  IdentityFile {host_b['identity']}\n  ProxyJump jump\n")
+    inner = Host("b", ssh="inner", known_hosts=str(both))
+    before = ssh.opened
+    where = inner.run(["sh", "-c", "echo $SSH_CONNECTION"]).stdout.split()
+    assert where[0] == "127.0.0.1" and where[2:] == ["127.0.0.1", str(PORT)]
+    assert ssh.opened - before == 2  # the jump host's connection and B's through it
+    inner.run(["true"])
+    assert ssh.opened - before == 2
+    # The jump host's key is verified too: only the inner one known, the jump refused.
+    ssh.close_all()
+    only_inner = tmp_path / "only_inner"
+    only_inner.write_text(f"[127.0.0.1]:{PORT} {host_key}")
+    with pytest.raises(HostError, match=rf"host b: ssh to inner failed: jump host "
+                                        rf"root@{ADDR_B}:{PORT}: host key unknown"):
+        Host("b", ssh="inner", known_hosts=str(only_inner)).run(["true"])
+
+
+def test_unknown_and_changed_host_keys_are_refused_and_never_added(host_b, tmp_path):
+    real.ensure(link_spec(host_b))
+    keys = tmp_path / "keys"
+    unknown = keys / "unknown_hosts"
+    unknown.write_text("")
+    stranger = host_from_spec("b", {**host_b, "known_hosts": str(unknown)})
+    with pytest.raises(HostError, match=rf"host b: ssh to root@{ADDR_B} failed: host key "
+                                        r"unknown: .*ssh-ed25519 SHA256:.*not in known_hosts"):
+        stranger.run(["true"])
+    assert unknown.read_text() == ""  # refused, not added
+    sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(keys / "impostor"))
+    changed = keys / "changed_hosts"
+    changed.write_text(f"[{ADDR_B}]:{PORT} {(keys / 'impostor.pub').read_text()}")
+    held = changed.read_text()
+    moved = host_from_spec("b", {**host_b, "known_hosts": str(changed)})
+    with pytest.raises(HostError, match=rf"host b: ssh to root@{ADDR_B} failed: host key "
+                                        r"changed: .*refused"):
+        moved.run(["true"])
+    assert changed.read_text() == held
+    assert host_from_spec("b", host_b).run(["true"]).returncode == 0  # the right key: in
