@@ -1,6 +1,8 @@
 # Report: every cell into one summary, then the tables, the charts and the one page
 # (results/report.html) a person reads.
 
+from splitbench.report import page
+
 
 rule aggregate:
     input:
@@ -109,6 +111,10 @@ rule report:
         results.log("report"),
     conda:
         "../envs/splitbench.yaml"
+    params:
+        # Where each pair's hosts are, for the run block (only that: the rest of a
+        # pair's config does not re-run the report).
+        pairs=as_json(page.pairs_slice(config["pairs"])),
     shell:
         splitbench(
             "report",
@@ -119,6 +125,7 @@ rule report:
             f"--tables {results.TABLES}",
             f"--charts {results.CHARTS}",
             "--drift {input.drift:q}",
+            "--pairs {params.pairs:q}",
             "--out {output:q}",
         )
 

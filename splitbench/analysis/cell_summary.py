@@ -325,6 +325,27 @@ def latency_column(links: pd.DataFrame) -> str:
     return "rr16k_p50_us"
 
 
+def latency_by_pair(links: pd.DataFrame) -> pd.DataFrame:
+    """Each link's latency figure (µs) as its own pair's links choose it
+    (`latency_column` over that pair's links only): pair, link, latency_us and
+    latency_from (the column). One pair's links without a sweep fit keep their 16 KB
+    figure when another pair's links have a fit; a link is only ever set against the
+    links of its own pair, measured the same way."""
+    rows = []
+    if not links.empty and "pair" in links:
+        for _, group in links.groupby("pair", sort=False):
+            column = latency_column(group)
+            values = pd.to_numeric(group[column], errors="coerce") if column in group \
+                else pd.Series(np.nan, index=group.index)
+            rows.append(pd.DataFrame({"pair": group["pair"], "link": group["link"],
+                                      "latency_us": values, "latency_from": column}))
+    if not rows:
+        return pd.DataFrame({"pair": pd.Series(dtype=object), "link": pd.Series(dtype=object),
+                             "latency_us": pd.Series(dtype=float),
+                             "latency_from": pd.Series(dtype=object)})
+    return pd.concat(rows, ignore_index=True)
+
+
 def rounded(value: float | None, digits: int) -> float | None:
     """value rounded for a table; None when missing or not finite."""
     if value is None or not np.isfinite(value):

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from splitbench.analysis import traffic
-from splitbench.analysis.cell_summary import latency_column
+from splitbench.analysis.cell_summary import latency_by_pair, latency_column
 from splitbench.analysis.comparison import COVERAGE, compare_links
 from splitbench.analysis.fits import fit_through_origin
 
@@ -33,9 +33,10 @@ def mechanism_points(summary: pd.DataFrame, links: pd.DataFrame,
     (A->B, the direction a prompt's activations travel)."""
     comp = compare_links(summary, baseline_link, drift)
     comp = comp[(comp["status"] == "ok") & (comp["status_base"] == "ok")]
-    latency = latency_column(links)
-    facts = links.reindex(columns=["pair", "link", latency, "a_to_b_gbps"]).rename(
-        columns={latency: "latency_us", "a_to_b_gbps": "gbps"})
+    # Each pair's own latency figure: a pair is never fitted on another pair's choice.
+    facts = latency_by_pair(links)[["pair", "link", "latency_us"]].merge(
+        links.reindex(columns=["pair", "link", "a_to_b_gbps"]), on=["pair", "link"],
+        how="left").rename(columns={"a_to_b_gbps": "gbps"})
     comp = comp.merge(facts, on=["pair", "link"], how="left").merge(
         facts.rename(columns={"link": "baseline"}), on=["pair", "baseline"], how="left",
         suffixes=("", "_base"))
@@ -77,10 +78,10 @@ def table(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
         predicted = prediction(points)
         points["predicted_latency_ms"] = predicted["predicted_latency_ms"]
         points["predicted_latency_unc_ms"] = predicted["predicted_latency_unc_ms"]
-    latency = latency_column(links)
     rows = []
     for (pair, model), _ in summary.groupby(["pair", "model"]):
         mine = points[(points["pair"] == pair) & (points["model"] == model)]
+        latency = latency_column(links[links["pair"] == pair] if "pair" in links else links)
         decode = mine.reindex(columns=["link", "ctx", "latency_delta_ms", "decode_delta_ms",
                                        "decode_latency_ms", "bandwidth_ms", "bandwidth_what",
                                        "predicted_latency_ms", "predicted_latency_unc_ms",

@@ -21,7 +21,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from splitbench import results
-from splitbench.analysis import cell_summary, comparison, traffic
+from splitbench.analysis import cell_summary, comparison, pairs, traffic
 from splitbench.stage import Stage
 
 # name -> (title, the question it answers); the report shows them in this order.
@@ -60,6 +60,11 @@ CHARTS: dict[str, tuple[str, str]] = {
         "Decode less the time its token's bytes take on the link, against the link's "
         "latency: the fitted slope is the number of round trips each token pays for.",
     ),
+    "pairs": (
+        "Pairs side by side",
+        "How do the pairs of machines compare on the same model, context and "
+        "concurrency, and what do their links measure?",
+    ),
 }
 
 # The latency the decode-vs-latency fit uses, the mechanisms table's: the probe's fixed
@@ -90,11 +95,27 @@ def _note(title: str, text: str) -> alt.Chart:
     ).properties(width=520, height=60)
 
 
+def several_pairs(frame: pd.DataFrame) -> bool:
+    return "pair" in frame and frame["pair"].nunique() > 1
+
+
 def _where(frame: pd.DataFrame) -> pd.DataFrame:
     """Add `where`: the link's name, prefixed by its pair when the run has several."""
-    several = frame["pair"].nunique() > 1
-    where = frame["pair"] + "/" + frame["link"] if several else frame["link"]
+    where = frame["pair"] + "/" + frame["link"] if several_pairs(frame) else frame["link"]
     return frame.assign(where=where)
+
+
+def _where_title(frame: pd.DataFrame) -> str:
+    return "pair/link" if several_pairs(frame) else "link"
+
+
+def _by_pair_and_model(summary: pd.DataFrame, columns: int = FACET_COLUMNS) -> dict[str, Any]:
+    """Facets: one panel per model; with several pairs, one row of panels per pair, so
+    that no two pairs' lines share a panel (a link is drawn against its own pair's)."""
+    if several_pairs(summary):
+        return {"row": alt.Row("pair:N", title="pair"),
+                "column": alt.Column("model:N", title="model")}
+    return {"facet": alt.Facet("model:N", title="model"), "columns": columns}
 
 
 def _single_stream(summary: pd.DataFrame, figure: str) -> pd.DataFrame:
@@ -108,7 +129,9 @@ def _failed_note(summary: pd.DataFrame) -> str:
     failed = summary[(summary["conc"] == 1) & (summary["status"] != "ok")]
     if failed.empty:
         return ""
-    names = [f"{r.link}/{r.model}/{r.ctx}x{r.conc}: {r.status}" for r in failed.itertuples()]
+    several = several_pairs(summary)
+    names = [f"{f'{r.pair}/' if several else ''}{r.link}/{r.model}/{r.ctx}x{r.conc}: "
+             f"{r.status}" for r in failed.itertuples()]
     shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
     return f"not drawn (failed): {shown}"
 
@@ -118,8 +141,9 @@ def _title(name: str, subtitle: str = "") -> alt.TitleParams:
 
 
 def _link_colours(summary: pd.DataFrame) -> alt.Scale:
-    """One colour per link, the same in every chart (also where the baseline is absent)."""
-    return alt.Scale(domain=sorted(_where(summary)["where"].unique()))
+    """One colour per link name, the same in every chart and every pair's panels (also
+    where the baseline is absent)."""
+    return alt.Scale(domain=sorted(summary["link"].dropna().unique()))
 
 
 def _ctx_axis(order: list[str]) -> alt.X:
@@ -128,19 +152,19 @@ def _ctx_axis(order: list[str]) -> alt.X:
 
 def _by_context(frame: pd.DataFrame, figure: str, axis: str, summary: pd.DataFrame,
                 name: str, subtitle: str, layers: tuple = ()) -> alt.FacetChart:
-    """Lines per link over contexts, one panel per model."""
+    """Lines per link over contexts, one panel per model (and per pair, when the run
+    has several: each pair's links in its own row of panels)."""
     base = alt.Chart().encode(
         x=_ctx_axis(ctx_order(summary)),
         y=alt.Y(f"{figure}:Q", title=axis),
-        color=alt.Color("where:N", title="link", scale=_link_colours(summary)),
-        tooltip=["where:N", "model:N", "ctx:N", "ctx_tokens:Q",
+        color=alt.Color("link:N", title="link", scale=_link_colours(summary)),
+        tooltip=["pair:N", "link:N", "model:N", "ctx:N", "ctx_tokens:Q",
                  alt.Tooltip(f"{figure}:Q", format=".3f")],
     ).mark_line(point=True)
     return alt.layer(base, *layers, data=frame).properties(
         width=WIDTH, height=HEIGHT
     ).facet(
-        facet=alt.Facet("model:N", title="model"), columns=FACET_COLUMNS,
-        title=_title(name, subtitle),
+        **_by_pair_and_model(summary), title=_title(name, subtitle),
     )
 
 
@@ -206,14 +230,15 @@ def overlap(summary: pd.DataFrame, **_: Any) -> alt.TopLevelMixin:
         color=alt.Color("overlap:Q", title="overlap",
                         scale=alt.Scale(domain=[-1, 0, 1], range=["#b2182b", "#f7f7f7",
                                                                   "#2166ac"], clamp=True)),
-        tooltip=["where:N", "model:N", "ctx:N", "conc:O", "status:N",
+        tooltip=["pair:N", "link:N", "model:N", "ctx:N", "conc:O", "status:N",
                  alt.Tooltip("overlap:Q", format=".2f")],
     ).transform_filter("isValid(datum.overlap)")
     text = alt.Chart().mark_text(fontSize=12).encode(**encode, text="label:N")
     return alt.layer(cells, colour, text, data=many).properties(
         width=45 * len(order) + 40, height=30 * many["conc"].nunique() + 20
     ).facet(
-        row=alt.Row("model:N", title="model"), column=alt.Column("where:N", title="link"),
+        row=alt.Row("model:N", title="model"),
+        column=alt.Column("where:N", title=_where_title(many)),
         title=_title(name, "2-way, 4-way, ... against the same link's single stream"),
     )
 
@@ -228,9 +253,10 @@ def _links_long(links: pd.DataFrame, columns: dict[str, str], scale: dict[str, f
     return long[long["value"].notna()]
 
 
-def _grouped_bars(long: pd.DataFrame, axis: str, order: list[str]) -> alt.Chart:
+def _grouped_bars(long: pd.DataFrame, axis: str, order: list[str],
+                  axis_title: str = "link") -> alt.Chart:
     return alt.Chart(long).mark_bar().encode(
-        x=alt.X("where:N", title="link", axis=alt.Axis(labelAngle=0)),
+        x=alt.X("where:N", title=axis_title, axis=alt.Axis(labelAngle=0)),
         xOffset=alt.XOffset("measure:N", sort=order),
         y=alt.Y("value:Q", title=axis),
         color=alt.Color("measure:N", sort=order, title=None),
@@ -246,10 +272,11 @@ def links_chart(links: pd.DataFrame, **_: Any) -> alt.TopLevelMixin:
     bandwidth = {"a_to_b_gbps": "A→B", "b_to_a_gbps": "B→A", "bidir_gbps": "both at once"}
     latency = {"ping_ms": "idle ping", "rr_fixed_us": "RR fixed part",
                "rr16k_p50_us": "16 KB RR p50"}
+    where = _where_title(links)
     left = _grouped_bars(_links_long(links, bandwidth, {}), "Gbit/s (iperf3, median)",
-                         list(bandwidth.values()))
+                         list(bandwidth.values()), where)
     right = _grouped_bars(_links_long(links, latency, {"ping_ms": 1000.0}), "µs",
-                          list(latency.values()))
+                          list(latency.values()), where)
     return alt.hconcat(left, right, title=_title(
         name, "ICMP ping does not see a userspace delay relay; the RR probe does")
     ).resolve_scale(color="independent")
@@ -339,9 +366,11 @@ def _fit_lines(points: pd.DataFrame, fitted: pd.DataFrame | None, baseline: str
                    else "no slope: see the mechanisms table's verdict")
             labels.append({"pair": pair, "model": model, "label": why})
             continue
+        unc = f" ±{row['±']:.2f}" if pd.notna(row["±"]) else " (no ±: one point)"
+        r2 = f"R² {row['R²']:.2f}, " if pd.notna(row["R²"]) else ""
         labels.append({"pair": pair, "model": model,
-                       "label": f"slope {row['slope']:.2f} ±{row['±']:.2f} round trips/token "
-                                f"(the mechanisms table; R² {row['R²']:.2f}, "
+                       "label": f"slope {row['slope']:.2f}{unc} round trips/token "
+                                f"(the mechanisms table; {r2}"
                                 f"{int(row['points'])} link-context points)"})
         for ctx, rows in group.groupby("ctx"):
             base = rows[rows["link"] == baseline]
@@ -373,18 +402,21 @@ def latency_column(links: pd.DataFrame) -> str | None:
     return column if column in links.columns and links[column].notna().any() else None
 
 
-def latency_points(summary: pd.DataFrame, links: pd.DataFrame, column: str) -> pd.DataFrame:
+def latency_points(summary: pd.DataFrame, links: pd.DataFrame) -> pd.DataFrame:
     """Single-stream decode ms/token of each ok cell, less the time its token's bytes
     take on its link (traffic.own_transfer_ms; kept whole where unknown), next to its
-    link's latency (ms): what latency has to explain, as the mechanisms table fits it."""
+    link's latency (ms, `latency_from` names the figure): what latency has to explain,
+    as the mechanisms table fits it, each pair with its own latency figure
+    (cell_summary.latency_by_pair)."""
     one = _single_stream(summary, "decode_ms_per_token")
     transfer = traffic.own_transfer_ms(one, links) if len(one) else pd.Series(dtype=float)
     one = one.assign(decode_ms_per_token=one["decode_ms_per_token"] - transfer.fillna(0))
-    latency = links[["pair", "link"]].assign(
-        latency_ms=pd.to_numeric(links[column], errors="coerce") / 1000)
+    latency = cell_summary.latency_by_pair(links)
+    latency = latency.assign(latency_ms=latency["latency_us"] / 1000).drop(
+        columns="latency_us")
     points = one[["pair", "link", "where", "model", "ctx", "decode_ms_per_token"]].merge(
         latency, on=["pair", "link"])
-    return points[np.isfinite(points["latency_ms"])]
+    return points[np.isfinite(points["latency_ms"].astype(float))]
 
 
 def _latency_layers(x: alt.X, colour: alt.Color) -> list[alt.Chart]:
@@ -392,12 +424,13 @@ def _latency_layers(x: alt.X, colour: alt.Color) -> list[alt.Chart]:
     dots = alt.Chart().mark_point(filled=True, size=60).encode(
         x=x, y=alt.Y("decode_ms_per_token:Q", title="decode ms/token less transfer"),
         color=colour,
-        shape=alt.Shape("where:N", title="link"),
-        tooltip=["where:N", "ctx:N", alt.Tooltip("latency_ms:Q", format=".3f"),
+        shape=alt.Shape("link:N", title="link"),
+        tooltip=["pair:N", "link:N", "ctx:N", alt.Tooltip("latency_ms:Q", format=".3f"),
+                 alt.Tooltip("latency_from:N", title="latency figure"),
                  alt.Tooltip("decode_ms_per_token:Q", format=".3f")],
     ).transform_filter("datum.part == 'point'")
     fit = alt.Chart().mark_line(strokeDash=[5, 3]).encode(
-        x=x, y="fit_ms:Q", color=colour, detail="ctx:N",
+        x=x, y="fit_ms:Q", color=colour, detail=["pair:N", "ctx:N"],
     ).transform_filter("datum.part == 'fit'")
     label = alt.Chart().mark_text(align="left", baseline="top", dx=4, dy=4,
                                   color="#333").encode(
@@ -409,8 +442,7 @@ def _latency_layers(x: alt.X, colour: alt.Color) -> list[alt.Chart]:
 def decode_vs_latency(summary: pd.DataFrame, links: pd.DataFrame, baseline: str,
                       mechanisms: pd.DataFrame | None = None, **_: Any) -> alt.TopLevelMixin:
     name = "decode_vs_latency"
-    column = latency_column(links)
-    points = latency_points(summary, links, column) if column else pd.DataFrame()
+    points = latency_points(summary, links) if latency_column(links) else pd.DataFrame()
     if points.empty:
         return _note(CHARTS[name][0], "no single-stream decode with a link latency")
     lines, labels = _fit_lines(points, mechanisms, baseline)
@@ -418,14 +450,170 @@ def decode_vs_latency(summary: pd.DataFrame, links: pd.DataFrame, baseline: str,
     # told apart by `part`.
     data = pd.concat([points.assign(part="point"), lines.assign(part="fit"),
                       labels.assign(part="label")], ignore_index=True)
-    x = alt.X("latency_ms:Q", title=f"link latency: {LATENCY_COLUMNS[column]} (ms)")
+    used = sorted(points["latency_from"].dropna().unique())
+    what = LATENCY_COLUMNS[used[0]] if len(used) == 1 else (
+        "each pair's own (" + ", ".join(LATENCY_COLUMNS.get(u, u) for u in used) + ")")
+    x = alt.X("latency_ms:Q", title=f"link latency: {what} (ms)")
     colour = alt.Color("ctx:N", sort=ctx_order(summary), title="context")
+    # With several pairs, a row of panels per pair: each pair's fit is its own.
     return alt.layer(*_latency_layers(x, colour), data=data).properties(
         width=WIDTH + 120, height=HEIGHT + 40
     ).facet(
-        facet=alt.Facet("model:N", title="model"), columns=2,
+        **_by_pair_and_model(points, columns=2),
         title=_title(name, "dashed: the mechanisms table's slope (round trips per token), "
                            "through the baseline link's point of each context"))
+
+
+# The pairs chart's measures: (column, its uncertainty column or None, axis title).
+PAIR_MEASURES = [
+    ("decode_ms_per_token", "decode_ms_unc", "decode ms/token"),
+    ("prefill_tps", "prefill_tps_unc", "prefill tok/s"),
+    ("ttft_ms", "ttft_ms_unc", "TTFT ms"),
+    ("throughput_tps", None, "tok/s, all streams"),
+    ("overlap", None, "overlap"),
+]
+# Drawn on a log axis (they span orders of magnitude over contexts, and are positive):
+# pairs a few percent apart stay apart at every context.
+PAIR_LOG_MEASURES = {"decode ms/token", "prefill tok/s", "TTFT ms", "tok/s, all streams"}
+PAIR_LINK_MEASURES = [
+    ("a_to_b_gbps", "a_to_b_gbps_unc", "A→B Gbit/s"),
+    ("b_to_a_gbps", "b_to_a_gbps_unc", "B→A Gbit/s"),
+    ("rr64_p50_us", None, "RR 64 B p50 µs"),
+    ("rr16k_p50_us", None, "RR 16 KB p50 µs"),
+]
+
+
+def _long(frame: pd.DataFrame, measures: list[tuple[str, str | None, str]],
+          keys: list[str]) -> pd.DataFrame:
+    """One row per (row of frame, measure) with a value: value, lo and hi (value ± its
+    uncertainty; the value itself where none is known)."""
+    parts = []
+    for column, unc, title in measures:
+        if column not in frame:
+            continue
+        value = pd.to_numeric(frame[column], errors="coerce")
+        spread = pd.to_numeric(frame[unc], errors="coerce") if unc and unc in frame \
+            else pd.Series(np.nan, index=frame.index)
+        part = frame[keys].assign(measure=title, value=value,
+                                  unc=spread, lo=value - spread.fillna(0),
+                                  hi=value + spread.fillna(0))
+        parts.append(part[np.isfinite(part["value"])])
+    if not parts:
+        return pd.DataFrame(columns=[*keys, "measure", "value", "unc", "lo", "hi"])
+    return pd.concat(parts, ignore_index=True)
+
+
+def _pair_points(x: alt.X, order: list[str], pair_scale: alt.Scale,
+                 tooltip: list, axis: str | None = None, log: bool = False
+                 ) -> list[alt.Chart]:
+    """Each pair's figure as a point (a flagged one as a triangle), its ± as a bar."""
+    offset = alt.XOffset("pair:N", sort=order)
+    colour = alt.Color("pair:N", title="pair", scale=pair_scale)
+    scale = alt.Scale(type="log") if log else alt.Scale(zero=False)
+    bars = alt.Chart().mark_rule(strokeWidth=2).encode(
+        x=x, xOffset=offset, y=alt.Y("lo:Q", title=axis, scale=scale),
+        y2="hi:Q", color=colour)
+    dots = alt.Chart().mark_point(filled=True, size=50).encode(
+        x=x, xOffset=offset, y=alt.Y("value:Q", title=axis, scale=scale), color=colour,
+        shape=alt.Shape("flag:N", title="cell", scale=alt.Scale(
+            domain=["ok", "flagged"], range=["circle", "triangle-up"])),
+        tooltip=tooltip)
+    return [bars, dots]
+
+
+def pairs_chart(summary: pd.DataFrame, links: pd.DataFrame, baseline: str = "",
+                **_: Any) -> alt.TopLevelMixin:
+    """Every pair's figures side by side on each model, context and concurrency two or
+    more pairs measured (analysis.pairs.compare): one row of panels per measure, one
+    column per link (and model), a colour per pair, ± as bars, flagged cells as
+    triangles; below, each pair's links as the link checks measured them."""
+    name = "pairs"
+    names = pairs.pairs_of(summary)
+    if len(names) < 2:
+        return _note(CHARTS[name][0], f"one pair in this run ({names[0]}): no other pair "
+                     "to compare it with" if names else "no cells: no pairs to compare")
+    order = ctx_order(summary)
+    comp = pairs.compare(summary, links, order, baseline or None)
+    if comp.empty:
+        return _note(CHARTS[name][0], f"no model, context and concurrency measured on two "
+                                      f"or more of the pairs ({', '.join(names)})")
+    ok = comp[comp["status"] == "ok"]
+    failed = comp[comp["status"] != "ok"]
+    several_models = comp["model"].nunique() > 1
+    cells = ok.assign(
+        panel=ok["model"] + " · " + ok["link"] if several_models else ok["link"],
+        cell=ok["ctx"].astype(str) + " ×" + ok["conc"].astype(str),
+        flag=np.where(ok["flags"].map(lambda f: isinstance(f, str) and bool(f)),
+                      "flagged", "ok"),
+        flags=ok["flags"].map(lambda f: f if isinstance(f, str) else ""))
+    long = _long(cells, PAIR_MEASURES, ["pair", "link", "model", "ctx", "conc", "panel",
+                                        "cell", "flag", "flags", "uncertainty_from"])
+    if long.empty:
+        return _note(CHARTS[name][0], "every cell the pairs share failed: see the pairs "
+                                      "table")
+    cell_order = list(dict.fromkeys(
+        f"{c} ×{n}" for c in order for n in sorted(comp["conc"].unique())))
+    panels = list(dict.fromkeys(cells.sort_values(["model"], kind="stable")["panel"]))
+    pair_scale = alt.Scale(domain=names)
+    tooltip = ["pair:N", "link:N", "model:N", "ctx:N", "conc:O", "measure:N",
+               alt.Tooltip("value:Q", format=".3f"),
+               alt.Tooltip("unc:Q", title="±", format=".3f"),
+               alt.Tooltip("uncertainty_from:N", title="± from"),
+               alt.Tooltip("flags:N", title="flags")]
+    # The same context × concurrency slots in every row, so that the rows line up.
+    present = [c for c in cell_order if c in set(long["cell"])]
+    x = alt.X("cell:N", sort=present, title="context × concurrency",
+              scale=alt.Scale(domain=present), axis=alt.Axis(labelAngle=0))
+    rows = []
+    for measure in [m[2] for m in PAIR_MEASURES]:
+        mine = long[long["measure"] == measure]
+        if mine.empty:
+            continue
+        log = measure in PAIR_LOG_MEASURES and bool((mine["value"] > 0).all())
+        if log:  # a ± reaching zero or below runs to the foot of the axis
+            mine = mine.assign(lo=mine["lo"].where(mine["lo"] > 0, mine["value"] / 100))
+        first = not rows
+        rows.append(alt.layer(*_pair_points(x, names, pair_scale, tooltip, measure, log),
+                              data=mine).properties(
+            width=max(120, 22 * len(names) * long["cell"].nunique()), height=130
+        ).facet(
+            column=alt.Column(
+                "panel:N", sort=panels,
+                title=("model · link" if several_models else "link") if first else None,
+                header=alt.Header(labels=first)),
+        ))
+    top = alt.vconcat(*rows)
+    facts = pairs.link_facts(links)
+    facts = facts[facts["pair"].isin(names)].assign(
+        flag=lambda f: np.where(f["link_flags"].map(lambda v: isinstance(v, str) and
+                                                    bool(v)), "flagged", "ok"),
+        flags=lambda f: f["link_flags"].map(lambda v: v if isinstance(v, str) else ""),
+        uncertainty_from="link checks")
+    link_long = _long(facts, PAIR_LINK_MEASURES, ["pair", "link", "flag", "flags",
+                                                  "uncertainty_from"])
+    link_x = alt.X("link:N", title="link", axis=alt.Axis(labelAngle=0),
+                   sort=sorted(facts["link"].unique(), key=lambda k: (k != baseline, k)))
+    link_tooltip = ["pair:N", "link:N", "measure:N", alt.Tooltip("value:Q", format=".3f"),
+                    alt.Tooltip("unc:Q", title="±", format=".3f"),
+                    alt.Tooltip("flags:N", title="flags")]
+    subtitle = ("each pair's own figures, ± = 2 standard errors (bars); triangles: "
+                "flagged cells or links (see the pairs table); below: the links as "
+                "their checks measured them")
+    if len(failed):
+        shown = [f"{r.pair}/{r.link}/{r.model}/{r.ctx}x{r.conc}: {r.status}"
+                 for r in failed.itertuples()]
+        subtitle += "; not drawn (failed): " + ", ".join(shown[:6]) + (
+            f" and {len(shown) - 6} more" if len(shown) > 6 else "")
+    if link_long.empty:
+        return top.properties(title=_title(name, subtitle))
+    bottom = alt.layer(*_pair_points(link_x, names, pair_scale, link_tooltip),
+                       data=link_long).properties(
+        width=max(120, 22 * len(names) * link_long["link"].nunique()), height=120
+    ).facet(
+        column=alt.Column("measure:N", title=None,
+                          sort=[m[2] for m in PAIR_LINK_MEASURES]),
+    ).resolve_scale(y="independent")
+    return alt.vconcat(top, bottom, title=_title(name, subtitle))
 
 
 BUILDERS: dict[str, Callable[..., alt.TopLevelMixin]] = {
@@ -436,6 +624,7 @@ BUILDERS: dict[str, Callable[..., alt.TopLevelMixin]] = {
     "links": links_chart,
     "token_timeline": token_timeline,
     "decode_vs_latency": decode_vs_latency,
+    "pairs": pairs_chart,
 }
 
 

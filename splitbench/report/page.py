@@ -30,13 +30,14 @@ from markdown_it import MarkdownIt
 from splitbench import __version__, results
 from splitbench.analysis import cell_summary
 from splitbench.infra import parquet_io
+from splitbench.links import lab
 from splitbench.report import charts, tables
-from splitbench.stage import Stage
+from splitbench.stage import Stage, json_arg
 
 # Tables in the seed write-up's order; stems that match none come after, by name.
 TABLE_ORDER = ["links", "link_comparison", "link_traffic", "single_stream_decode",
                "single_stream_prefill", "single_stream", "ttft", "concurrency", "boundary",
-               "overlap", "mechanism", "round_trips"]
+               "overlap", "pairs", "mechanism", "round_trips"]
 # Long provenance values (a probe's source code passed with -c) are cut to this.
 MAX_TEXT = 400
 
@@ -234,9 +235,10 @@ REQUEST_FACTS = ["t_send_ns", "t_end_ns", "arrival_clock", "generated_tokens"]
 
 
 def _request_facts(request_files: list[str]) -> pd.DataFrame:
+    columns = ["pair", *REQUEST_FACTS]
     if not request_files:
-        return pd.DataFrame(columns=REQUEST_FACTS)
-    return cell_summary.read_requests(request_files, REQUEST_FACTS).reindex(columns=REQUEST_FACTS)
+        return pd.DataFrame(columns=columns)
+    return cell_summary.read_requests(request_files, REQUEST_FACTS).reindex(columns=columns)
 
 
 def _cell_dates(rows: pd.DataFrame) -> dict[str, str | None]:
@@ -309,10 +311,13 @@ def _metadata_details(label: str, path: str | Path) -> str:
 
 def provenance_section(summary_path: str, summary: pd.DataFrame, links: pd.DataFrame,
                        link_files: list[str], toolchain_files: list[str],
-                       request_files: list[str], cells_dir: str | Path) -> str:
-    """Versions, builds, links as emulated, dates and the Parquet files' own metadata."""
+                       request_files: list[str], cells_dir: str | Path,
+                       requests: pd.DataFrame | None = None) -> str:
+    """Versions, builds, links as emulated, dates and the Parquet files' own metadata.
+    `requests`: _request_facts(request_files), where already read."""
     summary_meta = parquet_io.provenance(summary_path)
-    requests = _request_facts(request_files)
+    if requests is None:
+        requests = _request_facts(request_files)
     measured = links["measured_at"].dropna() if "measured_at" in links else pd.Series()
     facts = {
         "report written": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
@@ -338,6 +343,101 @@ def provenance_section(summary_path: str, summary: pd.DataFrame, links: pd.DataF
         '<p class="muted">Schema metadata key <code>splitbench</code> of each file; long '
         "values are cut here, the files keep them whole.</p>", *details, "</section>",
     ])
+
+
+# --- the pairs ------------------------------------------------------------------------
+
+# What the run block shows of each host's config (pairs.<pair>.hosts.<a|b>): where it is
+# (a cluster profile's SLURM node, or the node feature that picks it).
+HOST_KEYS = ("ssh", "ssh_port", "node", "feature")
+
+
+def pairs_slice(config_pairs: dict[str, Any]) -> dict[str, Any]:
+    """What the report shows of `pairs:` (the report rule's --pairs): each pair's mode,
+    where its hosts are (ssh destination and port, a SLURM `node` or `feature` where
+    set) and its links, in config order. Nothing else, so that the rest of a pair's
+    config (keys, paths, link rates) does not re-run the report."""
+    out = {}
+    for pair, spec in config_pairs.items():
+        hosts = spec.get("hosts") or {}
+        out[pair] = {
+            "mode": spec.get("mode"),
+            "hosts": {side: {k: v for k, v in (hosts.get(side) or {}).items()
+                             if k in HOST_KEYS and v not in (None, "")}
+                      for side in ("a", "b")},
+            "links": list(spec.get("links") or {}),
+        }
+    return out
+
+
+def _link_configs(link_files: list[str]) -> dict[str, dict[str, Any]]:
+    """Per pair, the config slice its first link result was verified with (metadata
+    `config`: the mode, and for an SSH pair its hosts)."""
+    found: dict[str, dict[str, Any]] = {}
+    for path in link_files:
+        config = parquet_io.provenance(path).get("config") or {}
+        pair = config.get("pair") or Path(path).parent.name
+        found.setdefault(pair, config)
+    return found
+
+
+def _host_text(pair: str, side: str, mode: Any, host: dict[str, Any],
+               emulations: set[str]) -> str:
+    """Where one host of a pair is: the namespace or machine of an embedded pair (what
+    its link results record), the machine splitbench runs on for an SSH pair's A, the
+    SSH destination of its B; the SLURM node (or the node feature that picks it) where
+    the config names one."""
+    where = [f"node {host['node']}"] if host.get("node") else []
+    where += [f"a node with feature {host['feature']}"] if host.get("feature") else []
+    if mode == "embedded" or (mode is None and emulations & {"netns-veth", "loopback"}):
+        if "netns-veth" in emulations:
+            text = f"embedded (namespace {lab.namespace(pair, side)})"
+        elif emulations == {"loopback"}:
+            text = "embedded (this machine, loopback: no namespaces without root)"
+        else:
+            text = "embedded"
+        return ", ".join([text, *where])
+    if side == "a":
+        return f"{', '.join(where) or 'this machine'} (runs splitbench)"
+    if host.get("ssh"):
+        port = f" port {host['ssh_port']}" if host.get("ssh_port") else ""
+        return ", ".join([f"ssh {host['ssh']}{port}", *where])
+    return ", ".join(["this machine" if mode == "ssh" else "—", *where])
+
+
+def pair_rows(summary: pd.DataFrame, links: pd.DataFrame, link_files: list[str],
+              requests: pd.DataFrame, config_pairs: dict[str, Any] | None = None
+              ) -> pd.DataFrame:
+    """One row per pair: its mode, where host A and host B are, its links, and when its
+    cells were measured (the first request sent, the last one ended). From the config
+    slice (`pairs_slice`) where given, else from what the link results record."""
+    config_pairs = config_pairs or {}
+    recorded = _link_configs(link_files)
+    names = list(dict.fromkeys([*config_pairs, *sorted(set(summary.get("pair", [])) |
+                                                       set(links.get("pair", [])))]))
+    rows = []
+    for pair in names:
+        spec = config_pairs.get(pair) or {}
+        seen = recorded.get(pair, {})
+        mode = spec.get("mode") or seen.get("mode")
+        hosts = spec.get("hosts") or seen.get("hosts") or {}
+        mine = links[links["pair"] == pair] if "pair" in links else links.iloc[0:0]
+        emulations = (set(mine["emulation_mode"].dropna()) if "emulation_mode" in mine
+                      else set())
+        measured = sorted(mine["link"].dropna().unique()) if "link" in mine else []
+        names_of_links = spec.get("links") or measured
+        sent = requests[requests["pair"] == pair] if "pair" in requests else requests[:0]
+        rows.append({
+            "pair": pair, "mode": mode or "—",
+            "host A": _host_text(pair, "a", mode, hosts.get("a") or {}, emulations),
+            "host B": _host_text(pair, "b", mode, hosts.get("b") or {}, emulations),
+            "links": ", ".join(names_of_links) or "—",
+            "cells": int((summary["pair"] == pair).sum()) if "pair" in summary else 0,
+            "cells measured from": _clock(sent["t_send_ns"].min()) if len(sent) else None,
+            "cells measured until": _clock(sent["t_end_ns"].max()) if len(sent) else None,
+        })
+    return pd.DataFrame(rows, columns=["pair", "mode", "host A", "host B", "links", "cells",
+                                       "cells measured from", "cells measured until"])
 
 
 # --- the page -------------------------------------------------------------------------
@@ -453,14 +553,18 @@ def _checks_html(lines: list[tuple[str, str]]) -> str:
 def page(summary_path: str, link_files: list[str], toolchain_files: list[str],
          tables_dir: str, charts_dir: str, request_files: list[str],
          cells_dir: str = results.CELLS,
-         drift_path: str | Path | None = None) -> str:
-    """The whole report as one HTML string."""
+         drift_path: str | Path | None = None,
+         config_pairs: dict[str, Any] | None = None) -> str:
+    """The whole report as one HTML string. `config_pairs`: pairs_slice of the config
+    (where each pair's hosts are); without it, what the link results record."""
     summary = pq.read_table(summary_path).to_pandas()
     links = cell_summary.read_links(link_files)
     table_html = [render_table(stem) for stem in table_stems(tables_dir)]
     figures = [render_chart(name, spec) for name, spec in chart_specs(charts_dir)]
+    requests = _request_facts(request_files)
     provenance = provenance_section(summary_path, summary, links, link_files,
-                                    toolchain_files, request_files, cells_dir)
+                                    toolchain_files, request_files, cells_dir, requests)
+    pair_table = pair_rows(summary, links, link_files, requests, config_pairs)
     return "".join([
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
@@ -472,6 +576,7 @@ def page(summary_path: str, link_files: list[str], toolchain_files: list[str],
         '<nav><a href="#tables">Tables</a><a href="#charts">Charts</a>'
         '<a href="#provenance">Provenance</a></nav>',
         "<h2>Run</h2>", _overview(summary),
+        '<h3 id="pairs">Pairs</h3>', _frame_html(pair_table),
         "<h3>Checks</h3>", _checks_html(check_lines(summary, drift_path)),
         '<section id="tables"><h2>Tables</h2>', *(table_html or ["<p>No tables.</p>"]),
         "</section>",
@@ -501,6 +606,8 @@ def _report_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tables", required=True, help="directory of the tables (.md, .csv)")
     p.add_argument("--charts", required=True, help="directory of the charts (.vl.json)")
     p.add_argument("--drift", default=None, help="the drift step's report.parquet")
+    p.add_argument("--pairs", type=json_arg, default={},
+                   help="where each pair's hosts are (JSON, pairs_slice of the config)")
     p.add_argument("--out", required=True)
 
 
@@ -508,7 +615,7 @@ def _report(args: argparse.Namespace) -> None:
     size = write(args.out, summary_path=args.summary, link_files=args.links,
                  toolchain_files=args.toolchain, tables_dir=args.tables,
                  charts_dir=args.charts, request_files=args.requests, cells_dir=args.cells,
-                 drift_path=args.drift)
+                 drift_path=args.drift, config_pairs=args.pairs)
     print(f"report: {args.out} ({size / 1e6:.2f} MB)")
 
 

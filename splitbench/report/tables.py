@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from splitbench import results
-from splitbench.analysis import comparison, mechanisms, traffic
+from splitbench.analysis import comparison, mechanisms, pairs, traffic
 from splitbench.analysis.cell_summary import (
     OVERLAP_MAX,
     SUMMARY_KEYS,
@@ -36,7 +36,7 @@ from splitbench.stage import Stage, json_arg
 # rule declares exactly these as its outputs.
 TABLE_STEMS = ["links", "link_comparison", "link_traffic", "single_stream_decode",
                "single_stream_prefill", "ttft", "concurrency_boundary", "overlap",
-               "mechanisms", "remeasured"]
+               "pairs", "mechanisms", "remeasured"]
 
 
 # A measured link difference disagrees with its prediction beyond this many combined
@@ -337,6 +337,107 @@ def _overlap_text(value: float, status: Any) -> str:
     return status_text(status) if status != "ok" else "—"
 
 
+def _plus_minus(value: float, unc: float, status: Any, spec: str | Callable[[float], str],
+                flags: Any = None) -> str:
+    """A cell's figure with its ± where known, its failure where it failed, ⚠ where it
+    is flagged."""
+    text = _cell_text(value, status, spec)
+    if status == "ok" and pairs.finite(value) and pairs.finite(unc):
+        text += f" ±{spec(unc) if callable(spec) else format(unc, spec)}"
+    return _flagged(text, flags)
+
+
+def _uncertainty_source(source: Any, samples: Any, status: Any) -> str:
+    """Where a cell's ± comes from (cell_summary._uncertainty), with its sample count."""
+    if status != "ok" or not isinstance(source, str):
+        return "—"
+    n = f"{samples:.0f} " if pairs.finite(samples) else ""
+    return {"requests": f"{n}requests", "repeats": f"{n}repeats",
+            "tokens": "one pass's tokens (decode ± a lower bound; no prefill or "
+                      "TTFT ±)"}.get(source, source)
+
+
+def _link_figure(value: Any, unc: Any, flags: Any, spec: str) -> str:
+    if not pairs.finite(value):
+        return "— (not measured)"
+    text = format(value, spec) + (f" ±{format(unc, spec)}" if pairs.finite(unc) else "")
+    return _flagged(text, flags)
+
+
+def pairs_table(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
+                baseline_link: str | None = None,
+                interference_limits: dict[str, Any] | None = None) -> pd.DataFrame:
+    """The pairs side by side (analysis.pairs.compare): one row per pair and link of
+    every model, context and concurrency that two or more pairs measured, with decode
+    (tok/s and ms/token), prefill, TTFT, overlap and the cell's throughput over all
+    streams, each with its ± (COVERAGE standard errors, and where they come from), ❌
+    where the cell failed and ⚠ where it is flagged; then the link's measured
+    throughput each way (± half the spread over repeats) and request-response p50s,
+    ⚠ where the link is flagged. With one pair, or no cell that two pairs share, one
+    row that says so."""
+    names = pairs.pairs_of(summary)
+    if len(names) < 2:
+        return pd.DataFrame({"pairs": [
+            f"one pair in this run ({names[0]}): no other pair to compare it with"
+            if names else "no cells in this run: no pairs to compare"]})
+    comp = pairs.compare(summary, links, contexts, baseline_link, interference_limits)
+    if comp.empty:
+        return pd.DataFrame({"pairs": [
+            f"{len(names)} pairs ({', '.join(names)}), but no model, context and "
+            "concurrency measured on two or more of them"]})
+    rows = comp.itertuples(index=False)
+    table: dict[str, Any] = {k: comp[k] for k in ["model", "ctx", "conc", "link", "pair"]}
+    texts: dict[str, list[str]] = {name: [] for name in (
+        "decode (tok/s)", "decode (ms/token)", "prefill (tok/s)", "TTFT (ms)", "overlap",
+        "throughput (tok/s, all streams)", "± from", "A→B (Gbit/s)", "B→A (Gbit/s)",
+        "RR 64 B p50 (µs)", "RR 16 KB p50 (µs)")}
+    for r in rows:
+        texts["decode (tok/s)"].append(_plus_minus(r.decode_tps, r.decode_tps_unc, r.status,
+                                                   ".1f", r.flags))
+        texts["decode (ms/token)"].append(_plus_minus(
+            r.decode_ms_per_token, r.decode_ms_unc, r.status, ".2f", r.flags))
+        texts["prefill (tok/s)"].append(_plus_minus(r.prefill_tps, r.prefill_tps_unc,
+                                                    r.status, ".0f", r.flags))
+        texts["TTFT (ms)"].append(_plus_minus(r.ttft_ms, r.ttft_ms_unc, r.status, _ms,
+                                              r.flags))
+        texts["overlap"].append("— (one stream)" if r.conc == 1 else _flagged(
+            _overlap_text(r.overlap if pairs.finite(r.overlap) else np.nan, r.status)
+            if isinstance(r.status, str) else "—", r.flags))
+        texts["throughput (tok/s, all streams)"].append(_plus_minus(
+            r.throughput_tps, np.nan, r.status, ".1f", r.flags))
+        texts["± from"].append(_uncertainty_source(r.uncertainty_from, r.samples, r.status))
+        texts["A→B (Gbit/s)"].append(_link_figure(r.a_to_b_gbps, r.a_to_b_gbps_unc,
+                                                  r.link_flags, ".2f"))
+        texts["B→A (Gbit/s)"].append(_link_figure(r.b_to_a_gbps, r.b_to_a_gbps_unc,
+                                                  r.link_flags, ".2f"))
+        texts["RR 64 B p50 (µs)"].append(_link_figure(r.rr64_p50_us, np.nan, r.link_flags,
+                                                      ".0f"))
+        texts["RR 16 KB p50 (µs)"].append(_link_figure(r.rr16k_p50_us, np.nan,
+                                                       r.link_flags, ".0f"))
+    return pd.DataFrame({**table, **texts}).reset_index(drop=True)
+
+
+def pairs_note(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
+               baseline_link: str | None = None,
+               interference_limits: dict[str, Any] | None = None) -> str:
+    """Markdown under the pairs table: why each of its flagged cells and links is
+    flagged."""
+    if len(pairs.pairs_of(summary)) < 2:
+        return ""
+    comp = pairs.compare(summary, links, contexts, baseline_link, interference_limits)
+    lines = []
+    cells = comp[comp["flags"].map(lambda f: isinstance(f, str) and bool(f))]
+    lines += [f"- cell {'/'.join(str(r[k]) for k in SUMMARY_KEYS)}: {r['flags']}"
+              for _, r in cells.iterrows()]
+    flagged = comp.drop_duplicates(["pair", "link"])
+    flagged = flagged[flagged["link_flags"].map(lambda f: isinstance(f, str) and bool(f))]
+    lines += [f"- link {r['pair']}/{r['link']}: {r['link_flags']}"
+              for _, r in flagged.iterrows()]
+    if not lines:
+        return ""
+    return f"\n{FLAG_MARK} flagged in this table:\n\n" + "\n".join(lines) + "\n"
+
+
 def to_markdown(frame: pd.DataFrame) -> str:
     columns = [str(c) for c in frame.columns]
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
@@ -436,6 +537,15 @@ def tables(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
                     f"{FLAG_MARK}: above 1 (no cell can be more than fully concurrent) or a "
                     "flagged cell",
                     overlap_table(summary, contexts)),
+        "pairs": (
+            "Pairs side by side: the same model, context and concurrency on each pair of "
+            f"machines (± is {COVERAGE:g} standard errors of each cell's own figure, from "
+            f"the column `± from`; ❌: the cell's status; {FLAG_MARK}: a flagged cell or "
+            "link; link figures: the link checks', throughput ± half the spread over "
+            "repeats). Each pair's links are compared with its own baseline in the link "
+            "comparison; a difference between pairs includes everything that differs "
+            "between their machines and times, not only the link",
+            pairs_table(summary, links, contexts, base, interference_limits)),
         "link_traffic": (
             "Bytes per decoded token across the link (concurrency 1): measured (kernel "
             "TCP counters of the RPC connections) against the prediction from the "
@@ -476,9 +586,15 @@ def aggregate(request_files: list[str], link_files: list[str], contexts: dict[st
     note = flag_note(summary)
     for stem, (title, frame) in tables(summary, links, by_length(contexts), baseline_link,
                                        drift, prediction, interference_limits).items():
-        # The cells' flags under every table of cells that marks them.
-        marks = FLAG_MARK in title and stem != "links"
-        write_table(frame, Path(tables_dir) / stem, title, note if marks else "")
+        # The cells' flags under every table of cells that marks them; the pairs
+        # table names its own cells' and links'.
+        marks = FLAG_MARK in title and stem not in ("links", "pairs")
+        if stem == "pairs":
+            below = pairs_note(summary, links, by_length(contexts),
+                               pick_baseline(summary, baseline_link), interference_limits)
+        else:
+            below = note if marks else ""
+        write_table(frame, Path(tables_dir) / stem, title, below)
     root = Path(summary_out).parent.parent  # <root>/summary/cells.parquet
     write_table(remeasured(results.archived_requests(root), summary),
                 Path(tables_dir) / "remeasured",

@@ -24,22 +24,34 @@ import pandas as pd
 import pytest
 
 from splitbench import cli, configuration, results
-from splitbench.analysis import drift
+from splitbench.analysis import cell_summary, drift
 from splitbench.infra import parquet_io
 from splitbench.report import charts, page
+from splitbench.report import tables as report_tables
 
 CONTEXTS = {"short": 128, "5k": 5000}
 LINKS = {"baseline": 100.0, "slow": 900.0}  # 16 KB request-response p50, µs
 CONCURRENCY = (1, 2, 4)
 FAILED = ("slow", "5k", 4)
 LLAMA_VERSION = "version: 9999 (abc1234)"
+# Two pairs: the embedded lab, and a pair over SSH (its B a remote machine on a node),
+# measured a day later and somewhat slower.
+PAIRS = {"lab": {"day": 0, "slower": 1.0}, "far": {"day": 1, "slower": 1.5}}
+CONFIG_PAIRS = {
+    "lab": {"mode": "embedded", "hosts": {"a": {}, "b": {}},
+            "links": {"baseline": {}, "slow": {"delay_ms": 0.4}}},
+    "far": {"mode": "ssh", "hosts": {"a": {"node": "gpu-a01"},
+                                     "b": {"ssh": "bench@192.0.2.7", "identity": "/k"}},
+            "links": {"baseline": {"interface_a": "eth1", "interface_b": "eth1"},
+                      "slow": {"interface_a": "eth2", "interface_b": "eth2"}}},
+}
 
 
 # --- generated results ----------------------------------------------------------------
 
-def _tokens(link: str, ctx: str, conc: int) -> pd.DataFrame:
-    ms = 1.0 + CONTEXTS[ctx] / 5000 + 2 * LINKS[link] / 1000
-    t0 = 1_790_000_000 * 10**9
+def _tokens(link: str, ctx: str, conc: int, pair: str = "lab") -> pd.DataFrame:
+    ms = (1.0 + CONTEXTS[ctx] / 5000 + 2 * LINKS[link] / 1000) * PAIRS[pair]["slower"]
+    t0 = (1_790_000_000 + 86_400 * PAIRS[pair]["day"]) * 10**9
     return pd.DataFrame([{
         "request_id": r, "token_index": i, "t_send_ns": t0 + r * 10**5,
         "t_ns": t0 + int((CONTEXTS[ctx] / 100 * (r + 1) + i * ms * conc) * 1e6),
@@ -58,47 +70,58 @@ def write_results(root: Path) -> dict[str, Any]:
     """Every input the charts and report stages read, under root/results."""
     res = root / "results"
     rows, request_files = [], []
-    for link, rr_us in LINKS.items():
-        launch = {"launch_id": f"{link}-launch", "pair": "lab", "link": link, "load_s": 0.1,
-                  "started_at": 1_790_000_000.0, "settings": {"slots": 4},
+    for pair, (link, rr_us) in ((p, item) for p in PAIRS for item in LINKS.items()):
+        launch = {"launch_id": f"{pair}-{link}-launch", "pair": pair, "link": link,
+                  "load_s": 0.1, "started_at": 1_790_000_000.0, "settings": {"slots": 4},
                   "commands": {"llama_server": ["llama-server", "--rpc", "10.0.0.2:50052"],
                                "rpc_server": ["ggml-rpc-server", "-H", "10.0.0.2"]}}
         for ctx, n in CONTEXTS.items():
             for conc in CONCURRENCY:
                 ok = (link, ctx, conc) != FAILED
-                tokens = _tokens(link, ctx, conc)
-                layout = results.cell("lab", link, "m", ctx, conc)
+                tokens = _tokens(link, ctx, conc, pair)
+                layout = results.cell(pair, link, "m", ctx, conc)
                 parquet_io.write(tokens, root / layout, {"launch": launch})
-                requests = root / results.cell_requests("lab", link, "m", ctx, conc)
+                requests = root / results.cell_requests(pair, link, "m", ctx, conc)
                 clock = "segment" if link == "baseline" else "read"
                 parquet_io.write(_requests(tokens, "ok" if ok else "crash", clock), requests,
                                  {"launch": launch})
                 request_files.append(str(requests))
-                ms = 1.0 + n / 5000 + 2 * rr_us / 1000
+                ms = (1.0 + n / 5000 + 2 * rr_us / 1000) * PAIRS[pair]["slower"]
                 rows.append({
-                    "pair": "lab", "link": link, "model": "m", "ctx": ctx, "conc": conc,
+                    "pair": pair, "link": link, "model": "m", "ctx": ctx, "conc": conc,
                     "ctx_tokens": n, "status": "ok" if ok else "crash",
                     "server_launch_id": launch["launch_id"],
                     "decode_ms_per_token": ms * conc if ok else np.nan,
+                    "decode_ms_se": 0.01 * ms, "throughput_tps": 1000 / ms if ok else np.nan,
                     "prefill_tps": 2000.0 - n / 10 if ok else np.nan,
                     "overlap": (1 - n / 5000 if conc > 1 else np.nan) if ok else np.nan})
     summary = res / "summary" / "cells.parquet"
     parquet_io.write(pd.DataFrame(rows), summary, {"cells": len(rows)})
     link_files = []
-    for i, (link, rr_us) in enumerate(LINKS.items()):
-        path = res / "links" / "lab" / f"{link}.parquet"
+    for pair, (i, (link, rr_us)) in ((p, item) for p in PAIRS
+                                     for item in enumerate(LINKS.items())):
+        path = res / "links" / pair / f"{link}.parquet"
+        spec = {"pair": pair, "link": link, "mode": CONFIG_PAIRS[pair]["mode"]}
+        if CONFIG_PAIRS[pair]["mode"] == "ssh":
+            spec["hosts"] = CONFIG_PAIRS[pair]["hosts"]
         parquet_io.write(pd.DataFrame([{
-            "pair": "lab", "link": link, "a_to_b_gbps": 4.0 + i, "b_to_a_gbps": 4.5,
+            "pair": pair, "link": link, "a_to_b_gbps": 4.0 + i, "b_to_a_gbps": 4.5,
             "bidir_gbps": 8.0, "ping_ms": 0.05, "rr16k_p50_us": rr_us, "rr_fixed_us": rr_us / 2,
-            "emulation_mode": "netns-veth", "emulation_rate": "tbf" if i else "none",
-            "emulation_delay": "netem" if i else "none", "emulated_delay_ms": 0.4 * i,
+            "rr64_p50_us": rr_us / 3,
+            "emulation_mode": "netns-veth" if pair == "lab" else "real",
+            "emulation_rate": "tbf" if i and pair == "lab" else "none",
+            "emulation_delay": "netem" if i and pair == "lab" else "none",
+            "emulated_delay_ms": 0.4 * i,
             "measured_at": f"2026-11-30T07:3{i}:00+00:00", "fingerprint": f"fp{i}",
-        }]), path, {"commands": [["iperf3", "-c", "x" * 1000]]})
+        }]), path, {"commands": [["iperf3", "-c", "x" * 1000]], "config": spec})
         link_files.append(str(path))
-    toolchain = res / "toolchain" / "lab.json"
-    toolchain.parent.mkdir(parents=True)
-    host = {"llama_server_version": LLAMA_VERSION, "build_id": "b1", "package": "pkg==1"}
-    toolchain.write_text(json.dumps({"pair": "lab", "source": "pip", "a": host, "b": host}))
+    toolchains = []
+    for pair in PAIRS:
+        toolchain = res / "toolchain" / f"{pair}.json"
+        toolchain.parent.mkdir(parents=True, exist_ok=True)
+        host = {"llama_server_version": LLAMA_VERSION, "build_id": "b1", "package": "pkg==1"}
+        toolchain.write_text(json.dumps({"pair": pair, "source": "pip", "a": host, "b": host}))
+        toolchains.append(str(toolchain))
     tables = res / "tables"
     tables.mkdir()
     (tables / "single_stream_decode.md").write_text(
@@ -107,7 +130,11 @@ def write_results(root: Path) -> dict[str, Any]:
     (tables / "links.md").write_text("## Links\n\n| link | A→B |\n|---|---|\n| slow | 5.0 |\n")
     (tables / "links.csv").write_text("link,A→B\nslow,5.0\n")
     (tables / "zz_only_csv.csv").write_text("a,b\n1,\n")
-    return {"summary": str(summary), "links": link_files, "toolchain": [str(toolchain)],
+    # The pairs table as the aggregate stage writes it.
+    frame = report_tables.pairs_table(pd.DataFrame(rows), cell_summary.read_links(link_files),
+                                      list(CONTEXTS), "baseline")
+    report_tables.write_table(frame, tables / "pairs", "Pairs side by side")
+    return {"summary": str(summary), "links": link_files, "toolchain": toolchains,
             "requests": request_files, "cells": str(res / "cells"),
             "tables": str(tables), "charts": str(res / "charts"),
             "page": str(res / "page.html")}
@@ -123,7 +150,9 @@ def built(tmp_path_factory) -> dict[str, Any]:
     assert cli.main(["report", "--summary", paths["summary"], "--links", *paths["links"],
                      "--toolchain", *paths["toolchain"], "--requests", *paths["requests"],
                      "--cells", paths["cells"], "--tables", paths["tables"],
-                     "--charts", paths["charts"], "--out", paths["page"]]) == 0
+                     "--charts", paths["charts"],
+                     "--pairs", json.dumps(page.pairs_slice(CONFIG_PAIRS)),
+                     "--out", paths["page"]]) == 0
     return paths
 
 
@@ -156,10 +185,66 @@ def test_page_carries_provenance(built):
     for expected in (LLAMA_VERSION, "netns-veth", "netem", "ggml-rpc-server -H 10.0.0.2",
                      "2026-11-30 07:30:00 UTC", "splitbench_version",
                      "(1000 characters)",  # long metadata values are cut, and say so
-                     # 2 contexts x (1 + 2 + 4) requests per link
-                     "per-segment arrival (packet socket): 14 requests",
-                     "when the read returned: 14 requests"):
+                     # 2 pairs x 2 contexts x (1 + 2 + 4) requests per link
+                     "per-segment arrival (packet socket): 28 requests",
+                     "when the read returned: 28 requests"):
         assert expected in text, expected
+
+
+def _pair_row(text: str, pair: str) -> str:
+    """The run block's row of one pair (its HTML)."""
+    block = text[text.index('<h3 id="pairs">'):text.index("<h3>Checks</h3>")]
+    return next(row for row in block.split("<tr>") if f"<td>{pair}</td>" in row)
+
+
+def test_run_block_lists_each_pair_with_its_hosts_links_and_dates(built):
+    text = Path(built["page"]).read_text()
+    lab, far = _pair_row(text, "lab"), _pair_row(text, "far")
+    for expected in ("embedded (namespace sb-lab-a)", "embedded (namespace sb-lab-b)",
+                     "baseline, slow", "2026-09-21 14:13:20 UTC"):
+        assert expected in lab, expected
+    for expected in ("node gpu-a01 (runs splitbench)", "ssh bench@192.0.2.7",
+                     "2026-09-22 14:13:20 UTC"):
+        assert expected in far, expected
+    # Each pair's own dates: the lab's cells end the first day, far's start the next.
+    assert "2026-09-22" not in lab and "2026-09-21" not in far
+    assert "/k" not in far  # only where the hosts are, not their keys
+
+
+def test_the_pairs_table_is_on_the_page_after_overlap(built):
+    text = Path(built["page"]).read_text()
+    assert text.index('id="table-pairs"') > text.index('id="table-single_stream_decode"')
+    table = text[text.index('id="table-pairs"'):]
+    table = table[:table.index("</section>")]
+    assert "<td>far</td>" in table and "<td>lab</td>" in table
+    assert "❌ crash" in table  # the failed cell stays visible on both pairs
+
+
+def test_pairs_from_the_link_results_alone(built):
+    """Without the config slice, the run block says what the link results record."""
+    summary = pd.read_parquet(built["summary"])
+    links = cell_summary.read_links(built["links"])
+    rows = page.pair_rows(summary, links, built["links"],
+                          page._request_facts(built["requests"])).set_index("pair")
+    assert rows.loc["lab", "host A"] == "embedded (namespace sb-lab-a)"
+    # An SSH pair's link results record its hosts, the node among them.
+    assert rows.loc["far", "host A"] == "node gpu-a01 (runs splitbench)"
+    assert rows.loc["far", "host B"] == "ssh bench@192.0.2.7"
+    assert rows.loc["far", "links"] == "baseline, slow"
+    assert rows.loc["far", "cells"] == 2 * 2 * 3
+
+
+def test_pairs_slice_keeps_where_the_hosts_are_and_nothing_else():
+    sliced = page.pairs_slice({**CONFIG_PAIRS, "rig": {
+        "mode": "ssh", "hosts": {"a": {"feature": "pair_rig"}, "b": {"ssh": "rig-b"}},
+        "links": {"eth": {}}}})
+    assert sliced["rig"]["hosts"]["a"] == {"feature": "pair_rig"}
+    assert page._host_text("rig", "a", "ssh", sliced["rig"]["hosts"]["a"], set()) == (
+        "a node with feature pair_rig (runs splitbench)")
+    assert sliced["far"] == {"mode": "ssh", "hosts": {"a": {"node": "gpu-a01"},
+                                                      "b": {"ssh": "bench@192.0.2.7"}},
+                             "links": ["baseline", "slow"]}
+    assert sliced["lab"]["hosts"] == {"a": {}, "b": {}}
 
 
 # --- the page in a browser ------------------------------------------------------------
@@ -366,7 +451,7 @@ def _hide_charts(text: str) -> str:
 
 @needs_chromium
 @pytest.mark.parametrize("breakage, symptom", [
-    (_break_spec, "charts rendered: 6/7"),
+    (_break_spec, f"charts rendered: {len(charts.CHARTS) - 1}/{len(charts.CHARTS)}"),
     (_drop_vega, "vegaEmbed is not defined"),
     (_hide_charts, "blank in the screenshot"),
 ], ids=["bad spec", "no vega", "nothing painted"])
@@ -378,10 +463,12 @@ def test_browser_check_catches_a_broken_page(built, tmp_path, breakage, symptom)
 
 
 def test_report_module_lists_tables_by_reading_order(tmp_path):
-    for stem in ("zz", "overlap", "links", "link_comparison", "single_stream_prefill"):
+    for stem in ("zz", "overlap", "links", "pairs", "link_comparison",
+                 "single_stream_prefill", "mechanisms"):
         (tmp_path / f"{stem}.csv").write_text("a\n1\n")
     assert [p.name for p in page.table_stems(tmp_path)] == [
-        "links", "link_comparison", "single_stream_prefill", "overlap", "zz"]
+        "links", "link_comparison", "single_stream_prefill", "overlap", "pairs",
+        "mechanisms", "zz"]
 
 
 def test_checks_that_did_not_run_are_failures_in_the_run_block(tmp_path):

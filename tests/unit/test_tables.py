@@ -384,6 +384,9 @@ def test_aggregate_writes_every_table(tmp_path):
                              for ext in ("md", "csv"))
     for stem in tables.TABLE_STEMS:
         assert (out / "tables" / f"{stem}.md").read_text().startswith("## ")
+    # One pair: the pairs table says so in one line, never empty and silent.
+    assert "| one pair in this run (lab): no other pair to compare it with |" in (
+        out / "tables" / "pairs.md").read_text()
     comparison = pd.read_csv(out / "tables" / "link_comparison.csv")
     assert set(comparison["baseline"]) == {"fast"}
     assert comparison.iloc[0]["decode Δ (ms/token)"].startswith("+1.00")
