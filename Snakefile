@@ -34,6 +34,21 @@ include: "rules/report.smk"
 include: "rules/drift.smk"
 
 
+# Jobs that read and write files only run where Snakemake runs; on a cluster, the
+# jobs of a pair's hardware (splitbench/cluster.py: PAIR_RULES) run on host A's node.
+localrules:
+    all,
+    model_gguf,
+    model_fetch,
+    model_info,
+    aggregate,
+    charts,
+    report,
+    checks,
+    roundtrips_table,
+    drift,
+
+
 rule all:
     default_target: True
     input:

@@ -18,6 +18,8 @@ rule cell:
     priority: block_priority
     conda:
         "../envs/splitbench.yaml"
+    resources:
+        **pair_job("cell"),
     params:
         cell=lambda w: as_json(
             plan.cell_slice(

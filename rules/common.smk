@@ -1,10 +1,12 @@
 # Shared helpers: config checks, the matrix, per-job config slices, run lifecycle.
+import atexit
+import copy
 import json
 import re
 import os
 import sys
 
-from splitbench import configuration, plan, results
+from splitbench import cluster, configuration, plan, results
 from splitbench.analysis import drift
 from splitbench.infra import archive, procs
 from splitbench.report import charts, tables
@@ -14,7 +16,15 @@ from splitbench.report import charts, tables
 if not workflow.config_settings.replace_workflow_config:
     given = [plan.read_yaml(path) for path in workflow.overwrite_configfiles]
     merged_in = plan.entries_merged_in(plan.read_yaml("config/config.yaml"), given)
-    if merged_in:
+    if merged_in and not workflow.is_main_process:
+        # Snakemake does not pass --replace-workflow-config on to cluster jobs. The main
+        # process refuses a merge unless it was given, so a job that sees one uses the
+        # given files alone, as the main process did.
+        config.clear()
+        config.update(copy.deepcopy(workflow.config_settings.overwrite_config))
+        plan.names_as_text(config)
+        validate(config, "../config/schema.yaml")
+    elif merged_in:
         raise ValueError(
             "splitbench: Snakemake merged your config file into config/config.yaml, "
             f"which adds what your file does not define: {', '.join(merged_in[:12])}"
@@ -26,6 +36,25 @@ try:
     configuration.check(config)
 except configuration.ConfigError as error:
     raise ValueError(f"splitbench: invalid configuration: {error}") from None
+
+
+# One job at a time per pair, pairs side by side: each pair's slot is a resource of
+# capacity 1 that every job on the pair's hardware takes (splitbench/cluster.py).
+for slot, capacity in cluster.slots(config).items():
+    workflow.register_resource(slot, capacity)
+
+PAIR_SLOTS = cluster.slot_resources(config)
+
+
+def pair_job(rule):
+    """The resources of a job on a pair's hardware: its pair's slot and, for a cluster
+    profile, host A's node and a time limit derived from the matrix."""
+    return {
+        **PAIR_SLOTS,
+        "runtime": lambda w: cluster.job_minutes(config, rule, w),
+        "slurm_extra": lambda w: cluster.node_request(config, w.pair)["slurm_extra"],
+        "constraint": lambda w: cluster.node_request(config, w.pair).get("constraint"),
+    }
 
 
 # The (pair, link, model) blocks in run order, once: every job's priority looks it up.
@@ -206,6 +235,14 @@ def own_locks():
     private attribute; without it the reaper removes none (`snakemake --unlock` does).
     """
     return list(getattr(workflow.persistence, "_lockfile", {}).values())
+
+
+# A pair's cluster job (profiles/slurm) ends when its runner, the Snakemake process that
+# runs the pair's jobs one after another, exits; SLURM then kills whatever is left, but
+# not host B's workers or the namespaces. Snakemake runs no hooks in cluster jobs, so the
+# runner tears the pair down as it exits (a cancelled job: the job's reaper does).
+if "slurm-jobstep" in sys.argv and os.environ.get("SLURM_JOB_ID"):
+    atexit.register(procs.end_of_job)
 
 
 # Servers, relays and namespaces outlive single jobs; stop them when the run ends,

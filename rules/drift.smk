@@ -19,6 +19,8 @@ rule anchor:
     priority: anchor_priority
     conda:
         "../envs/splitbench.yaml"
+    resources:
+        **pair_job("anchor"),
     params:
         cell=lambda w: as_json(
             plan.cell_slice(config, plan.anchor_cell(config, w.pair, w.model))

@@ -9,6 +9,8 @@ rule link:
     priority: SETUP_PRIORITY
     conda:
         "../envs/splitbench.yaml"
+    resources:
+        **pair_job("link"),
     params:
         spec=lambda w: as_json(plan.link_slice(config, w.pair, w.link)),
         settings=as_json(plan.link_check_settings(config)),

@@ -12,6 +12,8 @@ rule roundtrips:
         results.log("roundtrips/{pair}/{model}/w{workers}"),
     conda:
         "../envs/splitbench.yaml"
+    resources:
+        **pair_job("roundtrips"),
     params:
         spec=lambda w: as_json(
             plan.roundtrips_slice(config, w.pair, w.model, int(w.workers))

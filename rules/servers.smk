@@ -14,6 +14,8 @@ rule launch:
     priority: launch_priority
     conda:
         "../envs/splitbench.yaml"
+    resources:
+        **pair_job("launch"),
     params:
         link_spec=lambda w: as_json(plan.link_slice(config, w.pair, w.link)),
         settings=lambda w: as_json(plan.server_slice(config, w.model)),

@@ -9,6 +9,8 @@ rule toolchain:
     priority: SETUP_PRIORITY
     conda:
         "../envs/splitbench.yaml"
+    resources:
+        **pair_job("toolchain"),
     params:
         source=config["toolchain"]["source"],
         hosts=lambda w: as_json(config["pairs"][w.pair]["hosts"]),

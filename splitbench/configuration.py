@@ -71,6 +71,8 @@ LinkName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_-]{0,23}$
 ModelName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
 ContextName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9]+$")]
 Interface = r"^[A-Za-z0-9_.:-]{1,15}$"
+# A SLURM node name or feature: it reaches sbatch as one argument.
+SlurmName = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 
 
 class Host(Section):
@@ -82,9 +84,14 @@ class Host(Section):
     ssh_port: int = key(description="SSH port", ge=1, le=65535)
     identity: str = key(description="private key file for SSH")
     known_hosts: str = key(description="known_hosts file; host keys are always verified "
-                                       "(StrictHostKeyChecking=yes)")
+                                       "(an unknown or changed key is refused)")
     python: str = key("python3", "Python 3 on the host, for the request-response probe "
                                  "server")
+    node: str = key(description="cluster profiles, host A only: the SLURM node the pair's "
+                                "job runs on (sbatch --nodelist)", pattern=SlurmName)
+    feature: str = key(description="cluster profiles, host A only: a SLURM node feature "
+                                   "that selects host A's node (sbatch --constraint), e.g. "
+                                   "pair_rig", pattern=SlurmName)
 
 
 class Link(Section):
@@ -343,6 +350,7 @@ def check(config: dict[str, Any]) -> None:
                 f"'{baseline}' is not a link of pair '{pair}' (links: {sorted(links)})",
             )
     for pair, spec in config["pairs"].items():
+        _check_node(pair, spec["hosts"])
         if spec["mode"] == "ssh":
             _check_ssh_pair(pair, spec)
         else:
@@ -412,6 +420,16 @@ def _check_workers(key: str, workers: int, name: str, model: dict[str, Any]) -> 
     if workers > model["layers_on_b"]:
         raise ConfigError(key, f"{workers} workers need at least {workers} layers on B; "
                                f"models.{name}.layers_on_b is {model['layers_on_b']}")
+
+
+def _check_node(pair: str, hosts: dict[str, Any]) -> None:
+    """The cluster node is host A's (the pair's job runs there); one way to name it."""
+    for key in ("node", "feature"):
+        if hosts["b"].get(key):
+            raise ConfigError(f"pairs.{pair}.hosts.b.{key}",
+                              "host B is reached from host A; only host A names a node")
+    if hosts["a"].get("node") and hosts["a"].get("feature"):
+        raise ConfigError(f"pairs.{pair}.hosts.a", "give node or feature, not both")
 
 
 def _check_ssh_pair(pair: str, spec: dict[str, Any]) -> None:

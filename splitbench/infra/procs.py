@@ -6,6 +6,10 @@ a small JSON file under the state directory. `teardown()` stops what is recorded
 pid, checked against the recorded start time so a reused pid is never hit) and deletes
 the recorded namespaces. A reaper process watches the Snakemake process and tears down
 when it goes away, whether it ended normally, on Ctrl-C or by kill -9.
+
+In a pair's cluster job (SLURM_JOB_ID set) the records live in a directory of the job's
+own, since on a shared filesystem another node's pids are not this node's, and a job
+reaper on the node tears the pair down when the job ends or is cancelled.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import contextlib
 import fcntl
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -32,7 +37,11 @@ STOP_ORDER = ("job", "llama-server", "rpc-server", "relay", "probe", "iperf3", "
 
 
 def state_dir() -> Path:
-    return Path(os.environ.get("SPLITBENCH_STATE", ".splitbench")).resolve()
+    base = Path(os.environ.get("SPLITBENCH_STATE", ".splitbench")).resolve()
+    job = os.environ.get("SLURM_JOB_ID")
+    if job and base.name != f"slurm-{job}":
+        return base / f"slurm-{job}"
+    return base
 
 
 def _records(kind: str) -> Path:
@@ -72,20 +81,36 @@ def is_alive(record: dict[str, Any]) -> bool:
     return start_time(pid) == record["start_time"] and not _is_zombie(pid)
 
 
-def remote_start_time(ssh_prefix: list[str], pid: int) -> int | None:
-    """A remote process's start time, None when it is gone or a zombie."""
-    result = subprocess.run([*ssh_prefix, f"cat /proc/{int(pid)}/stat"], capture_output=True,
-                            text=True, timeout=30)
-    if result.returncode != 0 or ")" not in result.stdout:
+def remote_start_time(remote: dict[str, Any], pid: int) -> int | None:
+    """A remote process's start time, None when it is gone, a zombie, or its host cannot
+    be reached. remote: the host's connection settings (Host.ssh_settings())."""
+    result = _remote_run(remote, ["cat", f"/proc/{int(pid)}/stat"])
+    if result is None or result.returncode != 0 or ")" not in result.stdout:
         return None
     fields = result.stdout.rsplit(")", 1)[1].split()
     return None if fields[0] == "Z" else int(fields[19])
 
 
+def _remote_run(remote: dict[str, Any] | list[str],
+                argv: list[str]) -> subprocess.CompletedProcess[str] | None:
+    """argv on a recorded process's host, over this process's own connection to it (a
+    teardown may run in another process than the one that started it); None when the
+    host cannot be reached."""
+    if isinstance(remote, list):  # a record from before the paramiko transport: ssh argv
+        return subprocess.run([*remote, shlex.join(argv)], capture_output=True, text=True,
+                              timeout=30)
+    from splitbench.infra import ssh  # paramiko loads only where a host is remote
+
+    try:
+        return ssh.run(remote, argv, timeout=30)
+    except ssh.SSHError:
+        return None
+
+
 def _signal(record: dict[str, Any], sig: signal.Signals) -> None:
     if record.get("remote"):
-        subprocess.run([*record["remote"], f"kill -{sig.name} {int(record['pid'])}"],
-                       capture_output=True, timeout=30)
+        _remote_run(record["remote"], ["kill", "-s", sig.name.removeprefix("SIG"),
+                                       str(int(record["pid"]))])
         return
     with contextlib.suppress(ProcessLookupError):
         os.kill(record["pid"], sig)
@@ -101,6 +126,8 @@ def spawn(
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Start a detached process (own session, outlives the caller) and record it."""
+    if role != "reaper":
+        ensure_job_reaper()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
@@ -241,6 +268,7 @@ def _is_zombie(pid: int) -> bool:
 
 
 def record_namespace(name: str) -> None:
+    ensure_job_reaper()
     _write(_records("netns") / f"{name}.json", {"name": name})
 
 
@@ -248,9 +276,13 @@ def namespaces() -> list[str]:
     return [p.stem for p in sorted(_records("netns").glob("*.json"))]
 
 
-def teardown() -> list[str]:
-    """Stop every recorded process, delete every recorded namespace. Returns what it did."""
-    done = []
+def teardown(namespaces_first: bool = False) -> list[str]:
+    """Stop every recorded process, delete every recorded namespace. Returns what it did.
+
+    namespaces_first: when time is short (SLURM kills the job's processes KillWait
+    seconds after asking them to end), remove the namespaces before waiting on anyone.
+    """
+    done = _delete_namespaces() if namespaces_first else []
     rank = {role: i for i, role in enumerate(STOP_ORDER)}
     for record in sorted(all_procs(), key=lambda r: rank.get(r.get("role"), len(rank))):
         if record["pid"] != os.getpid():  # the reaper does not stop itself
@@ -258,6 +290,14 @@ def teardown() -> list[str]:
                 done.append(f"stopped {record['role']} pid {record['pid']}")
             _terminate(record, timeout=10.0)
         _forget("procs", record["key"])
+    done += _delete_namespaces()
+    for path in _records("links").glob("*.json"):
+        path.unlink()
+    return done
+
+
+def _delete_namespaces() -> list[str]:
+    done = []
     for name in namespaces():
         # Deleting a namespace also deletes the veth ends and qdiscs inside it.
         result = subprocess.run(
@@ -266,8 +306,6 @@ def teardown() -> list[str]:
         if result.returncode == 0:
             done.append(f"deleted namespace {name}")
         _forget("netns", name)
-    for path in _records("links").glob("*.json"):
-        path.unlink()
     return done
 
 
@@ -288,19 +326,89 @@ def start_reaper(owner_pid: int, locks: Sequence[str] = ()) -> None:
     )
 
 
-def _reap_when_gone(owner_pid: int, locks: list[str]) -> None:
+class _Ended(Exception):
+    """SIGTERM or SIGHUP: the reaper itself is being stopped."""
+
+
+def _on_stop(signum: int, frame: Any) -> None:
+    raise _Ended
+
+
+def _reap_when_gone(owner_pid: int, locks: list[str], key: str | None = None) -> None:
     owner = {"pid": owner_pid, "start_time": start_time(owner_pid)}
-    me = f"reaper-{owner_pid}"
-    while is_alive(owner):
-        if find(me) is None:  # the run tore down normally and forgot us
-            return
-        time.sleep(0.5)
-    for line in teardown():
+    me = key or f"reaper-{owner_pid}"
+    signal.signal(signal.SIGTERM, _on_stop)
+    signal.signal(signal.SIGHUP, _on_stop)
+    stopped = False
+    try:
+        while is_alive(owner):
+            if find(me) is None:  # the run tore down normally and forgot us
+                return
+            time.sleep(0.5)
+    except _Ended:
+        stopped = True
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    for line in teardown(namespaces_first=stopped):
         print(line, flush=True)
     for lock in locks:
         with contextlib.suppress(FileNotFoundError):
             Path(lock).unlink()
             print(f"removed stale Snakemake lock {lock}", flush=True)
+
+
+def ensure_job_reaper() -> None:
+    """In a pair's cluster job, start the job's reaper once: it watches the job's batch
+    script and tears down what the job started when the script ends or SLURM stops the
+    job (a cancel, a time limit, Ctrl-C on Snakemake). The pair's jobs run one after
+    another inside this one SLURM job, so its servers live from launch to last cell."""
+    job = os.environ.get("SLURM_JOB_ID")
+    if not job:
+        return
+    key = f"reaper-slurm-{job}"
+    with locked("reaper"):
+        record = find(key)
+        if record is not None and is_alive(record):
+            return
+        root = _job_root(os.getpid())
+        spawn([sys.executable, "-m", "splitbench.infra.procs", "job-reaper", str(root), key],
+              role="reaper", key=key, log_path=state_dir() / "reaper.log",
+              env={"SPLITBENCH_STATE": str(state_dir())})
+
+
+def end_of_job() -> None:
+    """At the end of a pair's cluster job, before SLURM kills what is left of it: stop
+    the servers (also host B's, over SSH) and delete the namespaces the job started.
+    The job's reaper is told to stand down first, so that one process tears down."""
+    job = os.environ.get("SLURM_JOB_ID")
+    if not job:
+        return
+    _forget("procs", f"reaper-slurm-{job}")
+    for line in teardown():
+        print(f"splitbench: {line}", file=sys.stderr, flush=True)
+
+
+def _job_root(pid: int) -> int:
+    """The job's outermost process of ours: the ancestor whose parent is slurmstepd (or
+    the topmost one below init when there is none)."""
+    while True:
+        parent = _parent(pid)
+        if parent <= 1 or _command_name(parent).startswith("slurmstepd"):
+            return pid
+        pid = parent
+
+
+def _parent(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _command_name(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
 
 
 # --- the `teardown` stage -------------------------------------------------------------
@@ -316,6 +424,8 @@ STAGES = (Stage("teardown", "stop every process and namespace this run started",
 if __name__ == "__main__":
     if sys.argv[1:2] == ["reaper"]:
         _reap_when_gone(int(sys.argv[2]), sys.argv[3:])
+    elif sys.argv[1:2] == ["job-reaper"]:
+        _reap_when_gone(int(sys.argv[2]), [], key=sys.argv[3])
     elif sys.argv[1:2] == ["teardown"]:
         for line in teardown():
             print(line)

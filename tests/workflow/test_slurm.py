@@ -1,0 +1,221 @@
+"""profiles/slurm on a real SLURM cluster: munged, slurmctld and one slurmd per pair node.
+
+Two embedded pairs (each its own namespaces) are measured through `--profile
+profiles/slurm`; what happened is read from SLURM's own job records (jobcomp), from
+Snakemake's job timestamps (.snakemake/metadata) and from the results. Needs root: the
+cluster's slurmd runs jobs as their user, and embedded pairs are network namespaces.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from tests.conftest import ROOT
+from tests.slurm_cluster import Cluster, ClusterUnavailable
+from tests.workflow.test_workflow import SNAKEMAKE, workflow_copy
+
+PAIRS = ("north", "south")
+
+pytestmark = [pytest.mark.e2e, pytest.mark.root]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    if os.geteuid() != 0:
+        pytest.skip("a SLURM test cluster needs root (slurmd runs jobs as their user, "
+                    "and embedded pairs are network namespaces)")
+    cluster = Cluster(tmp_path_factory.mktemp("slurm"), list(PAIRS))
+    try:
+        cluster.start()
+    except ClusterUnavailable as error:
+        cluster.stop()
+        pytest.fail(f"could not start a SLURM test cluster: {error}")
+    yield cluster
+    cluster.stop()
+
+
+def two_pairs(**changes) -> dict:
+    config = yaml.safe_load((ROOT / "config/examples/two-pairs.yaml").read_text())
+    config.update(changes)
+    return config
+
+
+def start(cluster: Cluster, work: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [SNAKEMAKE, "--profile", "profiles/slurm", "all", "--configfile",
+         "config/examples/two-pairs.yaml", "--replace-workflow-config"],
+        cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, **cluster.env})
+
+
+def run(cluster: Cluster, work: Path, timeout: float = 1500) -> tuple[int, str]:
+    process = start(cluster, work)
+    out, _ = process.communicate(timeout=timeout)
+    return process.returncode, out
+
+
+def slurm_jobs(cluster: Cluster) -> list[dict[str, str]]:
+    """SLURM's own record of every finished job (jobcomp/filetxt: KEY=VALUE fields)."""
+    path = cluster.root / "log" / "jobcomp.txt"
+    if not path.exists():
+        return []
+    return [dict(field.split("=", 1) for field in line.split() if "=" in field)
+            for line in path.read_text().splitlines() if line.strip()]
+
+
+def job_times(work: Path) -> pd.DataFrame:
+    """Every Snakemake job's start and end (its outputs' metadata), with its pair."""
+    rows = []
+    root = work / ".snakemake" / "metadata"
+    for path in root.rglob("*"):
+        if not path.is_file():
+            continue
+        name = "".join(path.relative_to(root).parts)
+        output = base64.urlsafe_b64decode(name + "=" * (-len(name) % 4)).decode()
+        meta = json.loads(path.read_text())
+        parts = Path(output).parts
+        pair = parts[2] if len(parts) > 2 and parts[2] in PAIRS else None
+        rows.append({"output": output, "rule": meta["rule"], "pair": pair,
+                     "start": meta["starttime"], "end": meta["endtime"]})
+    # A job with two outputs has two records with the same times: one per job.
+    return pd.DataFrame(rows).drop_duplicates(["rule", "pair", "start", "end"])
+
+
+def overlapping(times: pd.DataFrame) -> list[tuple[str, str]]:
+    ordered = times.sort_values("start").to_dict("records")
+    return [(a["output"], b["output"]) for a, b in zip(ordered, ordered[1:], strict=False)
+            if b["start"] < a["end"]]
+
+
+def alive_servers(work: Path) -> list[dict]:
+    """Recorded server, worker and relay processes of the pair jobs that still run."""
+    from splitbench.infra import procs
+
+    out = []
+    for path in (work / ".splitbench").glob("slurm-*/procs/*.json"):
+        record = json.loads(path.read_text())
+        if record.get("role") != "reaper" and procs.is_alive(record):
+            out.append(record)
+    return out
+
+
+def our_namespaces() -> list[str]:
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return [line.split()[0] for line in listed.splitlines()
+            if line.split() and line.split()[0].startswith(tuple(f"sb-{p}-" for p in PAIRS))]
+
+
+def test_two_pairs_run_side_by_side_one_job_at_a_time_each_on_its_node(cluster, tmp_path):
+    work = workflow_copy(tmp_path)
+    code, out = run(cluster, work)
+    assert code == 0, out[-4000:]
+
+    # SLURM's records: one job per pair, on the pair's node, the two at the same time.
+    jobs = [j for j in slurm_jobs(cluster) if j.get("WorkDir") == str(work)]
+    assert sorted(j["NodeList"] for j in jobs) == sorted(PAIRS), jobs
+    assert all(j["JobState"] == "COMPLETED" for j in jobs), jobs
+    spans = [(pd.Timestamp(j["StartTime"]), pd.Timestamp(j["EndTime"])) for j in jobs]
+    assert max(s for s, _ in spans) < min(e for _, e in spans), f"pairs ran apart: {spans}"
+
+    # Snakemake's own timestamps: within a pair, no two jobs overlapped; the pairs did.
+    times = job_times(work)
+    for pair in PAIRS:
+        mine = times[times["pair"] == pair]
+        assert set(mine["rule"]) >= {"toolchain", "link", "launch", "cell", "anchor"}
+        assert overlapping(mine) == [], f"{pair}: jobs overlapped"
+    assert overlapping(times[times["pair"].notna()]), "no job of one pair overlapped the other's"
+
+    # Every cell ran on the servers its block's launch started: none relaunched them.
+    for pair in PAIRS:
+        for cell in (work / "results/cells" / pair).rglob("ctx*_c*.parquet"):
+            if cell.name.endswith(".requests.parquet"):
+                continue
+            link, model = cell.parts[-3], cell.parts[-2]
+            launch = json.loads((work / "results/servers" / pair / link / model
+                                 ).with_suffix(".json").read_text())
+            own = pd.read_parquet(cell, columns=["launch_id", "reference"])
+            own = own[~own["reference"].fillna(False).astype(bool)]
+            assert set(own["launch_id"]) == {launch["launch_id"]}, cell
+
+    # The pair jobs tore their pairs down before they ended.
+    assert alive_servers(work) == []
+    assert our_namespaces() == []
+
+    # One report compares the pairs.
+    table = (work / "results/tables/pairs.md").read_text()
+    assert "north" in table and "south" in table and "one pair in this run" not in table
+    report = (work / "results/report.html").read_text()
+    for pair in PAIRS:
+        assert f"sb-{pair}-a" in report or pair in report
+
+
+def test_ctrl_c_leaves_no_server_or_namespace_behind(cluster, tmp_path):
+    work = workflow_copy(tmp_path)
+    process = start(cluster, work)
+    servers: list[dict] = []
+    deadline = time.monotonic() + 600
+    try:
+        # Wait until both pairs' servers run and a cell has been measured.
+        while time.monotonic() < deadline and process.poll() is None:
+            servers = alive_servers(work)
+            roles = {(r["key"].split("-")[1] if "-" in r["key"] else "", r["role"])
+                     for r in servers}
+            if (any(role == "llama-server" for _, role in roles)
+                    and list((work / "results/cells").rglob("*.parquet"))
+                    and len(our_namespaces()) == 4):
+                break
+            time.sleep(0.5)
+        assert process.poll() is None, process.communicate()[0][-3000:]
+        assert servers, "no server ran before the deadline"
+        process.send_signal(signal.SIGINT)
+        out, _ = process.communicate(timeout=180)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    # SLURM ends the cancelled jobs; their reapers stop the servers and namespaces.
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and cluster.client(["squeue", "-h"]).stdout.strip():
+        time.sleep(0.5)
+    assert not cluster.client(["squeue", "-h"]).stdout.strip(), "jobs still queued"
+    from splitbench.infra import procs
+
+    left = [r for r in servers if procs.is_alive(r)]
+    assert left == [], f"still running after Ctrl-C: {left}"
+    assert our_namespaces() == [], out[-3000:]
+
+
+def test_a_failed_cell_keeps_the_pairs_measured_cells(cluster, tmp_path):
+    config = two_pairs(contexts={"short": 128}, concurrency=[1])
+    work = workflow_copy(tmp_path)
+    (work / "config/examples/two-pairs.yaml").write_text(yaml.safe_dump(config))
+    # A job that fails outright, before it measures: its log path is a directory.
+    broken = work / "results/logs/cells/south/usb4/synth/ctxshort_c1.log"
+    broken.mkdir(parents=True)
+    code, out = run(cluster, work)
+    assert code != 0
+    measured = work / "results/cells/south/baseline/synth/ctxshort_c1.parquet"
+    assert measured.exists(), out[-3000:]
+    assert (work / "results/servers/south/baseline/synth.json").exists()
+    assert not (work / "results/cells/south/usb4/synth/ctxshort_c1.parquet").exists()
+    # The other pair is not touched by it.
+    assert (work / "results/cells/north/5gbe/synth/ctxshort_c1.parquet").exists()
+    # The next run plans the failed cell, not the ones measured.
+    plan = subprocess.run([SNAKEMAKE, "--profile", "profiles/slurm", "-n", "all",
+                           "--configfile", "config/examples/two-pairs.yaml",
+                           "--replace-workflow-config"], cwd=work, capture_output=True,
+                          text=True, env={**os.environ, **cluster.env})
+    planned = {path.strip(", ") for line in plan.stdout.splitlines()
+               if line.strip().startswith("output:") for path in line.split()[1:]}
+    assert "results/cells/south/usb4/synth/ctxshort_c1.parquet" in planned, plan.stdout
+    assert "results/cells/south/baseline/synth/ctxshort_c1.parquet" not in planned
+    assert our_namespaces() == []
