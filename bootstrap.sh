@@ -17,11 +17,13 @@ say() { printf '\033[1m[splitbench]\033[0m %s\n' "$*"; }
 
 system_tools() {
     # command -> Debian package (chromium: tests/integration/test_report.py opens the report in it;
-    # cc: the delay relay, splitbench/relay.c; taskset: each lab host on its own CPUs)
+    # cc: the delay relay, splitbench/relay.c; taskset: each lab host on its own CPUs;
+    # slurm-wlm, munge: the throwaway cluster of tests/workflow/test_slurm.py)
     local -A wanted=([iperf3]=iperf3 [sockperf]=sockperf [ip]=iproute2 [tc]=iproute2
                      [ss]=iproute2 [ping]=iputils-ping [ethtool]=ethtool [cmake]=cmake
                      [g++]=g++ [cc]=gcc [make]=make [taskset]=util-linux
-                     [ssh]=openssh-client [sshd]=openssh-server [chromium]=chromium)
+                     [ssh]=openssh-client [sshd]=openssh-server [chromium]=chromium
+                     [slurmctld]=slurm-wlm [munged]=munge)
     local missing=()
     for tool in "${!wanted[@]}"; do
         command -v "$tool" >/dev/null 2>&1 || [ -x "/usr/sbin/$tool" ] \
@@ -38,7 +40,8 @@ system_tools() {
         say "missing system packages: ${missing[*]}"
         say "install them as root (apt-get install ${missing[*]}) and run this again;"
         say "without root the lab falls back to loopback and cannot shape rates;"
-        say "without chromium the report's browser test is skipped."
+        say "without chromium the report's browser test is skipped; without root the"
+        say "SLURM tests are skipped (their cluster needs root)."
         case " ${missing[*]} " in *" cmake "*|*" g++ "*|*" gcc "*|*" python3-venv "*) exit 1;; esac
     fi
 }

@@ -38,23 +38,36 @@ except configuration.ConfigError as error:
     raise ValueError(f"splitbench: invalid configuration: {error}") from None
 
 
-# One job at a time per pair, pairs side by side: each pair's slot is a resource of
-# capacity 1 that every job on the pair's hardware takes (splitbench/cluster.py).
-for slot, capacity in cluster.slots(config).items():
-    workflow.register_resource(slot, capacity)
+# How this run runs its jobs: one at a time (--cores 1), several side by side on this
+# machine (--cores N), or as cluster jobs (profiles/slurm).
+CLUSTER = workflow.global_resources["_nodes"].value is not None
+CORES = workflow.global_resources["_cores"].value
+SIDE_BY_SIDE = not CLUSTER and (CORES is None or CORES > 1)
 
-PAIR_SLOTS = cluster.slot_resources(config)
+# One job at a time per pair, pairs side by side: on this machine each pair's slot is a
+# resource of capacity 1 that every job on the pair's hardware takes; on a cluster all
+# of a pair's jobs form one group job (the profile's groups) that runs them in turn.
+# Resources nobody needs are left out: Snakemake evaluates each for every job, and at
+# 5,000 cells that is seconds of planning (benchmarks/plan_scale.py).
+if SIDE_BY_SIDE:
+    for slot, capacity in cluster.slots(config).items():
+        workflow.register_resource(slot, capacity)
 
 
 def pair_job(rule):
-    """The resources of a job on a pair's hardware: its pair's slot and, for a cluster
-    profile, host A's node and a time limit derived from the matrix."""
-    return {
-        **PAIR_SLOTS,
-        "runtime": lambda w: cluster.job_minutes(config, rule, w),
-        "slurm_extra": lambda w: cluster.node_request(config, w.pair)["slurm_extra"],
-        "constraint": lambda w: cluster.node_request(config, w.pair).get("constraint"),
-    }
+    """The resources of a job on a pair's hardware: its pair's slot, or, for a cluster
+    job, host A's node and a time limit derived from the matrix."""
+    if CLUSTER:
+        return {
+            "runtime": lambda w: cluster.job_minutes(config, rule, w),
+            "slurm_extra": lambda w: cluster.node_request(config, w.pair)[
+                "slurm_extra"
+            ],
+            "constraint": lambda w: cluster.node_request(config, w.pair).get(
+                "constraint"
+            ),
+        }
+    return cluster.slot_resources(config) if SIDE_BY_SIDE else {}
 
 
 # The (pair, link, model) blocks in run order, once: every job's priority looks it up.

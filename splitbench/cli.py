@@ -8,8 +8,12 @@ command (`teardown`, `cells`) does not pay for the chart libraries.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import socket
 import sys
+import time
+from collections.abc import Iterator
 
 from splitbench.infra import procs
 from splitbench.stage import Stage
@@ -53,9 +57,22 @@ def main(argv: list[str] | None = None) -> int:
     args = parser([asked] if asked else list(MODULES)).parse_args(argv)
     declared = stage(args.stage)
     if declared.measuring:
-        with procs.job(args.stage):
+        with procs.job(args.stage), stamped(args.stage):
             return declared.run(args) or 0
     return declared.run(args) or 0
+
+
+@contextlib.contextmanager
+def stamped(name: str) -> Iterator[None]:
+    """A job that drives a pair says in its log when it started and ended, on which
+    host: the record of what ran when on a pair (Snakemake's own metadata gives a group
+    job's members the group's times)."""
+    host = socket.gethostname()
+    print(f"splitbench: {name} started at {time.time_ns()} ns on {host}", flush=True)
+    try:
+        yield
+    finally:
+        print(f"splitbench: {name} ended at {time.time_ns()} ns on {host}", flush=True)
 
 
 if __name__ == "__main__":

@@ -276,15 +276,17 @@ def namespaces() -> list[str]:
     return [p.stem for p in sorted(_records("netns").glob("*.json"))]
 
 
-def teardown(namespaces_first: bool = False) -> list[str]:
+def teardown(namespaces_first: bool = False, spare: Sequence[str] = ()) -> list[str]:
     """Stop every recorded process, delete every recorded namespace. Returns what it did.
 
-    namespaces_first: when time is short (SLURM kills the job's processes KillWait
-    seconds after asking them to end), remove the namespaces before waiting on anyone.
+    namespaces_first: when time is short (the reaper is asked to end), remove the
+    namespaces before waiting on anyone. spare: keys of records to leave alone.
     """
     done = _delete_namespaces() if namespaces_first else []
     rank = {role: i for i, role in enumerate(STOP_ORDER)}
     for record in sorted(all_procs(), key=lambda r: rank.get(r.get("role"), len(rank))):
+        if record["key"] in spare:
+            continue
         if record["pid"] != os.getpid():  # the reaper does not stop itself
             if is_alive(record):
                 done.append(f"stopped {record['role']} pid {record['pid']}")
@@ -305,8 +307,17 @@ def _delete_namespaces() -> list[str]:
         )
         if result.returncode == 0:
             done.append(f"deleted namespace {name}")
+        elif name in _listed_namespaces():
+            # Kept on record: the next teardown (the reaper's, a later run's) tries again.
+            done.append(f"could not delete namespace {name}: {result.stderr.strip()}")
+            continue
         _forget("netns", name)
     return done
+
+
+def _listed_namespaces() -> list[str]:
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return [line.split()[0] for line in listed.splitlines() if line.split()]
 
 
 def start_reaper(owner_pid: int, locks: Sequence[str] = ()) -> None:
@@ -337,6 +348,9 @@ def _on_stop(signum: int, frame: Any) -> None:
 def _reap_when_gone(owner_pid: int, locks: list[str], key: str | None = None) -> None:
     owner = {"pid": owner_pid, "start_time": start_time(owner_pid)}
     me = key or f"reaper-{owner_pid}"
+    if key:
+        for line in leave_job_cgroups():
+            print(line, flush=True)
     signal.signal(signal.SIGTERM, _on_stop)
     signal.signal(signal.SIGHUP, _on_stop)
     stopped = False
@@ -348,6 +362,8 @@ def _reap_when_gone(owner_pid: int, locks: list[str], key: str | None = None) ->
     except _Ended:
         stopped = True
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    print(f"{'stopped' if stopped else f'pid {owner_pid} is gone'}: tearing down",
+          flush=True)
     for line in teardown(namespaces_first=stopped):
         print(line, flush=True)
     for lock in locks:
@@ -378,13 +394,65 @@ def ensure_job_reaper() -> None:
 def end_of_job() -> None:
     """At the end of a pair's cluster job, before SLURM kills what is left of it: stop
     the servers (also host B's, over SSH) and delete the namespaces the job started.
-    The job's reaper is told to stand down first, so that one process tears down."""
+    Then the job's reaper is told to stand down."""
     job = os.environ.get("SLURM_JOB_ID")
     if not job:
         return
-    _forget("procs", f"reaper-slurm-{job}")
-    for line in teardown():
+    # The reaper stands down only after the teardown: SLURM may kill this process
+    # mid-way (a cancel), and then the reaper, outside the job, finishes it.
+    reaper = f"reaper-slurm-{job}"
+    for line in teardown(spare=[reaper]):
         print(f"splitbench: {line}", file=sys.stderr, flush=True)
+    _forget("procs", reaper)
+
+
+def leave_job_cgroups() -> list[str]:
+    """Move this process out of the SLURM job's cgroups, to where slurmd runs.
+
+    Cancelling a job (Ctrl-C on Snakemake cancels the pair jobs) kills every process in
+    its cgroups at once with SIGKILL: no handler runs. The servers die with the job, but
+    its namespaces (kernel objects, not processes) and host B's workers (another
+    machine) do not. So the job's reaper, a small watcher that lives only until the
+    job's batch script is gone and the pair is torn down, stands outside the job. Needs
+    root; without it the reaper stays inside and says so in its log."""
+    done = []
+    mounts = _cgroup_mounts()
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        parts = path.strip("/").split("/")
+        inside = [i for i, part in enumerate(parts) if part.startswith("slurm")]
+        mount = mounts.get(controllers)
+        if not inside or mount is None:
+            continue
+        target = mount.joinpath(*parts[:inside[0]]) / "cgroup.procs"
+        try:
+            target.write_text(str(os.getpid()))
+            done.append(f"left the job's cgroup {controllers or 'v2'}:{path}")
+        except OSError as error:
+            done.append(f"stays in the job's cgroup {controllers or 'v2'}:{path} ({error}): "
+                        "a cancelled job leaves its namespaces and host B's workers")
+    return done
+
+
+def _cgroup_mounts() -> dict[str, Path]:
+    """Each cgroup hierarchy's mount point (of its root), keyed as /proc/self/cgroup
+    names it: "freezer", "cpu,cpuacct", "name=systemd", "" for cgroup v2."""
+    mounts: dict[str, Path] = {}
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        left, _, right = line.partition(" - ")
+        fields, after = left.split(), right.split()
+        if len(fields) < 5 or len(after) < 3 or fields[3] != "/":
+            continue
+        if after[0] == "cgroup2":
+            mounts[""] = Path(fields[4])
+        elif after[0] == "cgroup":
+            options = [o for o in after[2].split(",") if o not in ("rw", "ro")]
+            known = ("cpu", "cpuacct", "cpuset", "memory", "devices", "freezer", "blkio",
+                     "pids", "net_cls", "net_prio", "perf_event", "hugetlb", "rdma",
+                     "misc")
+            names = [o for o in options if o in known or o.startswith("name=")]
+            mounts[",".join(names)] = Path(fields[4])
+    return mounts
 
 
 def _job_root(pid: int) -> int:

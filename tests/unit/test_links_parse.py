@@ -107,3 +107,35 @@ def test_history_is_kept_across_verifications(tmp_path):
     later = {**row, "measured_at": "t1", "rr16k_p50_us": 200.0}
     assert "rr16k_p50_us changed +100%" in history.compare_and_keep(later, out, settings)[0]
     assert len(results.link_history(out).read_text().splitlines()) == 2
+
+
+class _Answers:
+    """A host whose iperf3 client prints the given JSON reports, one per run."""
+
+    def __init__(self, *reports):
+        self.reports = list(reports)
+        self.runs = 0
+
+    def run(self, argv, timeout, check):
+        self.runs += 1
+        return type("Done", (), {"stdout": json.dumps(self.reports.pop(0))})()
+
+
+def test_a_server_still_finishing_its_last_test_is_waited_for(monkeypatch):
+    """A reset control connection (a loaded machine) or "busy" moves no data: the test is
+    run again, and the next report is the result."""
+    monkeypatch.setattr(verify.time, "sleep", lambda s: None)
+    reset = {"error": "unable to receive control message: Connection reset by peer"}
+    busy = {"error": "the server is busy running a test. try again later"}
+    host = _Answers(reset, busy, load("forward"))
+    parsed = verify._iperf_once(host, ["iperf3"], timeout=5)
+    assert host.runs == 3
+    assert parsed["a_to_b"] > 0
+
+
+def test_any_other_iperf_error_is_not_retried(monkeypatch):
+    monkeypatch.setattr(verify.time, "sleep", lambda s: None)
+    host = _Answers({"error": "unable to connect to server: Connection refused"})
+    with pytest.raises(verify.LinkError, match="Connection refused"):
+        verify._iperf_once(host, ["iperf3"], timeout=5)
+    assert host.runs == 1

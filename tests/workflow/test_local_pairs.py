@@ -1,0 +1,35 @@
+"""profiles/local-pairs: several embedded pairs side by side on one machine."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT, needs_root
+from tests.workflow.test_slurm import PAIRS, job_times, our_namespaces, overlapping
+from tests.workflow.test_workflow import SNAKEMAKE, workflow_copy
+
+pytestmark = [pytest.mark.e2e, needs_root()]
+
+
+def test_pairs_run_side_by_side_and_each_pairs_jobs_one_at_a_time(tmp_path):
+    config = yaml.safe_load((ROOT / "config/examples/two-pairs.yaml").read_text())
+    config.update(contexts={"short": 128}, concurrency=[1, 2])
+    work = workflow_copy(tmp_path)
+    (work / "config/examples/two-pairs.yaml").write_text(yaml.safe_dump(config))
+    done = subprocess.run(
+        [SNAKEMAKE, "--profile", "profiles/local-pairs", "all", "--configfile",
+         "config/examples/two-pairs.yaml", "--replace-workflow-config"],
+        cwd=work, capture_output=True, text=True, timeout=1500)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    times = job_times(work)
+    for pair in PAIRS:
+        mine = times[times["pair"] == pair]
+        assert sorted(mine["stage"].value_counts().items()) == [
+            ("anchors", 2), ("cells", 4), ("links", 2), ("servers", 2)], mine
+        assert overlapping(mine) == [], f"{pair}: two of its jobs ran at once"
+    assert overlapping(times), "the pairs never ran at the same time"
+    assert our_namespaces() == []
+    assert "one pair in this run" not in (work / "results/tables/pairs.md").read_text()
