@@ -3,10 +3,11 @@
 Writes a copy of the workflow with a config of `--pairs` embedded pairs, each with
 `--links` links, `--models` synthetic models, `--contexts` contexts and `--concurrency`
 levels (defaults: 4 x 5 x 5 x 10 x 5 = 5,000 cells), and times `snakemake -n` (the DAG
-is built, nothing runs). Prints figures; asserts nothing.
+is built, nothing runs): the DAG alone, the listing of every job, and the DAG under
+profiles/slurm. Prints figures; asserts nothing.
 
     .venv/bin/python benchmarks/plan_scale.py [--pairs 4] [--links 5] [--models 5]
-        [--contexts 10] [--concurrency 5] [--dir DIR]
+        [--contexts 10] [--concurrency 5] [--repeats 5] [--dir DIR]
 
 Goal (issue 13): a 5,000-cell matrix over several pairs planned in at most 10 s.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -57,6 +59,29 @@ def workflow(where: Path, config: dict) -> Path:
     return where
 
 
+# What is timed: building the DAG alone (`-n --quiet rules progress`: Snakemake stops
+# once it has the DAG), the dry run that also lists every job (`-n`), and the DAG as
+# the SLURM profile plans it (cluster resources and the pairs' groups). Each `--repeats`
+# times: this machine's speed drifts by tens of percent, so median and range are printed.
+CASES = {
+    "DAG (snakemake -n --quiet rules progress)": ["-n", "--quiet", "rules", "progress"],
+    "listing every job (snakemake -n)": ["-n", "--quiet", "rules"],
+    "DAG, --profile profiles/slurm": ["-n", "--quiet", "rules", "progress", "--profile",
+                                      "profiles/slurm"],
+}
+
+
+def timed(where: Path, argv: list[str]) -> tuple[float, str]:
+    started = time.monotonic()
+    done = subprocess.run([SNAKEMAKE, *argv], cwd=where, capture_output=True, text=True)
+    seconds = time.monotonic() - started
+    if done.returncode != 0:
+        sys.exit(f"snakemake {' '.join(argv)} failed:\n{(done.stdout + done.stderr)[-3000:]}")
+    jobs = next((line.split()[-1] for line in (done.stdout + done.stderr).splitlines()
+                 if line.startswith("total")), "?")
+    return seconds, jobs
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=4)
@@ -64,6 +89,7 @@ def main() -> None:
     parser.add_argument("--models", type=int, default=5)
     parser.add_argument("--contexts", type=int, default=10)
     parser.add_argument("--concurrency", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--dir", help="keep the workflow copy here")
     args = parser.parse_args()
     config = matrix(args.pairs, args.links, args.models, args.contexts, args.concurrency)
@@ -71,16 +97,14 @@ def main() -> None:
     where = Path(args.dir or tempfile.mkdtemp(prefix="sb-plan-"))
     where.mkdir(parents=True, exist_ok=True)
     workflow(where, config)
-    started = time.monotonic()
-    done = subprocess.run([SNAKEMAKE, "-n", "--quiet", "rules"], cwd=where,
-                          capture_output=True, text=True)
-    seconds = time.monotonic() - started
-    if done.returncode != 0:
-        sys.exit(f"snakemake -n failed:\n{(done.stdout + done.stderr)[-3000:]}")
-    jobs = next((line.split()[-1] for line in done.stdout.splitlines()
-                 if line.startswith("total")), "?")
-    print(f"{cells:,} cells over {args.pairs} pairs: {jobs} jobs planned in {seconds:.1f} s "
-          "(snakemake -n, wall time)")
+    print(f"{cells:,} cells over {args.pairs} pairs, {args.repeats} runs each (wall time):")
+    for name, argv in CASES.items():
+        runs = [timed(where, argv) for _ in range(args.repeats)]
+        seconds = sorted(s for s, _ in runs)
+        # Quiet runs print no job counts; the listing does.
+        jobs = f"{runs[0][1]} jobs, " if runs[0][1] != "?" else ""
+        print(f"  {name}: {jobs}median {statistics.median(seconds):.1f} s "
+              f"(min {seconds[0]:.1f}, max {seconds[-1]:.1f})")
     if not args.dir:
         shutil.rmtree(where)
 

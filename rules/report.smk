@@ -1,8 +1,6 @@
 # Report: every cell into one summary, then the tables, the charts and the one page
 # (results/report.html) a person reads.
 
-from splitbench.report import page
-
 
 rule aggregate:
     input:
@@ -12,7 +10,7 @@ rule aggregate:
         sweeps=all_roundtrip_results(),
     output:
         summary=results.SUMMARY,
-        tables=expand(results.TABLE, stem=tables.TABLE_STEMS, ext=["md", "csv"]),
+        tables=expand(results.TABLE, stem=contents.TABLE_STEMS, ext=["md", "csv"]),
     log:
         results.log("aggregate"),
     conda:
@@ -39,7 +37,7 @@ rule aggregate:
 
 
 # The charts splitbench.report.charts draws, in the report's order.
-CHART_NAMES = list(charts.CHARTS)
+CHART_NAMES = list(contents.CHARTS)
 
 
 rule charts:
@@ -48,8 +46,6 @@ rule charts:
         # The decode-vs-latency chart draws this table's slopes: one estimator.
         mechanisms=results.table("mechanisms", "csv"),
         links=all_link_results(),
-        # The token timeline's cell is chosen from the summary when the job runs.
-        cells=all_cell_results(),
     output:
         html=expand(results.CHART, name=CHART_NAMES, ext="html"),
         # Each PNG with its caption, for `snakemake --report`.
@@ -91,12 +87,11 @@ rule report:
         # as it is, and a shorter one would re-run the report of every existing run.
         aggregate=[
             results.SUMMARY,
-            *expand(results.TABLE, stem=tables.TABLE_STEMS, ext=["md", "csv"]),
+            *expand(results.TABLE, stem=contents.TABLE_STEMS, ext=["md", "csv"]),
         ],
         summary=results.SUMMARY,
         links=all_link_results(),
         toolchain=expand(results.TOOLCHAIN, pair=config["pairs"]),
-        requests=all_request_results(),
         charts=expand(results.CHART, name=CHART_NAMES, ext="vl.json"),
         # Tables written by other steps, so that the page shows them.
         tables=[*roundtrip_targets(), results.table("drift", "md")],
@@ -114,14 +109,18 @@ rule report:
     params:
         # Where each pair's hosts are, for the run block (only that: the rest of a
         # pair's config does not re-run the report).
-        pairs=as_json(page.pairs_slice(config["pairs"])),
+        pairs=as_json(plan.pairs_slice(config["pairs"])),
+        # The cells' request files, read for the run block's dates and clocks. Not
+        # inputs: the summary already waits for every cell (and is re-made when one is
+        # re-measured), and 5,000 more inputs would cost a second of planning.
+        requests=all_request_results(),
     shell:
         splitbench(
             "report",
             "--summary {input.summary:q}",
             "--links {input.links:q}",
             "--toolchain {input.toolchain:q}",
-            "--requests {input.requests:q}",
+            "--requests {params.requests:q}",
             f"--tables {results.TABLES}",
             f"--charts {results.CHARTS}",
             "--drift {input.drift:q}",

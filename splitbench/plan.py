@@ -306,6 +306,51 @@ def roundtrips_slice(config: dict[str, Any], pair: str, model: str,
     return {"pair": pair, "model": model, "workers": workers, **sweep, "server": server}
 
 
+# --- re-measurement epochs (python -m splitbench drift --apply) ------------------------
+def cell_key(pair: str, link: str, model: str, ctx: str, conc: int | str) -> str:
+    """A cell's name in config/reruns.yaml (its path under results/cells, no suffix)."""
+    return f"{pair}/{link}/{model}/ctx{ctx}_c{int(conc)}"
+
+
+def epochs(reruns_path: str | Path) -> dict[str, int]:
+    """Each cell's re-run epoch from config/reruns.yaml; {} when there is no file."""
+    data = read_reruns(reruns_path)
+    return {str(k): int(v) for k, v in (data.get("cells") or {}).items()}
+
+
+def read_reruns(reruns_path: str | Path) -> dict[str, Any]:
+    """config/reruns.yaml ({} when there is none): cell -> re-measurement epoch."""
+    path = Path(reruns_path)
+    if not path.exists():
+        return {}
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict) or not isinstance(data.get("cells") or {}, dict):
+        raise ValueError(f"{path}: expected a mapping with 'cells: {{<cell>: <epoch>}}'")
+    return data
+
+
+# --- the report's view of the pairs ------------------------------------------------
+HOST_KEYS = ("ssh", "ssh_port", "node", "feature")
+
+
+def pairs_slice(config_pairs: dict[str, Any]) -> dict[str, Any]:
+    """What the report shows of `pairs:` (the report rule's --pairs): each pair's mode,
+    where its hosts are (ssh destination and port, a SLURM `node` or `feature` where
+    set) and its links, in config order. Nothing else, so that the rest of a pair's
+    config (keys, paths, link rates) does not re-run the report."""
+    out = {}
+    for pair, spec in config_pairs.items():
+        hosts = spec.get("hosts") or {}
+        out[pair] = {
+            "mode": spec.get("mode"),
+            "hosts": {side: {k: v for k, v in (hosts.get(side) or {}).items()
+                             if k in HOST_KEYS and v not in (None, "")}
+                      for side in ("a", "b")},
+            "links": list(spec.get("links") or {}),
+        }
+    return out
+
+
 # --- the `cells` stage ----------------------------------------------------------------
 def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", default="config/config.yaml")

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
+if TYPE_CHECKING:  # the workflow imports this module when it plans: no pandas there
+    import pandas as pd
 
 ROOT = "results"
 
@@ -125,6 +126,8 @@ def identity(path: str | Path) -> dict[str, Any]:
 def stamped(frame: pd.DataFrame, ident: dict[str, Any]) -> pd.DataFrame:
     """The rows with their identity as the first columns (a `repeat` already in the rows
     wins: one job measures every repeat of its cell)."""
+    import pandas as pd
+
     given = {k: v for k, v in ident.items() if k not in frame.columns}
     return pd.concat([pd.DataFrame(given, index=frame.index), frame], axis=1)
 

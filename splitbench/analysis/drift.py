@@ -54,6 +54,7 @@ import yaml
 from splitbench import configuration, results
 from splitbench.analysis import cell_summary, comparison
 from splitbench.infra import interference, parquet_io
+from splitbench.plan import cell_key, read_reruns
 from splitbench.report import tables
 from splitbench.stage import Stage, json_arg
 
@@ -73,11 +74,6 @@ HEADER = """\
 
 
 # ---------------------------------------------------------------- settings and keys
-
-
-def cell_key(pair: str, link: str, model: str, ctx: str, conc: int | str) -> str:
-    """A cell's name in config/reruns.yaml (its path under results/cells, no suffix)."""
-    return f"{pair}/{link}/{model}/ctx{ctx}_c{int(conc)}"
 
 
 # ---------------------------------------------------------------- finding suspects
@@ -435,12 +431,6 @@ def suspect_table(suspects: pd.DataFrame,
 # ---------------------------------------------------------------- epochs
 
 
-def epochs(reruns_path: str | Path) -> dict[str, int]:
-    """Each cell's re-run epoch from config/reruns.yaml; {} when there is no file."""
-    data = _load(reruns_path)
-    return {str(k): int(v) for k, v in (data.get("cells") or {}).items()}
-
-
 def apply(suspects: pd.DataFrame, reruns_path: str | Path) -> dict[str, int]:
     """Bump the epoch of each suspect cell once; keep every other entry. Returns the new
     epochs of the bumped cells."""
@@ -449,7 +439,7 @@ def apply(suspects: pd.DataFrame, reruns_path: str | Path) -> dict[str, int]:
 
 def _bump(suspects: pd.DataFrame, reruns_path: str | Path,
           now: dt.datetime) -> dict[str, int]:
-    data = _load(reruns_path)
+    data = read_reruns(reruns_path)
     cells = {str(k): int(v) for k, v in (data.get("cells") or {}).items()}
     history = {str(k): list(v) for k, v in (data.get("history") or {}).items()}
     bumped: dict[str, int] = {}
@@ -470,14 +460,6 @@ def _reasons(suspects: pd.DataFrame) -> dict[str, str]:
     return {key: "; ".join(dict.fromkeys(parts)) for key, parts in reasons.items()}
 
 
-def _load(reruns_path: str | Path) -> dict[str, Any]:
-    path = Path(reruns_path)
-    if not path.exists():
-        return {}
-    data = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(data, dict) or not isinstance(data.get("cells") or {}, dict):
-        raise ValueError(f"{path}: expected a mapping with 'cells: {{<cell>: <epoch>}}'")
-    return data
 
 
 def _save(reruns_path: str | Path, data: dict[str, Any]) -> None:

@@ -31,7 +31,7 @@ from splitbench import __version__, results
 from splitbench.analysis import cell_summary
 from splitbench.infra import parquet_io
 from splitbench.links import lab
-from splitbench.report import charts, tables
+from splitbench.report import charts, contents, tables
 from splitbench.stage import Stage, json_arg
 
 # Tables in the seed write-up's order; stems that match none come after, by name.
@@ -165,7 +165,7 @@ def render_table(stem: Path) -> str:
 # --- charts ---------------------------------------------------------------------------
 
 def render_chart(name: str, spec_file: Path) -> str:
-    title, question = charts.CHARTS.get(name, (name, ""))
+    title, question = contents.CHARTS.get(name, (name, ""))
     spec = json.loads(spec_file.read_text(encoding="utf-8"))
     return (f'<section id="chart-{_esc(name)}"><h3>{_esc(title)}</h3>'
             f'<p class="muted">{_esc(question)}</p>'
@@ -177,7 +177,7 @@ def render_chart(name: str, spec_file: Path) -> str:
 def chart_specs(charts_dir: str | Path) -> list[tuple[str, Path]]:
     """(name, spec file) for each chart written, known charts first in their order."""
     found = {p.name.removesuffix(".vl.json"): p for p in Path(charts_dir).glob("*.vl.json")}
-    known = [n for n in charts.CHARTS if n in found]
+    known = [n for n in contents.CHARTS if n in found]
     return [(n, found[n]) for n in known + sorted(set(found) - set(known))]
 
 
@@ -349,25 +349,6 @@ def provenance_section(summary_path: str, summary: pd.DataFrame, links: pd.DataF
 
 # What the run block shows of each host's config (pairs.<pair>.hosts.<a|b>): where it is
 # (a cluster profile's SLURM node, or the node feature that picks it).
-HOST_KEYS = ("ssh", "ssh_port", "node", "feature")
-
-
-def pairs_slice(config_pairs: dict[str, Any]) -> dict[str, Any]:
-    """What the report shows of `pairs:` (the report rule's --pairs): each pair's mode,
-    where its hosts are (ssh destination and port, a SLURM `node` or `feature` where
-    set) and its links, in config order. Nothing else, so that the rest of a pair's
-    config (keys, paths, link rates) does not re-run the report."""
-    out = {}
-    for pair, spec in config_pairs.items():
-        hosts = spec.get("hosts") or {}
-        out[pair] = {
-            "mode": spec.get("mode"),
-            "hosts": {side: {k: v for k, v in (hosts.get(side) or {}).items()
-                             if k in HOST_KEYS and v not in (None, "")}
-                      for side in ("a", "b")},
-            "links": list(spec.get("links") or {}),
-        }
-    return out
 
 
 def _link_configs(link_files: list[str]) -> dict[str, dict[str, Any]]:

@@ -34,9 +34,6 @@ from splitbench.stage import Stage, json_arg
 
 # Every table `aggregate` writes (results/tables/<stem>.md and .csv): the aggregate
 # rule declares exactly these as its outputs.
-TABLE_STEMS = ["links", "link_comparison", "link_traffic", "single_stream_decode",
-               "single_stream_prefill", "ttft", "concurrency_boundary", "overlap",
-               "pairs", "mechanisms", "remeasured"]
 
 
 # A measured link difference disagrees with its prediction beyond this many combined

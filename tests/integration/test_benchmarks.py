@@ -21,7 +21,8 @@ SMALL = {
     "bandwidth_term.py": (["--dry-run", "--dir", "{tmp}/wf"], "planned (dry run, exit 0)",
                           False),
     "plan_scale.py": (["--pairs", "2", "--links", "2", "--models", "1", "--contexts", "2",
-                       "--concurrency", "2"], "16 cells over 2 pairs: 38 jobs planned", False),
+                       "--concurrency", "2", "--repeats", "1"],
+                      "listing every job (snakemake -n): 38 jobs, median", False),
 }
 
 

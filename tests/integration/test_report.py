@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from splitbench import cli, configuration, results
+from splitbench import cli, configuration, plan, results
 from splitbench.analysis import cell_summary, drift
 from splitbench.infra import parquet_io
 from splitbench.report import charts, page
@@ -151,7 +151,7 @@ def built(tmp_path_factory) -> dict[str, Any]:
                      "--toolchain", *paths["toolchain"], "--requests", *paths["requests"],
                      "--cells", paths["cells"], "--tables", paths["tables"],
                      "--charts", paths["charts"],
-                     "--pairs", json.dumps(page.pairs_slice(CONFIG_PAIRS)),
+                     "--pairs", json.dumps(plan.pairs_slice(CONFIG_PAIRS)),
                      "--out", paths["page"]]) == 0
     return paths
 
@@ -235,7 +235,7 @@ def test_pairs_from_the_link_results_alone(built):
 
 
 def test_pairs_slice_keeps_where_the_hosts_are_and_nothing_else():
-    sliced = page.pairs_slice({**CONFIG_PAIRS, "rig": {
+    sliced = plan.pairs_slice({**CONFIG_PAIRS, "rig": {
         "mode": "ssh", "hosts": {"a": {"feature": "pair_rig"}, "b": {"ssh": "rig-b"}},
         "links": {"eth": {}}}})
     assert sliced["rig"]["hosts"]["a"] == {"feature": "pair_rig"}

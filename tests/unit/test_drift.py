@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from splitbench import configuration
+from splitbench import configuration, plan
 from splitbench.analysis import drift
 from splitbench.infra import parquet_io
 
@@ -59,7 +59,7 @@ def drifting(start_temps: tuple[float, float, float] = (50, 51, 52),
 
 
 def cells_of(found: pd.DataFrame) -> set[str]:
-    return {drift.cell_key(*k) for k in found[drift.KEYS].itertuples(index=False)}
+    return {plan.cell_key(*k) for k in found[drift.KEYS].itertuples(index=False)}
 
 
 def find(frame: pd.DataFrame, anchors: dict | None = None, **cfg) -> pd.DataFrame:
@@ -82,8 +82,8 @@ def test_settings_defaults_and_checks():
 
 
 def test_cell_key_is_the_cells_path_without_suffix():
-    assert drift.cell_key("lab", "usb4", "synth", "32k", 4) == "lab/usb4/synth/ctx32k_c4"
-    assert drift.cell_key("lab", "usb4", "synth", "5k", np.int64(2)) == "lab/usb4/synth/ctx5k_c2"
+    assert plan.cell_key("lab", "usb4", "synth", "32k", 4) == "lab/usb4/synth/ctx32k_c4"
+    assert plan.cell_key("lab", "usb4", "synth", "5k", np.int64(2)) == "lab/usb4/synth/ctx5k_c2"
 
 
 # ---------------------------------------------------------------- band and rise
@@ -319,9 +319,9 @@ def test_report_without_suspects_says_so(tmp_path):
 
 
 def test_epochs_of_a_missing_file_is_empty(tmp_path):
-    assert drift.epochs(tmp_path / "reruns.yaml") == {}
+    assert plan.epochs(tmp_path / "reruns.yaml") == {}
     (tmp_path / "empty.yaml").write_text("# nothing yet\n")
-    assert drift.epochs(tmp_path / "empty.yaml") == {}
+    assert plan.epochs(tmp_path / "empty.yaml") == {}
 
 
 def test_apply_bumps_exactly_the_flagged_cells_and_keeps_others(tmp_path):
@@ -331,11 +331,11 @@ def test_apply_bumps_exactly_the_flagged_cells_and_keeps_others(tmp_path):
     found = find(BLOCK, drifting())
     assert drift.apply(found, reruns) == {"lab/baseline/synth/ctx32k_c1": 1,
                                           "lab/baseline/synth/ctxshort_c2": 1}
-    assert drift.epochs(reruns) == {"lab/usb4/synth/ctx5k_c2": 3,
+    assert plan.epochs(reruns) == {"lab/usb4/synth/ctx5k_c2": 3,
                                     "lab/baseline/synth/ctx32k_c1": 1,
                                     "lab/baseline/synth/ctxshort_c2": 1}
     drift.apply(found, reruns)
-    again = drift.epochs(reruns)
+    again = plan.epochs(reruns)
     assert again["lab/baseline/synth/ctx32k_c1"] == 2
     assert again["lab/usb4/synth/ctx5k_c2"] == 3
     # plan.py's reading: a plain mapping, absent cells at epoch 0.
@@ -380,7 +380,7 @@ def test_main_drift_reads_writes_and_applies(tmp_path):
     assert len(found) == 2 and out.exists() and stem.with_suffix(".md").exists()
     assert not reruns.exists()
     drift.main_drift(summary_path, files, {}, out, stem, True, reruns)
-    assert set(drift.epochs(reruns)) == cells_of(found)
+    assert set(plan.epochs(reruns)) == cells_of(found)
     assert parquet_io.provenance(out)["settings"]["anchor_tolerance"] == 0.10
 
 

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from splitbench.analysis import cell_summary, comparison, fits, mechanisms
-from splitbench.report import tables
+from splitbench.report import contents, tables
 
 CONTEXTS = {"short": 128, "long": 4096}
 ORDER = ["short", "long"]
@@ -380,9 +380,9 @@ def test_aggregate_writes_every_table(tmp_path):
                      str(out / "tables"), baseline_link="fast")
     # Exactly the tables the aggregate rule declares as its outputs, each as .md and .csv.
     written = sorted(p.name for p in (out / "tables").iterdir())
-    assert written == sorted(f"{stem}.{ext}" for stem in tables.TABLE_STEMS
+    assert written == sorted(f"{stem}.{ext}" for stem in contents.TABLE_STEMS
                              for ext in ("md", "csv"))
-    for stem in tables.TABLE_STEMS:
+    for stem in contents.TABLE_STEMS:
         assert (out / "tables" / f"{stem}.md").read_text().startswith("## ")
     # One pair: the pairs table says so in one line, never empty and silent.
     assert "| one pair in this run (lab): no other pair to compare it with |" in (
