@@ -247,8 +247,8 @@ def name_parameters_once(rules):
     (inspect.signature) for every job: 50,000 times for a 5,000-cell matrix, a tenth of
     planning it. Give each function its parameters once, where Snakemake looks before
     it inspects (the attribute snakemake.common.overwrite_function_params sets)."""
-    for rule in rules:
-        for item in [*rule.input, *rule.params]:
+    for each in rules:
+        for item in [*each.input, *each.params]:
             if inspect.isfunction(item) and not hasattr(
                 item, FUNC_OVERWRITE_PARAMS_ATTR
             ):
