@@ -11,6 +11,7 @@ from snakemake.common import FUNC_OVERWRITE_PARAMS_ATTR, overwrite_function_para
 
 from splitbench import cluster, configuration, plan, results
 from splitbench.infra import archive, procs
+from splitbench.links import lab
 from splitbench.report import contents
 
 # Snakemake extends config/config.yaml with a --configfile's entries, recursively; for
@@ -51,6 +52,9 @@ SIDE_BY_SIDE = not CLUSTER and (CORES is None or CORES > 1)
 # of a pair's jobs form one group job (the profile's groups) that runs them in turn.
 # Resources nobody needs are left out: Snakemake evaluates each for every job, and at
 # 5,000 cells that is seconds of planning (benchmarks/plan_scale.py).
+refusal = SIDE_BY_SIDE and cluster.side_by_side_refusal(config, lab.is_root())
+if refusal:
+    raise ValueError(f"splitbench: {refusal}")
 if SIDE_BY_SIDE:
     for slot, capacity in cluster.slots(config).items():
         workflow.register_resource(slot, capacity)

@@ -88,3 +88,14 @@ def job_minutes(config: dict[str, Any], rule: str, wildcards: Any) -> int:
         cell = plan.Cell(wildcards.pair, wildcards.link, wildcards.model, wildcards.ctx,
                          int(wildcards.conc))
     return cell_minutes(config, cell)
+
+
+def side_by_side_refusal(config: dict[str, Any], root: bool) -> str | None:
+    """Why these pairs cannot run side by side on this machine, or None. Without root
+    the embedded lab is loopback, where two pairs' links share addresses and ports."""
+    embedded = [pair for pair, spec in config["pairs"].items() if spec["mode"] == "embedded"]
+    if root or len(embedded) < 2:
+        return None
+    return (f"embedded pairs {', '.join(embedded)} cannot run side by side without root: "
+            "without network namespaces their links share loopback addresses and ports. "
+            "Run as root, or with --cores 1 (one job at a time)")

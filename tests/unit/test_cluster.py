@@ -73,3 +73,12 @@ def test_a_pair_job_keeps_its_records_apart(monkeypatch, tmp_path):
     assert procs.state_dir() == tmp_path / "slurm-42"
     monkeypatch.setenv("SPLITBENCH_STATE", str(tmp_path / "slurm-42"))
     assert procs.state_dir() == tmp_path / "slurm-42"
+
+
+def test_embedded_pairs_side_by_side_need_root(config):
+    """Without namespaces two pairs' loopback links would share addresses and ports."""
+    assert cluster.side_by_side_refusal(config, root=True) is None
+    refusal = cluster.side_by_side_refusal(config, root=False)
+    assert "north, south" in refusal and "--cores 1" in refusal
+    del config["pairs"]["south"]
+    assert cluster.side_by_side_refusal(config, root=False) is None
