@@ -127,15 +127,25 @@ def test_a_server_still_finishing_its_last_test_is_waited_for(monkeypatch):
     monkeypatch.setattr(verify.time, "sleep", lambda s: None)
     reset = {"error": "unable to receive control message: Connection reset by peer"}
     busy = {"error": "the server is busy running a test. try again later"}
-    host = _Answers(reset, busy, load("forward"))
+    refused = {"error": "unable to connect to server: Connection refused"}
+    host = _Answers(reset, busy, refused, load("forward"))
     parsed = verify._iperf_once(host, ["iperf3"], timeout=5)
-    assert host.runs == 3
+    assert host.runs == 4
     assert parsed["a_to_b"] > 0
 
 
 def test_any_other_iperf_error_is_not_retried(monkeypatch):
     monkeypatch.setattr(verify.time, "sleep", lambda s: None)
-    host = _Answers({"error": "unable to connect to server: Connection refused"})
-    with pytest.raises(verify.LinkError, match="Connection refused"):
+    host = _Answers({"error": "unable to connect to server: No route to host"})
+    with pytest.raises(verify.LinkError, match="No route to host"):
         verify._iperf_once(host, ["iperf3"], timeout=5)
     assert host.runs == 1
+
+
+def test_a_server_that_stays_away_fails_the_check(monkeypatch):
+    monkeypatch.setattr(verify.time, "sleep", lambda s: None)
+    refused = {"error": "unable to connect to server: Connection refused"}
+    host = _Answers(*[refused] * 20)
+    with pytest.raises(verify.LinkError, match="Connection refused"):
+        verify._iperf_once(host, ["iperf3"], timeout=5)
+    assert host.runs == 20
