@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT, needs_root
-from tests.workflow.test_slurm import PAIRS, job_times, our_namespaces, overlapping
+from tests.workflow.test_slurm import assert_pairs_took_turns, our_namespaces
 from tests.workflow.test_workflow import SNAKEMAKE, workflow_copy
 
 pytestmark = [pytest.mark.e2e, needs_root()]
@@ -24,12 +24,6 @@ def test_pairs_run_side_by_side_and_each_pairs_jobs_one_at_a_time(tmp_path):
          "config/examples/two-pairs.yaml", "--replace-workflow-config"],
         cwd=work, capture_output=True, text=True, timeout=1500)
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
-    times = job_times(work)
-    for pair in PAIRS:
-        mine = times[times["pair"] == pair]
-        assert sorted(mine["stage"].value_counts().items()) == [
-            ("anchors", 2), ("cells", 4), ("links", 2), ("servers", 2)], mine
-        assert overlapping(mine) == [], f"{pair}: two of its jobs ran at once"
-    assert overlapping(times), "the pairs never ran at the same time"
+    assert_pairs_took_turns(work, cells=4)
     assert our_namespaces() == []
     assert "one pair in this run" not in (work / "results/tables/pairs.md").read_text()
