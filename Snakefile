@@ -49,13 +49,17 @@ localrules:
     drift,
 
 
-# Link checks, cells and anchors are asked for through the summary (rule aggregate):
-# listing them here too would only make Snakemake look each one up again.
+# Every cell, link check and anchor is listed here even though the summary needs them
+# too: Snakemake does not re-make a missing input of a job whose outputs exist (a cell
+# deleted or interrupted after the summary was made; a context added).
 rule all:
     default_target: True
     input:
+        all_link_results(),
         all_launch_records(),
+        all_cell_results(),
         roundtrip_targets(),
+        all_anchor_results(),
         results.table("drift", "md"),
         results.SUMMARY,
         results.table("single_stream_decode", "md"),

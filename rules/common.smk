@@ -137,6 +137,10 @@ def all_launch_records():
     return [results.launch(pair, link, model) for pair, link, model in BLOCKS]
 
 
+def all_cell_results():
+    return [cell.path for cell in CELLS]
+
+
 def all_request_results():
     return [
         results.cell_requests(c.pair, c.link, c.model, c.ctx, c.conc) for c in CELLS
