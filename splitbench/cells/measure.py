@@ -51,6 +51,11 @@ def run(
     on the same machine at the same time (comparison.paired_deltas reads them)."""
     toolchain = json.loads(Path(toolchain_path).read_text())
     fingerprint = pd.read_parquet(link_result).iloc[0]["fingerprint"]
+    if reference_result and pd.read_parquet(reference_result).iloc[0].get(
+            "status") == "failed":
+        # The baseline link failed verification: nothing to measure against round by
+        # round, and no launch over it. The cell is measured alone.
+        cell = {k: v for k, v in cell.items() if k != "paired"}
     link = real.ensure(link_spec)
     paired = cell.get("paired")
     reference = real.ensure(paired["reference"]) if paired else None

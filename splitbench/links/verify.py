@@ -17,9 +17,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from splitbench import results
 from splitbench.analysis import fits
 from splitbench.infra import interference, parquet_io, procs, wakeup
-from splitbench.infra.hosts import Host
+from splitbench.infra.hosts import Host, HostError
+from splitbench.infra.ssh import SSHError
 from splitbench.links import history, lab, real
 from splitbench.links.link import IPERF_PORT, PROBE_PORT, SOCKPERF_PORT, Link
 from splitbench.remote import linkfacts, probe
@@ -28,6 +30,16 @@ from splitbench.stage import Stage, json_arg
 
 class LinkError(RuntimeError):
     """A link failed verification; the message names the pair, link and host."""
+
+
+# Why a link may fail to verify on the user's hardware (unreachable host, missing tool,
+# a route around the link, traffic that did not cross it): a result of the matrix,
+# recorded as the link's row; its blocks then report it instead of launching.
+VERIFICATION_FAILURES = (LinkError, real.SetupError, HostError, SSHError)
+
+# The link contract's figures: null in a failed link's row.
+FIGURES = ("a_to_b_gbps", "b_to_a_gbps", "bidir_gbps", "ping_ms", "rr16k_p50_us",
+           "rr_fixed_us", "negotiated_gbps")
 
 
 def parse_iperf(report: dict[str, Any]) -> dict[str, float | None]:
@@ -161,6 +173,7 @@ def verify(spec: dict[str, Any], settings: dict[str, Any], out: str | Path) -> p
     row["fingerprint"] = fingerprint(row)
     changes = history.compare_and_keep(row, out, settings)
     row["flags"] = "; ".join([*row.pop("_flags"), *changes]) or None
+    row["status"] = "ok"
     for flag in row["flags"].split("; ") if row["flags"] else []:
         print(f"WARNING {where}: {flag}", flush=True)
     frame = pd.DataFrame([row])
@@ -169,6 +182,35 @@ def verify(spec: dict[str, Any], settings: dict[str, Any], out: str | Path) -> p
         "emulation": link.emulation, "fingerprint": row["fingerprint"],
     })
     return frame
+
+
+def write_failure(spec: dict[str, Any], settings: dict[str, Any], error: Exception,
+                  out: str | Path) -> pd.DataFrame:
+    """The one-row Parquet of a link that could not be verified: its pair, link, status
+    "failed" and reason, every figure null, so that the tables show it and the run's
+    checks name it."""
+    reason = str(error) or type(error).__name__
+    row: dict[str, Any] = {
+        "pair": spec["pair"], "link": spec["link"], "status": "failed", "error": reason,
+        **dict.fromkeys(FIGURES), "fingerprint": None,
+        "flags": f"❌ verification failed: {reason.splitlines()[0]}",
+        "measured_at": datetime.now(UTC).isoformat(),
+    }
+    frame = pd.DataFrame([row])
+    parquet_io.write(frame, out, {"config": spec, "settings": settings, "error": reason})
+    return frame
+
+
+def verification_failure(pair: str, link: str) -> str | None:
+    """Why the link's verification failed (its results row says), or None: for the
+    stages that need the link to work. A link not verified yet has no reason."""
+    path = Path(results.link(pair, link))
+    if not path.exists():
+        return None
+    row = pd.read_parquet(path).iloc[0]
+    if row.get("status") != "failed":
+        return None
+    return f"link {pair}/{link} failed verification: {row.get('error')}"
 
 
 def _measure(link: Link, settings: dict[str, Any], commands: list, where: str,
@@ -411,7 +453,15 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 def _run(args: argparse.Namespace) -> None:
     # One job drives a pair at a time: iperf3 next to a running cell would skew it.
     with procs.locked(f"pair-{args.spec['pair']}"):
-        row = verify(args.spec, args.settings, args.out).iloc[0]
+        try:
+            row = verify(args.spec, args.settings, args.out).iloc[0]
+        except VERIFICATION_FAILURES as exc:
+            # A result, not a crash of the workflow: the link's blocks report it, the
+            # tables show it and the run's checks fail on it, after the report.
+            write_failure(args.spec, args.settings, exc, args.out)
+            print(f"link {args.spec['pair']}/{args.spec['link']} FAILED verification: "
+                  f"{exc}")
+            return
     print(f"link {row['pair']}/{row['link']}: A->B {row['a_to_b_gbps']:.2f} Gbit/s, "
           f"B->A {row['b_to_a_gbps']:.2f}, bidir {row['bidir_gbps']:.2f}, "
           f"ping {row['ping_ms']:.3f} ms, RR16k p50 {row['rr16k_p50_us']:.0f} us")

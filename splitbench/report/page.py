@@ -436,10 +436,12 @@ def _overview(summary: pd.DataFrame) -> str:
     })
 
 
-def check_lines(summary: pd.DataFrame, drift_path: str | Path | None) -> list[tuple[str, str]]:
+def check_lines(summary: pd.DataFrame, drift_path: str | Path | None,
+                links: pd.DataFrame | None = None) -> list[tuple[str, str]]:
     """(state, text) per check the run block reports: "failed", "flagged" or "ok". A check
-    that did not run is a failure, never a clean line."""
-    lines: list[tuple[str, str]] = []
+    that did not run is a failure, never a clean line. `links`: the link results, for
+    the links that failed verification."""
+    lines: list[tuple[str, str]] = [("failed", text) for text in link_failures(links)]
     if drift_path is None or not Path(drift_path).exists():
         lines.append(("failed", f"drift: not run (no {drift_path or results.DRIFT_REPORT}): "
                                 "no cell is checked for drift"))
@@ -495,6 +497,26 @@ def check_lines(summary: pd.DataFrame, drift_path: str | Path | None) -> list[tu
     return lines
 
 
+def link_failures(links: pd.DataFrame | None) -> list[str]:
+    """One line per link that failed verification, with its reason (first line)."""
+    if links is None or "status" not in links:
+        return []
+    return [f"link {r.pair}/{r.link} failed verification (its blocks were not launched): "
+            f"{str(r.error).splitlines()[0]}"
+            for r in links[links["status"] == "failed"].itertuples()]
+
+
+def run_links(root: str | Path, summary: pd.DataFrame) -> pd.DataFrame:
+    """The link results under `root` of the pairs and links the summary holds (a link
+    left from an earlier config is not this run's)."""
+    found = sorted(Path(results.under(root, results.LINKS)).glob("*/*.parquet"))
+    links = cell_summary.read_links([str(p) for p in found])
+    if links.empty or summary.empty:
+        return links.iloc[0:0]
+    ours = set(zip(summary["pair"], summary["link"], strict=True))
+    return links[[key in ours for key in zip(links["pair"], links["link"], strict=True)]]
+
+
 def load_failures(summary: pd.DataFrame) -> list[str]:
     """One line per block whose servers never came up: which, how many cells that cost,
     and why (the launch's reason, its first line)."""
@@ -511,9 +533,11 @@ def load_failures(summary: pd.DataFrame) -> list[str]:
 
 def run_checks(root: str | Path, out: str | Path) -> list[str]:
     """The checks of the finished run under `root`, written to `out` and printed (failed
-    first); returns the blocks that did not load (the run's exit status says so)."""
+    first); returns the links that failed verification and the blocks that did not load
+    (the run's exit status says so)."""
     summary = pq.read_table(results.under(root, results.SUMMARY)).to_pandas()
-    lines = check_lines(summary, results.under(root, results.DRIFT_REPORT))
+    links = run_links(root, summary)
+    lines = check_lines(summary, results.under(root, results.DRIFT_REPORT), links)
     order = {"failed": 0, "flagged": 1, "ok": 2}
     marks = {"failed": "FAILED", "flagged": "flagged", "ok": "ok"}
     text = "".join(f"splitbench check {marks[state]}: {line}\n"
@@ -521,7 +545,7 @@ def run_checks(root: str | Path, out: str | Path) -> list[str]:
     print(text, end="")
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(text)
-    return load_failures(summary)
+    return [*link_failures(links), *load_failures(summary)]
 
 
 def _checks_html(lines: list[tuple[str, str]]) -> str:
@@ -558,7 +582,7 @@ def page(summary_path: str, link_files: list[str], toolchain_files: list[str],
         '<a href="#provenance">Provenance</a></nav>',
         "<h2>Run</h2>", _overview(summary),
         '<h3 id="pairs">Pairs</h3>', _frame_html(pair_table),
-        "<h3>Checks</h3>", _checks_html(check_lines(summary, drift_path)),
+        "<h3>Checks</h3>", _checks_html(check_lines(summary, drift_path, links)),
         '<section id="tables"><h2>Tables</h2>', *(table_html or ["<p>No tables.</p>"]),
         "</section>",
         '<section id="charts"><h2>Charts</h2>', *(figures or ["<p>No charts.</p>"]),
@@ -608,9 +632,11 @@ def _checks_arguments(p: argparse.ArgumentParser) -> None:
 def _checks(args: argparse.Namespace) -> int:
     failed = run_checks(args.results, args.out)
     if failed:
-        print(f"splitbench: {len(failed)} block(s) did not load; everything else is "
-              "measured and reported. --forcerun their launch records "
-              f"({results.launch('<pair>', '<link>', '<model>')}) to try again.",
+        print(f"splitbench: {len(failed)} link(s) or block(s) failed (above); everything "
+              "else is measured and reported. To try again, --forcerun what failed: a "
+              f"link's result ({results.link('<pair>', '<link>')}), the launch records "
+              f"of its blocks ({results.launch('<pair>', '<link>', '<model>')}) and "
+              "their cells (python -m splitbench cells --match pair=<pair>,link=<link>).",
               file=sys.stderr)
         return 1
     return 0
@@ -619,6 +645,6 @@ def _checks(args: argparse.Namespace) -> int:
 STAGES = (
     Stage("report", "one offline HTML page: tables, charts, provenance", _report_arguments,
           _report),
-    Stage("checks", "print the run's checks; fail when a block did not load",
+    Stage("checks", "print the run's checks; fail when a link or a block failed",
           _checks_arguments, _checks),
 )

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 
+import pandas as pd
 import pytest
 
 from splitbench.infra import procs
@@ -133,3 +134,36 @@ def test_traffic_that_bypasses_the_link_stops_its_verification(state_dir, tmp_pa
     with pytest.raises(verify.LinkError, match=rf"iperf3 traffic did not cross "
                                               rf"{link.interface_a} on host a"):
         verify._throughput(link, settings, [], "pair 'tl', link 'detour'")
+
+
+@needs_root()
+def test_a_link_that_fails_verification_is_a_result_its_launch_reports(state_dir, tmp_path,
+                                                                       monkeypatch):
+    """The link stage records a link that fails verification (here: A routes B's address
+    around it) as a failed row instead of failing its job; the block's launch then
+    reports that reason without starting a server."""
+    from splitbench import plan, results
+    from splitbench.backends.llamacpp import servers
+
+    monkeypatch.chdir(tmp_path)
+    spec = {**SPEC, "link": "detour", "index": 9}
+    detour(lab.ensure_link(spec))
+    settings = {**plan.link_check_settings({}), "iperf_seconds": 1, "iperf_repeats": 1}
+    out = tmp_path / results.link("tl", "detour")
+    done = subprocess.run(
+        [sys.executable, "-m", "splitbench", "link", "--spec", json.dumps(spec),
+         "--settings", json.dumps(settings), "--out", str(out)],
+        capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "link tl/detour FAILED verification: pair 'tl', link 'detour': host a routes" \
+        in done.stdout
+    row = pd.read_parquet(out).iloc[0]
+    assert row["status"] == "failed" and row["a_to_b_gbps"] is None
+    assert row["flags"].startswith("❌ verification failed: pair 'tl', link 'detour'")
+
+    started_before = sorted((state_dir / "procs").glob("*.json"))
+    record = servers.launch_record(spec, {"slots": 1}, {"path": "none.gguf", "sha256": "0"},
+                                   {"a": {"build_id": "x"}})
+    assert record["status"] == "failed"
+    assert record["error"].startswith("link tl/detour failed verification: pair 'tl'")
+    assert sorted((state_dir / "procs").glob("*.json")) == started_before  # none started

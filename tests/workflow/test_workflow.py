@@ -537,3 +537,44 @@ def test_a_killed_run_resumes_with_only_the_interrupted_cell(finished):
 
 def _namespaces() -> str:
     return subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+
+
+@needs_root()
+def test_a_link_that_fails_verification_is_a_result_not_a_lost_report(tmp_path,
+                                                                      monkeypatch):
+    """A link whose verification fails (host A routes B's address around it, as a
+    misconfigured machine would) is a row of the links table and a failed check; its
+    blocks report why they were not launched; the other link is measured and the report
+    is written; the run exits non-zero naming the link, and leaves nothing running."""
+    from splitbench import plan
+    from splitbench.infra import procs
+    from splitbench.links import lab
+    from tests.integration.test_lab import detour
+
+    config = {**tiny(), "contexts": {"short": 32}, "concurrency": [1]}
+    config["models"] = {"tiny": config["models"]["tiny"]}
+    work = workflow_copy(tmp_path, config)
+    monkeypatch.setenv("SPLITBENCH_STATE", str(work / ".splitbench"))
+    try:
+        # The run adopts the link the lab already built, detour and all.
+        detour(lab.ensure_link(plan.link_slice(config, "t", "slow")))
+        run = snakemake(work, "all")
+    finally:
+        procs.teardown()
+    assert run.returncode != 0
+    out = run.stdout + run.stderr
+    assert "splitbench check FAILED: link t/slow failed verification (its blocks were " \
+           "not launched): pair 't', link 'slow': host a routes" in out
+    assert "--forcerun what failed" in out
+    assert (work / "results/report.html").exists()
+    summary = pd.read_parquet(work / "results/summary/cells.parquet")
+    by_link = summary.set_index("link")
+    assert by_link.loc["slow", "status"] == "load"
+    assert "link t/slow failed verification" in by_link.loc["slow", "error"]
+    assert by_link.loc["plain", "status"] == "ok"
+    assert by_link.loc["plain", "decode_tps"] > 0
+    links = (work / "results/tables/links.md").read_text()
+    assert "❌ verification failed: pair 't', link 'slow'" in links
+    assert "t/slow/tiny did not load (1 cells not measured): link t/slow failed" in out
+    assert "sb-t" not in _namespaces()
+    assert not procs_left(work)
