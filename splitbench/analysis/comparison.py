@@ -155,7 +155,8 @@ def _anchor_medians(requests: pd.DataFrame | None) -> dict[str, float] | None:
 
 def round_trips(sweep_files: Sequence[str]) -> pd.DataFrame:
     """Per (pair, model, workers): the measured round trips per decoded token and its
-    standard error, from the round-trip sweeps."""
+    standard error, from the round-trip sweeps whose figure is resolvable (a sweep that
+    is not has no row: nothing is predicted from it)."""
     from splitbench.analysis import roundtrips  # the sweep's own fit: one estimator
 
     rows = []
@@ -164,6 +165,8 @@ def round_trips(sweep_files: Sequence[str]) -> pd.DataFrame:
         if frame.empty:
             continue
         fit = roundtrips.fit(frame)
+        if fit["not_resolvable"]:
+            continue  # no prediction from a sweep that could not count (its table says why)
         first = frame.iloc[0]
         rows.append({"pair": first["pair"], "model": first["model"],
                      "workers": int(first["workers"]),

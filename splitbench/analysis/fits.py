@@ -38,6 +38,20 @@ def fit_through_origin(x: Sequence[float], y: Sequence[float],
     return {"slope": slope, "slope_se": se, "r2": r2, "n": n}
 
 
+def unresolvable(slope: float, unc: float, r2: float | None, what: str) -> list[str]:
+    """Why a fitted slope cannot carry a verdict: not resolvable from zero (`unc`: its
+    uncertainty, already at the coverage the tables print), or a low R². Empty where
+    it can."""
+    reasons = []
+    if unc is None or not np.isfinite(unc):
+        reasons.append(f"{slope:.2f} has no uncertainty (one point)")
+    elif abs(slope) <= unc:
+        reasons.append(f"{slope:+.2f} ±{unc:.2f} is not resolvable from zero")
+    if r2 is not None and np.isfinite(r2) and r2 < 0.5:
+        reasons.append(f"{what} explains the differences poorly (R² {r2:.2f})")
+    return reasons
+
+
 def theil_sen(x: Sequence[float], y: Sequence[float]) -> tuple[float, float, float]:
     """Robust line fit: median of pairwise slopes, median intercept; returns (a, b, r2)."""
     x = np.asarray(x, dtype=float)

@@ -15,7 +15,7 @@ import pandas as pd
 from splitbench.analysis import traffic
 from splitbench.analysis.cell_summary import latency_by_pair, latency_column
 from splitbench.analysis.comparison import COVERAGE, compare_links
-from splitbench.analysis.fits import fit_through_origin
+from splitbench.analysis.fits import fit_through_origin, unresolvable
 
 # Prefill's elasticity to one-way bandwidth: within +-INSENSITIVE_BELOW prefill counts as
 # insensitive to the link (the seed: +55% bandwidth bought +5..17% prefill, about 0.1 to
@@ -221,15 +221,7 @@ def _weighted(values: pd.Series, unc: pd.Series) -> tuple[float, float]:
 
 def _unresolvable(fit: dict[str, Any], what: str) -> list[str]:
     """Why a fit cannot carry a verdict: not resolvable from zero, or a low R²."""
-    slope, unc = fit["slope"], COVERAGE * fit["slope_se"]
-    reasons = []
-    if not np.isfinite(unc):
-        reasons.append(f"{slope:.2f} has no uncertainty (one point)")
-    elif abs(slope) <= unc:
-        reasons.append(f"{slope:+.2f} ±{unc:.2f} is not resolvable from zero")
-    if np.isfinite(fit["r2"]) and fit["r2"] < 0.5:
-        reasons.append(f"{what} explains the differences poorly (R² {fit['r2']:.2f})")
-    return reasons
+    return unresolvable(fit["slope"], COVERAGE * fit["slope_se"], fit["r2"], what)
 
 
 def _decode_verdict(fit: dict[str, Any], points: pd.DataFrame) -> str:

@@ -31,7 +31,8 @@ def fit(frame: pd.DataFrame) -> dict[str, Any]:
                                         spread=(step, "std"), n=(step, "size")).sort_index()
     if len(points) < 2:
         return {"round_trips_per_token": None, "round_trips_se": None, "intercept_ms": None,
-                "r2": None, "points": len(points)}
+                "r2": None, "points": len(points),
+                "not_resolvable": f"{len(points)} delay point(s) measured"}
     se = (comparison.MEDIAN_SE * points["spread"] / np.sqrt(points["n"])).to_numpy(float)
     ref, rest = points.iloc[0], points.iloc[1:]
     line = fits.fit_through_origin(rest["rr_ms"] - ref["rr_ms"], rest["decode"] - ref["decode"],
@@ -39,7 +40,17 @@ def fit(frame: pd.DataFrame) -> dict[str, Any]:
     slope = line["slope"]
     return {"round_trips_per_token": _number(slope), "round_trips_se": _number(line["slope_se"]),
             "intercept_ms": _number(ref["decode"] - slope * ref["rr_ms"]),
-            "r2": _number(line["r2"]), "points": len(points)}
+            "r2": _number(line["r2"]), "points": len(points),
+            "not_resolvable": _why_not(slope, line["slope_se"], line["r2"])}
+
+
+def _why_not(slope: float, se: float, r2: float) -> str | None:
+    """Why a sweep's round trips cannot be used (None where they can): the rule the
+    mechanisms table holds its fits to, and a count below zero, which no split makes
+    (a machine whose speed wandered during the sweep gives one)."""
+    reasons = [] if slope > 0 else [f"{slope:+.2f} round trips is below zero"]
+    reasons += fits.unresolvable(slope, comparison.COVERAGE * se, r2, "latency")
+    return "; ".join(reasons) or None
 
 
 def _number(value: float) -> float | None:
@@ -65,6 +76,8 @@ def table(files: list[str]) -> pd.DataFrame:
             "latency range (ms)": f"{frame['rr_ms'].min():.3f}–{frame['rr_ms'].max():.3f}",
             # The mechanism at the largest delay (the zero-delay point has none).
             "delay by": frame.loc[frame["delay_ms"].idxmax(), "emulation_delay"],
+            # Where the figure cannot be used: the mechanisms table does not use it.
+            "not resolvable": result["not_resolvable"] or "—",
         })
     return pd.DataFrame(rows)
 
