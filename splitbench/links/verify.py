@@ -388,7 +388,25 @@ def _facts(link: Link, spec: dict, row: dict, settings: dict) -> dict:
                                settings["asymmetry_threshold"])
     if asym:
         flags.append(asym)
+    flags += emulation_shortfall(link.emulation, row)
     out["_flags"] = flags
+    return out
+
+
+# Below this share of its emulated rate, a link did not get the rate it emulates (the
+# machine's CPUs could not carry it during the check): the link's figures say so.
+EMULATED_RATE_SHARE = 0.85
+
+
+def emulation_shortfall(emulation: dict[str, Any], row: dict[str, Any]) -> list[str]:
+    """A flag per direction whose measured throughput fell short of the emulated rate."""
+    out = []
+    for way, label in (("a_to_b", "A→B"), ("b_to_a", "B→A")):
+        emulated, measured = emulation.get(f"rate_gbit_{way}"), row.get(f"{way}_gbps")
+        if emulated and measured is not None and measured < EMULATED_RATE_SHARE * emulated:
+            out.append(f"{label} measured {measured:.2f} Gbit/s, "
+                       f"{1 - measured / emulated:.0%} below the emulated {emulated:.2f}: "
+                       "the machine did not carry the emulated rate during the check")
     return out
 
 

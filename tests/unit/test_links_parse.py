@@ -149,3 +149,16 @@ def test_a_server_that_stays_away_fails_the_check(monkeypatch):
     with pytest.raises(verify.LinkError, match="Connection refused"):
         verify._iperf_once(host, ["iperf3"], timeout=5)
     assert host.runs == 20
+
+
+def test_a_link_short_of_its_emulated_rate_says_so():
+    from splitbench.links.verify import emulation_shortfall
+
+    emulation = {"rate_gbit_a_to_b": 0.5, "rate_gbit_b_to_a": 0.5}
+    # The e2e run on a VM under steal: 0.41 of 0.5 Gbit/s A->B.
+    flags = emulation_shortfall(emulation, {"a_to_b_gbps": 0.406, "b_to_a_gbps": 0.445})
+    assert flags == ["A→B measured 0.41 Gbit/s, 19% below the emulated 0.50: the machine "
+                     "did not carry the emulated rate during the check"]
+    assert emulation_shortfall(emulation, {"a_to_b_gbps": 0.48, "b_to_a_gbps": 0.47}) == []
+    # No emulated rate (loopback, a real link): nothing to fall short of.
+    assert emulation_shortfall({"rate_gbit_a_to_b": None}, {"a_to_b_gbps": 0.1}) == []

@@ -117,7 +117,10 @@ def alive_servers(work: Path) -> list[dict]:
 
     out = []
     for path in (work / ".splitbench").glob("slurm-*/procs/*.json"):
-        record = json.loads(path.read_text())
+        try:
+            record = json.loads(path.read_text())
+        except FileNotFoundError:  # stopped (and its record removed) since the listing
+            continue
         if record.get("role") != "reaper" and procs.is_alive(record):
             out.append(record)
     return out

@@ -162,8 +162,10 @@ def test_end_to_end_on_the_embedded_lab(finished):
 
     links = pd.concat(pd.read_parquet(p) for p in (work / "results/links/t").glob("*.parquet"))
     slow = links.set_index("link").loc["slow"]
-    # within 15% of the tbf rate
-    assert 0.5 * 0.85 <= slow["a_to_b_gbps"] <= 0.5 * 1.15, slow["a_to_b_gbps"]
+    # Within 15% of the tbf rate, or the link says it did not get it (a contended CPU).
+    assert slow["a_to_b_gbps"] <= 0.5 * 1.15, slow["a_to_b_gbps"]
+    assert slow["a_to_b_gbps"] >= 0.5 * 0.85 or "A→B measured" in (slow["flags"] or ""), \
+        (slow["a_to_b_gbps"], slow["flags"])
     assert slow["emulation_delay"] in ("netem", "relay")
     assert slow["cpu_pressure_a_pct"] >= 0 and slow["foreign_cpu_a_cores"] >= 0
     assert slow["route_dev_a"] == slow["interface_a"]
