@@ -112,6 +112,7 @@ def main() -> None:
     where.mkdir(parents=True, exist_ok=True)
     workflow(where, config)
     print(f"{cells:,} cells over {args.pairs} pairs, {args.repeats} runs each (wall time):")
+    total = None  # the job count, from the listing
     for name, argv in CASES.items():
         runs = [timed(where, argv) for _ in range(args.repeats)]
         seconds = sorted(s for s, _ in runs)
@@ -121,6 +122,8 @@ def main() -> None:
               f"(min {seconds[0]:.1f}, max {seconds[-1]:.1f})")
         if runs[0][1] != "?":
             total = int(runs[0][1])
+    if total is None:
+        sys.exit("the listing printed no job count: no floor to compare with")
     # The same number of trivial jobs: Snakemake's own planning time on this machine now.
     trivial = floor(where / "floor", total)
     seconds = sorted(timed(trivial, CASES["DAG (snakemake -n --quiet rules progress)"]
