@@ -8,7 +8,7 @@
 
 from snakemake.utils import min_version, validate
 
-from splitbench import plan
+from splitbench import plan, planning
 
 min_version("9.0")
 
@@ -69,4 +69,6 @@ rule all:
         results.CHECKS,
 
 
-name_parameters_once(workflow.rules)
+# Planning a 5,000-cell matrix: Snakemake's per-job repeats, done once (splitbench/planning.py).
+planning.name_parameters_once(workflow.rules)
+planning.check_each_group_once()

@@ -1,13 +1,10 @@
 # Shared helpers: config checks, the matrix, per-job config slices, run lifecycle.
 import atexit
 import copy
-import inspect
 import json
 import re
 import os
 import sys
-
-from snakemake.common import FUNC_OVERWRITE_PARAMS_ATTR, overwrite_function_params
 
 from splitbench import cluster, configuration, plan, results
 from splitbench.infra import archive, procs
@@ -248,19 +245,6 @@ def block_priority(wildcards):
     return plan.block_priority(
         config, wildcards.pair, wildcards.link, wildcards.model, order=BLOCKS
     )
-
-
-def name_parameters_once(rules):
-    """Snakemake reads the parameters of a rule's input and params functions
-    (inspect.signature) for every job: 50,000 times for a 5,000-cell matrix, a tenth of
-    planning it. Give each function its parameters once, where Snakemake looks before
-    it inspects (the attribute snakemake.common.overwrite_function_params sets)."""
-    for each in rules:
-        for item in [*each.input, *each.params]:
-            if inspect.isfunction(item) and not hasattr(
-                item, FUNC_OVERWRITE_PARAMS_ATTR
-            ):
-                overwrite_function_params(item, inspect.signature(item).parameters)
 
 
 def own_locks():
