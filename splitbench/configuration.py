@@ -241,8 +241,10 @@ class Roundtrips(Section):
         [1], "one sweep per worker count (1 and 2 show the chain's cost)", min_length=1,
         unique=True)
     delays_ms: list[Annotated[float, Field(ge=0, le=50)]] = key(
-        [0.0, 0.5, 1.0, 2.0], "added one-way delay at each sweep point (ms)", min_length=2)
-    requests: int = key(3, "single-stream requests per point", ge=1)
+        [0.0, 0.5, 1.0, 2.0], "added one-way delay at each sweep point (ms); the points' "
+        "launches run side by side", min_length=2, max_length=16)
+    requests: int = key(3, "single-stream requests per point, one per round: each round "
+                           "visits every point within seconds", ge=1)
     prompt_tokens: int = key(32, "prompt tokens per request", ge=8)
     n_predict: int = key(64, "tokens each request generates", ge=8)
     rr_samples: int = key(200, "probe round trips per point", ge=10)

@@ -5,10 +5,13 @@ blocking round trips A makes to its workers per decode step.
 The decode figure is each request's median inter-token gap (the typical step).
 Each sweep point is its own emulated link on the embedded pair (a veth with that delay),
 its request-response latency measured with the probe through exactly the path the RPC
-traffic takes (relay included), then a fresh launch with `workers` RPC workers on B
-(chained: A hands the activations from one to the next) and a few single-stream
-requests. The x axis is measured, not configured, so the relay's own cost and any
-emulation error are inside it.
+traffic takes (relay included), and its own launch with `workers` RPC workers on B
+(chained: A hands the activations from one to the next). Every point's launch stays up
+while the sweep runs in rounds: each round sends one single-stream request to every
+point, seconds apart, so that a machine that slows down (another process, steal) slows
+every point of the round alike and the fit takes each point's difference from the
+lowest delay within a round. The x axis is measured, not configured, so the relay's own
+cost and any emulation error are inside it.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import secrets
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,42 +53,53 @@ def measure_rr_ms(link: Link, samples: int) -> float:
         return measure(samples) / 1000
 
 
-def decode_point(server: Launch, link: Link, sweep: dict[str, Any]) -> list[dict]:
-    """Single-stream requests one after another; one row each."""
-    rows = []
+def one_request(server: Launch, link: Link, sweep: dict[str, Any], pool: Any,
+                round_: int) -> dict[str, Any]:
+    """One single-stream request of a round; its row."""
     with link.host_a.entered():
-        pool = BACKEND.prompt_pool(server.url)
-        for i in range(sweep["requests"]):
-            ids = BACKEND.prompt(pool, sweep["prompt_tokens"], secrets.randbits(63))
-            reply = BACKEND.stream(server.url, [ids], sweep["n_predict"],
-                                          sweep["request_timeout_s"])[0]
-            figures = BACKEND.request_row(reply, sweep["prompt_tokens"], sweep["n_predict"],
-                                          True, 0.0)
-            gaps = np.diff([t["t_ns"] for t in reply.tokens])
-            rows.append({
-                "request": i,
-                "tokens": figures["generated_tokens"],
-                "error": reply.error_type,
-                "decode_ms_per_token": figures["decode_ms_per_token"],
-                # The typical step: a sporadic stall (a re-allocation, the scheduler)
-                # must not read as a fraction of a round trip.
-                "step_ms_median": float(np.median(gaps) / 1e6) if gaps.size else None,
-                "server_decode_ms_per_token": figures["server_decode_ms_per_token"],
-            })
-    return rows
+        ids = BACKEND.prompt(pool, sweep["prompt_tokens"], secrets.randbits(63))
+        reply = BACKEND.stream(server.url, [ids], sweep["n_predict"],
+                               sweep["request_timeout_s"])[0]
+    figures = BACKEND.request_row(reply, sweep["prompt_tokens"], sweep["n_predict"], True, 0.0)
+    gaps = np.diff([t["t_ns"] for t in reply.tokens])
+    return {
+        "request": round_,
+        "round": round_,
+        "tokens": figures["generated_tokens"],
+        "error": reply.error_type,
+        "decode_ms_per_token": figures["decode_ms_per_token"],
+        # The typical step: a sporadic stall (a re-allocation, the scheduler) must not
+        # read as a fraction of a round trip.
+        "step_ms_median": float(np.median(gaps) / 1e6) if gaps.size else None,
+        "server_decode_ms_per_token": figures["server_decode_ms_per_token"],
+    }
+
+
+@dataclass
+class Point:
+    """One delay of the sweep: its link, what every row of it carries, and its launch
+    (None where it did not come up: its one row says why)."""
+
+    link: Link
+    base: dict[str, Any]
+    server: Launch | None = None
+    pool: Any = None
 
 
 def sweep(spec: dict[str, Any], model: dict[str, Any], toolchain: dict[str, Any],
           out: str) -> dict[str, Any]:
     """Run every delay point (spec: plan.roundtrips_slice); write rows, return the fit."""
     settings = spec["server"]
-    rows = []
+    rows: list[dict[str, Any]] = []
+    slots = [f"point{index}" for index in range(len(spec["delays_ms"]))]
     with procs.locked(f"pair-{spec['pair']}"):
         try:
-            for index, delay in enumerate(spec["delays_ms"]):
-                rows += _point(spec, settings, model, toolchain, index, delay)
+            points = [_point(spec, settings, model, toolchain, index, delay, rows)
+                      for index, delay in enumerate(spec["delays_ms"])]
+            rows += _rounds(spec, [p for p in points if p.server is not None])
         finally:
-            BACKEND.stop(spec["pair"])
+            for slot in slots:
+                BACKEND.stop(spec["pair"], slot=slot)
     frame = pd.DataFrame(rows)
     result = roundtrips.fit(frame)
     parquet_io.write(frame, out, {"config": spec, "settings": settings, "fit": result})
@@ -92,31 +107,53 @@ def sweep(spec: dict[str, Any], model: dict[str, Any], toolchain: dict[str, Any]
 
 
 def _point(spec: dict[str, Any], settings: dict[str, Any], model: dict[str, Any],
-           toolchain: dict[str, Any], index: int, delay: float) -> list[dict]:
-    """One delay: its link, its measured latency, a fresh launch, timed requests."""
+           toolchain: dict[str, Any], index: int, delay: float,
+           rows: list[dict[str, Any]]) -> Point:
+    """One delay: its link, its measured latency and its launch (kept up for the
+    rounds). A launch that fails adds the row that says why."""
     link = lab.ensure_link(point_spec(spec["pair"], index, delay))
     with wakeup.during(spec, {"a": link.host_a, "b": link.host_b}) as held:
         rr_ms = measure_rr_ms(link, spec["rr_samples"])
-        base = {"pair": spec["pair"], "model": spec["model"], "workers": spec["workers"],
-                "delay_ms": delay, "rr_ms": rr_ms, "emulation_delay": link.emulation["delay"],
-                **held}
-        try:
-            server = BACKEND.ensure(link, settings, model["path"], model["sha256"],
-                                    toolchain)
-        except (*BACKEND.launch_errors, HostError, httpx.HTTPError) as exc:
-            # A model that does not load has no round trips to count: a row that says
-            # why, and the fit has nothing to fit (the table shows "—").
-            print(f"delay {delay} ms: launch failed: {str(exc)[:300]}", flush=True)
-            return [{**base, "launch_id": None, "request": 0, "tokens": 0,
-                     "error": "launch_failed", "error_text": str(exc)[-2000:],
+    point = Point(link, {"pair": spec["pair"], "model": spec["model"],
+                         "workers": spec["workers"], "delay_ms": delay, "rr_ms": rr_ms,
+                         "emulation_delay": link.emulation["delay"], **held})
+    try:
+        point.server = BACKEND.ensure(link, settings, model["path"], model["sha256"],
+                                      toolchain, slot=f"point{index}")
+        with link.host_a.entered():
+            point.pool = BACKEND.prompt_pool(point.server.url)
+    except (*BACKEND.launch_errors, HostError, httpx.HTTPError) as exc:
+        # A model that does not load has no round trips to count: a row that says why,
+        # and the fit has nothing to fit (the table shows "—").
+        print(f"delay {delay} ms: launch failed: {str(exc)[:300]}", flush=True)
+        point.server = None
+        rows.append({**point.base, "launch_id": None, "request": 0, "round": None,
+                     "tokens": 0, "error": "launch_failed", "error_text": str(exc)[-2000:],
                      "decode_ms_per_token": None, "step_ms_median": None,
-                     "server_decode_ms_per_token": None}]
-        rows = [{**base, "launch_id": server.launch_id, **row}
-                for row in decode_point(server, link, spec)]
-    decoded = [r["step_ms_median"] for r in rows if r["step_ms_median"] is not None]
-    print(f"delay {delay} ms: rr {rr_ms:.3f} ms, decode "
-          f"step {np.median(decoded) if decoded else float('nan'):.3f} ms "
-          f"({len(decoded)}/{len(rows)} requests decoded)", flush=True)
+                     "server_decode_ms_per_token": None})
+    return point
+
+
+def _rounds(spec: dict[str, Any], points: list[Point]) -> list[dict[str, Any]]:
+    """`requests` rounds, each one request to every point; the order turns by one point
+    each round, so that no delay is always measured first or last."""
+    rows: list[dict[str, Any]] = []
+    if not points:
+        return rows
+    hosts = {"a": points[0].link.host_a, "b": points[0].link.host_b}
+    with wakeup.during(spec, hosts) as held:
+        for round_ in range(spec["requests"]):
+            turn = round_ % len(points)
+            for point in points[turn:] + points[:turn]:
+                row = one_request(point.server, point.link, spec, point.pool, round_)
+                rows.append({**point.base, **held, "launch_id": point.server.launch_id,
+                             **row})
+    for point in points:
+        steps = [r["step_ms_median"] for r in rows if r["delay_ms"] == point.base["delay_ms"]
+                 and r["step_ms_median"] is not None]
+        print(f"delay {point.base['delay_ms']} ms: rr {point.base['rr_ms']:.3f} ms, decode "
+              f"step {np.median(steps) if steps else float('nan'):.3f} ms "
+              f"({len(steps)}/{spec['requests']} requests decoded)", flush=True)
     return rows
 
 

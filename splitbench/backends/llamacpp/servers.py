@@ -27,6 +27,10 @@ from splitbench.stage import Stage, json_arg
 
 HTTP_PORT = 8080
 HEALTH_TIMEOUT_S = 600
+# Launches side by side on one pair, each on its own HTTP port on host A: a cell's own
+# (""), a paired cell's baseline ("reference"), and a delay sweep's points ("point<i>",
+# alive together so that its rounds visit every delay within seconds).
+SLOT_PORTS = {"": 0, "reference": 1, **{f"point{i}": 2 + i for i in range(16)}}
 
 
 class LaunchError(RuntimeError):
@@ -183,7 +187,7 @@ def _start(
         link.host_b.wait_listening(link.addr_b, worker_port, timeout=30)
         rpc_argvs.append(argv)
         proc_keys.append(key)
-    port = (HTTP_PORT if link.host_a.netns else HTTP_PORT + 10000) + (1 if slot else 0)
+    port = (HTTP_PORT if link.host_a.netns else HTTP_PORT + 10000) + SLOT_PORTS[slot]
     server_argv = [
         str(bin_a / "llama-server"), "-m", str(Path(model_path).resolve()),
         "--rpc", ",".join(f"{link.connect_addr}:{port}" for port in worker_ports),

@@ -1,0 +1,46 @@
+"""analysis.roundtrips.fit: a sweep measured in rounds cancels what slows a whole round."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from splitbench.analysis import roundtrips
+
+RR_MS = {0.0: 0.1, 1.0: 2.1, 2.0: 4.1}  # measured request-response latency per delay
+
+
+def sweep(slowdown_ms: list[float], rounds: bool = True) -> pd.DataFrame:
+    """Two round trips per token at a 2 ms base step, with noise, and in each round the
+    machine `slowdown_ms[r]` slower for every point of that round."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for r, slow in enumerate(slowdown_ms):
+        for delay, rr in RR_MS.items():
+            step = 2.0 + 2 * (rr - 0.1) + slow + rng.normal(0, 0.02)
+            rows.append({"delay_ms": delay, "rr_ms": rr, "error": None,
+                         "step_ms_median": step, "round": r if rounds else None})
+    return pd.DataFrame(rows)
+
+
+def test_a_round_the_machine_slowed_down_does_not_blur_the_count():
+    # One round of three ran 3 ms per step slower for every point (a busy neighbour).
+    result = roundtrips.fit(sweep([0.0, 3.0, 0.0]))
+    assert abs(result["round_trips_per_token"] - 2) < 0.05, result
+    assert result["round_trips_se"] < 0.05 and result["not_resolvable"] is None
+
+
+def test_the_same_points_measured_one_after_another_carry_the_slowdown_as_spread():
+    # Without rounds nothing pairs the points in time: the slowed requests are each
+    # point's own spread, an uncertainty eight times the paired one.
+    result = roundtrips.fit(sweep([0.0, 3.0, 0.0], rounds=False))
+    assert abs(result["round_trips_per_token"] - 2) < 0.05
+    assert result["round_trips_se"] > 0.3, result
+
+
+def test_a_round_with_a_failed_request_still_pairs_the_rest():
+    frame = sweep([0.0, 0.0, 0.0, 0.0])
+    frame.loc[(frame["round"] == 1) & (frame["delay_ms"] == 2.0), ["error", "step_ms_median"]] = \
+        ["timeout", None]
+    result = roundtrips.fit(frame)
+    assert abs(result["round_trips_per_token"] - 2) < 0.05 and result["points"] == 3
