@@ -11,8 +11,8 @@ profiles/slurm. Prints figures; asserts nothing.
 
 Goal (issue 13): a 5,000-cell matrix over several pairs planned in at most 10 s. Last, a
 one-rule workflow with as many jobs is timed the same way: Snakemake's own floor on this
-machine today (6.3-6.9 s for 5,180 jobs on the development VM), which the goal must
-leave room above.
+machine today (3.2-3.5 s for 5,180 jobs on the development VM on a quiet day, 6.3-6.9 s
+under steal), which the goal must leave room above. Figures: benchmarks/README.md.
 """
 
 from __future__ import annotations
