@@ -94,15 +94,27 @@ def table(files: list[str]) -> pd.DataFrame:
             if result["round_trips_se"] is not None else None,
             "R²": cell_summary.rounded(result["r2"], 3),
             "points": result["points"],
-            "decode step at lowest latency (ms)": cell_summary.rounded(
-                frame.groupby("rr_ms")["step_ms_median"].median().iloc[0], 3),
-            "latency range (ms)": f"{frame['rr_ms'].min():.3f}–{frame['rr_ms'].max():.3f}",
-            # The mechanism at the largest delay (the zero-delay point has none).
-            "delay by": frame.loc[frame["delay_ms"].idxmax(), "emulation_delay"],
+            **_measured_range(frame),
             # Where the figure cannot be used: the mechanisms table does not use it.
             "not resolvable": result["not_resolvable"] or "—",
         })
     return pd.DataFrame(rows)
+
+
+def _measured_range(frame: pd.DataFrame) -> dict[str, Any]:
+    """The sweep's lowest decode step, its latency range and the delay mechanism at its
+    largest delay (the zero-delay point has none); "—" where no point was measured (a
+    pair without llama.cpp: its row's error says why)."""
+    measured = frame.dropna(subset=["rr_ms"]) if "rr_ms" in frame else frame.iloc[0:0]
+    if measured.empty:
+        return {"decode step at lowest latency (ms)": None, "latency range (ms)": "—",
+                "delay by": "—"}
+    steps = measured.groupby("rr_ms")["step_ms_median"].median()
+    return {
+        "decode step at lowest latency (ms)": cell_summary.rounded(steps.iloc[0], 3),
+        "latency range (ms)": f"{measured['rr_ms'].min():.3f}–{measured['rr_ms'].max():.3f}",
+        "delay by": measured.loc[measured["delay_ms"].idxmax(), "emulation_delay"],
+    }
 
 
 # --- the `roundtrips-table` stage -----------------------------------------------------

@@ -30,6 +30,7 @@ import pandas as pd
 from splitbench import backends
 from splitbench.analysis import roundtrips
 from splitbench.backends import Launch
+from splitbench.backends.llamacpp.toolchain import failure as toolchain_failure
 from splitbench.infra import parquet_io, procs, wakeup
 from splitbench.infra.hosts import HostError
 from splitbench.links import lab, verify
@@ -92,14 +93,24 @@ def sweep(spec: dict[str, Any], model: dict[str, Any], toolchain: dict[str, Any]
     settings = spec["server"]
     rows: list[dict[str, Any]] = []
     slots = [f"point{index}" for index in range(len(spec["delays_ms"]))]
-    with procs.locked(f"pair-{spec['pair']}"):
-        try:
-            points = [_point(spec, settings, model, toolchain, index, delay, rows)
-                      for index, delay in enumerate(spec["delays_ms"])]
-            rows += _rounds(spec, [p for p in points if p.server is not None])
-        finally:
-            for slot in slots:
-                BACKEND.stop(spec["pair"], slot=slot)
+    unusable = toolchain_failure(toolchain)
+    if unusable:
+        # No llama.cpp on the pair: nothing to count, and the row says why.
+        rows.append({"pair": spec["pair"], "model": spec["model"],
+                     "workers": spec["workers"], "delay_ms": None, "rr_ms": None,
+                     "launch_id": None, "request": 0, "round": None, "tokens": 0,
+                     "error": "launch_failed", "error_text": unusable,
+                     "decode_ms_per_token": None, "step_ms_median": None,
+                     "server_decode_ms_per_token": None})
+    else:
+        with procs.locked(f"pair-{spec['pair']}"):
+            try:
+                points = [_point(spec, settings, model, toolchain, index, delay, rows)
+                          for index, delay in enumerate(spec["delays_ms"])]
+                rows += _rounds(spec, [p for p in points if p.server is not None])
+            finally:
+                for slot in slots:
+                    BACKEND.stop(spec["pair"], slot=slot)
     frame = pd.DataFrame(rows)
     result = roundtrips.fit(frame)
     parquet_io.write(frame, out, {"config": spec, "settings": settings, "fit": result})

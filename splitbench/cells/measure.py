@@ -56,16 +56,14 @@ def run(
         # The baseline link failed verification: nothing to measure against round by
         # round, and no launch over it. The cell is measured alone.
         cell = {k: v for k, v in cell.items() if k != "paired"}
-    link = real.ensure(link_spec)
-    paired = cell.get("paired")
-    reference = real.ensure(paired["reference"]) if paired else None
-    measured = []
-    # One job at a time drives a pair: another would relaunch its servers mid-cell.
-    hosts = {"a": link.host_a, "b": link.host_b}
-    with procs.locked(f"pair-{link.pair}"), wakeup.during(cell, hosts) as held:
-        for repeat in range(cell.get("repeats", 1)):
-            measured.append(_measure(cell, link, reference, model, launch, toolchain,
-                                     fingerprint, repeat, held))
+    if launch.get("status") == "failed":
+        # The block's launch could not start the servers (the model, the pair's
+        # toolchain or the link): its reason is this cell's result, written without
+        # reaching the hosts (an unreachable host B must not cost the report). Trying
+        # again would fail again: `--forcerun` what failed, then the launch record.
+        measured = [_not_launched(cell, launch, fingerprint)]
+    else:
+        measured = _measured(cell, link_spec, model, launch, toolchain, fingerprint)
     failures = [m[2]["harness_error"] for m in measured]
     if all(failures):
         # Nothing was measured: fail the job, so that the next run measures it again.
@@ -90,6 +88,39 @@ def run(
     parquet_io.write(tokens, tokens_out, provenance)
     archive.keep([tokens_out, requests_out])
     return requests
+
+
+def _measured(cell: dict[str, Any], link_spec: dict[str, Any], model: dict[str, Any],
+              launch: dict[str, Any], toolchain: dict[str, Any],
+              fingerprint: str) -> list[tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]]:
+    """Every repeat of the cell against its launch: (requests, tokens, record) each."""
+    link = real.ensure(link_spec)
+    paired = cell.get("paired")
+    reference = real.ensure(paired["reference"]) if paired else None
+    measured = []
+    # One job at a time drives a pair: another would relaunch its servers mid-cell.
+    hosts = {"a": link.host_a, "b": link.host_b}
+    with procs.locked(f"pair-{link.pair}"), wakeup.during(cell, hosts) as held:
+        for repeat in range(cell.get("repeats", 1)):
+            measured.append(_measure(cell, link, reference, model, launch, toolchain,
+                                     fingerprint, repeat, held))
+    return measured
+
+
+def _not_launched(cell: dict[str, Any], launch: dict[str, Any],
+                  fingerprint: str) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+    """The rows of a cell whose block never launched: status load, the launch's reason."""
+    run = Run(False, 0)
+    run.shots = [(_failed(cell, "launch_failed",
+                          f"the block's launch failed: {launch['error']}"), None)]
+    rows, _ = _rows(cell, [run])
+    fields = {"repeat": 0, "cell_status": metrics.cell_status([r["status"] for r in rows]),
+              "cell_wall_ms": None, "cell_throughput_tps": None,
+              "link_fingerprint": fingerprint}
+    requests = pd.DataFrame([{**r, **fields} for r in rows])
+    tokens = pd.DataFrame(columns=TOKEN_COLUMNS).astype({"t_ns": "int64", "t_mono_ns": "int64"})
+    tokens = tokens.merge(requests.drop(columns=["error_text"]), on="request_id", how="left")
+    return requests, tokens, {"launch": launch, "telemetry": {}, "harness_error": None}
 
 
 Shot = tuple[list[client.Reply], telemetry.RpcTraffic | None]
@@ -215,13 +246,6 @@ def _runs(cell: dict[str, Any], link: Any, reference: Any, model: dict[str, Any]
     leaves the link measured alone from then on."""
     own = Run(False, 0)
     settings = launch["settings"]
-    if launch.get("status") == "failed":
-        # The block's launch stage could not start the servers with these settings:
-        # its reason is this cell's result (trying again would fail again, slowly for
-        # a large model). `--forcerun` the launch record to try again.
-        own.shots = [(_failed(cell, "launch_failed", f"the block's launch failed: "
-                                                     f"{launch['error']}"), None)]
-        return [own]
     own.server = _launch(own, cell, link, model, settings, toolchain)
     if own.server is None:
         return [own]

@@ -199,6 +199,9 @@ def _toolchain_rows(toolchain_files: list[str]) -> pd.DataFrame:
             host = record.get(side, {})
             rows.append({
                 "pair": record.get("pair"), "host": side.upper(),
+                # A pair whose toolchain could not be had: why (its blocks did not launch).
+                "status": record.get("status", "ok"),
+                "error": record.get("error"),
                 "llama-server version": host.get("llama_server_version"),
                 "build id": host.get("build_id"), "source": record.get("source"),
                 "package": host.get("package"),
@@ -437,11 +440,14 @@ def _overview(summary: pd.DataFrame) -> str:
 
 
 def check_lines(summary: pd.DataFrame, drift_path: str | Path | None,
-                links: pd.DataFrame | None = None) -> list[tuple[str, str]]:
+                links: pd.DataFrame | None = None,
+                toolchains: list[dict[str, Any]] | None = None) -> list[tuple[str, str]]:
     """(state, text) per check the run block reports: "failed", "flagged" or "ok". A check
     that did not run is a failure, never a clean line. `links`: the link results, for
-    the links that failed verification."""
-    lines: list[tuple[str, str]] = [("failed", text) for text in link_failures(links)]
+    the links that failed verification; `toolchains`: the pairs' toolchain records, for
+    the pairs whose toolchain could not be had."""
+    lines: list[tuple[str, str]] = [("failed", text) for text in
+                                    [*toolchain_failures(toolchains), *link_failures(links)]]
     if drift_path is None or not Path(drift_path).exists():
         lines.append(("failed", f"drift: not run (no {drift_path or results.DRIFT_REPORT}): "
                                 "no cell is checked for drift"))
@@ -506,6 +512,23 @@ def link_failures(links: pd.DataFrame | None) -> list[str]:
             for r in links[links["status"] == "failed"].itertuples()]
 
 
+def toolchain_failures(toolchains: list[dict[str, Any]] | None) -> list[str]:
+    """One line per pair whose toolchain could not be had (host B unreachable, a binary
+    missing, two builds), with its reason (first line)."""
+    return [f"pair {t.get('pair')}: toolchain failed (its blocks were not launched): "
+            f"{str(t.get('error')).splitlines()[0]}"
+            for t in toolchains or [] if t.get("status") == "failed"]
+
+
+def run_toolchains(root: str | Path, summary: pd.DataFrame) -> list[dict[str, Any]]:
+    """The toolchain records under `root` of the pairs the summary holds."""
+    pairs = set(summary["pair"]) if "pair" in summary else set()
+    found = sorted(Path(results.under(root, results.TOOLCHAIN.format(pair="x"))).parent
+                   .glob("*.json"))
+    records = [json.loads(path.read_text()) for path in found]
+    return [r for r in records if r.get("pair") in pairs]
+
+
 def run_links(root: str | Path, summary: pd.DataFrame) -> pd.DataFrame:
     """The link results under `root` of the pairs and links the summary holds (a link
     left from an earlier config is not this run's)."""
@@ -537,7 +560,9 @@ def run_checks(root: str | Path, out: str | Path) -> list[str]:
     (the run's exit status says so)."""
     summary = pq.read_table(results.under(root, results.SUMMARY)).to_pandas()
     links = run_links(root, summary)
-    lines = check_lines(summary, results.under(root, results.DRIFT_REPORT), links)
+    toolchains = run_toolchains(root, summary)
+    lines = check_lines(summary, results.under(root, results.DRIFT_REPORT), links,
+                        toolchains)
     order = {"failed": 0, "flagged": 1, "ok": 2}
     marks = {"failed": "FAILED", "flagged": "flagged", "ok": "ok"}
     text = "".join(f"splitbench check {marks[state]}: {line}\n"
@@ -545,7 +570,7 @@ def run_checks(root: str | Path, out: str | Path) -> list[str]:
     print(text, end="")
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(text)
-    return [*link_failures(links), *load_failures(summary)]
+    return [*toolchain_failures(toolchains), *link_failures(links), *load_failures(summary)]
 
 
 def _checks_html(lines: list[tuple[str, str]]) -> str:
@@ -582,7 +607,9 @@ def page(summary_path: str, link_files: list[str], toolchain_files: list[str],
         '<a href="#provenance">Provenance</a></nav>',
         "<h2>Run</h2>", _overview(summary),
         '<h3 id="pairs">Pairs</h3>', _frame_html(pair_table),
-        "<h3>Checks</h3>", _checks_html(check_lines(summary, drift_path, links)),
+        "<h3>Checks</h3>", _checks_html(check_lines(
+            summary, drift_path, links,
+            [json.loads(Path(path).read_text()) for path in toolchain_files])),
         '<section id="tables"><h2>Tables</h2>', *(table_html or ["<p>No tables.</p>"]),
         "</section>",
         '<section id="charts"><h2>Charts</h2>', *(figures or ["<p>No charts.</p>"]),
@@ -632,8 +659,9 @@ def _checks_arguments(p: argparse.ArgumentParser) -> None:
 def _checks(args: argparse.Namespace) -> int:
     failed = run_checks(args.results, args.out)
     if failed:
-        print(f"splitbench: {len(failed)} link(s) or block(s) failed (above); everything "
-              "else is measured and reported. To try again, --forcerun what failed: a "
+        print(f"splitbench: {len(failed)} pair(s), link(s) or block(s) failed (above); "
+              "everything else is measured and reported. To try again, --forcerun what "
+              f"failed: a pair's toolchain ({results.TOOLCHAIN.format(pair='<pair>')}), a "
               f"link's result ({results.link('<pair>', '<link>')}), the launch records "
               f"of its blocks ({results.launch('<pair>', '<link>', '<model>')}) and "
               "their cells (python -m splitbench cells --match pair=<pair>,link=<link>).",

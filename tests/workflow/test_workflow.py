@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -590,4 +592,43 @@ def test_a_link_that_fails_verification_is_a_result_not_a_lost_report(tmp_path,
     if failing == "plain":  # the anchors ran on it: the drift check says it could not
         assert "splitbench check FAILED: drift check FAILED for t/tiny" in out
     assert not {"sb-t-a", "sb-t-b"} & set(_namespaces().split())
+    assert not procs_left(work)
+
+
+@needs_root()
+def test_a_pair_whose_host_b_cannot_be_reached_is_a_result_not_a_lost_report(tmp_path):
+    """An SSH pair whose host B does not answer (nothing listens at its SSH port): its
+    toolchain and its link are rows that say why, its blocks are not launched, its cells
+    report `load` without reaching for B, and the other pair is measured and reported;
+    the run exits non-zero naming the pair."""
+    config = {**tiny(), "contexts": {"short": 32}, "concurrency": [1]}
+    config["models"] = {"tiny": config["models"]["tiny"]}
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    (tmp_path / "known_hosts").write_text("")
+    config["pairs"]["far"] = {
+        "mode": "ssh",
+        "hosts": {"a": {}, "b": {"ssh": "bench@127.0.0.1", "ssh_port": port,
+                                 "known_hosts": str(tmp_path / "known_hosts")}},
+        # Adopted as they are: nothing on this machine is changed for the pair.
+        "links": {"plain": {"interface_a": "lo", "interface_b": "lo", "adopt": True}},
+    }
+    work = workflow_copy(tmp_path, config)
+    run = snakemake(work, "all")
+    out = run.stdout + run.stderr
+    assert run.returncode != 0, out[-3000:]
+    assert "splitbench check FAILED: pair far: toolchain failed (its blocks were not " \
+           "launched): " in out, out[-3000:]
+    assert "splitbench check FAILED: link far/plain failed verification" in out
+    assert "far/plain/tiny did not load (1 cells not measured)" in out
+    assert (work / "results/report.html").exists()
+    toolchain = json.loads((work / "results/toolchain/far.json").read_text())
+    assert toolchain["status"] == "failed" and str(port) in toolchain["error"]
+    summary = pd.read_parquet(work / "results/summary/cells.parquet").set_index("pair")
+    assert (summary.loc["far", "status"] == "load")
+    assert "toolchain failed" in summary.loc["far", "error"]
+    measured = summary.loc["t"].set_index("link")
+    assert (measured["status"] == "ok").all() and (measured["decode_tps"] > 0).all()
+    assert "pair far: toolchain failed" in (work / "results/report.html").read_text()
     assert not procs_left(work)

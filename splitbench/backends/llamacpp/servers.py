@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 
+from splitbench.backends.llamacpp.toolchain import failure as toolchain_failure
 from splitbench.infra import procs, telemetry
 from splitbench.infra.hosts import Host, HostError
 from splitbench.links import real, verify
@@ -122,11 +123,13 @@ def launch_record(link_spec: dict[str, Any], settings: dict[str, Any],
     """The launch stage: the servers of one block, launched (or reused); their record, or
     one saying why they could not be launched (status "failed"): a model that does not
     load is a result of the matrix, which its cells then report."""
-    link_failed = verify.verification_failure(link_spec["pair"], link_spec["link"])
-    if link_failed:
-        # Nothing to launch over: the link's reason is the block's (and, through the
-        # launch, each of its cells'). Re-verify the link, then this launch, to try again.
-        return {"status": "failed", "error": link_failed, "failed_at": time.time(),
+    unusable = (toolchain_failure(toolchain)
+                or verify.verification_failure(link_spec["pair"], link_spec["link"]))
+    if unusable:
+        # Nothing to launch with or over: the pair's or the link's reason is the block's
+        # (and, through the launch, each of its cells'). Re-make what failed, then this
+        # launch, to try again.
+        return {"status": "failed", "error": unusable, "failed_at": time.time(),
                 "pair": link_spec["pair"], "link": link_spec["link"],
                 "settings": settings, "fingerprint": None}
     with procs.locked(f"pair-{link_spec['pair']}"):

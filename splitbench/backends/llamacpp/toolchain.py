@@ -10,7 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from splitbench.infra.hosts import Host, host_from_spec
+from splitbench.infra.hosts import Host, HostError, host_from_spec
+from splitbench.infra.ssh import SSHError
 from splitbench.stage import Stage, json_arg
 
 BINARIES = ("llama-server", "ggml-rpc-server")
@@ -86,18 +87,37 @@ def check_same_build(a: dict[str, Any], b: dict[str, Any], where: str) -> None:
         )
 
 
+# Why a pair's toolchain may not be had on the user's hardware (host B unreachable, a
+# binary missing, two builds): a result of the matrix, recorded as the pair's toolchain
+# record; its blocks then report it instead of launching.
+TOOLCHAIN_FAILURES = (ToolchainError, HostError, SSHError)
+
+
 def record(pair: str, source: str, hosts_spec: dict[str, Any], out: str | Path) -> dict:
-    """Describe both hosts of a pair, refuse a mismatch, write the toolchain record."""
+    """Describe both hosts of a pair, refuse a mismatch, write the toolchain record:
+    status "ok", or "failed" with the reason (the pair's blocks are not launched)."""
     where = f"pair '{pair}'"
-    a = describe(host_from_spec("a", hosts_spec["a"]), bin_dir_for(source, hosts_spec["a"]),
-                 where)
-    b = describe(host_from_spec("b", hosts_spec["b"]), bin_dir_for(source, hosts_spec["b"]),
-                 where)
-    check_same_build(a, b, where)
-    data = {"pair": pair, "source": source, "a": a, "b": b}
+    try:
+        a = describe(host_from_spec("a", hosts_spec["a"]),
+                     bin_dir_for(source, hosts_spec["a"]), where)
+        b = describe(host_from_spec("b", hosts_spec["b"]),
+                     bin_dir_for(source, hosts_spec["b"]), where)
+        check_same_build(a, b, where)
+        data = {"pair": pair, "source": source, "status": "ok", "a": a, "b": b}
+    except TOOLCHAIN_FAILURES as exc:
+        data = {"pair": pair, "source": source, "status": "failed",
+                "error": f"{type(exc).__name__}: {exc}", "a": {}, "b": {}}
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(json.dumps(data, indent=1))
     return data
+
+
+def failure(toolchain: dict[str, Any]) -> str | None:
+    """Why the pair's toolchain could not be had (its record says), or None: for the
+    stages that need it."""
+    if toolchain.get("status") != "failed":
+        return None
+    return f"pair {toolchain.get('pair')}: toolchain failed: {toolchain.get('error')}"
 
 
 # --- the `toolchain` stage ------------------------------------------------------------
@@ -109,7 +129,13 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> None:
-    record(args.pair, args.source, args.hosts, args.out)
+    data = record(args.pair, args.source, args.hosts, args.out)
+    if data["status"] == "failed":
+        # A result, not a crash of the workflow: the pair's blocks report it, and the
+        # run's checks fail on it after the report.
+        print(f"toolchain of pair {args.pair} FAILED: {data['error']}")
+    else:
+        print(f"toolchain of pair {args.pair}: build {data['a']['build_id']} on both hosts")
 
 
 STAGES = (Stage("toolchain", "record both hosts' llama.cpp builds", _arguments, _run),)
