@@ -37,7 +37,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from splitbench.backends.llamacpp import metrics
+from splitbench.backends import metrics
 
 PAIRS = ["lab", "lab2"]
 # link: (request-response fixed overhead us, A->B Gbit/s, emulation rate, delay)

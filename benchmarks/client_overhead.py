@@ -38,6 +38,7 @@ import numpy as np
 
 from splitbench.analysis import cell_summary
 from splitbench.backends.llamacpp import client
+from splitbench.backends.packet_clock import PacketClock
 from splitbench.links import lab
 
 # The synthetic streaming server is test code, kept out of the package.
@@ -111,9 +112,9 @@ def measure(args: argparse.Namespace, starved: bool, packet_clock: bool) -> dict
     stopper = (multiprocessing.Process(target=starve, args=(os.getpid(), (0.02, 0.035, 0.05),
                                                             0.08), daemon=True)
                if starved else None)
-    opened = client.PacketClock.open
+    opened = PacketClock.open
     if not packet_clock:
-        client.PacketClock.open = classmethod(lambda *a: None)
+        PacketClock.open = classmethod(lambda *a: None)
     try:
         if stopper:
             stopper.start()
@@ -122,7 +123,7 @@ def measure(args: argparse.Namespace, starved: bool, packet_clock: bool) -> dict
                                         args.tokens, timeout=120)
         usage, wall = resource.getrusage(resource.RUSAGE_SELF), time.monotonic() - wall0
     finally:
-        client.PacketClock.open = opened
+        PacketClock.open = opened
         if stopper:
             stopper.kill()
             stopper.join()

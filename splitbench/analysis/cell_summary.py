@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 from splitbench import results
 from splitbench.analysis import comparison
 from splitbench.analysis.comparison import MEDIAN_SE
-from splitbench.backends.llamacpp import metrics
+from splitbench.backends import metrics
 from splitbench.infra import interference
 
 SUMMARY_KEYS = ["pair", "link", "model", "ctx", "conc"]

@@ -16,8 +16,7 @@ import pandas as pd
 from rich.console import Console
 
 from splitbench import backends, results
-from splitbench.backends import Launch
-from splitbench.backends.llamacpp import client, metrics
+from splitbench.backends import Launch, client, metrics
 from splitbench.infra import archive, interference, parquet_io, procs, telemetry, wakeup
 from splitbench.infra.hosts import HostError
 from splitbench.links import real, verify

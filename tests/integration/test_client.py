@@ -17,7 +17,9 @@ from collections.abc import Callable
 
 import pytest
 
+from splitbench.backends import client as stream_client
 from splitbench.backends.llamacpp import client
+from splitbench.backends.packet_clock import PacketClock
 from tests.conftest import ROOT, needs_root
 from tests.synthetic_server import read_request
 
@@ -97,7 +99,7 @@ def test_tokens_that_queue_while_the_reader_waits_keep_their_own_arrival():
 def test_without_a_packet_clock_queued_tokens_share_the_last_segment_s_stamp(monkeypatch):
     # The fallback (no CAP_NET_RAW): each read's kernel stamp is its last segment's
     # arrival, so tokens read together share it, and the row says which clock it was.
-    monkeypatch.setattr(client.PacketClock, "open", classmethod(lambda *a: None))
+    monkeypatch.setattr(PacketClock, "open", classmethod(lambda *a: None))
     sent: list[tuple[int, int]] = []
     reply = client.run_concurrent(_serve(_paced(sent)), [[1]], 3, timeout=10,
                                   on_first_token=lambda: time.sleep(0.2))[0]
@@ -117,8 +119,8 @@ def test_without_a_packet_clock_queued_tokens_share_the_last_segment_s_stamp(mon
 def test_without_any_stamp_a_token_gets_the_read_s_own_time(monkeypatch):
     """The last fallback: no packet clock and no kernel stamp. Tokens that queued while
     the reader was busy get the time they were read, and the row says so ("read")."""
-    monkeypatch.setattr(client.PacketClock, "open", classmethod(lambda *a: None))
-    monkeypatch.setattr(client, "STAMP_SPACE", 0)  # no room for the kernel's stamp
+    monkeypatch.setattr(PacketClock, "open", classmethod(lambda *a: None))
+    monkeypatch.setattr(stream_client, "STAMP_SPACE", 0)  # no room for the kernel's stamp
     sent: list[tuple[int, int]] = []
     woke: list[int] = []
 
@@ -242,7 +244,7 @@ def test_a_malformed_stream_fails_alone():
 
 def test_one_event_that_is_not_json_keeps_the_others():
     def odd(conn: socket.socket, body: dict) -> None:
-        conn.sendall(b"HTTP/1.0 200 OK\r\n\r\n" + _event(0) + b"data: [DONE]\n\n" + _event(1))
+        conn.sendall(b"HTTP/1.0 200 OK\r\n\r\n" + _event(0) + b"data: {cut\n\n" + _event(1))
 
     reply = client.run_concurrent(_serve(odd), [[1]], 2, timeout=10)[0]
     assert reply.error_type == "JSONDecodeError"
@@ -339,4 +341,13 @@ def test_a_last_chunk_split_across_segments_read_together_ends_the_stream():
     reply = client.run_concurrent(_serve(split_end), [[1]], 2, timeout=10,
                                   on_first_token=lambda: time.sleep(0.2))[0]
     assert reply.error_type is None, reply.error_text
+    assert [t["token_id"] for t in reply.tokens] == [0, 1]
+
+
+def test_the_openai_closing_done_line_is_not_an_event():
+    def closed(conn: socket.socket, body: dict) -> None:
+        conn.sendall(b"HTTP/1.0 200 OK\r\n\r\n" + _event(0) + _event(1) + b"data: [DONE]\n\n")
+
+    reply = client.run_concurrent(_serve(closed), [[1]], 2, timeout=10)[0]
+    assert reply.error_type is None
     assert [t["token_id"] for t in reply.tokens] == [0, 1]

@@ -10,8 +10,8 @@ import struct
 import time
 from collections import deque
 
-from splitbench.backends.llamacpp import packet_clock
-from splitbench.backends.llamacpp.packet_clock import PacketClock
+from splitbench.backends import packet_clock
+from splitbench.backends.packet_clock import PacketClock
 from tests.conftest import needs_root
 
 PORT = 40000

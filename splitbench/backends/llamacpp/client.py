@@ -1,171 +1,25 @@
-"""The benchmark client: N streaming requests released together, every token timestamped.
-
-Each request has its own HTTP connection (a plain socket: an HTTP library's layers cost
-~130 us of CPU per streamed chunk here). The requests are sent back to back, then one
-thread reads every stream as data arrives (an event loop; reader threads cost lock
-hand-offs and let one stream's parsing delay another's timestamps). Each event is stamped
-with the arrival time of the TCP segment that completed it, on one absolute clock
-(CLOCK_REALTIME, integer nanoseconds), with a monotonic twin for intervals: when the
-client wakes up to read does not count. Segment times come from a packet socket
-(`packet_clock`, needs CAP_NET_RAW), which sees every segment with its own stamp even
-when several queued up while this process was not scheduled. Without it, each read's
-kernel stamp is used: that is the arrival of the read's LAST segment, so tokens that
-queued together share it (`coalesced_tokens` counts them).
-"""
+"""llama-server's streaming endpoint as the client (splitbench.backends.client) sees it:
+`POST /completion` with the prompt as token ids, one event per sampled token with the
+server's cumulative timings, and a last event with `"stop": true`."""
 
 from __future__ import annotations
 
-import gc
-import json
-import select
-import socket
-import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+import functools
 from typing import Any
-from urllib.parse import urlsplit
 
-from splitbench.backends.llamacpp.packet_clock import (
-    SO_TIMESTAMPNS,
-    STAMP_SPACE,
-    TIMESPEC,
-    PacketClock,
-)
-
-# A kernel stamp is trusted when it lies at most this far before the read returned
-# (data can wait in the socket while the client is busy, but not for a minute).
-STAMP_WINDOW_NS = 60 * 10**9
+from splitbench.backends import client
+from splitbench.backends.client import Reply, StreamApi, add_tokens, took_error
 
 
-@dataclass
-class Reply:
-    request_id: int
-    t_send_ns: int = 0
-    t_send_mono_ns: int = 0
-    t_end_ns: int = 0
-    http_status: int | None = None
-    error_type: str | None = None  # exception class or server error type
-    error_text: str | None = None
-    tokens: list[dict[str, Any]] = field(default_factory=list)
-    final: dict[str, Any] = field(default_factory=dict)
-    # Where the tokens' times come from: "segment" (each segment's own arrival, from
-    # the packet socket), "kernel" (the receive stamp of the read's last segment),
-    # "read" (when the read returned), "mixed", or None with no data read.
-    arrival_clock: str | None = None
+def body(ids: list[int], n_predict: int) -> dict[str, Any]:
+    """Exactly these tokens (no BOS added), exactly n_predict generated, no prompt cache,
+    the server's timings in every event."""
+    return {"prompt": ids, "n_predict": n_predict, "ignore_eos": True, "temperature": 0,
+            "cache_prompt": False, "stream": True, "timings_per_token": True}
 
 
-class _Stream:
-    """One request's connection and its incremental HTTP/1.1 parse: status, headers,
-    then the (chunked or plain) body split into events, each kept as raw bytes with the
-    arrival time of the read that completed it. JSON is parsed after the stream ends."""
-
-    def __init__(self, reply: Reply, sock: socket.socket, request: bytes) -> None:
-        self.reply, self.sock, self.request = reply, sock, request
-        self.head = b""  # bytes before the end of the headers
-        self.raw = b""  # body bytes not yet de-chunked
-        self.pending = b""  # de-chunked bytes not yet split into lines
-        self.chunked: bool | None = None  # None until the headers are read
-        self.error_body = b""
-        self.events: list[tuple[int, int, bytes]] = []
-        self.done = False
-        self.port = sock.getsockname()[1]  # this end's port: how the packet clock knows it
-        self.offset = 0  # response bytes received so far (the packet clock's stream offset)
-        self.last_activity = time.monotonic()  # for the idle timeout
-        self.clocks: set[str] = set()  # "segment", "kernel", "read": how bytes were stamped
-
-    def feed(self, data: bytes, t_ns: int, t_mono: int) -> int:
-        """Take received bytes; returns how many token events they completed."""
-        if self.chunked is None:
-            self.head += data
-            if b"\r\n\r\n" not in self.head:
-                return 0
-            head, data = self.head.split(b"\r\n\r\n", 1)
-            self._headers(head)
-        if self.chunked:
-            body, self.raw, self.done = _dechunk(self.raw + data)
-        else:
-            body = data
-        if self.reply.http_status != 200:
-            self.error_body += body
-            return 0
-        *lines, self.pending = (self.pending + body).split(b"\n")
-        before = len(self.events)
-        # Not ":" pings or blank lines; every event in one read had arrived by then.
-        self.events += [(t_ns, t_mono, line) for line in lines if line.startswith(b"data: ")]
-        return len(self.events) - before
-
-    def _headers(self, head: bytes) -> None:
-        lines = head.decode("latin-1").split("\r\n")
-        self.reply.http_status = int(lines[0].split()[1])
-        headers = {k.strip().lower(): v.strip()
-                   for k, _, v in (line.partition(":") for line in lines[1:])}
-        self.chunked = headers.get("transfer-encoding", "").lower() == "chunked"
-
-    def close(self, error_type: str | None = None, error_text: str | None = None) -> None:
-        """End the stream: record how it ended, then parse what it carried."""
-        self.done = True
-        self.reply.t_end_ns = time.time_ns()
-        self.sock.close()
-        reply = self.reply
-        if self.clocks:
-            reply.arrival_clock = self.clocks.pop() if len(self.clocks) == 1 else "mixed"
-        if reply.http_status is not None and reply.http_status != 200:
-            _read_error(self.error_body, reply)
-        for (t_ns, t_mono, _), event in zip(self.events, _parse_events(self), strict=True):
-            if event is not None:
-                _take_event(event, t_ns, t_mono, reply)
-        if error_type is not None and reply.error_type is None:
-            reply.error_type, reply.error_text = error_type, error_text
-
-
-def _parse_events(stream: _Stream) -> list[dict | None]:
-    """Every event's JSON: one C call for the whole stream, or, when some event is not
-    JSON, one call each (that event is None, the reply's error says why, the rest stay)."""
-    payloads = [line[6:] for _, _, line in stream.events]
-    try:
-        return json.loads(b"[" + b",".join(payloads) + b"]")
-    except ValueError:
-        pass
-    parsed: list[dict | None] = []
-    for payload in payloads:
-        try:
-            parsed.append(json.loads(payload))
-        except ValueError as exc:
-            parsed.append(None)
-            stream.reply.error_type = "JSONDecodeError"
-            stream.reply.error_text = f"{exc}: {payload[:200]!r}"
-    return parsed
-
-
-def _dechunk(raw: bytes) -> tuple[bytes, bytes, bool]:
-    """Complete chunks' payload, the unconsumed rest, and whether the last chunk came."""
-    out = bytearray()
-    while (end := raw.find(b"\r\n")) >= 0:
-        size = int(raw[:end].split(b";")[0], 16)
-        if size == 0:
-            return bytes(out), b"", True
-        if len(raw) < end + 2 + size + 2:
-            break
-        out += raw[end + 2:end + 2 + size]
-        raw = raw[end + 2 + size + 2:]
-    return bytes(out), raw, False
-
-
-def _read_error(body: bytes, reply: Reply) -> None:
-    text = body.decode(errors="replace")
-    reply.error_text = text[:2000]
-    try:
-        reply.error_type = json.loads(text)["error"].get("type")
-    except (ValueError, KeyError, AttributeError, TypeError):
-        reply.error_type = "http_error"
-
-
-def _take_event(event: dict[str, Any], t_ns: int, t_mono: int, reply: Reply) -> None:
-    if "error" in event:
-        error = event["error"]
-        kind = error.get("type") if isinstance(error, dict) else None
-        reply.error_type = kind or "stream_error"
-        reply.error_text = json.dumps(error)[:2000]
+def take_event(event: dict[str, Any], t_ns: int, t_mono: int, reply: Reply) -> None:
+    if took_error(event, reply):
         return
     if event.get("stop"):
         reply.final = event
@@ -176,195 +30,13 @@ def _take_event(event: dict[str, Any], t_ns: int, t_mono: int, reply: Reply) -> 
     ids = event.get("tokens") or []
     new = total - len(reply.tokens) if total is not None else len(ids)
     timings = event.get("timings") or {}
-    for k in range(new):
-        reply.tokens.append({
-            "token_index": len(reply.tokens),
-            "token_id": ids[k] if k < len(ids) else None,
-            "t_ns": t_ns,
-            "t_mono_ns": t_mono,
-            "chunk_tokens": new,
-            "server_cum_prompt_ms": timings.get("prompt_ms"),
-            "server_cum_predicted_ms": timings.get("predicted_ms"),
-            "server_cum_predicted_n": timings.get("predicted_n"),
-        })
+    add_tokens(reply, new, ids, t_ns, t_mono,
+               server_cum_prompt_ms=timings.get("prompt_ms"),
+               server_cum_predicted_ms=timings.get("predicted_ms"),
+               server_cum_predicted_n=timings.get("predicted_n"))
 
 
-def run_concurrent(
-    url: str,
-    prompts: list[list[int]],
-    n_predict: int,
-    timeout: float,
-    on_first_token: Callable[[], None] | None = None,
-) -> list[Reply]:
-    """Send one streaming /completion per prompt, all released together, and read every
-    stream in one thread (an event loop: no lock hand-offs between readers).
+API = StreamApi(path="/completion", body=body, take_event=take_event)
 
-    `timeout` is per stream: the longest wait for its next bytes (a long prefill is
-    silent), as with a blocking socket's timeout. `on_first_token` runs once, in the
-    loop, when the first token of any request arrives (for telemetry that splits prefill
-    from decode); it must be quick.
-    """
-    address = urlsplit(url)
-    replies = [Reply(request_id=i) for i in range(len(prompts))]
-    # Opened before connecting: a stream's byte offsets count from its SYN-ACK.
-    clock = _packet_clock(address)
-    streams = [s for s in (_open(address, r, _body(ids, n_predict))
-                           for r, ids in zip(replies, prompts, strict=True)) if s]
-    poller, open_streams = None, {}
-    try:
-        poller = select.epoll()
-        for stream in streams:  # back to back: the sends are microseconds apart
-            stream.reply.t_send_ns = time.time_ns()
-            stream.reply.t_send_mono_ns = time.monotonic_ns()
-            try:
-                stream.sock.sendall(stream.request)
-            except OSError as exc:
-                stream.close(type(exc).__name__, str(exc))
-                continue
-            stream.sock.setblocking(False)
-            stream.last_activity = time.monotonic()
-            poller.register(stream.sock.fileno(), select.EPOLLIN)
-            open_streams[stream.sock.fileno()] = stream
-        # No garbage-collection pauses while tokens are being stamped.
-        gc.disable()
-        _read_all(poller, open_streams, timeout, on_first_token, clock)
-    finally:
-        gc.enable()
-        if poller is not None:
-            poller.close()
-        if clock is not None:
-            clock.close()
-        for stream in streams:  # anything left open by an unexpected error
-            stream.sock.close()
-    return replies
-
-
-def _packet_clock(address: Any) -> PacketClock | None:
-    """The packet clock for the server's segments; None where it cannot run (then each
-    read's kernel stamp is used, and the rows say so)."""
-    try:
-        ip = socket.gethostbyname(address.hostname)
-    except OSError:
-        return None  # the connection will fail and say why, per request
-    return PacketClock.open(ip, address.port or 80)
-
-
-def _body(ids: list[int], n_predict: int) -> dict[str, Any]:
-    return {"prompt": ids, "n_predict": n_predict, "ignore_eos": True, "temperature": 0,
-            "cache_prompt": False, "stream": True, "timings_per_token": True}
-
-
-def _open(address: Any, reply: Reply, body: dict[str, Any]) -> _Stream | None:
-    payload = json.dumps(body).encode()
-    request = (f"POST /completion HTTP/1.1\r\nHost: {address.netloc}\r\n"
-               f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n"
-               "Connection: close\r\n\r\n").encode() + payload
-    try:
-        sock = socket.create_connection((address.hostname, address.port or 80), timeout=10)
-    except OSError as exc:
-        reply.error_type, reply.error_text = type(exc).__name__, str(exc)
-        reply.t_send_ns = reply.t_end_ns = time.time_ns()
-        return None
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    # The kernel stamps each segment when it arrives; recvmsg hands that stamp over, so
-    # a token's time does not depend on when this process got scheduled to read it.
-    sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-    return _Stream(reply, sock, request)
-
-
-def _receive(sock: socket.socket) -> tuple[bytes, tuple[str, str] | None, int, str]:
-    """One read and when its data arrived (absolute ns, and which clock said so): the
-    kernel's receive stamp of the last segment read (SO_TIMESTAMPNS), or the time the
-    read returned where the kernel gave none. The fallback where no packet clock runs."""
-    try:
-        data, ancillary, _, _ = sock.recvmsg(65536, STAMP_SPACE)
-    except OSError as exc:
-        return b"", (type(exc).__name__, str(exc)), time.time_ns(), "read"
-    if ancillary:  # only the stamp is asked for, so it is the one item when present
-        level, kind, payload = ancillary[0]
-        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(payload) >= 16:
-            seconds, nanos = TIMESPEC.unpack_from(payload)
-            return data, None, seconds * 1_000_000_000 + nanos, "kernel"
-    return data, None, time.time_ns(), "read"
-
-
-def _stamped(stream: _Stream, data: bytes, t_read: int, read_clock: str,
-             clock: PacketClock | None, now_ns: int) -> list[tuple[bytes, int, str]]:
-    """What one read returned, cut at segment boundaries, each piece with its own
-    segment's arrival ("segment"), or with the read's stamp where no segment was
-    captured (no packet clock, or a packet the kernel dropped)."""
-    if clock is None:
-        pieces: list[tuple[bytes, int | None]] = [(data, None)]
-    else:
-        pieces = clock.pieces(stream.port, stream.offset, data)
-    stream.offset += len(data)
-    out = []
-    for piece, t_segment in pieces:
-        # A stamp is trusted when it lies at most STAMP_WINDOW_NS before now (data can
-        # wait while the client is busy, but not for a minute): else a clock step.
-        if t_segment is not None and now_ns - STAMP_WINDOW_NS <= t_segment <= now_ns:
-            out.append((piece, t_segment, "segment"))
-        elif read_clock == "kernel" and now_ns - STAMP_WINDOW_NS <= t_read <= now_ns:
-            out.append((piece, t_read, "kernel"))
-        else:
-            out.append((piece, now_ns, "read"))
-    return out
-
-
-def _close_silent(poller: select.epoll, streams: dict[int, _Stream], now: float,
-                  idle_timeout: float) -> None:
-    for fd, stream in list(streams.items()):
-        if now - stream.last_activity > idle_timeout:
-            poller.unregister(fd)
-            del streams[fd]
-            stream.close("timeout", f"nothing received for {idle_timeout} s "
-                                    "(request_timeout_s)")
-
-
-def _read_all(poller: select.epoll, streams: dict[int, _Stream], idle_timeout: float,
-              on_first_token: Callable[[], None] | None,
-              clock: PacketClock | None) -> None:
-    """The hot loop: wait, receive, stamp, split. Everything else waits for the end."""
-    waiting_first = on_first_token is not None
-    next_check = 0.0
-    while streams:
-        now = time.monotonic()
-        if now >= next_check:  # silent streams, checked 10 times a second, not per token
-            _close_silent(poller, streams, now, idle_timeout)
-            if not streams:
-                return
-            next_check = now + 0.1
-        # Receive every ready stream before parsing any: one stream's parsing must not
-        # delay the next one's read.
-        received = [(fd, *_receive(streams[fd].sock)) for fd, _ in poller.poll(0.1)]
-        if clock is not None:
-            # The device hands a packet to the packet socket before TCP queues its
-            # bytes, so every segment read above is already waiting there.
-            clock.drain()
-        now_mono, now_ns = time.monotonic_ns(), time.time_ns()
-        for fd, data, error, t_read, read_clock in received:
-            stream = streams[fd]
-            if data:
-                stream.last_activity = now_mono / 1e9
-                try:
-                    for piece, t_ns, kind in _stamped(stream, data, t_read, read_clock,
-                                                      clock, now_ns):
-                        if stream.done:  # the last chunk came; what follows is not data
-                            break
-                        stream.clocks.add(kind)
-                        # Each arrival on the monotonic clock too: both advance together.
-                        if (stream.feed(piece, t_ns, t_ns + now_mono - now_ns)
-                                and waiting_first):
-                            waiting_first = False
-                            on_first_token()
-                except (ValueError, IndexError) as exc:  # a malformed reply: this stream
-                    data, error = b"", ("ProtocolError", str(exc))
-            if data and not stream.done:
-                continue
-            poller.unregister(fd)
-            del streams[fd]
-            # A plain (unchunked) body ends at EOF; a chunked one at its last chunk.
-            if error is None and not (stream.done or stream.chunked is False):
-                error = ("ConnectionResetError", "closed before the headers"
-                         if stream.chunked is None else "stream ended before its last chunk")
-            stream.close(*(error or (None, None)))
+# (url, prompts, n_predict, timeout, on_first_token=None) -> one Reply per prompt.
+run_concurrent = functools.partial(client.run_concurrent, API)
