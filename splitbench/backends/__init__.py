@@ -1,9 +1,11 @@
 """Inference backends: what launches a split model over the two hosts and streams its
-tokens. `llamacpp` is the RPC backend (llama-server on A, ggml-rpc-server on B).
+tokens.
 
-The cells talk to a backend only through `Backend`, so a second one (vLLM's tensor or
-pipeline parallel, say) is a new package `splitbench/backends/<name>/` whose `backend`
-module defines `BACKEND`; `get(name)` finds it.
+The cells talk to a backend only through `Backend`: a backend is a package
+`splitbench/backends/<name>/` whose `backend` module defines `BACKEND`; `get(name)`
+finds it. `llamacpp` is llama.cpp's RPC split; `vllm` is vLLM's tensor or pipeline
+parallel across the pair. What every backend shares lies here: the streaming client and
+its packet clock, the request row's client figures, prompts, and the launch records.
 """
 
 from __future__ import annotations
@@ -47,6 +49,9 @@ class Backend:
     stream: Callable[..., list[Any]]
     # (reply, prompt_tokens, n_predict, server_alive, crash_below_tps) -> request row.
     request_row: Callable[..., dict[str, Any]]
+    # (link_spec, settings, model, toolchain) -> the launch stage's record: the block's
+    # servers launched (or reused), or why they could not be (status "failed").
+    launch_record: Callable[..., dict[str, Any]]
 
 
 def get(name: str = "llamacpp") -> Backend:

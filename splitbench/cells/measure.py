@@ -23,8 +23,10 @@ from splitbench.links import real, verify
 from splitbench.links.link import RPC_PORT
 from splitbench.stage import Stage, json_arg
 
-# The cells' backend; a model's own (vLLM, say) comes with its config key.
-BACKEND = backends.get("llamacpp")
+
+def backend_of(cell: dict[str, Any]) -> backends.Backend:
+    """The cell's backend: its model's (`models.<m>.backend`, llama.cpp by default)."""
+    return backends.get(cell["model"].get("backend", "llamacpp"))
 
 TOKEN_COLUMNS = ["request_id", "token_index", "token_id", "t_ns", "t_mono_ns", "chunk_tokens",
                  "server_cum_prompt_ms", "server_cum_predicted_ms", "server_cum_predicted_n"]
@@ -48,7 +50,8 @@ def run(
     baseline link (its reference: `paired.reference` is that link's slice and
     `reference_result` its verification) and its own link, so that the two are measured
     on the same machine at the same time (comparison.paired_deltas reads them)."""
-    toolchain = json.loads(Path(toolchain_path).read_text())
+    # A vLLM launch carries the pair's vLLM toolchain; llama.cpp's is the pair's record.
+    toolchain = launch.get("toolchain") or json.loads(Path(toolchain_path).read_text())
     fingerprint = pd.read_parquet(link_result).iloc[0]["fingerprint"]
     if reference_result and pd.read_parquet(reference_result).iloc[0].get(
             "status") == "failed":
@@ -203,15 +206,22 @@ def _measure(cell: dict[str, Any], link: Any, reference: Any, model: dict[str, A
 
 def layout(model: dict[str, Any], launch: dict[str, Any] | None) -> dict[str, Any]:
     """What decides the bytes a token moves across the link: the model's width and
-    vocabulary (its GGUF header) and where the launch put its layers (the server's log)."""
-    header = model.get("gguf") or {}
-    where = (launch or {}).get("placement") or {}
+    vocabulary (its GGUF header or Hugging Face config) and how the launch split it: where
+    llama.cpp put its layers (the server's log), or vLLM's tensor or pipeline split."""
+    header = model.get("gguf") or model.get("hf") or {}
+    launch = launch or {}
+    where = launch.get("placement") or {}
+    vllm = launch.get("backend") == "vllm"
     return {
         "model_n_embd": header.get("n_embd"),
         "model_n_vocab": header.get("n_vocab"),
         "blocks_on_b": where.get("blocks_on_b"),
         "output_on_b": where.get("output_on_b"),
-        "rpc_workers": len(launch["worker_ports"]) if launch else None,
+        "rpc_workers": len(launch["worker_ports"]) if launch.get("worker_ports") else None,
+        "backend": "vllm" if vllm else "llamacpp",
+        # How the model is split across the hosts: llama.cpp's RPC layer split, or vLLM's
+        # tensor (tp2) or pipeline (pp2) parallel.
+        "split": launch.get("parallel") if vllm else "rpc",
     }
 
 
@@ -226,7 +236,7 @@ def _rows(cell: dict[str, Any], runs: list[Run]) -> tuple[list[dict[str, Any]],
             for reply in shot_replies:
                 reply.request_id = len(replies)
                 replies.append(reply)
-                row = BACKEND.request_row(reply, cell["prompt_tokens"], cell["n_predict"],
+                row = backend_of(cell).request_row(reply, cell["prompt_tokens"], cell["n_predict"],
                                           run.alive, cell["crash_below_tps"])
                 rows.append({**row, "reference": run.reference, "round": run.round,
                              "shot": shot, "rr64_us": run.rr64_us,
@@ -282,7 +292,7 @@ def _runs(cell: dict[str, Any], link: Any, reference: Any, model: dict[str, Any]
                     _drive_run(alone, cell, link)
                     return [*runs, alone]
     finally:
-        BACKEND.stop(link.pair, slot="reference")
+        backend_of(cell).stop(link.pair, slot="reference")
     return runs
 
 
@@ -290,10 +300,11 @@ def _launch(run: Run, cell: dict[str, Any], link: Any, model: dict[str, Any],
             settings: dict[str, Any], toolchain: dict[str, Any],
             slot: str = "") -> Launch | None:
     """Launch (or reuse) the servers; a launch that fails is the run's rows."""
+    backend = backend_of(cell)
     try:
-        return BACKEND.ensure(link, settings, model["path"], model["sha256"], toolchain,
+        return backend.ensure(link, settings, model["path"], model["sha256"], toolchain,
                               slot)
-    except (*BACKEND.launch_errors, HostError, httpx.HTTPError) as exc:
+    except (*backend.launch_errors, HostError, httpx.HTTPError) as exc:
         run.shots = [(_failed(cell, "launch_failed", str(exc)), None)]
         return None
 
@@ -308,7 +319,7 @@ def _drive_run(run: Run, cell: dict[str, Any], link: Any, count: int | None = No
         run.shots = [(_failed(cell, type(exc).__name__, text), None)]
         run.harness_error = text
     with link.host_a.entered():
-        run.alive = run.server.alive() and BACKEND.healthy(run.server.url)
+        run.alive = run.server.alive() and backend_of(cell).healthy(run.server.url)
 
 
 def _failed(cell: dict[str, Any], error_type: str, text: str) -> list[client.Reply]:
@@ -348,16 +359,16 @@ def _drive(cell: dict[str, Any], link: Any, server: Launch,
     request the rest are not sent: the failure is the result."""
     out: list[Shot] = []
     with link.host_a.entered():
-        pool = BACKEND.prompt_pool(server.url)
+        backend = backend_of(cell)
+        pool = backend.prompt_pool(server.url)
         started = time.monotonic()
         while (len(out) < count if count is not None
                else more_shots(cell, len(out), time.monotonic() - started)):
-            batch = [BACKEND.prompt(pool, cell["prompt_tokens"], secrets.randbits(63))
+            batch = [backend.prompt(pool, cell["prompt_tokens"], secrets.randbits(63))
                      for _ in range(cell["concurrency"])]
-            rpc = telemetry.RpcTraffic(link.connect_addr,
-                                       server.record.get("worker_ports", [RPC_PORT]))
+            rpc = _traffic(link, server)
             _LOG.log(f"{_what(cell, link)}: release {len(out) + 1}, sending")
-            replies = BACKEND.stream(server.url, batch, cell["n_predict"],
+            replies = backend.stream(server.url, batch, cell["n_predict"],
                                             cell["request_timeout_s"], rpc.at_first_token)
             rpc.finish()
             out.append((replies, rpc))
@@ -365,6 +376,16 @@ def _drive(cell: dict[str, Any], link: Any, server: Launch,
             if any(r.error_type or r.http_status != 200 for r in replies):
                 break
     return out
+
+
+def _traffic(link: Any, server: Launch) -> telemetry.RpcTraffic:
+    """The kernel's counters of the traffic between the hosts: A's connections to the
+    RPC workers (llama.cpp), or every connection between the link's two addresses
+    (vLLM's ranks connect on ports of their own choosing)."""
+    if server.record.get("backend") == "vllm":
+        return telemetry.RpcTraffic(link.addr_b, None)
+    return telemetry.RpcTraffic(link.connect_addr,
+                                server.record.get("worker_ports", [RPC_PORT]))
 
 
 _LOG = Console(width=140, log_path=False, highlight=False)  # the job log: stdout

@@ -108,12 +108,19 @@ def _remote_run(remote: dict[str, Any] | list[str],
 
 
 def _signal(record: dict[str, Any], sig: signal.Signals) -> None:
+    """Signal the process, or its whole process group where the record says `group`
+    (a server that starts its own workers: each was started in a session of its own, so
+    its group is its own and its children's)."""
+    pid = int(record["pid"])
     if record.get("remote"):
-        _remote_run(record["remote"], ["kill", "-s", sig.name.removeprefix("SIG"),
-                                       str(int(record["pid"]))])
+        target = ["--", f"-{pid}"] if record.get("group") else [str(pid)]
+        _remote_run(record["remote"], ["kill", "-s", sig.name.removeprefix("SIG"), *target])
         return
     with contextlib.suppress(ProcessLookupError):
-        os.kill(record["pid"], sig)
+        if record.get("group"):
+            os.killpg(pid, sig)
+        else:
+            os.kill(pid, sig)
 
 
 def spawn(
@@ -209,16 +216,25 @@ def stop(key: str, timeout: float = 10.0) -> None:
 def _terminate(record: dict[str, Any], timeout: float) -> None:
     if not is_alive(record):
         _reap(record)
+        _end_group(record)
         return
     _signal(record, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not is_alive(record):
             _reap(record)
+            _end_group(record)
             return
         time.sleep(0.05 if not record.get("remote") else 0.3)
     _signal(record, signal.SIGKILL)
     _reap(record)
+
+
+def _end_group(record: dict[str, Any]) -> None:
+    """Whatever of a group's process is left once its leader has gone (a worker that
+    ignored its parent's end) is killed."""
+    if record.get("group"):
+        _signal(record, signal.SIGKILL)
 
 
 def _reap(record: dict[str, Any], timeout: float = 5.0) -> None:

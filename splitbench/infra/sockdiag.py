@@ -73,6 +73,13 @@ def connections_to(addr: str, port: int) -> list[dict]:
     return [c for c in tcp_connections(family) if c["dst"] == str(ip) and c["dport"] == port]
 
 
+def connections_with(addr: str) -> list[dict]:
+    """This namespace's established connections whose other end is addr, any port."""
+    ip = ipaddress.ip_address(addr.split("%")[0])
+    family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
+    return [c for c in tcp_connections(family) if c["dst"] == str(ip)]
+
+
 def totals(connections: list[dict]) -> dict[str, int]:
     """Counters summed over connections (sent = towards the remote end)."""
     names = ("bytes_sent", "bytes_received", "data_segs_out", "data_segs_in")

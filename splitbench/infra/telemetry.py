@@ -145,8 +145,12 @@ class RpcTraffic:
     forking `ss` here stalled the client for milliseconds.
     """
 
-    def __init__(self, addr: str, ports: list[int]) -> None:
-        self.connections = [c for port in ports for c in sockdiag.connections_to(addr, port)]
+    def __init__(self, addr: str, ports: list[int] | None) -> None:
+        """A's connections to addr at these ports, or (ports None) every connection with
+        addr, whichever end opened it (vLLM's ranks connect both ways, on ports of their
+        own choosing)."""
+        self.connections = (sockdiag.connections_with(addr) if ports is None else
+                            [c for port in ports for c in sockdiag.connections_to(addr, port)])
         self.at: dict[str, tuple[int, dict | None]] = {"start": self.read()}
 
     def read(self) -> tuple[int, dict | None]:

@@ -17,6 +17,7 @@ import pytest
 
 from splitbench import models
 from splitbench.analysis import cell_summary
+from splitbench.backends import launches
 from splitbench.backends.llamacpp import servers, toolchain
 from splitbench.cells import measure
 from splitbench.infra import interference, procs, telemetry
@@ -281,7 +282,7 @@ def test_a_server_that_dies_loading_says_how_and_leaves_nothing_running(state_di
     assert "the last lines of its log" in record["error"]
     assert procs.find("rpc-st-0") is None and procs.find("llama-st") is None
     assert set(running("ggml-rpc-server")) <= workers_before  # none of ours is left
-    assert not servers.current("st")
+    assert not launches.current("st")
 
 
 def test_a_long_failure_keeps_its_reason_and_its_log_s_last_lines():

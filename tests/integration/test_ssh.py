@@ -21,7 +21,8 @@ import pytest
 import yaml
 
 from splitbench import models, plan
-from splitbench.backends.llamacpp import servers, toolchain
+from splitbench.backends import launches
+from splitbench.backends.llamacpp import toolchain
 from splitbench.cells import measure
 from splitbench.infra import procs, ssh, telemetry, wakeup
 from splitbench.infra.hosts import Host, HostError, host_from_spec
@@ -190,7 +191,7 @@ def test_a_cell_runs_with_its_worker_started_over_ssh(host_b, tmp_path):
     # B's sensors were read over SSH (a failed read would say "unreadable: ...").
     assert not row["sensors_b"].startswith("unreadable"), row["sensors_b"]
     assert "NVML" in row["sensors_b"]
-    servers.stop("rig")
+    launches.stop("rig")
     assert not procs.is_alive(worker)
 
 

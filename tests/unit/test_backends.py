@@ -9,9 +9,10 @@ import pytest
 from splitbench import backends
 
 
-def test_the_llamacpp_backend_declares_everything_a_cell_uses():
-    backend = backends.get("llamacpp")
-    assert backend.name == "llamacpp"
+@pytest.mark.parametrize("name", ["llamacpp", "vllm"])
+def test_each_backend_declares_everything_a_cell_uses(name):
+    backend = backends.get(name)
+    assert backend.name == name
     for field in dataclasses.fields(backends.Backend):
         value = getattr(backend, field.name)
         assert value is not None, field.name
@@ -21,13 +22,15 @@ def test_the_llamacpp_backend_declares_everything_a_cell_uses():
 
 
 def test_an_unknown_backend_is_refused_by_name():
-    with pytest.raises(ValueError, match="no backend 'vllm'"):
-        backends.get("vllm")
+    with pytest.raises(ValueError, match="no backend 'tgi'"):
+        backends.get("tgi")
 
 
-def test_the_cells_reach_llamacpp_only_through_the_seam():
+def test_a_cell_takes_its_models_backend_and_reaches_it_only_through_the_seam():
     from splitbench.cells import delay_sweep, measure
 
-    assert measure.BACKEND is delay_sweep.BACKEND is backends.get("llamacpp")
+    assert measure.backend_of({"model": {}}) is backends.get("llamacpp")
+    assert measure.backend_of({"model": {"backend": "vllm"}}) is backends.get("vllm")
+    assert delay_sweep.BACKEND is backends.get("llamacpp")  # llama.cpp's round trips
     for module in (measure, delay_sweep):
         assert not hasattr(module, "servers") and not hasattr(module, "prompts")

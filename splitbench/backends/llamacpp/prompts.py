@@ -1,37 +1,15 @@
-"""Prompts of an exact token count that no cache can serve.
-
-A prompt is a list of token ids (llama-server then tokenizes nothing and adds no BOS):
-a per-request nonce prefix drawn from the model's own tokens, then filler tokens.
-Different nonces make every prompt differ from its first token, so no prefix cache hit
-is possible even if caching were on.
-"""
+"""The token pool prompts are drawn from (splitbench.backends.prompts), from
+llama-server's own tokenizer."""
 
 from __future__ import annotations
 
-import random
-
 import httpx
 
-NONCE_TOKENS = 8
-FILLER_TEXT = (
-    "The link between two machines carries activations forward and logits back; "
-    "measure it before you blame it. "
-)
+from splitbench.backends.prompts import FILLER_TEXT, checked_pool
 
 
 def token_pool(url: str) -> list[int]:
     """Token ids the served model produces for ordinary text (valid for any vocabulary)."""
     reply = httpx.post(f"{url}/tokenize", json={"content": FILLER_TEXT * 4}, timeout=30)
     reply.raise_for_status()
-    pool = [t for t in reply.json()["tokens"] if isinstance(t, int)]
-    if len(pool) < NONCE_TOKENS:
-        raise RuntimeError(f"{url}/tokenize returned only {len(pool)} tokens")
-    return pool
-
-
-def prompt(pool: list[int], length: int, nonce: int) -> list[int]:
-    """Exactly `length` token ids, starting with a nonce-specific prefix."""
-    rng = random.Random(nonce)
-    head = [rng.choice(pool) for _ in range(min(NONCE_TOKENS, length))]
-    body = (pool * (length // len(pool) + 1))[: length - len(head)]
-    return head + body
+    return checked_pool(reply.json()["tokens"], url)

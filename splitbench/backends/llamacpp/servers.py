@@ -7,75 +7,26 @@ calls `ensure`: it reuses the running launch when its fingerprint matches and it
 
 from __future__ import annotations
 
-import argparse
-import hashlib
-import json
 import re
 import time
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from splitbench.backends import launches
 from splitbench.backends.llamacpp.toolchain import failure as toolchain_failure
 from splitbench.infra import procs, telemetry
 from splitbench.infra.hosts import Host, HostError
 from splitbench.links import real, verify
 from splitbench.links.link import RPC_PORT, Link
-from splitbench.stage import Stage, json_arg
 
-HTTP_PORT = 8080
 HEALTH_TIMEOUT_S = 600
-# Launches side by side on one pair, each on its own HTTP port on host A: a cell's own
-# (""), a paired cell's baseline ("reference"), and a delay sweep's points ("point<i>",
-# alive together so that its rounds visit every delay within seconds).
-SLOT_PORTS = {"": 0, "reference": 1, **{f"point{i}": 2 + i for i in range(16)}}
 
 
 class LaunchError(RuntimeError):
     """The servers did not come up; the message carries the log tail."""
-
-
-@dataclass(frozen=True)
-class Server:
-    url: str
-    launch_id: str
-    fingerprint: str
-    record: dict[str, Any]
-
-    def alive(self) -> bool:
-        return all(
-            (rec := procs.find(key)) is not None and procs.is_alive(rec)
-            for key in self.record["proc_keys"]
-        )
-
-
-def fingerprint(link: Link, settings: dict[str, Any], model_sha: str, build_id: str) -> str:
-    text = json.dumps(
-        {"link": link.name, "connect": link.connect_addr, "server": settings,
-         "model": model_sha, "build": build_id},
-        sort_keys=True,
-    )
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def _named(pair: str, slot: str) -> str:
-    """A launch's name: the pair, and the slot when it is not the default one."""
-    return f"{pair}-{slot}" if slot else pair
-
-
-def _record_path(pair: str, slot: str = "") -> Path:
-    return procs.state_dir() / "servers" / f"{_named(pair, slot)}.json"
-
-
-def current(pair: str, slot: str = "") -> Server | None:
-    path = _record_path(pair, slot)
-    if not path.exists():
-        return None
-    record = json.loads(path.read_text())
-    return Server(record["url"], record["launch_id"], record["fingerprint"], record)
 
 
 def healthy(url: str) -> bool:
@@ -85,15 +36,6 @@ def healthy(url: str) -> bool:
         return False
 
 
-def stop(pair: str, slot: str = "") -> None:
-    """Stop the pair's servers (of `slot`): llama-server first, then the worker."""
-    server = current(pair, slot)
-    if server is not None:
-        for key in server.record["proc_keys"]:
-            procs.stop(key)
-        _record_path(pair, slot).unlink(missing_ok=True)
-
-
 def ensure(
     link: Link,
     settings: dict[str, Any],
@@ -101,20 +43,20 @@ def ensure(
     model_sha: str,
     toolchain: dict[str, Any],
     slot: str = "",
-) -> Server:
+) -> launches.Server:
     """A healthy launch with exactly this fingerprint: reused, or started now.
 
     A pair runs one launch per `slot`: the default one serves its cells; a paired cell
     keeps the baseline link's launch in the "reference" slot beside it, on its own HTTP
     port, so that it can alternate between the two request by request."""
-    wanted = fingerprint(link, settings, model_sha, toolchain["a"]["build_id"])
+    wanted = launches.fingerprint(link, settings, model_sha, toolchain["a"]["build_id"])
     with procs.locked(f"server-{link.pair}"):
-        server = current(link.pair, slot)
+        server = launches.current(link.pair, slot)
         if server is not None and server.fingerprint == wanted and server.alive():
             with link.host_a.entered():
                 if healthy(server.url):
                     return server
-        stop(link.pair, slot)
+        launches.stop(link.pair, slot)
         return _launch(link, settings, model_path, wanted, toolchain, slot)
 
 
@@ -139,7 +81,7 @@ def launch_record(link_spec: dict[str, Any], settings: dict[str, Any],
         except (LaunchError, HostError, httpx.HTTPError) as exc:
             return {"status": "failed", "error": str(exc), "failed_at": time.time(),
                     "pair": link.pair, "link": link.name, "settings": settings,
-                    "fingerprint": fingerprint(link, settings, model["sha256"],
+                    "fingerprint": launches.fingerprint(link, settings, model["sha256"],
                                                toolchain["a"]["build_id"])}
 
 
@@ -150,7 +92,7 @@ def _launch(
     wanted: str,
     toolchain: dict[str, Any],
     slot: str = "",
-) -> Server:
+) -> launches.Server:
     """Start the launch's workers and llama-server and wait until it serves. A launch
     that fails stops everything it started before the error leaves (a worker left
     behind would outlive the run: nothing else knows it belongs to a failed launch)."""
@@ -171,7 +113,7 @@ def _start(
     toolchain: dict[str, Any],
     slot: str,
     started: list[str],
-) -> Server:
+) -> launches.Server:
     logs = procs.state_dir() / "logs"
     launch_id = uuid.uuid4().hex[:12]
     bin_a, bin_b = Path(toolchain["a"]["bin_dir"]), Path(toolchain["b"]["bin_dir"])
@@ -183,14 +125,14 @@ def _start(
         # The worker has no authentication: bind it to B's link address, never 0.0.0.0.
         argv = [str(bin_b / "ggml-rpc-server"), "-H", link.addr_b, "-p", str(worker_port),
                 "-t", threads, *settings.get("worker_args", [])]
-        key = f"rpc-{_named(link.pair, slot)}-{i}"
+        key = f"rpc-{launches.named(link.pair, slot)}-{i}"
         started.append(key)
         link.host_b.spawn(argv, role="rpc-server", key=key, extra={"pair": link.pair},
                           log_path=logs / f"{launch_id}-rpc{i}.log")
         link.host_b.wait_listening(link.addr_b, worker_port, timeout=30)
         rpc_argvs.append(argv)
         proc_keys.append(key)
-    port = (HTTP_PORT if link.host_a.netns else HTTP_PORT + 10000) + SLOT_PORTS[slot]
+    port = launches.http_port(link.host_a, slot)
     server_argv = [
         str(bin_a / "llama-server"), "-m", str(Path(model_path).resolve()),
         "--rpc", ",".join(f"{link.connect_addr}:{port}" for port in worker_ports),
@@ -209,7 +151,7 @@ def _start(
         "-lv", "4",
         *settings.get("server_args", []),
     ]
-    llama_key = f"llama-{_named(link.pair, slot)}"
+    llama_key = f"llama-{launches.named(link.pair, slot)}"
     started.insert(0, llama_key)  # stopped first: the front end before its workers
     load_started = time.monotonic()
     llama = link.host_a.spawn(server_argv, role="llama-server", key=llama_key,
@@ -232,10 +174,7 @@ def _start(
     record["memory"] = {key: memory_mib(host, procs.find(key)["pid"]) for key, host in
                         [(llama_key, link.host_a)] + [(k, link.host_b) for k in proc_keys]}
     record["sensors_after_load"] = telemetry.snapshot(link.host_a)
-    path = _record_path(link.pair, slot)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=1))
-    return Server(url, launch_id, wanted, record)
+    return launches.save(record, link.pair, slot)
 
 
 _OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
@@ -302,29 +241,3 @@ def _tail(path: str, lines: int = 25) -> str:
         return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return "(no log)"
-
-
-# --- the `launch` stage ---------------------------------------------------------------
-def _arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--link-spec", type=json_arg, required=True)
-    p.add_argument("--settings", type=json_arg, required=True)
-    p.add_argument("--model", required=True)
-    p.add_argument("--toolchain", required=True)
-    p.add_argument("--out", required=True)
-
-
-def _run(args: argparse.Namespace) -> None:
-    model = json.loads(Path(args.model).read_text())
-    tools = json.loads(Path(args.toolchain).read_text())
-    record = launch_record(args.link_spec, args.settings, model, tools)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(record, indent=1))
-    if record.get("status") == "failed":
-        # A result, not a crash of the workflow: the block's cells report it.
-        print(f"launch FAILED: {record['error']}")
-    else:
-        print(f"launch {record['launch_id']}: loaded in {record.get('load_s')} s")
-
-
-STAGES = (Stage("launch", "launch (or reuse) the servers of one block", _arguments, _run,
-                measuring=True),)

@@ -1,0 +1,294 @@
+"""vLLM launch across the pair: rank 0 on host A (the API server, on A's loopback), the
+headless rank 1 on host B, tensor or pipeline parallel between them over the link.
+
+Each rank advertises and binds its link address (VLLM_HOST_IP, GLOO_SOCKET_IFNAME: the
+link's interface), so that their connections cross exactly the link under test; the
+launch checks that they do. One exception vLLM does not let us pin: rank 0's rendezvous
+store (torch's TCPStore, `--master-port`) listens on every address of host A. In the
+lab, host A is a network namespace that holds only the pair's links; on real hosts,
+docs/backends.md says what to firewall.
+
+In the lab both hosts share one filesystem: each rank gets a /dev/shm of its own (a
+private mount namespace with a tmpfs), or vLLM would see the other rank as a local one
+and talk to it through shared memory instead of the link. Every process is recorded and
+stopped by process group (vLLM starts an engine and workers under each rank), and the
+files vLLM leaves (its temporary sockets; /dev/shm on a real host) are removed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from splitbench import results
+from splitbench.backends import launches
+from splitbench.backends.llamacpp.toolchain import failure as toolchain_failure
+from splitbench.backends.vllm.client import SERVED_NAME
+from splitbench.infra import procs, sockdiag
+from splitbench.infra.hosts import Host, HostError
+from splitbench.links import real, verify
+from splitbench.links.link import Link
+
+MASTER_PORT = 29501
+# /dev/shm files vLLM creates (its shared-memory broadcast and semaphores).
+SHM_PATTERNS = ("/dev/shm/psm_*", "/dev/shm/sem.mp-*")
+
+
+class LaunchError(RuntimeError):
+    """The ranks did not come up; the message says which and carries its log's tail."""
+
+
+def healthy(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/health", timeout=5).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def ensure(link: Link, settings: dict[str, Any], model_path: str, model_sha: str,
+           toolchain: dict[str, Any], slot: str = "") -> launches.Server:
+    """A healthy launch with exactly this fingerprint: reused, or started now (whatever
+    ran in the slot before, of either backend, is stopped first)."""
+    wanted = launches.fingerprint(link, settings, model_sha,
+                                  toolchain["a"]["vllm"]["version"])
+    with procs.locked(f"server-{link.pair}"):
+        server = launches.current(link.pair, slot)
+        if server is not None and server.fingerprint == wanted and server.alive():
+            with link.host_a.entered():
+                if healthy(server.url):
+                    return server
+        launches.stop(link.pair, slot)
+        why = unusable(link)
+        if why:
+            raise LaunchError(why)
+        started: list[str] = []
+        try:
+            return _start(link, settings, model_path, wanted, toolchain, slot, started)
+        except BaseException:
+            # Nothing of a failed launch may outlive it: nothing else knows it is ours.
+            launches.stop(link.pair, slot)
+            for key in started:
+                procs.stop(key)
+            raise
+
+
+def launch_record(link_spec: dict[str, Any], settings: dict[str, Any],
+                  model: dict[str, Any], toolchain: dict[str, Any]) -> dict[str, Any]:
+    """The launch stage for a vLLM block: its ranks launched (or reused) and their
+    record, which carries the pair's vLLM toolchain for the cells; or one saying why
+    they could not be (status "failed"): a result its cells report."""
+    pair, link_name = link_spec["pair"], link_spec["link"]
+    tools_path = Path(results.TOOLCHAIN_VLLM.format(pair=pair))
+    tools = json.loads(tools_path.read_text()) if tools_path.exists() else {
+        "pair": pair, "status": "failed", "error": f"no {tools_path}"}
+    why = (toolchain_failure(toolchain) or toolchain_failure(tools)
+           or verify.verification_failure(pair, link_name))
+    failed = {"status": "failed", "failed_at": time.time(), "pair": pair,
+              "link": link_name, "settings": settings, "fingerprint": None,
+              "backend": "vllm"}
+    if why:
+        return {**failed, "error": why}
+    with procs.locked(f"pair-{pair}"):
+        link = real.ensure(link_spec)
+        try:
+            record = ensure(link, settings, model["path"], model["sha256"], tools).record
+        except (LaunchError, HostError, httpx.HTTPError) as exc:
+            return {**failed, "error": str(exc)}
+    return {**record, "toolchain": tools}
+
+
+def unusable(link: Link) -> str | None:
+    """Why vLLM cannot be measured over this link (None when it can): its ranks must be
+    hosts of their own, and an added delay must apply to all their traffic."""
+    where = f"link {link.pair}/{link.name}"
+    if link.host_a.netns is None and link.host_b.netns is None and not link.host_b.remote:
+        return (f"{where}: vLLM's two ranks on one machine need the lab's network "
+                "namespaces (root); on a shared loopback they would share memory instead "
+                "of crossing the link")
+    if link.emulation.get("delay") == "relay" and link.emulation.get("delay_ms"):
+        return (f"{where}: its {link.emulation['delay_ms']} ms delay is added by a relay "
+                "that carries llama.cpp's RPC ports only (this kernel has no netem); vLLM's "
+                "ranks connect on ports of their own choosing, which the relay cannot "
+                "carry. Measure vLLM on links without added delay here, or on a kernel "
+                "with netem")
+    return None
+
+
+def _start(link: Link, settings: dict[str, Any], model_path: str, wanted: str,
+           toolchain: dict[str, Any], slot: str, started: list[str]) -> launches.Server:
+    launch_id = uuid.uuid4().hex[:12]
+    logs = procs.state_dir() / "logs"
+    port = launches.http_port(link.host_a, slot)
+    master_port = MASTER_PORT + launches.SLOT_PORTS[slot]
+    name = launches.named(link.pair, slot)
+    common = _serve_args(settings, model_path, link.addr_a, master_port)
+    ranks = [
+        ("a", link.host_a, link.addr_a, link.interface_a, f"vllm0-{name}",
+         [*common, "--node-rank", "0", "--host", "127.0.0.1", "--port", str(port)]),
+        ("b", link.host_b, link.addr_b, link.interface_b, f"vllm1-{name}",
+         [*common, "--node-rank", "1", "--headless"]),
+    ]
+    record: dict[str, Any] = {
+        "backend": "vllm", "launch_id": launch_id, "fingerprint": wanted,
+        "url": f"http://127.0.0.1:{port}", "pair": link.pair, "link": link.name,
+        "netns_a": link.host_a.netns, "proc_keys": [key for *_, key, _ in ranks],
+        "settings": settings, "started_at": time.time(), "commands": {}, "cleanup": [],
+        "parallel": _parallel(settings),
+    }
+    # The record exists from the first spawn on: a launch that fails is stopped through
+    # it, leftovers and all.
+    load_started = time.monotonic()
+    for side, host, addr, ifname, key, args in ranks:
+        scratch = _scratch(host, launch_id, side)
+        leftovers: dict[str, Any] = {"host": asdict(host), "paths": [scratch]}
+        if host.netns is None:
+            # A real host's /dev/shm: what vLLM adds there (after a kill it stays).
+            leftovers.update(patterns=list(SHM_PATTERNS),
+                             before=launches.matching(host, list(SHM_PATTERNS)))
+        record["cleanup"].append(leftovers)
+        argv = _private_shm(host, [toolchain[side]["vllm"]["executable"], "serve", *args])
+        env = _environment(settings, host, addr, ifname, scratch)
+        started.append(key)
+        host.spawn(argv, role=f"vllm-rank{0 if side == 'a' else 1}", key=key,
+                   log_path=logs / f"{launch_id}-vllm-{side}.log", env=env,
+                   extra={"pair": link.pair, "group": True})
+        record["commands"][f"rank_{side}"] = {"argv": argv, "env": env}
+        launches.save(record, link.pair, slot)
+    with link.host_a.entered():
+        _wait_healthy(record, settings["launch_timeout_s"])
+        record["load_s"] = round(time.monotonic() - load_started, 3)
+        record["link_connections"] = _connections_over(link)
+    return launches.save(record, link.pair, slot)
+
+
+def _serve_args(settings: dict[str, Any], model_path: str, master_addr: str,
+                master_port: int) -> list[str]:
+    return [
+        str(Path(model_path).resolve()), "--served-model-name", SERVED_NAME,
+        "--dtype", settings["dtype"],
+        "--max-model-len", str(settings["max_model_len"]),
+        "--max-num-seqs", str(settings["slots"]),
+        # Every prompt computed in full, as llama.cpp's cells are (no prompt cache).
+        "--no-enable-prefix-caching",
+        # The server's own TTFT, generation time and inter-token latency per request.
+        "--enable-per-request-metrics",
+        "--tensor-parallel-size", str(settings["tensor_parallel"]),
+        "--pipeline-parallel-size", str(settings["pipeline_parallel"]),
+        "--nnodes", "2", "--master-addr", master_addr, "--master-port", str(master_port),
+        *settings.get("extra_args", []),
+    ]
+
+
+def _parallel(settings: dict[str, Any]) -> str:
+    """tp2 or pp2: how the model is split across the two hosts."""
+    return "tp2" if settings["tensor_parallel"] == 2 else "pp2"
+
+
+def _environment(settings: dict[str, Any], host: Host, addr: str, ifname: str | None,
+                 scratch: str) -> dict[str, str]:
+    env = {
+        # The address this rank advertises and binds, and the interface its collective
+        # traffic (gloo) uses: the link's, never what the hostname resolves to.
+        "VLLM_HOST_IP": addr,
+        "VLLM_CPU_KVCACHE_SPACE": f"{settings['kv_cache_gib']:g}",
+        # The host's own CPUs (the lab gives each host its own); one thread per core.
+        "VLLM_CPU_OMP_THREADS_BIND": host.cpus or "auto",
+        # A dead peer mid-request ends the request within this, not vLLM's 300 s.
+        "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": f"{settings['step_timeout_s']:g}",
+        "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+        "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
+        # Its temporary sockets in the launch's scratch directory (removed at stop); its
+        # compile cache kept per host across launches (tens of seconds per start).
+        "TMPDIR": scratch,
+        "VLLM_CACHE_ROOT": f"{_cache_root(host)}/vllm",
+        "TORCHINDUCTOR_CACHE_DIR": f"{_cache_root(host)}/inductor",
+        "XDG_CACHE_HOME": f"{_cache_root(host)}/xdg",
+    }
+    if ifname:
+        env["GLOO_SOCKET_IFNAME"] = ifname
+    return env
+
+
+def _cache_root(host: Host) -> str:
+    if host.remote:
+        return "/tmp/splitbench-vllm-cache"
+    return str(procs.state_dir() / "vllm-cache" / host.name)
+
+
+def _scratch(host: Host, launch_id: str, side: str) -> str:
+    """The rank's temporary directory, made now."""
+    path = (f"/tmp/splitbench-vllm-{launch_id}" if host.remote
+            else str(procs.state_dir() / "vllm" / f"{launch_id}-{side}"))
+    host.run(["mkdir", "-p", path])
+    return path
+
+
+def _private_shm(host: Host, argv: list[str]) -> list[str]:
+    """In the lab, the rank in a mount namespace of its own with a fresh /dev/shm (gone
+    with its last process); a real host keeps its own."""
+    if host.netns is None:
+        return argv
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+            'mount -t tmpfs -o mode=1777 splitbench-shm /dev/shm && exec "$@"', "sh", *argv]
+
+
+def _wait_healthy(record: dict[str, Any], timeout_s: float) -> None:
+    """Until /health answers 200, each rank alive, within the launch's own deadline
+    (a rank 0 whose peer never joins waits forever by itself)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for key in record["proc_keys"]:
+            proc = procs.find(key)
+            if proc is None or not procs.is_alive(proc):
+                how = procs.exit_status(proc) if proc else None
+                raise LaunchError(f"vLLM rank {_rank(key)} on host {_host_of(key)} "
+                                  f"{how or 'exited'} during start-up; the last lines of "
+                                  f"its log:\n{_tail(proc)}")
+        if healthy(record["url"]):
+            return
+        time.sleep(0.5)
+    raise LaunchError(f"vLLM not healthy after {timeout_s:g} s (launch_timeout_s); the last "
+                      "lines of each rank's log:\n" + "\n".join(
+                          f"rank {_rank(k)}:\n{_tail(procs.find(k))}"
+                          for k in record["proc_keys"]))
+
+
+def _connections_over(link: Link) -> int:
+    """The ranks' connections, from host A: every one from A's link address goes to B's
+    link address (none bypasses the link), and there is at least one."""
+    ours = [c for c in sockdiag.tcp_connections()
+            if link.addr_a in (c.get("src"), c.get("dst"))]
+    stray = sorted({f"{c['src']}->{c['dst']}" for c in ours
+                    if link.addr_b not in (c.get("src"), c.get("dst"))})
+    if stray:
+        raise LaunchError(f"link {link.pair}/{link.name}: vLLM connections from the link's "
+                          f"address go elsewhere: {', '.join(stray[:5])}")
+    if not ours:
+        raise LaunchError(f"link {link.pair}/{link.name}: the vLLM ranks serve, but no "
+                          f"connection runs between {link.addr_a} and {link.addr_b}")
+    return len(ours)
+
+
+def _rank(key: str) -> str:
+    return key[4]  # vllm0-..., vllm1-...
+
+
+def _host_of(key: str) -> str:
+    return "A" if key.startswith("vllm0") else "B"
+
+
+def _tail(proc: dict[str, Any] | None, lines: int = 25) -> str:
+    if proc is None or not proc.get("log"):
+        return "(no log)"
+    try:
+        return "\n".join(Path(proc["log"]).read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+

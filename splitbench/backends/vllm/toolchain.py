@@ -1,0 +1,78 @@
+"""Which vLLM each host of a pair runs, for its models with backend vllm: its own record
+(results/toolchain/{pair}.vllm.json) beside llama.cpp's, so that adding a vLLM model
+re-runs nothing of the llama.cpp blocks. A host without a working vLLM is a result:
+the record says failed and why, and the pair's vLLM blocks are not launched."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from splitbench.backends.vllm.setup import DEFAULT_VENV, INSTALL, executable
+from splitbench.infra.hosts import Host, HostError, host_from_spec
+from splitbench.infra.ssh import SSHError
+from splitbench.stage import Stage, json_arg
+
+
+class VllmMissing(RuntimeError):
+    """A host has no usable vLLM; the message says which and how to install it."""
+
+
+def describe(host: Host, venv: str, where: str) -> dict[str, Any]:
+    """The host's vLLM: its `vllm` command and the version it reports (it imports torch
+    and vLLM: seconds)."""
+    command = str(executable(venv)) if not host.remote else f"{venv}/bin/vllm"
+    found = host.run([command, "--version"], check=False, timeout=180)
+    lines = found.stdout.strip().splitlines()
+    if found.returncode != 0 or not lines:
+        problem = (found.stderr or found.stdout).strip()[-300:] or f"exit {found.returncode}"
+        raise VllmMissing(f"{where}: host {host.name} has no working vLLM at {command} "
+                          f"({problem}): install it with `{INSTALL}` (or set the host's "
+                          "vllm_venv)")
+    return {"venv": venv, "executable": command, "version": lines[-1]}
+
+
+def record(pair: str, hosts_spec: dict[str, Any], default_venv: str,
+           out: str | Path) -> dict[str, Any]:
+    """Describe both hosts' vLLM, refuse two versions, write the record: status "ok", or
+    "failed" with the reason."""
+    where = f"pair '{pair}'"
+    try:
+        ends = {side: {"vllm": describe(host_from_spec(side, hosts_spec[side]),
+                                        hosts_spec[side].get("vllm_venv") or default_venv,
+                                        where)}
+                for side in ("a", "b")}
+        if ends["a"]["vllm"]["version"] != ends["b"]["vllm"]["version"]:
+            raise VllmMissing(f"{where}: the hosts run different vLLM versions (A: "
+                              f"{ends['a']['vllm']['version']}, B: "
+                              f"{ends['b']['vllm']['version']}): the ranks need one")
+        data = {"pair": pair, "status": "ok", **ends}
+    except (VllmMissing, HostError, SSHError) as exc:
+        data = {"pair": pair, "status": "failed", "error": f"{type(exc).__name__}: {exc}",
+                "a": {}, "b": {}}
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(data, indent=1))
+    return data
+
+
+# --- the `toolchain-vllm` stage -------------------------------------------------------
+def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--pair", required=True)
+    p.add_argument("--hosts", type=json_arg, required=True)
+    p.add_argument("--venv", default=DEFAULT_VENV,
+                   help="the vLLM environment of hosts that name none")
+    p.add_argument("--out", required=True)
+
+
+def _run(args: argparse.Namespace) -> None:
+    data = record(args.pair, args.hosts, args.venv, args.out)
+    if data["status"] == "failed":
+        print(f"vLLM of pair {args.pair} FAILED: {data['error']}")
+    else:
+        print(f"vLLM of pair {args.pair}: {data['a']['vllm']['version']} on both hosts")
+
+
+STAGES = (Stage("toolchain-vllm", "record both hosts' vLLM", _arguments, _run),)
+
