@@ -32,7 +32,8 @@ FIGURES = ["prefill_tps", "decode_tps", "decode_ms_per_token", "ttft_ms",
            "rpc_bytes_per_token_a_to_b", "rpc_bytes_per_token_b_to_a", "server_ttft_ms"]
 
 
-LAYOUT = ["model_n_embd", "model_n_vocab", "blocks_on_b", "output_on_b", "rpc_workers"]
+LAYOUT = ["model_n_embd", "model_n_vocab", "blocks_on_b", "output_on_b", "rpc_workers",
+          "backend", "split", "model_shape"]
 
 
 # What else used each host's CPUs during a cell (interference.Meter, the sampler).

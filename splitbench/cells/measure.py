@@ -63,7 +63,7 @@ def run(
         # toolchain or the link): its reason is this cell's result, written without
         # reaching the hosts (an unreachable host B must not cost the report). Trying
         # again would fail again: `--forcerun` what failed, then the launch record.
-        measured = [_not_launched(cell, launch, fingerprint)]
+        measured = [_not_launched(cell, model, launch, fingerprint)]
     else:
         measured = _measured(cell, link_spec, model, launch, toolchain, fingerprint)
     failures = [m[2]["harness_error"] for m in measured]
@@ -109,7 +109,7 @@ def _measured(cell: dict[str, Any], link_spec: dict[str, Any], model: dict[str, 
     return measured
 
 
-def _not_launched(cell: dict[str, Any], launch: dict[str, Any],
+def _not_launched(cell: dict[str, Any], model: dict[str, Any], launch: dict[str, Any],
                   fingerprint: str) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
     """The rows of a cell whose block never launched: status load, the launch's reason."""
     run = Run(False, 0)
@@ -118,7 +118,7 @@ def _not_launched(cell: dict[str, Any], launch: dict[str, Any],
     rows, _ = _rows(cell, [run])
     fields = {"repeat": 0, "cell_status": metrics.cell_status([r["status"] for r in rows]),
               "cell_wall_ms": None, "cell_throughput_tps": None,
-              "link_fingerprint": fingerprint}
+              "link_fingerprint": fingerprint, **layout(model, launch)}
     requests = pd.DataFrame([{**r, **fields} for r in rows])
     tokens = pd.DataFrame(columns=TOKEN_COLUMNS).astype({"t_ns": "int64", "t_mono_ns": "int64"})
     tokens = tokens.merge(requests.drop(columns=["error_text"]), on="request_id", how="left")
@@ -211,7 +211,8 @@ def layout(model: dict[str, Any], launch: dict[str, Any] | None) -> dict[str, An
     header = model.get("gguf") or model.get("hf") or {}
     launch = launch or {}
     where = launch.get("placement") or {}
-    vllm = launch.get("backend") == "vllm"
+    settings = launch.get("settings") or {}
+    vllm = settings.get("backend") == "vllm"
     return {
         "model_n_embd": header.get("n_embd"),
         "model_n_vocab": header.get("n_vocab"),
@@ -221,8 +222,20 @@ def layout(model: dict[str, Any], launch: dict[str, Any] | None) -> dict[str, An
         "backend": "vllm" if vllm else "llamacpp",
         # How the model is split across the hosts: llama.cpp's RPC layer split, or vLLM's
         # tensor (tp2) or pipeline (pp2) parallel.
-        "split": launch.get("parallel") if vllm else "rpc",
+        "split": ("tp2" if settings.get("tensor_parallel") == 2 else "pp2") if vllm
+        else "rpc",
+        # The model's shape, whatever its file: models of one shape are compared across
+        # backends (the backends table).
+        "model_shape": shape(header),
     }
+
+
+def shape(header: dict[str, Any]) -> str | None:
+    """A model's architecture in one word: layers x width, heads / KV heads, vocabulary."""
+    if not header.get("n_layer"):
+        return None
+    return (f"{header['n_layer']}x{header['n_embd']} h{header['n_head']}/"
+            f"{header.get('n_head_kv') or header['n_head']} v{header['n_vocab']}")
 
 
 def _rows(cell: dict[str, Any], runs: list[Run]) -> tuple[list[dict[str, Any]],

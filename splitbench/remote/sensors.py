@@ -94,14 +94,38 @@ def cpu_counters(pids: list[int] | None = None) -> dict[str, Any]:
         stat = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
         out["self_ticks"] = sum(int(v) for v in stat[11:13])
     if pids is not None:
-        out["own_ticks"], out["own_found"] = 0, 0
-        for pid in pids:
-            with contextlib.suppress(OSError, ValueError, IndexError):
-                # utime, stime, cutime, cstime: fields 14-17; the name may hold spaces.
-                stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-                out["own_ticks"] += sum(int(v) for v in stat[11:15])
-                out["own_found"] += 1
+        family = _family_ticks(pids)
+        out["own_ticks"] = sum(family.values())
+        # The measurement's processes that were found (descendants come and go: a
+        # child's ticks move to its parent's when it ends, so the sum stays whole).
+        out["own_found"] = sum(pid in family for pid in pids)
     return out
+
+
+def _family_ticks(pids: list[int]) -> dict[int, int]:
+    """CPU ticks (utime, stime, cutime, cstime) of `pids` and of every living
+    descendant of theirs: a server that runs its work in child processes (vLLM's engine
+    and workers) is the measurement's own, not another program's."""
+    ticks: dict[int, int] = {}
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            # Fields after the name (which may hold spaces): state, ppid, ...; utime,
+            # stime, cutime, cstime are fields 14-17.
+            stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            pid = int(entry.name)
+            ticks[pid] = sum(int(v) for v in stat[11:15])
+            children.setdefault(int(stat[1]), []).append(pid)
+    family: dict[int, int] = {}
+    todo = [p for p in pids if p in ticks]
+    while todo:
+        pid = todo.pop()
+        if pid not in family:
+            family[pid] = ticks[pid]
+            todo += children.get(pid, [])
+    return family
 
 
 def reading(pids: list[int] | None = None) -> dict[str, Any]:

@@ -21,7 +21,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from splitbench import results
-from splitbench.analysis import cell_summary, comparison, pairs, traffic
+from splitbench.analysis import backends, cell_summary, comparison, pairs, traffic
 from splitbench.report.contents import CHARTS
 from splitbench.stage import Stage
 
@@ -462,11 +462,12 @@ def _long(frame: pd.DataFrame, measures: list[tuple[str, str | None, str]],
 
 
 def _pair_points(x: alt.X, order: list[str], pair_scale: alt.Scale,
-                 tooltip: list, axis: str | None = None, log: bool = False
-                 ) -> list[alt.Chart]:
-    """Each pair's figure as a point (a flagged one as a triangle), its ± as a bar."""
-    offset = alt.XOffset("pair:N", sort=order)
-    colour = alt.Color("pair:N", title="pair", scale=pair_scale)
+                 tooltip: list, axis: str | None = None, log: bool = False,
+                 by: str = "pair") -> list[alt.Chart]:
+    """Each pair's (or `by`'s) figure as a point (a flagged one as a triangle), its ± as
+    a bar, side by side within each x."""
+    offset = alt.XOffset(f"{by}:N", sort=order)
+    colour = alt.Color(f"{by}:N", title=by, scale=pair_scale)
     scale = alt.Scale(type="log") if log else alt.Scale(zero=False)
     bars = alt.Chart().mark_rule(strokeWidth=2).encode(
         x=x, xOffset=offset, y=alt.Y("lo:Q", title=axis, scale=scale),
@@ -574,6 +575,72 @@ def pairs_chart(summary: pd.DataFrame, links: pd.DataFrame, baseline: str = "",
     return alt.vconcat(top, bottom, title=_title(name, subtitle))
 
 
+BACKEND_MEASURES = PAIR_MEASURES[:3] + [("overlap", None, "overlap"),
+                                        ("rpc_bytes_per_token_b_to_a", None,
+                                         "bytes/token B→A")]
+
+
+def backends_chart(summary: pd.DataFrame, baseline: str = "", **_: Any
+                   ) -> alt.TopLevelMixin:
+    """One model shape's splits side by side (analysis.backends.compare): one row of
+    panels per measure, one column per link (and shape, and pair when there are
+    several), a colour per split, ± as bars, flagged cells as triangles."""
+    name = "backends"
+    order = ctx_order(summary)
+    comp = backends.compare(summary, order, baseline or None)
+    if comp.empty:
+        return _note(CHARTS[name][0], "no model shape measured with two or more splits "
+                                      "(llama.cpp RPC, vLLM TP=2, vLLM PP=2) in this run")
+    ok = comp[comp["status"] == "ok"]
+    failed = comp[comp["status"] != "ok"]
+    splits = [backends.split_name(s) for s in backends.SPLITS]
+    several = comp["model_shape"].nunique() > 1 or comp["pair"].nunique() > 1
+    cells = ok.assign(
+        split=ok["split"].map(backends.split_name),
+        panel=(ok["model_shape"] + " · " + ok["pair"] + " · " + ok["link"]) if several
+        else ok["link"],
+        cell=ok["ctx"].astype(str) + " ×" + ok["conc"].astype(str),
+        flag=np.where(ok["flags"].map(lambda f: isinstance(f, str) and bool(f)),
+                      "flagged", "ok"),
+        flags=ok["flags"].map(lambda f: f if isinstance(f, str) else ""))
+    long = _long(cells, BACKEND_MEASURES, ["split", "model", "link", "ctx", "conc",
+                                           "panel", "cell", "flag", "flags"])
+    if long.empty:
+        return _note(CHARTS[name][0], "every cell of the compared splits failed: see the "
+                                      "backends table")
+    present = [f"{c} ×{n}" for c in order for n in sorted(comp["conc"].unique())
+               if f"{c} ×{n}" in set(long["cell"])]
+    x = alt.X("cell:N", sort=present, title="context × concurrency",
+              scale=alt.Scale(domain=present), axis=alt.Axis(labelAngle=0))
+    scale = alt.Scale(domain=[s for s in splits if s in set(long["split"])])
+    tooltip = ["split:N", "model:N", "link:N", "ctx:N", "conc:O", "measure:N",
+               alt.Tooltip("value:Q", format=".3f"), alt.Tooltip("unc:Q", title="±",
+                                                                   format=".3f"),
+               alt.Tooltip("flags:N", title="flags")]
+    panels = list(dict.fromkeys(cells.sort_values(["link"], key=lambda s: s != baseline,
+                                                  kind="stable")["panel"]))
+    rows = []
+    for measure in [m[2] for m in BACKEND_MEASURES]:
+        mine = long[long["measure"] == measure]
+        if mine.empty:
+            continue
+        log = measure in PAIR_LOG_MEASURES and bool((mine["value"] > 0).all())
+        if log:
+            mine = mine.assign(lo=mine["lo"].where(mine["lo"] > 0, mine["value"] / 100))
+        rows.append(alt.layer(*_pair_points(x, scale.domain, scale, tooltip, measure, log,
+                                            by="split"), data=mine).properties(
+            width=max(140, 30 * len(present)), height=140
+        ).facet(column=alt.Column("panel:N", sort=panels, title=None)))
+    subtitle = "± = 2 standard errors (bars); triangles: flagged cells (see the " \
+               "backends table)"
+    if len(failed):
+        shown = [f"{r.link}/{r.model}/{r.ctx}x{r.conc}: {r.status}"
+                 for r in failed.itertuples()]
+        subtitle += "; not drawn (failed): " + ", ".join(shown[:6]) + (
+            f" and {len(shown) - 6} more" if len(shown) > 6 else "")
+    return alt.vconcat(*rows, title=_title(name, subtitle))
+
+
 BUILDERS: dict[str, Callable[..., alt.TopLevelMixin]] = {
     "decode_ms_per_token": decode_ms_per_token,
     "decode_delta": decode_delta,
@@ -582,6 +649,7 @@ BUILDERS: dict[str, Callable[..., alt.TopLevelMixin]] = {
     "links": links_chart,
     "token_timeline": token_timeline,
     "decode_vs_latency": decode_vs_latency,
+    "backends": backends_chart,
     "pairs": pairs_chart,
 }
 

@@ -8,7 +8,7 @@ every `snakemake` call a second.
 # The tables splitbench.report.tables writes, each as markdown and CSV.
 TABLE_STEMS = ["links", "link_comparison", "link_traffic", "single_stream_decode",
                "single_stream_prefill", "ttft", "concurrency_boundary", "overlap",
-               "pairs", "mechanisms", "remeasured"]
+               "pairs", "mechanisms", "backends", "remeasured"]
 
 
 # name -> (title, the question it answers); the report shows them in this order.
@@ -46,6 +46,12 @@ CHARTS: dict[str, tuple[str, str]] = {
         "Decode time per token against link latency",
         "Decode less the time its token's bytes take on the link, against the link's "
         "latency: the fitted slope is the number of round trips each token pays for.",
+    ),
+    "backends": (
+        "Backends side by side",
+        "One model shape split by llama.cpp's RPC and by vLLM's tensor and pipeline "
+        "parallel on the same links: which split decodes and prefills faster, and what "
+        "does each move across the link per token?",
     ),
     "pairs": (
         "Pairs side by side",

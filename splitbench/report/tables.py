@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from splitbench import results
-from splitbench.analysis import comparison, mechanisms, pairs, traffic
+from splitbench.analysis import backends, comparison, mechanisms, pairs, traffic
 from splitbench.analysis.cell_summary import (
     OVERLAP_MAX,
     SUMMARY_KEYS,
@@ -344,6 +344,43 @@ def _plus_minus(value: float, unc: float, status: Any, spec: str | Callable[[flo
     return _flagged(text, flags)
 
 
+def backends_table(summary: pd.DataFrame, contexts: list[str],
+                   baseline_link: str | None = None,
+                   mechanisms_table: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Backends side by side (analysis.backends.compare): one row per cell of each model
+    shape measured with two or more splits, the splits next to each other: decode,
+    prefill, TTFT and overlap with their ±, ❌ where the cell failed and ⚠ where it is
+    flagged, the bytes a decoded token moved each way, and the model's decode verdict.
+    Without two splits of one shape, one row that says so."""
+    comp = backends.compare(summary, contexts, baseline_link, mechanisms_table)
+    if comp.empty:
+        splits = sorted({backends.split_name(s) for s in summary.get(
+            "split", pd.Series(dtype=object)).fillna("rpc")}) or ["none"]
+        return pd.DataFrame({"backends": [
+            f"no model shape measured with two or more splits in this run (splits: "
+            f"{', '.join(splits)}): give one shape to llama.cpp and to vLLM (docs/backends.md)"]})
+    rows = list(comp.itertuples(index=False))
+    table: dict[str, Any] = {
+        "shape": comp["model_shape"], "pair": comp["pair"], "ctx": comp["ctx"],
+        "conc": comp["conc"], "link": comp["link"],
+        "split": [backends.split_name(r.split) for r in rows], "model": comp["model"]}
+    table["decode (ms/token)"] = [_plus_minus(r.decode_ms_per_token, r.decode_ms_unc,
+                                              r.status, ".2f", r.flags) for r in rows]
+    table["prefill (tok/s)"] = [_plus_minus(r.prefill_tps, r.prefill_tps_unc, r.status,
+                                            ".0f", r.flags) for r in rows]
+    table["TTFT (ms)"] = [_plus_minus(r.ttft_ms, r.ttft_ms_unc, r.status, _ms, r.flags)
+                          for r in rows]
+    table["overlap"] = ["— (one stream)" if r.conc == 1 else _flagged(
+        _overlap_text(r.overlap if pairs.finite(r.overlap) else np.nan, r.status)
+        if isinstance(r.status, str) else "—", r.flags) for r in rows]
+    for way, arrow in (("a_to_b", "A→B"), ("b_to_a", "B→A")):
+        table[f"bytes/token {arrow}"] = [
+            f"{v:,.0f}" if r.status == "ok" and pairs.finite(v) else "—"
+            for r, v in zip(rows, comp[f"rpc_bytes_per_token_{way}"], strict=True)]
+    table["decode verdict (mechanisms)"] = comp["verdict"]
+    return pd.DataFrame(table).reset_index(drop=True)
+
+
 def _uncertainty_source(source: Any, samples: Any, status: Any) -> str:
     """Where a cell's ± comes from (cell_summary._uncertainty), with its sample count."""
     if status != "ok" or not isinstance(source, str):
@@ -506,6 +543,7 @@ def tables(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
     `drift` and `prediction`: see link_comparison."""
     base = pick_baseline(summary, baseline_link)
     levels = overlap_levels(summary) or "no concurrency level above 1"
+    verdicts = mechanisms.table(summary, links, contexts, base, drift, prediction)
     return {
         "links": ("Links (bandwidth in Gbit/s: median ± half the spread over repeats; "
                   f"flags {FLAG_MARK}: measured while other work used the CPUs)",
@@ -556,7 +594,15 @@ def tables(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
             "response latency difference (slope = round trips per token) and prefill "
             "relative change against relative one-way bandwidth (slope = elasticity); "
             f"fits through the origin, ± is {COVERAGE:g} standard errors",
-            mechanisms.table(summary, links, contexts, base, drift, prediction)),
+            verdicts),
+        "backends": (
+            "Backends side by side: one model shape split by llama.cpp's RPC and by "
+            "vLLM's tensor (TP=2) and pipeline (PP=2) parallel, on the same pair and "
+            f"links (± is {COVERAGE:g} standard errors; ❌: the cell's status; "
+            f"{FLAG_MARK}: a flagged cell; bytes/token: the kernel's counters of the "
+            "connections between the hosts during decode; the verdict is each model's "
+            "own, from the mechanisms table)",
+            backends_table(summary, contexts, base, verdicts)),
     }
 
 

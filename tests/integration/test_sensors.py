@@ -108,3 +108,20 @@ def _running(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_a_servers_own_cpu_includes_the_workers_it_started():
+    """A server that computes in child processes (vLLM's engine and workers): their CPU
+    is the server's own, counted through the process it was started as."""
+    busy = "import time\nend = time.time() + 1.0\nwhile time.time() < end: pass\n"
+    parent = subprocess.Popen(["sh", "-c", f'{sys.executable} -c "$0" & wait', busy])
+    try:
+        time.sleep(0.2)
+        before = sensors.cpu_counters([parent.pid])
+        time.sleep(0.6)
+        after = sensors.cpu_counters([parent.pid])
+    finally:
+        parent.wait(timeout=10)
+    assert before["own_found"] == after["own_found"] == 1
+    seconds = (after["own_ticks"] - before["own_ticks"]) / after["hz"]
+    assert seconds > 0.3, seconds  # the child's busy loop, ~0.6 s of it

@@ -29,7 +29,7 @@ def take_event(event: dict[str, Any], t_ns: int, t_mono: int, reply: Reply) -> N
     choices = event.get("choices") or []
     if not choices:
         if "usage" in event:
-            reply.final = event
+            reply.final = {**reply.final, **event}  # the finish reason came before it
         return
     ids = choices[0].get("token_ids") or []
     add_tokens(reply, len(ids), ids, t_ns, t_mono)

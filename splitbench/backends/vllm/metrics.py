@@ -11,12 +11,18 @@ from splitbench.backends.client import Reply
 # vLLM's 400s for a prompt the model's length does not hold (longer than it, or so long
 # that no token is left to generate).
 CONTEXT_WALL = ("maximum context length", "max_tokens must be at least 1")
+# vLLM's error event when its engine (a rank, or the connection between them) died.
+ENGINE_DIED = "EngineCore encountered an issue"
 
 
 def request_row(reply: Reply, target_prompt: int, n_predict: int, server_alive: bool,
                 crash_below_tps: float) -> dict[str, Any]:
     if reply.http_status == 400 and any(t in (reply.error_text or "") for t in CONTEXT_WALL):
         reply.error_type = metrics.CONTEXT_WALL_ERRORS[0]
+    if ENGINE_DIED in (reply.error_text or ""):
+        # The engine says it died (a rank's host gone): a crash, also in the second
+        # before rank 0's API server notices and exits.
+        server_alive = False
     usage = reply.final.get("usage") or {}
     figures = reply.final.get("metrics") or {}
     generated = usage.get("completion_tokens")

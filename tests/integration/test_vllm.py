@@ -1,0 +1,225 @@
+"""The vLLM backend against real vLLM servers: TP=2 and PP=2 across the lab's namespaces,
+a shaped link, greedy output against a single-host server, a host B that dies mid-cell,
+a worker that never comes, and nothing left behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from splitbench import models, plan
+from splitbench.backends import launches
+from splitbench.backends.prompts import prompt
+from splitbench.backends.vllm import client, metrics, servers
+from splitbench.backends.vllm import prompts as vllm_prompts
+from splitbench.backends.vllm import toolchain as vllm_toolchain
+from splitbench.backends.vllm.client import SERVED_NAME
+from splitbench.backends.vllm.setup import executable
+from splitbench.infra import procs, telemetry
+from splitbench.links import lab
+from tests.conftest import ROOT
+
+SHAPE = {"n_layer": 2, "n_embd": 128, "n_head": 4, "n_head_kv": 2, "n_ff": 256,
+         "n_vocab": 1024, "context_length": 8192, "seed": 5}
+VENV = str(ROOT / ".venv-vllm")
+
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root (network namespaces)"),
+    pytest.mark.skipif(not executable(VENV).exists(),
+                       reason="vLLM not installed (./bootstrap.sh vllm; ./bootstrap.sh test "
+                              "installs it)"),
+]
+
+
+def config(split: dict, dtype: str = "float32") -> dict:
+    return {"pairs": {"vx": {"mode": "embedded", "hosts": {"a": {}, "b": {}},
+                             "links": {"plain": {}, "narrow": {"rate_gbit": 0.05}}}},
+            "models": {"m": {"synthetic": SHAPE, "backend": "vllm",
+                             "vllm": {**split, "dtype": dtype, "launch_timeout_s": 300}}},
+            "contexts": {"short": 32, "long": 512}, "concurrency": [1],
+            "cell": {"n_predict": 32}, "measurement_version": 1, "baseline_link": "plain",
+            "toolchain": {"source": "pip"}}
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    """The model as a Hugging Face directory, both hosts' vLLM, in a private state
+    directory torn down at the end (nothing of the module's may stay)."""
+    tmp = tmp_path_factory.mktemp("vllm")
+    old = os.environ.get("SPLITBENCH_STATE")
+    os.environ["SPLITBENCH_STATE"] = str(tmp / "state")
+    shm_before = set(os.listdir("/dev/shm"))
+    try:
+        models.write_synthetic_hf(SHAPE, tmp / "m.hf")
+        model = models.describe({"synthetic": SHAPE, "backend": "vllm"}, tmp / "m.hf")
+        tools = vllm_toolchain.record("vx", {"a": {}, "b": {}}, VENV, tmp / "tools.json")
+        assert tools["status"] == "ok", tools
+        yield {"tmp": tmp, "model": model, "tools": tools}
+    finally:
+        procs.teardown()
+        if old is None:
+            os.environ.pop("SPLITBENCH_STATE", None)
+        else:
+            os.environ["SPLITBENCH_STATE"] = old
+    assert not ours_running(tmp), ours_running(tmp)
+    assert set(os.listdir("/dev/shm")) <= shm_before  # no /dev/shm file of ours is left
+
+
+def ours_running(tmp: Path) -> list[str]:
+    """vLLM processes started from this module's state directory that still run."""
+    out = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if "vllm" in line and str(tmp) in line]
+
+
+def launch(setup: dict, split: dict, link: str = "plain", **tools_override):
+    cfg = config(split)
+    the_link = lab.ensure_link(plan.link_slice(cfg, "vx", link))
+    tools = {**setup["tools"], **tools_override}
+    server = servers.ensure(the_link, plan.server_slice(cfg, "m"), setup["model"]["path"],
+                            setup["model"]["sha256"], tools)
+    return the_link, server
+
+
+def ask(link, server, length: int, n_predict: int = 32, nonce: int = 3) -> tuple:
+    """One request, its row and the traffic between the hosts during it (the reply
+    carries its prompt as `prompt_ids`)."""
+    with link.host_a.entered():
+        ids = prompt(vllm_prompts.token_pool(server.url), length, nonce)
+        traffic = telemetry.RpcTraffic(link.addr_b, None)
+        reply = client.run_concurrent(server.url, [ids], n_predict, 120,
+                                      traffic.at_first_token)[0]
+        traffic.finish()
+    row = metrics.request_row(reply, length, n_predict, True, 1.0)
+    reply.prompt_ids = ids
+    return reply, row, traffic.figures([t["t_mono_ns"] for t in reply.tokens])
+
+
+def single_host_tokens(setup: dict, link, ids: list[int], n_predict: int) -> list[int]:
+    """Greedy tokens of the same model served by one vLLM on host A alone."""
+    host = link.host_a
+    argv = [setup["tools"]["a"]["vllm"]["executable"], "serve", setup["model"]["path"],
+            "--served-model-name", SERVED_NAME, "--dtype", "float32", "--max-model-len",
+            "640", "--no-enable-prefix-caching", "--host", "127.0.0.1", "--port", "8199"]
+    scratch = setup["tmp"] / "single"
+    scratch.mkdir(exist_ok=True)
+    env = {"VLLM_HOST_IP": "127.0.0.1", "VLLM_CPU_KVCACHE_SPACE": "1",
+           "VLLM_CPU_OMP_THREADS_BIND": host.cpus or "auto", "HF_HUB_OFFLINE": "1",
+           "VLLM_NO_USAGE_STATS": "1", "TMPDIR": str(scratch)}
+    host.spawn(servers._private_shm(host, argv), role="vllm-single", key="vllm-single",
+               log_path=setup["tmp"] / "single.log", env=env, extra={"group": True})
+    try:
+        url = "http://127.0.0.1:8199"
+        with host.entered():
+            deadline = time.monotonic() + 300
+            while not servers.healthy(url):
+                assert time.monotonic() < deadline, (setup["tmp"] / "single.log").read_text()
+                time.sleep(1)
+            reply = client.run_concurrent(url, [ids], n_predict, 120)[0]
+        return [t["token_id"] for t in reply.tokens]
+    finally:
+        procs.stop("vllm-single")
+
+
+def test_tp2_splits_every_layer_over_the_link_and_its_figures_agree_with_the_server(setup):
+    link, server = launch(setup, {"tensor_parallel": 2})
+    assert server.record["link_connections"] > 0  # every one between the link's addresses
+    assert server.record["parallel"] == "tp2"
+    reply, row, traffic = ask(link, server, 32)
+    assert row["status"] == "ok", row
+    assert row["generated_tokens"] == 32 and row["prompt_tokens"] == 32
+    assert reply.arrival_clock == "segment"  # each event's own arrival
+    assert row["cache_n"] == 0
+    # The harness's decode agrees with vLLM's own mean inter-token latency.
+    gap = abs(row["decode_ms_per_token"] / row["server_decode_ms_per_token"] - 1)
+    assert gap < 0.1, (row["decode_ms_per_token"], row["server_decode_ms_per_token"])
+    # The server's TTFT lies inside the client's.
+    assert row["server_ttft_ms"] <= row["ttft_ms"] + 0.5
+    # Tensor parallel: each token's activations cross the link both ways, every layer.
+    assert traffic["rpc_bytes_per_token_a_to_b"] > 1000, traffic
+    assert traffic["rpc_bytes_per_token_b_to_a"] > 1000, traffic
+    setup["tp_tokens"] = ([t["token_id"] for t in reply.tokens], reply.prompt_ids)
+    _, long_row, _ = ask(link, server, 512, n_predict=8, nonce=4)
+    setup["tp_plain_ttft"] = long_row["ttft_ms"]
+
+
+def test_a_shaped_link_costs_tp2_its_bytes(setup):
+    """At 0.05 Gbit/s the 512-token prompt's activations take longer to cross: the time
+    to first token grows by at least a third of what its bytes need on that link."""
+    link, server = launch(setup, {"tensor_parallel": 2}, link="narrow")
+    _, row, traffic = ask(link, server, 512, n_predict=8, nonce=4)
+    assert row["status"] == "ok", row
+    prefill_bytes = traffic["rpc_prefill_a_to_b_bytes"] + traffic["rpc_prefill_b_to_a_bytes"]
+    wire_ms = prefill_bytes * 8 / 0.05e9 * 1000 / 2  # both ways at once, each at 0.05
+    assert row["ttft_ms"] - setup["tp_plain_ttft"] > wire_ms / 3, (
+        row["ttft_ms"], setup["tp_plain_ttft"], wire_ms, prefill_bytes)
+
+
+def test_pp2_puts_half_the_layers_on_each_host_and_both_splits_decode_alike(setup):
+    link, server = launch(setup, {"pipeline_parallel": 2})
+    assert server.record["parallel"] == "pp2"
+    reply, row, traffic = ask(link, server, 32)
+    assert row["status"] == "ok", row
+    # Pipeline parallel: one hidden state forward per token, the sampled token back.
+    assert traffic["rpc_bytes_per_token_a_to_b"] > 128, traffic
+    tp_ids, tp_prompt = setup["tp_tokens"]
+    assert reply.prompt_ids == tp_prompt  # the same prompt (one tokenizer, one nonce)
+    # float32: the split does not change the greedy output.
+    assert [t["token_id"] for t in reply.tokens] == tp_ids
+
+
+def test_the_split_output_equals_a_single_host_servers(setup):
+    link = lab.ensure_link(plan.link_slice(config({"tensor_parallel": 2}), "vx", "plain"))
+    launches.stop("vx")  # the single server gets host A's memory
+    tp_ids, tp_prompt = setup["tp_tokens"]
+    assert single_host_tokens(setup, link, tp_prompt, 32) == tp_ids
+
+
+def test_host_b_dying_mid_request_is_a_crash_and_stops_cleanly(setup):
+    link, server = launch(setup, {"tensor_parallel": 2})
+    rank1 = procs.find(server.record["proc_keys"][1])
+
+    def kill_b() -> None:
+        os.killpg(rank1["pid"], signal.SIGKILL)
+
+    with link.host_a.entered():
+        ids = prompt(vllm_prompts.token_pool(server.url), 32, 9)
+        reply = client.run_concurrent(server.url, [ids], 2000, 120, kill_b)[0]
+    alive = server.alive() and servers.healthy(server.url)
+    row = metrics.request_row(reply, 32, 2000, alive, 1.0)
+    assert 0 < row["generated_tokens"] < 2000
+    assert row["status"] == "crash", (row["status"], reply.error_type, reply.error_text)
+    launches.stop("vx")
+    assert not ours_running(setup["tmp"])
+
+
+def test_a_worker_that_cannot_start_fails_the_launch_at_once(setup, tmp_path):
+    broken = {"b": {"vllm": {**setup["tools"]["b"]["vllm"],
+                             "executable": str(tmp_path / "no-vllm-here")}}}
+    started = time.monotonic()
+    with pytest.raises(servers.LaunchError, match="rank 1 on host B .* during start-up"):
+        launch(setup, {"tensor_parallel": 2}, **broken)
+    assert time.monotonic() - started < 60
+    assert not ours_running(setup["tmp"]) and launches.current("vx") is None
+
+
+def test_a_worker_that_never_joins_fails_the_launch_within_its_deadline(setup, tmp_path):
+    """Rank 0 alone waits forever by itself: splitbench's deadline ends it."""
+    silent = tmp_path / "silent-vllm"
+    silent.write_text("#!/bin/sh\nexec sleep 600\n")
+    silent.chmod(0o755)
+    cfg = config({"tensor_parallel": 2})
+    cfg["models"]["m"]["vllm"]["launch_timeout_s"] = 45
+    link = lab.ensure_link(plan.link_slice(cfg, "vx", "plain"))
+    tools = {**setup["tools"], "b": {"vllm": {**setup["tools"]["b"]["vllm"],
+                                              "executable": str(silent)}}}
+    started = time.monotonic()
+    with pytest.raises(servers.LaunchError, match="not healthy after 45 s"):
+        servers.ensure(link, plan.server_slice(cfg, "m"), setup["model"]["path"],
+                       setup["model"]["sha256"], tools)
+    assert time.monotonic() - started < 45 + 40  # the deadline, and stopping
+    assert not ours_running(setup["tmp"]) and launches.current("vx") is None
