@@ -72,7 +72,9 @@ def _verdicts(cells: pd.DataFrame, mechanisms: pd.DataFrame | None) -> list[str]
         return ["—"] * len(cells)
     decode = mechanisms[mechanisms["mechanism"] == "decode"]
     keyed = "pair" in decode
-    found = {((r["pair"] if keyed else None), r["model"]): r["verdict"]
+    # The verdict's first clause: what the model's decode pays for (the rest, per link
+    # and term, stands in the mechanisms table).
+    found = {((r["pair"] if keyed else None), r["model"]): str(r["verdict"]).split("; ")[0]
              for _, r in decode.iterrows()}
     return [found.get(((p if keyed else None), m), "—")
             for p, m in zip(cells["pair"], cells["model"], strict=True)]

@@ -629,7 +629,7 @@ def backends_chart(summary: pd.DataFrame, baseline: str = "", **_: Any
             mine = mine.assign(lo=mine["lo"].where(mine["lo"] > 0, mine["value"] / 100))
         rows.append(alt.layer(*_pair_points(x, scale.domain, scale, tooltip, measure, log,
                                             by="split"), data=mine).properties(
-            width=max(140, 30 * len(present)), height=140
+            width=max(180, 48 * len(present)), height=140
         ).facet(column=alt.Column("panel:N", sort=panels, title=None)))
     subtitle = "± = 2 standard errors (bars); triangles: flagged cells (see the " \
                "backends table)"

@@ -278,11 +278,15 @@ def _launch_files(summary: pd.DataFrame, cells_dir: str | Path) -> dict[str, Pat
 
 
 def _argvs(commands: dict) -> list[list[str]]:
-    """Every command line of a launch: llama-server, and one or more RPC workers."""
+    """Every command line of a launch: llama-server and its RPC workers, or vLLM's two
+    ranks (one argument list each, or a list of them); anything else is left out."""
     out = []
     for value in commands.values():
-        out += value if value and isinstance(value[0], list) else [value]
-    return out
+        if isinstance(value, list) and value and all(isinstance(v, list) for v in value):
+            out += value
+        elif isinstance(value, list) and value:
+            out.append(value)
+    return [[str(arg) for arg in argv] for argv in out]
 
 
 def _launch_rows(launch_files: dict[str, Path]) -> tuple[pd.DataFrame, str]:
@@ -294,7 +298,9 @@ def _launch_rows(launch_files: dict[str, Path]) -> tuple[pd.DataFrame, str]:
             launch = next((item for item in launch if item), {})
         started = launch.get("started_at")
         rows.append({"launch": launch_id, "pair": launch.get("pair"),
-                     "link": launch.get("link"), "settings": json.dumps(launch.get("settings")),
+                     "link": launch.get("link"),
+                     "backend": (launch.get("settings") or {}).get("backend", "llamacpp"),
+                     "settings": json.dumps(launch.get("settings")),
                      "started": _clock(started * 1e9) if started else None,
                      "load s": launch.get("load_s"),
                      "placement": json.dumps(launch.get("placement"))})

@@ -138,7 +138,8 @@ def _start(link: Link, settings: dict[str, Any], model_path: str, wanted: str,
         "backend": "vllm", "launch_id": launch_id, "fingerprint": wanted,
         "url": f"http://127.0.0.1:{port}", "pair": link.pair, "link": link.name,
         "netns_a": link.host_a.netns, "proc_keys": [key for *_, key, _ in ranks],
-        "settings": settings, "started_at": time.time(), "commands": {}, "cleanup": [],
+        "settings": settings, "started_at": time.time(), "commands": {}, "environment": {},
+        "cleanup": [],
         "parallel": _parallel(settings),
     }
     # The record exists from the first spawn on: a launch that fails is stopped through
@@ -158,7 +159,8 @@ def _start(link: Link, settings: dict[str, Any], model_path: str, wanted: str,
         host.spawn(argv, role=f"vllm-rank{0 if side == 'a' else 1}", key=key,
                    log_path=logs / f"{launch_id}-vllm-{side}.log", env=env,
                    extra={"pair": link.pair, "group": True})
-        record["commands"][f"rank_{side}"] = {"argv": argv, "env": env}
+        record["commands"][f"rank_{side}"] = argv
+        record["environment"][f"rank_{side}"] = env
         launches.save(record, link.pair, slot)
     with link.host_a.entered():
         _wait_healthy(record, settings["launch_timeout_s"])
