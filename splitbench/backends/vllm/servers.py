@@ -213,7 +213,9 @@ def _environment(settings: dict[str, Any], host: Host, addr: str, ifname: str | 
         "XDG_CACHE_HOME": f"{_cache_root(host)}/xdg",
     }
     if ifname:
+        # gloo's (the CPU build's collectives) and NCCL's (GPUs') interface: the link's.
         env["GLOO_SOCKET_IFNAME"] = ifname
+        env["NCCL_SOCKET_IFNAME"] = ifname
     return env
 
 

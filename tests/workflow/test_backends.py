@@ -1,0 +1,107 @@
+"""The documented backends config through the whole workflow: one model shape by
+llama.cpp RPC, vLLM TP=2 and vLLM PP=2 over an unshaped and a shaped link, compared in
+the report; a missing vLLM stops the run before anything starts; adding a vLLM model
+plans nothing else."""
+
+from __future__ import annotations
+
+import os
+
+import pandas as pd
+import pytest
+import yaml
+
+from tests.conftest import ROOT, needs_root
+from tests.workflow.test_workflow import planned, procs_left, snakemake, workflow_copy
+
+EXAMPLE = ["--configfile", "config/examples/backends.yaml", "--replace-workflow-config"]
+VENV = ROOT / ".venv-vllm"
+
+needs_vllm = pytest.mark.skipif(not (VENV / "bin/vllm").exists(),
+                                reason="vLLM not installed (./bootstrap.sh vllm; "
+                                       "./bootstrap.sh test installs it)")
+
+
+def test_a_vllm_model_without_vllm_stops_before_anything_starts(tmp_path):
+    work = workflow_copy(tmp_path)  # no .venv-vllm in this copy
+    run = snakemake(work, "all", *EXAMPLE)
+    assert run.returncode != 0
+    out = run.stdout + run.stderr
+    assert "use backend vllm" in out and "./bootstrap.sh vllm" in out, out[-2000:]
+    assert not (work / "results").exists() and not (work / ".splitbench").exists()
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    if os.geteuid() != 0:
+        pytest.skip("needs root (network namespaces)")
+    if not (VENV / "bin/vllm").exists():
+        pytest.skip("vLLM not installed (./bootstrap.sh vllm)")
+    work = workflow_copy(tmp_path_factory.mktemp("backends"))
+    (work / ".venv-vllm").symlink_to(VENV)
+    run = snakemake(work, "all", *EXAMPLE, timeout=3600)
+    assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
+    return work
+
+
+@needs_root()
+@needs_vllm
+@pytest.mark.e2e
+def test_one_shape_split_three_ways_is_measured_and_compared(finished):
+    work = finished
+    summary = pd.read_parquet(work / "results/summary/cells.parquet")
+    assert len(summary) == 3 * 2 * 2 * 2  # models x links x contexts x levels
+    assert (summary["status"] == "ok").all(), summary[["link", "model", "ctx", "status"]]
+    assert dict(summary.groupby("model")["split"].first()) == {"rpc": "rpc", "tp": "tp2",
+                                                              "pp": "pp2"}
+    assert summary["model_shape"].nunique() == 1  # one shape, three splits
+    one = summary[summary["conc"] == 1].set_index(["model", "link", "ctx"])
+    # The bytes a decoded token moves, from the kernel's counters: llama.cpp sends the
+    # logits back (1,024 x 4 B and 8 of protocol); tensor parallel moves every layer's
+    # activations both ways, pipeline parallel one hidden state forward.
+    rpc = one.loc["rpc", "rpc_bytes_per_token_b_to_a"]
+    assert ((rpc / 4104 - 1).abs() < 0.01).all(), rpc
+    assert (one.loc["tp", "rpc_bytes_per_token_a_to_b"] > 1000).all()
+    assert (one.loc["tp", "rpc_bytes_per_token_b_to_a"] > 1000).all()
+    assert (one.loc["pp", "rpc_bytes_per_token_a_to_b"] > 128 * 2).all()
+    # The shaped link costs vLLM's 512-token prefill its activations' wire time: the
+    # time to first token grows on it, or the cells say they were measured under load.
+    for model in ("tp", "pp"):
+        plain, narrow = one.loc[(model, "plain", "mid")], one.loc[(model, "narrow", "mid")]
+        flagged = pd.notna(plain["interference"]) or pd.notna(narrow["interference"])
+        assert narrow["ttft_ms"] > plain["ttft_ms"] or flagged, (model, plain["ttft_ms"],
+                                                                 narrow["ttft_ms"])
+    # Every vLLM request's decode agrees with vLLM's own mean inter-token latency.
+    for path in (work / "results/cells/lab").rglob("*.requests.parquet"):
+        requests = pd.read_parquet(path)
+        gap = (requests["decode_ms_per_token"] / requests["server_decode_ms_per_token"] - 1)
+        flagged = summary.set_index(["link", "model", "ctx", "conc"]).loc[
+            tuple(requests[["link", "model", "ctx", "conc"]].iloc[0]), "interference"]
+        assert gap.abs().max() < 0.05 or pd.notna(flagged), (path, gap.tolist())
+    table = (work / "results/tables/backends.md").read_text()
+    for split in ("llama.cpp RPC", "vLLM TP=2", "vLLM PP=2"):
+        assert table.count(f"| {split} |") == 8, split  # every link, context and level
+    report = (work / "results/report.html").read_text()
+    assert "Backends side by side" in report and "vLLM PP=2" in report
+    assert (work / "results/charts/backends.png").stat().st_size > 10_000
+    assert not procs_left(work)
+
+
+@needs_root()
+@needs_vllm
+@pytest.mark.e2e
+def test_adding_a_vllm_model_plans_only_its_own_jobs(finished):
+    work = finished
+    config = yaml.safe_load((work / "config/examples/backends.yaml").read_text())
+    config["models"]["tp32"] = {"synthetic": config["models"]["tp"]["synthetic"],
+                                "backend": "vllm",
+                                "vllm": {"tensor_parallel": 2, "dtype": "float32"}}
+    (work / "mine.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    jobs = planned(work, yaml.safe_load((work / "config/config.yaml").read_text()),
+                   "--configfile", "mine.yaml", "--replace-workflow-config")
+    measured = {rule: outputs for rule, outputs in jobs.items()
+                if rule in ("cell", "launch", "anchor", "model_hf", "link", "toolchain",
+                            "toolchain_vllm")}
+    assert measured, jobs
+    for rule, outputs in measured.items():
+        assert all("/tp32" in o for o in outputs), (rule, outputs)
