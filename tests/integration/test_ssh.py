@@ -417,3 +417,23 @@ def test_unknown_and_changed_host_keys_are_refused_and_never_added(host_b, tmp_p
         moved.run(["true"])
     assert changed.read_text() == held
     assert host_from_spec("b", host_b).run(["true"]).returncode == 0  # the right key: in
+
+
+@pytest.mark.skipif(not (Path(__file__).parents[2] / ".venv-vllm/bin/vllm").exists(),
+                    reason="vLLM not installed (./bootstrap.sh vllm)")
+def test_host_bs_vllm_is_described_over_ssh_and_a_missing_one_is_a_result(host_b, tmp_path):
+    from splitbench.backends.vllm import toolchain as vllm_toolchain
+
+    venv = str(Path(__file__).parents[2] / ".venv-vllm")
+    real.ensure(link_spec(host_b))  # A reaches B's sshd over the link
+    found = vllm_toolchain.record("rig", {"a": {}, "b": {**host_b, "vllm_venv": venv}},
+                                  venv, tmp_path / "vllm.json")
+    assert found["status"] == "ok", found
+    assert found["b"]["vllm"]["executable"] == f"{venv}/bin/vllm"
+    assert found["a"]["vllm"]["version"] == found["b"]["vllm"]["version"]
+    missing = vllm_toolchain.record("rig", {"a": {}, "b": {**host_b,
+                                                           "vllm_venv": "/opt/no-vllm"}},
+                                    venv, tmp_path / "missing.json")
+    assert missing["status"] == "failed"
+    assert "host b has no working vLLM at /opt/no-vllm/bin/vllm" in missing["error"]
+    assert "./bootstrap.sh vllm" in missing["error"]
