@@ -703,7 +703,8 @@ def _sections() -> list[tuple[str, type[Section]]]:
     return [("top level", Config), ("toolchain", Toolchain), ("pairs.<pair>", Pair),
             ("pairs.<pair>.hosts.a / .b", Host), ("pairs.<pair>.links.<link>", Link),
             ("models.<model>", Model), ("models.<model>.synthetic", Synthetic),
-            ("models.<model>.source", Source), ("cell", Cell), ("cell.paired", Paired),
+            ("models.<model>.source", Source), ("models.<model>.vllm", Vllm),
+            ("cell", Cell), ("cell.paired", Paired),
             ("link_check", LinkCheck), ("roundtrips", Roundtrips), ("drift", Drift),
             ("interference", Interference), ("report", Report)]
 

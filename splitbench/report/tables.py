@@ -354,8 +354,9 @@ def backends_table(summary: pd.DataFrame, contexts: list[str],
     Without two splits of one shape, one row that says so."""
     comp = backends.compare(summary, contexts, baseline_link, mechanisms_table)
     if comp.empty:
-        splits = sorted({backends.split_name(s) for s in summary.get(
-            "split", pd.Series(dtype=object)).fillna("rpc")}) or ["none"]
+        # Cells measured before the summary carried their split were llama.cpp's.
+        split = summary["split"] if "split" in summary else pd.Series("rpc", summary.index)
+        splits = sorted({backends.split_name(s) for s in split.fillna("rpc")}) or ["none"]
         return pd.DataFrame({"backends": [
             f"no model shape measured with two or more splits in this run (splits: "
             f"{', '.join(splits)}): give one shape to llama.cpp and to vLLM (docs/backends.md)"]})

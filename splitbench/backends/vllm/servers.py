@@ -226,9 +226,10 @@ def _cache_root(host: Host) -> str:
 
 
 def _scratch(host: Host, launch_id: str, side: str) -> str:
-    """The rank's temporary directory, made now."""
-    path = (f"/tmp/splitbench-vllm-{launch_id}" if host.remote
-            else str(procs.state_dir() / "vllm" / f"{launch_id}-{side}"))
+    """The rank's temporary directory, made now. Short, under /tmp: vLLM binds its unix
+    sockets there, and a socket's path holds at most 107 characters (a workdir's state
+    directory can be deeper than that leaves room for)."""
+    path = f"/tmp/sb-vllm-{launch_id}-{side}"
     host.run(["mkdir", "-p", path])
     return path
 
