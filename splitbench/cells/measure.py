@@ -26,7 +26,7 @@ from splitbench.stage import Stage, json_arg
 
 def backend_of(cell: dict[str, Any]) -> backends.Backend:
     """The cell's backend: its model's (`models.<m>.backend`, llama.cpp by default)."""
-    return backends.get(cell["model"].get("backend", "llamacpp"))
+    return backends.get((cell.get("model") or {}).get("backend", "llamacpp"))
 
 TOKEN_COLUMNS = ["request_id", "token_index", "token_id", "t_ns", "t_mono_ns", "chunk_tokens",
                  "server_cum_prompt_ms", "server_cum_predicted_ms", "server_cum_predicted_n"]

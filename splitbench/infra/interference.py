@@ -21,6 +21,7 @@ import contextlib
 import json
 import os
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
@@ -44,11 +45,23 @@ COLUMNS = [*(f"{figure}_{side}_{unit}" for side in SIDES for figure, unit in UNI
            *(f"interference_{side}" for side in SIDES)]
 
 
-def _counters(host: Host, pids: list[int]) -> dict[str, Any] | None:
-    """One machine's CPU counters, with `pids`' CPU time; None when unreadable."""
+@dataclass(frozen=True)
+class Own:
+    """The measurement's processes per host side, and those of them that run their work
+    in processes of their own (vLLM's ranks: engine and workers), whose living
+    descendants are the measurement's too."""
+
+    pids: dict[str, list[int]]
+    trees: dict[str, list[int]] = field(default_factory=dict)
+
+
+def _counters(host: Host, pids: list[int], trees: list[int]) -> dict[str, Any] | None:
+    """One machine's CPU counters, with the CPU time of `pids` and of `trees` with their
+    descendants; None when unreadable."""
     if not host.remote:
-        return sensors.cpu_counters(pids)  # a namespace shares the machine's counters
-    argv = [host.python, "-c", SENSORS_SOURCE, "--pids", ",".join(map(str, pids))]
+        return sensors.cpu_counters(pids, trees)  # a namespace shares the machine's
+    argv = [host.python, "-c", SENSORS_SOURCE, "--pids", ",".join(map(str, pids)),
+            "--trees", ",".join(map(str, trees))]
     try:
         result = host.run(argv, check=False)
         return json.loads(result.stdout.splitlines()[-1])["cpu"]
@@ -74,16 +87,20 @@ class Meter:
         self.sums: dict[str, dict[str, float] | None] = {key: {} for key in self.hosts}
 
     @contextlib.contextmanager
-    def stretch(self, pids: Mapping[str, list[int]]) -> Iterator[None]:
+    def stretch(self, own: Own) -> Iterator[None]:
         mine: dict[str, list[int]] = {key: [] for key in self.hosts}
-        for side, ids in pids.items():
+        trees: dict[str, list[int]] = {key: [] for key in self.hosts}
+        for side, ids in own.pids.items():
             mine[self.machine_of[side]].extend(ids)
-        before = {key: _counters(host, mine[key]) for key, host in self.hosts.items()}
+        for side, ids in own.trees.items():
+            trees[self.machine_of[side]].extend(ids)
+        before = {key: _counters(host, mine[key], trees[key])
+                  for key, host in self.hosts.items()}
         try:
             yield
         finally:
             for key, host in self.hosts.items():
-                self._add(key, before[key], _counters(host, mine[key]))
+                self._add(key, before[key], _counters(host, mine[key], trees[key]))
 
     def _add(self, key: str, before: dict[str, Any] | None,
              after: dict[str, Any] | None) -> None:
@@ -120,14 +137,16 @@ class Meter:
         return out
 
 
-def own_processes(pair: str, local_pids: list[int]) -> dict[str, list[int]]:
+def own_processes(pair: str, local_pids: list[int]) -> Own:
     """The measurement's processes on each host: this process (and `local_pids`, its
     helpers on this machine) on A, and every process recorded for the pair (servers and
-    the delay relay record their pair; iperf3 and the probe too), on the host it runs on."""
-    own: dict[str, list[int]] = {"a": [os.getpid(), *local_pids], "b": []}
+    the delay relay record their pair; iperf3 and the probe too), on the host it runs on;
+    a server recorded as a process group (vLLM's ranks) with its descendants."""
+    own = Own({"a": [os.getpid(), *local_pids], "b": []}, {"a": [], "b": []})
     for record in procs.all_procs():
         if record.get("pair") == pair:
-            own["b" if record.get("host") == "b" else "a"].append(record["pid"])
+            side = "b" if record.get("host") == "b" else "a"
+            (own.trees if record.get("group") else own.pids)[side].append(record["pid"])
     return own
 
 

@@ -72,10 +72,12 @@ def _gpu(nvml: ctypes.CDLL, index: int) -> dict[str, Any]:
     }
 
 
-def cpu_counters(pids: list[int] | None = None) -> dict[str, Any]:
+def cpu_counters(pids: list[int] | None = None,
+                 trees: list[int] | None = None) -> dict[str, Any]:
     """Cumulative CPU counters: the machine's busy and steal time (/proc/stat, clock
     ticks), the time tasks waited for a CPU (PSI `some` total, us; None where the kernel
-    has no PSI) and, for `pids`, their own CPU time including their reaped children's."""
+    has no PSI) and, for `pids`, their own CPU time including their reaped children's;
+    for `trees`, that of their living descendants too."""
     out: dict[str, Any] = {"t_mono": time.monotonic(), "hz": os.sysconf("SC_CLK_TCK"),
                            "ncpu": os.cpu_count(), "busy_ticks": None, "steal_ticks": None,
                            "total_ticks": None, "psi_some_us": None}
@@ -93,19 +95,21 @@ def cpu_counters(pids: list[int] | None = None) -> dict[str, Any]:
         # This process's own CPU so far (a reader started over SSH: the caller counts it).
         stat = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
         out["self_ticks"] = sum(int(v) for v in stat[11:13])
-    if pids is not None:
-        family = _family_ticks(pids)
-        out["own_ticks"] = sum(family.values())
+    if pids is not None or trees:
+        ticks = _ticks(pids or [], trees or [])
+        out["own_ticks"] = sum(ticks.values())
         # The measurement's processes that were found (descendants come and go: a
         # child's ticks move to its parent's when it ends, so the sum stays whole).
-        out["own_found"] = sum(pid in family for pid in pids)
+        out["own_found"] = sum(pid in ticks for pid in [*(pids or []), *(trees or [])])
     return out
 
 
-def _family_ticks(pids: list[int]) -> dict[int, int]:
-    """CPU ticks (utime, stime, cutime, cstime) of `pids` and of every living
-    descendant of theirs: a server that runs its work in child processes (vLLM's engine
-    and workers) is the measurement's own, not another program's."""
+def _ticks(pids: list[int], trees: list[int]) -> dict[int, int]:
+    """CPU ticks (utime, stime, cutime, cstime) of `pids`, and of `trees` with every
+    living descendant of theirs: a server that runs its work in child processes (vLLM's
+    engine and workers) is the measurement's own, not another program's."""
+    if not trees:
+        return {pid: t for pid in pids if (t := _own_ticks(pid)) is not None}
     ticks: dict[int, int] = {}
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
@@ -118,8 +122,8 @@ def _family_ticks(pids: list[int]) -> dict[int, int]:
             pid = int(entry.name)
             ticks[pid] = sum(int(v) for v in stat[11:15])
             children.setdefault(int(stat[1]), []).append(pid)
-    family: dict[int, int] = {}
-    todo = [p for p in pids if p in ticks]
+    family = {pid: ticks[pid] for pid in pids if pid in ticks}
+    todo = [p for p in trees if p in ticks]
     while todo:
         pid = todo.pop()
         if pid not in family:
@@ -128,7 +132,16 @@ def _family_ticks(pids: list[int]) -> dict[int, int]:
     return family
 
 
-def reading(pids: list[int] | None = None) -> dict[str, Any]:
+def _own_ticks(pid: int) -> int | None:
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        # utime, stime, cutime, cstime: fields 14-17; the name may hold spaces.
+        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return sum(int(v) for v in stat[11:15])
+    return None
+
+
+def reading(pids: list[int] | None = None,
+            trees: list[int] | None = None) -> dict[str, Any]:
     temps = temperatures_c()
     gpu_list, gpu_found = gpus()
     return {
@@ -138,7 +151,7 @@ def reading(pids: list[int] | None = None) -> dict[str, Any]:
         "load1": os.getloadavg()[0],
         "gpus": gpu_list,
         "gpu_sources": gpu_found,
-        "cpu": cpu_counters(pids),
+        "cpu": cpu_counters(pids, trees),
     }
 
 
@@ -146,11 +159,13 @@ def main(argv: list[str]) -> None:
     every = float(argv[argv.index("--every") + 1]) if "--every" in argv else None
     pids = ([int(p) for p in argv[argv.index("--pids") + 1].split(",") if p]
             if "--pids" in argv else None)
+    trees = ([int(p) for p in argv[argv.index("--trees") + 1].split(",") if p]
+             if "--trees" in argv else None)
     parent = os.getppid()
     # A sampler outlives nothing: when its parent (the cell job, or the SSH session)
     # is gone, killed say, it stops instead of sampling forever.
     while os.getppid() == parent:
-        print(json.dumps(reading(pids)), flush=True)
+        print(json.dumps(reading(pids, trees)), flush=True)
         if every is None:
             return
         time.sleep(every)

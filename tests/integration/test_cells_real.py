@@ -19,6 +19,7 @@ from splitbench import models
 from splitbench.analysis import cell_summary
 from splitbench.backends import launches
 from splitbench.backends.llamacpp import servers, toolchain
+from splitbench.backends.llamacpp.backend import BACKEND as LLAMACPP
 from splitbench.cells import measure
 from splitbench.infra import interference, procs, telemetry
 from splitbench.links import real
@@ -144,7 +145,7 @@ def test_repeats_are_measured_and_their_spread_is_the_uncertainty(bench, tmp_pat
 
 @needs_root()
 def test_an_unexpected_failure_in_one_repeat_keeps_the_others(bench, tmp_path, monkeypatch):
-    real_run = measure.BACKEND.stream
+    real_run = LLAMACPP.stream
     calls = []
 
     def fails_on_second_repeat(*args, **kwargs):
@@ -153,8 +154,8 @@ def test_an_unexpected_failure_in_one_repeat_keeps_the_others(bench, tmp_path, m
             raise RuntimeError("bug in the harness")
         return real_run(*args, **kwargs)
 
-    monkeypatch.setattr(measure, "BACKEND",
-                        dataclasses.replace(measure.BACKEND, stream=fails_on_second_repeat))
+    monkeypatch.setattr(measure, "backend_of", lambda cell: dataclasses.replace(
+        LLAMACPP, stream=fails_on_second_repeat))
     frame = bench(prompt_tokens=64, n_predict=8, name="flaky", repeats=3)
     by_repeat = frame.set_index("repeat")
     assert by_repeat.loc[0, "status"] == "ok" and by_repeat.loc[2, "status"] == "ok"
@@ -171,7 +172,8 @@ def test_a_cell_whose_every_repeat_fails_in_the_harness_fails_the_job(bench, tmp
     def broken(*args, **kwargs):
         raise RuntimeError("bug in the harness")
 
-    monkeypatch.setattr(measure, "BACKEND", dataclasses.replace(measure.BACKEND, stream=broken))
+    monkeypatch.setattr(measure, "backend_of",
+                        lambda cell: dataclasses.replace(LLAMACPP, stream=broken))
     with pytest.raises(RuntimeError, match=r"(?s)every repeat.*bug in the harness"):
         bench(prompt_tokens=64, n_predict=8, name="broken")
     # Nothing written, so the next run measures the cell again.
@@ -183,8 +185,8 @@ def test_a_launch_that_fails_on_host_b_is_a_row_stamped_when_it_failed(bench, mo
     def unreachable(*args, **kwargs):
         raise measure.HostError("host b: no listener on 10.0.0.2:50052 after 30s")
 
-    monkeypatch.setattr(measure, "BACKEND",
-                        dataclasses.replace(measure.BACKEND, ensure=unreachable))
+    monkeypatch.setattr(measure, "backend_of",
+                        lambda cell: dataclasses.replace(LLAMACPP, ensure=unreachable))
     before = time.time_ns()
     frame = bench(prompt_tokens=64, n_predict=8, name="nolaunch", concurrency=2)
     assert frame["error_type"].tolist() == ["launch_failed"] * 2

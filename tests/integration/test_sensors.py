@@ -117,11 +117,14 @@ def test_a_servers_own_cpu_includes_the_workers_it_started():
     parent = subprocess.Popen(["sh", "-c", f'{sys.executable} -c "$0" & wait', busy])
     try:
         time.sleep(0.2)
-        before = sensors.cpu_counters([parent.pid])
+        before = sensors.cpu_counters([], trees=[parent.pid])
         time.sleep(0.6)
-        after = sensors.cpu_counters([parent.pid])
+        after = sensors.cpu_counters([], trees=[parent.pid])
+        alone = sensors.cpu_counters([parent.pid])
     finally:
         parent.wait(timeout=10)
     assert before["own_found"] == after["own_found"] == 1
     seconds = (after["own_ticks"] - before["own_ticks"]) / after["hz"]
     assert seconds > 0.3, seconds  # the child's busy loop, ~0.6 s of it
+    # Without the tree, only the process itself (a shell waiting): the child is not its.
+    assert alone["own_ticks"] < after["own_ticks"]

@@ -60,35 +60,43 @@ def host_b(state_dir, tmp_path):
     procs.record_namespace(NS)  # teardown deletes it, and the veth pair with it
     sh("ip", "link", "add", IF_A, "type", "veth", "peer", "name", IF_B, "netns", NS)
     sh("ip", "-n", NS, "link", "set", "lo", "up")
+    # B's address must exist before sshd can listen on it; splitbench re-applies it.
+    sh("ip", "-n", NS, "addr", "add", f"{ADDR_B}/30", "dev", IF_B)
+    sh("ip", "-n", NS, "link", "set", IF_B, "up")
+    yield start_sshd(NS, ADDR_B, tmp_path)
+    # This process's connections end with the test's sshd (its sessions would linger).
+    ssh.close_all()
+
+
+def start_sshd(ns: str, addr: str, tmp_path: Path, wrap: tuple[str, ...] = ()) -> dict:
+    """A real sshd in namespace `ns` on addr:PORT (and the namespace's loopback), with
+    fresh host and client keys; `wrap`: a command it runs under (a private /dev/shm,
+    say). Returns host B's SSH settings for a pair's config."""
     keys = tmp_path / "keys"
     keys.mkdir()
     sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(keys / "host"))
     sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(keys / "client"))
     shutil.copy(keys / "client.pub", keys / "authorized_keys")
-    (keys / "known_hosts").write_text(f"[{ADDR_B}]:{PORT} {(keys / 'host.pub').read_text()}")
+    (keys / "known_hosts").write_text(f"[{addr}]:{PORT} {(keys / 'host.pub').read_text()}")
     (keys / "sshd_config").write_text(
         # B's loopback too: reachable from A only through B itself (the ProxyJump test).
-        f"Port {PORT}\nListenAddress {ADDR_B}\nListenAddress 127.0.0.1\n"
+        f"Port {PORT}\nListenAddress {addr}\nListenAddress 127.0.0.1\n"
         f"HostKey {keys / 'host'}\n"
         f"AuthorizedKeysFile {keys / 'authorized_keys'}\nPasswordAuthentication no\n"
         "KbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\n"
         "StrictModes no\nUsePAM no\nPidFile none\n")
     Path("/run/sshd").mkdir(exist_ok=True)
-    # B's address must exist before sshd can listen on it; splitbench re-applies it.
-    sh("ip", "-n", NS, "addr", "add", f"{ADDR_B}/30", "dev", IF_B)
-    sh("ip", "-n", NS, "link", "set", IF_B, "up")
     sshd = shutil.which("sshd") or "/usr/sbin/sshd"
-    procs.spawn(["ip", "netns", "exec", NS, sshd, "-D", "-e", "-f", str(keys / "sshd_config")],
+    procs.spawn(["ip", "netns", "exec", ns, *wrap, sshd, "-D", "-e", "-f",
+                 str(keys / "sshd_config")],
                 role="other", key="sshd-test", log_path=tmp_path / "sshd.log")
     # sshd takes a moment to bind; a test that connects first would see "refused".
     try:
-        Host("b", netns=NS).wait_listening(ADDR_B, PORT, timeout=15)
+        Host("b", netns=ns).wait_listening(addr, PORT, timeout=15)
     except HostError:
         pytest.fail(f"sshd did not listen: {(tmp_path / 'sshd.log').read_text()[-2000:]}")
-    yield {"ssh": f"root@{ADDR_B}", "ssh_port": PORT, "identity": str(keys / "client"),
-           "known_hosts": str(keys / "known_hosts")}
-    # This process's connections end with the test's sshd (its sessions would linger).
-    ssh.close_all()
+    return {"ssh": f"root@{addr}", "ssh_port": PORT, "identity": str(keys / "client"),
+            "known_hosts": str(keys / "known_hosts")}
 
 
 def link_spec(host_b: dict, **extra) -> dict:

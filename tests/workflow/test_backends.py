@@ -57,10 +57,12 @@ def test_one_shape_split_three_ways_is_measured_and_compared(finished):
     assert summary["model_shape"].nunique() == 1  # one shape, three splits
     one = summary[summary["conc"] == 1].set_index(["model", "link", "ctx"])
     # The bytes a decoded token moves, from the kernel's counters: llama.cpp sends the
-    # logits back (1,024 x 4 B and 8 of protocol); tensor parallel moves every layer's
-    # activations both ways, pipeline parallel one hidden state forward.
+    # logits back (1,024 x 4 B and 8 of protocol), within one token's share of the 31
+    # decoded (the next token's logits can cross before the first token's read ends);
+    # tensor parallel moves every layer's activations both ways, pipeline parallel one
+    # hidden state forward.
     rpc = one.loc["rpc", "rpc_bytes_per_token_b_to_a"]
-    assert ((rpc / 4104 - 1).abs() < 0.01).all(), rpc
+    assert rpc.between(4104 * 30 / 31 - 1, 4104 * 32 / 31 + 1).all(), rpc
     assert (one.loc["tp", "rpc_bytes_per_token_a_to_b"] > 1000).all()
     assert (one.loc["tp", "rpc_bytes_per_token_b_to_a"] > 1000).all()
     assert (one.loc["pp", "rpc_bytes_per_token_a_to_b"] > 128 * 2).all()

@@ -234,13 +234,15 @@ def _scratch(host: Host, launch_id: str, side: str) -> str:
     return path
 
 
+# A command under this runs in a mount namespace of its own with a fresh /dev/shm, gone
+# with its last process.
+PRIVATE_SHM = ("unshare", "--mount", "--propagation", "private", "sh", "-c",
+               'mount -t tmpfs -o mode=1777 splitbench-shm /dev/shm && exec "$@"', "sh")
+
+
 def _private_shm(host: Host, argv: list[str]) -> list[str]:
-    """In the lab, the rank in a mount namespace of its own with a fresh /dev/shm (gone
-    with its last process); a real host keeps its own."""
-    if host.netns is None:
-        return argv
-    return ["unshare", "--mount", "--propagation", "private", "sh", "-c",
-            'mount -t tmpfs -o mode=1777 splitbench-shm /dev/shm && exec "$@"', "sh", *argv]
+    """In the lab, the rank with a /dev/shm of its own; a real host keeps its own."""
+    return argv if host.netns is None else [*PRIVATE_SHM, *argv]
 
 
 def _wait_healthy(record: dict[str, Any], timeout_s: float) -> None:

@@ -1,0 +1,123 @@
+"""vLLM across a pair in mode ssh, for real: host A and host B are namespaces of their
+own (each with its own /dev/shm, as two machines have), B reached only through a real
+sshd. Host A is where splitbench runs, so the launch runs in a process inside A's
+namespace; rank 0's rendezvous store, which listens on every address of host A, then
+listens only inside it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from splitbench.backends.vllm.servers import PRIVATE_SHM
+from splitbench.infra import procs, ssh
+from tests.conftest import ROOT, needs_root
+from tests.integration.test_ssh import sh, start_sshd
+from tests.integration.test_vllm import SHAPE, VENV
+
+NS_A, NS_B = "sb-vsa", "sb-vsb"
+IF_A, IF_B = "sbvs-a", "sbvs-b"
+ADDR_A, ADDR_B = "10.214.11.1", "10.214.11.2"
+
+pytestmark = [
+    needs_root(),
+    pytest.mark.skipif(not (ROOT / ".venv-vllm/bin/vllm").exists(),
+                       reason="vLLM not installed (./bootstrap.sh vllm)"),
+]
+
+# Runs as host A: the launch over SSH, one request, the stop; prints what it saw.
+HOST_A = """
+import json, sys
+from pathlib import Path
+from splitbench import models, plan
+from splitbench.backends import launches
+from splitbench.backends.prompts import prompt
+from splitbench.backends.vllm import client, metrics, servers, toolchain
+from splitbench.backends.vllm import prompts as vllm_prompts
+from splitbench.infra import procs, telemetry
+from splitbench.links import real
+spec, shape, venv, out = json.loads(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3], sys.argv[4]
+config = {"pairs": {"sv": {"mode": "ssh", "hosts": spec["hosts"], "links": {}}},
+          "models": {"m": {"synthetic": shape, "backend": "vllm",
+                           "vllm": {"tensor_parallel": 2, "launch_timeout_s": 300}}},
+          "contexts": {"short": 32}, "concurrency": [1], "cell": {"n_predict": 32},
+          "measurement_version": 1}
+result = {}
+try:
+    link = real.ensure(spec)
+    tools = toolchain.record("sv", spec["hosts"], venv, Path(out) / "tools.json")
+    result["tools"] = tools["status"]
+    models.write_synthetic_hf(shape, Path(out) / "m.hf")
+    model = models.describe({"synthetic": shape, "backend": "vllm"}, Path(out) / "m.hf")
+    server = servers.ensure(link, plan.server_slice(config, "m"), model["path"],
+                            model["sha256"], tools)
+    rank1 = procs.find(server.record["proc_keys"][1])
+    result.update(connections=server.record["link_connections"],
+                  rank1_remote=bool(rank1.get("remote")), rank1_host=rank1.get("host"),
+                  cleanup=server.record["cleanup"])
+    ids = prompt(vllm_prompts.token_pool(server.url), 32, 3)
+    traffic = telemetry.RpcTraffic(link.addr_b, None)
+    reply = client.run_concurrent(server.url, [ids], 32, 120, traffic.at_first_token)[0]
+    traffic.finish()
+    row = metrics.request_row(reply, 32, 32, True, 1.0)
+    result.update(status=row["status"], tokens=row["generated_tokens"],
+                  bytes_a_to_b=traffic.figures([t["t_mono_ns"] for t in reply.tokens])[
+                      "rpc_bytes_per_token_a_to_b"])
+finally:
+    launches.stop("sv")
+    procs.teardown()
+print("RESULT " + json.dumps(result))
+"""
+
+
+@pytest.fixture
+def two_namespaces(state_dir, tmp_path):
+    for ns in (NS_A, NS_B):
+        subprocess.run(["ip", "netns", "delete", ns], capture_output=True)
+        sh("ip", "netns", "add", ns)
+        procs.record_namespace(ns)
+        sh("ip", "-n", ns, "link", "set", "lo", "up")
+    sh("ip", "-n", NS_A, "link", "add", IF_A, "type", "veth", "peer", "name", IF_B,
+       "netns", NS_B)
+    sh("ip", "-n", NS_B, "addr", "add", f"{ADDR_B}/30", "dev", IF_B)
+    sh("ip", "-n", NS_B, "link", "set", IF_B, "up")
+    host_b = start_sshd(NS_B, ADDR_B, tmp_path, wrap=PRIVATE_SHM)
+    yield host_b
+    ssh.close_all()
+
+
+def test_vllm_runs_across_a_pair_over_ssh_and_leaves_nothing_on_b(two_namespaces, tmp_path):
+    host_b = {**two_namespaces, "vllm_venv": VENV}
+    spec = {"pair": "sv", "link": "veth", "mode": "ssh", "hosts": {"a": {}, "b": host_b},
+            "interface_a": IF_A, "interface_b": IF_B, "addr_a": ADDR_A, "addr_b": ADDR_B,
+            "prefix": 30}
+    started = time.monotonic()
+    run = subprocess.run(
+        ["ip", "netns", "exec", NS_A, *PRIVATE_SHM, sys.executable, "-c", HOST_A,
+         json.dumps(spec), json.dumps(SHAPE), str(VENV), str(tmp_path)],
+        capture_output=True, text=True, timeout=900, cwd=ROOT,
+        env={"SPLITBENCH_STATE": str(tmp_path / "state-a"), "PATH": "/usr/sbin:/usr/bin:/bin"})
+    lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
+    assert lines, (run.stdout + run.stderr)[-4000:]
+    result = json.loads(lines[-1][7:])
+    assert result.get("tools") == "ok" and result.get("status") == "ok", \
+        (result, run.stderr[-3000:])
+    assert result["rank1_remote"] and result["rank1_host"] == "b"  # started through sshd
+    assert result["connections"] > 0 and result["bytes_a_to_b"] > 1000
+    assert result["tokens"] == 32
+    # Nothing of the launch is left on B: its processes (only sshd runs there) and its
+    # scratch directory.
+    left = subprocess.run(["ip", "netns", "pids", NS_B], capture_output=True,
+                          text=True).stdout.split()
+    commands = [Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+                for p in left if p.isdigit()]
+    assert all("sshd" in c for c in commands), commands
+    scratch = [p for c in result["cleanup"] for p in c["paths"]]
+    assert scratch and not any(subprocess.run(["test", "-e", p]).returncode == 0
+                               for p in scratch), scratch
+    assert time.monotonic() - started < 600
