@@ -54,6 +54,14 @@ class Backend:
     launch_record: Callable[..., dict[str, Any]]
 
 
+def split(settings: dict[str, Any]) -> str:
+    """How a launch's settings split the model across the hosts: "rpc" (llama.cpp's
+    layer split), "tp2" or "pp2" (vLLM's tensor or pipeline parallel)."""
+    if settings.get("backend") != "vllm":
+        return "rpc"
+    return "tp2" if settings.get("tensor_parallel") == 2 else "pp2"
+
+
 def get(name: str = "llamacpp") -> Backend:
     """The backend called `name` (its package's `backend.BACKEND`)."""
     try:

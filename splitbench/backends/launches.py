@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from splitbench.infra import procs
 from splitbench.infra.hosts import Host
 
@@ -35,6 +37,15 @@ class Server:
             (rec := procs.find(key)) is not None and procs.is_alive(rec)
             for key in self.record["proc_keys"]
         )
+
+
+def healthy(url: str) -> bool:
+    """The launch's HTTP server answers /health with 200 (both backends' servers do once
+    the model is loaded)."""
+    try:
+        return httpx.get(f"{url}/health", timeout=5).status_code == 200
+    except httpx.HTTPError:
+        return False
 
 
 def fingerprint(link: Any, settings: dict[str, Any], model_sha: str, build_id: str) -> str:

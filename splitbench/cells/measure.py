@@ -222,8 +222,7 @@ def layout(model: dict[str, Any], launch: dict[str, Any] | None) -> dict[str, An
         "backend": "vllm" if vllm else "llamacpp",
         # How the model is split across the hosts: llama.cpp's RPC layer split, or vLLM's
         # tensor (tp2) or pipeline (pp2) parallel.
-        "split": ("tp2" if settings.get("tensor_parallel") == 2 else "pp2") if vllm
-        else "rpc",
+        "split": backends.split(settings),
         # The model's shape, whatever its file: models of one shape are compared across
         # backends (the backends table).
         "model_shape": shape(header),

@@ -97,7 +97,7 @@ def test_killing_the_worker_mid_cell_is_a_crash_and_the_next_cell_relaunches(ben
     assert record["launch_id"] == after["launch_id"].iloc[0]
     link = real.ensure(LINK)
     with link.host_a.entered():
-        assert servers.healthy(record["url"])
+        assert launches.healthy(record["url"])
 
 
 @needs_root()

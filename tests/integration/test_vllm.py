@@ -117,7 +117,7 @@ def single_host_tokens(setup: dict, link, ids: list[int], n_predict: int) -> lis
         url = "http://127.0.0.1:8199"
         with host.entered():
             deadline = time.monotonic() + 300
-            while not servers.healthy(url):
+            while not launches.healthy(url):
                 assert time.monotonic() < deadline, (setup["tmp"] / "single.log").read_text()
                 time.sleep(1)
             reply = client.run_concurrent(url, [ids], n_predict, 120)[0]
@@ -190,7 +190,7 @@ def test_host_b_dying_mid_request_is_a_crash_and_stops_cleanly(setup):
     with link.host_a.entered():
         ids = prompt(vllm_prompts.token_pool(server.url), 32, 9)
         reply = client.run_concurrent(server.url, [ids], 500, 120, kill_b)[0]
-    alive = server.alive() and servers.healthy(server.url)
+    alive = server.alive() and launches.healthy(server.url)
     row = metrics.request_row(reply, 32, 500, alive, 1.0)
     assert 0 < row["generated_tokens"] < 500, (reply.http_status, reply.error_text)
     assert row["status"] == "crash", (row["status"], reply.error_type, reply.error_text)

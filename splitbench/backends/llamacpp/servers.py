@@ -29,12 +29,6 @@ class LaunchError(RuntimeError):
     """The servers did not come up; the message carries the log tail."""
 
 
-def healthy(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/health", timeout=5).status_code == 200
-    except httpx.HTTPError:
-        return False
-
 
 def ensure(
     link: Link,
@@ -54,7 +48,7 @@ def ensure(
         server = launches.current(link.pair, slot)
         if server is not None and server.fingerprint == wanted and server.alive():
             with link.host_a.entered():
-                if healthy(server.url):
+                if launches.healthy(server.url):
                     return server
         launches.stop(link.pair, slot)
         return _launch(link, settings, model_path, wanted, toolchain, slot)
@@ -210,7 +204,7 @@ def _wait_healthy(url: str, proc: dict[str, Any], deadline: float) -> None:
             how = procs.exit_status(proc) or "exited"
             raise LaunchError(f"llama-server {how} during start-up (model load); the "
                               f"last lines of its log:\n{_tail(proc['log'])}")
-        if healthy(url):
+        if launches.healthy(url):
             return
         time.sleep(0.2)
     raise LaunchError(f"llama-server not healthy after {HEALTH_TIMEOUT_S}s:\n"

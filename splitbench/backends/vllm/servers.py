@@ -26,7 +26,7 @@ from typing import Any
 
 import httpx
 
-from splitbench import results
+from splitbench import backends, results
 from splitbench.backends import launches
 from splitbench.backends.llamacpp.toolchain import failure as toolchain_failure
 from splitbench.backends.vllm.client import SERVED_NAME
@@ -44,12 +44,6 @@ class LaunchError(RuntimeError):
     """The ranks did not come up; the message says which and carries its log's tail."""
 
 
-def healthy(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/health", timeout=5).status_code == 200
-    except httpx.HTTPError:
-        return False
-
 
 def ensure(link: Link, settings: dict[str, Any], model_path: str, model_sha: str,
            toolchain: dict[str, Any], slot: str = "") -> launches.Server:
@@ -61,7 +55,7 @@ def ensure(link: Link, settings: dict[str, Any], model_path: str, model_sha: str
         server = launches.current(link.pair, slot)
         if server is not None and server.fingerprint == wanted and server.alive():
             with link.host_a.entered():
-                if healthy(server.url):
+                if launches.healthy(server.url):
                     return server
         launches.stop(link.pair, slot)
         why = unusable(link)
@@ -140,7 +134,7 @@ def _start(link: Link, settings: dict[str, Any], model_path: str, wanted: str,
         "netns_a": link.host_a.netns, "proc_keys": [key for *_, key, _ in ranks],
         "settings": settings, "started_at": time.time(), "commands": {}, "environment": {},
         "cleanup": [],
-        "parallel": _parallel(settings),
+        "parallel": backends.split(settings),
     }
     # The record exists from the first spawn on: a launch that fails is stopped through
     # it, leftovers and all.
@@ -185,11 +179,6 @@ def _serve_args(settings: dict[str, Any], model_path: str, master_addr: str,
         "--nnodes", "2", "--master-addr", master_addr, "--master-port", str(master_port),
         *settings.get("extra_args", []),
     ]
-
-
-def _parallel(settings: dict[str, Any]) -> str:
-    """tp2 or pp2: how the model is split across the two hosts."""
-    return "tp2" if settings["tensor_parallel"] == 2 else "pp2"
 
 
 def _environment(settings: dict[str, Any], host: Host, addr: str, ifname: str | None,
@@ -257,7 +246,7 @@ def _wait_healthy(record: dict[str, Any], timeout_s: float) -> None:
                 raise LaunchError(f"vLLM rank {_rank(key)} on host {_host_of(key)} "
                                   f"{how or 'exited'} during start-up; the last lines of "
                                   f"its log:\n{_tail(proc)}")
-        if healthy(record["url"]):
+        if launches.healthy(record["url"]):
             return
         time.sleep(0.5)
     raise LaunchError(f"vLLM not healthy after {timeout_s:g} s (launch_timeout_s); the last "
