@@ -608,7 +608,8 @@ def page(summary_path: str, link_files: list[str], toolchain_files: list[str],
         f"<script>{vega_bundle()}</script></head><body>",
         "<h1>splitbench report</h1>",
         '<p class="muted">What the link between two machines costs a model split across '
-        "them: llama.cpp RPC, measured per link, model, context and concurrency.</p>",
+        "them: llama.cpp RPC or vLLM tensor and pipeline parallel, measured per link, "
+        "model, context and concurrency.</p>",
         '<nav><a href="#tables">Tables</a><a href="#charts">Charts</a>'
         '<a href="#provenance">Provenance</a></nav>',
         "<h2>Run</h2>", _overview(summary),
