@@ -66,6 +66,9 @@ def _requests(tokens: pd.DataFrame, status: str, clock: str) -> pd.DataFrame:
                       arrival_clock=clock)
 
 
+SHAPE = "2x64 h4/2 v1024"
+
+
 def write_results(root: Path) -> dict[str, Any]:
     """Every input the charts and report stages read, under root/results."""
     res = root / "results"
@@ -94,7 +97,14 @@ def write_results(root: Path) -> dict[str, Any]:
                     "decode_ms_per_token": ms * conc if ok else np.nan,
                     "decode_ms_se": 0.01 * ms, "throughput_tps": 1000 / ms if ok else np.nan,
                     "prefill_tps": 2000.0 - n / 10 if ok else np.nan,
-                    "overlap": (1 - n / 5000 if conc > 1 else np.nan) if ok else np.nan})
+                    "overlap": (1 - n / 5000 if conc > 1 else np.nan) if ok else np.nan,
+                    "split": "rpc", "model_shape": SHAPE})
+                if pair == "lab":  # the same shape by vLLM's tensor parallel: the backends
+                    rows.append({**rows[-1], "model": "mv", "split": "tp2",  # table's
+                                 "status": "ok", "server_launch_id": None,
+                                 "decode_ms_per_token": 8 + ms, "throughput_tps": 100.0,
+                                 "prefill_tps": 900.0 - n / 20,
+                                 "overlap": 0.9 if conc > 1 else np.nan})
     summary = res / "summary" / "cells.parquet"
     parquet_io.write(pd.DataFrame(rows), summary, {"cells": len(rows)})
     link_files = []
