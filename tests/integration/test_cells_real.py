@@ -241,10 +241,18 @@ def cpu_hogs(count: int = 2):
 
 
 @needs_root()
-def test_beside_two_busy_loops_the_harness_still_agrees_and_the_cell_is_flagged(bench):
-    """Two busy loops on a 2-core machine: every token still has its own time, each
-    request's decode agrees with the server's own within 5%, and the cell says what
-    else used the CPUs, enough for the default limits to flag it."""
+def test_beside_two_busy_loops_the_harness_still_agrees_and_the_cell_is_flagged(
+        bench, tmp_path):
+    """Two busy loops on a 2-core machine: every token still has its own time, and that
+    time follows the server's own stamp for the token; the median request's decode
+    agrees with the server's within 5%; the cell says what else used the CPUs, enough for
+    the default limits to flag it.
+
+    Why not every request within 5%: llama-server stamps a token when it samples it and
+    another of its threads sends it. Beside busy loops that thread waits a few ms now and
+    then (up to 5 ms seen here), a delay every client sees. When it falls on the first or
+    last of 48 tokens, that request's decode is a true 5-7% off the server's, so per
+    request the test checks the stamps token by token instead."""
     with cpu_hogs():
         frame = bench(prompt_tokens=64, n_predict=48, name="busy",
                       single_stream_requests=3)
@@ -252,7 +260,17 @@ def test_beside_two_busy_loops_the_harness_still_agrees_and_the_cell_is_flagged(
     assert (frame["arrival_clock"] == "segment").all()
     assert (frame["coalesced_tokens"] == 0).all()
     gap = frame["decode_ms_per_token"] / frame["server_decode_ms_per_token"] - 1
-    assert gap.abs().max() < 0.05, gap
+    assert abs(gap.median()) < 0.05, gap
+    tokens = pd.read_parquet(tmp_path / "busy.parquet")
+    for request_id, one in tokens.groupby("request_id"):
+        # Each token's arrival less the server's stamp for it, both from the first token.
+        arrival_ms = (one["t_ns"] - one["t_ns"].iloc[0]) / 1e6
+        stamp_ms = one["server_cum_predicted_ms"] - one["server_cum_predicted_ms"].iloc[0]
+        offset = arrival_ms - stamp_ms
+        on_time = (offset - offset.median()).abs() < 1.0
+        # A reader stamping at its own (starved) reads would put runs of tokens 20+ ms
+        # late; the server's late sends are single tokens.
+        assert on_time.mean() >= 0.9, (request_id, offset.round(2).tolist())
     assert frame["foreign_cpu_a_cores"].iloc[0] > 0.5, frame["foreign_cpu_a_cores"]
     verdict = interference.flag(frame.iloc[:1], {})
     assert verdict["interference_checked"].iloc[0]
