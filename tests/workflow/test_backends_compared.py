@@ -55,7 +55,7 @@ def test_one_shape_split_three_ways_is_measured_and_compared(finished):
     assert dict(summary.groupby("model")["split"].first()) == {"rpc": "rpc", "tp": "tp2",
                                                               "pp": "pp2"}
     assert summary["model_shape"].nunique() == 1  # one shape, three splits
-    one = summary[summary["conc"] == 1].set_index(["model", "link", "ctx"])
+    one = summary[summary["conc"] == 1].set_index(["model", "link", "ctx"]).sort_index()
     # The bytes a decoded token moves, from the kernel's counters: llama.cpp sends the
     # logits back (1,024 x 4 B and 8 of protocol), within one token's share of the 31
     # decoded (the next token's logits can cross before the first token's read ends);
