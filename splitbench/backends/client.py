@@ -324,6 +324,19 @@ def _stamped(stream: _Stream, data: bytes, t_read: int, read_clock: str,
     return out
 
 
+def clock_pair(tries: int = 5) -> tuple[int, int]:
+    """The monotonic and the wall clock's now, read as one moment: the reads are retried
+    while something ran between them (a lost CPU would shift every arrival mapped from
+    one clock to the other by that much)."""
+    for _ in range(tries):
+        before = time.monotonic_ns()
+        now_ns = time.time_ns()
+        after = time.monotonic_ns()
+        if after - before <= 20_000:
+            break
+    return (before + after) // 2, now_ns
+
+
 def _close_silent(api: StreamApi, poller: select.epoll, streams: dict[int, _Stream],
                   now: float, idle_timeout: float) -> None:
     for fd, stream in list(streams.items()):
@@ -355,7 +368,7 @@ def _read_all(api: StreamApi, poller: select.epoll, streams: dict[int, _Stream],
             # The device hands a packet to the packet socket before TCP queues its
             # bytes, so every segment read above is already waiting there.
             clock.drain()
-        now_mono, now_ns = time.monotonic_ns(), time.time_ns()
+        now_mono, now_ns = clock_pair()
         for fd, data, error, t_read, read_clock in received:
             stream = streams[fd]
             if data:

@@ -133,6 +133,15 @@ def _peak_pressure(readings: list[dict]) -> float | None:
     return round(max(rates), 1) if rates else None
 
 
+# A sock_diag read takes ~10 us plus ~15 us per connection; one that took well over that
+# was interrupted. At the first token, where the read splits tokens from bytes, an
+# unsure read time could count a token's bytes without the token (seen beside two busy
+# loops: 30 tokens' bytes over 29 tokens).
+TIGHT_READ_NS = 100_000
+TIGHT_READ_PER_CONNECTION_NS = 40_000
+FIRST_READ_TRIES = 20
+
+
 class RpcTraffic:
     """Kernel TCP counters of A's connections to the RPC workers, read at the cell's
     start, at its first token (`at_first_token`, called from the client's loop) and at
@@ -151,24 +160,44 @@ class RpcTraffic:
         own choosing)."""
         self.connections = (sockdiag.connections_with(addr) if ports is None else
                             [c for port in ports for c in sockdiag.connections_to(addr, port)])
+        self.first_read_ns = 0  # how long the first token's read took
         self.at: dict[str, tuple[int, dict | None]] = {"start": self.read()}
 
-    def read(self) -> tuple[int, dict | None]:
-        before = time.monotonic_ns()
-        fresh = sockdiag.read(self.connections)
-        middle = (before + time.monotonic_ns()) // 2
+    def read(self, tries: int = 1) -> tuple[int, dict | None]:
+        """The counters and when they were read. A read that took longer than
+        tight_read_ns() was interrupted (the thread lost its CPU), so when in it the kernel
+        took the snapshot is unknown by that much: with `tries`, it reads again (a later
+        edge is as good, as long as tokens and bytes share it) and keeps the tightest."""
+        best: tuple[int, int, list] | None = None
+        tight = self.tight_read_ns()
+        for _ in range(tries):
+            before = time.monotonic_ns()
+            fresh = sockdiag.read(self.connections)
+            took = time.monotonic_ns() - before
+            if best is None or took < best[1]:
+                best = (before + took // 2, took, fresh)
+            if took <= tight:
+                break
+        middle, self.last_read_ns, fresh = best
         # A closed connection (a crashed worker) would make the sums go backwards.
         complete = self.connections and len(fresh) == len(self.connections)
         return middle, sockdiag.totals(fresh) if complete else None
 
+    def tight_read_ns(self) -> int:
+        """The longest an uninterrupted read of these connections takes."""
+        return TIGHT_READ_NS + TIGHT_READ_PER_CONNECTION_NS * len(self.connections)
+
     def at_first_token(self) -> None:
-        self.at.setdefault("first", self.read())
+        if "first" not in self.at:
+            self.at["first"] = self.read(tries=FIRST_READ_TRIES)
+            self.first_read_ns = self.last_read_ns
 
     def finish(self) -> None:
         self.at["end"] = self.read()
 
     def figures(self, token_times_mono: list[int]) -> dict[str, Any]:
-        """Prefill and decode traffic each way, and decode bytes per token."""
+        """Prefill and decode traffic each way, and decode bytes per token (None where
+        the first token's read was never tight: which tokens came after it is unsure)."""
         (_, start), (t_first, first), (t_end, end) = (
             self.at["start"], self.at.get("first", (0, None)), self.at["end"])
         prefill, decode = traffic(start, first), traffic(first, end)
@@ -177,9 +206,11 @@ class RpcTraffic:
         out.update({f"rpc_decode_{k}": v for k, v in decode.items()})
         out["rpc_decode_tokens"] = decoded
         out["rpc_connections"] = len(self.connections)
+        sure = self.first_read_ns <= self.tight_read_ns()
         for way in ("a_to_b", "b_to_a"):
             total = decode[f"{way}_bytes"]
-            out[f"rpc_bytes_per_token_{way}"] = total / decoded if total and decoded else None
+            out[f"rpc_bytes_per_token_{way}"] = (total / decoded if total and decoded and sure
+                                                 else None)
         return out
 
 
