@@ -134,9 +134,9 @@ def _peak_pressure(readings: list[dict]) -> float | None:
 
 
 # A sock_diag read takes ~10 us plus ~15 us per connection; one that took well over that
-# was interrupted. At the first token, where the read splits tokens from bytes, an
-# unsure read time could count a token's bytes without the token (seen beside two busy
-# loops: 30 tokens' bytes over 29 tokens).
+# was interrupted. At the first token, where the read splits tokens from bytes, taking an
+# interrupted read's middle as its time counted two tokens' bytes without the tokens
+# beside two busy loops (4,245 bytes per token for 4,104).
 TIGHT_READ_NS = 100_000
 TIGHT_READ_PER_CONNECTION_NS = 40_000
 FIRST_READ_TRIES = 20
@@ -160,53 +160,65 @@ class RpcTraffic:
         own choosing)."""
         self.connections = (sockdiag.connections_with(addr) if ports is None else
                             [c for port in ports for c in sockdiag.connections_to(addr, port)])
-        self.first_read_ns = 0  # how long the first token's read took
-        self.at: dict[str, tuple[int, dict | None]] = {"start": self.read()}
+        self.first_reads: list[tuple[int, int, dict | None]] = []
+        self.at: dict[str, tuple[int, dict | None]] = {"start": self._middle(self._read())}
 
-    def read(self, tries: int = 1) -> tuple[int, dict | None]:
-        """The counters and when they were read. A read that took longer than
-        tight_read_ns() was interrupted (the thread lost its CPU), so when in it the kernel
-        took the snapshot is unknown by that much: with `tries`, it reads again (a later
-        edge is as good, as long as tokens and bytes share it) and keeps the tightest."""
-        best: tuple[int, int, list] | None = None
-        tight = self.tight_read_ns()
-        for _ in range(tries):
-            before = time.monotonic_ns()
-            fresh = sockdiag.read(self.connections)
-            took = time.monotonic_ns() - before
-            if best is None or took < best[1]:
-                best = (before + took // 2, took, fresh)
-            if took <= tight:
-                break
-        middle, self.last_read_ns, fresh = best
+    def _read(self) -> tuple[int, int, dict | None]:
+        """The counters, bracketed by the monotonic time before and after the read."""
+        before = time.monotonic_ns()
+        fresh = sockdiag.read(self.connections)
+        after = time.monotonic_ns()
         # A closed connection (a crashed worker) would make the sums go backwards.
         complete = self.connections and len(fresh) == len(self.connections)
-        return middle, sockdiag.totals(fresh) if complete else None
+        return before, after, sockdiag.totals(fresh) if complete else None
+
+    @staticmethod
+    def _middle(read: tuple[int, int, dict | None]) -> tuple[int, dict | None]:
+        before, after, totals = read
+        return (before + after) // 2, totals
 
     def tight_read_ns(self) -> int:
         """The longest an uninterrupted read of these connections takes."""
         return TIGHT_READ_NS + TIGHT_READ_PER_CONNECTION_NS * len(self.connections)
 
     def at_first_token(self) -> None:
-        if "first" not in self.at:
-            self.at["first"] = self.read(tries=FIRST_READ_TRIES)
-            self.first_read_ns = self.last_read_ns
+        """Read until a read is quick (up to FIRST_READ_TRIES): an interrupted one (the
+        thread lost its CPU) took its snapshot at an unknown moment inside it."""
+        if self.first_reads:
+            return
+        for _ in range(FIRST_READ_TRIES):
+            self.first_reads.append(self._read())
+            before, after, _ = self.first_reads[-1]
+            if after - before <= self.tight_read_ns():
+                break
 
     def finish(self) -> None:
-        self.at["end"] = self.read()
+        self.at["end"] = self._middle(self._read())
+
+    def _first_edge(self, token_times_mono: list[int]) -> tuple[int, dict | None, bool]:
+        """The first read that splits the tokens cleanly: a quick one (at its middle), or
+        an interrupted one that no token arrived during (a later edge is as good, as long
+        as tokens and bytes share it). sure=False: none did, and which tokens came after
+        the snapshot would be a guess."""
+        for before, after, totals in self.first_reads:
+            if after - before <= self.tight_read_ns():
+                return (before + after) // 2, totals, True
+            if not any(before <= t <= after for t in token_times_mono):
+                return after, totals, True
+        return (*self._middle(self.first_reads[-1]), False) if self.first_reads else (
+            0, None, False)
 
     def figures(self, token_times_mono: list[int]) -> dict[str, Any]:
         """Prefill and decode traffic each way, and decode bytes per token (None where
-        the first token's read was never tight: which tokens came after it is unsure)."""
-        (_, start), (t_first, first), (t_end, end) = (
-            self.at["start"], self.at.get("first", (0, None)), self.at["end"])
+        no read at the first token split the tokens cleanly)."""
+        (_, start), (t_end, end) = self.at["start"], self.at["end"]
+        t_first, first, sure = self._first_edge(token_times_mono)
         prefill, decode = traffic(start, first), traffic(first, end)
         decoded = sum(t_first <= t <= t_end for t in token_times_mono)
         out = {f"rpc_prefill_{k}": v for k, v in prefill.items()}
         out.update({f"rpc_decode_{k}": v for k, v in decode.items()})
         out["rpc_decode_tokens"] = decoded
         out["rpc_connections"] = len(self.connections)
-        sure = self.first_read_ns <= self.tight_read_ns()
         for way in ("a_to_b", "b_to_a"):
             total = decode[f"{way}_bytes"]
             out[f"rpc_bytes_per_token_{way}"] = (total / decoded if total and decoded and sure

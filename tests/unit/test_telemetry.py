@@ -58,8 +58,18 @@ def test_an_interrupted_first_read_is_taken_again(monkeypatch):
     assert figures["rpc_decode_tokens"] == 26  # tokens 7-32: after the second read
 
 
-def test_a_first_read_never_tight_gives_no_bytes_per_token(monkeypatch):
-    figures = decode(monkeypatch, [5000] * telemetry.FIRST_READ_TRIES)
+def test_an_interrupted_read_no_token_arrived_during_is_an_edge(monkeypatch):
+    """Every read interrupted (another thread holding the CPU): the first one during
+    which no token arrived still splits tokens from bytes, at its end."""
+    figures = decode(monkeypatch, [5000, 600] + [5000] * 18)
+    # Reads: 1.15-6.15 ms (tokens 2-6 arrive inside), 6.15-6.75 ms (none): the edge.
+    assert figures["rpc_bytes_per_token_b_to_a"] == LOGITS
+    assert figures["rpc_decode_tokens"] == 26  # tokens 7-32
+
+
+def test_no_clean_first_read_gives_no_bytes_per_token(monkeypatch):
+    # Each 1 ms read (the thread gets the CPU back every ms) holds one arrival.
+    figures = decode(monkeypatch, [1000] * telemetry.FIRST_READ_TRIES)
     assert figures["rpc_bytes_per_token_b_to_a"] is None
     # The bytes themselves are still what crossed between the two snapshots.
     assert figures["rpc_decode_b_to_a_bytes"] > 0
