@@ -324,6 +324,10 @@ def _stamped(stream: _Stream, data: bytes, t_read: int, read_clock: str,
     return out
 
 
+# Two clock reads back to back take well under a microsecond; longer, the thread lost its CPU.
+CLOCK_PAIR_NS = 20_000
+
+
 def clock_pair(tries: int = 5) -> tuple[int, int]:
     """The monotonic and the wall clock's now, read as one moment: the reads are retried
     while something ran between them (a lost CPU would shift every arrival mapped from
@@ -332,7 +336,7 @@ def clock_pair(tries: int = 5) -> tuple[int, int]:
         before = time.monotonic_ns()
         now_ns = time.time_ns()
         after = time.monotonic_ns()
-        if after - before <= 20_000:
+        if after - before <= CLOCK_PAIR_NS:
             break
     return (before + after) // 2, now_ns
 

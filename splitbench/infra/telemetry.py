@@ -150,7 +150,7 @@ class RpcTraffic:
     Start to first token is prefill; first token to end is decode, and bytes per token
     divide by the tokens that arrived between those two reads. Exact at concurrency 1;
     at higher concurrency the other requests' prefill falls partly into "decode".
-    Read in-process over netlink (sock_diag, ~50 us) in the calling thread's namespace:
+    Read in-process over netlink (sock_diag, tens of us) in the calling thread's namespace:
     forking `ss` here stalled the client for milliseconds.
     """
 
@@ -161,7 +161,8 @@ class RpcTraffic:
         self.connections = (sockdiag.connections_with(addr) if ports is None else
                             [c for port in ports for c in sockdiag.connections_to(addr, port)])
         self.first_reads: list[tuple[int, int, dict | None]] = []
-        self.at: dict[str, tuple[int, dict | None]] = {"start": self._middle(self._read())}
+        self.start = self._middle(self._read())
+        self.end: tuple[int, dict | None] = (0, None)
 
     def _read(self) -> tuple[int, int, dict | None]:
         """The counters, bracketed by the monotonic time before and after the read."""
@@ -193,7 +194,7 @@ class RpcTraffic:
                 break
 
     def finish(self) -> None:
-        self.at["end"] = self._middle(self._read())
+        self.end = self._middle(self._read())
 
     def _first_edge(self, token_times_mono: list[int]) -> tuple[int, dict | None, bool]:
         """The first read that splits the tokens cleanly: a quick one (at its middle), or
@@ -211,7 +212,7 @@ class RpcTraffic:
     def figures(self, token_times_mono: list[int]) -> dict[str, Any]:
         """Prefill and decode traffic each way, and decode bytes per token (None where
         no read at the first token split the tokens cleanly)."""
-        (_, start), (t_end, end) = self.at["start"], self.at["end"]
+        (_, start), (t_end, end) = self.start, self.end
         t_first, first, sure = self._first_edge(token_times_mono)
         prefill, decode = traffic(start, first), traffic(first, end)
         decoded = sum(t_first <= t <= t_end for t in token_times_mono)

@@ -11,7 +11,6 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -278,17 +277,11 @@ def test_beside_two_busy_loops_the_harness_still_agrees_and_the_cell_is_flagged(
     assert "other processes used" in verdict["interference"].iloc[0]
 
 
-def command_line(pid: int) -> str:
-    """A process's arguments joined by spaces (empty once it has exited)."""
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")
-    except OSError:
-        return ""
-
-
-def running(name: str) -> list[int]:
-    """Process ids of running processes whose command name is `name`."""
-    out = subprocess.run(["pgrep", "-x", name], capture_output=True, text=True).stdout
+def running(name: str, args: str = "") -> list[int]:
+    """Process ids of running processes whose command name is `name` (and, with `args`,
+    whose command line has `name args`)."""
+    pattern = ["-f", f"{name} {args}"] if args else ["-x", name]
+    out = subprocess.run(["pgrep", *pattern], capture_output=True, text=True).stdout
     return [int(p) for p in out.split()]
 
 
@@ -303,18 +296,16 @@ def test_a_server_that_dies_loading_says_how_and_leaves_nothing_running(state_di
     gguf.write_bytes(data[: len(data) // 2])
     model = models.describe({"synthetic": MODEL}, gguf)
     tools = toolchain.record("st", "pip", {"a": {}, "b": {}}, tmp_path / "toolchain.json")
-    workers_before = set(running("ggml-rpc-server"))
+    # Workers on this pair's B address: another run on the machine may start its own.
+    ours = f"-H {real.ensure(LINK).addr_b} "
+    workers_before = set(running("ggml-rpc-server", ours))
     record = servers.launch_record(LINK, SETTINGS, model, tools)
     assert record["status"] == "failed"
     assert re.search(r"llama-server (exited with code \d+|killed by SIG\w+) during start-up",
                      record["error"]), record["error"]
     assert "the last lines of its log" in record["error"]
     assert procs.find("rpc-st-0") is None and procs.find("llama-st") is None
-    # None of ours is left: no new worker on this pair's B address (another run on the
-    # machine may start workers of its own meanwhile).
-    addr_b = real.ensure(LINK).addr_b
-    new_workers = set(running("ggml-rpc-server")) - workers_before
-    assert not [pid for pid in new_workers if f"-H {addr_b} " in command_line(pid)], new_workers
+    assert set(running("ggml-rpc-server", ours)) <= workers_before  # none of ours is left
     assert not launches.current("st")
 
 
