@@ -45,6 +45,10 @@ CHARTS = f"{ROOT}/charts"
 CHART = f"{CHARTS}/{{name}}.{{ext}}"
 DRIFT_REPORT = f"{ROOT}/drift/report.parquet"
 REPORT = f"{ROOT}/report.html"
+# What the run found, in sentences with their numbers (the report opens with it).
+FINDINGS = f"{ROOT}/findings.md"
+# The measured decode model each what-if prediction starts from (analysis/whatif.py).
+WHATIF = f"{ROOT}/summary/whatif.parquet"
 CHECKS = f"{ROOT}/checks.txt"
 LOGS = f"{ROOT}/logs"
 
