@@ -32,7 +32,7 @@ MODULES = {
     "drift": "splitbench.analysis.drift",
     "charts": "splitbench.report.charts",
     "report": "splitbench.report.page",
-    "checks": "splitbench.report.page",
+    "checks": "splitbench.analysis.checks",
     "cells": "splitbench.plan",
     "teardown": "splitbench.infra.procs",
 }

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from splitbench import results
-from splitbench.analysis import backends, comparison, mechanisms, pairs, traffic
+from splitbench.analysis import backends, comparison, marks, mechanisms, pairs, traffic
 from splitbench.analysis.cell_summary import (
     OVERLAP_MAX,
     SUMMARY_KEYS,
@@ -44,7 +44,7 @@ AGREEMENT_SIGMAS = 3.0
 
 # Marks a figure measured under interference or with tokens that share a timestamp,
 # and figures no setup can give.
-FLAG_MARK = "⚠"
+FLAG_MARK = marks.FLAG_MARK
 
 
 # The seed's names for failure modes (its section 3): 400 is the context wall, 500 the

@@ -24,7 +24,7 @@ import pandas as pd
 import pytest
 
 from splitbench import cli, configuration, plan, results
-from splitbench.analysis import cell_summary, drift
+from splitbench.analysis import cell_summary, checks, drift
 from splitbench.infra import parquet_io
 from splitbench.report import charts, page
 from splitbench.report import tables as report_tables
@@ -486,7 +486,7 @@ def test_checks_that_did_not_run_are_failures_in_the_run_block(tmp_path):
                             "interference": [None, "host A: steal 40% (limit 10%)", None],
                             "interference_checked": [True, True, False],
                             "timing": [None, None, None]})
-    missing = page.check_lines(summary, tmp_path / "none.parquet")
+    missing = checks.check_lines(summary, tmp_path / "none.parquet")
     assert ("failed", f"drift: not run (no {tmp_path / 'none.parquet'}): no cell is "
                       "checked for drift") in missing
     assert any(state == "failed" and "not measured for 1 of 3 cells" in text
@@ -497,7 +497,7 @@ def test_checks_that_did_not_run_are_failures_in_the_run_block(tmp_path):
                                 {("lab", "m"): {"start": None, "end": None}},
                                 configuration.drift_settings({}))
     drift.write_report(found, tmp_path / "drift.parquet", tmp_path / "drift")
-    lines = page.check_lines(summary, tmp_path / "drift.parquet")
+    lines = checks.check_lines(summary, tmp_path / "drift.parquet")
     assert ("failed", "drift check FAILED for lab/m: the start anchor was not measured; "
                       "the end anchor was not measured") in lines
     assert ("failed", "3 cell(s) not checked for drift") in lines

@@ -1,0 +1,178 @@
+"""The run's checks: what did not work (a toolchain, a link, a launch), whether the drift
+check ran, and whether cells were measured under interference. The `checks` stage prints
+them last, after the report is written, and fails the run for what did not work."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow.parquet as pq
+
+from splitbench import results
+from splitbench.analysis import cell_summary
+from splitbench.analysis.marks import FLAG_MARK
+from splitbench.infra import parquet_io
+from splitbench.stage import Stage
+
+
+def check_lines(summary: pd.DataFrame, drift_path: str | Path | None,
+                links: pd.DataFrame | None = None,
+                toolchains: list[dict[str, Any]] | None = None) -> list[tuple[str, str]]:
+    """(state, text) per check the run block reports: "failed", "flagged" or "ok". A check
+    that did not run is a failure, never a clean line. `links`: the link results, for
+    the links that failed verification; `toolchains`: the pairs' toolchain records, for
+    the pairs whose toolchain could not be had."""
+    lines: list[tuple[str, str]] = [("failed", text) for text in
+                                    [*toolchain_failures(toolchains), *link_failures(links)]]
+    if drift_path is None or not Path(drift_path).exists():
+        lines.append(("failed", f"drift: not run (no {drift_path or results.DRIFT_REPORT}): "
+                                "no cell is checked for drift"))
+    else:
+        meta = parquet_io.provenance(drift_path)
+        for block in meta.get("blocks", []):
+            name = f"{block['pair']}/{block['model']}"
+            if block["outcome"] == "failed":
+                lines.append(("failed", f"drift check FAILED for {name}: {block['why']}"))
+            elif block["outcome"] == "drifted":
+                lines.append(("flagged", f"drift: {name} {block['why']}"))
+            else:
+                lines.append(("ok", f"drift: {name} steady"))
+        unchecked = len(meta.get("unchecked", []))
+        if unchecked:
+            lines.append(("failed", f"{unchecked} cell(s) not checked for drift"))
+        if not meta.get("blocks"):
+            if (meta.get("settings") or {}).get("anchor_tolerance", 0) is None:
+                lines.append(("flagged", "drift: anchors not compared "
+                                         "(drift.anchor_tolerance is null)"))
+            else:
+                lines.append(("failed", "drift: no anchor check ran"))
+    lines += [("failed", text) for text in load_failures(summary)]
+    # A block that never loaded measured nothing that interference could disturb (its
+    # own line above says so): the interference check counts the cells that ran.
+    if "status" in summary:
+        summary = summary[summary["status"] != "load"]
+    cells = len(summary)
+    checked = summary.get("interference_checked", pd.Series(False, index=summary.index))
+    flagged = summary.get("interference", pd.Series(None, index=summary.index)).notna()
+    timing = summary.get("timing", pd.Series(None, index=summary.index)).notna()
+    if (~checked.astype(bool)).any():
+        lines.append(("failed", f"interference: not measured for {int((~checked).sum())} of "
+                                f"{cells} cells (no CPU figures): not checked"))
+    if flagged.any():
+        lines.append(("flagged", f"interference: {int(flagged.sum())} of {cells} cells "
+                                 f"measured while other work used the CPUs "
+                                 f"({FLAG_MARK} in the tables)"))
+    elif checked.astype(bool).all() and cells:
+        lines.append(("ok", f"interference: none above the limits in {cells} cells"))
+    for side in ("a", "b"):
+        held = summary.get(f"wakeup_latency_{side}")
+        if held is None:
+            continue
+        loose = held.notna() & (held != "held at 0 us")
+        if loose.any():
+            lines.append(("flagged", f"wake-up latency not held on host {side.upper()} for "
+                                     f"{int(loose.sum())} of {cells} cells: "
+                                     f"{held[loose].iloc[0]}"))
+    if timing.any():
+        lines.append(("flagged", f"token times: {int(timing.sum())} cells have tokens that "
+                                 f"share a timestamp ({FLAG_MARK})"))
+    return lines
+
+
+def link_failures(links: pd.DataFrame | None) -> list[str]:
+    """One line per link that failed verification, with its reason (first line)."""
+    if links is None or "status" not in links:
+        return []
+    return [f"link {r.pair}/{r.link} failed verification (its blocks were not launched): "
+            f"{str(r.error).splitlines()[0]}"
+            for r in links[links["status"] == "failed"].itertuples()]
+
+
+def toolchain_failures(toolchains: list[dict[str, Any]] | None) -> list[str]:
+    """One line per pair whose toolchain could not be had (host B unreachable, a binary
+    missing, two builds), with its reason (first line)."""
+    return [f"pair {t.get('pair')}: toolchain failed (its blocks were not launched): "
+            f"{str(t.get('error')).splitlines()[0]}"
+            for t in toolchains or [] if t.get("status") == "failed"]
+
+
+def run_toolchains(root: str | Path, summary: pd.DataFrame) -> list[dict[str, Any]]:
+    """The toolchain records under `root` of the pairs the summary holds."""
+    pairs = set(summary["pair"]) if "pair" in summary else set()
+    found = sorted(Path(results.under(root, results.TOOLCHAIN.format(pair="x"))).parent
+                   .glob("*.json"))
+    records = [json.loads(path.read_text()) for path in found]
+    return [r for r in records if r.get("pair") in pairs]
+
+
+def run_links(root: str | Path, summary: pd.DataFrame) -> pd.DataFrame:
+    """The link results under `root` of the pairs and links the summary holds (a link
+    left from an earlier config is not this run's)."""
+    found = sorted(Path(results.under(root, results.LINKS)).glob("*/*.parquet"))
+    links = cell_summary.read_links([str(p) for p in found])
+    if links.empty or summary.empty:
+        return links.iloc[0:0]
+    ours = set(zip(summary["pair"], summary["link"], strict=True))
+    return links[[key in ours for key in zip(links["pair"], links["link"], strict=True)]]
+
+
+def load_failures(summary: pd.DataFrame) -> list[str]:
+    """One line per block whose servers never came up: which, how many cells that cost,
+    and why (the launch's reason, its first line)."""
+    failed = summary[summary["status"] == "load"] if "status" in summary else summary[:0]
+    out = []
+    for (pair, link, model), cells in failed.groupby(["pair", "link", "model"]):
+        reason = next((e for e in cells.get("error", pd.Series(dtype=object))
+                       if isinstance(e, str)), "no reason recorded")
+        reason = reason.replace("the block's launch failed: ", "").splitlines()[0]
+        out.append(f"{pair}/{link}/{model} did not load ({len(cells)} cells not measured): "
+                   f"{reason}")
+    return out
+
+
+def run_checks(root: str | Path, out: str | Path) -> list[str]:
+    """The checks of the finished run under `root`, written to `out` and printed (failed
+    first); returns the links that failed verification and the blocks that did not load
+    (the run's exit status says so)."""
+    summary = pq.read_table(results.under(root, results.SUMMARY)).to_pandas()
+    links = run_links(root, summary)
+    toolchains = run_toolchains(root, summary)
+    lines = check_lines(summary, results.under(root, results.DRIFT_REPORT), links,
+                        toolchains)
+    order = {"failed": 0, "flagged": 1, "ok": 2}
+    marks = {"failed": "FAILED", "flagged": "flagged", "ok": "ok"}
+    text = "".join(f"splitbench check {marks[state]}: {line}\n"
+                   for state, line in sorted(lines, key=lambda line: order[line[0]]))
+    print(text, end="")
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(text)
+    return [*toolchain_failures(toolchains), *link_failures(links), *load_failures(summary)]
+
+
+# --- the `checks` stage ---------------------------------------------------------------
+def _checks_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--results", default=results.ROOT)
+    p.add_argument("--out", required=True, help="where to write them (on success)")
+
+
+def _checks(args: argparse.Namespace) -> int:
+    failed = run_checks(args.results, args.out)
+    if failed:
+        print(f"splitbench: {len(failed)} pair(s), link(s) or block(s) failed (above); "
+              "everything else is measured and reported. To try again, --forcerun what "
+              f"failed: a pair's toolchain ({results.TOOLCHAIN.format(pair='<pair>')}), a "
+              f"link's result ({results.link('<pair>', '<link>')}), the launch records "
+              f"of its blocks ({results.launch('<pair>', '<link>', '<model>')}) and "
+              "their cells (python -m splitbench cells --match pair=<pair>,link=<link>).",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+STAGES = (Stage("checks", "print the run's checks; fail when a link or a block failed",
+                _checks_arguments, _checks),)
