@@ -193,7 +193,7 @@ def write_failure(spec: dict[str, Any], settings: dict[str, Any], error: Excepti
     row: dict[str, Any] = {
         "pair": spec["pair"], "link": spec["link"], "status": "failed", "error": reason,
         **dict.fromkeys(FIGURES), "fingerprint": None,
-        "flags": f"❌ verification failed: {reason.splitlines()[0]}",
+        "flags": f"\u2717 verification failed: {reason.splitlines()[0]}",
         "measured_at": datetime.now(UTC).isoformat(),
     }
     frame = pd.DataFrame([row])

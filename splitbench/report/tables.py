@@ -45,6 +45,9 @@ AGREEMENT_SIGMAS = 3.0
 # Marks a figure measured under interference or with tokens that share a timestamp,
 # and figures no setup can give.
 FLAG_MARK = marks.FLAG_MARK
+# Marks a failed cell: a plain glyph that DejaVu Sans has (a colour-emoji mark such as
+# U+274C shows as an empty box in a browser without an emoji font).
+FAIL_MARK = "\u2717"
 
 
 # The seed's names for failure modes (its section 3): 400 is the context wall, 500 the
@@ -58,10 +61,11 @@ FAILURE_AT = {"load": "does not load", "crash": "crashes", "overflow": "500",
 
 
 def status_text(status: Any) -> str:
-    """A failed cell as the seed writes it: "❌ 400", "❌ crash"; "—" for no cell."""
+    """A failed cell as the seed writes it ("❌ 400", "❌ crash", with FAIL_MARK for
+    its mark); "—" for no cell."""
     if not isinstance(status, str):
         return "—"
-    return f"❌ {FAILURE_LABEL.get(status, status)}"
+    return f"{FAIL_MARK} {FAILURE_LABEL.get(status, status)}"
 
 
 def _cell_text(value: Any, status: Any, spec: str | Callable[[float], str]) -> str:
@@ -556,8 +560,8 @@ def tables(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
             f"inside it; {FLAG_MARK}: a figure no link can have, a disagreement with the "
             "prediction from measured latency and bandwidth, or a flagged cell)",
             link_comparison(summary, contexts, base, drift, prediction)),
-        "single_stream_decode": ("Single-stream decode (tok/s) by context; ❌ 400: context "
-                                 f"wall, ❌ 500: overflow; {FLAG_MARK}: a flagged cell",
+        "single_stream_decode": ("Single-stream decode (tok/s) by context; ✗ 400: context "
+                                 f"wall, ✗ 500: overflow; {FLAG_MARK}: a flagged cell",
                                  single_stream_decode(summary, contexts)),
         "single_stream_prefill": ("Single-stream prefill (tok/s: prompt tokens / TTFT) by "
                                   f"context; {FLAG_MARK}: a flagged cell",
@@ -569,14 +573,14 @@ def tables(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
             "(failure at the next level: crashes, 500 = overflow, 400 = context wall)",
             concurrency_boundary(summary, contexts)),
         "overlap": (f"True concurrency ratio (overlap), {levels}: 1 = fully concurrent, "
-                    "0 = serial, below 0 = worse than serial; ❌: the cell's status; "
+                    "0 = serial, below 0 = worse than serial; ✗: the cell's status; "
                     f"{FLAG_MARK}: above 1 (no cell can be more than fully concurrent) or a "
                     "flagged cell",
                     overlap_table(summary, contexts)),
         "pairs": (
             "Pairs side by side: the same model, context and concurrency on each pair of "
             f"machines (± is {COVERAGE:g} standard errors of each cell's own figure, from "
-            f"the column `± from`; ❌: the cell's status; {FLAG_MARK}: a flagged cell or "
+            f"the column `± from`; ✗: the cell's status; {FLAG_MARK}: a flagged cell or "
             "link; link figures: the link checks', throughput ± half the spread over "
             "repeats). Each pair's links are compared with its own baseline in the link "
             "comparison; a difference between pairs includes everything that differs "
@@ -599,7 +603,7 @@ def tables(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
         "backends": (
             "Backends side by side: one model shape split by llama.cpp's RPC and by "
             "vLLM's tensor (TP=2) and pipeline (PP=2) parallel, on the same pair and "
-            f"links (± is {COVERAGE:g} standard errors; ❌: the cell's status; "
+            f"links (± is {COVERAGE:g} standard errors; ✗: the cell's status; "
             f"{FLAG_MARK}: a flagged cell; bytes/token: the kernel's counters of the "
             "connections between the hosts during decode; the verdict is each model's "
             "own, from the mechanisms table)",

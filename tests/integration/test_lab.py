@@ -159,7 +159,7 @@ def test_a_link_that_fails_verification_is_a_result_its_launch_reports(state_dir
         in done.stdout
     row = pd.read_parquet(out).iloc[0]
     assert row["status"] == "failed" and row["a_to_b_gbps"] is None
-    assert row["flags"].startswith("❌ verification failed: pair 'tl', link 'detour'")
+    assert row["flags"].startswith("✗ verification failed: pair 'tl', link 'detour'")
 
     started_before = sorted((state_dir / "procs").glob("*.json"))
     record = servers.launch_record(spec, {"slots": 1}, {"path": "none.gguf", "sha256": "0"},

@@ -108,7 +108,7 @@ def test_each_link_is_compared_with_its_own_pair_s_baseline():
 def test_a_pair_without_its_baseline_cell_is_not_compared_with_another_pair_s():
     summary = two_pairs(failed=(("far", "baseline", "short", 1),))
     table = tables.link_comparison(summary, ORDER, "baseline").set_index(["pair", "ctx"])
-    assert table.loc[("far", "short"), "decode Δ (ms/token)"] == "baseline ❌ crash"
+    assert table.loc[("far", "short"), "decode Δ (ms/token)"] == "baseline ✗ crash"
     assert table.loc[("lab", "short"), "decode Δ (ms/token)"].startswith("+1.00")
 
 
@@ -122,7 +122,7 @@ def test_per_link_tables_keep_each_pair_s_rows():
     assert boundary.loc[("lab", "slow"), "short"] == "2"
     assert boundary.loc[("far", "slow"), "long"] == "1"  # level 2 not measured there
     overlap = tables.overlap_table(summary, ORDER).set_index(["pair", "link"])
-    assert overlap.loc[("far", "slow"), "short"] == "❌ crash"
+    assert overlap.loc[("far", "slow"), "short"] == "✗ crash"
     assert overlap.loc[("lab", "slow"), "short"] == "0.9"
     assert len(tables.ttft_table(summary, ORDER)) == 2 * 2 * 2
 
@@ -226,7 +226,7 @@ def test_the_pairs_table_sets_pairs_side_by_side_where_both_measured():
     assert far["decode (ms/token)"] == "2.40 ±0.05 ⚠"
     assert far["prefill (tok/s)"].endswith(" ⚠")
     crashed = rows.loc[("lab", "slow", "short", 2)]
-    assert crashed["decode (ms/token)"] == "❌ crash" and crashed["overlap"] == "❌ crash"
+    assert crashed["decode (ms/token)"] == "✗ crash" and crashed["overlap"] == "✗ crash"
     assert rows.loc[("far", "slow", "short", 2), "overlap"] == "0.9"
     # A flagged link's figures carry ⚠ too.
     assert rows.loc[("far", "slow", "short", 1), "A→B (Gbit/s)"] == "5.00 ±0.20 ⚠"

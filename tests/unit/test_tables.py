@@ -196,8 +196,8 @@ def test_failures_and_missing_cells_in_the_comparison():
                     cell("baseline", "long", status="overflow"), cell("x", "long"),
                     cell("y", "short"))
     table = tables.link_comparison(summary, ORDER, "baseline")
-    assert comparison_row(table, "x", "short")["decode Δ (ms/token)"] == "❌ crash"
-    assert comparison_row(table, "x", "long")["prefill Δ"] == "baseline ❌ 500"
+    assert comparison_row(table, "x", "short")["decode Δ (ms/token)"] == "✗ crash"
+    assert comparison_row(table, "x", "long")["prefill Δ"] == "baseline ✗ 500"
     summary = frame(cell("x", "long"), cell("y", "long"))
     table = tables.link_comparison(summary, ORDER, "x")
     assert table.iloc[0]["decode Δ (ms/token)"] == "not resolvable (+0.00 ±0.28)"
@@ -216,13 +216,13 @@ def test_single_stream_tables_render_failures():
     summary = frame(cell("a", "short", decode_ms=10.0), cell("a", "long", status="ctx_wall"),
                     cell("b", "short", decode_ms=5.0), cell("b", "long", decode_ms=20.0))
     decode = tables.single_stream_decode(summary, ORDER).set_index("link")
-    assert decode.loc["a", "long"] == "❌ 400" and decode.loc["a", "long/short"] == "—"
+    assert decode.loc["a", "long"] == "✗ 400" and decode.loc["a", "long/short"] == "—"
     assert decode.loc["b", "short"] == "200.0" and decode.loc["b", "long/short"] == "25%"
     prefill = tables.single_stream_prefill(summary, ORDER).set_index("link")
     assert prefill.loc["a", "short"] == "1000"
     ttft = tables.ttft_table(summary, ORDER)
     assert list(ttft["ctx"]) == ["short", "long", "short", "long"]
-    assert ttft.iloc[1]["TTFT (ms)"] == "❌ 400"
+    assert ttft.iloc[1]["TTFT (ms)"] == "✗ 400"
 
 
 def test_concurrency_boundary_over_any_levels():
@@ -235,7 +235,7 @@ def test_concurrency_boundary_over_any_levels():
     assert table.loc["a", "short"] == "3 (500 at 8)"
     assert table.loc["a", "long"] == "1 (400 at 3)"
     assert table.loc["b", "short"] == "3"
-    assert table.loc["b", "long"] == "❌ crash"
+    assert table.loc["b", "long"] == "✗ crash"
 
 
 def test_overlap_columns_follow_the_levels():
@@ -243,8 +243,8 @@ def test_overlap_columns_follow_the_levels():
                     cell("a", "short", 6, status="crash", overlap=-0.04),
                     cell("a", "long", 1), cell("a", "long", 3, status="timeout"))
     table = tables.overlap_table(summary, ORDER).set_index("link")
-    assert table.loc["a", "short"] == "0.7 / 0.0 ❌ crash"
-    assert table.loc["a", "long"] == "❌ timeout / —"
+    assert table.loc["a", "short"] == "0.7 / 0.0 ✗ crash"
+    assert table.loc["a", "long"] == "✗ timeout / —"
     assert tables.overlap_levels(summary) == "3-way / 6-way"
     assert tables.overlap_table(frame(cell("a", "short")), ORDER).empty
 
@@ -350,7 +350,7 @@ def test_a_single_link_matrix_gives_every_table():
                     cell("only", "long", 2, status="ctx_wall"))
     every = tables.tables(summary, pd.DataFrame(columns=["pair", "link"]), ORDER)
     assert every["link_comparison"][1].empty
-    assert every["concurrency_boundary"][1].iloc[0]["long"] == "❌ 400"
+    assert every["concurrency_boundary"][1].iloc[0]["long"] == "✗ 400"
     assert "nothing to fit" in every["mechanisms"][1].iloc[0]["verdict"]
     for _, table in every.values():
         tables.to_markdown(table)

@@ -126,7 +126,7 @@ def test_a_model_that_dies_loading_is_a_result_and_the_rest_is_reported(tmp_path
     assert (results / "charts/decode_ms_per_token.png").exists()
     decode = (results / "tables/single_stream_decode.md").read_text()
     assert [line for line in decode.splitlines() if "| cut |" in line]
-    assert all("❌ load" in line for line in decode.splitlines() if "| cut |" in line)
+    assert all("✗ load" in line for line in decode.splitlines() if "| cut |" in line)
     requests = pd.read_parquet(results / "cells/t/plain/cut/ctxshort_c1.requests.parquet")
     assert (requests["error_type"] == "launch_failed").all()
     assert requests["error_text"].str.match(

@@ -596,7 +596,7 @@ def test_a_link_that_fails_verification_is_a_result_not_a_lost_report(tmp_path,
     assert by_link.loc[other, "status"] == "ok"
     assert by_link.loc[other, "decode_tps"] > 0
     links = (work / "results/tables/links.md").read_text()
-    assert f"❌ verification failed: pair 't', link '{failing}'" in links
+    assert f"✗ verification failed: pair 't', link '{failing}'" in links
     if failing == "plain":  # the anchors ran on it: the drift check says it could not
         assert "splitbench check FAILED: drift check FAILED for t/tiny" in out
     assert not {"sb-t-a", "sb-t-b"} & set(_namespaces().split())
