@@ -1,0 +1,152 @@
+"""How long a matrix is expected to take: the sum of its jobs' expected durations.
+
+`splitbench.cluster` gives each job its worst case (every request at the request
+timeout), which a SLURM time limit needs. This gives the expected case, for planning a
+run: every request takes its prompt at the model's prefill rate and its tokens at its
+decode rate, and each cell sends as many requests as `cells.measure.more_shots` would
+(its minimum count, more while it has run under its seconds). The rates are the
+caller's: a previous run's summary (`results/summary/cells.parquet`), or any table of
+the same shape, through `speeds_from_summary`.
+
+What it leaves out: a concurrent release is taken as its N prompts prefilled one after
+another (llama.cpp prefills one slot at a time) then N streams decoding at the
+single-stream rate; a cell that crashes or overflows is counted as if it ran. A context
+that meets the model's context wall (Speed None) costs one quick failed release.
+
+    from splitbench import estimate, plan
+    config = plan.read_yaml("config/examples/seed-6x3.yaml")
+    estimate.expected_seconds(config, speeds)["total"] / 3600   # hours
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from splitbench import plan
+
+# What every job costs besides its measurement: the interpreter and its imports, the
+# SSH login to host B, the sensors and the interference meter starting and stopping.
+JOB_OVERHEAD_S = 10.0
+# A launch: both servers start and load the model, host B's layers sent to it over the
+# link (tens of GB at about 5 Gbit/s is about a minute). Pass launch_s for your own.
+LAUNCH_S = 120.0
+# A link check besides iperf3: setup, 20 pings, the request-response sweep, sockperf.
+LINK_CHECK_S = 30.0
+# The summary, tables, charts, drift step, report and checks after the last cell.
+AFTER_S = 120.0
+
+
+@dataclass(frozen=True)
+class Speed:
+    """What the estimate assumes of one model at one context: its single-stream prefill
+    rate (prompt tokens over time to first token) and decode rate, tok/s."""
+
+    prefill_tps: float
+    decode_tps: float
+
+
+Speeds = Mapping[tuple[str, str], Speed | None]
+
+
+def speeds_from_summary(summary: pd.DataFrame) -> dict[tuple[str, str], Speed | None]:
+    """(model, ctx) -> Speed from a summary's single-stream rows (columns model, ctx,
+    conc, status, prefill_tps, decode_tps): the median over its links of the ok rows;
+    None where no link ran the context (every row a context wall or a failure)."""
+    single = summary[summary["conc"] == 1]
+    out: dict[tuple[str, str], Speed | None] = {}
+    for (model, ctx), rows in single.groupby(["model", "ctx"], sort=False):
+        ok = rows[(rows["status"] == "ok") & rows["prefill_tps"].notna()
+                  & rows["decode_tps"].notna()]
+        out[(str(model), str(ctx))] = (
+            Speed(float(ok["prefill_tps"].median()), float(ok["decode_tps"].median()))
+            if len(ok) else None)
+    return out
+
+
+def release_seconds(prompt_tokens: int, concurrency: int, n_predict: int,
+                    speed: Speed | None) -> float:
+    """One release of a cell's requests: its prompts prefilled one after another, then
+    n_predict tokens decoded. A context wall (speed None) is refused at once."""
+    if speed is None:
+        return 0.0
+    return concurrency * prompt_tokens / speed.prefill_tps + n_predict / speed.decode_tps
+
+
+def releases(least: int, seconds: float, release_s: float) -> int:
+    """How many releases a cell sends (cells.measure.more_shots): at least `least`, and
+    more while it has run under `seconds`."""
+    if release_s <= 0:
+        return max(least, 1)
+    return max(least, 1, math.ceil(seconds / release_s))
+
+
+def cell_seconds(config: dict[str, Any], cell: plan.Cell, speed: Speed | None,
+                 launch_s: float = LAUNCH_S) -> float:
+    """A cell's expected duration: its releases (every repeat), a paired cell's rounds
+    on both links and its reference launch, and the job's own overhead."""
+    settings = plan.cell_settings(config)
+    one = release_seconds(config["contexts"][cell.ctx], cell.conc, settings["n_predict"],
+                          speed)
+    paired = plan.paired_for(config, cell)
+    if speed is None:
+        measured = one  # the first release fails: the cell stops there
+    elif paired:
+        measured = launch_s + paired["rounds"] * paired["requests"] * 2 * one
+    elif cell.conc == 1:
+        measured = one * releases(settings["single_stream_requests"],
+                                  settings["single_stream_seconds"], one)
+    else:
+        measured = one * releases(settings.get("concurrent_releases", 1),
+                                  settings.get("concurrent_seconds", 0.0), one)
+    return JOB_OVERHEAD_S + measured * config.get("repeats", 1)
+
+
+def link_seconds(config: dict[str, Any]) -> float:
+    """A link check: iperf3 A->B, B->A and both ways at once, `iperf_repeats` times."""
+    check = plan.link_check_settings(config)
+    iperf = 3 * check["iperf_repeats"] * (check["iperf_seconds"] + check["iperf_omit"] + 1)
+    return JOB_OVERHEAD_S + LINK_CHECK_S + iperf
+
+
+def sweep_seconds(config: dict[str, Any], model: str, speed: Speed | None,
+                  launch_s: float = LAUNCH_S) -> float:
+    """A round-trips sweep: a launch per delay point, side by side, then `requests`
+    rounds of one short request per point (at the model's shortest context's speed)."""
+    sweep = plan.roundtrip_settings(config) or {}
+    points = len(sweep.get("delays_ms", ()))
+    one = release_seconds(sweep.get("prompt_tokens", 0), 1, sweep.get("n_predict", 0), speed)
+    return JOB_OVERHEAD_S + points * (launch_s + sweep.get("requests", 0) * one)
+
+
+def expected_seconds(config: dict[str, Any], speeds: Speeds,
+                     launch_s: float = LAUNCH_S) -> dict[str, float]:
+    """The matrix's expected duration in seconds, by kind of job and in total, one job
+    at a time (`--cores 1`, or one pair's jobs on its own). `speeds` maps every
+    (model, context) to its Speed, or None for a context the model cannot hold."""
+    missing = sorted({(c.model, c.ctx) for c in plan.cells(config)} - set(speeds))
+    if missing:
+        raise ValueError(f"no speed for (model, context) {missing[:5]}"
+                         f"{' ...' if len(missing) > 5 else ''}")
+    pairs = config["pairs"]
+    shortest = min(config["contexts"], key=config["contexts"].get)
+    anchors = [plan.anchor_cell(config, pair, model) for pair in pairs
+               for model in config["models"]] * 2  # one at the start, one at the end
+    parts = {
+        "setup": JOB_OVERHEAD_S * (len(pairs) + len(config["models"])),  # toolchains, models
+        "links": link_seconds(config) * sum(len(spec["links"]) for spec in pairs.values()),
+        "launches": (JOB_OVERHEAD_S + launch_s) * len(plan.blocks(config)),
+        "cells": sum(cell_seconds(config, c, speeds[(c.model, c.ctx)], launch_s)
+                     for c in plan.cells(config)),
+        "anchors": sum(cell_seconds(config, c, speeds[(c.model, c.ctx)], launch_s)
+                       for c in anchors),
+        "roundtrips": sum(sweep_seconds(config, model, speeds[(model, shortest)], launch_s)
+                          for _, model, _ in plan.roundtrip_sweeps(config)),
+        "report": AFTER_S,
+    }
+    parts["total"] = sum(parts.values())
+    return parts
