@@ -30,11 +30,13 @@ MODULES = {
     "roundtrips-table": "splitbench.analysis.roundtrips",
     "aggregate": "splitbench.report.tables",
     "drift": "splitbench.analysis.drift",
+    "findings": "splitbench.analysis.findings",
     "charts": "splitbench.report.charts",
     "report": "splitbench.report.page",
     "checks": "splitbench.analysis.checks",
     "cells": "splitbench.plan",
     "teardown": "splitbench.infra.procs",
+    "whatif": "splitbench.analysis.whatif",
 }
 
 

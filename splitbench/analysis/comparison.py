@@ -42,6 +42,26 @@ COMPARE_KEYS = ["pair", "model", "ctx"]
 KEYS = ["pair", "link", "model", "ctx", "conc"]
 MEDIAN_SE = 1.2533  # standard error of a median of n normal samples: this x sd / sqrt(n)
 COVERAGE = 2.0
+# A measured difference disagrees with its prediction beyond this many combined standard
+# errors: a run checks several links and contexts, and at 2 one in twenty that agree
+# would be flagged by chance.
+AGREEMENT_SIGMAS = 3.0
+
+
+def agrees(measured: float, unc: float, predicted: float, predicted_unc: float
+           ) -> bool | None:
+    """Whether a measured figure agrees with its prediction within AGREEMENT_SIGMAS of
+    their combined uncertainty (both given at COVERAGE standard errors; an unknown
+    prediction ± counts as 0); None where either figure or the measurement's ± is
+    unknown."""
+    if not all(np.isfinite(v) for v in (measured, unc, predicted)):
+        return None
+    return abs(measured - predicted) <= agreement_allowance(unc, predicted_unc)
+
+
+def agreement_allowance(unc: float, predicted_unc: float) -> float:
+    """The largest gap between a measurement and its prediction that still agrees."""
+    return float(np.hypot(unc, np.nan_to_num(predicted_unc))) * AGREEMENT_SIGMAS / COVERAGE
 
 
 def paired_deltas(requests: pd.DataFrame) -> pd.DataFrame:
@@ -228,6 +248,8 @@ def predicted_decode_delta(comp: pd.DataFrame, links: pd.DataFrame, trips: pd.Da
         "predicted_bandwidth_ms": bandwidth["bandwidth_ms"].to_numpy(),
         "predicted_bandwidth_unc_ms": bandwidth["bandwidth_unc_ms"].to_numpy(),
         "round_trips": trips_n.to_numpy(),
+        # The latency difference the prediction used (paired rounds' or the links').
+        "latency_delta_us": 1000 * np.asarray(delta_ms, dtype=float),
     }, index=comp.index)
 
 

@@ -186,7 +186,7 @@ def _dominant_terms(fit: dict[str, Any], points: pd.DataFrame) -> str:
                 f"{_plus_minus(bandwidth_unc)}{carried}")
         if np.isfinite(latency):
             text += f" + latency {latency:+.2f}{_plus_minus(latency_unc)} ({how}): "
-            text += _dominance(bandwidth, bandwidth_unc, latency, latency_unc)
+            text += dominance(bandwidth, bandwidth_unc, latency, latency_unc)
         else:
             text += ", latency term unknown (no round trips resolved or measured)"
         parts.append(text)
@@ -197,7 +197,7 @@ def _plus_minus(unc: float) -> str:
     return f" ±{unc:.2f}" if np.isfinite(unc) else ""
 
 
-def _dominance(bandwidth: float, bandwidth_unc: float, latency: float,
+def dominance(bandwidth: float, bandwidth_unc: float, latency: float,
                latency_unc: float) -> str:
     """Which term is larger beyond their combined uncertainty (unknown ± counts as 0)."""
     allowed = float(np.hypot(np.nan_to_num(bandwidth_unc), np.nan_to_num(latency_unc)))

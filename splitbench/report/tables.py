@@ -18,11 +18,12 @@ import pandas as pd
 from splitbench import results
 from splitbench.analysis import backends, comparison, marks, mechanisms, pairs, traffic
 from splitbench.analysis.cell_summary import (
-    OVERLAP_MAX,
+    PREFILL_SHARE_MAX,
     SUMMARY_KEYS,
     by_length,
     ctx_sorted,
     joined,
+    overlap_flag,
     read_links,
     read_requests,
     rounded,
@@ -34,12 +35,6 @@ from splitbench.stage import Stage, json_arg
 
 # Every table `aggregate` writes (results/tables/<stem>.md and .csv): the aggregate
 # rule declares exactly these as its outputs.
-
-
-# A measured link difference disagrees with its prediction beyond this many combined
-# standard errors: a run checks several links and contexts, and at 2 one in twenty
-# that agree would be flagged by chance.
-AGREEMENT_SIGMAS = 3.0
 
 
 # Marks a figure measured under interference or with tokens that share a timestamp,
@@ -254,8 +249,7 @@ def _agreement(row: pd.Series, guess: pd.Series | None) -> str:
         return "— (the measurement has no uncertainty)"
     gap = measured - guess["predicted_decode_delta_ms"]
     predicted_unc = guess["predicted_decode_delta_unc_ms"]
-    # Both uncertainties are COVERAGE standard errors; the check allows AGREEMENT_SIGMAS.
-    allowed = float(np.hypot(unc, np.nan_to_num(predicted_unc))) * AGREEMENT_SIGMAS / COVERAGE
+    allowed = comparison.agreement_allowance(unc, predicted_unc)
     notes = [n for n, on in (("± a lower bound", _bool(row["decode_lower_bound"])),
                              ("the prediction's ± unknown", not np.isfinite(predicted_unc)))
              if on]
@@ -308,18 +302,83 @@ def _wide_by_context(text: pd.Series, contexts: Sequence[str]) -> pd.DataFrame:
 
 def overlap_table(summary: pd.DataFrame, contexts: list[str]) -> pd.DataFrame:
     """The seed's true concurrency ratio per model, link and context, one figure per
-    concurrency level above 1 ("2-way / 4-way")."""
+    concurrency level above 1 ("2-way / 4-way"), each with its ± where the cell released
+    its requests more than once ("0.81 ±0.05"), ⚠ where it is impossible
+    (`overlap_flag`) or the cell is flagged."""
     levels = sorted(c for c in summary["conc"].unique() if c > 1)
     keys = _row_keys(summary)
     if not levels:
         return pd.DataFrame(columns=keys)
-    many = summary[summary["conc"] > 1]
-    flags = many["flags"] if "flags" in many else pd.Series(None, index=many.index)
-    text = many.assign(text=[_flagged(_overlap_text(v, s), f) for v, s, f in
-                             zip(many["overlap"], many["status"], flags, strict=True)])
+    many = _with_overlap_columns(summary[summary["conc"] > 1])
+    text = many.assign(text=[_flagged(_overlap_text(v, s, u, p), f) for v, s, u, p, f in
+                             zip(many["overlap"], many["status"], many["overlap_unc"],
+                                 many["prefill_share"], many["flags"], strict=True)])
     wide = text.pivot(index=keys + ["ctx"], columns="conc", values="text")
     joined = wide.reindex(columns=levels).fillna("—").agg(" / ".join, axis=1)
     return _wide_by_context(joined, contexts)
+
+
+def _with_overlap_columns(cells: pd.DataFrame) -> pd.DataFrame:
+    """Cells with every column the overlap texts read (missing ones NaN: summaries of
+    runs before cells released more than once have no ± and no prefill share)."""
+    return cells.reindex(columns=list(dict.fromkeys(
+        [*cells.columns, "overlap", "overlap_unc", "prefill_share", "flags"])))
+
+
+def overlap_note(summary: pd.DataFrame) -> str:
+    """Markdown under the overlap table: why each ⚠ overlap is impossible, and which
+    overlaps are not resolvable from their neighbours (two concurrency levels of one
+    link and context, or two links at one context and level, whose difference lies
+    within its ±, the two ± combined in quadrature)."""
+    many = _with_overlap_columns(summary[summary["conc"] > 1])
+    label_keys = [k for k in _row_keys(summary) if k != "link"]
+    lines = []
+    for r in many.itertuples(index=False):
+        reason = overlap_flag(r.overlap, r.overlap_unc, r.prefill_share)
+        if reason:
+            where = "/".join(str(getattr(r, k)) for k in SUMMARY_KEYS)
+            lines.append(f"- {FLAG_MARK} {where}: {reason}")
+    known = many[many["overlap"].map(pairs.finite) & many["overlap_unc"].map(pairs.finite)]
+
+    def close(a: pd.Series, b: pd.Series) -> bool:
+        return abs(a["overlap"] - b["overlap"]) <= np.hypot(a["overlap_unc"], b["overlap_unc"])
+
+    def prefix(row: pd.Series) -> str:
+        return "".join(f"{row[k]} " for k in label_keys)
+
+    levels = []
+    for _, cell in known.groupby([*label_keys, "link", "ctx"], sort=False):
+        cell = cell.sort_values("conc")
+        for (_, a), (_, b) in zip(cell.iterrows(), cell.iloc[1:].iterrows(), strict=False):
+            if close(a, b):
+                levels.append(f"{prefix(a)}{a['link']} {a['ctx']} {a['conc']}-way ~ "
+                              f"{b['conc']}-way")
+    links = []
+    for _, level in known.groupby([*label_keys, "ctx", "conc"], sort=False):
+        rows = [r for _, r in level.sort_values("link").iterrows()]
+        if len(rows) < 2:
+            continue
+        pairs_ = [(a, b) for i, a in enumerate(rows) for b in rows[i + 1:]]
+        near = [(a, b) for a, b in pairs_ if close(a, b)]
+        if not near:
+            continue
+        head = f"{prefix(rows[0])}{rows[0]['ctx']} {rows[0]['conc']}-way: "
+        if len(near) == len(pairs_):
+            links.append(head + f"all {len(rows)} links ("
+                         + ", ".join(r["link"] for r in rows) + ")")
+        else:
+            links.append(head + ", ".join(f"{a['link']} ~ {b['link']}" for a, b in near))
+    out = ""
+    if lines:
+        out += f"\n{FLAG_MARK} impossible overlaps in this table:\n\n" + "\n".join(lines) + "\n"
+    if levels or links:
+        out += ("\nNot resolvable (the two overlaps differ by less than their ± combined):"
+                "\n\n")
+        if levels:
+            out += "- levels of one link: " + "; ".join(levels) + "\n"
+        if links:
+            out += "- links at one level: " + "; ".join(links) + "\n"
+    return out
 
 
 def overlap_levels(summary: pd.DataFrame) -> str:
@@ -327,13 +386,20 @@ def overlap_levels(summary: pd.DataFrame) -> str:
     return " / ".join(f"{c}-way" for c in sorted(summary["conc"].unique()) if c > 1)
 
 
-def _overlap_text(value: float, status: Any) -> str:
+def _overlap_text(value: float, status: Any, unc: Any = None,
+                  prefill_share: Any = None) -> str:
+    """An overlap as the tables show it: "0.81 ±0.05" with its ± (COVERAGE standard
+    errors over the cell's releases), one decimal without one ("0.8"), ⚠ where it is
+    impossible (`overlap_flag`), the failure beside it where the cell failed."""
     if np.isfinite(value):
         # A completed cell classed as failed (decode below the crash threshold) still has
         # a real overlap; show it with the failure beside it.
-        figure = f"{round(value, 1) + 0.0:.1f}"  # + 0.0: no "-0.0"
-        if value > OVERLAP_MAX:
-            figure += f" {FLAG_MARK}"  # more than fully concurrent: noise in T1 or W
+        if pairs.finite(unc):
+            figure = f"{round(value, 2) + 0.0:.2f} ±{unc:.2f}"  # + 0.0: no "-0.00"
+        else:
+            figure = f"{round(value, 1) + 0.0:.1f}"  # + 0.0: no "-0.0"
+        if overlap_flag(value, unc, prefill_share):
+            figure += f" {FLAG_MARK}"
         return figure if status == "ok" else f"{figure} {status_text(status)}"
     return status_text(status) if status != "ok" else "—"
 
@@ -376,7 +442,8 @@ def backends_table(summary: pd.DataFrame, contexts: list[str],
     table["TTFT (ms)"] = [_plus_minus(r.ttft_ms, r.ttft_ms_unc, r.status, _ms, r.flags)
                           for r in rows]
     table["overlap"] = ["— (one stream)" if r.conc == 1 else _flagged(
-        _overlap_text(r.overlap if pairs.finite(r.overlap) else np.nan, r.status)
+        _overlap_text(r.overlap if pairs.finite(r.overlap) else np.nan, r.status,
+                      r.overlap_unc, r.prefill_share)
         if isinstance(r.status, str) else "—", r.flags) for r in rows]
     for way, arrow in (("a_to_b", "A→B"), ("b_to_a", "B→A")):
         table[f"bytes/token {arrow}"] = [
@@ -392,6 +459,7 @@ def _uncertainty_source(source: Any, samples: Any, status: Any) -> str:
         return "—"
     n = f"{samples:.0f} " if pairs.finite(samples) else ""
     return {"requests": f"{n}requests", "repeats": f"{n}repeats",
+            "releases": f"{n}releases of the N requests",
             "tokens": "one pass's tokens (decode ± a lower bound; no prefill or "
                       "TTFT ±)"}.get(source, source)
 
@@ -440,10 +508,11 @@ def pairs_table(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
         texts["TTFT (ms)"].append(_plus_minus(r.ttft_ms, r.ttft_ms_unc, r.status, _ms,
                                               r.flags))
         texts["overlap"].append("— (one stream)" if r.conc == 1 else _flagged(
-            _overlap_text(r.overlap if pairs.finite(r.overlap) else np.nan, r.status)
+            _overlap_text(r.overlap if pairs.finite(r.overlap) else np.nan, r.status,
+                          r.overlap_unc, r.prefill_share)
             if isinstance(r.status, str) else "—", r.flags))
         texts["throughput (tok/s, all streams)"].append(_plus_minus(
-            r.throughput_tps, np.nan, r.status, ".1f", r.flags))
+            r.throughput_tps, r.throughput_tps_unc, r.status, ".1f", r.flags))
         texts["± from"].append(_uncertainty_source(r.uncertainty_from, r.samples, r.status))
         texts["A→B (Gbit/s)"].append(_link_figure(r.a_to_b_gbps, r.a_to_b_gbps_unc,
                                                   r.link_flags, ".2f"))
@@ -569,13 +638,19 @@ def tables(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
         "ttft": ("Time to first token against prompt size (concurrency 1)",
                  ttft_table(summary, contexts)),
         "concurrency_boundary": (
-            "Usable concurrency boundary: highest level up to which every level is ok "
-            "(failure at the next level: crashes, 500 = overflow, 400 = context wall)",
+            "Usable concurrency boundary: highest level up to which every level is ok in "
+            "every release (a level where one release of its N requests failed is not "
+            "usable; failure at the next level: crashes, 500 = overflow, 400 = context "
+            "wall)",
             concurrency_boundary(summary, contexts)),
         "overlap": (f"True concurrency ratio (overlap), {levels}: 1 = fully concurrent, "
-                    "0 = serial, below 0 = worse than serial; ✗: the cell's status; "
-                    f"{FLAG_MARK}: above 1 (no cell can be more than fully concurrent) or a "
-                    "flagged cell",
+                    "0 = serial, below 0 = worse than serial; ± is "
+                    f"{COVERAGE:g} standard errors from the spread over the cell's releases "
+                    "and the single stream's; ✗: the cell's status; "
+                    f"{FLAG_MARK}: above 1 beyond its ± (no cell can be more than fully "
+                    "concurrent), below 0 beyond its ± where prefill is under "
+                    f"{PREFILL_SHARE_MAX:.0%} of a single request, or a flagged cell; "
+                    "overlaps not resolvable from their neighbours are named below",
                     overlap_table(summary, contexts)),
         "pairs": (
             "Pairs side by side: the same model, context and concurrency on each pair of "
@@ -640,6 +715,8 @@ def aggregate(request_files: list[str], link_files: list[str], contexts: dict[st
         if stem == "pairs":
             below = pairs_note(summary, links, by_length(contexts),
                                pick_baseline(summary, baseline_link), interference_limits)
+        elif stem == "overlap":
+            below = overlap_note(summary) + (note if marks else "")
         else:
             below = note if marks else ""
         write_table(frame, Path(tables_dir) / stem, title, below)

@@ -1,0 +1,272 @@
+"""What if my link were X: decode predicted for any link from this run's measurements.
+
+A decode step on a split model is the hosts' compute plus what the link adds: the
+blocking round trips per token at the link's request-response latency, and the token's
+bytes each way at the link's rate. The baseline link's measured step, less its own
+latency and wire terms, is the compute; any other link is that plus its own terms:
+
+    decode(link) = compute + round_trips x rtt(link) + bytes_a_to_b x 8 / rate_a_to_b
+                           + bytes_b_to_a x 8 / rate_b_to_a
+    compute      = decode(baseline) - round_trips x rtt(baseline) - wire(baseline)
+
+Round trips come from the delay sweep where it resolved them; otherwise from the
+topological floor (one per RPC worker), which the model then says it assumed. The
+prediction's uncertainty carries the baseline step's and the round trips' (at
+comparison.COVERAGE standard errors). `model` builds one row per pair, model and
+context; `predict` evaluates it for a link; `curve` for a range of latencies.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from splitbench import results
+from splitbench.analysis import traffic
+from splitbench.analysis.comparison import COVERAGE, agrees
+from splitbench.stage import Stage
+
+# Below this share of the step, a link's round trips are "not felt": the latency at
+# which the link adds this much is where the sensitivity curve turns flat.
+FELT_ABOVE = 0.05
+
+MODEL_COLUMNS = ["pair", "model", "ctx", "baseline", "decode_ms", "decode_ms_se",
+                 "round_trips", "round_trips_se", "round_trips_from", "rtt_base_us",
+                 "bytes_a_to_b", "bytes_b_to_a", "wire_base_ms", "compute_ms"]
+
+
+def model(summary: pd.DataFrame, links: pd.DataFrame, trips: pd.DataFrame,
+          workers: dict[str, int], baseline: str | None) -> pd.DataFrame:
+    """One row per pair, model and context whose baseline single-stream cell is ok: the
+    measured step, the round trips it pays, the token's bytes each way and the compute
+    left once the baseline link's own terms are taken out."""
+    one = summary[(summary["conc"] == 1) & (summary["link"] == baseline)
+                  & (summary["status"] == "ok")]
+    facts = links.reindex(columns=["pair", "link", "rr64_p50_us", *traffic.LINK_FACTS])
+    rows = []
+    for _, cell in one.iterrows():
+        link = facts[(facts["pair"] == cell["pair"]) & (facts["link"] == baseline)]
+        if link.empty or not np.isfinite(_num(link["rr64_p50_us"].iloc[0])):
+            continue
+        link = link.iloc[0]
+        n, se, source = _round_trips(trips, cell["pair"], cell["model"],
+                                     int(workers.get(cell["model"], 1)))
+        sizes = {way: _num(cell.get(f"rpc_bytes_per_token_{way}")) for way in
+                 traffic.DIRECTIONS}
+        wire = sum(traffic.transfer_ms(size, _num(link.get(f"burst_bytes_{way}")),
+                                       _num(link.get(f"{way}_gbps")))
+                   for way, size in sizes.items()
+                   if np.isfinite(size) and np.isfinite(_num(link.get(f"{way}_gbps"))))
+        decode = _num(cell["decode_ms_per_token"])
+        rtt = _num(link["rr64_p50_us"])
+        rows.append({
+            "pair": cell["pair"], "model": cell["model"], "ctx": cell["ctx"],
+            "baseline": baseline, "decode_ms": decode,
+            "decode_ms_se": _num(cell.get("decode_ms_se")),
+            "round_trips": n, "round_trips_se": se, "round_trips_from": source,
+            "rtt_base_us": rtt, "bytes_a_to_b": sizes["a_to_b"],
+            "bytes_b_to_a": sizes["b_to_a"], "wire_base_ms": wire,
+            "compute_ms": decode - n * rtt / 1000 - wire,
+        })
+    return pd.DataFrame(rows, columns=MODEL_COLUMNS)
+
+
+def _round_trips(trips: pd.DataFrame, pair: str, model_name: str,
+                 workers: int) -> tuple[float, float, str]:
+    """(round trips, standard error, where they come from) for a model's split."""
+    mine = trips[(trips["pair"] == pair) & (trips["model"] == model_name)
+                 & (trips["workers"] == workers)] if len(trips) else trips
+    if len(mine):
+        return (float(mine["round_trips"].iloc[0]), _num(mine["round_trips_se"].iloc[0]),
+                "the delay sweep")
+    return float(workers), np.nan, (f"assumed: the floor of one per RPC worker ({workers}); "
+                                    "no sweep resolved it")
+
+
+def _num(value: object) -> float:
+    number = pd.to_numeric(value, errors="coerce")
+    return float(number) if number is not None and np.isfinite(number) else np.nan
+
+
+def predict(rows: pd.DataFrame, rtt_us: float, gbps_a_to_b: float,
+            gbps_b_to_a: float | None = None, burst_a_to_b: float = 0.0,
+            burst_b_to_a: float = 0.0) -> pd.DataFrame:
+    """Each model row's decode on a link of request-response latency `rtt_us` and rates
+    `gbps_*` (B→A as A→B where not given): ms/token and tok/s with their ± (COVERAGE
+    standard errors), and the latency and wire terms apart. Bytes within a burst
+    allowance (a shaped link's bucket) cross at line speed, as on the measured links."""
+    gbps_b_to_a = gbps_a_to_b if gbps_b_to_a is None else gbps_b_to_a
+    out = rows.copy()
+    wire = np.zeros(len(rows))
+    for way, gbps, burst in (("a_to_b", gbps_a_to_b, burst_a_to_b),
+                             ("b_to_a", gbps_b_to_a, burst_b_to_a)):
+        sizes = pd.to_numeric(rows[f"bytes_{way}"], errors="coerce").fillna(0).to_numpy()
+        wire += np.array([traffic.transfer_ms(s, burst, gbps) for s in sizes])
+    latency = rows["round_trips"].to_numpy(dtype=float) * rtt_us / 1000
+    ms = rows["compute_ms"].to_numpy(dtype=float) + latency + wire
+    # The baseline step's error moves every prediction alike; the round trips' error
+    # grows with the distance from the baseline's latency.
+    se = np.hypot(np.nan_to_num(rows["decode_ms_se"].to_numpy(dtype=float)),
+                  np.nan_to_num(rows["round_trips_se"].to_numpy(dtype=float))
+                  * np.abs(rtt_us - rows["rtt_base_us"].to_numpy(dtype=float)) / 1000)
+    out["rtt_us"] = rtt_us
+    out["latency_ms"] = latency
+    out["wire_ms"] = wire
+    out["predicted_ms"] = ms
+    out["predicted_unc_ms"] = COVERAGE * se
+    out["predicted_tps"] = 1000 / ms
+    out["predicted_tps_unc"] = out["predicted_tps"] * out["predicted_unc_ms"] / ms
+    return out
+
+
+def curve(rows: pd.DataFrame, rtts_us: Sequence[float], gbps_a_to_b: float | None = None,
+          gbps_b_to_a: float | None = None) -> pd.DataFrame:
+    """predict() over a range of latencies; the rates default to each row's baseline
+    link's (the curve then varies latency alone)."""
+    if gbps_a_to_b is None:
+        # Latency alone: keep each row's own baseline wire term.
+        parts = []
+        for rtt in rtts_us:
+            part = predict(rows.assign(bytes_a_to_b=0.0, bytes_b_to_a=0.0), rtt, np.inf)
+            part["wire_ms"] = rows["wire_base_ms"].to_numpy()
+            part["predicted_ms"] += part["wire_ms"]
+            part["predicted_tps"] = 1000 / part["predicted_ms"]
+            part["predicted_tps_unc"] = (part["predicted_tps"] * part["predicted_unc_ms"]
+                                         / part["predicted_ms"])
+            parts.append(part)
+        return pd.concat(parts, ignore_index=True)
+    return pd.concat([predict(rows, rtt, gbps_a_to_b, gbps_b_to_a) for rtt in rtts_us],
+                     ignore_index=True)
+
+
+def felt_above_us(row: pd.Series, share: float = FELT_ABOVE) -> float:
+    """The request-response latency (µs) above which the link's round trips add more
+    than `share` to this row's compute step; NaN without round trips."""
+    trips = row["round_trips"]
+    if not (np.isfinite(trips) and trips > 0 and np.isfinite(row["compute_ms"])):
+        return np.nan
+    return share * row["compute_ms"] / trips * 1000
+
+
+def measured_points(rows: pd.DataFrame, comparison: pd.DataFrame) -> pd.DataFrame:
+    """Each measured link's single-stream decode beside its prediction, for the chart:
+    x is the link's request-response latency (the baseline's plus the difference the
+    comparison used: a paired cell's own rounds, else the link checks'), the measured
+    decode is the baseline's step plus the measured difference with that difference's
+    ± (a paired cell keeps its paired uncertainty), and the prediction is the baseline's
+    step plus comparison.predicted_decode_delta. `comparison`: compare_links rows with
+    the prediction's columns beside them. `off_curve` where the two disagree as the link
+    comparison judges it (comparison.agrees)."""
+    out = []
+    for _, row in rows.iterrows():
+        out.append({"pair": row["pair"], "model": row["model"], "ctx": row["ctx"],
+                    "link": row["baseline"], "baseline": True, "rtt_us": row["rtt_base_us"],
+                    "measured_ms": row["decode_ms"],
+                    "measured_unc_ms": COVERAGE * row["decode_ms_se"],
+                    "predicted_ms": np.nan, "predicted_unc_ms": np.nan, "off_curve": None})
+        mine = comparison[(comparison["pair"] == row["pair"])
+                          & (comparison["model"] == row["model"])
+                          & (comparison["ctx"] == row["ctx"])
+                          & (comparison["status"] == "ok")
+                          & (comparison["status_base"] == "ok")]
+        for _, comp in mine.iterrows():
+            gap_us = _num(comp.get("latency_delta_us"))
+            predicted = _num(comp.get("predicted_decode_delta_ms"))
+            predicted_unc = _num(comp.get("predicted_decode_delta_unc_ms"))
+            measured, unc = comp["decode_delta_ms"], comp["decode_delta_unc_ms"]
+            agree = agrees(measured, unc, predicted, predicted_unc)
+            out.append({"pair": row["pair"], "model": row["model"], "ctx": row["ctx"],
+                        "link": comp["link"], "baseline": False,
+                        "rtt_us": row["rtt_base_us"] + gap_us,
+                        "measured_ms": row["decode_ms"] + measured, "measured_unc_ms": unc,
+                        "predicted_ms": row["decode_ms"] + predicted,
+                        "predicted_unc_ms": predicted_unc,
+                        "off_curve": None if agree is None else not agree})
+    points = pd.DataFrame(out, columns=["pair", "model", "ctx", "link", "baseline", "rtt_us",
+                                        "measured_ms", "measured_unc_ms", "predicted_ms",
+                                        "predicted_unc_ms", "off_curve"])
+    points["measured_tps"] = 1000 / points["measured_ms"]
+    points["measured_tps_unc"] = (points["measured_tps"] * points["measured_unc_ms"]
+                                  / points["measured_ms"])
+    return points
+
+
+def write(rows: pd.DataFrame, points: pd.DataFrame, out: str | Path) -> None:
+    """The decode model (results/summary/whatif.parquet) and each measured link's point
+    beside it (`points_path`), for the chart and the `whatif` command."""
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    rows.to_parquet(out, index=False)
+    points.to_parquet(points_path(out), index=False)
+
+
+def points_path(model_path: str | Path) -> Path:
+    return Path(model_path).with_name(Path(model_path).stem + ".points.parquet")
+
+
+# --- the `whatif` command -------------------------------------------------------------
+def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--rtt-us", type=float, default=None,
+                   help="the link's request-response latency for a small message (µs): "
+                        "what sockperf ping-pong --full-rtt or the links table's 64 B "
+                        "round trip reads")
+    p.add_argument("--gbit", type=float, default=None,
+                   help="the link's rate A→B in Gbit/s (and B→A unless --gbit-b-to-a)")
+    p.add_argument("--gbit-b-to-a", type=float, default=None)
+    p.add_argument("--like", default=None,
+                   help="a link measured in this run: its latency and rates (the flags "
+                        "above override either)")
+    p.add_argument("--results", default=results.ROOT, help="the run's results directory")
+
+
+def _run(args: argparse.Namespace) -> int:
+    from splitbench.analysis.cell_summary import read_links  # only this command needs it
+
+    rows = pd.read_parquet(results.under(args.results, results.WHATIF))
+    rtt, a_to_b, b_to_a = args.rtt_us, args.gbit, args.gbit_b_to_a
+    burst = (0.0, 0.0)
+    if args.like:
+        found = sorted(Path(results.under(args.results, results.LINKS)).glob(
+            f"*/{args.like}.parquet"))
+        if not found:
+            raise SystemExit(f"error: --like {args.like}: no link of that name under "
+                             f"{results.under(args.results, results.LINKS)}")
+        link = read_links([str(p) for p in found]).iloc[0]
+        rtt = rtt if rtt is not None else _num(link.get("rr64_p50_us"))
+        a_to_b = a_to_b if a_to_b is not None else _num(link.get("a_to_b_gbps"))
+        b_to_a = b_to_a if b_to_a is not None else _num(link.get("b_to_a_gbps"))
+        burst = tuple(np.nan_to_num(_num(link.get(f"burst_bytes_{w}")))
+                      for w in traffic.DIRECTIONS)
+    if rtt is None or a_to_b is None:
+        raise SystemExit("error: give --rtt-us and --gbit, or --like <a link of this run>")
+    if rows.empty:
+        raise SystemExit("error: no baseline single-stream cell was measured ok: nothing "
+                         "to predict from")
+    print(text(predict(rows, rtt, a_to_b, b_to_a, *burst), rtt, a_to_b, b_to_a))
+    return 0
+
+
+def text(predicted: pd.DataFrame, rtt: float, a_to_b: float, b_to_a: float | None) -> str:
+    """The prediction as a table a person reads in a terminal."""
+    rates = f"{a_to_b:g} Gbit/s" + (f" A→B, {b_to_a:g} B→A" if b_to_a is not None else "")
+    lines = [f"Decode on a link of {rtt:g} µs request-response latency and {rates} "
+             f"(± is {COVERAGE:g} standard errors):", ""]
+    header = ["pair", "model", "ctx", "measured on baseline", "predicted ms/token",
+              "tok/s", "latency + wire (ms)", "round trips from"]
+    body = [[r["pair"], r["model"], r["ctx"], f"{r['decode_ms']:.3f} ms",
+             f"{r['predicted_ms']:.3f} ±{r['predicted_unc_ms']:.3f}",
+             f"{r['predicted_tps']:.1f} ±{r['predicted_tps_unc']:.1f}",
+             f"{r['latency_ms']:.3f} + {r['wire_ms']:.3f}",
+             f"{r['round_trips']:.2f} ({r['round_trips_from']})"]
+            for _, r in predicted.iterrows()]
+    widths = [max(len(str(x)) for x in column) for column in zip(header, *body, strict=True)]
+    for line in [header, *body]:
+        lines.append("  ".join(str(x).ljust(w) for x, w in zip(line, widths, strict=True)))
+    return "\n".join(lines)
+
+
+STAGES = (Stage("whatif", "predict decode for a link of given latency and bandwidth from "
+                "this run's measurements", _arguments, _run),)
