@@ -48,6 +48,7 @@ localrules:
     checks,
     roundtrips_table,
     drift,
+    findings,
 
 
 # Every cell, link check and anchor is listed here even though the summary needs them
@@ -66,6 +67,7 @@ rule all:
         results.table("single_stream_decode", "md"),
         results.table("links", "md"),
         expand(results.CHART, name=CHART_NAMES, ext=["html", "png"]),
+        results.FINDINGS,
         results.REPORT,
         results.CHECKS,
 

@@ -36,6 +36,46 @@ rule aggregate:
         )
 
 
+# What the run found, in sentences (results/findings.md, the report's first section and
+# the run's last lines), and the what-if model behind `python -m splitbench whatif`.
+rule findings:
+    input:
+        summary=results.SUMMARY,
+        links=all_link_results(),
+        toolchain=expand(results.TOOLCHAIN, pair=config["pairs"]),
+        sweeps=all_roundtrip_results(),
+        anchors=all_anchor_results(),
+        drift=results.DRIFT_REPORT,
+    output:
+        findings=results.FINDINGS,
+        whatif=results.WHATIF,
+        points=results.WHATIF_POINTS,
+    log:
+        results.log("findings"),
+    conda:
+        "../envs/splitbench.yaml"
+    params:
+        contexts=as_json(config["contexts"]),
+        baseline=config["baseline_link"],
+        workers=as_json({m: s.get("workers", 1) for m, s in config["models"].items()}),
+    shell:
+        splitbench(
+            "findings",
+            "--summary {input.summary:q}",
+            "--links {input.links:q}",
+            "--toolchain {input.toolchain:q}",
+            "--sweeps {input.sweeps:q}",
+            "--anchors {input.anchors:q}",
+            "--drift {input.drift:q}",
+            "--contexts {params.contexts:q}",
+            "--baseline {params.baseline:q}",
+            "--workers {params.workers:q}",
+            "--out {output.findings:q}",
+            "--whatif {output.whatif:q}",
+            "--points {output.points:q}",
+        )
+
+
 # The charts splitbench.report.charts draws, in the report's order.
 CHART_NAMES = list(contents.CHARTS)
 
@@ -46,6 +86,9 @@ rule charts:
         # The decode-vs-latency chart draws this table's slopes: one estimator.
         mechanisms=results.table("mechanisms", "csv"),
         links=all_link_results(),
+        # The what-if chart: the decode model and the measured links beside it.
+        whatif=results.WHATIF,
+        whatif_points=results.WHATIF_POINTS,
     output:
         html=expand(results.CHART, name=CHART_NAMES, ext="html"),
         # Each PNG with its caption, for `snakemake --report`.
@@ -74,6 +117,8 @@ rule charts:
             "--baseline {params.baseline:q}",
             "--timeline={params.timeline:q}",
             "--mechanisms {input.mechanisms:q}",
+            "--whatif {input.whatif:q}",
+            "--whatif-points {input.whatif_points:q}",
             f"--out {results.CHARTS}",
         )
 
@@ -135,6 +180,7 @@ rule checks:
     input:
         report=results.REPORT,
         drift=results.DRIFT_REPORT,
+        findings=results.FINDINGS,
     output:
         results.CHECKS,
     log:

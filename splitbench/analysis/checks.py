@@ -151,7 +151,26 @@ def run_checks(root: str | Path, out: str | Path) -> list[str]:
     print(text, end="")
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(text)
+    found = Path(results.under(root, results.FINDINGS))
+    if found.exists():
+        print(f"\nsplitbench found (the whole text: {found}; the page: "
+              f"{results.under(root, results.REPORT)}):")
+        print("\n".join(f"  {line}" for line in headlines(found.read_text())))
     return [*toolchain_failures(toolchains), *link_failures(links), *load_failures(summary)]
+
+
+def headlines(findings_markdown: str) -> list[str]:
+    """The findings' headlines, read from results/findings.md: what did not work (✗),
+    then each finding's bold opening with its section."""
+    out, section = [], ""
+    for line in findings_markdown.splitlines():
+        if line.startswith("### "):
+            section = line[4:]
+        elif line.startswith("- ✗ "):
+            out.append(line[2:].split(" → ")[0])
+        elif line.startswith("- **"):
+            out.append(f"{section}: {line[4:].split('**')[0]}")
+    return out
 
 
 # --- the `checks` stage ---------------------------------------------------------------

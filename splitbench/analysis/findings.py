@@ -6,8 +6,9 @@ concurrency that depends on the link or not); nothing is fixed text. A finding t
 cannot carry says "not resolvable on this data" and what would resolve it.
 
 `collect` gathers the findings from the analysis frames; `markdown` writes them
-(results/findings.md, the report's first section); `headlines` are the lines the run
-prints last. The `findings` stage computes the frames from the run's files.
+(results/findings.md, the report's first section); the bold opening of each finding is
+its headline, which the run prints last (checks.headlines). The `findings` stage
+computes the frames from the run's files.
 """
 
 from __future__ import annotations
@@ -622,32 +623,11 @@ def markdown(found: Sequence[Finding]) -> str:
     return "\n".join(lines)
 
 
-def headlines(found: Sequence[Finding]) -> list[str]:
-    """The short lines the run prints after its checks."""
-    return [f"{f.section}: {f.headline}" if f.section != "What did not work" else f.headline
-            for f in found if f.headline]
-
-
-def headlines_from(markdown_text: str) -> list[str]:
-    """The headlines again, read back from findings.md (the checks stage prints them)."""
-    out, section = [], ""
-    for line in markdown_text.splitlines():
-        if line.startswith("### "):
-            section = line[4:]
-        elif line.startswith("- "):
-            body = line[2:]
-            if body.startswith("✗ "):
-                out.append(body.split(" → ")[0])
-            elif body.startswith("**"):
-                out.append(f"{section}: {_bold_head(body)}")
-    return out
-
-
 # --- the `findings` stage -----------------------------------------------------------------
 def run(summary_path: str, link_files: list[str], toolchain_files: list[str],
         sweep_files: list[str], anchor_files: list[str], drift_path: str | None,
         contexts: dict[str, int], baseline_link: str | None, workers: dict[str, int],
-        out: str, whatif_out: str) -> list[Finding]:
+        out: str, whatif_out: str, points_out: str) -> list[Finding]:
     summary = pq.read_table(summary_path).to_pandas()
     links = read_links(link_files)
     order = by_length(contexts)
@@ -663,7 +643,7 @@ def run(summary_path: str, link_files: list[str], toolchain_files: list[str],
         comp = pd.concat([comp, prediction(comp)], axis=1)
     mechanism_rows = mechanisms.table(summary, links, order, base, drift, prediction)
     model_rows = whatif.model(summary, links, trips, workers, base)
-    whatif.write(model_rows, whatif.measured_points(model_rows, comp), whatif_out)
+    whatif.write(model_rows, whatif.measured_points(model_rows, comp), whatif_out, points_out)
     toolchains = [json.loads(Path(p).read_text()) for p in toolchain_files]
     lines = checks.check_lines(summary, drift_path, links, toolchains)
     found = collect(summary, links, comp, trips, mechanism_rows, model_rows, order, base,
@@ -685,12 +665,13 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=json_arg, default={})
     p.add_argument("--out", required=True, help="findings.md")
     p.add_argument("--whatif", required=True, help="the what-if model's Parquet")
+    p.add_argument("--points", required=True, help="the measured links beside it")
 
 
 def _run(args: argparse.Namespace) -> None:
     found = run(args.summary, args.links, args.toolchain, args.sweeps, args.anchors,
                 args.drift, args.contexts, args.baseline, args.workers, args.out,
-                args.whatif)
+                args.whatif, args.points)
     print(f"findings: {len(found)} written to {args.out}")
 
 

@@ -195,16 +195,13 @@ def measured_points(rows: pd.DataFrame, comparison: pd.DataFrame) -> pd.DataFram
     return points
 
 
-def write(rows: pd.DataFrame, points: pd.DataFrame, out: str | Path) -> None:
-    """The decode model (results/summary/whatif.parquet) and each measured link's point
-    beside it (`points_path`), for the chart and the `whatif` command."""
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    rows.to_parquet(out, index=False)
-    points.to_parquet(points_path(out), index=False)
-
-
-def points_path(model_path: str | Path) -> Path:
-    return Path(model_path).with_name(Path(model_path).stem + ".points.parquet")
+def write(rows: pd.DataFrame, points: pd.DataFrame, out: str | Path,
+          points_out: str | Path) -> None:
+    """The decode model (results.WHATIF) and each measured link's point beside it
+    (results.WHATIF_POINTS), for the chart and the `whatif` command."""
+    for frame, path in ((rows, out), (points, points_out)):
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        frame.to_parquet(path, index=False)
 
 
 # --- the `whatif` command -------------------------------------------------------------
