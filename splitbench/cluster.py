@@ -55,11 +55,13 @@ def node_request(config: dict[str, Any], pair: str) -> dict[str, str]:
 
 
 def cell_minutes(config: dict[str, Any], cell: plan.Cell) -> int:
-    """The longest a cell may take: every request it sends one after another at the
-    request timeout, plus a launch for a paired cell's reference servers."""
+    """The longest a cell may take: every request (or concurrent release) it sends one
+    after another at the request timeout, plus a launch for a paired cell's reference
+    servers."""
     settings = plan.cell_settings(config)
     timeout_min = settings["request_timeout_s"] / 60
-    requests = max(settings["single_stream_requests"], 1) if cell.conc == 1 else 1
+    requests = max(settings["single_stream_requests"] if cell.conc == 1
+                   else settings["concurrent_releases"], 1)
     paired = plan.paired_for(config, cell)
     if paired:
         requests = paired["rounds"] * paired["requests"] * 2

@@ -245,6 +245,14 @@ class Cell(Section):
     single_stream_seconds: float = key(3, "a concurrency-1 cell sends more requests while "
                                           "it has run for less than this (s)",
                                        applied="schema", ge=0)
+    concurrent_releases: int = key(3, "times a cell of concurrency N > 1 releases its N "
+                                      "requests at least, one release after another: its "
+                                      "overlap, throughput and decode are medians over "
+                                      "the releases, their spread the uncertainty",
+                                   applied="schema", ge=1)
+    concurrent_seconds: float = key(2, "a cell of concurrency N > 1 releases its requests "
+                                       "again while it has run for less than this (s)",
+                                    applied="schema", ge=0)
     paired: Paired = key(description=Paired.__doc__.split("\n\n")[0].replace("\n    ", " "))
 
 

@@ -269,14 +269,22 @@ def link_slice(config: dict[str, Any], pair: str, link: str) -> dict[str, Any]:
     return out
 
 
+# The `cell:` keys only one kind of cell reads (cells.measure.more_shots).
+SINGLE_STREAM_KEYS = ("single_stream_requests", "single_stream_seconds")
+CONCURRENT_KEYS = ("concurrent_releases", "concurrent_seconds")
+
+
 def cell_slice(config: dict[str, Any], cell: Cell, epoch: int = 0) -> dict[str, Any]:
     """Exactly what one cell's measurement depends on (its rerun trigger). A new epoch
     (config/reruns.yaml) re-measures just this cell."""
+    # A single stream reads only its request count, a concurrent cell only its releases':
+    # tuning one kind re-measures none of the other.
+    unused = CONCURRENT_KEYS if cell.conc == 1 else SINGLE_STREAM_KEYS
     out = {
         "measurement_version": config["measurement_version"],
         "prompt_tokens": config["contexts"][cell.ctx],
         "concurrency": cell.conc,
-        **cell_settings(config),
+        **{k: v for k, v in cell_settings(config).items() if k not in unused},
         "model": model_slice(config, cell.model),
     }
     # Only when set, so that existing cells keep their params (and are not re-measured).

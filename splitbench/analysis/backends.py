@@ -48,7 +48,8 @@ def compare(summary: pd.DataFrame, contexts: list[str], baseline_link: str | Non
     cells = compared(summary)
     columns = ["model", "split", "status", "flags", "decode_ms_per_token", "decode_ms_se",
                "prefill_tps", "prefill_tps_se", "ttft_ms", "ttft_ms_se", "overlap",
-               "rpc_bytes_per_token_a_to_b", "rpc_bytes_per_token_b_to_a"]
+               "rpc_bytes_per_token_a_to_b", "rpc_bytes_per_token_b_to_a", "overlap_unc",
+               "prefill_share"]
     cells = cells.reindex(columns=[*SHARED, *columns])
     for column in columns[4:]:
         cells[column] = pd.to_numeric(cells[column], errors="coerce")

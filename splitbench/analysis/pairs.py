@@ -84,7 +84,8 @@ def compare(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
     cells = shared(summary)
     columns = ["status", "flags", "decode_tps", "decode_ms_per_token", "decode_ms_se",
                "prefill_tps", "prefill_tps_se", "ttft_ms", "ttft_ms_se", "overlap",
-               "throughput_tps", "uncertainty_from", "samples"]
+               "overlap_unc", "prefill_share", "throughput_tps", "throughput_tps_unc",
+               "uncertainty_from", "samples"]
     cells = cells.reindex(columns=["pair", "link", *SHARED, *columns])
     numbers = [c for c in columns if c not in ("status", "flags", "uncertainty_from")]
     cells[numbers] = cells[numbers].apply(pd.to_numeric, errors="coerce")

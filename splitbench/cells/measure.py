@@ -117,7 +117,8 @@ def _not_launched(cell: dict[str, Any], model: dict[str, Any], launch: dict[str,
                           f"the block's launch failed: {launch['error']}"), None)]
     rows, _ = _rows(cell, [run])
     fields = {"repeat": 0, "cell_status": metrics.cell_status([r["status"] for r in rows]),
-              "cell_wall_ms": None, "cell_throughput_tps": None,
+              "cell_wall_ms": None, "cell_throughput_tps": None, "release_wall_ms": None,
+              "release_throughput_tps": None,
               "link_fingerprint": fingerprint, **layout(model, launch)}
     requests = pd.DataFrame([{**r, **fields} for r in rows])
     tokens = pd.DataFrame(columns=TOKEN_COLUMNS).astype({"t_ns": "int64", "t_mono_ns": "int64"})
@@ -192,7 +193,10 @@ def _measure(cell: dict[str, Any], link: Any, reference: Any, model: dict[str, A
         **held,
         **layout(model, first.server.record if first.server else None),
     }
-    requests = pd.DataFrame([{**r, **cell_fields} for r in rows])
+    releases = release_figures(rows)
+    requests = pd.DataFrame([{**r, **cell_fields,
+                              **releases[(r["reference"], r["round"], r["shot"])]}
+                             for r in rows])
     tokens = pd.DataFrame(
         [{**t, "request_id": r.request_id} for r in replies for t in r.tokens],
         columns=TOKEN_COLUMNS,
@@ -202,6 +206,19 @@ def _measure(cell: dict[str, Any], link: Any, reference: Any, model: dict[str, A
               "harness_error": next((r.harness_error for r in runs if r.harness_error),
                                     None)}
     return requests, tokens, record
+
+
+def release_figures(rows: list[dict[str, Any]]) -> dict[tuple[Any, ...], dict[str, Any]]:
+    """Each release's own wall time (its first send to its last token) and throughput
+    (its tokens over that wall time), by (reference, round, shot): a concurrent cell's
+    overlap and throughput are taken per release (analysis.cell_summary), the cell-wide
+    `cell_wall_ms` spans every release."""
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault((row["reference"], row["round"], row["shot"]), []).append(row)
+    return {key: {"release_wall_ms": metrics.wall_ms(group),
+                  "release_throughput_tps": metrics.throughput_tps(group)}
+            for key, group in groups.items()}
 
 
 def layout(model: dict[str, Any], launch: dict[str, Any] | None) -> dict[str, Any]:
@@ -352,14 +369,19 @@ def capped(text: str, limit: int = 2000) -> str:
 
 
 def more_shots(cell: dict[str, Any], sent: int, elapsed_s: float) -> bool:
-    """Whether to release the cell's requests once more. A concurrent cell releases its
-    N requests once. A single-stream cell sends requests one after another: at least
-    `single_stream_requests` (a median and a spread for its prefill, TTFT and decode),
-    then more while the cell has run under `single_stream_seconds` (cheap short
-    requests buy a tighter spread; an expensive long one is not repeated beyond the
-    minimum)."""
+    """Whether to release the cell's requests once more (`sent` releases so far,
+    `elapsed_s` since the first). A single-stream cell sends requests one after another:
+    at least `single_stream_requests` (a median and a spread for its prefill, TTFT and
+    decode), then more while the cell has run under `single_stream_seconds`. A
+    concurrent cell releases its N requests together, one release after another: at
+    least `concurrent_releases` times (a median and a spread for its overlap,
+    throughput and decode), then again while it has run under `concurrent_seconds`.
+    Either way cheap short requests buy a tighter spread; an expensive long release is
+    not repeated beyond the minimum. (`_drive` stops after a release with a failed
+    request, whatever this says.)"""
     if cell["concurrency"] != 1:
-        return sent < 1
+        least = cell.get("concurrent_releases", 1)
+        return sent < least or elapsed_s < cell.get("concurrent_seconds", 0.0)
     least = cell.get("single_stream_requests", 1)
     return sent < least or elapsed_s < cell.get("single_stream_seconds", 0.0)
 

@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 
 from splitbench import results
 from splitbench.analysis import backends, cell_summary, comparison, pairs, traffic
+from splitbench.report import sensitivity
 from splitbench.report.contents import CHARTS
 from splitbench.stage import Stage
 
@@ -176,8 +177,11 @@ def overlap(summary: pd.DataFrame, **_: Any) -> alt.TopLevelMixin:
     many = _where(summary[summary["conc"] > 1])
     if many.empty:
         return _note(CHARTS[name][0], "no cell ran more than one stream")
-    many = many.assign(label=[f"{v:.2f}" if s == "ok" and pd.notna(v) else s
-                              for v, s in zip(many["overlap"], many["status"], strict=True)])
+    many = many.reindex(columns=list(dict.fromkeys(
+        [*many.columns, "overlap_unc", "prefill_share", "releases"])))
+    many = many.assign(label=[_overlap_label(v, u, p, s) for v, u, p, s in zip(
+        many["overlap"], many["overlap_unc"], many["prefill_share"], many["status"],
+        strict=True)])
     order = ctx_order(summary)
     encode = {"x": _ctx_axis(order),
               "y": alt.Y("conc:O", title="concurrent streams")}
@@ -189,16 +193,28 @@ def overlap(summary: pd.DataFrame, **_: Any) -> alt.TopLevelMixin:
                         scale=alt.Scale(domain=[-1, 0, 1], range=["#b2182b", "#f7f7f7",
                                                                   "#2166ac"], clamp=True)),
         tooltip=["pair:N", "link:N", "model:N", "ctx:N", "conc:O", "status:N",
-                 alt.Tooltip("overlap:Q", format=".2f")],
+                 alt.Tooltip("overlap:Q", format=".2f"),
+                 alt.Tooltip("overlap_unc:Q", title="± (2 standard errors)", format=".2f"),
+                 alt.Tooltip("releases:Q", title="releases")],
     ).transform_filter("isValid(datum.overlap)")
-    text = alt.Chart().mark_text(fontSize=12).encode(**encode, text="label:N")
+    text = alt.Chart().mark_text(fontSize=11).encode(**encode, text="label:N")
     return alt.layer(cells, colour, text, data=many).properties(
-        width=45 * len(order) + 40, height=30 * many["conc"].nunique() + 20
+        width=80 * len(order) + 40, height=30 * many["conc"].nunique() + 20
     ).facet(
         row=alt.Row("model:N", title="model"),
         column=alt.Column("where:N", title=_where_title(many)),
-        title=_title(name, "2-way, 4-way, ... against the same link's single stream"),
+        title=_title(name, "2-way, 4-way, ... against the same link's single stream; ± is "
+                           "2 standard errors over the cell's releases; ⚠: impossible "
+                           "(above 1, or below 0 where prefill is a small share, beyond ±)"),
     )
+
+
+def _overlap_label(value: Any, unc: Any, prefill_share: Any, status: Any) -> str:
+    """A heatmap cell's text: "0.81 ±0.05" (⚠ where impossible), or its status."""
+    if status != "ok" or pd.isna(value):
+        return str(status)
+    text = f"{value:.2f}" + (f" ±{unc:.2f}" if pd.notna(unc) else "")
+    return text + (" ⚠" if cell_summary.overlap_flag(value, unc, prefill_share) else "")
 
 
 def _links_long(links: pd.DataFrame, columns: dict[str, str], scale: dict[str, float]
@@ -427,8 +443,8 @@ PAIR_MEASURES = [
     ("decode_ms_per_token", "decode_ms_unc", "decode ms/token"),
     ("prefill_tps", "prefill_tps_unc", "prefill tok/s"),
     ("ttft_ms", "ttft_ms_unc", "TTFT ms"),
-    ("throughput_tps", None, "tok/s, all streams"),
-    ("overlap", None, "overlap"),
+    ("throughput_tps", "throughput_tps_unc", "tok/s, all streams"),
+    ("overlap", "overlap_unc", "overlap"),
 ]
 # Drawn on a log axis (they span orders of magnitude over contexts, and are positive):
 # pairs a few percent apart stay apart at every context.
@@ -575,7 +591,7 @@ def pairs_chart(summary: pd.DataFrame, links: pd.DataFrame, baseline: str = "",
     return alt.vconcat(top, bottom, title=_title(name, subtitle))
 
 
-BACKEND_MEASURES = PAIR_MEASURES[:3] + [("overlap", None, "overlap"),
+BACKEND_MEASURES = PAIR_MEASURES[:3] + [("overlap", "overlap_unc", "overlap"),
                                         ("rpc_bytes_per_token_b_to_a", None,
                                          "bytes/token B→A")]
 
@@ -649,6 +665,8 @@ BUILDERS: dict[str, Callable[..., alt.TopLevelMixin]] = {
     "links": links_chart,
     "token_timeline": token_timeline,
     "decode_vs_latency": decode_vs_latency,
+    "decode_sensitivity": lambda summary, **inputs: sensitivity.build(
+        summary, contexts=ctx_order(summary), width=WIDTH, height=HEIGHT, **inputs),
     "backends": backends_chart,
     "pairs": pairs_chart,
 }
@@ -656,11 +674,14 @@ BUILDERS: dict[str, Callable[..., alt.TopLevelMixin]] = {
 
 def build(summary: pd.DataFrame, links: pd.DataFrame, baseline: str,
           tokens: pd.DataFrame | None = None, cell: pd.Series | None = None,
-          mechanisms: pd.DataFrame | None = None) -> dict[str, alt.TopLevelMixin]:
+          mechanisms: pd.DataFrame | None = None, whatif_rows: pd.DataFrame | None = None,
+          whatif_points: pd.DataFrame | None = None) -> dict[str, alt.TopLevelMixin]:
     """Every chart, by name, in the report's order. `mechanisms`: the mechanisms table,
-    whose decode slopes the decode-vs-latency chart draws."""
+    whose decode slopes the decode-vs-latency chart draws; `whatif_*`: the what-if
+    model and the measured links beside it (analysis.whatif)."""
     inputs = {"summary": summary, "links": links, "baseline": baseline, "tokens": tokens,
-              "cell": cell, "mechanisms": mechanisms}
+              "cell": cell, "mechanisms": mechanisms, "whatif_rows": whatif_rows,
+              "whatif_points": whatif_points}
     return {name: BUILDERS[name](**inputs) for name in CHARTS}
 
 
@@ -690,15 +711,19 @@ def finite(value: Any) -> Any:
 
 def render(summary_path: str, link_files: list[str], baseline: str, out_dir: str,
            cells_dir: str = results.CELLS, timeline: str = "",
-           mechanisms_path: str = "") -> list[Path]:
+           mechanisms_path: str = "", whatif_path: str = "",
+           whatif_points_path: str = "") -> list[Path]:
     """Build and save every chart; returns the files written."""
     summary = pq.read_table(summary_path).to_pandas()
     mechanisms = pd.read_csv(mechanisms_path) if mechanisms_path else None
+    whatif_rows = pd.read_parquet(whatif_path) if whatif_path else None
+    whatif_points = pd.read_parquet(whatif_points_path) if whatif_points_path else None
     links = cell_summary.read_links(link_files)
     cell = timeline_cell(summary, baseline, timeline)
     tokens = read_timeline(cells_dir, cell) if cell is not None else None
     written = []
-    for name, chart in build(summary, links, baseline, tokens, cell, mechanisms).items():
+    for name, chart in build(summary, links, baseline, tokens, cell, mechanisms, whatif_rows,
+                             whatif_points).items():
         written += save(chart, out_dir, name)
     return written
 
@@ -714,12 +739,15 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                         "(default: the baseline's shortest-context, most-concurrent ok cell)")
     p.add_argument("--mechanisms", default="",
                    help="the mechanisms table (CSV): the decode slopes the chart draws")
+    p.add_argument("--whatif", default="", help="the what-if model (Parquet)")
+    p.add_argument("--whatif-points", default="",
+                   help="the measured links beside their predictions (Parquet)")
     p.add_argument("--out", required=True, help="directory for the chart files")
 
 
 def _run(args: argparse.Namespace) -> None:
     written = render(args.summary, args.links, args.baseline, args.out, args.cells,
-                     args.timeline, args.mechanisms)
+                     args.timeline, args.mechanisms, args.whatif, args.whatif_points)
     print(f"charts: {len(written)} files in {args.out}")
 
 

@@ -41,14 +41,16 @@ def test_time_limits_follow_the_matrix(config):
     # A paired cell: rounds x requests x 2 links at the timeout, plus its reference launch.
     paired = config["cell"]["paired"]["rounds"] * 2 * timeout_min + 20
     assert cluster.job_minutes(config, "cell", cell()) == paired
-    # Concurrency 2: one release of requests at the timeout.
-    assert cluster.job_minutes(config, "cell", cell(conc="2")) == timeout_min + 1
+    # Concurrency 2: its releases one after another, each at the timeout.
+    releases = plan.cell_settings(config)["concurrent_releases"]
+    assert releases > 1
+    assert cluster.job_minutes(config, "cell", cell(conc="2")) == releases * timeout_min + 1
     # A single stream: its requests one after another.
     requests = plan.cell_settings(config)["single_stream_requests"]
     assert cluster.job_minutes(config, "anchor", cell(link="baseline")) == \
         requests * timeout_min + 1
     config["cell"]["request_timeout_s"] = 600
-    assert cluster.job_minutes(config, "cell", cell(conc="2")) == 11
+    assert cluster.job_minutes(config, "cell", cell(conc="2")) == releases * 10 + 1
     assert cluster.job_minutes(config, "link", cell()) == cluster.SETUP_MINUTES["link"]
 
 
