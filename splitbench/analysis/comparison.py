@@ -56,7 +56,7 @@ def agrees(measured: float, unc: float, predicted: float, predicted_unc: float
     unknown."""
     if not all(np.isfinite(v) for v in (measured, unc, predicted)):
         return None
-    return abs(measured - predicted) <= agreement_allowance(unc, predicted_unc)
+    return bool(abs(measured - predicted) <= agreement_allowance(unc, predicted_unc))
 
 
 def agreement_allowance(unc: float, predicted_unc: float) -> float:

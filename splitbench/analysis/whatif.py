@@ -57,7 +57,7 @@ def model(summary: pd.DataFrame, links: pd.DataFrame, trips: pd.DataFrame,
                                      int(workers.get(cell["model"], 1)))
         sizes = {way: _num(cell.get(f"rpc_bytes_per_token_{way}")) for way in
                  traffic.DIRECTIONS}
-        wire = sum(traffic.transfer_ms(size, _num(link.get(f"burst_bytes_{way}")),
+        wire = sum(traffic.transfer_ms(size, np.nan_to_num(_num(link.get(f"burst_bytes_{way}"))),
                                        _num(link.get(f"{way}_gbps")))
                    for way, size in sizes.items()
                    if np.isfinite(size) and np.isfinite(_num(link.get(f"{way}_gbps"))))

@@ -1,0 +1,218 @@
+"""The findings: each branch of the wording from constructed tables, and the seed
+write-up's own tables giving back its conclusions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from splitbench.analysis import checks, comparison, findings, mechanisms, whatif
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+CONTEXTS = ["short", "5k", "32k"]
+
+
+def comp_rows(link: str, deltas: list[tuple[float, float]], *, latency=(np.nan, np.nan),
+              bandwidth=(np.nan, np.nan), trips=np.nan, gap_us=np.nan,
+              compared="paired (20 rounds)", steps=(0.85, 5.0, 20.0),
+              statuses=None) -> pd.DataFrame:
+    """Link comparison rows of one model and link (shortest context first) with the
+    prediction's columns, as findings.collect receives them."""
+    rows = []
+    for i, (ctx, (delta, unc)) in enumerate(zip(CONTEXTS, deltas, strict=False)):
+        predicted = latency[0] + np.nan_to_num(bandwidth[0])
+        rows.append({
+            "pair": "lab", "model": "m", "ctx": ctx, "link": link, "baseline": "base",
+            "status": (statuses or ["ok"] * 3)[i], "status_base": "ok",
+            "decode_delta_ms": delta, "decode_delta_unc_ms": unc,
+            "decode_ms_per_token_base": steps[i], "decode_lower_bound": False,
+            "compared": compared, "prefill_change_pct": np.nan,
+            "prefill_change_unc_pct": np.nan,
+            "predicted_latency_ms": latency[0], "predicted_latency_unc_ms": latency[1],
+            "predicted_bandwidth_ms": bandwidth[0], "predicted_bandwidth_unc_ms": bandwidth[1],
+            "predicted_decode_delta_ms": predicted,
+            "predicted_decode_delta_unc_ms": float(np.hypot(latency[1],
+                                                            np.nan_to_num(bandwidth[1]))),
+            "round_trips": trips, "latency_delta_us": gap_us,
+        })
+    return pd.DataFrame(rows)
+
+
+def test_a_latency_dominated_fixed_cost():
+    rows = comp_rows("usb4", [(0.70, 0.06), (0.72, 0.10), (0.69, 0.20)],
+                     latency=(0.64, 0.03), bandwidth=(0.00, 0.00), trips=1.05, gap_us=610)
+    text = findings.decode_cost(rows, "usb4", "m").text
+    assert text.startswith("**usb4 costs decode +0.70 ±0.06 ms/token at short "
+                           "(+82% of a 0.85 ms step)**")
+    assert "The same at every context it resolves" in text
+    assert "a fixed per-step cost" in text
+    assert "1.05 round trips per token × +610 µs" in text
+    assert "latency dominates" in text
+    assert "agrees with that prediction" in text
+
+
+def test_a_bandwidth_dominated_cost_that_grows_with_context():
+    rows = comp_rows("slow", [(0.30, 0.02), (1.50, 0.05), (6.00, 0.20)],
+                     latency=(0.05, 0.01), bandwidth=(0.26, 0.02), trips=1.0, gap_us=50)
+    text = findings.decode_cost(rows, "slow", "m").text
+    assert "It grows with context, from +0.30 at short to +6.00 at 32k" in text
+    assert "bandwidth dominates" in text
+
+
+def test_neither_term_dominates():
+    rows = comp_rows("mid", [(1.10, 0.10), (1.12, 0.10), (1.08, 0.10)],
+                     latency=(0.55, 0.30), bandwidth=(0.50, 0.30), trips=1.0, gap_us=550)
+    assert "neither dominates" in findings.decode_cost(rows, "mid", "m").text
+
+
+def test_a_disagreement_with_the_prediction_is_flagged():
+    rows = comp_rows("odd", [(2.00, 0.05), (2.0, 0.05), (2.0, 0.05)],
+                     latency=(0.50, 0.02), bandwidth=(0.00, 0.00), trips=1.0, gap_us=500)
+    assert "⚠ The measured +2.00 disagrees with the prediction +0.50" in \
+        findings.decode_cost(rows, "odd", "m").text
+
+
+def test_a_cost_inside_its_uncertainty_is_not_resolvable_and_says_what_would_resolve_it():
+    rows = comp_rows("usb4", [(0.05, 0.30), (0.4, 1.0), (2.0, 4.6)])
+    text = findings.decode_cost(rows, "usb4", "m").text
+    assert "**usb4: what it costs decode is not resolvable on this data**" in text
+    assert "cell.paired.rounds" in text
+    sequential = comp_rows("usb4", [(0.05, 0.30)] * 3, compared="sequential")
+    assert "cell.paired.contexts" in findings.decode_cost(sequential, "usb4", "m").text
+
+
+def test_one_resolved_context_leaves_constancy_unresolved():
+    rows = comp_rows("usb4", [(0.70, 0.06), (0.9, 1.0), (2.0, 4.6)], compared="sequential")
+    text = findings.decode_cost(rows, "usb4", "m").text
+    assert "costs decode +0.70 ±0.06" in text
+    assert "Whether it stays the same at longer contexts is not resolvable on this data" in text
+
+
+def test_a_failed_cell_is_named():
+    rows = comp_rows("usb4", [(0.70, 0.06), (0.7, 0.1), (np.nan, np.nan)],
+                     statuses=["ok", "ok", "crash"])
+    assert "Not measured at 32k (the cell: crash)" in findings.decode_cost(rows, "usb4", "m").text
+
+
+def summary_cells(statuses: dict[str, dict[tuple[str, int], str]],
+                  overlaps: dict[tuple[str, str, int], tuple[float, float]]) -> pd.DataFrame:
+    rows = []
+    for link, by_cell in statuses.items():
+        for (ctx, conc), status in by_cell.items():
+            value, unc = overlaps.get((link, ctx, conc), (np.nan, np.nan))
+            rows.append({"pair": "lab", "model": "m", "link": link, "ctx": ctx, "conc": conc,
+                         "status": status, "overlap": value, "overlap_unc": unc})
+    return pd.DataFrame(rows)
+
+
+def test_a_concurrency_collapse_that_does_not_depend_on_the_link():
+    levels = {("short", 1): "ok", ("short", 2): "ok", ("short", 4): "ok",
+              ("32k", 1): "ok", ("32k", 2): "ok", ("32k", 4): "crash"}
+    overlaps = {(link, ctx, 4): value for link in ("base", "usb4") for ctx, value in
+                (("short", (0.90, 0.05)), ("32k", (0.05, 0.04)))}
+    cells = summary_cells({"base": levels, "usb4": levels}, overlaps)
+    found = findings.concurrency(cells, ["short", "32k"], "m")
+    text = " ".join(f.text for f in found)
+    assert "**Usable concurrency is the same on all 2 links**: short 4; 32k 2 (crashes at 4)" \
+        in text
+    assert "the limit is memory or compute, not the link" in text
+    assert "4-way overlap is the same on every link within its ±" in text
+    assert "It falls from 0.90 or more at short to 0.05 or less at 32k on every link" in text
+
+
+def test_concurrency_that_depends_on_the_link():
+    good = {("short", 1): "ok", ("short", 2): "ok", ("short", 4): "ok"}
+    bad = {("short", 1): "ok", ("short", 2): "ok", ("short", 4): "timeout"}
+    overlaps = {("base", "short", 2): (0.80, 0.04), ("usb4", "short", 2): (0.30, 0.05)}
+    cells = summary_cells({"base": good, "usb4": bad}, overlaps)
+    text = " ".join(f.text for f in findings.concurrency(cells, ["short"], "m"))
+    assert "**Usable concurrency differs between links**: at short, base 4 and usb4 2 " \
+           "(times out at 4)" in text
+
+
+def test_overlap_without_a_spread_is_not_compared_between_links():
+    levels = {("short", 1): "ok", ("short", 2): "ok"}
+    cells = summary_cells({"base": levels, "usb4": levels},
+                          {("base", "short", 2): (0.8, np.nan),
+                           ("usb4", "short", 2): (0.3, np.nan)}).drop(columns="overlap_unc")
+    text = " ".join(f.text for f in findings.concurrency(cells, ["short"], "m"))
+    assert "whether it differs between links is not resolvable on this data" in text
+
+
+def test_what_did_not_work_comes_first_and_its_lines_end_the_run():
+    lines = [("ok", "drift: lab/m steady"),
+             ("failed", "link lab/usb4 failed verification (its blocks were not launched): "
+                        "iperf3 refused")]
+    summary = summary_cells({"base": {("short", 1): "ok"}}, {}).assign(
+        decode_ms_per_token=1.0)
+    empty = comp_rows("usb4", [(0.0, 0.0)]).iloc[0:0]
+    found = findings.collect(summary, pd.DataFrame(columns=["pair", "link"]), empty,
+                             pd.DataFrame(columns=["pair", "model", "workers"]),
+                             pd.DataFrame(), pd.DataFrame(columns=whatif.MODEL_COLUMNS),
+                             ["short"], "base", lines)
+    text = findings.markdown(found)
+    assert text.splitlines()[2] == "### What did not work"
+    assert text.splitlines()[4].startswith("- ✗ link lab/usb4 failed verification")
+    assert checks.headlines(text)[0].startswith("✗ link lab/usb4 failed verification")
+
+
+# --- the seed write-up's own tables --------------------------------------------------------
+SEED_CONTEXTS = ["short", "5k", "32k", "52k", "100k"]
+
+
+@pytest.fixture(scope="module")
+def seed_findings() -> list[findings.Finding]:
+    summary = pd.read_csv(FIXTURES / "seed_002_summary.csv")
+    links = pd.read_csv(FIXTURES / "seed_002_links.csv")
+    comp = comparison.compare_links(summary, "5gbe")
+    trips = pd.DataFrame(columns=["pair", "model", "workers", "round_trips", "round_trips_se"])
+    comp = pd.concat([comp, comparison.predicted_decode_delta(comp, links, trips, {})], axis=1)
+    return findings.collect(summary, links, comp, trips,
+                            mechanisms.table(summary, links, SEED_CONTEXTS, "5gbe"),
+                            whatif.model(summary, links, trips, {}, "5gbe"), SEED_CONTEXTS,
+                            "5gbe")
+
+
+def test_the_seed_fake_tb5_cost_is_a_fixed_per_step_cost(seed_findings):
+    """The write-up: fake TB5 trails 5GbE by a constant 1.5-2.9 ms/token, independent of
+    model speed and of context length."""
+    tb5 = [f for f in seed_findings if f.text.startswith("**faketb5 costs decode")]
+    assert len(tb5) == 4  # the two dense models are below the write-up's resolution
+    for f in tb5:
+        assert "fixed per-step cost" in f.text
+        cost = float(f.text.split("costs decode ")[1].split(" ")[0])
+        assert 1.4 <= cost <= 2.3
+    glm = next(f for f in tb5 if f.section == "GLM-4.5-Air Q4_K_M")
+    assert "The same at every context it resolves, while the step grows 3.4×" in glm.text
+    across = next(f for f in seed_findings if f.text.startswith("Decode, at each model"))
+    assert "faketb5 +1.46 to +2.23 ms/token over 4 models" in across.text
+    assert "the cost does not follow model speed" in across.text.split("; usb10g")[0]
+
+
+def test_the_seed_usb10g_bandwidth_buys_little_prefill(seed_findings):
+    """The write-up: +55% one-way bandwidth buys only +5% to +17% prefill."""
+    across = next(f for f in seed_findings if f.text.startswith("Prefill, "))
+    assert "usb10g's +55% one-way bandwidth: +4% to +17% prefill at each model's longest " \
+           "context" in across.text
+    glm = next(f for f in seed_findings if f.section == "GLM-4.5-Air Q4_K_M"
+               and "Prefill" in f.text)
+    assert glm.text.startswith("**Prefill no longer depends on the link's bandwidth")
+
+
+def test_the_seed_concurrency_is_the_same_on_every_link(seed_findings):
+    """The write-up's conclusion 4: boundary and collapse are the same on all links."""
+    bounds = [f for f in seed_findings if "Usable concurrency" in f.text]
+    assert len(bounds) == 6
+    assert all(f.text.startswith("**Usable concurrency is the same on all 3 links**")
+               and "not the link" in f.text for f in bounds)
+    qwen = next(f for f in bounds if f.section == "Qwen3.6-35B-A3B Q8_0")
+    assert "32k 2 (crashes at 4)" in qwen.text
+
+
+def test_the_seed_links(seed_findings):
+    tb5 = next(f for f in seed_findings if f.text.startswith("**faketb5: 4.38"))
+    assert "one way on par with 5gbe, but both ways 29% lower (9.38)" in tb5.text
+    assert "856 µs at the median, 326 µs of it fixed" in tb5.text

@@ -1,0 +1,90 @@
+"""What if my link were X: the prediction's arithmetic on constructed data, and the
+command a person types."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from splitbench import cli, results
+from splitbench.analysis import whatif
+
+
+def summary_and_links() -> tuple[pd.DataFrame, pd.DataFrame]:
+    summary = pd.DataFrame([{
+        "pair": "lab", "link": "base", "model": "m", "ctx": "short", "conc": 1,
+        "status": "ok", "decode_ms_per_token": 1.0, "decode_ms_se": 0.01,
+        "rpc_bytes_per_token_a_to_b": 4000.0, "rpc_bytes_per_token_b_to_a": 8000.0}])
+    links = pd.DataFrame([
+        {"pair": "lab", "link": "base", "rr64_p50_us": 50.0, "a_to_b_gbps": 10.0,
+         "b_to_a_gbps": 10.0},
+        {"pair": "lab", "link": "slow", "rr64_p50_us": 300.0, "a_to_b_gbps": 1.0,
+         "b_to_a_gbps": 1.0}])
+    return summary, links
+
+
+TRIPS = pd.DataFrame([{"pair": "lab", "model": "m", "workers": 1, "round_trips": 1.0,
+                       "round_trips_se": 0.02}])
+
+
+def test_the_prediction_is_compute_plus_round_trips_times_latency_plus_wire_time():
+    summary, links = summary_and_links()
+    rows = whatif.model(summary, links, TRIPS, {"m": 1}, "base")
+    # wire on the baseline: 12,000 B at 10 Gbit/s = 0.0096 ms; latency 1 x 50 µs
+    assert rows.loc[0, "compute_ms"] == pytest.approx(1.0 - 0.05 - 0.0096)
+    out = whatif.predict(rows, 300, 1.0).iloc[0]
+    # 0.9404 + 1 x 0.300 + 12,000 B at 1 Gbit/s (0.096 ms)
+    assert out["predicted_ms"] == pytest.approx(1.3364)
+    assert out["predicted_tps"] == pytest.approx(1000 / 1.3364)
+    # ± = 2 x hypot(0.01, 0.02 x 0.250 ms)
+    assert out["predicted_unc_ms"] == pytest.approx(2 * np.hypot(0.01, 0.005))
+    # At the baseline's own latency and rates the prediction is the measured step.
+    assert whatif.predict(rows, 50, 10.0).iloc[0]["predicted_ms"] == pytest.approx(1.0)
+
+
+def test_without_a_sweep_the_round_trips_are_the_floor_and_say_so():
+    summary, links = summary_and_links()
+    rows = whatif.model(summary, links, TRIPS.iloc[0:0], {"m": 2}, "base")
+    assert rows.loc[0, "round_trips"] == 2
+    assert rows.loc[0, "round_trips_from"].startswith("assumed: the floor")
+
+
+def test_the_flat_region_is_where_the_links_round_trips_are_a_small_share():
+    summary, links = summary_and_links()
+    row = whatif.model(summary, links, TRIPS, {"m": 1}, "base").iloc[0]
+    assert whatif.felt_above_us(row) == pytest.approx(0.05 * row["compute_ms"] * 1000)
+
+
+def test_a_point_off_its_prediction_is_off_curve():
+    summary, links = summary_and_links()
+    rows = whatif.model(summary, links, TRIPS, {"m": 1}, "base")
+    comp = pd.DataFrame([
+        {"pair": "lab", "model": "m", "ctx": "short", "link": link, "status": "ok",
+         "status_base": "ok", "decode_delta_ms": measured, "decode_delta_unc_ms": 0.02,
+         "predicted_decode_delta_ms": 0.336, "predicted_decode_delta_unc_ms": 0.02,
+         "latency_delta_us": 250.0} for link, measured in (("slow", 0.34), ("odd", 0.60))])
+    points = whatif.measured_points(rows, comp).set_index("link")
+    assert not points.loc["slow", "off_curve"]
+    assert points.loc["odd", "off_curve"]
+    assert points.loc["slow", "rtt_us"] == pytest.approx(300.0)
+
+
+def test_the_command_predicts_from_a_runs_results(tmp_path, capsys):
+    summary, links = summary_and_links()
+    rows = whatif.model(summary, links, TRIPS, {"m": 1}, "base")
+    whatif.write(rows, pd.DataFrame(), results.under(tmp_path, results.WHATIF),
+                 results.under(tmp_path, results.WHATIF_POINTS))
+    link = Path(results.under(tmp_path, results.link("lab", "slow")))
+    link.parent.mkdir(parents=True)
+    links.iloc[[1]].to_parquet(link)
+    assert cli.main(["whatif", "--rtt-us", "300", "--gbit", "1",
+                     "--results", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "1.336 ±0.022" in out and "748.3" in out
+    assert cli.main(["whatif", "--like", "slow", "--results", str(tmp_path)]) == 0
+    assert "1.336" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="--like fast: no link of that name"):
+        cli.main(["whatif", "--like", "fast", "--results", str(tmp_path)])
