@@ -135,6 +135,29 @@ def load_failures(summary: pd.DataFrame) -> list[str]:
     return out
 
 
+# A table that marks more than this share of its rows says little by its marks: the run
+# says so (a flag should fire only where something is wrong).
+FLAGGED_ROWS_MAX = 0.25
+
+
+def flagged_tables(tables_dir: str | Path) -> list[tuple[str, str]]:
+    """("flagged", text) for each table (results/tables/*.csv) that marks more than
+    FLAGGED_ROWS_MAX of its rows with FLAG_MARK; ("ok", text) when none does."""
+    lines = []
+    for path in sorted(Path(tables_dir).glob("*.csv")):
+        try:
+            table = pd.read_csv(path, dtype=str)
+        except (pd.errors.EmptyDataError, pd.errors.ParserError):
+            continue
+        if table.empty:
+            continue
+        marked = table.apply(lambda row: any(FLAG_MARK in str(v) for v in row), axis=1)
+        if marked.mean() > FLAGGED_ROWS_MAX:
+            lines.append(("flagged", f"table {path.stem}: {FLAG_MARK} on {int(marked.sum())} "
+                                     f"of {len(table)} rows (the notes under it say why)"))
+    return lines or [("ok", f"no table marks more than {FLAGGED_ROWS_MAX:.0%} of its rows")]
+
+
 def run_checks(root: str | Path, out: str | Path) -> list[str]:
     """The checks of the finished run under `root`, written to `out` and printed (failed
     first); returns the links that failed verification and the blocks that did not load
@@ -143,7 +166,7 @@ def run_checks(root: str | Path, out: str | Path) -> list[str]:
     links = run_links(root, summary)
     toolchains = run_toolchains(root, summary)
     lines = check_lines(summary, results.under(root, results.DRIFT_REPORT), links,
-                        toolchains)
+                        toolchains) + flagged_tables(results.under(root, results.TABLES))
     order = {"failed": 0, "flagged": 1, "ok": 2}
     marks = {"failed": "FAILED", "flagged": "flagged", "ok": "ok"}
     text = "".join(f"splitbench check {marks[state]}: {line}\n"

@@ -216,3 +216,16 @@ def test_the_seed_links(seed_findings):
     tb5 = next(f for f in seed_findings if f.text.startswith("**faketb5: 4.38"))
     assert "one way on par with 5gbe, but both ways 29% lower (9.38)" in tb5.text
     assert "856 µs at the median, 326 µs of it fixed" in tb5.text
+
+
+def test_a_table_that_flags_most_of_its_rows_is_a_flagged_check(tmp_path):
+    pd.DataFrame({"link": ["a", "b", "c", "d"],
+                  "figure": ["1.0 ⚠", "2.0 ⚠", "3.0", "4.0"]}).to_csv(tmp_path / "x.csv",
+                                                                      index=False)
+    pd.DataFrame({"link": ["a", "b", "c", "d"],
+                  "figure": ["1.0 ⚠", "2.0", "3.0", "4.0"]}).to_csv(tmp_path / "y.csv",
+                                                                    index=False)
+    assert checks.flagged_tables(tmp_path) == [
+        ("flagged", "table x: ⚠ on 2 of 4 rows (the notes under it say why)")]
+    (tmp_path / "x.csv").unlink()
+    assert checks.flagged_tables(tmp_path)[0][0] == "ok"
