@@ -46,6 +46,7 @@ rule findings:
         sweeps=all_roundtrip_results(),
         anchors=all_anchor_results(),
         drift=results.DRIFT_REPORT,
+        tables=expand(results.TABLE, stem=contents.TABLE_STEMS, ext="csv"),
     output:
         findings=results.FINDINGS,
         whatif=results.WHATIF,
@@ -73,6 +74,7 @@ rule findings:
             "--out {output.findings:q}",
             "--whatif {output.whatif:q}",
             "--points {output.points:q}",
+            f"--tables {results.TABLES}",
         )
 
 

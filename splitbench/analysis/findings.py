@@ -627,7 +627,8 @@ def markdown(found: Sequence[Finding]) -> str:
 def run(summary_path: str, link_files: list[str], toolchain_files: list[str],
         sweep_files: list[str], anchor_files: list[str], drift_path: str | None,
         contexts: dict[str, int], baseline_link: str | None, workers: dict[str, int],
-        out: str, whatif_out: str, points_out: str) -> list[Finding]:
+        out: str, whatif_out: str, points_out: str,
+        tables_dir: str | None = None) -> list[Finding]:
     summary = pq.read_table(summary_path).to_pandas()
     links = read_links(link_files)
     order = by_length(contexts)
@@ -646,6 +647,8 @@ def run(summary_path: str, link_files: list[str], toolchain_files: list[str],
     whatif.write(model_rows, whatif.measured_points(model_rows, comp), whatif_out, points_out)
     toolchains = [json.loads(Path(p).read_text()) for p in toolchain_files]
     lines = checks.check_lines(summary, drift_path, links, toolchains)
+    if tables_dir:
+        lines += [line for line in checks.flagged_tables(tables_dir) if line[0] != "ok"]
     found = collect(summary, links, comp, trips, mechanism_rows, model_rows, order, base,
                     lines)
     Path(out).parent.mkdir(parents=True, exist_ok=True)
@@ -666,12 +669,14 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="findings.md")
     p.add_argument("--whatif", required=True, help="the what-if model's Parquet")
     p.add_argument("--points", required=True, help="the measured links beside it")
+    p.add_argument("--tables", default=None, help="the tables' directory: one that flags "
+                   "most of its rows is said in the findings")
 
 
 def _run(args: argparse.Namespace) -> None:
     found = run(args.summary, args.links, args.toolchain, args.sweeps, args.anchors,
                 args.drift, args.contexts, args.baseline, args.workers, args.out,
-                args.whatif, args.points)
+                args.whatif, args.points, args.tables)
     print(f"findings: {len(found)} written to {args.out}")
 
 
