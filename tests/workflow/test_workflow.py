@@ -230,6 +230,35 @@ def test_end_to_end_on_the_embedded_lab(finished):
 
 @needs_root()
 @pytest.mark.e2e
+def test_the_run_answers_first(finished):
+    """The findings: what the slow link costs each model, in a sentence with its ±, in
+    results/findings.md and at the end of the run's output; `whatif --like slow` predicts
+    the slow link's decode from the plain link's step (1 ms each way: one 2 ms round trip
+    per token with one RPC worker)."""
+    work, config = finished
+    text = (work / "results/findings.md").read_text()
+    assert text.startswith("## Findings")
+    for model in config["models"]:
+        section = text.split(f"### {model}\n")[1].split("\n### ")[0]
+        assert "- **slow costs decode +" in section, section
+        assert "Usable concurrency is the same on all 2 links" in section, section
+    log = (work / "results/logs/checks.log").read_text()
+    assert "splitbench found" in log and "tiny: slow costs decode +" in log, log
+    run = subprocess.run([sys.executable, "-m", "splitbench", "whatif", "--like", "slow",
+                          "--results", str(work / "results")], capture_output=True, text=True,
+                         cwd=work, timeout=120)
+    assert run.returncode == 0, run.stderr
+    summary = pd.read_parquet(work / "results/summary/cells.parquet").set_index(
+        ["link", "model", "ctx", "conc"])
+    for model in config["models"]:
+        line = next(x for x in run.stdout.splitlines() if f"  {model}  " in x and " short " in x)
+        predicted = float(line.split(" ms  ")[1].split()[0])
+        measured = summary.loc[("slow", model, "short", 1), "decode_ms_per_token"]
+        assert abs(predicted / measured - 1) < 0.25, (line, measured)
+
+
+@needs_root()
+@pytest.mark.e2e
 def test_every_figure_is_what_its_definition_gives(finished):
     """Each published figure recomputed from the raw rows (token arrivals, send times),
     and held to what the server's own timings make physically necessary."""
@@ -267,9 +296,20 @@ def test_every_figure_is_what_its_definition_gives(finished):
         if key[3] == 1:
             singles[key[:3]] = ((own["t_last_ns"] - own["t_send_ns"]) / 1e6).median()
         else:
+            # A concurrent cell released its N requests several times: each release's
+            # overlap is taken against its own wall time, the cell's is their median.
             n, t1 = key[3], singles[key[:3]]
-            assert cell["overlap"] == pytest.approx((n * t1 - wall) / ((n - 1) * t1),
-                                                    rel=1e-9)
+            by_release = own.groupby(["repeat", "shot"])
+            walls = (by_release["t_last_ns"].max() - by_release["t_send_ns"].min()) / 1e6
+            assert len(walls) >= 2 and (by_release.size() == n).all()
+            for (repeat, shot), release_wall in walls.items():
+                rows = own[(own["repeat"] == repeat) & (own["shot"] == shot)]
+                assert rows["release_wall_ms"].iloc[0] == pytest.approx(release_wall,
+                                                                        rel=1e-9)
+            assert cell["releases"] == len(walls)
+            assert cell["overlap"] == pytest.approx(
+                ((n * t1 - walls) / ((n - 1) * t1)).median(), rel=1e-9)
+            assert np.isfinite(cell["overlap_unc"])
 
 
 def undeclared(work: Path, *args: str) -> list[str]:
