@@ -29,7 +29,8 @@ SUMMARY_KEYS = ["pair", "link", "model", "ctx", "conc"]
 
 FIGURES = ["prefill_tps", "decode_tps", "decode_ms_per_token", "ttft_ms",
            "server_prefill_tps", "server_decode_ms_per_token", "prompt_tokens",
-           "rpc_bytes_per_token_a_to_b", "rpc_bytes_per_token_b_to_a", "server_ttft_ms"]
+           "rpc_bytes_per_token_a_to_b", "rpc_bytes_per_token_b_to_a", "server_ttft_ms",
+           "generated_tokens"]
 
 
 LAYOUT = ["model_n_embd", "model_n_vocab", "blocks_on_b", "output_on_b", "rpc_workers",
@@ -202,8 +203,9 @@ CELL_FIELDS = [
     # Token clocks: the cell's tokens that share a timestamp, and the clock(s) used.
     ("coalesced_tokens", "coalesced_tokens", "sum", "sum"),
     ("arrival_clock", "arrival_clock", lambda s: _one_clock(s), lambda s: _one_clock(s)),
-    # Interference: the worst repeat.
-    *[(name, name, "first", "max" if name.endswith(("_pct", "_cores")) else "first")
+    # Interference: the worst repeat (interference.across).
+    *[(name, name, "first", interference.across(name) if name.endswith(("_pct", "_cores"))
+       else "first")
       for name in CPU_FIGURES],
     # Why the cell failed, where it did: its first request's error (a launch's reason).
     ("error", "error_text", "first", "first"),

@@ -293,7 +293,8 @@ def _anchor_interference(requests: pd.DataFrame, limits: Mapping[str, Any]) -> p
     """interference.flag's verdict on an anchor (its worst repeat): interference above
     the limits, or no figures to tell (then it cannot serve as a reference either)."""
     present = [c for c in cell_summary.CPU_FIGURES if c in requests]
-    worst = (requests[present].apply(pd.to_numeric, errors="coerce").max().to_frame().T
+    worst = (requests[present].apply(pd.to_numeric, errors="coerce").agg(
+        {c: interference.across(c) for c in present}).to_frame().T
              if present else pd.DataFrame(index=[0]))
     for column in present:
         if not column.endswith(("_pct", "_cores")):  # text columns: the first row's

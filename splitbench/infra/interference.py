@@ -6,18 +6,25 @@ CPUs. Around each measurement, `Window` reads each machine's cumulative CPU coun
 measurement's own processes) at its start and end, on host A and host B (over SSH for a
 remote B). From the differences, per host side:
 
-cpu_pressure_{side}_pct    share of the time some task waited for a CPU (PSI "some")
-foreign_cpu_{side}_cores   CPU used by processes that are not the measurement's, in cores
-steal_{side}_pct           share of CPU time the hypervisor gave to someone else
-own_cpu_{side}_cores       the measurement's own processes (servers, relay, client)
+cpu_pressure_{side}_pct      share of the time some task waited for a CPU (PSI "some")
+own_cpu_pressure_{side}_pct  the same for the measurement's own processes alone: they
+                             wait in a cgroup of their own (sensors.own_cgroup), whose
+                             PSI counts only its members; None where none could be made
+foreign_cpu_{side}_cores     CPU used by processes that are not the measurement's, in cores
+steal_{side}_pct             share of CPU time the hypervisor gave to someone else
+own_cpu_{side}_cores         the measurement's own processes (servers, relay, client)
 
 `flag` turns them into a reason per cell with the configured thresholds
 (`interference:` in the config); a cell without figures is "not checked", never clean.
+CPU pressure counts against the limit without the measurement's own: vLLM's API server,
+engine and worker waiting for each other on one core are the measurement, not
+interference (`others_pressure`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 from collections.abc import Iterator, Mapping
@@ -38,11 +45,19 @@ SIDES = ("a", "b")
 # measurement's own processes waiting for each other too: on two cores they do); one
 # cell beside two busy loops read 0.79 foreign cores and 66% pressure.
 # Each figure and its unit; a column is f"{figure}_{side}_{unit}".
-UNITS = {"cpu_pressure": "pct", "foreign_cpu": "cores", "steal": "pct", "own_cpu": "cores"}
+UNITS = {"cpu_pressure": "pct", "own_cpu_pressure": "pct", "foreign_cpu": "cores",
+         "steal": "pct", "own_cpu": "cores"}
 # Every column the meter and the sampler give per side: request rows, summary, links.
 COLUMNS = [*(f"{figure}_{side}_{unit}" for side in SIDES for figure, unit in UNITS.items()),
            *(f"cpu_pressure_{side}_peak_pct" for side in SIDES),
            *(f"interference_{side}" for side in SIDES)]
+
+
+def across(column: str) -> str:
+    """How a figure's worst over several stretches (a cell's repeats) is taken: the
+    highest, but the measurement's own pressure the lowest, so that the pressure of
+    others (the machine's less the own) is never below any repeat's."""
+    return "min" if column.startswith("own_cpu_pressure") else "max"
 
 
 @dataclass(frozen=True)
@@ -53,20 +68,29 @@ class Own:
 
     pids: dict[str, list[int]]
     trees: dict[str, list[int]] = field(default_factory=dict)
+    cgroup: str | None = None  # the name of their cgroup (sensors.own_cgroup)
 
 
-def _counters(host: Host, pids: list[int], trees: list[int]) -> dict[str, Any] | None:
+def _counters(host: Host, pids: list[int], trees: list[int],
+              cgroup: str | None = None) -> dict[str, Any] | None:
     """One machine's CPU counters, with the CPU time of `pids` and of `trees` with their
-    descendants; None when unreadable."""
-    if not host.remote:
-        return sensors.cpu_counters(pids, trees)  # a namespace shares the machine's
+    descendants, and (`cgroup`: its name) the CPU pressure of them alone, in a cgroup
+    of their own that this puts them into; None when unreadable."""
+    if not host.remote:  # a namespace shares the machine's
+        path, done = sensors.own_cgroup(cgroup, pids, trees) if cgroup else (None, None)
+        if path:
+            procs.record_cgroup(path)
+        return {**sensors.cpu_counters(pids, trees, path), "own_cgroup": done}
     argv = [host.python, "-c", SENSORS_SOURCE, "--pids", ",".join(map(str, pids)),
-            "--trees", ",".join(map(str, trees))]
+            "--trees", ",".join(map(str, trees)), *(["--cgroup", cgroup] if cgroup else [])]
     try:
         result = host.run(argv, check=False)
-        return json.loads(result.stdout.splitlines()[-1])["cpu"]
+        counters = json.loads(result.stdout.splitlines()[-1])["cpu"]
     except (HostError, IndexError, KeyError, ValueError):
         return None
+    if counters.get("own_cgroup_path"):
+        procs.record_cgroup(counters["own_cgroup_path"], host.ssh_settings())
+    return counters
 
 
 class Meter:
@@ -94,13 +118,14 @@ class Meter:
             mine[self.machine_of[side]].extend(ids)
         for side, ids in own.trees.items():
             trees[self.machine_of[side]].extend(ids)
-        before = {key: _counters(host, mine[key], trees[key])
+        before = {key: _counters(host, mine[key], trees[key], own.cgroup)
                   for key, host in self.hosts.items()}
         try:
             yield
         finally:
             for key, host in self.hosts.items():
-                self._add(key, before[key], _counters(host, mine[key], trees[key]))
+                self._add(key, before[key], _counters(host, mine[key], trees[key],
+                                                      own.cgroup))
 
     def _add(self, key: str, before: dict[str, Any] | None,
              after: dict[str, Any] | None) -> None:
@@ -112,10 +137,13 @@ class Meter:
             return
         sums["seconds"] = sums.get("seconds", 0.0) + after["t_mono"] - before["t_mono"]
         sums["hz"] = after.get("hz") or 100
-        for name in ("psi_some_us", "busy_ticks", "steal_ticks", "total_ticks"):
+        for name in ("psi_some_us", "own_psi_some_us", "busy_ticks", "steal_ticks",
+                     "total_ticks"):
             a, b = before.get(name), after.get(name)
             sums[name] = None if a is None or b is None or sums.get(name, 0) is None \
                 else sums.get(name, 0) + b - a
+        # What the own cgroup is, or why there is none (the first stretch's word).
+        sums.setdefault("own_cgroup", after.get("own_cgroup"))
         # A process of the measurement that ended inside the stretch (a crash) takes its
         # CPU time with it: the rest would look foreign. Unknown then, not a guess.
         a, b = before.get("own_ticks"), after.get("own_ticks")
@@ -141,13 +169,26 @@ def own_processes(pair: str, local_pids: list[int]) -> Own:
     """The measurement's processes on each host: this process (and `local_pids`, its
     helpers on this machine) on A, and every process recorded for the pair (servers and
     the delay relay record their pair; iperf3 and the probe too), on the host it runs on;
-    a server recorded as a process group (vLLM's ranks) with its descendants."""
-    own = Own({"a": [os.getpid(), *local_pids], "b": []}, {"a": [], "b": []})
+    a server recorded as a process group (vLLM's ranks) with its descendants. A record
+    on this machine whose process is gone (its pid reused since) is left out: its pid
+    goes into the pair's cgroup. The cgroup's name is the pair's and this run's."""
+    own = Own({"a": [os.getpid(), *local_pids], "b": []}, {"a": [], "b": []},
+              cgroup_name(pair))
     for record in procs.all_procs():
         if record.get("pair") == pair:
+            if not record.get("remote") and \
+                    procs.start_time(record["pid"]) != record.get("start_time"):
+                continue
             side = "b" if record.get("host") == "b" else "a"
             (own.trees if record.get("group") else own.pids)[side].append(record["pid"])
     return own
+
+
+def cgroup_name(pair: str) -> str:
+    """The cgroup of a pair's measurement in this run (its state directory): two runs on
+    one machine, or two pairs, never share one."""
+    run = hashlib.sha256(str(procs.state_dir()).encode()).hexdigest()[:8]
+    return f"splitbench-{pair}-{run}"
 
 
 def sum_figures(sums: dict[str, Any] | None) -> dict[str, Any]:
@@ -165,6 +206,12 @@ def sum_figures(sums: dict[str, Any] | None) -> dict[str, Any]:
     if sums.get("psi_some_us") is not None:
         out["cpu_pressure_{side}_pct"] = round(sums["psi_some_us"] / (seconds * 1e6) * 100, 2)
         found.append("PSI")
+    if sums.get("own_psi_some_us") is not None:
+        out["own_cpu_pressure_{side}_pct"] = round(
+            sums["own_psi_some_us"] / (seconds * 1e6) * 100, 2)
+        found.append(f"own PSI in {sums.get('own_cgroup')}")
+    elif sums.get("own_cgroup"):
+        found.append(f"own PSI unknown: {sums['own_cgroup']}")
     busy, own, hz = sums.get("busy_ticks"), sums.get("own_ticks"), sums["hz"]
     if busy is not None:
         found.append("/proc/stat")
@@ -204,7 +251,8 @@ def flag(cells: pd.DataFrame, thresholds: Mapping[str, Any]) -> pd.DataFrame:
     for _, row in cells.iterrows():
         parts = []
         for figure, key, text, unit in LIMITS:
-            values = {side: row.get(f"{figure}_{side}_{UNITS[figure]}") for side in SIDES}
+            values = {side: (others_pressure(row, side) if figure == "cpu_pressure" else
+                             row.get(f"{figure}_{side}_{UNITS[figure]}")) for side in SIDES}
             values = {side: v for side, v in values.items() if v is not None and not pd.isna(v)}
             limit = cfg[key]
             over = {side: v for side, v in values.items() if limit is not None and v > limit}
@@ -214,7 +262,11 @@ def flag(cells: pd.DataFrame, thresholds: Mapping[str, Any]) -> pd.DataFrame:
                 by_value.setdefault(value, []).append(side.upper())
             for value, sides in by_value.items():
                 hosts = f"host {sides[0]}" if len(sides) == 1 else f"hosts {' and '.join(sides)}"
-                parts.append(f"{hosts}: {text.format(v=value)} (limit {limit:g}{unit})")
+                said = text.format(v=value)
+                own = row.get(f"own_cpu_pressure_{sides[0].lower()}_pct")
+                if figure == "cpu_pressure" and own is not None and not pd.isna(own):
+                    said += f" from other programs (the measurement's own {own:.0f}% aside)"
+                parts.append(f"{hosts}: {said} (limit {limit:g}{unit})")
         reasons.append("; ".join(parts) + " during the cell" if parts else None)
         unmeasured = [side for side in SIDES if pd.isna(row.get(f"foreign_cpu_{side}_cores"))]
         missing.append("interference not measured on " + ", ".join(
@@ -223,6 +275,19 @@ def flag(cells: pd.DataFrame, thresholds: Mapping[str, Any]) -> pd.DataFrame:
     return pd.DataFrame({"interference": reasons,
                          "interference_checked": [m is None for m in missing],
                          "interference_missing": missing}, index=cells.index)
+
+
+def others_pressure(row: Mapping[str, Any], side: str) -> float | None:
+    """The CPU pressure that other programs put on a host: the machine's PSI less the
+    measurement's own (its cgroup's), never below 0; the machine's where the own is
+    unknown (no cgroup could be made, or measured before there was one). The two are
+    not strictly a set difference (PSI weighs each CPU by how busy the group kept it),
+    hence the floor."""
+    machine = row.get(f"cpu_pressure_{side}_pct")
+    if machine is None or pd.isna(machine):
+        return None
+    own = row.get(f"own_cpu_pressure_{side}_pct")
+    return float(machine) if own is None or pd.isna(own) else max(float(machine) - own, 0.0)
 
 
 def _why(text: Any) -> str:

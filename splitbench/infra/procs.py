@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import shlex
@@ -292,6 +293,46 @@ def namespaces() -> list[str]:
     return [p.stem for p in sorted(_records("netns").glob("*.json"))]
 
 
+def record_cgroup(path: str, remote: dict[str, Any] | None = None) -> None:
+    """Remember a cgroup this run made for its own processes (interference's), on this
+    machine or on the host `remote` names, so that teardown removes it once empty."""
+    key = hashlib.sha256(json.dumps([path, remote], sort_keys=True).encode()).hexdigest()
+    record = _records("cgroups") / f"{key[:16]}.json"
+    if not record.exists():
+        _write(record, {"path": path, "remote": remote})
+
+
+def _remove_cgroups() -> list[str]:
+    """Remove every recorded cgroup (rmdir: only an empty one goes); one that still
+    holds processes stays on record for the next teardown."""
+    done = []
+    for record in sorted(_records("cgroups").glob("*.json")):
+        try:
+            cgroup = json.loads(record.read_text())
+        except (OSError, ValueError):
+            continue
+        path, remote = cgroup["path"], cgroup.get("remote")
+        if remote:
+            result = _remote_run(remote, ["rmdir", path])
+            gone = result is not None and (result.returncode == 0 or
+                                           "No such file" in result.stderr)
+            error = "" if result is None else result.stderr.strip()
+        else:
+            try:
+                os.rmdir(path)
+                gone, error = True, ""
+            except FileNotFoundError:
+                gone, error = True, ""
+            except OSError as exc:
+                gone, error = False, str(exc)
+        if gone:
+            record.unlink()
+            done.append(f"removed cgroup {path}")
+        else:
+            done.append(f"could not remove cgroup {path}: {error or 'host unreachable'}")
+    return done
+
+
 def teardown(namespaces_first: bool = False, spare: Sequence[str] = ()) -> list[str]:
     """Stop every recorded process, delete every recorded namespace. Returns what it did.
 
@@ -309,6 +350,7 @@ def teardown(namespaces_first: bool = False, spare: Sequence[str] = ()) -> list[
             _terminate(record, timeout=10.0)
         _forget("procs", record["key"])
     done += _delete_namespaces()
+    done += _remove_cgroups()
     for path in _records("links").glob("*.json"):
         path.unlink()
     return done

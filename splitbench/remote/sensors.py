@@ -4,7 +4,9 @@ how busy its CPUs are (and with what).
 Standard library only: its source runs as is on any host (locally, in a namespace or
 over SSH), once (`python - `) or every N seconds until stopped (`--every N`), printing
 one JSON object per reading. `--pids 12,34` adds those processes' CPU time to the
-reading: the measurement's own processes, so that the rest is what else ran.
+reading: the measurement's own processes, so that the rest is what else ran. With
+`--cgroup NAME` those processes (and `--trees`' descendants) are first put into a cgroup
+of their own, whose CPU pressure is theirs alone (`own_cgroup`).
 """
 
 from __future__ import annotations
@@ -72,15 +74,59 @@ def _gpu(nvml: ctypes.CDLL, index: int) -> dict[str, Any]:
     }
 
 
+def cgroup2_root() -> Path | None:
+    """Where the cgroup-v2 hierarchy is mounted (/sys/fs/cgroup on a cgroup-v2 system,
+    /sys/fs/cgroup/unified beside cgroup v1), None without one."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/mountinfo").read_text().splitlines():
+            left, _, right = line.partition(" - ")
+            fields = left.split()
+            if right.split()[:1] == ["cgroup2"] and len(fields) > 4 and fields[3] == "/":
+                return Path(fields[4])
+    return None
+
+
+def own_cgroup(name: str, pids: list[int], trees: list[int]) -> tuple[str | None, str]:
+    """Put `pids`, and `trees` with their living descendants, into the cgroup-v2 group
+    `name` at the hierarchy's top (made if missing), so that its cpu.pressure counts
+    their waiting for a CPU alone: the measurement's own processes waiting for each
+    other, apart from other programs'. A process started by one of them later is born
+    inside. (path, what was done) where it worked; (None, why not) otherwise: no
+    cgroup v2, no right to make one (needs root), no per-group PSI, or a SLURM job's
+    cgroup, whose confinement its processes must not leave."""
+    root = cgroup2_root()
+    if root is None:
+        return None, "no cgroup-v2 hierarchy"
+    with contextlib.suppress(OSError):
+        mine = [line.split("::", 1)[1] for line in
+                Path("/proc/self/cgroup").read_text().splitlines() if line.startswith("0::")]
+        if mine and "slurm" in mine[0]:
+            return None, f"inside a SLURM job's cgroup ({mine[0].strip()})"
+    path = root / name
+    try:
+        path.mkdir(exist_ok=True)
+        (path / "cpu.pressure").read_text()
+    except OSError as error:
+        return None, f"no cgroup of its own ({path}: {error.strerror or error})"
+    moved = 0
+    for pid in sorted(set(pids) | set(_family([], trees))):
+        with contextlib.suppress(OSError):  # gone meanwhile, or a kernel thread
+            (path / "cgroup.procs").write_text(str(pid))
+            moved += 1
+    return str(path), f"cgroup {path} ({moved} processes)"
+
+
 def cpu_counters(pids: list[int] | None = None,
-                 trees: list[int] | None = None) -> dict[str, Any]:
+                 trees: list[int] | None = None, cgroup: str | None = None) -> dict[str, Any]:
     """Cumulative CPU counters: the machine's busy and steal time (/proc/stat, clock
     ticks), the time tasks waited for a CPU (PSI `some` total, us; None where the kernel
-    has no PSI) and, for `pids`, their own CPU time including their reaped children's;
-    for `trees`, that of their living descendants too."""
+    has no PSI), that of the tasks in `cgroup` alone (`own_psi_some_us`, its
+    cpu.pressure; own_cgroup) and, for `pids`, their own CPU time including their
+    reaped children's; for `trees`, that of their living descendants too."""
     out: dict[str, Any] = {"t_mono": time.monotonic(), "hz": os.sysconf("SC_CLK_TCK"),
                            "ncpu": os.cpu_count(), "busy_ticks": None, "steal_ticks": None,
-                           "total_ticks": None, "psi_some_us": None}
+                           "total_ticks": None, "psi_some_us": None,
+                           "own_psi_some_us": None}
     with contextlib.suppress(OSError, ValueError, IndexError):
         fields = [int(v) for v in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
         user, nice, system, idle, iowait, irq, softirq, steal = fields[:8]
@@ -88,9 +134,9 @@ def cpu_counters(pids: list[int] | None = None,
         # measurement's own network traffic would count as someone else's work.
         out.update(busy_ticks=user + nice + system, steal_ticks=steal,
                    total_ticks=user + nice + system + idle + iowait + irq + softirq + steal)
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        some = Path("/proc/pressure/cpu").read_text().split("\n")[0]
-        out["psi_some_us"] = int(some.rsplit("total=", 1)[1])
+    out["psi_some_us"] = _psi_some_us(Path("/proc/pressure/cpu"))
+    if cgroup:
+        out["own_psi_some_us"] = _psi_some_us(Path(cgroup) / "cpu.pressure")
     with contextlib.suppress(OSError, ValueError, IndexError):
         # This process's own CPU so far (a reader started over SSH: the caller counts it).
         stat = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
@@ -104,12 +150,16 @@ def cpu_counters(pids: list[int] | None = None,
     return out
 
 
-def _ticks(pids: list[int], trees: list[int]) -> dict[int, int]:
+def _psi_some_us(path: Path) -> int | None:
+    """A pressure file's `some` total (us), None where unreadable."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        return int(path.read_text().split("\n")[0].rsplit("total=", 1)[1])
+    return None
+
+
+def _family(pids: list[int], trees: list[int]) -> dict[int, int]:
     """CPU ticks (utime, stime, cutime, cstime) of `pids`, and of `trees` with every
-    living descendant of theirs: a server that runs its work in child processes (vLLM's
-    engine and workers) is the measurement's own, not another program's."""
-    if not trees:
-        return {pid: t for pid in pids if (t := _own_ticks(pid)) is not None}
+    living descendant of theirs."""
     ticks: dict[int, int] = {}
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
@@ -132,6 +182,15 @@ def _ticks(pids: list[int], trees: list[int]) -> dict[int, int]:
     return family
 
 
+def _ticks(pids: list[int], trees: list[int]) -> dict[int, int]:
+    """CPU ticks (utime, stime, cutime, cstime) of `pids`, and of `trees` with every
+    living descendant of theirs: a server that runs its work in child processes (vLLM's
+    engine and workers) is the measurement's own, not another program's."""
+    if not trees:
+        return {pid: t for pid in pids if (t := _own_ticks(pid)) is not None}
+    return _family(pids, trees)
+
+
 def _own_ticks(pid: int) -> int | None:
     with contextlib.suppress(OSError, ValueError, IndexError):
         # utime, stime, cutime, cstime: fields 14-17; the name may hold spaces.
@@ -140,8 +199,8 @@ def _own_ticks(pid: int) -> int | None:
     return None
 
 
-def reading(pids: list[int] | None = None,
-            trees: list[int] | None = None) -> dict[str, Any]:
+def reading(pids: list[int] | None = None, trees: list[int] | None = None,
+            cgroup: str | None = None) -> dict[str, Any]:
     temps = temperatures_c()
     gpu_list, gpu_found = gpus()
     return {
@@ -151,7 +210,7 @@ def reading(pids: list[int] | None = None,
         "load1": os.getloadavg()[0],
         "gpus": gpu_list,
         "gpu_sources": gpu_found,
-        "cpu": cpu_counters(pids, trees),
+        "cpu": cpu_counters(pids, trees, cgroup),
     }
 
 
@@ -161,11 +220,16 @@ def main(argv: list[str]) -> None:
             if "--pids" in argv else None)
     trees = ([int(p) for p in argv[argv.index("--trees") + 1].split(",") if p]
              if "--trees" in argv else None)
+    cgroup, done = (own_cgroup(argv[argv.index("--cgroup") + 1], pids or [], trees or [])
+                    if "--cgroup" in argv else (None, None))
     parent = os.getppid()
     # A sampler outlives nothing: when its parent (the cell job, or the SSH session)
     # is gone, killed say, it stops instead of sampling forever.
     while os.getppid() == parent:
-        print(json.dumps(reading(pids, trees)), flush=True)
+        found = reading(pids, trees, cgroup)
+        if done:
+            found["cpu"].update(own_cgroup=done, own_cgroup_path=cgroup)
+        print(json.dumps(found), flush=True)
         if every is None:
             return
         time.sleep(every)

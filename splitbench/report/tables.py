@@ -420,8 +420,9 @@ def backends_table(summary: pd.DataFrame, contexts: list[str],
     """Backends side by side (analysis.backends.compare): one row per cell of each model
     shape measured with two or more splits, the splits next to each other: decode,
     prefill, TTFT and overlap with their ±, ❌ where the cell failed and ⚠ where it is
-    flagged, the bytes a decoded token moved each way, and the model's decode verdict.
-    Without two splits of one shape, one row that says so."""
+    flagged, and the bytes a decoded token moved each way; each model's decode verdict
+    once, in the note below the table (`attrs["note"]`: backends_note). Without two
+    splits of one shape, one row that says so."""
     comp = backends.compare(summary, contexts, baseline_link, mechanisms_table)
     if comp.empty:
         # Cells measured before the summary carried their split were llama.cpp's.
@@ -449,8 +450,21 @@ def backends_table(summary: pd.DataFrame, contexts: list[str],
         table[f"bytes/token {arrow}"] = [
             f"{v:,.0f}" if r.status == "ok" and pairs.finite(v) else "—"
             for r, v in zip(rows, comp[f"rpc_bytes_per_token_{way}"], strict=True)]
-    table["decode verdict (mechanisms)"] = comp["verdict"]
-    return pd.DataFrame(table).reset_index(drop=True)
+    frame = pd.DataFrame(table).reset_index(drop=True)
+    frame.attrs["note"] = backends_note(comp)
+    return frame
+
+
+def backends_note(comp: pd.DataFrame) -> str:
+    """Markdown under the backends table: each model's decode verdict (the mechanisms
+    table's first clause), said once for the models that share it, not on every row."""
+    keys = ["pair", "model"] if comp["pair"].nunique() > 1 else ["model"]
+    models = comp.drop_duplicates(keys)
+    said: dict[str, list[str]] = {}
+    for _, row in models.iterrows():
+        said.setdefault(str(row["verdict"]), []).append("/".join(str(row[k]) for k in keys))
+    lines = [f"- {', '.join(names)}: {verdict}" for verdict, names in said.items()]
+    return "\nDecode verdict of each model (mechanisms table):\n\n" + "\n".join(lines) + "\n"
 
 
 def _uncertainty_source(source: Any, samples: Any, status: Any) -> str:
@@ -559,11 +573,13 @@ def _missing(value: Any) -> bool:
 
 
 def write_table(frame: pd.DataFrame, stem: str | Path, title: str, note: str = "") -> None:
-    """stem.csv and stem.md (the title, the table, then note as Markdown, if any)."""
+    """stem.csv and stem.md (the title, the table, then the table's own note, a table
+    function's `frame.attrs["note"]`, and `note` as Markdown, if any)."""
     stem = Path(stem)
     stem.parent.mkdir(parents=True, exist_ok=True)
     frame.to_csv(stem.with_suffix(".csv"), index=False)
-    stem.with_suffix(".md").write_text(f"## {title}\n\n{to_markdown(frame)}{note}")
+    own = frame.attrs.get("note", "")
+    stem.with_suffix(".md").write_text(f"## {title}\n\n{to_markdown(frame)}{own}{note}")
 
 
 def links_table(links: pd.DataFrame,
@@ -664,10 +680,12 @@ def tables(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
         "link_traffic": (
             "Bytes per decoded token across the link (concurrency 1): measured (kernel "
             "TCP counters of the RPC connections) against the prediction from the "
-            f"model's GGUF header and where its layers sit; {FLAG_MARK}: more than "
-            f"{traffic.TOLERANCE:.0%} apart; transfer: the bytes above the link's burst "
-            "allowance at its measured throughput",
-            traffic.link_traffic(summary, links, contexts)),
+            "model's GGUF header, where its layers sit and the context (A→B: the hidden "
+            "state, the attention mask over the padded KV cells, and a per-step RPC "
+            "overhead measured on the baseline link's shortest context); "
+            f"{FLAG_MARK}: more than {traffic.TOLERANCE:.0%} apart; transfer: the bytes "
+            "above the link's burst allowance at its measured throughput",
+            traffic.link_traffic(summary, links, contexts, base)),
         "mechanisms": (
             f"Mechanisms vs {base}: decode delta (ms/token) less its bandwidth term "
             "(the token's bytes at each link's throughput) against the links' request-"
@@ -680,8 +698,8 @@ def tables(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
             "vLLM's tensor (TP=2) and pipeline (PP=2) parallel, on the same pair and "
             f"links (± is {COVERAGE:g} standard errors; ✗: the cell's status; "
             f"{FLAG_MARK}: a flagged cell; bytes/token: the kernel's counters of the "
-            "connections between the hosts during decode; the verdict is each model's "
-            "own, from the mechanisms table)",
+            "connections between the hosts during decode; each model's decode verdict "
+            "from the mechanisms table is below)",
             backends_table(summary, contexts, base, verdicts)),
     }
 

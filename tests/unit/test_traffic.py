@@ -169,15 +169,165 @@ def test_a_latency_only_fit_would_count_the_logits_as_round_trips():
 
 
 def test_measured_bytes_against_the_prediction():
-    table = traffic.link_traffic(matrix(), LINKS, ORDER)
+    table = traffic.link_traffic(matrix(), LINKS, ORDER, "baseline")
     row = table[(table["model"] == "big") & (table["link"] == "slow")
                 & (table["ctx"] == "short")].iloc[0]
     assert row["on host B"] == "14 blocks + output layer"
     assert row["B→A predicted"] == "196,608"
     assert row["B→A check"] == "agrees (+0.0%)"
-    # 12,304 B against a 2,304 B hidden state: 5.3x, flagged, with what the rest is.
-    assert row["A→B check"].startswith("⚠ 5.3× the hidden state: the rest is RPC overhead")
+    # The baseline's short cell moved 12,304 B: 2,304 hidden + 512 mask (one step of 129
+    # cells, padded to 256) + 9,488 of protocol, which every other cell is predicted with.
+    assert row["A→B predicted"] == ("12,304 = 2,304 hidden + 512 mask (256 KV cells) + "
+                                    "9,488 overhead (measured on baseline short)")
+    assert row["A→B check"] == "agrees (+0.0%)"
+    reference = table[(table["model"] == "big") & (table["link"] == "baseline")
+                      & (table["ctx"] == "short")].iloc[0]
+    assert reference["A→B check"] == "— (the overhead is measured here)"
     assert row["transfer (ms/token)"] == "A→B 0.000 / B→A 1.072"
     unknown = traffic.link_traffic(matrix().drop(columns=["blocks_on_b"]), LINKS, ORDER)
     assert unknown.iloc[0]["A→B check"] == "—"
     assert unknown.iloc[0]["on host B"] == "— (not in the launch record)"
+
+
+# Bytes A→B per decoded token measured on this build (one worker, concurrency 1, 64
+# tokens, kernel counters): model -> (n_embd, n_vocab, blocks on B, {prompt: bytes}). The
+# first prompt of each is the baseline's shortest context, where the overhead is measured.
+MEASURED = {
+    # The embedded default's model (2 layers, width 64; 1 block + output on B).
+    "synth": (64, 2048, 1, {128: 3862, 5000: 13590, 32000: 67862}),
+    # SmolLM2-135M, 14 blocks + output on B (-ngl 15).
+    "smol": (576, 49152, 14, {64: 12013, 2048: 16109}),
+    # A 6-layer GQA synthetic (width 384, 6 heads / 2 KV heads; 2 blocks + output on B).
+    # 2,000 tokens cross 2,048 KV cells during decode: the graph is sent again once.
+    "gqa6": (384, 2048, 2, {64: 6614, 2000: 10794, 2048: 10710, 2100: 10710}),
+}
+
+
+def measured_cells(links: tuple[str, ...] = ("baseline",)) -> pd.DataFrame:
+    rows = []
+    for model, (n_embd, n_vocab, blocks, by_prompt) in MEASURED.items():
+        for link in links:
+            for prompt, a_to_b in by_prompt.items():
+                rows.append({"pair": "lab", "link": link, "model": model,
+                             "ctx": f"p{prompt}", "conc": 1, "status": "ok",
+                             "ctx_tokens": prompt, "prompt_tokens": float(prompt),
+                             "generated_tokens": 64.0,
+                             "rpc_bytes_per_token_a_to_b": float(a_to_b),
+                             "rpc_bytes_per_token_b_to_a": n_vocab * 4.0 + 8,
+                             "model_n_embd": n_embd, "model_n_vocab": n_vocab,
+                             "blocks_on_b": blocks, "output_on_b": True, "rpc_workers": 1,
+                             "backend": "llamacpp", "split": "rpc"})
+    return pd.DataFrame(rows)
+
+
+ALL_CONTEXTS = sorted({f"p{p}" for *_, by in MEASURED.values() for p in by},
+                      key=lambda c: int(c[1:]))
+
+
+def test_the_prediction_holds_every_measured_figure_within_5_percent():
+    cells = measured_cells()
+    predicted = traffic.with_predictions(cells, "baseline")
+    gap = predicted["predicted_bytes_a_to_b"] / cells["rpc_bytes_per_token_a_to_b"] - 1
+    assert gap.abs().max() < 0.05, predicted.assign(gap=gap)[["model", "ctx", "gap"]]
+    # The overhead is what the shortest context moved beyond hidden state and mask:
+    # 3,862 - 256 - 2 x 256 cells.
+    synth = predicted[predicted["model"] == "synth"].set_index("ctx")
+    assert synth["step_overhead_bytes"].iloc[0] == 3094
+    # The mask grows with the padded KV cells: 5,001..5,063 -> 5,120; 32,001.. -> 32,256.
+    assert synth.loc["p5000", "kv_cells"] == 5120 and synth.loc["p32000", "kv_cells"] == 32256
+    # Without a crossing of the KV padding the prediction is exact.
+    exact = predicted[predicted["graph_uploads"] == 1]
+    assert (exact["predicted_bytes_a_to_b"] == exact["rpc_bytes_per_token_a_to_b"]).all()
+    assert (predicted["predicted_bytes_b_to_a"] + 8 ==
+            cells["rpc_bytes_per_token_b_to_a"]).all()
+
+
+def test_the_mask_covers_the_padded_kv_cells_of_each_decode_step():
+    # 64 tokens after a 2,000-token prompt: 48 steps at 2,048 cells, 15 at 2,304.
+    assert traffic.mask_cells(2000, 64) == pytest.approx((48 * 2048 + 15 * 2304) / 63)
+    assert traffic.graph_uploads(2000, 64) == 2
+    assert traffic.graph_uploads(2048, 64) == 1
+    # Two workers each get the hidden state; the one with blocks gets the mask.
+    assert traffic.predicted_bytes(576, 49152, 1, True, 2, 256, 1000) == (
+        2 * 2304 + 512 + 1000, 2304 + 196608)
+
+
+def test_the_default_run_s_shape_flags_nothing():
+    """Four links x three contexts of the embedded default, moving what this build
+    measured: no row flagged (each was, against the hidden state alone: 12 of 12)."""
+    cells = measured_cells(("baseline", "5gbe", "usb4", "usb10g"))
+    cells = cells[cells["model"] == "synth"]
+    table = traffic.link_traffic(cells, LINKS, ["p128", "p5000", "p32000"], "baseline")
+    assert len(table) == 12
+    flagged = table[table.apply(lambda r: any("⚠" in str(v) for v in r), axis=1)]
+    assert flagged.empty, flagged
+    # All but the baseline's shortest context, where the overhead is measured.
+    assert (table["A→B check"].str.startswith("agrees")).sum() == 11
+    # What the old prediction was: the hidden state alone, 15x to 265x below.
+    hidden = cells["model_n_embd"] * traffic.F32
+    assert (cells["rpc_bytes_per_token_a_to_b"] / hidden > 1 + traffic.TOLERANCE).all()
+
+
+def test_twice_the_predicted_bytes_are_flagged():
+    cells = measured_cells()
+    at = (cells["model"] == "synth") & (cells["ctx"] == "p5000")
+    cells.loc[at, "rpc_bytes_per_token_a_to_b"] *= 2
+    table = traffic.link_traffic(cells, LINKS, ALL_CONTEXTS, "baseline").set_index(
+        ["model", "ctx"])
+    assert table.loc[("synth", "p5000"), "A→B check"] == (
+        "⚠ 2.00× the prediction: more than the model and the protocol move")
+    assert table.loc[("synth", "p32000"), "A→B check"].startswith("agrees")
+    # Half the logits back: less than the model must move.
+    cells.loc[at, "rpc_bytes_per_token_b_to_a"] /= 2
+    table = traffic.link_traffic(cells, LINKS, ALL_CONTEXTS, "baseline").set_index(
+        ["model", "ctx"])
+    assert table.loc[("synth", "p5000"), "B→A check"].startswith(
+        "⚠ 0.50× the prediction: less than the model must move")
+
+
+def test_a_crossing_of_the_kv_padding_allows_one_more_graph_upload():
+    """2,000 tokens: the graph is sent again at 2,049 cells (7,831 B against 7,559 with
+    the mask's difference taken out). The prediction (c + g per upload, c and g unknown
+    apart) allows up to one more overhead; far more than that is flagged."""
+    cells = measured_cells()
+    table = traffic.link_traffic(cells, LINKS, ALL_CONTEXTS, "baseline").set_index(
+        ["model", "ctx"])
+    assert table.loc[("gqa6", "p2000"), "A→B check"] == (
+        "agrees (+4.6%; the graph re-sent as the KV cache grew: +4,566 B allowed)")
+    at = (cells["model"] == "gqa6") & (cells["ctx"] == "p2000")
+    cells.loc[at, "rpc_bytes_per_token_a_to_b"] = 10320 + 4566 * 1.5
+    table = traffic.link_traffic(cells, LINKS, ALL_CONTEXTS, "baseline").set_index(
+        ["model", "ctx"])
+    assert table.loc[("gqa6", "p2000"), "A→B check"].startswith("⚠ 1.66× the prediction")
+
+
+def test_vllm_cells_have_no_prediction_and_no_flag():
+    cells = measured_cells()
+    cells = pd.concat([cells, cells.assign(model="tp", backend="vllm", split="tp2",
+                                           blocks_on_b=None, output_on_b=None,
+                                           rpc_workers=None,
+                                           rpc_bytes_per_token_a_to_b=99999.0)])
+    table = traffic.link_traffic(cells, LINKS, ALL_CONTEXTS, "baseline")
+    tp = table[table["model"] == "tp"]
+    assert (tp["A→B predicted"] == "no prediction for vLLM").all()
+    assert (tp["B→A predicted"] == "no prediction for vLLM").all()
+    assert not tp.apply(lambda r: any("⚠" in str(v) for v in r), axis=1).any()
+    assert (tp["on host B"] == "vLLM TP=2: every layer split across A and B").all()
+
+
+def test_without_an_overhead_only_too_few_bytes_are_flagged():
+    """No bytes measured on the baseline link: nothing to measure the overhead on; the
+    hidden state and the mask are still a floor."""
+    cells = measured_cells(("baseline", "slow"))
+    cells = cells[cells["model"] == "synth"]
+    cells.loc[cells["link"] == "baseline", "rpc_bytes_per_token_a_to_b"] = np.nan
+    cells.loc[cells["ctx"] == "p32000", "rpc_bytes_per_token_a_to_b"] = 30000.0
+    table = traffic.link_traffic(cells, LINKS, ["p128", "p5000", "p32000"], "baseline")
+    slow = table[table["link"] == "slow"].set_index("ctx")
+    assert slow.loc["p5000", "A→B check"] == "—"
+    assert "no overhead measured" in slow.loc["p5000", "A→B predicted"]
+    # 30,000 B against 256 hidden + 64,512 mask, on both links (and the baseline's
+    # gives no overhead either).
+    assert slow.loc["p32000", "A→B check"].startswith("⚠ 0.46× the hidden state and mask")
+    base = table[table["link"] == "baseline"].set_index("ctx")
+    assert base.loc["p32000", "A→B check"].startswith("⚠ 0.46× the hidden state and mask")

@@ -1,0 +1,94 @@
+"""What counts as interference: other programs' CPU pressure, not the measurement's own
+(its processes wait in a cgroup of their own, whose pressure is recorded apart)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from splitbench.analysis import cell_summary, drift
+from splitbench.infra import interference
+
+LIMITS = interference.settings({})  # the defaults: 50% pressure, 0.25 foreign cores
+
+
+def telemetry(pressure: float, own: float | None, foreign: float = 0.03) -> dict:
+    """One row's figures for both hosts of the embedded lab (one machine: the same)."""
+    row = {}
+    for side in interference.SIDES:
+        row |= {f"cpu_pressure_{side}_pct": pressure, f"own_cpu_pressure_{side}_pct": own,
+                f"foreign_cpu_{side}_cores": foreign, f"steal_{side}_pct": 0.0,
+                f"own_cpu_{side}_cores": 1.5}
+    return row
+
+
+def test_the_measurement_s_own_pressure_is_not_interference():
+    """vLLM's API server, engine and worker waiting for one core (the backends example:
+    50-61% pressure, 0.03 foreign cores): the measurement's own, not flagged. The same
+    pressure with the measurement's own at 8% is other programs': flagged."""
+    rows = pd.DataFrame([telemetry(61.0, 59.0), telemetry(61.0, 8.0),
+                         telemetry(61.0, None)], index=["own", "foreign", "unknown"])
+    flags = interference.flag(rows, LIMITS)
+    assert pd.isna(flags.loc["own", "interference"])
+    assert flags.loc["foreign", "interference"] == (
+        "hosts A and B: CPU pressure 53% from other programs (the measurement's own 8% "
+        "aside) (limit 50%) during the cell")
+    # Measured without a cgroup of its own: the machine's pressure, as before.
+    assert flags.loc["unknown", "interference"] == (
+        "hosts A and B: CPU pressure 61% (limit 50%) during the cell")
+    assert flags["interference_checked"].all()
+    # Other programs' CPU still counts whatever the pressure.
+    busy = interference.flag(pd.DataFrame([telemetry(61.0, 59.0, foreign=0.8)]), LIMITS)
+    assert "other processes used 0.80 cores" in busy.iloc[0]["interference"]
+
+
+def test_own_pressure_comes_from_the_cgroup_s_counter():
+    figures = interference.sum_figures({"seconds": 2.0, "hz": 100, "psi_some_us": 1.2e6,
+                                        "own_psi_some_us": 1.1e6, "busy_ticks": 300,
+                                        "own_ticks": 290, "steal_ticks": 0,
+                                        "total_ticks": 400,
+                                        "own_cgroup": "cgroup /sys/fs/cgroup/x (5 processes)"})
+    assert figures["cpu_pressure_{side}_pct"] == 60.0
+    assert figures["own_cpu_pressure_{side}_pct"] == 55.0
+    assert "own PSI in cgroup /sys/fs/cgroup/x" in figures["interference_{side}"]
+    alone = interference.sum_figures({"seconds": 2.0, "hz": 100, "psi_some_us": 1.2e6,
+                                      "own_psi_some_us": None, "busy_ticks": 300,
+                                      "own_ticks": 290, "own_cgroup": "no cgroup-v2 hierarchy"})
+    assert alone["own_cpu_pressure_{side}_pct"] is None
+    assert "own PSI unknown: no cgroup-v2 hierarchy" in alone["interference_{side}"]
+
+
+def write_repeats(root: Path, figures: list[dict]) -> str:
+    """A concurrency-2 cell whose repeats ran with these telemetry figures."""
+    rows = []
+    for repeat, extra in enumerate(figures):
+        for request_id in range(2):
+            rows.append({"request_id": request_id, "repeat": repeat, "status": "ok",
+                         "cell_status": "ok", "generated_tokens": 8, "n_predict": 8,
+                         "t_send_ns": 0, "t_last_ns": 10_000_000, "ttft_ms": 2.0,
+                         "decode_ms_per_token": 1.0, "prefill_tps": 1000.0,
+                         "cell_wall_ms": 10.0, "launch_id": "L", "link_fingerprint": "F",
+                         "temp_before_c": None, "temp_after_c": None, **extra})
+    path = root / "cells/lab/plain/tp/ctxshort_c2.requests.parquet"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return str(path)
+
+
+def test_a_repeat_under_others_pressure_flags_its_cell(tmp_path):
+    """Repeat 0: 60% pressure, 58% of it the measurement's own; repeat 1: 75%, 20% own.
+    Taken column by column as the worst (60 and 58 at most) repeat 1's 55% of others
+    would vanish; the summary keeps it (own pressure: the lowest repeat's)."""
+    path = write_repeats(tmp_path, [telemetry(60.0, 58.0), telemetry(75.0, 20.0)])
+    summary = cell_summary.summarize([path], {"short": 32}, {})
+    row = summary.iloc[0]
+    assert row["cpu_pressure_a_pct"] == 75.0 and row["own_cpu_pressure_a_pct"] == 20.0
+    assert "CPU pressure 55% from other programs" in row["interference"]
+    quiet = write_repeats(tmp_path / "q", [telemetry(60.0, 58.0), telemetry(57.0, 55.0)])
+    assert pd.isna(cell_summary.summarize([quiet], {"short": 32}, {}).iloc[0]["flags"])
+    # A drift anchor is judged the same way.
+    requests = pd.read_parquet(path)
+    assert "from other programs" in drift._anchor_interference(requests, {})["interference"]
