@@ -323,8 +323,9 @@ class Interference(Section):
     each limit null: not checked."""
 
     max_cpu_pressure_pct: float | None = key(
-        50.0, "share of the cell's time that some task waited for a CPU (PSI some, which "
-              "counts the measurement's own processes too), %", nullable=True, ge=0)
+        50.0, "share of the cell's time that other programs' tasks waited for a CPU: "
+              "the machine's PSI some less the measurement's own (its processes' cgroup; "
+              "the machine's where that is unknown), %", nullable=True, ge=0)
     max_foreign_cpu_cores: float | None = key(
         0.25, "CPU used by processes that are not the measurement's, in cores",
         nullable=True, ge=0)

@@ -9,7 +9,10 @@ import sys
 import time
 from pathlib import Path
 
-from splitbench.infra import telemetry
+import pandas as pd
+import pytest
+
+from splitbench.infra import interference, procs, telemetry
 from splitbench.infra.hosts import Host
 from splitbench.remote import sensors
 
@@ -128,3 +131,49 @@ def test_a_servers_own_cpu_includes_the_workers_it_started():
     assert seconds > 0.3, seconds  # the child's busy loop, ~0.6 s of it
     # Without the tree, only the process itself (a shell waiting): the child is not its.
     assert alone["own_ticks"] < after["own_ticks"]
+
+
+BUSY = "import time\nend = time.time() + {s}\nwhile time.time() < end: pass\n"
+
+
+def _loops(n: int, seconds: float) -> list[subprocess.Popen]:
+    return [subprocess.Popen([sys.executable, "-c", BUSY.format(s=seconds)])
+            for _ in range(n)]
+
+
+def test_own_cpu_pressure_is_the_measurements_alone(tmp_path, monkeypatch):
+    """Three busy loops on this machine's cores, once as the measurement's own (in its
+    cgroup) and once as another program's: the machine's pressure is high both times,
+    the measurement's own only the first, and only the second is flagged."""
+    monkeypatch.setenv("SPLITBENCH_STATE", str(tmp_path / "state"))
+    name = interference.cgroup_name("selftest")
+    if sensors.own_cgroup(name, [], [])[0] is None:
+        pytest.skip(sensors.own_cgroup(name, [], [])[1])
+    local = Host("a")
+    figures = {}
+    try:
+        for whose in ("own", "other"):
+            loops = _loops(3, 1.5)
+            own = interference.Own({"a": [p.pid for p in loops] if whose == "own" else []},
+                                   {"a": []}, name)
+            meter = interference.Meter({"a": local})
+            time.sleep(0.1)
+            with meter.stretch(own):
+                time.sleep(1.0)
+            for loop in loops:
+                loop.wait(timeout=10)
+            figures[whose] = meter.figures()
+    finally:
+        for line in procs.teardown():
+            print(line)
+    assert not Path(sensors.cgroup2_root() / name).exists()  # removed by the teardown
+    mine, other = figures["own"], figures["other"]
+    assert mine["cpu_pressure_a_pct"] > 20 and other["cpu_pressure_a_pct"] > 20, figures
+    # Three loops on at most two cores wait in the cgroup: most of the machine's waiting.
+    assert mine["own_cpu_pressure_a_pct"] > 0.6 * mine["cpu_pressure_a_pct"], mine
+    assert other["own_cpu_pressure_a_pct"] < 5, other
+    flags = interference.flag(pd.DataFrame([{**mine, "foreign_cpu_a_cores": 0.0},
+                                            {**other, "foreign_cpu_a_cores": 0.0}]),
+                              {"max_cpu_pressure_pct": 15})
+    assert pd.isna(flags.iloc[0]["interference"]), flags
+    assert "from other programs" in flags.iloc[1]["interference"], flags
