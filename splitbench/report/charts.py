@@ -281,11 +281,36 @@ def timeline_cell(summary: pd.DataFrame, baseline: str, choice: str = "") -> pd.
 
 
 def read_timeline(cells_dir: str | Path, cell: pd.Series) -> pd.DataFrame:
-    """One cell's tokens (request_id, token_index, t_ns, t_send_ns) from its Parquet."""
+    """One cell's tokens (request_id, token_index, t_ns, t_send_ns) from its Parquet: of
+    one release of its N requests (`one_release`), where it released them several
+    times."""
     path = results.cell(cell["pair"], cell["link"], cell["model"], cell["ctx"], cell["conc"],
                         root=Path(cells_dir).parent)
-    columns = ["request_id", "token_index", "t_ns", "t_send_ns"]
-    return pq.read_table(path, columns=columns).to_pandas()
+    names = pq.ParquetFile(path).schema_arrow.names
+    columns = ["request_id", "token_index", "t_ns", "t_send_ns",
+               *[c for c in ("repeat", "shot", "reference") if c in names]]
+    return one_release(pq.read_table(path, columns=columns).to_pandas())
+
+
+def one_release(tokens: pd.DataFrame) -> pd.DataFrame:
+    """The tokens of the cell's own release whose wall time (first send to last token)
+    is nearest the median release's, so that the timeline shows N streams as the
+    cell's median overlap saw them, not every release one above the other. Tokens
+    without a release (files written before cells released more than once) are kept
+    whole."""
+    if "shot" not in tokens or tokens.empty:
+        return tokens
+    if "reference" in tokens:
+        tokens = tokens[~tokens["reference"].fillna(False).astype(bool)]
+    keys = [k for k in ("repeat", "shot") if k in tokens]
+    by = tokens.groupby(keys)
+    walls = by["t_ns"].max() - by["t_send_ns"].min()
+    if len(walls) < 2:
+        return tokens
+    pick = (walls - walls.median()).abs().idxmin()
+    pick = pick if isinstance(pick, tuple) else (pick,)
+    mask = np.logical_and.reduce([tokens[k] == v for k, v in zip(keys, pick, strict=True)])
+    return tokens[mask].assign(releases=len(walls))
 
 
 def _thin(tokens: pd.DataFrame) -> tuple[pd.DataFrame, int]:
@@ -311,6 +336,10 @@ def token_timeline(tokens: pd.DataFrame | None, cell: pd.Series | None = None, *
     waits["send_ms"] = (waits["send_ms"] - t0) / 1e6
     shown, step = _thin(tokens)
     overlap_text = f", overlap {cell['overlap']:.2f}" if pd.notna(cell.get("overlap")) else ""
+    releases = int(tokens["releases"].iloc[0]) if "releases" in tokens else 1
+    if releases > 1:
+        overlap_text += (f" (median of {releases} releases; drawn: the release whose "
+                         "wall time is the median's)")
     subtitle = (f"{cell['pair']}/{cell['link']}/{cell['model']}, context {cell['ctx']}, "
                 f"{cell['conc']} streams{overlap_text}; grey bar = waiting for the first "
                 "token (prefill), ticks = tokens"

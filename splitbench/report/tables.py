@@ -346,13 +346,16 @@ def overlap_note(summary: pd.DataFrame) -> str:
     def prefix(row: pd.Series) -> str:
         return "".join(f"{row[k]} " for k in label_keys)
 
-    levels = []
+    # Per link and pair of adjacent levels, the contexts where they are not resolvable:
+    # "synth 5gbe 2-way ~ 4-way at short, 5k".
+    near_levels: dict[str, list[str]] = {}
     for _, cell in known.groupby([*label_keys, "link", "ctx"], sort=False):
         cell = cell.sort_values("conc")
         for (_, a), (_, b) in zip(cell.iterrows(), cell.iloc[1:].iterrows(), strict=False):
             if close(a, b):
-                levels.append(f"{prefix(a)}{a['link']} {a['ctx']} {a['conc']}-way ~ "
-                              f"{b['conc']}-way")
+                near_levels.setdefault(f"{prefix(a)}{a['link']} {a['conc']}-way ~ "
+                                       f"{b['conc']}-way", []).append(str(a["ctx"]))
+    levels = [f"{what} at {', '.join(ctxs)}" for what, ctxs in near_levels.items()]
     links = []
     for _, level in known.groupby([*label_keys, "ctx", "conc"], sort=False):
         rows = [r for _, r in level.sort_values("link").iterrows()]

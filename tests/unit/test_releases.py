@@ -311,14 +311,18 @@ def test_the_note_names_the_impossible_and_the_unresolvable():
         cell("b", "short", 2, 0.40, 0.05), cell("b", "short", 4, -0.5, 0.1),   # apart, ⚠
     ])
     note = tables.overlap_note(summary)
-    assert "a short 2-way ~ 4-way" in note
-    assert "b short 2-way ~ 4-way" not in note
+    assert "a 2-way ~ 4-way at short" in note
+    assert "b 2-way ~ 4-way" not in note
     # Links at one level: a and b differ at 2-way (0.81 vs 0.40) and 4-way.
     assert "links at one level" not in note
     assert f"{tables.FLAG_MARK} lab/b/m/short/4: -0.50 ±0.10 is below 0" in note
-    close = pd.concat([summary, pd.DataFrame([cell("c", "short", 2, 0.78, 0.05),
-                                              cell("c", "short", 1)])])
-    assert "short 2-way: a ~ c" in tables.overlap_note(close)
+    close = pd.concat([summary, pd.DataFrame([
+        cell("c", "short", 2, 0.78, 0.05), cell("c", "short", 1),
+        cell("a", "long", 1, share=0.6), cell("a", "long", 2, 0.1, 0.1),
+        cell("a", "long", 4, 0.0, 0.1)])])
+    note = tables.overlap_note(close)
+    assert "short 2-way: a ~ c" in note and "short 2-way: a ~ b" not in note
+    assert "a 2-way ~ 4-way at short, long" in note
 
 
 def test_the_overlap_chart_labels_carry_the_plus_minus():
@@ -329,3 +333,22 @@ def test_the_overlap_chart_labels_carry_the_plus_minus():
     spec = charts.overlap(summary).to_dict()
     labels = {row["label"] for row in spec["datasets"][next(iter(spec["datasets"]))]}
     assert {"0.81 ±0.05", f"1.30 ±0.10 {tables.FLAG_MARK}", "crash"} <= labels
+
+
+def test_the_token_timeline_draws_the_median_release_only():
+    """Releases of 100, 150 and 130 ms: the timeline draws the 130 ms one's N streams."""
+    rows = []
+    for shot, wall in enumerate([100.0, 150.0, 130.0]):
+        for stream in range(2):
+            send = int(1e9 * shot)
+            for i in range(3):
+                rows.append({"request_id": 2 * shot + stream, "token_index": i,
+                             "t_send_ns": send, "t_ns": send + int(wall * 1e6 * (i + 1) / 3),
+                             "repeat": 0, "shot": shot, "reference": False})
+    tokens = charts.one_release(pd.DataFrame(rows))
+    assert set(tokens["request_id"]) == {4, 5}
+    assert (tokens["releases"] == 3).all()
+    summary_row = pd.Series({"pair": "lab", "link": "a", "model": "m", "ctx": "short",
+                             "conc": 2, "overlap": 0.7})
+    spec = charts.token_timeline(tokens, summary_row).to_dict()
+    assert "median of 3 releases" in str(spec["title"])
