@@ -81,7 +81,9 @@ def chart(rows: pd.DataFrame, points: pd.DataFrame, contexts: list[str],
         x=x, y="low:Q", y2="high:Q", color=colour,
     ).transform_filter("datum.part == 'point'")
     dots = alt.Chart().mark_point(filled=True, size=70).encode(
-        x=x, y="measured_tps:Q", shape=alt.Shape("link:N", title="measured link"),
+        x=x, y="measured_tps:Q",
+        shape=alt.Shape("link:N", title="measured link",
+                        legend=alt.Legend(symbolFillColor="#666", symbolStrokeColor="#666")),
         color=alt.condition("datum.state == 'measured'", colour, alt.value("#c00")),
         tooltip=["link:N", "ctx:N", "state:N", alt.Tooltip("rtt_us:Q", format=".0f"),
                  alt.Tooltip("measured_tps:Q", format=".1f"),
@@ -91,8 +93,8 @@ def chart(rows: pd.DataFrame, points: pd.DataFrame, contexts: list[str],
     predicted = alt.Chart().mark_point(filled=False, size=70, strokeDash=[2, 2]).encode(
         x=x, y="predicted_tps:Q", shape="link:N", color=colour,
     ).transform_filter("datum.part == 'point' && isValid(datum.predicted_tps)")
-    rule = alt.Chart().mark_rule(strokeDash=[2, 3], color="#888").encode(
-        x="felt_us:Q", tooltip=["ctx:N", alt.Tooltip("felt_us:Q", format=".0f",
+    rule = alt.Chart().mark_rule(strokeDash=[2, 3]).encode(
+        x="felt_us:Q", color=colour, tooltip=["ctx:N", alt.Tooltip("felt_us:Q", format=".0f",
                                                      title="felt above (µs)")],
     ).transform_filter("datum.part == 'felt' && isValid(datum.felt_us)")
     facet = ({"row": alt.Row("pair:N"), "column": alt.Column("model:N")} if several_pairs
