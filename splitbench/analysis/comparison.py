@@ -28,6 +28,7 @@ baseline beyond its uncertainty, which no emulated link can.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -128,8 +129,11 @@ def machine_drift(anchor_files: Sequence[str], summary: pd.DataFrame,
     """
     values: dict[tuple[str, str], dict[str, list[float]]] = {}
 
-    def add(pair: str, model: str, decode: float, prefill: float) -> None:
+    def add(pair: str, model: str, decode: Any, prefill: Any) -> None:
         mine = values.setdefault((pair, model), {"decode": [], "prefill": []})
+        # A summary read back from Parquet holds a column of no paired cells as None.
+        decode, prefill = (pd.to_numeric(decode, errors="coerce"),
+                           pd.to_numeric(prefill, errors="coerce"))
         if np.isfinite(decode) and decode > 0:
             mine["decode"].append(float(decode))
         if np.isfinite(prefill) and prefill > 0:
@@ -147,7 +151,8 @@ def machine_drift(anchor_files: Sequence[str], summary: pd.DataFrame,
         for row in shortest.itertuples(index=False):
             if row.link == baseline:
                 add(row.pair, row.model, row.decode_ms_per_token, row.prefill_tps)
-            elif np.isfinite(getattr(row, "paired_reference_decode_ms", np.nan)):
+            elif np.isfinite(pd.to_numeric(getattr(row, "paired_reference_decode_ms", None),
+                                           errors="coerce")):
                 add(row.pair, row.model, row.paired_reference_decode_ms,
                     getattr(row, "paired_reference_prefill_tps", np.nan))
     rows = []

@@ -561,3 +561,17 @@ def test_a_cell_without_interference_figures_is_not_checked_and_says_so(tmp_path
     assert "other processes used 1.30 cores" in summary.loc["c", "interference"]
     note = tables.flag_note(summary.reset_index())
     assert "lab/b/m/short/1: interference not measured" in note
+
+
+def test_drift_reads_a_summary_without_paired_cells_back_from_parquet(tmp_path):
+    """A run with no paired cell: its summary's paired columns are all None, and read
+    back from Parquet they are objects, not floats (the backends example's findings step
+    failed on np.isfinite(None))."""
+    rows = [cell("base", "short", decode_ms=10.0), cell("slow", "short", decode_ms=12.0)]
+    summary = frame(*rows).assign(ctx_tokens=128, paired_reference_decode_ms=None,
+                                  paired_reference_prefill_tps=None)
+    summary.to_parquet(tmp_path / "cells.parquet")
+    back = pd.read_parquet(tmp_path / "cells.parquet")
+    assert back["paired_reference_decode_ms"].dtype == object
+    drift = comparison.machine_drift([], back, "base")
+    assert drift.iloc[0]["drift_samples"] == 1 and np.isnan(drift.iloc[0]["drift_decode_rel"])
