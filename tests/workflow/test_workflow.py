@@ -130,9 +130,13 @@ def test_end_to_end_on_the_embedded_lab(finished):
         ctx = requests_path.name.split("_c")[0][3:]
         conc = int(requests_path.name.split("_c")[1].split(".")[0])
         paired = conc == 1 and ctx == "short" and "/slow/" in str(requests_path)
-        # Single stream: 3 sequential requests; paired: 2 rounds of 2 on each link.
+        # Single stream: 3 sequential requests; paired: 2 rounds of 2 on each link;
+        # concurrent: its N requests released concurrent_releases times (tiny: no time).
         own = requests[~requests["reference"]]
-        assert len(own) == (4 if paired else 3 if conc == 1 else conc)
+        releases = config["cell"]["concurrent_releases"]
+        assert len(own) == (4 if paired else 3 if conc == 1 else conc * releases)
+        if conc > 1:
+            assert sorted(own["shot"].unique()) == list(range(releases))
         assert requests["reference"].sum() == (4 if paired else 0)
         assert (requests["arrival_clock"] == "segment").all()  # each token its own time
         assert requests["cpu_pressure_a_pct"].notna().all()  # interference measured
