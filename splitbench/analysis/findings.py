@@ -455,12 +455,11 @@ def _overlap_finding(cells: pd.DataFrame, order: Sequence[str], section: str
                   for r in here.itertuples()}
         lo, hi = min(v for v, _ in values.values()), max(v for v, _ in values.values())
         parts.append(f"{ctx} {lo:.2f}" + (f" to {hi:.2f}" if hi - lo >= 0.005 else ""))
-        items = list(values.items())
-        for i, (a, (va, ua)) in enumerate(items):
-            for b, (vb, ub) in items[i + 1:]:
-                if np.isfinite(ua) and np.isfinite(ub) and abs(va - vb) > np.hypot(ua, ub):
-                    differences.append(f"at {ctx}, {a} {_pm2(va, ua)} against {b} "
-                                       f"{_pm2(vb, ub)}")
+        items = list(values.values())
+        if any(np.isfinite(ua) and np.isfinite(ub) and abs(va - vb) > np.hypot(ua, ub)
+               for i, (va, ua) in enumerate(items) for vb, ub in items[i + 1:]):
+            differences.append(f"at {ctx}, " + ", ".join(
+                f"{link} {_pm2(v, u)}" for link, (v, u) in values.items()))
     figures = "; ".join(parts)
     shortest = many[(many["ctx"] == order[0]) & (many["conc"] == top)]["overlap"]
     longest = many[(many["ctx"] == order[-1]) & (many["conc"] == top)]["overlap"]
@@ -473,11 +472,19 @@ def _overlap_finding(cells: pd.DataFrame, order: Sequence[str], section: str
                 if len(links) > 1 else f" (measured on {links[0]} only)")
     elif differences:
         head = f"**{top}-way overlap differs between links**"
-        tail = f" ({figures}): {_listing(differences[:3])}"
+        tail = f" beyond their ±: {'; '.join(differences)}"
     else:
         head = f"**{top}-way overlap is the same on every link within its ±**"
         tail = f" ({figures})"
     text = head + tail + "."
+    if unc_column is not None and many[unc_column].notna().any():
+        bare = [ctx for ctx in order if len(here := many[(many["ctx"] == ctx)
+                                                        & (many["conc"] == top)])
+                and here[unc_column].isna().all()]
+        if bare:
+            text += (f" At {_listing(bare)} each cell is one release (no ±): whether "
+                     "links differ there is not resolvable on this data "
+                     "(cell.concurrent_releases would resolve it).")
     if collapse:
         where = "on every link" if len(links) > 1 else f"on {links[0]}"
         text += (f" It falls from {shortest.min():.2f} or more at {order[0]} to "
