@@ -687,6 +687,6 @@ def _run(args: argparse.Namespace) -> None:
     print(f"findings: {len(found)} written to {args.out}")
 
 
-STAGES = (Stage("findings", "what the run found, in sentences (results/findings.md)",
+STAGES = (Stage("findings", "what the run found, in sentences (findings.md)",
                 _arguments, _run),)
 
