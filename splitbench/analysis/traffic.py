@@ -292,8 +292,10 @@ def _a_to_b_text(row: pd.Series) -> str:
         return "—"
     workers = int(row["rpc_workers"]) if pd.notna(row.get("rpc_workers")) else 1
     hidden = float(row["model_n_embd"]) * F32 * workers
-    terms = (f"{hidden:,.0f} hidden + {geometry - hidden:,.0f} mask "
-             f"({row['kv_cells']:,.0f} KV cells)")
+    mask = geometry - hidden
+    terms = f"{hidden:,.0f} hidden + " + (
+        f"{mask:,.0f} mask ({row['kv_cells']:,.0f} KV cells)" if mask else
+        "no mask (no blocks on B)")
     overhead = pd.to_numeric(row.get("step_overhead_bytes"), errors="coerce")
     if not np.isfinite(overhead):
         return f"{geometry:,.0f} = {terms}; no overhead measured (no bytes on the " \

@@ -301,6 +301,22 @@ def test_a_crossing_of_the_kv_padding_allows_one_more_graph_upload():
     assert table.loc[("gqa6", "p2000"), "A→B check"].startswith("⚠ 1.66× the prediction")
 
 
+def test_only_the_output_layer_on_b_gets_no_mask():
+    """The backends example's llama.cpp split (0 blocks + output layer on B) moved 2,064 B
+    A→B per token at 32 and at 512 tokens: no attention on B, no mask."""
+    cells = pd.DataFrame([{"pair": "lab", "link": "plain", "model": "rpc", "ctx": ctx,
+                           "conc": 1, "status": "ok", "ctx_tokens": n, "prompt_tokens": n,
+                           "generated_tokens": 32, "rpc_bytes_per_token_a_to_b": 2064.0,
+                           "rpc_bytes_per_token_b_to_a": 4104.0, "model_n_embd": 128,
+                           "model_n_vocab": 1024, "blocks_on_b": 0, "output_on_b": True,
+                           "rpc_workers": 1} for ctx, n in (("short", 32), ("mid", 512))])
+    table = traffic.link_traffic(cells, LINKS, ["short", "mid"], "plain").set_index("ctx")
+    assert table.loc["mid", "A→B predicted"] == (
+        "2,064 = 512 hidden + no mask (no blocks on B) + 1,552 overhead (measured on plain "
+        "short)")
+    assert table.loc["mid", "A→B check"] == "agrees (+0.0%)"
+
+
 def test_vllm_cells_have_no_prediction_and_no_flag():
     cells = measured_cells()
     cells = pd.concat([cells, cells.assign(model="tp", backend="vllm", split="tp2",
