@@ -202,6 +202,12 @@ def test_a_cell_runs_with_its_worker_started_over_ssh(host_b, tmp_path):
     # B's sensors were read over SSH (a failed read would say "unreadable: ...").
     assert not row["sensors_b"].startswith("unreadable"), row["sensors_b"]
     assert "NVML" in row["sensors_b"]
+    # B's CPU counters too, and what became of the measurement's own cgroup there (the
+    # reader over SSH makes it; this sshd's namespace mounts no cgroup-v2 hierarchy, and
+    # then the reading says so and has no own pressure).
+    own = row["interference_b"]
+    assert "own PSI in cgroup" in own or "own PSI unknown: no cgroup-v2 hierarchy" in own
+    assert pd.isna(row["own_cpu_pressure_b_pct"]) == ("own PSI unknown" in own), own
     launches.stop("rig")
     assert not procs.is_alive(worker)
 
