@@ -143,6 +143,8 @@ rule report:
         # Tables written by other steps, so that the page shows them.
         tables=[*roundtrip_targets(), results.table("drift", "md")],
         drift=results.DRIFT_REPORT,
+        # The page's first section.
+        findings=results.FINDINGS,
     output:
         report(
             results.REPORT,
@@ -172,6 +174,7 @@ rule report:
             f"--charts {results.CHARTS}",
             "--drift {input.drift:q}",
             "--pairs {params.pairs:q}",
+            "--findings {input.findings:q}",
             "--out {output:q}",
         )
 

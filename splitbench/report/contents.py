@@ -59,3 +59,55 @@ CHARTS: dict[str, tuple[str, str]] = {
         "concurrency, and what do their links measure?",
     ),
 }
+
+
+# stem -> what to read from the table: one sentence, printed under its title after
+# "Read:". The tables other steps write (round trips, drift) have theirs too.
+TABLE_READING: dict[str, str] = {
+    "links": (
+        "what each link carries each way (Gbit/s) and what a round trip costs (fixed "
+        "overhead, 16 KB p50); a flag means the link was measured under load, or not at "
+        "all (✗ verification failed)."),
+    "link_comparison": (
+        "the decode Δ column (ms/token the link adds per token) against its ±; a ± wider "
+        "than the Δ means the link's cost is not resolvable here, and 'measured vs "
+        "predicted' says whether latency and bandwidth explain it."),
+    "link_traffic": (
+        "the bytes a decoded token moves each way against the prediction from the model's "
+        "shape, and the transfer column: what those bytes cost per token on that link."),
+    "single_stream_decode": (
+        "tok/s down a column shows what each link costs one stream; the last column, how "
+        "much of its speed a link keeps from the shortest to the longest context."),
+    "single_stream_prefill": (
+        "tok/s across a row shows how prefill slows with context; down a column, whether "
+        "the link matters for prefill at all."),
+    "ttft": (
+        "TTFT against 'prompt ÷ server prefill': the rest column is what the time to first "
+        "token spends outside the server's own prefill (HTTP, the first decode step, the "
+        "link)."),
+    "concurrency_boundary": (
+        "the number is the highest concurrency that worked at that context; the bracket "
+        "says how the next level failed."),
+    "overlap": (
+        "near 1 the streams really decode at the same time, near 0 they take turns, below "
+        "0 running them together is slower than one after another."),
+    "pairs": (
+        "the same cell on each pair of machines side by side; a gap between pairs includes "
+        "everything that differs between the machines, not only the link."),
+    "mechanisms": (
+        "the verdict column: how many round trips of link latency a decoded token pays, "
+        "and per link whether latency or bandwidth dominates its cost; 'not resolvable' "
+        "where the data cannot say."),
+    "backends": (
+        "one model shape under each split on the same link: decode and prefill say which "
+        "split is faster, bytes/token how much each moves across the link."),
+    "remeasured": (
+        "the decode Δ column: how far a re-measured cell moved from its archived "
+        "measurement to the current one."),
+    "round_trips": (
+        "round trips per token with its ±: the blocking exchanges each decoded token "
+        "makes over the link; 'not resolvable' says why a figure cannot be used."),
+    "drift": (
+        "each cell suspected of drift and why: its figures may reflect the machine's "
+        "state at that time rather than the link."),
+}

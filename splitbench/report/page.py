@@ -1,5 +1,11 @@
-"""results/report.html: one page a person opens offline, with the tables, the charts and
-where the numbers came from.
+"""results/report.html: one page a person opens offline: what the run found first, then
+the charts that carry it, the tables, and where the numbers came from (the run, the
+toolchain, the links, the launches, the checks).
+
+The page reads on a laptop: at a 1,280 px window nothing scrolls the page sideways; a
+table too wide for its column scrolls inside its own box, and a long text cell (a
+verdict, a flag) wraps instead of widening its table. Marks are glyphs a stock font has
+(DejaVu Sans: ✗ ⚠ ✓), not colour emoji.
 
 The page needs no network. The Vega, Vega-Lite and Vega-Embed libraries (vl-convert's
 bundle, about 0.9 MB) are inlined once, and each chart travels as its Vega-Lite spec
@@ -41,22 +47,31 @@ TABLE_ORDER = ["links", "link_comparison", "link_traffic", "single_stream_decode
                "overlap", "pairs", "mechanism", "round_trips"]
 # Long provenance values (a probe's source code passed with -c) are cut to this.
 MAX_TEXT = 400
+# A table cell longer than this (characters) wraps within its column; shorter ones (a
+# figure and its ±) stay on one line. In a wrapping cell too a figure keeps its ±.
+LONG_CELL = 24
 
 STYLE = """
 body { font: 15px/1.45 system-ui, sans-serif; margin: 0 auto; max-width: 1280px;
-       padding: 0 24px 48px; color: #222; }
+       padding: 0 24px 48px; color: #222; overflow-wrap: break-word; }
 h1 { margin-bottom: 0; } h2 { border-bottom: 1px solid #ccc; margin-top: 2.2em; }
 nav a { margin-right: 1em; } .muted { color: #666; }
-.table-wrap { overflow-x: auto; }
+#findings li { margin: .3em 0; } #findings h3 { margin-bottom: .2em; }
+.read { margin: .2em 0 .4em; max-width: 60em; }
+.table-wrap, .chart { max-width: 100%; overflow-x: auto; }
 table { border-collapse: collapse; margin: .5em 0 1em; font-size: 13px; }
-th, td { border: 1px solid #ddd; padding: 3px 8px; text-align: right; white-space: nowrap; }
-th { background: #f3f3f3; } tr:nth-child(even) td { background: #fafafa; }
+th, td { border: 1px solid #ddd; padding: 3px 8px; text-align: right; white-space: nowrap;
+         vertical-align: top; }
+th { background: #f3f3f3; white-space: normal; min-width: 3em; }
+tr:nth-child(even) td { background: #fafafa; }
+td.long { white-space: normal; overflow-wrap: anywhere; min-width: 8em; text-align: left; }
 td:first-child, th:first-child { text-align: left; }
-.chart { overflow-x: auto; margin: .5em 0 2em; min-height: 80px; }
+.chart { margin: .5em 0 2em; min-height: 80px; }
 .chart-error { color: #b00; font-weight: bold; }
 details pre { background: #f6f6f6; padding: 8px; overflow-x: auto; font-size: 12px; }
-dl { display: grid; grid-template-columns: max-content auto; gap: 2px 16px; }
-dt { font-weight: 600; }
+summary code { overflow-wrap: anywhere; }
+dl { display: grid; grid-template-columns: max-content minmax(0, 1fr); gap: 2px 16px; }
+dt { font-weight: 600; } dd { margin: 0; overflow-wrap: anywhere; }
 .checks { list-style: none; padding-left: 0; } .check-failed { color: #b00; font-weight: bold; }
 .check-flagged { color: #a60; } .check-ok { color: #262; }
 """
@@ -112,9 +127,37 @@ def _dl(items: dict[str, Any]) -> str:
     return f"<dl>{rows}</dl>"
 
 
+_CELL = re.compile(r"<td([^>]*)>(.*?)</td>", re.S)
+
+
+def _wrap_long_cells(table_html: str) -> str:
+    """Marks each cell longer than LONG_CELL characters (its text, tags aside) with class
+    "long": it wraps, where every other cell stays on one line."""
+    def mark(cell: re.Match) -> str:
+        text = html.unescape(re.sub(r"<[^>]+>", "", cell[2]))
+        if len(text) <= LONG_CELL:
+            return cell[0]
+        return f'<td class="long"{cell[1]}>{cell[2].replace(" ±", "&nbsp;±")}</td>'
+    return _CELL.sub(mark, table_html)
+
+
 def _frame_html(frame: pd.DataFrame) -> str:
     shown = frame.astype(object).where(frame.notna(), "—")
-    return f'<div class="table-wrap">{shown.to_html(index=False, escape=True, border=0)}</div>'
+    table = _wrap_long_cells(shown.to_html(index=False, escape=True, border=0))
+    # Column names as the Parquet spells them (emulated_rate_gbit_a_to_b) may break
+    # after an underscore.
+    table = re.sub(r"<th([^>]*)>(.*?)</th>",
+                   lambda th: f"<th{th[1]}>{th[2].replace('_', '_<wbr>')}</th>", table)
+    return f'<div class="table-wrap">{table}</div>'
+
+
+def _markdown(text: str) -> str:
+    """Markdown (CommonMark and tables, raw HTML escaped) as HTML, each table in its own
+    scrolling box and its long cells wrapping."""
+    body = MarkdownIt("commonmark", {"html": False}).enable("table").render(text)
+    body = body.replace("<table>", '<div class="table-wrap"><table>').replace(
+        "</table>", "</table></div>")
+    return _wrap_long_cells(body)
 
 
 # --- tables ---------------------------------------------------------------------------
@@ -139,10 +182,7 @@ def _markdown_table(text: str, fallback: str) -> tuple[str, str]:
     title = fallback
     if lines and lines[0].startswith("#"):
         title, lines = lines[0].lstrip("#").strip(), lines[1:]
-    body = MarkdownIt("commonmark", {"html": False}).enable("table").render("\n".join(lines))
-    body = body.replace("<table>", '<div class="table-wrap"><table>').replace(
-        "</table>", "</table></div>")
-    return title, body
+    return title, _markdown("\n".join(lines))
 
 
 def render_table(stem: Path) -> str:
@@ -159,8 +199,29 @@ def render_table(stem: Path) -> str:
         data = base64.b64encode(csv.read_bytes()).decode()
         link = (f'<p class="muted"><a download="{_esc(csv.name)}" '
                 f'href="data:text/csv;base64,{data}">{_esc(csv.name)}</a></p>')
+    reading = contents.TABLE_READING.get(stem.name)
+    read = f'<p class="read"><strong>Read:</strong> {_esc(reading)}</p>' if reading else ""
     return (f'<section id="table-{_esc(stem.name)}"><h3>{_esc(title)}</h3>'
-            f"{body}{link}</section>")
+            f"{read}{body}{link}</section>")
+
+
+# --- findings -------------------------------------------------------------------------
+
+def findings_section(path: str | Path | None) -> str:
+    """The run's findings (results/findings.md: Markdown, a heading per model, a bullet
+    per finding with links to its table and chart) as the page's first section; a note
+    where none were written."""
+    text = Path(path).read_text(encoding="utf-8") if path and Path(path).exists() else ""
+    lines = text.strip().splitlines()
+    if lines and re.fullmatch(r"#+\s*Findings\s*", lines[0], re.IGNORECASE):
+        lines = lines[1:]  # the page's own heading stands for it
+    if "\n".join(lines).strip():
+        body = _markdown("\n".join(lines))
+    else:
+        body = (f'<p class="muted">No findings were written ({_esc(path or results.FINDINGS)} '
+                "is missing or empty): the charts and tables below hold the figures, and "
+                'the run\'s checks are under <a href="#checks">Checks</a>.</p>')
+    return f'<section id="findings"><h2>Findings</h2>{body}</section>'
 
 
 # --- charts ---------------------------------------------------------------------------
@@ -322,14 +383,19 @@ def _metadata_details(label: str, path: str | Path) -> str:
 def provenance_section(summary_path: str, summary: pd.DataFrame, links: pd.DataFrame,
                        link_files: list[str], toolchain_files: list[str],
                        request_files: list[str], cells_dir: str | Path,
-                       requests: pd.DataFrame | None = None) -> str:
-    """Versions, builds, links as emulated, dates and the Parquet files' own metadata.
-    `requests`: _request_facts(request_files), where already read."""
+                       requests: pd.DataFrame | None = None,
+                       pair_table: pd.DataFrame | None = None,
+                       checks: list[tuple[str, str]] | None = None) -> str:
+    """The page's last section: the run (its matrix, versions and dates; `pair_table`,
+    pair_rows' table), the builds, the links as emulated, the launches, the run's
+    `checks` (check_lines) and the Parquet files' own metadata. `requests`:
+    _request_facts(request_files), where already read."""
     summary_meta = parquet_io.provenance(summary_path)
     if requests is None:
         requests = _request_facts(request_files)
     measured = links["measured_at"].dropna() if "measured_at" in links else pd.Series()
     facts = {
+        **_overview(summary),
         "report written": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
         "splitbench (report)": __version__,
         "splitbench (summary)": summary_meta.get("splitbench_version"),
@@ -344,11 +410,15 @@ def provenance_section(summary_path: str, summary: pd.DataFrame, links: pd.DataF
     details += [_metadata_details(f"link {Path(p).parent.name}/{Path(p).stem}", p)
                 for p in link_files]
     details += [_metadata_details(f"cell (launch {k})", p) for k, p in launches.items()]
+    pairs = [] if pair_table is None else ['<h3 id="pairs">Pairs</h3>',
+                                           _frame_html(pair_table)]
     return "".join([
-        '<section id="provenance"><h2>Provenance</h2>', _dl(facts),
+        '<section id="provenance"><h2>Provenance</h2>', '<h3 id="run">Run</h3>', _dl(facts),
+        *pairs,
         "<h3>llama.cpp on each host</h3>", _frame_html(_toolchain_rows(toolchain_files)),
         "<h3>Links as set up (emulation really applied)</h3>", _frame_html(_links_rows(links)),
         "<h3>Server launches</h3>", _frame_html(launch_rows), launch_commands,
+        '<h3 id="checks">Checks</h3>', _checks_html(checks or []),
         "<h3>Parquet provenance metadata</h3>",
         '<p class="muted">Schema metadata key <code>splitbench</code> of each file; long '
         "values are cut here, the files keep them whole.</p>", *details, "</section>",
@@ -433,9 +503,10 @@ def pair_rows(summary: pd.DataFrame, links: pd.DataFrame, link_files: list[str],
 
 # --- the page -------------------------------------------------------------------------
 
-def _overview(summary: pd.DataFrame) -> str:
+def _overview(summary: pd.DataFrame) -> dict[str, str]:
+    """The run's matrix: its pairs, links, models, contexts, levels and cells."""
     statuses = summary["status"].value_counts().to_dict() if not summary.empty else {}
-    return _dl({
+    return {
         "pairs": ", ".join(sorted(summary["pair"].unique())),
         "links": ", ".join(sorted(summary["link"].unique())),
         "models": ", ".join(sorted(summary["model"].unique())),
@@ -443,7 +514,7 @@ def _overview(summary: pd.DataFrame) -> str:
         "concurrency": ", ".join(str(c) for c in sorted(summary["conc"].unique())),
         "cells": f"{len(summary)} (" + ", ".join(f"{k}: {v}" for k, v in
                                                  sorted(statuses.items())) + ")",
-    })
+    }
 
 
 def _checks_html(lines: list[tuple[str, str]]) -> str:
@@ -457,36 +528,37 @@ def page(summary_path: str, link_files: list[str], toolchain_files: list[str],
          tables_dir: str, charts_dir: str, request_files: list[str],
          cells_dir: str = results.CELLS,
          drift_path: str | Path | None = None,
-         config_pairs: dict[str, Any] | None = None) -> str:
-    """The whole report as one HTML string. `config_pairs`: pairs_slice of the config
+         config_pairs: dict[str, Any] | None = None,
+         findings_path: str | Path | None = None) -> str:
+    """The whole report as one HTML string: the findings (`findings_path`, Markdown),
+    the charts, the tables, the provenance. `config_pairs`: pairs_slice of the config
     (where each pair's hosts are); without it, what the link results record."""
     summary = pq.read_table(summary_path).to_pandas()
     links = cell_summary.read_links(link_files)
     table_html = [render_table(stem) for stem in table_stems(tables_dir)]
     figures = [render_chart(name, spec) for name, spec in chart_specs(charts_dir)]
     requests = _request_facts(request_files)
-    provenance = provenance_section(summary_path, summary, links, link_files,
-                                    toolchain_files, request_files, cells_dir, requests)
-    pair_table = pair_rows(summary, links, link_files, requests, config_pairs)
+    checks = check_lines(summary, drift_path, links,
+                         [json.loads(Path(path).read_text()) for path in toolchain_files])
+    provenance = provenance_section(
+        summary_path, summary, links, link_files, toolchain_files, request_files, cells_dir,
+        requests, pair_rows(summary, links, link_files, requests, config_pairs), checks)
     return "".join([
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>splitbench report</title><style>{STYLE}</style>",
         f"<script>{vega_bundle()}</script></head><body>",
-        "<h1>splitbench report</h1>",
+        "<header><h1>splitbench report</h1>",
         '<p class="muted">What the link between two machines costs a model split across '
         "them: llama.cpp RPC or vLLM tensor and pipeline parallel, measured per link, "
         "model, context and concurrency.</p>",
-        '<nav><a href="#tables">Tables</a><a href="#charts">Charts</a>'
-        '<a href="#provenance">Provenance</a></nav>',
-        "<h2>Run</h2>", _overview(summary),
-        '<h3 id="pairs">Pairs</h3>', _frame_html(pair_table),
-        "<h3>Checks</h3>", _checks_html(check_lines(
-            summary, drift_path, links,
-            [json.loads(Path(path).read_text()) for path in toolchain_files])),
-        '<section id="tables"><h2>Tables</h2>', *(table_html or ["<p>No tables.</p>"]),
-        "</section>",
+        '<nav><a href="#findings">Findings</a><a href="#charts">Charts</a>'
+        '<a href="#tables">Tables</a><a href="#provenance">Provenance</a>'
+        '<a href="#checks">Checks</a></nav></header>',
+        findings_section(findings_path),
         '<section id="charts"><h2>Charts</h2>', *(figures or ["<p>No charts.</p>"]),
+        "</section>",
+        '<section id="tables"><h2>Tables</h2>', *(table_html or ["<p>No tables.</p>"]),
         "</section>", provenance, f"<script>{SCRIPT}</script></body></html>",
     ])
 
@@ -514,6 +586,9 @@ def _report_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--drift", default=None, help="the drift step's report.parquet")
     p.add_argument("--pairs", type=json_arg, default={},
                    help="where each pair's hosts are (JSON, pairs_slice of the config)")
+    p.add_argument("--findings", default=None,
+                   help="the run's findings (Markdown), the page's first section; a "
+                        "missing file gives a note that none were written")
     p.add_argument("--out", required=True)
 
 
@@ -521,7 +596,8 @@ def _report(args: argparse.Namespace) -> None:
     size = write(args.out, summary_path=args.summary, link_files=args.links,
                  toolchain_files=args.toolchain, tables_dir=args.tables,
                  charts_dir=args.charts, request_files=args.requests, cells_dir=args.cells,
-                 drift_path=args.drift, config_pairs=args.pairs)
+                 drift_path=args.drift, config_pairs=args.pairs,
+                 findings_path=args.findings)
     print(f"report: {args.out} ({size / 1e6:.2f} MB)")
 
 

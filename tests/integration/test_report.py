@@ -1,6 +1,8 @@
 """results/page.html from small generated results: what the page holds, and the page
 itself opened in headless Chromium (renders, no console errors, no network, the charts
-visible in a screenshot). The browser check is shown to fail on broken pages."""
+visible in a screenshot; reads on a laptop: findings first, nothing wider than a
+1,280 px window, long cells wrapping). The browser checks are shown to fail on broken
+pages."""
 
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ from splitbench.analysis import cell_summary, checks, drift
 from splitbench.infra import parquet_io
 from splitbench.report import charts, page
 from splitbench.report import tables as report_tables
+from splitbench.report.page import LONG_CELL
 
 CONTEXTS = {"short": 128, "5k": 5000}
 LINKS = {"baseline": 100.0, "slow": 900.0}  # 16 KB request-response p50, µs
@@ -67,6 +70,21 @@ def _requests(tokens: pd.DataFrame, status: str, clock: str) -> pd.DataFrame:
 
 
 SHAPE = "2x64 h4/2 v1024"
+# A verdict as long as the mechanisms table writes them: it must wrap, not widen the table.
+VERDICT = ("decode pays ~1.05 ±0.04 round trips of link latency per token, the same at "
+           "every context (a fixed per-token cost); slow: +2.40 ±0.10 ms/token measured, "
+           "predicted bandwidth +0.01 ±0.00 (B→A 8.2 KB at 1.12 Gbit/s) + latency +2.30 "
+           "±0.05 (the sweep's round trips × the latency difference): latency dominates")
+# The findings as splitbench.analysis.findings writes them (results/findings.md).
+FINDINGS = f"""## Findings
+
+### m
+
+- {FAILED[0]} at {FAILED[1]} x{FAILED[2]} crashed on both pairs. → [pairs](#table-pairs)
+- slow costs decode +2.40 ±0.10 ms/token at the short context: one round trip of its
+  extra latency. → [links](#table-links), [mechanisms](#table-mechanisms),
+  [decode vs latency](#chart-decode_vs_latency)
+"""
 
 
 def write_results(root: Path) -> dict[str, Any]:
@@ -140,6 +158,10 @@ def write_results(root: Path) -> dict[str, Any]:
     (tables / "links.md").write_text("## Links\n\n| link | A→B |\n|---|---|\n| slow | 5.0 |\n")
     (tables / "links.csv").write_text("link,A→B\nslow,5.0\n")
     (tables / "zz_only_csv.csv").write_text("a,b\n1,\n")
+    (tables / "mechanisms.md").write_text(
+        "## Mechanisms\n\n| model | mechanism | slope | ± | verdict |\n|---|---|---|---|---|\n"
+        f"| m | decode | 1.05 | 0.04 | {VERDICT} |\n| m | prefill | 0.1 | 0.2 | {VERDICT} |\n")
+    (res / "findings.md").write_text(FINDINGS)
     # The pairs table as the aggregate stage writes it.
     frame = report_tables.pairs_table(pd.DataFrame(rows), cell_summary.read_links(link_files),
                                       list(CONTEXTS), "baseline")
@@ -147,7 +169,7 @@ def write_results(root: Path) -> dict[str, Any]:
     return {"summary": str(summary), "links": link_files, "toolchain": toolchains,
             "requests": request_files, "cells": str(res / "cells"),
             "tables": str(tables), "charts": str(res / "charts"),
-            "page": str(res / "page.html")}
+            "findings": str(res / "findings.md"), "page": str(res / "page.html")}
 
 
 @pytest.fixture(scope="module")
@@ -162,7 +184,7 @@ def built(tmp_path_factory) -> dict[str, Any]:
                      "--cells", paths["cells"], "--tables", paths["tables"],
                      "--charts", paths["charts"],
                      "--pairs", json.dumps(plan.pairs_slice(CONFIG_PAIRS)),
-                     "--out", paths["page"]]) == 0
+                     "--findings", paths["findings"], "--out", paths["page"]]) == 0
     return paths
 
 
@@ -177,6 +199,44 @@ def test_page_holds_every_table_in_order_and_every_chart(built):
         assert f'id="vis-{name}"' in text
         assert (Path(built["charts"]) / f"{name}.png").is_file()
     assert text.count('class="chart-spec"') == len(charts.CHARTS)
+
+
+def test_findings_open_the_page_and_their_links_land(built):
+    """Findings first (right after the title and its links), then the charts, the
+    tables, the provenance with the checks; every in-page link has its target."""
+    text = Path(built["page"]).read_text()
+    body = text.split("<body>", 1)[1]
+    assert re.findall(r'<section id="([^"]+)"', body)[0] == "findings"
+    order = [body.index(f'<section id="{s}"') for s in ("findings", "charts", "tables",
+                                                        "provenance")]
+    assert order == sorted(order)
+    assert body.index('id="checks"') > body.index('<section id="provenance"')
+    findings = body[body.index('<section id="findings"'):body.index('<section id="charts"')]
+    assert "<h3>m</h3>" in findings and findings.count("<li>") == 2
+    assert findings.count("<h2>") == 1  # the file's own heading is the page's
+    ids = set(re.findall(r' id="([^"]+)"', text))
+    targets = re.findall(r'href="#([^"]+)"', body)
+    assert {"table-mechanisms", "chart-decode_vs_latency", "checks"} <= set(targets)
+    assert [t for t in targets if t not in ids] == []
+    # Each table says what to read from it.
+    mechanisms = body[body.index('id="table-mechanisms"'):]
+    assert '<p class="read"><strong>Read:</strong> the verdict column' in mechanisms[
+        :mechanisms.index("</section>")]
+
+
+def test_without_findings_the_page_says_none_were_written(tmp_path):
+    html = page.findings_section(tmp_path / "findings.md")
+    assert html.startswith('<section id="findings"><h2>Findings</h2>')
+    assert "No findings were written" in html and "findings.md" in html
+    (tmp_path / "findings.md").write_text("## Findings\n\n")
+    assert "No findings were written" in page.findings_section(tmp_path / "findings.md")
+    assert "No findings were written" in page.findings_section(None)
+
+
+def test_long_cells_wrap_and_short_ones_do_not():
+    table = page._markdown(f"| a | b |\n|---|---|\n| 1.84 ±0.04 | {VERDICT} |\n")
+    assert '<td class="long">' in table and "<td>1.84 ±0.04</td>" in table
+    assert table.startswith('<div class="table-wrap"><table>')
 
 
 def test_page_needs_no_network_and_escapes_table_text(built):
@@ -203,7 +263,8 @@ def test_page_carries_provenance(built):
 
 def _pair_row(text: str, pair: str) -> str:
     """The run block's row of one pair (its HTML)."""
-    block = text[text.index('<h3 id="pairs">'):text.index("<h3>Checks</h3>")]
+    block = text[text.index('<h3 id="pairs">'):]
+    block = block[:block.index("</table>")]
     return next(row for row in block.split("<tr>") if f"<td>{pair}</td>" in row)
 
 
@@ -350,6 +411,24 @@ CHART_BOXES = """JSON.stringify(Array.from(document.querySelectorAll('.chart')).
 }))"""
 
 
+# How the page lies in the window: its width against the window's, its first section,
+# and each table's box (wider content scrolls inside it) with its widest long cell.
+LAYOUT = """JSON.stringify({
+  scrollWidth: document.documentElement.scrollWidth, innerWidth: window.innerWidth,
+  firstSection: (document.querySelector('body section') || {id: null}).id,
+  unboxed: Array.from(document.querySelectorAll('table'))
+    .filter(t => !t.closest('.table-wrap')).length,
+  boxes: Array.from(document.querySelectorAll('.table-wrap')).map(el => ({
+    section: (el.closest('section[id]') || {id: null}).id,
+    content: el.scrollWidth, width: el.clientWidth,
+    widestLong: Math.max(0, ...Array.from(el.querySelectorAll('td'))
+      .filter(td => td.textContent.length > %d)
+      .map(td => Math.round(td.getBoundingClientRect().width)))}))
+})"""
+# A long cell this wide (px) in a table wider than its box is one that does not wrap.
+ONE_LINE_PX = 400
+
+
 def _evaluate(browser: DevTools, session: str, expression: str) -> Any:
     result = browser.send("Runtime.evaluate", {"expression": expression,
                                                "returnByValue": True}, session)
@@ -376,13 +455,14 @@ def open_page(page: Path, width: int = 1280, wait_s: float = 30) -> dict[str, An
                 break
             time.sleep(0.1)
         boxes = json.loads(_evaluate(browser, session, CHART_BOXES))
+        layout = json.loads(_evaluate(browser, session, LAYOUT % LONG_CELL))
         size = browser.send("Page.getLayoutMetrics", session=session)["cssContentSize"]
         shot = browser.send("Page.captureScreenshot", {
             "format": "png", "captureBeyondViewport": True,
             "clip": {"x": 0, "y": 0, "width": size["width"], "height": size["height"],
                      "scale": 1}}, session)
         return {"status": status, "boxes": boxes, "events": list(browser.events),
-                "screenshot": base64.b64decode(shot["data"])}
+                "layout": layout, "screenshot": base64.b64decode(shot["data"])}
     finally:
         browser.close()
 
@@ -433,14 +513,46 @@ def problems(seen: dict[str, Any], expected_charts: int) -> list[str]:
     return found
 
 
+def laptop_problems(seen: dict[str, Any]) -> list[str]:
+    """What keeps the page from reading on a laptop; empty when it does."""
+    layout = seen["layout"]
+    found = []
+    if layout["firstSection"] != "findings":
+        found.append(f"first section: {layout['firstSection']}, not the findings")
+    if layout["scrollWidth"] > layout["innerWidth"]:
+        found.append(f"the page scrolls sideways: {layout['scrollWidth']} px wide in a "
+                     f"{layout['innerWidth']} px window")
+    if layout["unboxed"]:
+        found.append(f"{layout['unboxed']} tables outside a scrolling box")
+    for box in layout["boxes"]:
+        if box["content"] > box["width"] + 1 and box["widestLong"] > ONE_LINE_PX:
+            found.append(f"{box['section']}: long cells do not wrap (one {box['widestLong']} "
+                         f"px wide, its table {box['content']} px in a {box['width']} px box)")
+    return found
+
+
+@pytest.fixture(scope="module")
+def seen(built) -> dict[str, Any]:
+    """The built page as a 1,280 px window shows it."""
+    return open_page(Path(built["page"]), width=1280)
+
+
 @needs_chromium
-def test_page_renders_in_chromium(built, tmp_path):
-    seen = open_page(Path(built["page"]))
+def test_page_renders_in_chromium(seen, tmp_path):
     shot = tmp_path / "report.png"
     shot.write_bytes(seen["screenshot"])
     if os.environ.get("SPLITBENCH_SCREENSHOT"):  # to look at it: a path to copy it to
         shutil.copy(shot, os.environ["SPLITBENCH_SCREENSHOT"])
     assert problems(seen, len(charts.CHARTS)) == []
+
+
+@needs_chromium
+def test_page_reads_on_a_laptop(seen):
+    """At 1,280 px: the findings are the first section, nothing scrolls the page
+    sideways, and a table with long text cells wraps them to fit its box."""
+    assert laptop_problems(seen) == []
+    assert any(box["section"] == "table-mechanisms" and box["widestLong"]
+               for box in seen["layout"]["boxes"])
 
 
 def _break_spec(text: str) -> str:
@@ -469,6 +581,59 @@ def test_browser_check_catches_a_broken_page(built, tmp_path, breakage, symptom)
     broken = tmp_path / "broken.html"
     broken.write_text(breakage(Path(built["page"]).read_text()))
     found = problems(open_page(broken, wait_s=5), len(charts.CHARTS))
+    assert any(symptom in problem for problem in found), found
+
+
+@needs_chromium
+def test_a_chart_wider_than_the_window_scrolls_in_its_own_box(built, tmp_path):
+    wide = tmp_path / "wide.html"
+    wide.write_text(_wide_chart(Path(built["page"]).read_text()))
+    assert laptop_problems(open_page(wide, wait_s=30)) == []
+
+
+def _no_wrapping(text: str) -> str:
+    """Every cell on one line, as the page had it: long verdicts widen their table."""
+    return text.replace("</head>", "<style>td { white-space: nowrap !important; }</style>"
+                                   "</head>")
+
+
+def _no_boxes(text: str) -> str:
+    """As _no_wrapping, with nothing scrolling inside its own box: the page grows."""
+    return _no_wrapping(text).replace("</head>", "<style>.table-wrap { overflow: visible "
+                                                 "!important; }</style></head>")
+
+
+def _wide_chart(text: str) -> str:
+    """A chart wider than the window (vega-embed makes its box an inline-block that
+    grows with the chart, as the default run's overlap chart did at 1,373 px)."""
+    return text.replace("</head>", "<style>.chart svg { min-width: 1600px; }</style></head>")
+
+
+def _chart_unboxed(text: str) -> str:
+    """The wide chart with its box free to grow, as the page had it."""
+    return _wide_chart(text).replace("</head>", "<style>.chart { max-width: none "
+                                                "!important; }</style></head>")
+
+
+def _findings_last(text: str) -> str:
+    """The findings moved after the tables, where the page had its run block."""
+    start, end = text.index('<section id="findings">'), text.index('<section id="charts">')
+    moved = text[:start] + text[end:]
+    return moved.replace('<section id="provenance">',
+                         text[start:end] + '<section id="provenance">', 1)
+
+
+@needs_chromium
+@pytest.mark.parametrize("breakage, symptom", [
+    (_no_wrapping, "table-mechanisms: long cells do not wrap"),
+    (_no_boxes, "the page scrolls sideways"),
+    (_chart_unboxed, "the page scrolls sideways"),
+    (_findings_last, "first section: charts, not the findings"),
+], ids=["cells on one line", "tables unboxed", "chart unboxed", "findings last"])
+def test_laptop_check_catches_a_page_that_does_not_fit(built, tmp_path, breakage, symptom):
+    broken = tmp_path / "broken.html"
+    broken.write_text(breakage(Path(built["page"]).read_text()))
+    found = laptop_problems(open_page(broken, wait_s=5))
     assert any(symptom in problem for problem in found), found
 
 
