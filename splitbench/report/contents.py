@@ -22,6 +22,12 @@ CHARTS: dict[str, tuple[str, str]] = {
         "What does each link add per token? A flat line across contexts is a fixed "
         "per-step cost (round trips), not a bandwidth cost.",
     ),
+    "decode_sensitivity": (
+        "What if my link were X: decode against link latency",
+        "How fast would each model decode on a link of another latency? Predicted from "
+        "this run's baseline step, round trips and bytes per token; the links measured "
+        "here are the points. Where the curve is flat, the link no longer matters.",
+    ),
     "prefill_tps": (
         "Single-stream prefill by context",
         "How fast is the prompt processed on each link? Prefill moves large activations "
