@@ -302,6 +302,16 @@ def record_cgroup(path: str, remote: dict[str, Any] | None = None) -> None:
         _write(record, {"path": path, "remote": remote})
 
 
+def _leave(cgroup: Path) -> None:
+    """Move this process out of `cgroup` into its parent, where it is inside (a process
+    that measured in-process, a test, and now tears down): else it holds it open."""
+    with contextlib.suppress(OSError, ValueError):
+        mine = [line.split("::", 1)[1].strip() for line in
+                Path("/proc/self/cgroup").read_text().splitlines() if line.startswith("0::")]
+        if mine and cgroup.as_posix().endswith(mine[0]) and mine[0] != "/":
+            (cgroup.parent / "cgroup.procs").write_text(str(os.getpid()))
+
+
 def _remove_cgroups() -> list[str]:
     """Remove every recorded cgroup (rmdir: only an empty one goes); one that still
     holds processes stays on record for the next teardown."""
@@ -318,6 +328,7 @@ def _remove_cgroups() -> list[str]:
                                            "No such file" in result.stderr)
             error = "" if result is None else result.stderr.strip()
         else:
+            _leave(Path(path))
             try:
                 os.rmdir(path)
                 gone, error = True, ""

@@ -152,10 +152,14 @@ def test_own_cpu_pressure_is_the_measurements_alone(tmp_path, monkeypatch):
     local = Host("a")
     figures = {}
     try:
-        for whose in ("own", "other"):
+        # Another program's first: once this process is in the cgroup, every process it
+        # starts is born there (as a server's workers are).
+        for whose in ("other", "own"):
             loops = _loops(3, 1.5)
-            own = interference.Own({"a": [p.pid for p in loops] if whose == "own" else []},
-                                   {"a": []}, name)
+            # This process too, as a cell job measuring in-process is: the teardown
+            # moves it out before it removes the cgroup.
+            own = interference.Own({"a": [os.getpid(), *(p.pid for p in loops)]
+                                    if whose == "own" else []}, {"a": []}, name)
             meter = interference.Meter({"a": local})
             time.sleep(0.1)
             with meter.stretch(own):
@@ -167,6 +171,7 @@ def test_own_cpu_pressure_is_the_measurements_alone(tmp_path, monkeypatch):
         for line in procs.teardown():
             print(line)
     assert not Path(sensors.cgroup2_root() / name).exists()  # removed by the teardown
+    assert f"::/{name}" not in Path("/proc/self/cgroup").read_text()
     mine, other = figures["own"], figures["other"]
     assert mine["cpu_pressure_a_pct"] > 20 and other["cpu_pressure_a_pct"] > 20, figures
     # Three loops on at most two cores wait in the cgroup: most of the machine's waiting.
