@@ -559,7 +559,48 @@ def trust(lines: Sequence[tuple[str, str]], comp: pd.DataFrame) -> list[Finding]
             "them: their ± are lower bounds, and a difference outside one is not proof "
             "(the `drift:` anchors, or pairing with the baseline, give a true ±)."),
             (COMPARISON,)))
+    common = common_offset(comp)
+    if common:
+        out.append(common)
     return out
+
+
+def common_offset(comp: pd.DataFrame) -> Finding | None:
+    """Where every link disagrees with its prediction, by the same gap within their ±:
+    not the links' costs but the latency figure the prediction starts from (the probe
+    reads more or less than the decode path pays, by a constant), said once."""
+    if "predicted_decode_delta_ms" not in comp or comp.empty:
+        return None
+    rows = comp[(comp["status"] == "ok") & (comp["status_base"] == "ok")]
+    gaps = []
+    for _, r in rows.iterrows():
+        verdict = comparison.agrees(r["decode_delta_ms"], r["decode_delta_unc_ms"],
+                                    _num(r.get("predicted_decode_delta_ms")),
+                                    _num(r.get("predicted_decode_delta_unc_ms")))
+        if verdict is False:
+            gaps.append((r["link"], r["ctx"], r["decode_delta_ms"]
+                         - r["predicted_decode_delta_ms"],
+                         float(np.hypot(r["decode_delta_unc_ms"],
+                                        np.nan_to_num(r["predicted_decode_delta_unc_ms"])))))
+    links = {g[0] for g in gaps}
+    if len(links) < 2:
+        return None
+    values = np.array([g[2] for g in gaps])
+    spread = np.array([g[3] for g in gaps])
+    shared = np.all(np.sign(values) == np.sign(values[0])) and all(
+        abs(a - b) <= np.hypot(sa, sb) * comparison.AGREEMENT_SIGMAS / COVERAGE
+        for i, (a, sa) in enumerate(zip(values, spread, strict=True))
+        for b, sb in zip(values[i + 1:], spread[i + 1:], strict=True))
+    if not shared:
+        return None
+    where = _listing(sorted({f"{g[0]} at {g[1]}" for g in gaps}))
+    return Finding("How far to trust these figures", (
+        f"⚠ {where} all differ from their predictions by the same {_ms(values.min())} to "
+        f"{_ms(values.max())} ms/token: one offset shared by every link, not each link's "
+        "own cost. It points at what every comparison shares, the baseline or the way "
+        "latency is measured (the links' 64 B request-response probe against what a decode "
+        "step's messages pay), not at the links; their order and the round trips stand, "
+        "their predicted cost is off by that much."), (COMPARISON, SENSITIVITY))
 
 
 # --- all together -------------------------------------------------------------------------

@@ -229,3 +229,21 @@ def test_a_table_that_flags_most_of_its_rows_is_a_flagged_check(tmp_path):
         ("flagged", "table x: ⚠ on 2 of 4 rows (the notes under it say why)")]
     (tmp_path / "x.csv").unlink()
     assert checks.flagged_tables(tmp_path)[0][0] == "ok"
+
+
+def test_an_offset_shared_by_every_link_is_said_once():
+    rows = pd.concat([
+        comp_rows("a", [(0.07, 0.02)], latency=(0.12, 0.00), bandwidth=(0.0, 0.0), trips=1.0,
+                  gap_us=120),
+        comp_rows("b", [(0.12, 0.01)], latency=(0.17, 0.00), bandwidth=(0.0, 0.0), trips=1.0,
+                  gap_us=170),
+        comp_rows("c", [(0.58, 0.01)], latency=(0.62, 0.01), bandwidth=(0.0, 0.0), trips=1.0,
+                  gap_us=620)], ignore_index=True)
+    found = findings.common_offset(rows)
+    assert found is not None
+    assert found.text.startswith("⚠ a at short, b at short and c at short all differ from "
+                                 "their predictions by the same -0.05 to -0.04 ms/token")
+    # One link off alone, or links off in opposite directions, is each link's own.
+    assert findings.common_offset(rows.iloc[:1]) is None
+    opposite = rows.assign(decode_delta_ms=[0.07, 0.22, 0.58])
+    assert findings.common_offset(opposite) is None
