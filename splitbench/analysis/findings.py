@@ -242,18 +242,19 @@ def round_trip_floor(trips: pd.DataFrame, model_rows: pd.DataFrame, section: str
     for r in trips.sort_values("workers").itertuples():
         unc = COVERAGE * _num(r.round_trips_se)
         figure = f"{r.round_trips:.2f}" + (f" ±{unc:.2f}" if np.isfinite(unc) else "")
-        where = ("at the floor" if np.isfinite(unc) and abs(r.round_trips - r.workers) <= unc
-                 else f"{r.round_trips - r.workers:+.2f} above the floor: blocking "
-                      "transactions a better protocol could save"
-                 if r.round_trips > r.workers else "below the floor (check the sweep)")
-        parts.append(f"{figure} round trips per token with {r.workers} RPC worker"
-                     f"{'s' if r.workers > 1 else ''} (floor {r.workers}: {where})")
+        gap = r.round_trips - r.workers
+        where = ("at the floor" if np.isfinite(unc) and abs(gap) <= unc
+                 else f"{gap:+.2f} above the floor: blocking transactions a better "
+                      "protocol could save" if gap > 0
+                 else f"{-gap:.2f} below the floor: the sweep's latency figure reads more "
+                      "than a decode step pays")
+        parts.append((f"{figure} round trips per token with {r.workers} RPC worker"
+                      f"{'s' if r.workers > 1 else ''}", f"the floor is {r.workers}: {where}"))
     text = ""
     if parts:
-        text = f"**Round trips per token: {parts[0].split(' (')[0]}**" + (
-            f" ({parts[0].split(' (', 1)[1]}" if " (" in parts[0] else "")
+        text = f"**{parts[0][0]}** ({parts[0][1]})"
         if len(parts) > 1:
-            text += "; " + "; ".join(parts[1:])
+            text += "; " + "; ".join(f"{head} ({why})" for head, why in parts[1:])
         text += "."
     short = model_rows.iloc[0] if len(model_rows) else None
     felt = whatif.felt_above_us(short) if short is not None else np.nan

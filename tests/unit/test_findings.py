@@ -247,3 +247,19 @@ def test_an_offset_shared_by_every_link_is_said_once():
     assert findings.common_offset(rows.iloc[:1]) is None
     opposite = rows.assign(decode_delta_ms=[0.07, 0.22, 0.58])
     assert findings.common_offset(opposite) is None
+
+
+def test_round_trips_against_the_topological_floor():
+    trips = pd.DataFrame([
+        {"pair": "lab", "model": "m", "workers": 1, "round_trips": 1.02, "round_trips_se": 0.02},
+        {"pair": "lab", "model": "m", "workers": 2, "round_trips": 3.10, "round_trips_se": 0.05}])
+    model = pd.DataFrame([{"pair": "lab", "model": "m", "ctx": "short", "round_trips": 1.02,
+                           "compute_ms": 0.40}])
+    text = findings.round_trip_floor(trips, model, "m").text
+    assert text.startswith("**1.02 ±0.04 round trips per token with 1 RPC worker** "
+                           "(the floor is 1: at the floor)")
+    assert "3.10 ±0.10 round trips per token with 2 RPC workers (the floor is 2: +1.10 " \
+           "above the floor" in text
+    assert "Below ~20 µs of request-response latency" in text  # 5% of 0.40 ms / 1.02
+    none = findings.round_trip_floor(trips.iloc[0:0], model.iloc[0:0], "m").text
+    assert none.startswith("**Why a link costs what it does is not resolvable on this data**")
