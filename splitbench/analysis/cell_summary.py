@@ -303,8 +303,9 @@ def _temps_text(row: pd.Series) -> str | None:
 
 
 # The release figures a concurrent cell's summary row takes from its releases.
-RELEASE_COLUMNS = ["releases", "overlap", "overlap_se", "overlap_unc", "throughput_tps_se",
-                   "throughput_tps_unc", "prefill_share"]
+RELEASE_COLUMNS = ["releases", "overlap", "overlap_se", "overlap_unc",
+                   "overlap_unc_lower_bound", "throughput_tps_se", "throughput_tps_unc",
+                   "prefill_share"]
 
 
 def _with_releases(summary: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
@@ -321,7 +322,10 @@ def _with_releases(summary: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFram
     decode fell below cell.crash_below_tps streamed every token: their wall time is real,
     and the seed reports their overlap, -0.2 at 100K x 4). Overlap's standard error adds
     T1's own (the spread of the single stream's requests), which moves every release's
-    overlap together, in quadrature to the releases' spread.
+    overlap together, in quadrature to the releases' spread. A cell of one release has
+    no spread of its own: its ± is T1's part alone, a lower bound
+    (`overlap_unc_lower_bound`), so that its figure still says how far it can be trusted
+    at least.
     """
     singles = _single_streams(requests)
     table = releases(requests)
@@ -352,12 +356,15 @@ def _with_releases(summary: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFram
     # d overlap / d T1 = W / ((N - 1) T1^2): T1's error moves every release alike.
     conc = cells.index.get_level_values("conc").to_numpy()
     t1_term = cells["wall_ms"] / ((conc - 1) * cells["t1_ms"] ** 2) * cells["t1_se"]
-    cells["overlap_se"] = np.hypot(cells["release_se"], t1_term.fillna(0.0))
+    one = cells["release_se"].isna() & (t1_term > 0) & cells["overlap"].notna()
+    cells["overlap_se"] = np.hypot(cells["release_se"], t1_term.fillna(0.0)).where(
+        ~one, t1_term)
     cells["overlap_unc"] = COVERAGE * cells["overlap_se"]
+    cells["overlap_unc_lower_bound"] = one.where(cells["overlap_se"].notna())
     cells["throughput_tps_unc"] = COVERAGE * cells["throughput_tps_se"]
     keyed = out.set_index(SUMMARY_KEYS)
-    for column in ("releases", "overlap", "overlap_se", "overlap_unc", "throughput_tps_se",
-                   "throughput_tps_unc"):
+    for column in ("releases", "overlap", "overlap_se", "overlap_unc",
+                   "overlap_unc_lower_bound", "throughput_tps_se", "throughput_tps_unc"):
         keyed[column] = cells[column].reindex(keyed.index)
     # A concurrent cell's wall time and throughput are its releases' (not the span of
     # them all); a single stream keeps its cell-wide figures.

@@ -452,7 +452,9 @@ def _overlap_finding(cells: pd.DataFrame, order: Sequence[str], section: str
         here = many[(many["ctx"] == ctx) & (many["conc"] == top)]
         if here.empty:
             continue
-        values = {r.link: (r.overlap, _num(getattr(r, "overlap_unc", np.nan)))
+        # A lower-bound ± (one release) cannot show two links apart.
+        values = {r.link: (r.overlap, np.nan if getattr(r, "overlap_unc_lower_bound", False)
+                           is True else _num(getattr(r, "overlap_unc", np.nan)))
                   for r in here.itertuples()}
         lo, hi = min(v for v, _ in values.values()), max(v for v, _ in values.values())
         parts.append(f"{ctx} {lo:.2f}" + (f" to {hi:.2f}" if hi - lo >= 0.005 else ""))
@@ -479,12 +481,13 @@ def _overlap_finding(cells: pd.DataFrame, order: Sequence[str], section: str
         tail = f" ({figures})"
     text = head + tail + "."
     if unc_column is not None and many[unc_column].notna().any():
-        bare = [ctx for ctx in order if len(here := many[(many["ctx"] == ctx)
-                                                        & (many["conc"] == top)])
-                and here[unc_column].isna().all()]
+        once = many["releases"] if "releases" in many else pd.Series(np.nan, many.index)
+        bare = [ctx for ctx in order if len(here := once[(many["ctx"] == ctx)
+                                                         & (many["conc"] == top)])
+                and (here == 1).all()]
         if bare:
-            text += (f" At {_listing(bare)} each cell is one release (no ±): whether "
-                     "links differ there is not resolvable on this data "
+            text += (f" At {_listing(bare)} each cell is one release (its ± only a lower "
+                     "bound): whether links differ there is not resolvable on this data "
                      "(cell.concurrent_releases would resolve it).")
     if collapse:
         where = "on every link" if len(links) > 1 else f"on {links[0]}"

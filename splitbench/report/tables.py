@@ -310,9 +310,11 @@ def overlap_table(summary: pd.DataFrame, contexts: list[str]) -> pd.DataFrame:
     if not levels:
         return pd.DataFrame(columns=keys)
     many = _with_overlap_columns(summary[summary["conc"] > 1])
-    text = many.assign(text=[_flagged(_overlap_text(v, s, u, p), f) for v, s, u, p, f in
+    text = many.assign(text=[_flagged(_overlap_text(v, s, u, p, lb is True), f)
+                             for v, s, u, p, lb, f in
                              zip(many["overlap"], many["status"], many["overlap_unc"],
-                                 many["prefill_share"], many["flags"], strict=True)])
+                                 many["prefill_share"], many["overlap_unc_lower_bound"],
+                                 many["flags"], strict=True)])
     wide = text.pivot(index=keys + ["ctx"], columns="conc", values="text")
     joined = wide.reindex(columns=levels).fillna("—").agg(" / ".join, axis=1)
     return _wide_by_context(joined, contexts)
@@ -322,7 +324,8 @@ def _with_overlap_columns(cells: pd.DataFrame) -> pd.DataFrame:
     """Cells with every column the overlap texts read (missing ones NaN: summaries of
     runs before cells released more than once have no ± and no prefill share)."""
     return cells.reindex(columns=list(dict.fromkeys(
-        [*cells.columns, "overlap", "overlap_unc", "prefill_share", "flags"])))
+        [*cells.columns, "overlap", "overlap_unc", "overlap_unc_lower_bound",
+         "prefill_share", "flags"])))
 
 
 def overlap_note(summary: pd.DataFrame) -> str:
@@ -389,16 +392,23 @@ def overlap_levels(summary: pd.DataFrame) -> str:
     return " / ".join(f"{c}-way" for c in sorted(summary["conc"].unique()) if c > 1)
 
 
+# Marks an overlap's ± that is a lower bound: a cell of one release, whose ± is the
+# single stream's part alone.
+ONE_RELEASE_MARK = "†"
+
+
 def _overlap_text(value: float, status: Any, unc: Any = None,
-                  prefill_share: Any = None) -> str:
+                  prefill_share: Any = None, lower_bound: bool = False) -> str:
     """An overlap as the tables show it: "0.81 ±0.05" with its ± (COVERAGE standard
-    errors over the cell's releases), one decimal without one ("0.8"), ⚠ where it is
-    impossible (`overlap_flag`), the failure beside it where the cell failed."""
+    errors over the cell's releases; "±0.03†" where the cell released once and the ± is
+    the single stream's alone, a lower bound), one decimal without one ("0.8"), ⚠ where
+    it is impossible (`overlap_flag`), the failure beside it where the cell failed."""
     if np.isfinite(value):
         # A completed cell classed as failed (decode below the crash threshold) still has
         # a real overlap; show it with the failure beside it.
         if pairs.finite(unc):
             figure = f"{round(value, 2) + 0.0:.2f} ±{unc:.2f}"  # + 0.0: no "-0.00"
+            figure += ONE_RELEASE_MARK if lower_bound else ""
         else:
             figure = f"{round(value, 1) + 0.0:.1f}"  # + 0.0: no "-0.0"
         if overlap_flag(value, unc, prefill_share):
@@ -665,8 +675,9 @@ def tables(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
         "overlap": (f"True concurrency ratio (overlap), {levels}: 1 = fully concurrent, "
                     "0 = serial, below 0 = worse than serial; ± is "
                     f"{COVERAGE:g} standard errors from the spread over the cell's releases "
-                    "and the single stream's (one decimal and no ±: a cell of one release, "
-                    "whose spread is unknown); ✗: the cell's status; "
+                    f"and the single stream's ({ONE_RELEASE_MARK}: a cell of one release, "
+                    "whose ± is the single stream's part alone, a lower bound; one decimal "
+                    "and no ±: no spread known); ✗: the cell's status; "
                     f"{FLAG_MARK}: above 1 beyond its ± (no cell can be more than fully "
                     "concurrent), below 0 beyond its ± where prefill is under "
                     f"{PREFILL_SHARE_MAX:.0%} of a single request, or a flagged cell; "

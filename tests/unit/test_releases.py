@@ -243,6 +243,20 @@ def test_one_release_has_no_spread(tmp_path):
     assert np.isnan(row["overlap_unc"]) and np.isnan(row["throughput_tps_unc"])
 
 
+def test_one_release_keeps_the_single_streams_part_as_a_lower_bound(tmp_path):
+    """One release has no spread of its own; T1's spread still moves its overlap, so
+    that part is its ±, marked a lower bound (†) in the table."""
+    singles = [90.0, 100.0, 110.0]
+    files = [single_cell(tmp_path, singles), two_way_cell(tmp_path, [150.0])]
+    summary = cell_summary.summarize(files, CONTEXTS)
+    row = summary.set_index("conc").loc[2]
+    t1_se = MEDIAN_SE * np.std(singles, ddof=1) / np.sqrt(3)
+    assert row["overlap_se"] == pytest.approx(150.0 / 100.0 ** 2 * t1_se)
+    assert row["overlap_unc_lower_bound"] is True or row["overlap_unc_lower_bound"] == 1
+    text = tables.overlap_table(summary, list(CONTEXTS))
+    assert f"0.50 ±{2 * row['overlap_se']:.2f}†" in text.iloc[0].to_string()
+
+
 def test_a_failed_release_makes_the_level_unusable_and_gives_no_overlap(tmp_path):
     """Two good releases, then one whose second request crashed after 3 of 10 tokens:
     the cell's status (every request row carries the worst of all its releases) is
