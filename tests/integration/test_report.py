@@ -26,7 +26,7 @@ import pandas as pd
 import pytest
 
 from splitbench import cli, configuration, plan, results
-from splitbench.analysis import cell_summary, checks, drift
+from splitbench.analysis import cell_summary, checks, comparison, drift, whatif
 from splitbench.infra import parquet_io
 from splitbench.report import charts, page
 from splitbench.report import tables as report_tables
@@ -162,6 +162,16 @@ def write_results(root: Path) -> dict[str, Any]:
         "## Mechanisms\n\n| model | mechanism | slope | ± | verdict |\n|---|---|---|---|---|\n"
         f"| m | decode | 1.05 | 0.04 | {VERDICT} |\n| m | prefill | 0.1 | 0.2 | {VERDICT} |\n")
     (res / "findings.md").write_text(FINDINGS)
+    # The what-if model and its points as the findings stage writes them.
+    trips = pd.DataFrame([{"pair": p, "model": "m", "workers": 1, "round_trips": 1.0,
+                           "round_trips_se": 0.02} for p in PAIRS])
+    summary_frame, links_frame = pd.DataFrame(rows), cell_summary.read_links(link_files)
+    model_rows = whatif.model(summary_frame, links_frame, trips, {"m": 1}, "baseline")
+    comp = comparison.compare_links(summary_frame, "baseline")
+    comp = pd.concat([comp, comparison.predicted_decode_delta(comp, links_frame, trips,
+                                                              {"m": 1})], axis=1)
+    whatif.write(model_rows, whatif.measured_points(model_rows, comp),
+                 results.under(res, results.WHATIF), results.under(res, results.WHATIF_POINTS))
     # The pairs table as the aggregate stage writes it.
     frame = report_tables.pairs_table(pd.DataFrame(rows), cell_summary.read_links(link_files),
                                       list(CONTEXTS), "baseline")
@@ -169,7 +179,9 @@ def write_results(root: Path) -> dict[str, Any]:
     return {"summary": str(summary), "links": link_files, "toolchain": toolchains,
             "requests": request_files, "cells": str(res / "cells"),
             "tables": str(tables), "charts": str(res / "charts"),
-            "findings": str(res / "findings.md"), "page": str(res / "page.html")}
+            "findings": str(res / "findings.md"), "page": str(res / "page.html"),
+            "whatif": results.under(res, results.WHATIF),
+            "whatif_points": results.under(res, results.WHATIF_POINTS)}
 
 
 @pytest.fixture(scope="module")
@@ -178,6 +190,7 @@ def built(tmp_path_factory) -> dict[str, Any]:
     paths = write_results(tmp_path_factory.mktemp("run"))
     assert cli.main(["charts", "--summary", paths["summary"], "--links", *paths["links"],
                      "--baseline", "baseline", "--cells", paths["cells"],
+                     "--whatif", paths["whatif"], "--whatif-points", paths["whatif_points"],
                      "--out", paths["charts"]]) == 0
     assert cli.main(["report", "--summary", paths["summary"], "--links", *paths["links"],
                      "--toolchain", *paths["toolchain"], "--requests", *paths["requests"],
