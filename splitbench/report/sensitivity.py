@@ -5,7 +5,7 @@ Each curve is analysis.whatif's prediction with the baseline link's bandwidth (l
 alone varies), its band the prediction's ±; each measured link is a point with its
 measured ± and, hollow, its own prediction (its own latency and rates). A point that
 disagrees with its prediction beyond their ± (whatif.measured_points: `off_curve`) is
-drawn in red and says so in its tooltip. Where the curve is flat the link no longer
+ringed in red and says so in its tooltip. Where the curve is flat the link no longer
 matters: the dotted rule marks the latency above which its round trips add more than
 whatif.FELT_ABOVE of the step.
 """
@@ -66,7 +66,8 @@ def chart(rows: pd.DataFrame, points: pd.DataFrame, contexts: list[str],
                       felt[["pair", "model", "ctx", "felt_us"]].assign(part="felt")],
                      ignore_index=True)
     x = alt.X("rtt_us:Q", title="link request-response latency, 64 B (µs)")
-    colour = alt.Color("ctx:N", sort=contexts, title="context")
+    colour = alt.Color("ctx:N", sort=contexts, title="context",
+                       legend=alt.Legend(symbolOpacity=1))
     band = alt.Chart().mark_area(opacity=0.18).encode(
         x=x, y="low:Q", y2="high:Q", color=colour, detail="pair:N",
     ).transform_filter("datum.part == 'curve'")
@@ -81,15 +82,17 @@ def chart(rows: pd.DataFrame, points: pd.DataFrame, contexts: list[str],
         x=x, y="low:Q", y2="high:Q", color=colour,
     ).transform_filter("datum.part == 'point'")
     dots = alt.Chart().mark_point(filled=True, size=70).encode(
-        x=x, y="measured_tps:Q",
-        shape=alt.Shape("link:N", title="measured link",
-                        legend=alt.Legend(symbolFillColor="#666", symbolStrokeColor="#666")),
-        color=alt.condition("datum.state == 'measured'", colour, alt.value("#c00")),
+        x=x, y="measured_tps:Q", shape=alt.Shape("link:N", title="measured link"),
+        color=colour,
         tooltip=["link:N", "ctx:N", "state:N", alt.Tooltip("rtt_us:Q", format=".0f"),
                  alt.Tooltip("measured_tps:Q", format=".1f"),
                  alt.Tooltip("measured_tps_unc:Q", format=".1f", title="±"),
                  alt.Tooltip("predicted_tps:Q", format=".1f", title="its prediction")],
     ).transform_filter("datum.part == 'point'")
+    # A red ring around a link that disagrees with its own prediction.
+    off = alt.Chart().mark_point(filled=False, size=260, color="#c00", strokeWidth=2).encode(
+        x=x, y="measured_tps:Q", tooltip=["link:N", "ctx:N", "state:N"],
+    ).transform_filter("datum.part == 'point' && datum.state != 'measured'")
     predicted = alt.Chart().mark_point(filled=False, size=70, strokeDash=[2, 2]).encode(
         x=x, y="predicted_tps:Q", shape="link:N", color=colour,
     ).transform_filter("datum.part == 'point' && isValid(datum.predicted_tps)")
@@ -99,13 +102,13 @@ def chart(rows: pd.DataFrame, points: pd.DataFrame, contexts: list[str],
     ).transform_filter("datum.part == 'felt' && isValid(datum.felt_us)")
     facet = ({"row": alt.Row("pair:N"), "column": alt.Column("model:N")} if several_pairs
              else {"facet": alt.Facet("model:N", title="model"), "columns": 2})
-    return alt.layer(band, curve, rule, bars, dots, predicted, data=data).properties(
+    return alt.layer(band, curve, rule, bars, dots, off, predicted, data=data).properties(
         width=width, height=height).facet(
         **facet, title=alt.TitleParams(
             TITLE, anchor="start",
             subtitle=f"curve: the baseline's bandwidth, ± shaded; dotted: the latency "
                      f"above which the link adds over {whatif.FELT_ABOVE:.0%} to the step; "
-                     "red: a link off its prediction")
+                     "red ring: a link off its prediction")
     ).resolve_scale(y="independent")
 
 
