@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,12 +52,11 @@ DECODE_CHART = "[decode Δ chart](#chart-decode_delta)"
 
 @dataclass
 class Finding:
-    """One or two sentences with their numbers. `section`: the heading it goes under;
-    `headline`: the short form the terminal prints (None: not printed)."""
+    """One or two sentences with their numbers, under the heading `section`; a bold
+    opening is its headline (checks.headlines prints it)."""
     section: str
     text: str
     refs: Sequence[str] = field(default_factory=tuple)
-    headline: str | None = None
 
 
 # --- numbers as text ------------------------------------------------------------------
@@ -86,12 +84,6 @@ def _listing(parts: Sequence[str]) -> str:
     return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
 
 
-def _bold_head(text: str) -> str:
-    """The bold opening of a finding, as plain text, for the terminal."""
-    match = re.match(r"\*\*(.+?)\*\*", text)
-    return match[1] if match else text.split(". ")[0]
-
-
 # --- decode: what each link costs, and why ---------------------------------------------
 def decode_cost(rows: pd.DataFrame, link: str, section: str) -> Finding:
     """What `link` costs decode against the baseline at each context (rows: the link
@@ -105,7 +97,7 @@ def decode_cost(rows: pd.DataFrame, link: str, section: str) -> Finding:
     if ok.empty:
         text = (f"**{link}: no context has both its cell and the baseline's ok**, so what "
                 f"it costs decode is not measured ({_listing(lost) if lost else 'no cells'}).")
-        return Finding(section, text, (COMPARISON,), _bold_head(text))
+        return Finding(section, text, (COMPARISON,))
     clear = ok[ok["decode_delta_unc_ms"].notna()
                & (ok["decode_delta_ms"].abs() > ok["decode_delta_unc_ms"])]
     unclear = ok[~ok.index.isin(clear.index)]
@@ -114,7 +106,7 @@ def decode_cost(rows: pd.DataFrame, link: str, section: str) -> Finding:
                             for r in ok.itertuples()])
         text = (f"**{link}: what it costs decode is not resolvable on this data** "
                 f"({figures} ms/token: each lies inside its ±). {_advice(ok)}")
-        return Finding(section, text, (COMPARISON, DECODE_CHART), _bold_head(text))
+        return Finding(section, text, (COMPARISON, DECODE_CHART))
     lead = clear.iloc[0]
     costs = lead["decode_delta_ms"] > 0
     share = lead["decode_delta_ms"] / lead["decode_ms_per_token_base"] * 100
@@ -132,7 +124,7 @@ def decode_cost(rows: pd.DataFrame, link: str, section: str) -> Finding:
         parts.append(f"Not measured at {_listing(lost)}.")
     why = _why(lead)
     return Finding(section, " ".join(p for p in [*parts, why] if p),
-                   (COMPARISON, MECHANISMS, DECODE_CHART), _bold_head(head))
+                   (COMPARISON, MECHANISMS, DECODE_CHART))
 
 
 def _failed_side(row: Any) -> str:
@@ -268,7 +260,7 @@ def round_trip_floor(trips: pd.DataFrame, model_rows: pd.DataFrame, section: str
                 "trips per token were measured for this model (the round-trip sweep, "
                 "`roundtrips:`), so its decode cost cannot be split into round trips × "
                 "latency and bandwidth." + text)
-    return Finding(section, text.strip(), (ROUND_TRIPS, SENSITIVITY), _bold_head(text))
+    return Finding(section, text.strip(), (ROUND_TRIPS, SENSITIVITY))
 
 
 # --- prefill ----------------------------------------------------------------------------
@@ -298,7 +290,7 @@ def prefill(rows: pd.DataFrame, links: pd.DataFrame, fit: pd.Series | None, sect
         text = (f"**Prefill's dependence on bandwidth is not resolvable on this data** "
                 f"({why}): {said}. Links of more different bandwidth, or longer prompts "
                 "(prefill moves more bytes per second there), would resolve it.")
-    return Finding(section, text, (PREFILL, COMPARISON, MECHANISMS), _bold_head(text))
+    return Finding(section, text, (PREFILL, COMPARISON, MECHANISMS))
 
 
 def _prefill_examples(rows: pd.DataFrame, links: pd.DataFrame) -> list[dict[str, Any]]:
@@ -344,7 +336,7 @@ def prefill_across_models(comp: pd.DataFrame, links: pd.DataFrame) -> Finding | 
     parts = [f"{link}'s {bandwidth[link]:+.0f}% one-way bandwidth: {min(v):+.0f}% to "
              f"{max(v):+.0f}% prefill at each model's longest context"
              for link, v in per_link.items()]
-    return Finding("Across models", "Prefill, " + "; ".join(parts) + ".", (PREFILL,), None)
+    return Finding("Across models", "Prefill, " + "; ".join(parts) + ".", (PREFILL,))
 
 
 def decode_across_models(comp: pd.DataFrame) -> Finding | None:
@@ -370,7 +362,7 @@ def decode_across_models(comp: pd.DataFrame) -> Finding | None:
     if not parts:
         return None
     return Finding("Across models", "Decode, at each model's shortest resolved context: "
-                   + "; ".join(parts) + ".", (COMPARISON,), None)
+                   + "; ".join(parts) + ".", (COMPARISON,))
 
 
 # --- concurrency --------------------------------------------------------------------------
@@ -432,7 +424,7 @@ def concurrency(cells: pd.DataFrame, contexts: Sequence[str], section: str
                        "or compute, not the link." if failed and len(links) > 1 else
                        " Every level measured is usable: the boundary lies above them."
                        if not failed else ""))
-        out.append(Finding(section, text, (BOUNDARY,), _bold_head(text)))
+        out.append(Finding(section, text, (BOUNDARY,)))
         overlap = _overlap_finding(cells, order, section)
         if overlap:
             out.append(overlap)
@@ -494,7 +486,7 @@ def _overlap_finding(cells: pd.DataFrame, order: Sequence[str], section: str
         text += (f" It falls from {shortest.min():.2f} or more at {order[0]} to "
                  f"{longest.max():.2f} or less at {order[-1]} {where}: long prompts' "
                  "prefill runs one slot at a time, whatever the link.")
-    return Finding(section, text, (OVERLAP, BOUNDARY), _bold_head(text))
+    return Finding(section, text, (OVERLAP, BOUNDARY))
 
 
 def _pm2(value: float, unc: float) -> str:
@@ -536,7 +528,7 @@ def link_facts(links: pd.DataFrame, baseline: str | None) -> list[Finding]:
             text += f"; a 16 KB request-response takes {p50:.0f} µs at the median"
             if np.isfinite(fixed):
                 text += f", {fixed:.0f} µs of it fixed (the intercept over message sizes)"
-        out.append(Finding("The links", text + ".", (LINKS,), None))
+        out.append(Finding("The links", text + ".", (LINKS,)))
     return out
 
 
@@ -544,7 +536,7 @@ def link_facts(links: pd.DataFrame, baseline: str | None) -> list[Finding]:
 def failures(lines: Sequence[tuple[str, str]]) -> list[Finding]:
     """The checks that failed (a toolchain, a link, a launch, a check that did not run),
     first in the findings."""
-    return [Finding("What did not work", f"✗ {text}", ("[checks](#checks)",), f"✗ {text}")
+    return [Finding("What did not work", f"✗ {text}", ("[checks](#checks)",))
             for state, text in lines if state == "failed"]
 
 

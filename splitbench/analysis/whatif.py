@@ -92,20 +92,24 @@ def _num(value: object) -> float:
     return float(number) if number is not None and np.isfinite(number) else np.nan
 
 
-def predict(rows: pd.DataFrame, rtt_us: float, gbps_a_to_b: float,
+def predict(rows: pd.DataFrame, rtt_us: float, gbps_a_to_b: float | None = None,
             gbps_b_to_a: float | None = None, burst_a_to_b: float = 0.0,
             burst_b_to_a: float = 0.0) -> pd.DataFrame:
     """Each model row's decode on a link of request-response latency `rtt_us` and rates
-    `gbps_*` (B→A as A→B where not given): ms/token and tok/s with their ± (COVERAGE
+    `gbps_*` (B→A as A→B where not given; without rates, the baseline link's own wire
+    time, so that only latency varies): ms/token and tok/s with their ± (COVERAGE
     standard errors), and the latency and wire terms apart. Bytes within a burst
     allowance (a shaped link's bucket) cross at line speed, as on the measured links."""
-    gbps_b_to_a = gbps_a_to_b if gbps_b_to_a is None else gbps_b_to_a
     out = rows.copy()
-    wire = np.zeros(len(rows))
-    for way, gbps, burst in (("a_to_b", gbps_a_to_b, burst_a_to_b),
-                             ("b_to_a", gbps_b_to_a, burst_b_to_a)):
-        sizes = pd.to_numeric(rows[f"bytes_{way}"], errors="coerce").fillna(0).to_numpy()
-        wire += np.array([traffic.transfer_ms(s, burst, gbps) for s in sizes])
+    if gbps_a_to_b is None:
+        wire = rows["wire_base_ms"].to_numpy(dtype=float)
+    else:
+        gbps_b_to_a = gbps_a_to_b if gbps_b_to_a is None else gbps_b_to_a
+        wire = np.zeros(len(rows))
+        for way, gbps, burst in (("a_to_b", gbps_a_to_b, burst_a_to_b),
+                                 ("b_to_a", gbps_b_to_a, burst_b_to_a)):
+            sizes = pd.to_numeric(rows[f"bytes_{way}"], errors="coerce").fillna(0).to_numpy()
+            wire += np.array([traffic.transfer_ms(s, burst, gbps) for s in sizes])
     latency = rows["round_trips"].to_numpy(dtype=float) * rtt_us / 1000
     ms = rows["compute_ms"].to_numpy(dtype=float) + latency + wire
     # The baseline step's error moves every prediction alike; the round trips' error
@@ -123,24 +127,9 @@ def predict(rows: pd.DataFrame, rtt_us: float, gbps_a_to_b: float,
     return out
 
 
-def curve(rows: pd.DataFrame, rtts_us: Sequence[float], gbps_a_to_b: float | None = None,
-          gbps_b_to_a: float | None = None) -> pd.DataFrame:
-    """predict() over a range of latencies; the rates default to each row's baseline
-    link's (the curve then varies latency alone)."""
-    if gbps_a_to_b is None:
-        # Latency alone: keep each row's own baseline wire term.
-        parts = []
-        for rtt in rtts_us:
-            part = predict(rows.assign(bytes_a_to_b=0.0, bytes_b_to_a=0.0), rtt, np.inf)
-            part["wire_ms"] = rows["wire_base_ms"].to_numpy()
-            part["predicted_ms"] += part["wire_ms"]
-            part["predicted_tps"] = 1000 / part["predicted_ms"]
-            part["predicted_tps_unc"] = (part["predicted_tps"] * part["predicted_unc_ms"]
-                                         / part["predicted_ms"])
-            parts.append(part)
-        return pd.concat(parts, ignore_index=True)
-    return pd.concat([predict(rows, rtt, gbps_a_to_b, gbps_b_to_a) for rtt in rtts_us],
-                     ignore_index=True)
+def curve(rows: pd.DataFrame, rtts_us: Sequence[float]) -> pd.DataFrame:
+    """predict() over a range of latencies at each row's baseline bandwidth."""
+    return pd.concat([predict(rows, rtt) for rtt in rtts_us], ignore_index=True)
 
 
 def felt_above_us(row: pd.Series, share: float = FELT_ABOVE) -> float:
