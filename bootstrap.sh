@@ -22,7 +22,8 @@ TORCH_CPU_INDEX=${TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}
 
 say() { printf '\033[1m[splitbench]\033[0m %s\n' "$*"; }
 
-system_tools() {
+missing_packages() {
+    # The Debian packages of the wanted tools that are not here, one a line.
     # command -> Debian package (chromium: tests/integration/test_report.py opens the report in it;
     # cc: the delay relay, splitbench/relay.c; taskset: each lab host on its own CPUs;
     # slurm-wlm, munge: the throwaway cluster of tests/workflow/test_slurm.py)
@@ -37,19 +38,33 @@ system_tools() {
             || missing+=("${wanted[$tool]}")
     done
     "$PYTHON" -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
+    [ ${#missing[@]} -eq 0 ] || printf '%s\n' "${missing[@]}" | sort -u
+}
+
+system_tools() {
+    local missing
+    mapfile -t missing < <(missing_packages)
     [ ${#missing[@]} -eq 0 ] && return 0
-    mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
     if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
         say "installing system packages: ${missing[*]}"
-        apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+        apt-get update -qq || say "apt-get update failed"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null \
+            || say "apt-get could not install every one of: ${missing[*]}"
+        mapfile -t missing < <(missing_packages)
+        [ ${#missing[@]} -eq 0 ] && return 0
+        say "still missing after apt-get: ${missing[*]}"
     else
         say "missing system packages: ${missing[*]}"
         say "install them as root (apt-get install ${missing[*]}) and run this again;"
         say "without root the lab falls back to loopback and cannot shape rates;"
-        say "without chromium the report's browser test is skipped; without root the"
-        say "SLURM tests are skipped (their cluster needs root)."
-        case " ${missing[*]} " in *" cmake "*|*" g++ "*|*" gcc "*|*" python3-venv "*) exit 1;; esac
+        say "without root the tests that need it (namespaces, sshd, SLURM) are skipped."
+    fi
+    case " ${missing[*]} " in *" cmake "*|*" g++ "*|*" gcc "*|*" python3-venv "*) exit 1;; esac
+    # The tests need every tool: without one they would skip, and a skip is a failure
+    # where the set-up ran (CI=true as root: tests/skips.py). Say so here, and fail.
+    if [ "$MODE" = test ]; then
+        say "the set-up could not install ${missing[*]}: the tests that need them cannot run"
+        exit 1
     fi
 }
 
@@ -101,6 +116,7 @@ PY
     touch "$VLLM_VENV/.installed"
 }
 
+MODE=${1:-setup}
 system_tools
 python_env
 llama_cpp

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, needs_root
 
 # script: (small arguments, text its output must hold, needs root)
 SMALL = {
@@ -30,11 +30,12 @@ def test_every_benchmark_has_a_small_mode():
     assert {p.name for p in (ROOT / "benchmarks").glob("*.py")} == set(SMALL)
 
 
-@pytest.mark.parametrize("script", sorted(SMALL))
+@pytest.mark.parametrize("script", [
+    # One that needs root measures on the namespace lab: slow.
+    pytest.param(s, marks=[needs_root(), pytest.mark.slow] if SMALL[s][2] else [])
+    for s in sorted(SMALL)])
 def test_a_benchmark_runs_in_its_small_mode(script, tmp_path):
-    args, expected, root = SMALL[script]
-    if root and os.geteuid() != 0:
-        pytest.skip("needs root (network namespaces)")
+    args, expected, _ = SMALL[script]
     if script == "probe_accuracy.py" and not shutil.which("sockperf"):
         pytest.skip("needs sockperf (./bootstrap.sh installs it as root)")
     argv = [sys.executable, str(ROOT / "benchmarks" / script),

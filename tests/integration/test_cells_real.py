@@ -53,6 +53,7 @@ def bench(state_dir, tmp_path):
 
 
 @needs_root()
+@pytest.mark.slow
 def test_prompt_beyond_the_context_is_a_ctx_wall(bench):
     frame = bench(prompt_tokens=4200, n_predict=8, name="wall")
     assert frame["status"].tolist() == ["ctx_wall"]
@@ -63,6 +64,7 @@ def test_prompt_beyond_the_context_is_a_ctx_wall(bench):
 
 
 @needs_root()
+@pytest.mark.slow
 def test_killing_the_worker_mid_cell_is_a_crash_and_the_next_cell_relaunches(bench,
                                                                              monkeypatch):
     first = {}
@@ -101,6 +103,7 @@ def test_killing_the_worker_mid_cell_is_a_crash_and_the_next_cell_relaunches(ben
 
 
 @needs_root()
+@pytest.mark.slow
 def test_bytes_per_decoded_token_come_from_the_rpc_connection(bench):
     frame = bench(prompt_tokens=200, n_predict=120, name="bytes")
     row = frame.iloc[0]
@@ -117,6 +120,7 @@ def test_bytes_per_decoded_token_come_from_the_rpc_connection(bench):
 
 
 @needs_root()
+@pytest.mark.slow
 def test_repeats_are_measured_and_their_spread_is_the_uncertainty(bench, tmp_path, capsys):
     frame = bench(prompt_tokens=64, n_predict=24, name="cells/st/plain/m/ctxshort_c2",
                   concurrency=2, repeats=3)
@@ -144,6 +148,7 @@ def test_repeats_are_measured_and_their_spread_is_the_uncertainty(bench, tmp_pat
 
 
 @needs_root()
+@pytest.mark.slow
 def test_an_unexpected_failure_in_one_repeat_keeps_the_others(bench, tmp_path, monkeypatch):
     real_run = LLAMACPP.stream
     calls = []
@@ -167,6 +172,7 @@ def test_an_unexpected_failure_in_one_repeat_keeps_the_others(bench, tmp_path, m
 
 
 @needs_root()
+@pytest.mark.slow
 def test_a_cell_whose_every_repeat_fails_in_the_harness_fails_the_job(bench, tmp_path,
                                                                       monkeypatch):
     def broken(*args, **kwargs):
@@ -181,6 +187,7 @@ def test_a_cell_whose_every_repeat_fails_in_the_harness_fails_the_job(bench, tmp
 
 
 @needs_root()
+@pytest.mark.slow
 def test_a_launch_that_fails_on_host_b_is_a_row_stamped_when_it_failed(bench, monkeypatch):
     def unreachable(*args, **kwargs):
         raise measure.HostError("host b: no listener on 10.0.0.2:50052 after 30s")
@@ -197,6 +204,7 @@ def test_a_launch_that_fails_on_host_b_is_a_row_stamped_when_it_failed(bench, mo
 
 
 @needs_root()
+@pytest.mark.slow
 def test_a_stopped_client_keeps_each_token_s_arrival_against_llama_server(state_dir, tmp_path):
     """The client, stopped from outside for 20-50 ms at a time while it reads a real
     llama-server on host A's loopback, still gives every token its own time, and its
@@ -241,6 +249,7 @@ def cpu_hogs(count: int = 2):
 
 
 @needs_root()
+@pytest.mark.slow
 def test_beside_two_busy_loops_the_harness_still_agrees_and_the_cell_is_flagged(
         bench, tmp_path):
     """Two busy loops on a 2-core machine: every token still has its own time, and that
@@ -286,6 +295,7 @@ def running(name: str, args: str = "") -> list[int]:
 
 
 @needs_root()
+@pytest.mark.slow
 def test_a_server_that_dies_loading_says_how_and_leaves_nothing_running(state_dir, tmp_path):
     """A model that kills llama-server while it loads (here: a GGUF cut in half): the
     launch record names how it ended and the log's last lines, and the worker already
@@ -322,6 +332,7 @@ def test_a_long_failure_keeps_its_reason_and_its_log_s_last_lines():
 
 
 @needs_root()
+@pytest.mark.slow
 def test_a_launch_is_reused_only_while_its_fingerprint_matches(state_dir, tmp_path):
     gguf = tmp_path / "m.gguf"
     models.write_synthetic(MODEL, gguf)

@@ -49,6 +49,7 @@ def test_loopback_lab_adds_delay_with_the_relay(state_dir, monkeypatch):
 
 
 @needs_root()
+@pytest.mark.slow
 def test_namespace_link_is_shaped_recorded_and_torn_down(state_dir):
     link = lab.ensure_link({**SPEC, "rate_gbit": 0.2, "delay_ms": 0.5})
     assert link.host_a.netns == "sb-tl-a" and link.host_b.netns == "sb-tl-b"
@@ -74,6 +75,7 @@ def test_waiting_for_a_listener_names_host_and_address(state_dir):
 
 
 @needs_root()
+@pytest.mark.slow
 def test_unreachable_peer_is_named_and_leaves_no_output(state_dir, tmp_path):
     from splitbench import plan
     from splitbench.links import verify
@@ -111,6 +113,7 @@ def detour(link: Link) -> None:
 
 
 @needs_root()
+@pytest.mark.slow
 def test_traffic_that_bypasses_the_link_stops_its_verification(state_dir, tmp_path):
     """The guards fire: a route on A that sends B's address another way stops the link's
     verification, naming pair, link and host; and iperf3 traffic that did not cross the
@@ -137,6 +140,7 @@ def test_traffic_that_bypasses_the_link_stops_its_verification(state_dir, tmp_pa
 
 
 @needs_root()
+@pytest.mark.slow
 def test_a_link_that_fails_verification_is_a_result_its_launch_reports(state_dir, tmp_path,
                                                                        monkeypatch):
     """The link stage records a link that fails verification (here: A routes B's address

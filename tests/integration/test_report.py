@@ -550,6 +550,7 @@ def seen(built) -> dict[str, Any]:
     return open_page(Path(built["page"]), width=1280)
 
 
+@pytest.mark.slow
 @needs_chromium
 def test_page_renders_in_chromium(seen, tmp_path):
     shot = tmp_path / "report.png"
@@ -559,6 +560,7 @@ def test_page_renders_in_chromium(seen, tmp_path):
     assert problems(seen, len(charts.CHARTS)) == []
 
 
+@pytest.mark.slow
 @needs_chromium
 def test_page_reads_on_a_laptop(seen):
     """At 1,280 px: the findings are the first section, nothing scrolls the page
@@ -584,6 +586,7 @@ def _hide_charts(text: str) -> str:
     return text.replace("</head>", "<style>.chart svg { visibility: hidden; }</style></head>")
 
 
+@pytest.mark.slow
 @needs_chromium
 @pytest.mark.parametrize("breakage, symptom", [
     (_break_spec, f"charts rendered: {len(charts.CHARTS) - 1}/{len(charts.CHARTS)}"),
@@ -597,6 +600,7 @@ def test_browser_check_catches_a_broken_page(built, tmp_path, breakage, symptom)
     assert any(symptom in problem for problem in found), found
 
 
+@pytest.mark.slow
 @needs_chromium
 def test_a_chart_wider_than_the_window_scrolls_in_its_own_box(built, tmp_path):
     wide = tmp_path / "wide.html"
@@ -636,6 +640,7 @@ def _findings_last(text: str) -> str:
                          text[start:end] + '<section id="provenance">', 1)
 
 
+@pytest.mark.slow
 @needs_chromium
 @pytest.mark.parametrize("breakage, symptom", [
     (_no_wrapping, "table-mechanisms: long cells do not wrap"),

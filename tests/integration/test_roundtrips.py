@@ -42,6 +42,7 @@ def sweep(state_dir, tmp_path):
 
 
 @needs_root()
+@pytest.mark.slow
 def test_one_worker_costs_one_round_trip_per_token(sweep):
     result, rows = sweep(1)
     # One worker: one blocking round trip per token, within the fit's own uncertainty
@@ -58,6 +59,7 @@ def test_one_worker_costs_one_round_trip_per_token(sweep):
 
 
 @needs_root()
+@pytest.mark.slow
 def test_two_chained_workers_cost_two(sweep):
     result, rows = sweep(2)
     slope, se = result["round_trips_per_token"], result["round_trips_se"]

@@ -36,6 +36,7 @@ ADDR_A, ADDR_B = "10.214.9.1", "10.214.9.2"
 PORT = 2222
 
 pytestmark = [
+    pytest.mark.slow,  # sshd in a namespace
     needs_root(),
     pytest.mark.skipif(shutil.which("sshd") is None and not Path("/usr/sbin/sshd").exists(),
                        reason="openssh-server not installed (./bootstrap.sh installs it)"),
@@ -212,7 +213,6 @@ def test_a_cell_runs_with_its_worker_started_over_ssh(host_b, tmp_path):
     assert not procs.is_alive(worker)
 
 
-@pytest.mark.e2e
 def test_the_workflow_runs_a_pair_over_ssh(host_b, tmp_path):
     """`snakemake all` on a config of its own with one pair in mode: ssh, as the README
     says to run two real machines."""

@@ -22,14 +22,15 @@ from splitbench.backends.vllm.client import SERVED_NAME
 from splitbench.backends.vllm.setup import executable
 from splitbench.infra import procs, telemetry
 from splitbench.links import lab
-from tests.conftest import ROOT
+from tests.conftest import ROOT, needs_root
 
 SHAPE = {"n_layer": 2, "n_embd": 128, "n_head": 4, "n_head_kv": 2, "n_ff": 256,
          "n_vocab": 1024, "context_length": 8192, "seed": 5}
 VENV = str(ROOT / ".venv-vllm")
 
 pytestmark = [
-    pytest.mark.skipif(os.geteuid() != 0, reason="needs root (network namespaces)"),
+    pytest.mark.slow,  # vLLM's two ranks across the lab's namespaces
+    needs_root(),
     pytest.mark.skipif(not executable(VENV).exists(),
                        reason="vLLM not installed (./bootstrap.sh vllm; ./bootstrap.sh test "
                               "installs it)"),

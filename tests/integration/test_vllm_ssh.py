@@ -25,6 +25,7 @@ IF_A, IF_B = "sbvs-a", "sbvs-b"
 ADDR_A, ADDR_B = "10.214.11.1", "10.214.11.2"
 
 pytestmark = [
+    pytest.mark.slow,  # vLLM's two ranks, sshd
     needs_root(),
     pytest.mark.skipif(not (ROOT / ".venv-vllm/bin/vllm").exists(),
                        reason="vLLM not installed (./bootstrap.sh vllm)"),

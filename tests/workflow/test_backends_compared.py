@@ -45,8 +45,8 @@ def finished(tmp_path_factory):
 
 
 @needs_root()
+@pytest.mark.slow
 @needs_vllm
-@pytest.mark.e2e
 def test_one_shape_split_three_ways_is_measured_and_compared(finished):
     work = finished
     summary = pd.read_parquet(work / "results/summary/cells.parquet")
@@ -90,8 +90,8 @@ def test_one_shape_split_three_ways_is_measured_and_compared(finished):
 
 
 @needs_root()
+@pytest.mark.slow
 @needs_vllm
-@pytest.mark.e2e
 def test_adding_a_vllm_model_plans_only_its_own_jobs(finished):
     work = finished
     config = yaml.safe_load((work / "config/examples/backends.yaml").read_text())

@@ -29,7 +29,7 @@ def per_link(verdict: str) -> dict[str, str]:
 
 
 @needs_root()
-@pytest.mark.e2e
+@pytest.mark.slow
 def test_a_real_model_from_pypi_beside_a_synthetic_one(tmp_path):
     work = workflow_copy(tmp_path)
     run = snakemake(work, "all", "--configfile", "config/examples/real-model.yaml",
@@ -95,7 +95,7 @@ def test_a_real_model_from_pypi_beside_a_synthetic_one(tmp_path):
 
 
 @needs_root()
-@pytest.mark.e2e
+@pytest.mark.slow
 def test_a_model_that_dies_loading_is_a_result_and_the_rest_is_reported(tmp_path):
     cut = tmp_path / "cut.gguf"
     models.write_synthetic(tiny()["models"]["tiny"]["synthetic"], cut)

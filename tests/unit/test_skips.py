@@ -1,0 +1,83 @@
+"""Where the README's set-up ran (CI=true, as root), a skipped test fails the run with its
+reason (tests/skips.py); elsewhere a skip stays a skip."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from tests.conftest import ROOT
+from tests.skips import FORCE, PREFIX, skips_fail
+
+SAMPLE = '''
+import pytest
+
+def test_passes():
+    assert sum([1, 2]) == 3
+
+@pytest.mark.skipif(True, reason="chromium not installed")
+def test_marked_skip():
+    pass
+
+def test_skips_itself():
+    pytest.skip("sshd not installed")
+
+@pytest.mark.xfail(reason="known", strict=True)
+def test_expected_failure():
+    assert False
+'''
+
+
+def run_sample(tmp_path, **env: str) -> subprocess.CompletedProcess:
+    (tmp_path / "test_sample.py").write_text(SAMPLE)
+    environ = {k: v for k, v in os.environ.items() if k not in ("CI", FORCE)}
+    # Its own rootdir and no ini file: only this plugin, not this project's conftest.
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "tests.skips", "-p",
+                           "no:cacheprovider", "-rs", str(tmp_path)], capture_output=True,
+                          text=True, cwd=ROOT, env={**environ, **env}, timeout=120)
+
+
+def test_skips_fail_only_under_ci_as_root_or_when_asked():
+    assert skips_fail({"CI": "true"}, euid=0)
+    assert not skips_fail({"CI": "true"}, euid=1000)  # no root: the set-up could not install
+    assert not skips_fail({}, euid=0)
+    assert not skips_fail({"CI": "1"}, euid=0)
+    assert skips_fail({FORCE: "1"}, euid=1000)
+    assert not skips_fail({FORCE: "0"}, euid=1000)
+
+
+def test_a_skip_fails_the_run_with_its_reason(tmp_path):
+    result = run_sample(tmp_path, **{FORCE: "1"})
+    out = result.stdout
+    assert result.returncode == 1, out
+    # The marked skip fails in its set-up (an error), the one inside the test as a failure;
+    # the passing test and the expected failure are untouched.
+    assert "1 failed, 1 passed, 1 xfailed, 1 error" in out, out
+    assert "skipped" not in out.splitlines()[-1], out
+    assert f"{PREFIX}: chromium not installed" in out, out
+    assert f"{PREFIX}: sshd not installed" in out, out
+    summary = out[out.index("2 skip(s) that fail the run"):]
+    assert "test_sample.py::test_marked_skip: chromium not installed" in summary, out
+    assert "test_sample.py::test_skips_itself: sshd not installed" in summary, out
+
+
+def test_elsewhere_a_skip_stays_a_skip(tmp_path):
+    result = run_sample(tmp_path)
+    assert result.returncode == 0, result.stdout
+    assert "1 passed, 2 skipped, 1 xfailed" in result.stdout, result.stdout
+    assert "chromium not installed" in result.stdout  # -rs still says why
+    assert PREFIX not in result.stdout
+
+
+def test_a_module_that_skips_itself_fails_too(tmp_path):
+    (tmp_path / "test_gone.py").write_text(
+        "import pytest\npytest.importorskip('no_such_module_here')\n"
+        "def test_never():\n    pass\n")
+    environ = {k: v for k, v in os.environ.items() if k not in ("CI", FORCE)}
+    result = subprocess.run([sys.executable, "-m", "pytest", "-p", "tests.skips", "-p",
+                             "no:cacheprovider", str(tmp_path / "test_gone.py")],
+                            capture_output=True, text=True, cwd=ROOT,
+                            env={**environ, FORCE: "1"}, timeout=120)
+    assert result.returncode != 0, result.stdout
+    assert "could not import 'no_such_module_here'" in result.stdout, result.stdout
