@@ -45,10 +45,11 @@ def sweep(state_dir, tmp_path):
 @pytest.mark.slow
 def test_one_worker_costs_one_round_trip_per_token(sweep):
     result, rows = sweep(1)
-    # One worker: one blocking round trip per token, within the fit's own uncertainty
-    # (at least 0.2), which must itself be tight enough to say so.
+    # One worker: one blocking round trip per token, within 20% (what the product claims;
+    # a bound that grew with the fit's uncertainty accepted 1.5 for one worker and for
+    # two), and the fit's own uncertainty tight enough to say so.
     slope, se = result["round_trips_per_token"], result["round_trips_se"]
-    assert se < 0.3 and abs(slope - 1) <= max(0.2, 3 * se), result
+    assert se < 0.3 and abs(slope - 1) <= 0.2, result
     assert result["points"] == 3
     assert rows["error"].isna().all()
     assert (rows["tokens"] == 32).all()
@@ -63,7 +64,7 @@ def test_one_worker_costs_one_round_trip_per_token(sweep):
 def test_two_chained_workers_cost_two(sweep):
     result, rows = sweep(2)
     slope, se = result["round_trips_per_token"], result["round_trips_se"]
-    assert se < 0.3 and abs(slope - 2) <= max(0.4, 3 * se), result
+    assert se < 0.3 and abs(slope - 2) <= 0.4, result  # within 20% of 2
     assert rows["launch_id"].nunique() == 3  # a fresh launch per point
 
 

@@ -28,6 +28,7 @@ from splitbench.infra import procs, ssh, telemetry, wakeup
 from splitbench.infra.hosts import Host, HostError, host_from_spec
 from splitbench.links import real, verify
 from tests.conftest import needs_root
+from tests.integration.test_sensors import nvml_says
 from tests.workflow.test_workflow import SNAKEMAKE, workflow_copy
 
 NS = "sb-sshtest-b"
@@ -37,6 +38,7 @@ PORT = 2222
 
 pytestmark = [
     pytest.mark.slow,  # sshd in a namespace
+    pytest.mark.timeout(600),  # one runs the workflow over SSH
     needs_root(),
     pytest.mark.skipif(shutil.which("sshd") is None and not Path("/usr/sbin/sshd").exists(),
                        reason="openssh-server not installed (./bootstrap.sh installs it)"),
@@ -202,7 +204,9 @@ def test_a_cell_runs_with_its_worker_started_over_ssh(host_b, tmp_path):
     assert procs.is_alive(worker)
     # B's sensors were read over SSH (a failed read would say "unreadable: ...").
     assert not row["sensors_b"].startswith("unreadable"), row["sensors_b"]
-    assert "NVML" in row["sensors_b"]
+    # B is this machine: over SSH, NVML says there what it says here ("no NVML (...)" on
+    # a machine without it), after B's temperature sources.
+    assert row["sensors_b"].rsplit("; ", 1)[-1] == nvml_says()[0], row["sensors_b"]
     # B's CPU counters too, and what became of the measurement's own cgroup there (the
     # reader over SSH makes it; this sshd's namespace mounts no cgroup-v2 hierarchy, and
     # then the reading says so and has no own pressure).

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -30,6 +29,7 @@ VENV = str(ROOT / ".venv-vllm")
 
 pytestmark = [
     pytest.mark.slow,  # vLLM's two ranks across the lab's namespaces
+    pytest.mark.timeout(600),
     needs_root(),
     pytest.mark.skipif(not executable(VENV).exists(),
                        reason="vLLM not installed (./bootstrap.sh vllm; ./bootstrap.sh test "
@@ -55,6 +55,7 @@ def setup(tmp_path_factory):
     old = os.environ.get("SPLITBENCH_STATE")
     os.environ["SPLITBENCH_STATE"] = str(tmp / "state")
     shm_before = set(os.listdir("/dev/shm"))
+    procs.record_process = _record_sessions
     try:
         models.write_synthetic_hf(SHAPE, tmp / "m.hf")
         model = models.describe({"synthetic": SHAPE, "backend": "vllm"}, tmp / "m.hf")
@@ -63,6 +64,7 @@ def setup(tmp_path_factory):
         yield {"tmp": tmp, "model": model, "tools": tools}
     finally:
         procs.teardown()
+        procs.record_process = _record_process
         if old is None:
             os.environ.pop("SPLITBENCH_STATE", None)
         else:
@@ -71,11 +73,38 @@ def setup(tmp_path_factory):
     assert set(os.listdir("/dev/shm")) <= shm_before  # no /dev/shm file of ours is left
 
 
+# The sessions of every process this module started: each is started in a session of its
+# own (procs.spawn), and vLLM's engine and workers stay in their rank's, also once it
+# is gone.
+SESSIONS: set[int] = set()
+
+
 def ours_running(tmp: Path) -> list[str]:
-    """vLLM servers of this module's model, and any vLLM engine or worker, still running."""
-    out = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout
-    return [line for line in out.splitlines() if "<defunct>" not in line  # not running
-            and (("vllm serve" in line and str(tmp) in line) or "VLLM::" in line)]
+    """This module's vLLM processes still running, and no other test's or program's:
+    its servers (their command lines name its model) and the vLLM engines and workers
+    (VLLM::...) in the sessions it started."""
+    ours = []
+    for proc in Path("/proc").iterdir():
+        try:
+            stat = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+            args = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, IndexError):  # not a process, or one that has just ended
+            continue
+        if stat[0] == "Z":  # not running
+            continue
+        if ("vllm serve" in args and str(tmp) in args) or (
+                int(stat[3]) in SESSIONS and "vllm" in args.lower()):
+            ours.append(f"{proc.name} {args}")
+    return ours
+
+
+def _record_sessions(record: dict) -> dict:
+    if not record.get("remote"):
+        SESSIONS.add(record["pid"])  # its own session: the session id is its pid
+    return _record_process(record)
+
+
+_record_process = procs.record_process
 
 
 def launch(setup: dict, split: dict, link: str = "plain", **tools_override):

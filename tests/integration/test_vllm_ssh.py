@@ -26,6 +26,7 @@ ADDR_A, ADDR_B = "10.214.11.1", "10.214.11.2"
 
 pytestmark = [
     pytest.mark.slow,  # vLLM's two ranks, sshd
+    pytest.mark.timeout(600),
     needs_root(),
     pytest.mark.skipif(not (ROOT / ".venv-vllm/bin/vllm").exists(),
                        reason="vLLM not installed (./bootstrap.sh vllm)"),

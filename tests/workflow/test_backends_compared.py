@@ -46,6 +46,7 @@ def finished(tmp_path_factory):
 
 @needs_root()
 @pytest.mark.slow
+@pytest.mark.timeout(1200)
 @needs_vllm
 def test_one_shape_split_three_ways_is_measured_and_compared(finished):
     work = finished
@@ -91,6 +92,7 @@ def test_one_shape_split_three_ways_is_measured_and_compared(finished):
 
 @needs_root()
 @pytest.mark.slow
+@pytest.mark.timeout(1200)
 @needs_vllm
 def test_adding_a_vllm_model_plans_only_its_own_jobs(finished):
     work = finished

@@ -11,7 +11,7 @@ from tests.conftest import ROOT, needs_root
 from tests.workflow.test_slurm import assert_pairs_took_turns, our_namespaces
 from tests.workflow.test_workflow import SNAKEMAKE, workflow_copy
 
-pytestmark = [pytest.mark.slow, needs_root()]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600), needs_root()]
 
 
 def test_pairs_run_side_by_side_and_each_pairs_jobs_one_at_a_time(tmp_path):

@@ -12,7 +12,6 @@ import pytest
 
 from splitbench import models
 from tests.conftest import needs_root
-from tests.integration.test_cells_real import running
 from tests.workflow.test_workflow import (
     procs_left,
     snakemake,
@@ -30,6 +29,7 @@ def per_link(verdict: str) -> dict[str, str]:
 
 @needs_root()
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_a_real_model_from_pypi_beside_a_synthetic_one(tmp_path):
     work = workflow_copy(tmp_path)
     run = snakemake(work, "all", "--configfile", "config/examples/real-model.yaml",
@@ -96,6 +96,7 @@ def test_a_real_model_from_pypi_beside_a_synthetic_one(tmp_path):
 
 @needs_root()
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_a_model_that_dies_loading_is_a_result_and_the_rest_is_reported(tmp_path):
     cut = tmp_path / "cut.gguf"
     models.write_synthetic(tiny()["models"]["tiny"]["synthetic"], cut)
@@ -106,7 +107,6 @@ def test_a_model_that_dies_loading_is_a_result_and_the_rest_is_reported(tmp_path
     config["contexts"] = {"short": 32}
     config["concurrency"] = [1]
     work = workflow_copy(tmp_path, config)
-    workers_before = set(running("ggml-rpc-server"))
     run = snakemake(work, "all", timeout=1800)
     results = work / "results"
 
@@ -132,6 +132,6 @@ def test_a_model_that_dies_loading_is_a_result_and_the_rest_is_reported(tmp_path
     assert requests["error_text"].str.match(
         r"the block's launch failed: llama-server (?:exited with code \d+|killed by "
         r"SIG\w+) during start-up").all()
-    # Nothing of the failed launches is left running.
+    # Nothing of the failed launches is left running (this run's own: started in its
+    # workflow copy, not another test's servers on the machine).
     assert not {"llama-server", "ggml-rpc-server"} & set(procs_left(work))
-    assert set(running("ggml-rpc-server")) <= workers_before

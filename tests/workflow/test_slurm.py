@@ -26,7 +26,7 @@ from tests.workflow.test_workflow import SNAKEMAKE, workflow_copy
 
 PAIRS = ("north", "south")
 
-pytestmark = [pytest.mark.slow, pytest.mark.root]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600), pytest.mark.root]
 
 
 @pytest.fixture(scope="module")

@@ -110,6 +110,7 @@ def finished(tmp_path_factory):
 
 @needs_root()
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_end_to_end_on_the_embedded_lab(finished):
     work, config = finished
 
@@ -234,6 +235,7 @@ def test_end_to_end_on_the_embedded_lab(finished):
 
 @needs_root()
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_the_run_answers_first(finished):
     """The findings: what the slow link costs each model, in a sentence with its ±, in
     results/findings.md and at the end of the run's output; `whatif --like slow` predicts
@@ -263,6 +265,7 @@ def test_the_run_answers_first(finished):
 
 @needs_root()
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_every_figure_is_what_its_definition_gives(finished):
     """Each published figure recomputed from the raw rows (token arrivals, send times),
     and held to what the server's own timings make physically necessary."""
@@ -333,6 +336,7 @@ def undeclared(work: Path, *args: str) -> list[str]:
 
 @needs_root()
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_every_file_a_run_writes_is_declared(finished):
     work, _ = finished
     assert (work / "results/tables/drift.csv").exists()
@@ -340,9 +344,24 @@ def test_every_file_a_run_writes_is_declared(finished):
 
 
 def procs_left(work: Path) -> list[str]:
-    """Names of processes still recorded or still running from this workflow copy."""
-    out = subprocess.run(["ps", "-eo", "comm=,args="], capture_output=True, text=True).stdout
-    return [line.split()[0] for line in out.splitlines() if str(work) in line]
+    """Names of processes still running from this workflow copy, and no other: those
+    whose command line names a path in it, and those started in it (a job starts its
+    servers in the copy, and ggml-rpc-server's command line names no path). Another
+    test's or program's servers on the machine are not this run's."""
+    work = Path(os.path.realpath(work))
+    left = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            args = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            cwd = Path(os.readlink(proc / "cwd"))  # gone for a zombie: not running
+            name = (proc / "comm").read_text().strip()
+        except OSError:
+            continue
+        if str(work) in args or cwd == work or work in cwd.parents:
+            left.append(name)
+    return left
 
 
 # Re-running part of a matrix: plans read from dry-runs of the finished tiny run.
@@ -377,6 +396,7 @@ def cells_in(jobs: dict[str, list[str]]) -> set[str]:
 
 @needs_root()
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_re_verifying_a_link_re_measures_nothing(finished):
     """A link's result is an `ancient` input of its launches and cells: verifying it again
     re-builds the tables from the new figures and measures nothing."""
@@ -389,6 +409,7 @@ def test_re_verifying_a_link_re_measures_nothing(finished):
 
 @needs_root()
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_the_round_trip_sweep_runs_through_the_workflow(finished):
     """The sweep's rules for real: links at two added delays, a launch at each, the fit
     and its table, and nothing left running."""
@@ -419,6 +440,7 @@ def test_the_round_trip_sweep_runs_through_the_workflow(finished):
 
 @needs_root()
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_adding_a_model_plans_only_its_cells(finished):
     work, config = finished
     grown = yaml.safe_load(yaml.safe_dump(config, sort_keys=False))
@@ -433,6 +455,7 @@ def test_adding_a_model_plans_only_its_cells(finished):
 
 @needs_root()
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("grow", ["context", "concurrency"])
 def test_a_longer_context_or_more_concurrency_plans_new_cells_and_resized_launches(
         finished, grow):
@@ -454,6 +477,7 @@ def test_a_longer_context_or_more_concurrency_plans_new_cells_and_resized_launch
 
 @needs_root()
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_adding_a_link_plans_only_its_verification_launches_and_cells(finished):
     work, config = finished
     grown = yaml.safe_load(yaml.safe_dump(config, sort_keys=False))
@@ -467,6 +491,7 @@ def test_adding_a_link_plans_only_its_verification_launches_and_cells(finished):
 
 @needs_root()
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("change", [{"threads": 2}, {"server_args": ["--no-mmap"]},
                                     {"worker_args": ["-c"]}])
 def test_changing_one_models_settings_plans_only_its_cells(finished, change):
@@ -482,6 +507,7 @@ def test_changing_one_models_settings_plans_only_its_cells(finished, change):
 
 @needs_root()
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_editing_package_code_plans_nothing(finished):
     work, config = finished
     package = work / "splitbench"
@@ -498,6 +524,7 @@ def test_editing_package_code_plans_nothing(finished):
 
 @needs_root()
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_forcing_one_cell_or_a_pattern_plans_exactly_those(finished):
     work, config = finished
     one = "results/cells/t/slow/tiny/ctxmid_c2.parquet"
@@ -511,6 +538,7 @@ def test_forcing_one_cell_or_a_pattern_plans_exactly_those(finished):
 
 @needs_root()
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_drift_apply_remeasures_exactly_the_flagged_cells_and_archives_them(finished):
     work, config = finished
     flagged = [("t", "plain", "tiny", "short", 2), ("t", "slow", "tiny2", "mid", 1)]
@@ -546,6 +574,7 @@ def test_drift_apply_remeasures_exactly_the_flagged_cells_and_archives_them(fini
 
 @needs_root()
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_a_killed_run_resumes_with_only_the_interrupted_cell(finished):
     work, config = finished
     target = "results/cells/t/slow/tiny/ctxmid_c2.parquet"
@@ -602,6 +631,7 @@ def _namespaces() -> str:
 
 @needs_root()
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("failing, other", [("slow", "plain"), ("plain", "slow")],
                          ids=["a-link", "the-baseline"])
 def test_a_link_that_fails_verification_is_a_result_not_a_lost_report(tmp_path,
@@ -650,6 +680,7 @@ def test_a_link_that_fails_verification_is_a_result_not_a_lost_report(tmp_path,
 
 @needs_root()
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_a_pair_whose_host_b_cannot_be_reached_is_a_result_not_a_lost_report(tmp_path):
     """An SSH pair whose host B does not answer (nothing listens at its SSH port): its
     toolchain and its link are rows that say why, its blocks are not launched, its cells
