@@ -73,10 +73,12 @@ python_env() {
         say "creating $VENV with $PYTHON"
         "$PYTHON" -m venv "$VENV"
     fi
-    if [ ! -f "$VENV/.installed" ] || [ pyproject.toml -nt "$VENV/.installed" ]; then
+    if [ ! -f "$VENV/.installed" ] || [ pyproject.toml -nt "$VENV/.installed" ] \
+            || [ envs/constraints.txt -nt "$VENV/.installed" ]; then
         say "installing splitbench and its Python dependencies"
         "$VENV/bin/pip" install -q --upgrade pip
-        "$VENV/bin/pip" install -q -e '.[dev]'
+        # The pinned versions (envs/constraints.txt), not whatever is newest today.
+        "$VENV/bin/pip" install -q -e '.[dev]' -c envs/constraints.txt
         touch "$VENV/.installed"
     fi
 }

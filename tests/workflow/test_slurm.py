@@ -14,6 +14,8 @@ import re
 import signal
 import subprocess
 import time
+import tomllib
+from importlib import metadata
 from pathlib import Path
 
 import pandas as pd
@@ -130,6 +132,18 @@ def our_namespaces() -> list[str]:
     listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     return [line.split()[0] for line in listed.splitlines()
             if line.split() and line.split()[0].startswith(tuple(f"sb-{p}-" for p in PAIRS))]
+
+
+def test_the_profile_runs_with_the_plugin_versions_it_relies_on():
+    """profiles/slurm's `mpi: 0` runs each job in its batch step because the jobstep
+    plugin looks for an `mpi` resource: the versions installed are the ones pinned."""
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]["slurm"]
+    pinned = dict(requirement.split("==") for requirement in extra)
+    assert set(pinned) == {"snakemake-executor-plugin-slurm",
+                           "snakemake-executor-plugin-slurm-jobstep"}
+    for name, version in pinned.items():
+        assert metadata.version(name) == version, name
 
 
 def test_two_pairs_run_side_by_side_one_job_at_a_time_each_on_its_node(cluster, tmp_path):
