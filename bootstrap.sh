@@ -134,6 +134,6 @@ case "${1:-setup}" in
         "$VENV/bin/ruff" check .
         "$VENV/bin/snakefmt" --check Snakefile rules/
         "$VENV/bin/snakemake" --lint
-        exec "$VENV/bin/python" -m pytest -v -rs ;;
+        exec "$VENV/bin/python" -m pytest -v -rs --durations=15 ;;
     *) echo "usage: $0 [setup|run|test|vllm]" >&2; exit 2 ;;
 esac
