@@ -92,8 +92,10 @@ def ours_running(tmp: Path) -> list[str]:
             continue
         if stat[0] == "Z":  # not running
             continue
+        # The module's directory is named vllm0: a link relay started from it is not vLLM.
+        own_args = args.replace(str(tmp), "<tmp>").lower()
         if ("vllm serve" in args and str(tmp) in args) or (
-                int(stat[3]) in SESSIONS and "vllm" in args.lower()):
+                int(stat[3]) in SESSIONS and "vllm" in own_args):
             ours.append(f"{proc.name} {args}")
     return ours
 
