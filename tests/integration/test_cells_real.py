@@ -286,6 +286,20 @@ def test_beside_two_busy_loops_the_harness_still_agrees_and_the_cell_is_flagged(
     assert "other processes used" in verdict["interference"].iloc[0]
 
 
+@needs_root()
+@pytest.mark.slow
+def test_a_quiet_cell_is_not_flagged(bench):
+    """The other side of the busy-loop test: the same cell with nothing beside it. The
+    measurement's own processes (server, worker, client) are not counted as other
+    work, so the flag stays off and the check that the busy cell is flagged binds."""
+    frame = bench(prompt_tokens=64, n_predict=48, name="quiet", single_stream_requests=3)
+    assert (frame["status"] == "ok").all(), frame[["status", "error_text"]]
+    assert frame["foreign_cpu_a_cores"].iloc[0] < 0.2, frame["foreign_cpu_a_cores"]
+    verdict = interference.flag(frame.iloc[:1], {})
+    assert verdict["interference_checked"].iloc[0]
+    assert pd.isna(verdict["interference"].iloc[0]), verdict["interference"].iloc[0]
+
+
 def running(name: str, args: str = "") -> list[int]:
     """Process ids of running processes whose command name is `name` (and, with `args`,
     whose command line has `name args`)."""

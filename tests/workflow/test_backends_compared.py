@@ -1,7 +1,8 @@
-"""The documented backends config through the whole workflow: one model shape by
-llama.cpp RPC, vLLM TP=2 and vLLM PP=2 over an unshaped and a shaped link, compared in
-the report; a missing vLLM stops the run before anything starts; adding a vLLM model
-plans nothing else."""
+"""The documented backends config through the whole workflow, on a short matrix: one
+model shape by llama.cpp RPC and by vLLM TP=2 over the unshaped link, compared in the
+report (one vLLM start; vLLM PP=2 and the shaped link are covered by
+tests/integration/test_vllm.py); a missing vLLM stops the run before anything starts;
+adding a vLLM model plans nothing else."""
 
 from __future__ import annotations
 
@@ -31,6 +32,17 @@ def test_a_vllm_model_without_vllm_stops_before_anything_starts(tmp_path):
     assert not (work / "results").exists() and not (work / ".splitbench").exists()
 
 
+def short_matrix() -> dict:
+    """The example's first two splits on its unshaped link at its short context: every
+    vLLM start costs 40-100 s on 2 cores, and this needs one (the launch, which the
+    model's drift anchors share on the baseline link)."""
+    config = yaml.safe_load((ROOT / EXAMPLE[1]).read_text())
+    config["models"] = {name: config["models"][name] for name in ("rpc", "tp")}
+    config["pairs"]["lab"]["links"] = {"plain": {}}
+    config["contexts"] = {"short": config["contexts"]["short"]}
+    return config
+
+
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
     if os.geteuid() != 0:
@@ -39,6 +51,7 @@ def finished(tmp_path_factory):
         pytest.skip("vLLM not installed (./bootstrap.sh vllm)")
     work = workflow_copy(tmp_path_factory.mktemp("backends"))
     (work / ".venv-vllm").symlink_to(VENV)
+    (work / EXAMPLE[1]).write_text(yaml.safe_dump(short_matrix(), sort_keys=False))
     run = snakemake(work, "all", *EXAMPLE, timeout=3600)
     assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
     return work
@@ -48,32 +61,25 @@ def finished(tmp_path_factory):
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
 @needs_vllm
-def test_one_shape_split_three_ways_is_measured_and_compared(finished):
+def test_one_shape_split_by_llama_cpp_and_vllm_is_measured_and_compared(finished):
     work = finished
     summary = pd.read_parquet(work / "results/summary/cells.parquet")
-    assert len(summary) == 3 * 2 * 2 * 2  # models x links x contexts x levels
+    assert len(summary) == 2 * 1 * 1 * 2  # models x links x contexts x levels
     assert (summary["status"] == "ok").all(), summary[["link", "model", "ctx", "status"]]
-    assert dict(summary.groupby("model")["split"].first()) == {"rpc": "rpc", "tp": "tp2",
-                                                              "pp": "pp2"}
-    assert summary["model_shape"].nunique() == 1  # one shape, three splits
-    one = summary[summary["conc"] == 1].set_index(["model", "link", "ctx"]).sort_index()
+    assert dict(summary.groupby("model")["split"].first()) == {"rpc": "rpc", "tp": "tp2"}
+    assert summary["model_shape"].nunique() == 1  # one shape, two splits
+    one = summary[summary["conc"] == 1].set_index("model")
     # The bytes a decoded token moves, from the kernel's counters: llama.cpp sends the
     # logits back (1,024 x 4 B and 8 of protocol), within one token's share of the 31
     # decoded (the next token's logits can cross before the first token's read ends);
-    # tensor parallel moves every layer's activations both ways, pipeline parallel one
-    # hidden state forward.
+    # tensor parallel moves every layer's activations both ways.
     rpc = one.loc["rpc", "rpc_bytes_per_token_b_to_a"]
-    assert rpc.between(4104 * 30 / 31 - 1, 4104 * 32 / 31 + 1).all(), rpc
-    assert (one.loc["tp", "rpc_bytes_per_token_a_to_b"] > 1000).all()
-    assert (one.loc["tp", "rpc_bytes_per_token_b_to_a"] > 1000).all()
-    assert (one.loc["pp", "rpc_bytes_per_token_a_to_b"] > 128 * 2).all()
-    # The shaped link costs vLLM's 512-token prefill its activations' wire time: the
-    # time to first token grows on it, or the cells say they were measured under load.
-    for model in ("tp", "pp"):
-        plain, narrow = one.loc[(model, "plain", "mid")], one.loc[(model, "narrow", "mid")]
-        flagged = pd.notna(plain["interference"]) or pd.notna(narrow["interference"])
-        assert narrow["ttft_ms"] > plain["ttft_ms"] or flagged, (model, plain["ttft_ms"],
-                                                                 narrow["ttft_ms"])
+    assert 4104 * 30 / 31 - 1 <= rpc <= 4104 * 32 / 31 + 1, rpc
+    assert one.loc["tp", "rpc_bytes_per_token_a_to_b"] > 1000
+    assert one.loc["tp", "rpc_bytes_per_token_b_to_a"] > 1000
+    # On a quiet machine no cell is flagged: vLLM's API server, engine and workers are
+    # the measurement's own work, not interference (they once flagged every TP cell).
+    assert summary["interference"].isna().all(), summary[["model", "conc", "interference"]]
     # Every vLLM request's decode agrees with vLLM's own mean inter-token latency.
     for path in (work / "results/cells/lab").rglob("*.requests.parquet"):
         requests = pd.read_parquet(path)
@@ -82,10 +88,10 @@ def test_one_shape_split_three_ways_is_measured_and_compared(finished):
             tuple(requests[["link", "model", "ctx", "conc"]].iloc[0]), "interference"]
         assert gap.abs().max() < 0.05 or pd.notna(flagged), (path, gap.tolist())
     table = (work / "results/tables/backends.md").read_text()
-    for split in ("llama.cpp RPC", "vLLM TP=2", "vLLM PP=2"):
-        assert table.count(f"| {split} |") == 8, split  # every link, context and level
+    for split in ("llama.cpp RPC", "vLLM TP=2"):
+        assert table.count(f"| {split} |") == 2, split  # each level
     report = (work / "results/report.html").read_text()
-    assert "Backends side by side" in report and "vLLM PP=2" in report
+    assert "Backends side by side" in report and "vLLM TP=2" in report
     assert (work / "results/charts/backends.png").stat().st_size > 10_000
     assert not procs_left(work)
 

@@ -236,6 +236,21 @@ def test_end_to_end_on_the_embedded_lab(finished):
 @needs_root()
 @pytest.mark.slow
 @pytest.mark.timeout(600)
+def test_a_quiet_run_flags_none_of_its_cells(finished):
+    """The checks above that accept a flagged cell bind only if a quiet run's cells are
+    not flagged: the run's own servers, workers, relays and client are its own work, not
+    interference. (Run the suite on an otherwise idle machine: beside other work this
+    fails, naming what the cells were measured beside.)"""
+    work, _ = finished
+    summary = pd.read_parquet(work / "results/summary/cells.parquet")
+    assert summary["interference_checked"].all(), summary["interference_missing"].tolist()
+    flagged = summary[summary["interference"].notna()]
+    assert flagged.empty, flagged[["link", "model", "ctx", "conc", "interference"]]
+
+
+@needs_root()
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_the_run_answers_first(finished):
     """The findings: what the slow link costs each model, in a sentence with its ±, in
     results/findings.md and at the end of the run's output; `whatif --like slow` predicts
