@@ -91,33 +91,55 @@ def save(record: dict[str, Any], pair: str, slot: str) -> Server:
 
 def stop(pair: str, slot: str = "") -> None:
     """Stop the pair's launch in `slot`: its processes in their recorded order (the
-    front end before its workers), then what it left behind (`cleanup`: per host, paths
-    to remove)."""
+    front end before its workers), then what it left behind (`cleanup`: per host, the
+    paths it made and the shared-memory files its own processes mapped)."""
     server = current(pair, slot)
     if server is None:
         return
+    cleanup = server.record.get("cleanup", [])
+    for leftover in cleanup:  # what they map now, before they go
+        leftover["shm"] = sorted({*leftover.get("shm", []), *shm_of(leftover)})
     for key in server.record["proc_keys"]:
         procs.stop(key)
-    for leftover in server.record.get("cleanup", []):
+    for leftover in cleanup:
         remove_leftovers(leftover)
     record_path(pair, slot).unlink(missing_ok=True)
 
 
+# The /dev/shm files mapped by the processes of one session on a host (a rank and the
+# engine and workers it started), one a line: the last field of a /proc/<pid>/maps line
+# that is a file directly under /dev/shm; a file already removed says "(deleted)".
+_SHM_MAPPED = ('for pid in $(ps -o pid= -s "$1"); do cat "/proc/$pid/maps"; done '
+               "2>/dev/null | sed -n 's|^[^/]*\\(/dev/shm/[^/]*\\)$|\\1|p' "
+               "| grep -v ' (deleted)$' | sort -u")
+
+
+def shm_of(leftover: dict[str, Any]) -> list[str]:
+    """The shared-memory files the leftover's session (`session`: the pid of the rank
+    that leads it) maps on its host now. Only these are ever removed: a name another
+    program, or another user, put in /dev/shm is not splitbench's to delete."""
+    session = leftover.get("session")
+    if not session:
+        return []
+    host = Host(**leftover["host"])
+    listed = host.run(["sh", "-c", _SHM_MAPPED, "sh", str(session)], check=False).stdout
+    return [line for line in listed.splitlines() if line.startswith("/dev/shm/")]
+
+
+# Removes each argument that is still a regular file (not a link) owned by this user.
+_REMOVE_OWN_FILES = ('for f in "$@"; do [ -f "$f" ] && [ ! -L "$f" ] && [ -O "$f" ] '
+                     '&& rm -f -- "$f"; done; true')
+
+
 def remove_leftovers(leftover: dict[str, Any]) -> None:
     """Remove a stopped launch's files on one host (its `host` record: local, namespace
-    or SSH): `paths` (files and directories), and what matches `patterns` now but did
-    not before the launch (`before`: another program's files are not ours)."""
+    or SSH): `paths`, the directories it made for itself, and `shm`, the shared-memory
+    files its own processes were seen mapping (regular files of this user only). Every
+    path goes to the host as one argument: no name is split or expanded."""
     host = Host(**leftover["host"])
     paths = [str(p) for p in leftover.get("paths", [])]
-    if leftover.get("patterns"):
-        before = set(leftover.get("before", []))
-        paths += [p for p in matching(host, leftover["patterns"]) if p not in before]
     if paths:
         host.run(["rm", "-rf", "--", *paths], check=False)
-
-
-def matching(host: Host, patterns: list[str]) -> list[str]:
-    """The paths on `host` that match shell patterns (each expanded by the host's shell)."""
-    listed = host.run(["sh", "-c", 'for p in "$@"; do ls -1d -- $p 2>/dev/null; done',
-                       "sh", *patterns], check=False).stdout
-    return listed.split()
+    shm = [str(p) for p in leftover.get("shm", []) if str(p).startswith("/dev/shm/")]
+    if shm:
+        host.run(["sh", "-c", _REMOVE_OWN_FILES, "sh", *shm], check=False)

@@ -49,9 +49,11 @@ config = {"pairs": {"sv": {"mode": "ssh", "hosts": spec["hosts"], "links": {}}},
                            "vllm": {"tensor_parallel": 2, "launch_timeout_s": 300}}},
           "contexts": {"short": 32}, "concurrency": [1], "cell": {"n_predict": 32},
           "measurement_version": 1}
-result = {}
+result, link = {}, None
 try:
     link = real.ensure(spec)
+    # Another program's file on B with a vLLM-like name (and a space): never removed.
+    link.host_b.run(["sh", "-c", 'echo x > "/dev/shm/psm_other results"'])
     tools = toolchain.record("sv", spec["hosts"], venv, Path(out) / "tools.json")
     result["tools"] = tools["status"]
     models.write_synthetic_hf(shape, Path(out) / "m.hf")
@@ -73,6 +75,8 @@ try:
 finally:
     launches.stop("sv")
     procs.teardown()
+if link is not None:
+    result["shm_left_b"] = link.host_b.run(["ls", "-A", "/dev/shm"]).stdout.splitlines()
 print("RESULT " + json.dumps(result))
 """
 
@@ -122,4 +126,9 @@ def test_vllm_runs_across_a_pair_over_ssh_and_leaves_nothing_on_b(two_namespaces
     scratch = [p for c in result["cleanup"] for p in c["paths"]]
     assert scratch and not any(subprocess.run(["test", "-e", p]).returncode == 0
                                for p in scratch), scratch
+    # B's /dev/shm: the files its rank's processes mapped were recorded and are gone;
+    # the other program's file is still there.
+    mapped_b = [p for c in result["cleanup"] if c["host"].get("ssh") for p in c["shm"]]
+    assert mapped_b, result["cleanup"]
+    assert result["shm_left_b"] == ["psm_other results"], (mapped_b, result["shm_left_b"])
     assert time.monotonic() - started < 600

@@ -36,8 +36,6 @@ from splitbench.links import real, verify
 from splitbench.links.link import Link
 
 MASTER_PORT = 29501
-# /dev/shm files vLLM creates (its shared-memory broadcast and semaphores).
-SHM_PATTERNS = ("/dev/shm/psm_*", "/dev/shm/sem.mp-*")
 
 
 class LaunchError(RuntimeError):
@@ -140,24 +138,26 @@ def _start(link: Link, settings: dict[str, Any], model_path: str, wanted: str,
     # it, leftovers and all.
     load_started = time.monotonic()
     for side, host, addr, ifname, key, args in ranks:
-        scratch = _scratch(host, launch_id, side)
+        scratch = _scratch(host)
         leftovers: dict[str, Any] = {"host": asdict(host), "paths": [scratch]}
-        if host.netns is None:
-            # A real host's /dev/shm: what vLLM adds there (after a kill it stays).
-            leftovers.update(patterns=list(SHM_PATTERNS),
-                             before=launches.matching(host, list(SHM_PATTERNS)))
         record["cleanup"].append(leftovers)
         argv = _private_shm(host, [toolchain[side]["vllm"]["executable"], "serve", *args])
         env = _environment(settings, host, addr, ifname, scratch)
         started.append(key)
-        host.spawn(argv, role=f"vllm-rank{0 if side == 'a' else 1}", key=key,
-                   log_path=logs / f"{launch_id}-vllm-{side}.log", env=env,
-                   extra={"pair": link.pair, "group": True})
+        rank = host.spawn(argv, role=f"vllm-rank{0 if side == 'a' else 1}", key=key,
+                          log_path=logs / f"{launch_id}-vllm-{side}.log", env=env,
+                          extra={"pair": link.pair, "group": True})
+        if host.netns is None:
+            # A real host's /dev/shm: the files the rank's session maps there (a killed
+            # rank leaves them), read once it is up and again at stop.
+            leftovers["session"] = rank["pid"]
         record["commands"][f"rank_{side}"] = argv
         record["environment"][f"rank_{side}"] = env
         launches.save(record, link.pair, slot)
     with link.host_a.entered():
         _wait_healthy(record, settings["launch_timeout_s"])
+        for leftovers in record["cleanup"]:
+            leftovers["shm"] = launches.shm_of(leftovers)
         record["load_s"] = round(time.monotonic() - load_started, 3)
         record["link_connections"] = _connections_over(link)
     return launches.save(record, link.pair, slot)
@@ -214,13 +214,12 @@ def _cache_root(host: Host) -> str:
     return str(procs.state_dir() / "vllm-cache" / host.name)
 
 
-def _scratch(host: Host, launch_id: str, side: str) -> str:
-    """The rank's temporary directory, made now. Short, under /tmp: vLLM binds its unix
-    sockets there, and a socket's path holds at most 107 characters (a workdir's state
-    directory can be deeper than that leaves room for)."""
-    path = f"/tmp/sb-vllm-{launch_id}-{side}"
-    host.run(["mkdir", "-p", path])
-    return path
+def _scratch(host: Host) -> str:
+    """The rank's temporary directory, made now, new and its user's own (mktemp: a name
+    no one could have made first). Short, under /tmp: vLLM binds its unix sockets there,
+    and a socket's path holds at most 107 characters (a workdir's state directory can be
+    deeper than that leaves room for)."""
+    return host.run(["mktemp", "-d", "/tmp/sb-vllm-XXXXXXXX"]).stdout.strip()
 
 
 # A command under this runs in a mount namespace of its own with a fresh /dev/shm, gone
