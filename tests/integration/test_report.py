@@ -336,8 +336,8 @@ def test_pairs_slice_keeps_where_the_hosts_are_and_nothing_else():
 CHROMIUM = next(filter(None, map(shutil.which, ("chromium", "chromium-browser",
                                                 "google-chrome"))), None)
 needs_chromium = pytest.mark.skipif(
-    CHROMIUM is None, reason="chromium not installed (./bootstrap.sh installs Debian's "
-                             "chromium when run as root)")
+    CHROMIUM is None, reason="chromium not installed (./bootstrap.sh test installs "
+                             "Debian's chromium when run as root)")
 
 
 class DevTools:

@@ -41,7 +41,7 @@ pytestmark = [
     pytest.mark.timeout(600),  # one runs the workflow over SSH
     needs_root(),
     pytest.mark.skipif(shutil.which("sshd") is None and not Path("/usr/sbin/sshd").exists(),
-                       reason="openssh-server not installed (./bootstrap.sh installs it)"),
+                       reason="openssh-server not installed (./bootstrap.sh test installs it)"),
 ]
 
 
