@@ -77,6 +77,8 @@ def start_time(pid: int) -> int | None:
 def is_alive(record: dict[str, Any]) -> bool:
     """Running, and the same process that was recorded (not a reused pid, not a zombie)."""
     pid = record["pid"]
+    if record.get("start_time") is None:  # which process it was cannot be told
+        return False
     if record.get("remote"):
         return remote_start_time(record["remote"], pid) == record["start_time"]
     return start_time(pid) == record["start_time"] and not _is_zombie(pid)
@@ -233,9 +235,25 @@ def _terminate(record: dict[str, Any], timeout: float) -> None:
 
 def _end_group(record: dict[str, Any]) -> None:
     """Whatever of a group's process is left once its leader has gone (a worker that
-    ignored its parent's end) is killed."""
-    if record.get("group"):
+    ignored its parent's end) is killed, while the group's number is still ours: Linux
+    gives no new process a pid that a group's members still use as their group id, so
+    once a process that is not the recorded leader holds that pid, the group of that
+    number is another program's (a reused pid), and is left alone."""
+    if record.get("group") and not _pid_reused(record):
         _signal(record, signal.SIGKILL)
+
+
+def _pid_reused(record: dict[str, Any]) -> bool:
+    """Another process than the recorded one holds the record's pid now (or the record
+    cannot tell which process it was)."""
+    if record.get("start_time") is None:
+        return True
+    pid = int(record["pid"])
+    if record.get("remote"):
+        now = remote_start_time(record["remote"], pid)
+    else:
+        now = None if _is_zombie(pid) else start_time(pid)
+    return now is not None and now != record["start_time"]
 
 
 def _reap(record: dict[str, Any], timeout: float = 5.0) -> None:

@@ -69,6 +69,50 @@ def test_a_reused_pid_is_not_killed(state_dir):
     assert not procs.is_alive(record)  # pid 1 exists but started at another time
 
 
+def test_a_group_whose_leaders_pid_was_reused_is_not_killed(state_dir):
+    """A group record whose pid another process holds now (another program's session:
+    its leader started at another time) is forgotten without a signal to that group; a
+    record that cannot tell which process it was is never alive."""
+    other = __import__("subprocess").Popen(["sleep", "30"], start_new_session=True)
+    try:
+        stale = {"pid": other.pid, "start_time": procs.start_time(other.pid) - 1,
+                 "role": "other", "key": "stale", "group": True}
+        procs.record_process(stale)
+        procs.stop("stale", timeout=0.5)
+        time.sleep(0.2)
+        assert other.poll() is None, "another program's group was killed"
+        assert procs.find("stale") is None
+        assert not procs.is_alive({**stale, "start_time": None})
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_a_group_whose_leader_has_gone_is_ended(state_dir):
+    """The leader exits, its worker stays in the group: stopping the record ends it."""
+    pid_file = state_dir / "worker.pid"
+    leader = LOCAL.spawn(["sh", "-c", 'sleep 30 & echo $! > "$0"; exit 0', str(pid_file)],
+                         role="other", key="leader", log_path=state_dir / "leader.log",
+                         extra={"group": True})
+    deadline = time.monotonic() + 5
+    while not pid_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    worker = int(pid_file.read_text())
+    assert os.getpgid(worker) == leader["pid"]
+    procs.stop("leader", timeout=1)
+    deadline = time.monotonic() + 5
+    while running(worker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not running(worker)
+
+
+def running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def test_reaper_tears_down_when_its_owner_dies(state_dir):
     owner = __import__("subprocess").Popen(["sleep", "30"])
     port = free_port()
