@@ -186,12 +186,15 @@ class Host:
         extra: dict[str, Any] | None,
     ) -> dict[str, Any]:
         """Start a detached process on the SSH host; record its remote pid and start time."""
-        log = f"/tmp/splitbench-{key}.log"
         assignments = [f"{k}={v}" for k, v in (env or {}).items()]
-        script = 'log=$1; shift; setsid "$@" > "$log" 2>&1 < /dev/null & echo $!'
-        command = ["sh", "-c", script, "sh", log, *(["env", *assignments] if env else []),
+        # Its log: a new file of the user's own (mktemp), not a fixed name in /tmp that
+        # another user could have made first.
+        script = ('log=$(mktemp "/tmp/splitbench-$1.XXXXXXXX") || exit 1; shift; '
+                  'setsid "$@" > "$log" 2>&1 < /dev/null & echo "$! $log"')
+        command = ["sh", "-c", script, "sh", key, *(["env", *assignments] if env else []),
                    *argv]
-        pid = int(self.run(command, timeout=30).stdout.split()[-1])
+        pid_text, log = self.run(command, timeout=30).stdout.splitlines()[-1].split(" ", 1)
+        pid = int(pid_text)
         remote = self.ssh_settings()
         record = {
             "pid": pid,

@@ -183,6 +183,7 @@ def _serve_args(settings: dict[str, Any], model_path: str, master_addr: str,
 
 def _environment(settings: dict[str, Any], host: Host, addr: str, ifname: str | None,
                  scratch: str) -> dict[str, str]:
+    cache = _cache_root(host)
     env = {
         # The address this rank advertises and binds, and the interface its collective
         # traffic (gloo) uses: the link's, never what the hostname resolves to.
@@ -197,9 +198,9 @@ def _environment(settings: dict[str, Any], host: Host, addr: str, ifname: str | 
         # Its temporary sockets in the launch's scratch directory (removed at stop); its
         # compile cache kept per host across launches (tens of seconds per start).
         "TMPDIR": scratch,
-        "VLLM_CACHE_ROOT": f"{_cache_root(host)}/vllm",
-        "TORCHINDUCTOR_CACHE_DIR": f"{_cache_root(host)}/inductor",
-        "XDG_CACHE_HOME": f"{_cache_root(host)}/xdg",
+        "VLLM_CACHE_ROOT": f"{cache}/vllm",
+        "TORCHINDUCTOR_CACHE_DIR": f"{cache}/inductor",
+        "XDG_CACHE_HOME": f"{cache}/xdg",
     }
     if ifname:
         # gloo's (the CPU build's collectives) and NCCL's (GPUs') interface: the link's.
@@ -208,9 +209,16 @@ def _environment(settings: dict[str, Any], host: Host, addr: str, ifname: str | 
     return env
 
 
+# The compile cache on an SSH host: in its user's home, only theirs. (A fixed /tmp path
+# could be made first by another user, who would then plant the compiled code the
+# ranks load.)
+_REMOTE_CACHE = ('d="$HOME/.cache/splitbench/vllm"; '
+                 'mkdir -p "$d" && chmod 700 "$d" && printf %s "$d"')
+
+
 def _cache_root(host: Host) -> str:
     if host.remote:
-        return "/tmp/splitbench-vllm-cache"
+        return host.run(["sh", "-c", _REMOTE_CACHE]).stdout.strip()
     return str(procs.state_dir() / "vllm-cache" / host.name)
 
 
