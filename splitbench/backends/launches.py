@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from splitbench.infra import procs
+from splitbench.infra import files, procs
 from splitbench.infra.hosts import Host
 
 HTTP_PORT = 8080
@@ -41,9 +41,11 @@ class Server:
 
 def healthy(url: str) -> bool:
     """The launch's HTTP server answers /health with 200 (both backends' servers do once
-    the model is loaded)."""
+    the model is loaded). Straight to the server: an HTTP(S)_PROXY in the environment
+    is not for the pair's own addresses (trust_env=False here and in every call to a
+    launch's server)."""
     try:
-        return httpx.get(f"{url}/health", timeout=5).status_code == 200
+        return httpx.get(f"{url}/health", timeout=5, trust_env=False).status_code == 200
     except httpx.HTTPError:
         return False
 
@@ -75,17 +77,14 @@ def record_path(pair: str, slot: str = "") -> Path:
 
 
 def current(pair: str, slot: str = "") -> Server | None:
-    path = record_path(pair, slot)
-    if not path.exists():
+    record = files.read_json(record_path(pair, slot))
+    if record is None:
         return None
-    record = json.loads(path.read_text())
     return Server(record["url"], record["launch_id"], record["fingerprint"], record)
 
 
 def save(record: dict[str, Any], pair: str, slot: str) -> Server:
-    path = record_path(pair, slot)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=1))
+    files.write_json(record_path(pair, slot), record)
     return Server(record["url"], record["launch_id"], record["fingerprint"], record)
 
 

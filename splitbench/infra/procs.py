@@ -29,6 +29,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from splitbench.infra import files
 from splitbench.stage import Stage
 
 # Stop order: the HTTP front end before the RPC worker it talks to (a worker that
@@ -187,9 +188,7 @@ def job(stage: str) -> Iterator[None]:
 
 
 def _write(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    tmp.replace(path)
+    files.write_json(path, data)
 
 
 def find(key: str) -> dict[str, Any] | None:

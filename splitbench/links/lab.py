@@ -10,12 +10,11 @@ state directory and removed by `procs.teardown()` at the end of the run.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import subprocess
 from typing import Any
 
-from splitbench.infra import procs
+from splitbench.infra import files, procs
 from splitbench.infra.hosts import Host, HostError
 from splitbench.links import relay
 from splitbench.links.link import (
@@ -39,15 +38,15 @@ def ensure_link(spec: dict[str, Any]) -> Link:
     key = f"{spec['pair']}__{spec['link']}"
     record_path = procs.state_dir() / "links" / f"{key}.json"
     with procs.locked("lab"):
-        if record_path.exists():
-            link = Link.from_json(json.loads(record_path.read_text()))
+        known = files.read_json(record_path)
+        if known is not None:
+            link = Link.from_json(known)
             if _still_there(link):
                 return link
         link = _build_netns(spec) if is_root() else _build_loopback(spec)
         if link.emulation["delay"] == "relay":
             _start_relay(link, spec.get("delay_ms", 0.0), key)
-        record_path.parent.mkdir(parents=True, exist_ok=True)
-        record_path.write_text(json.dumps(link.to_json(), indent=1))
+        files.write_json(record_path, link.to_json())
         return link
 
 

@@ -12,7 +12,7 @@ import ipaddress
 import json
 from typing import Any
 
-from splitbench.infra import procs
+from splitbench.infra import files, procs
 from splitbench.infra.hosts import Host, HostError, host_from_spec
 from splitbench.links import lab
 from splitbench.links.link import Link
@@ -29,11 +29,11 @@ def ensure(spec: dict[str, Any]) -> Link:
     key = f"{spec['pair']}__{spec['link']}"
     record_path = procs.state_dir() / "links" / f"{key}.json"
     with procs.locked("lab"):
-        if record_path.exists():
-            return Link.from_json(json.loads(record_path.read_text()))
+        known = files.read_json(record_path)
+        if known is not None:
+            return Link.from_json(known)
         link = _set_up(spec)
-        record_path.parent.mkdir(parents=True, exist_ok=True)
-        record_path.write_text(json.dumps(link.to_json(), indent=1))
+        files.write_json(record_path, link.to_json())
         return link
 
 

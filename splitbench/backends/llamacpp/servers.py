@@ -215,7 +215,7 @@ def _warm_up(url: str) -> None:
     """The first request after a launch pays extra round trips: send one and discard it."""
     body = {"prompt": [3, 4, 5, 6, 7, 8, 9, 10], "n_predict": 4, "cache_prompt": False,
             "ignore_eos": True, "temperature": 0}
-    httpx.post(f"{url}/completion", json=body, timeout=120).raise_for_status()
+    httpx.post(f"{url}/completion", json=body, timeout=120, trust_env=False).raise_for_status()
 
 
 def memory_mib(host: Host, pid: int) -> dict[str, float | None]:

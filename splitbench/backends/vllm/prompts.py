@@ -13,6 +13,7 @@ def token_pool(url: str) -> list[int]:
     """Token ids the served model produces for ordinary text (valid for any vocabulary)."""
     reply = httpx.post(f"{url}/tokenize", json={"model": SERVED_NAME,
                                                 "prompt": FILLER_TEXT * 4,
-                                                "add_special_tokens": False}, timeout=30)
+                                                "add_special_tokens": False}, timeout=30,
+                       trust_env=False)
     reply.raise_for_status()
     return checked_pool(reply.json()["tokens"], url)
