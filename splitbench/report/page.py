@@ -153,11 +153,22 @@ def _frame_html(frame: pd.DataFrame) -> str:
 
 def _markdown(text: str) -> str:
     """Markdown (CommonMark and tables, raw HTML escaped) as HTML, each table in its own
-    scrolling box and its long cells wrapping."""
-    body = MarkdownIt("commonmark", {"html": False}).enable("table").render(text)
+    scrolling box and its long cells wrapping. Tables carry text from outside (a server's
+    error, a host's reply), so the page makes no image and no link that leaves it: an
+    image's syntax stays text, a link only goes to a place on the page or beside it."""
+    parser = MarkdownIt("commonmark", {"html": False}).enable("table").disable("image")
+    parser.validateLink = _link_stays_here
+    body = parser.render(text)
     body = body.replace("<table>", '<div class="table-wrap"><table>').replace(
         "</table>", "</table></div>")
     return _wrap_long_cells(body)
+
+
+def _link_stays_here(url: str) -> bool:
+    """A link to an anchor on the page or a path beside it: no scheme (http:, data:,
+    javascript:), no host (//...)."""
+    url = url.strip()
+    return not url.startswith("//") and re.match(r"[a-zA-Z][a-zA-Z0-9+.-]*:", url) is None
 
 
 # --- tables ---------------------------------------------------------------------------

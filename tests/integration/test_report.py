@@ -686,3 +686,16 @@ def test_checks_that_did_not_run_are_failures_in_the_run_block(tmp_path):
     assert ("failed", "3 cell(s) not checked for drift") in lines
     html = page._checks_html(lines)
     assert html.count('class="check-failed"') == 3
+
+
+def test_text_from_outside_makes_no_image_and_no_link_off_the_page():
+    """An error text with Markdown's image or link syntax (a server's reply, a host's
+    message) stays text on the page: nothing loads from, or points to, elsewhere."""
+    text = ("| cell | error |\n|---|---|\n| a | ![x](http://192.0.2.1/x.png) "
+            "[y](https://192.0.2.1/) [z](javascript:alert(1)) [w](//192.0.2.1/w) |\n\n"
+            "[the links table](#table-links)")
+    body = page._markdown(text)
+    assert "<img" not in body and "192.0.2.1\"" not in body and "javascript:" not in \
+        body.split("href=")[-1].split(">")[0]
+    assert body.count("<a ") == 1 and 'href="#table-links"' in body
+    assert "![x](http://192.0.2.1/x.png)" in body  # shown as the text it was
