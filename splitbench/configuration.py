@@ -387,6 +387,27 @@ def _defaults(section: type[Section], exclude: tuple[str, ...]) -> dict[str, Any
 # ---------------------------------------------------------------- cross-key checks
 
 
+# A synthetic model is generated in memory (float32, then float16) before it is
+# written: one larger than this would take the machine's memory, not test a link.
+SYNTHETIC_MAX_BYTES = 4 << 30
+
+
+def synthetic_bytes(spec: dict[str, Any]) -> int:
+    """The float16 weights of a `synthetic` block, in bytes."""
+    embd, ff, n_layer = spec["n_embd"], spec["n_ff"], spec["n_layer"]
+    kv_dim = embd // spec["n_head"] * spec.get("n_head_kv", spec["n_head"])
+    per_block = 2 * embd * embd + 2 * kv_dim * embd + 3 * ff * embd + 2 * embd
+    return 2 * (2 * spec["n_vocab"] * embd + n_layer * per_block + embd)
+
+
+def _check_synthetic_size(where: str, spec: dict[str, Any]) -> None:
+    size = synthetic_bytes(spec)
+    if size > SYNTHETIC_MAX_BYTES:
+        raise ConfigError(where, f"{size / 2**30:.1f} GiB of weights; a synthetic model is "
+                          f"made in memory and may hold at most "
+                          f"{SYNTHETIC_MAX_BYTES / 2**30:.0f} GiB (use a real GGUF, path:)")
+
+
 def check(config: dict[str, Any]) -> None:
     """Cross-key checks the JSON schema cannot express (run after it). Raises
     ConfigError naming the key."""
@@ -422,6 +443,8 @@ def check(config: dict[str, Any]) -> None:
         if len(given) != 1:
             raise ConfigError(f"models.{name}", "give exactly one of synthetic, path or "
                               f"source (given: {', '.join(given) or 'none'})")
+        if model.get("synthetic"):
+            _check_synthetic_size(f"models.{name}.synthetic", model["synthetic"])
         vllm = model.get("backend", "llamacpp") == "vllm"
         if vllm:
             _check_vllm_model(config, name, model)

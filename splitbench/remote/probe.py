@@ -21,6 +21,9 @@ import time
 from pathlib import Path
 
 HEADER = struct.Struct("!I")
+# The largest message echoed (the config's largest request-response size): a longer
+# length from a client ends its connection instead of making the server allocate it.
+MAX_MESSAGE = 1 << 20
 
 
 def _recv_exact(sock: socket.socket, n: int, buf: bytearray) -> None:
@@ -36,14 +39,14 @@ def _recv_exact(sock: socket.socket, n: int, buf: bytearray) -> None:
 
 def _echo(conn: socket.socket) -> None:
     buf = bytearray(HEADER.size)
-    payload = bytearray(1 << 20)
+    payload = bytearray(MAX_MESSAGE)
     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     try:
         while True:
             _recv_exact(conn, HEADER.size, buf)
             (size,) = HEADER.unpack(buf)
-            if size > len(payload):
-                payload = bytearray(size)
+            if size > MAX_MESSAGE:
+                raise ConnectionError(f"message of {size} bytes (at most {MAX_MESSAGE})")
             _recv_exact(conn, size, payload)
             conn.sendall(memoryview(payload)[:size])
     except (ConnectionError, OSError):

@@ -220,3 +220,24 @@ def test_relay_to_a_target_that_refuses_ends_the_connection_and_stays_idle(state
     time.sleep(1.0)
     # A hung-up socket left in epoll would wake the loop without end: a busy core.
     assert cpu_ticks(record["pid"]) - before <= 5
+
+
+def test_the_probe_refuses_a_message_longer_than_it_echoes(state_dir):
+    """A client announcing 2 GiB has its connection closed (nothing that size is
+    allocated) and the server goes on echoing; the config's largest size fits."""
+    from splitbench import configuration
+
+    schema = configuration.LinkCheck.model_json_schema()["properties"]
+    assert schema["rr_payload_bytes"]["maximum"] == probe.MAX_MESSAGE
+    assert schema["rr_sizes"]["items"]["maximum"] == probe.MAX_MESSAGE
+    port = free_port()
+    record = start_probe(state_dir, port)
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(probe.HEADER.pack(2**31))
+        assert sock.recv(1) == b""  # closed by the server
+    rss_kb = int(next(line.split()[1] for line in
+                      Path(f"/proc/{record['pid']}/status").read_text().splitlines()
+                      if line.startswith("VmRSS:")))
+    assert rss_kb < 200_000, rss_kb
+    rtts = probe.measure("127.0.0.1", port, [64, probe.MAX_MESSAGE], samples=3)
+    assert len(rtts[str(probe.MAX_MESSAGE)]) == 3

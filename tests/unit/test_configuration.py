@@ -76,3 +76,17 @@ def test_the_code_uses_the_models_defaults():
 def test_a_drift_band_out_of_order_is_refused_by_key():
     with pytest.raises(configuration.ConfigError, match="drift.reference_c.*low 90 >= high 85"):
         configuration.drift_settings({"drift": {"reference_c": [90, 85]}})
+
+
+def test_a_synthetic_model_too_large_to_make_is_refused_by_key():
+    config = _default_config()
+    config["models"]["synth"]["synthetic"].update(n_layer=128, n_embd=8192, n_ff=28672,
+                                                  n_head=64)
+    plan.names_as_text(config)
+    validate(config, str(configuration.SCHEMA))
+    with pytest.raises(configuration.ConfigError,
+                       match=r"models\.synth\.synthetic.*GiB of weights.*at most 4 GiB"):
+        configuration.check(config)
+    # The shipped one is far below it: 2 blocks of width 64 and 2,048 tokens.
+    assert configuration.synthetic_bytes(_default_config()["models"]["synth"]["synthetic"]) \
+        < 1 << 20
