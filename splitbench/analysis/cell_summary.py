@@ -126,10 +126,15 @@ def read_requests(request_files: Sequence[str],
     wanted = None if columns is None else {*columns, "request_id", *results.IDENTITY}
     pieces, old = [], []
     for path in request_files:
-        file = pq.ParquetFile(path)
-        names = file.schema_arrow.names
-        table = file.read(columns=None if wanted is None else [c for c in names if c in wanted],
-                          use_threads=False).replace_schema_metadata(None)
+        try:
+            file = pq.ParquetFile(path)
+            names = file.schema_arrow.names
+            table = file.read(columns=None if wanted is None else
+                              [c for c in names if c in wanted],
+                              use_threads=False).replace_schema_metadata(None)
+        except (pa.ArrowException, OSError) as exc:
+            pieces.append(_with_identity(_unreadable(path, exc), path))
+            continue
         if needs_se and ("decode_ms_se" not in names or _all_missing(table["decode_ms_se"])):
             old.append(len(pieces))
         pieces.append(_with_identity(table, path))
@@ -149,6 +154,17 @@ def read_requests(request_files: Sequence[str],
         values[rows] = se.reindex(at).to_numpy() if len(se) else np.nan
         frame["decode_ms_se"] = values
     return frame
+
+
+def _unreadable(path: str, exc: Exception) -> pa.Table:
+    """A cell whose request file cannot be read (a disk fault, a file cut short): one
+    failed request that says so, so the cell is a result in the tables and every other
+    cell is still summarized."""
+    return pa.table({"request_id": pa.array([-1], pa.int64()), "status": ["error"],
+                     "cell_status": ["error"],
+                     "error_type": ["unreadable"],
+                     "error_text": [f"its request file cannot be read: {exc}"[:500]],
+                     "reference": [False]})
 
 
 def _with_identity(table: pa.Table, path: str) -> pa.Table:

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
@@ -34,3 +36,17 @@ def test_identity_comes_from_the_rows_when_they_carry_it(tmp_path):
     summary = cell_summary.summarize([str(moved)], CONTEXTS)
     assert summary.iloc[0][["pair", "link", "model", "ctx", "conc"]].tolist() == [
         "q", "k", "n", "short", 1]
+
+
+def test_an_unreadable_cell_file_is_a_failed_cell_and_the_rest_is_summarized(tmp_path):
+    good = write_cell(tmp_path, "a", "short", 1, [request(0, [10.0, 10.0])])
+    cut = write_cell(tmp_path, "b", "short", 1, [request(0, [12.0, 12.0])])
+    Path(cut).write_bytes(Path(cut).read_bytes()[:100])  # cut short, as by a full disk
+    summary = cell_summary.summarize([good, cut], CONTEXTS).set_index("link")
+    assert summary.loc["a", "status"] == "ok"
+    assert summary.loc["a", "decode_ms_per_token"] == pytest.approx(10.0)
+    assert summary.loc["b", "status"] == "error"
+    assert pd.isna(summary.loc["b", "decode_ms_per_token"])
+    rows = cell_summary.read_requests([cut], ["status", "error_type", "error_text"])
+    assert rows.iloc[0]["error_type"] == "unreadable"
+    assert "its request file cannot be read" in rows.iloc[0]["error_text"]
