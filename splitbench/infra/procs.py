@@ -208,11 +208,23 @@ def all_procs() -> list[dict[str, Any]]:
 
 
 def stop(key: str, timeout: float = 10.0) -> None:
-    """Stop one recorded process (SIGTERM, then SIGKILL) and forget it."""
+    """Stop one recorded process (SIGTERM, then SIGKILL) and forget it. A process on a
+    host that cannot be reached now stays on record (the next teardown tries again):
+    forgotten, it would run on unrecorded."""
     record = find(key)
     if record is not None:
+        if _unreachable(record):
+            return
         _terminate(record, timeout)
     _forget("procs", key)
+
+
+def _unreachable(record: dict[str, Any]) -> bool:
+    """The record's process is on an SSH host that does not answer now."""
+    if not record.get("remote"):
+        return False
+    result = _remote_run(record["remote"], ["true"])
+    return result is None or result.returncode != 0
 
 
 def _terminate(record: dict[str, Any], timeout: float) -> None:
@@ -371,6 +383,11 @@ def teardown(namespaces_first: bool = False, spare: Sequence[str] = ()) -> list[
     rank = {role: i for i, role in enumerate(STOP_ORDER)}
     for record in sorted(all_procs(), key=lambda r: rank.get(r.get("role"), len(rank))):
         if record["key"] in spare:
+            continue
+        if _unreachable(record):
+            done.append(f"could not reach host {record.get('host')} to stop "
+                        f"{record['role']} pid {record['pid']}: kept on record, the next "
+                        "teardown tries again")
             continue
         if record["pid"] != os.getpid():  # the reaper does not stop itself
             if is_alive(record):

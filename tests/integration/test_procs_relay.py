@@ -241,3 +241,22 @@ def test_the_probe_refuses_a_message_longer_than_it_echoes(state_dir):
     assert rss_kb < 200_000, rss_kb
     rtts = probe.measure("127.0.0.1", port, [64, probe.MAX_MESSAGE], samples=3)
     assert len(rtts[str(probe.MAX_MESSAGE)]) == 3
+
+
+def test_a_process_on_a_host_that_cannot_be_reached_stays_on_record(state_dir):
+    """B does not answer at teardown: its worker's record is kept (and said so), so a
+    later teardown stops it, instead of being forgotten while it may still run."""
+    from splitbench.infra import ssh
+
+    remote = ssh.settings({"ssh": "bench@127.0.0.1", "ssh_port": free_port(),
+                           "identity": None, "known_hosts": str(state_dir / "known_hosts")})
+    record = {"pid": 4242, "start_time": 1, "remote": remote, "role": "rpc-server",
+              "key": "far", "host": "b"}
+    procs.record_process(record)
+    procs.stop("far")
+    assert procs.find("far") is not None
+    done = procs.teardown()
+    assert any("could not reach host b" in line and "kept on record" in line
+               for line in done), done
+    assert procs.find("far") is not None
+    procs._forget("procs", "far")  # the test's own fake record
