@@ -577,8 +577,14 @@ def to_markdown(frame: pd.DataFrame) -> str:
     columns = [str(c) for c in frame.columns]
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for row in frame.itertuples(index=False):
-        lines.append("| " + " | ".join("—" if _missing(v) else str(v) for v in row) + " |")
+        lines.append("| " + " | ".join("—" if _missing(v) else _cell(v) for v in row) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _cell(value: Any) -> str:
+    """A value as one table cell: a pipe or a line break in it (an error text from a
+    server or a host) would end the cell or the row, so they are escaped or joined."""
+    return " ".join(str(value).splitlines()).replace("|", "\\|")
 
 
 def _missing(value: Any) -> bool:

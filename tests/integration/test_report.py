@@ -699,3 +699,14 @@ def test_text_from_outside_makes_no_image_and_no_link_off_the_page():
         body.split("href=")[-1].split(">")[0]
     assert body.count("<a ") == 1 and 'href="#table-links"' in body
     assert "![x](http://192.0.2.1/x.png)" in body  # shown as the text it was
+
+
+def test_an_error_text_with_table_syntax_stays_in_its_cell():
+    from splitbench.report import tables
+
+    frame = pd.DataFrame({"cell": ["a"],
+                          "error": ["500 | bad\n| x | y |\n![i](http://192.0.2.1/i)"],
+                          "after": ["kept"]})
+    body = page._markdown(tables.to_markdown(frame))
+    assert body.count("<tr>") == 2 and body.count("<td") == 3, body
+    assert "<img" not in body and "<td>kept</td>" in body
