@@ -27,11 +27,22 @@ def supersede(paths: list[str], when: str | None = None) -> list[Path]:
     for path in paths:
         kept = results.kept(path)
         if kept is not None and kept.exists():
-            target = results.archived(path, when)
+            target = _free(path, when)
             target.parent.mkdir(parents=True, exist_ok=True)
             os.replace(kept, target)
             moved.append(target)
     return moved
+
+
+def _free(path: str, when: str) -> Path:
+    """The archive path for `path` at `when`, or at `when-002`, `when-003`, ... where an
+    earlier measurement archived in the same second already holds it (numbered so they
+    sort in order): an archive never replaces an archive."""
+    target, n = results.archived(path, when), 1
+    while target.exists():
+        n += 1
+        target = results.archived(path, f"{when}-{n:03d}")
+    return target
 
 
 def keep(paths: list[str]) -> None:

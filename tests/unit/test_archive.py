@@ -61,3 +61,16 @@ def test_measurements_from_before_the_archive_are_kept_at_start(tmp_path):
     for path in paths:
         (tmp_path / path).unlink()
     assert len(archive.supersede(paths)) == 2
+
+
+def test_two_archives_in_the_same_second_are_both_kept(tmp_path):
+    when = "20261130T000000Z"
+    for decode_ms in (1.0, 2.0):
+        paths = _cell_files(tmp_path, decode_ms)
+        archive.keep(paths)
+        for path in paths:
+            (tmp_path / path).unlink()
+        archive.supersede(paths, when=when)
+    kept = results.archived_requests(tmp_path / "results")
+    assert [results.archived_when(p) for p in kept] == [when, f"{when}-002"]
+    assert [pd.read_parquet(p)["decode_ms_per_token"].tolist() for p in kept] == [[1.0], [2.0]]
