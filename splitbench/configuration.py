@@ -487,6 +487,22 @@ VLLM_OWNED = {"--served-model-name", "--dtype", "--max-model-len", "--max-num-se
               "--enable-per-request-metrics", "--tensor-parallel-size", "-tp",
               "--pipeline-parallel-size", "-pp", "--nnodes", "--node-rank", "--master-addr",
               "--master-port", "--host", "--port", "--headless"}
+def vllm_owned(arg: str) -> str | None:
+    """The flag of splitbench's own that a `vllm serve` argument would set, if any. vLLM
+    reads `--master_addr` as `--master-addr`, a unique prefix (`--master-a`) as the whole
+    flag, and `--config FILE` as any flags at all."""
+    flag = arg.split("=", 1)[0]
+    if not flag.startswith("--"):
+        return flag if flag in VLLM_OWNED else None
+    flag = "--" + flag[2:].replace("_", "-")
+    if flag == "--config":
+        return "any flag (a config file)"
+    if flag in VLLM_OWNED:
+        return flag
+    longer = sorted(o for o in VLLM_OWNED if o.startswith(flag) and len(flag) > 3)
+    return longer[0] if longer else None
+
+
 # The head widths vLLM's CPU attention computes (vllm/v1/attention/backends/cpu_attn.py).
 VLLM_HEAD_WIDTHS = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 # llama.cpp's keys, which mean nothing to a vLLM launch.
@@ -520,10 +536,11 @@ def _check_vllm_model(config: dict[str, Any], name: str, model: dict[str, Any]) 
         raise ConfigError(f"{where}.synthetic.n_layer",
                           "pipeline_parallel 2 puts layers on each host: at least 2")
     for arg in settings.get("extra_args") or []:
-        flag = str(arg).split("=", 1)[0]
-        if flag in VLLM_OWNED:
+        owned = vllm_owned(str(arg))
+        if owned:
             raise ConfigError(f"{where}.vllm.extra_args",
-                              f"'{flag}' is set by splitbench itself; remove it")
+                              f"'{arg}' sets {owned}, which splitbench sets itself; "
+                              "remove it")
     for pair, spec in config["pairs"].items():
         if spec["mode"] == "ssh" and not spec["hosts"]["b"].get("vllm_venv"):
             raise ConfigError(f"pairs.{pair}.hosts.b.vllm_venv",

@@ -179,3 +179,12 @@ def test_a_missing_vllm_stops_the_plan_naming_the_install_command(tmp_path):
     assert why and "./bootstrap.sh vllm" in why and str(tmp_path / "none") in why
     config["models"] = {"rpc": config["models"]["rpc"]}
     assert setup.missing(config) is None  # no vLLM model: nothing to install
+
+
+@pytest.mark.parametrize(("arg", "owned"), [
+    ("--port=9", "--port"), ("--master_addr=192.0.2.1", "--master-addr"),
+    ("--master-a", "--master-addr"), ("--config", "any flag (a config file)"),
+    ("--config=x.yaml", "any flag (a config file)"), ("-tp", "-tp"),
+    ("--max-num-batched-tokens=64", None), ("--enforce-eager", None), ("--m", None)])
+def test_every_spelling_of_an_own_vllm_flag_is_refused(arg, owned):
+    assert configuration.vllm_owned(arg) == owned
