@@ -12,8 +12,9 @@ added, and the error says which. Jump hosts are verified the same way. Authentic
 by key only (the `identity` file, else the config's IdentityFile, else the agent and
 ~/.ssh/id_*); nothing ever prompts and no password is tried.
 
-Commands are argument lists: the remote command line is `shlex.join(argv)`, run by the
-login shell of the remote user as OpenSSH would.
+Commands are argument lists: the remote command line is `shlex.join(argv)`, handed to
+/bin/sh as one single-quoted argument (`remote_command`), so a login shell other than a
+POSIX one (fish, say) only starts sh and never reads the command's own syntax.
 """
 
 from __future__ import annotations
@@ -339,7 +340,7 @@ def run(spec: Mapping[str, Any], argv: Sequence[str], *,
     deadline = time.monotonic() + timeout
     channel = _session(resolve(spec))
     try:
-        channel.exec_command(shlex.join(argv))
+        channel.exec_command(remote_command(argv))
         channel.shutdown_write()
         ready = channel.fileno()  # readable when either stream has data, or at the end
         out, err = bytearray(), bytearray()
@@ -368,12 +369,17 @@ def run(spec: Mapping[str, Any], argv: Sequence[str], *,
                                        err.decode(errors="replace"))
 
 
+def remote_command(argv: Sequence[str]) -> str:
+    """The line the remote login shell is given: `exec /bin/sh -c '<argv, quoted>'`."""
+    return "exec /bin/sh -c " + shlex.quote(shlex.join(argv))
+
+
 def popen(spec: Mapping[str, Any], argv: Sequence[str], *, stdout: Any = None,
           stdin: bool = False) -> RemoteProcess:
     """Start argv on the host, running while the caller needs it: see RemoteProcess."""
     channel = _session(resolve(spec))
     try:
-        channel.exec_command(shlex.join(argv))
+        channel.exec_command(remote_command(argv))
         if not stdin:
             channel.shutdown_write()
     except (paramiko.SSHException, OSError, EOFError) as exc:

@@ -198,3 +198,13 @@ def test_the_ssh_config_is_read_from_home_and_reread_when_changed(tmp_path, monk
     os.utime(path, ns=(1, 2))  # a different mtime, whatever the clock's resolution
     target = ssh.resolve({"ssh": "bee"})
     assert (target.hostname, target.port) == ("192.0.2.8", 2201)
+
+
+@pytest.mark.parametrize("login_shell", ["/bin/sh", "/bin/bash"])
+def test_a_remote_command_reaches_sh_exactly_as_its_arguments(login_shell):
+    """What a login shell is given runs sh with the arguments unchanged: quotes, spaces,
+    newlines, $ and ; included (a shell's own syntax in them is never evaluated)."""
+    argv = ["printf", "%s\\n", "a b", "it's", "$HOME; rm -rf x", "two\nlines", "`id`"]
+    out = subprocess.run([login_shell, "-c", ssh.remote_command(argv)], capture_output=True,
+                         text=True, check=True).stdout
+    assert out == "".join(f"{a}\n" for a in argv[2:])
