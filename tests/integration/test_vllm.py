@@ -158,11 +158,24 @@ def single_host_tokens(setup: dict, link, ids: list[int], n_predict: int) -> lis
         procs.stop("vllm-single")
 
 
-def test_tp2_splits_every_layer_over_the_link_and_its_figures_agree_with_the_server(setup):
+@pytest.fixture(scope="module")
+def tp_plain(setup):
+    """vLLM TP=2 on the unshaped link, asked a 32-token prompt and a 512-token one: the
+    figures the other splits and links are compared with (a fixture, so that every test
+    runs alone and in any order)."""
     link, server = launch(setup, {"tensor_parallel": 2})
-    assert server.record["link_connections"] > 0  # every one between the link's addresses
-    assert server.record["parallel"] == "tp2"
     reply, row, traffic = ask(link, server, 32)
+    _, long_row, _ = ask(link, server, 512, n_predict=8, nonce=4)
+    return {"record": server.record, "reply": reply, "row": row, "traffic": traffic,
+            "tokens": [t["token_id"] for t in reply.tokens], "prompt": reply.prompt_ids,
+            "long_ttft": long_row["ttft_ms"]}
+
+
+def test_tp2_splits_every_layer_over_the_link_and_its_figures_agree_with_the_server(
+        tp_plain):
+    record, reply, row, traffic = (tp_plain[k] for k in ("record", "reply", "row", "traffic"))
+    assert record["link_connections"] > 0  # every one between the link's addresses
+    assert record["parallel"] == "tp2"
     assert row["status"] == "ok", row
     assert row["generated_tokens"] == 32 and row["prompt_tokens"] == 32
     assert reply.arrival_clock == "segment"  # each event's own arrival
@@ -175,44 +188,11 @@ def test_tp2_splits_every_layer_over_the_link_and_its_figures_agree_with_the_ser
     # Tensor parallel: each token's activations cross the link both ways, every layer.
     assert traffic["rpc_bytes_per_token_a_to_b"] > 1000, traffic
     assert traffic["rpc_bytes_per_token_b_to_a"] > 1000, traffic
-    setup["tp_tokens"] = ([t["token_id"] for t in reply.tokens], reply.prompt_ids)
-    _, long_row, _ = ask(link, server, 512, n_predict=8, nonce=4)
-    setup["tp_plain_ttft"] = long_row["ttft_ms"]
 
 
-def test_a_shaped_link_costs_tp2_its_bytes(setup):
-    """At 0.05 Gbit/s the 512-token prompt's activations take longer to cross: the time
-    to first token grows by at least a third of what its bytes need on that link."""
-    link, server = launch(setup, {"tensor_parallel": 2}, link="narrow")
-    _, row, traffic = ask(link, server, 512, n_predict=8, nonce=4)
-    assert row["status"] == "ok", row
-    prefill_bytes = traffic["rpc_prefill_a_to_b_bytes"] + traffic["rpc_prefill_b_to_a_bytes"]
-    wire_ms = prefill_bytes * 8 / 0.05e9 * 1000 / 2  # both ways at once, each at 0.05
-    assert row["ttft_ms"] - setup["tp_plain_ttft"] > wire_ms / 3, (
-        row["ttft_ms"], setup["tp_plain_ttft"], wire_ms, prefill_bytes)
-
-
-def test_pp2_puts_half_the_layers_on_each_host_and_both_splits_decode_alike(setup):
-    link, server = launch(setup, {"pipeline_parallel": 2})
-    assert server.record["parallel"] == "pp2"
-    reply, row, traffic = ask(link, server, 32)
-    assert row["status"] == "ok", row
-    # Pipeline parallel: one hidden state forward per token, the sampled token back.
-    assert traffic["rpc_bytes_per_token_a_to_b"] > 128, traffic
-    tp_ids, tp_prompt = setup["tp_tokens"]
-    assert reply.prompt_ids == tp_prompt  # the same prompt (one tokenizer, one nonce)
-    # float32: the split does not change the greedy output.
-    assert [t["token_id"] for t in reply.tokens] == tp_ids
-
-
-def test_the_split_output_equals_a_single_host_servers(setup):
-    link = lab.ensure_link(plan.link_slice(config({"tensor_parallel": 2}), "vx", "plain"))
-    launches.stop("vx")  # the single server gets host A's memory
-    tp_ids, tp_prompt = setup["tp_tokens"]
-    assert single_host_tokens(setup, link, tp_prompt, 32) == tp_ids
-
-
-def test_host_b_dying_mid_request_is_a_crash_and_stops_cleanly(setup):
+def test_host_b_dying_mid_request_is_a_crash_and_stops_cleanly(setup, tp_plain):
+    """(Right after the TP=2 test: in file order the fixture's launch is still the
+    current one and is reused, one vLLM start fewer.)"""
     link, server = launch(setup, {"tensor_parallel": 2})
     rank1 = procs.find(server.record["proc_keys"][1])
 
@@ -228,6 +208,36 @@ def test_host_b_dying_mid_request_is_a_crash_and_stops_cleanly(setup):
     assert row["status"] == "crash", (row["status"], reply.error_type, reply.error_text)
     launches.stop("vx")
     assert not ours_running(setup["tmp"])
+
+
+def test_a_shaped_link_costs_tp2_its_bytes(setup, tp_plain):
+    """At 0.05 Gbit/s the 512-token prompt's activations take longer to cross: the time
+    to first token grows by at least a third of what its bytes need on that link."""
+    link, server = launch(setup, {"tensor_parallel": 2}, link="narrow")
+    _, row, traffic = ask(link, server, 512, n_predict=8, nonce=4)
+    assert row["status"] == "ok", row
+    prefill_bytes = traffic["rpc_prefill_a_to_b_bytes"] + traffic["rpc_prefill_b_to_a_bytes"]
+    wire_ms = prefill_bytes * 8 / 0.05e9 * 1000 / 2  # both ways at once, each at 0.05
+    assert row["ttft_ms"] - tp_plain["long_ttft"] > wire_ms / 3, (
+        row["ttft_ms"], tp_plain["long_ttft"], wire_ms, prefill_bytes)
+
+
+def test_pp2_puts_half_the_layers_on_each_host_and_both_splits_decode_alike(setup, tp_plain):
+    link, server = launch(setup, {"pipeline_parallel": 2})
+    assert server.record["parallel"] == "pp2"
+    reply, row, traffic = ask(link, server, 32)
+    assert row["status"] == "ok", row
+    # Pipeline parallel: one hidden state forward per token, the sampled token back.
+    assert traffic["rpc_bytes_per_token_a_to_b"] > 128, traffic
+    assert reply.prompt_ids == tp_plain["prompt"]  # one tokenizer, one nonce
+    # float32: the split does not change the greedy output.
+    assert [t["token_id"] for t in reply.tokens] == tp_plain["tokens"]
+
+
+def test_the_split_output_equals_a_single_host_servers(setup, tp_plain):
+    link = lab.ensure_link(plan.link_slice(config({"tensor_parallel": 2}), "vx", "plain"))
+    launches.stop("vx")  # the single server gets host A's memory
+    assert single_host_tokens(setup, link, tp_plain["prompt"], 32) == tp_plain["tokens"]
 
 
 def test_a_worker_that_cannot_start_fails_the_launch_at_once(setup, tmp_path):
@@ -246,13 +256,13 @@ def test_a_worker_that_never_joins_fails_the_launch_within_its_deadline(setup, t
     silent.write_text("#!/bin/sh\nexec sleep 600\n")
     silent.chmod(0o755)
     cfg = config({"tensor_parallel": 2})
-    cfg["models"]["m"]["vllm"]["launch_timeout_s"] = 45
+    cfg["models"]["m"]["vllm"]["launch_timeout_s"] = 20
     link = lab.ensure_link(plan.link_slice(cfg, "vx", "plain"))
     tools = {**setup["tools"], "b": {"vllm": {**setup["tools"]["b"]["vllm"],
                                               "executable": str(silent)}}}
     started = time.monotonic()
-    with pytest.raises(servers.LaunchError, match="not healthy after 45 s"):
+    with pytest.raises(servers.LaunchError, match="not healthy after 20 s"):
         servers.ensure(link, plan.server_slice(cfg, "m"), setup["model"]["path"],
                        setup["model"]["sha256"], tools)
-    assert time.monotonic() - started < 45 + 40  # the deadline, and stopping
+    assert time.monotonic() - started < 20 + 40  # the deadline, and stopping
     assert not ours_running(setup["tmp"]) and launches.current("vx") is None
