@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -33,3 +34,20 @@ def needs_root():
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("root") is not None and os.geteuid() != 0:
         pytest.skip("needs root (network namespaces, packet capture, sshd or SLURM)")
+
+
+def running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan's zombie waits for init to reap it)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def ends_within(pid: int, seconds: float) -> bool:
+    """The process has ended (or is a zombie) within `seconds`."""
+    deadline = time.monotonic() + seconds
+    while running(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not running(pid)

@@ -13,6 +13,7 @@ from splitbench.infra import procs
 from splitbench.infra.hosts import Host
 from splitbench.links import relay
 from splitbench.remote import probe, sensors
+from tests.conftest import ends_within
 
 LOCAL = Host("local")
 
@@ -100,17 +101,7 @@ def test_a_group_whose_leader_has_gone_is_ended(state_dir):
     worker = int(pid_file.read_text())
     assert os.getpgid(worker) == leader["pid"]
     procs.stop("leader", timeout=1)
-    deadline = time.monotonic() + 5
-    while running(worker) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not running(worker)
-
-
-def running(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+    assert ends_within(worker, 5)
 
 
 def test_reaper_tears_down_when_its_owner_dies(state_dir):

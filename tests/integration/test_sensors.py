@@ -15,6 +15,7 @@ import pytest
 from splitbench.infra import interference, procs, telemetry
 from splitbench.infra.hosts import Host
 from splitbench.remote import sensors
+from tests.conftest import ends_within, running
 
 
 def test_reads_thermal_zones_and_hwmon(tmp_path):
@@ -121,22 +122,10 @@ def test_a_sampler_stops_when_its_parent_is_killed(tmp_path):
     while not out.exists() or not out.read_text():
         assert time.monotonic() < deadline, "the sampler wrote nothing"
         time.sleep(0.05)
-    assert _running(sampler)
+    assert running(sampler)
     parent.kill()
     parent.wait()
-    deadline = time.monotonic() + 5
-    while _running(sampler) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not _running(sampler)
-
-
-def _running(pid: int) -> bool:
-    """Alive and not a zombie (an orphan's zombie waits for init to reap it)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    assert ends_within(sampler, 5)
 
 
 def test_a_servers_own_cpu_includes_the_workers_it_started():
