@@ -290,12 +290,12 @@ def _throughput(link: Link, settings: dict, commands: list, where: str) -> dict:
 
 
 # What iperf3 says when its server still finishes the previous test: "busy", or, on a
-# loaded machine, a reset of the new test's control connection or a refused one (the
-# server listens again only once it has cleaned up; both seen with two pairs verifying
-# their links at once on two cores). No data moved; the test is run again, for up to
-# 10 s: a server that is really gone still fails the check with its own error.
-SERVER_NOT_READY = ("busy", "unable to receive control message: Connection reset",
-                    "unable to connect to server: Connection refused")
+# loaded machine, a reset of the new test's control connection (at its first message,
+# the cookie, or at the server's reply) or a refused one (the server listens again only
+# once it has cleaned up; all seen with two pairs verifying their links at once on two
+# cores). No data moved; the test is run again, for up to 10 s: a server that is really
+# gone still fails the check with its own error.
+SERVER_NOT_READY = ("busy", "Connection reset by peer", "Connection refused")
 
 
 def _iperf_once(host: Host, argv: list[str], timeout: float) -> dict:

@@ -128,9 +128,10 @@ def test_a_server_still_finishing_its_last_test_is_waited_for(monkeypatch):
     reset = {"error": "unable to receive control message: Connection reset by peer"}
     busy = {"error": "the server is busy running a test. try again later"}
     refused = {"error": "unable to connect to server: Connection refused"}
-    host = _Answers(reset, busy, refused, load("forward"))
+    cookie = {"error": "unable to send cookie to server: Connection reset by peer"}
+    host = _Answers(reset, busy, refused, cookie, load("forward"))
     parsed = verify._iperf_once(host, ["iperf3"], timeout=5)
-    assert host.runs == 4
+    assert host.runs == 5
     assert parsed["a_to_b"] > 0
 
 

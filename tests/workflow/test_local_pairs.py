@@ -5,20 +5,17 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-import yaml
 
-from tests.conftest import ROOT, needs_root
-from tests.workflow.test_slurm import assert_pairs_took_turns, our_namespaces
-from tests.workflow.test_workflow import SNAKEMAKE, workflow_copy
+from tests.conftest import needs_root
+from tests.workflow.test_slurm import assert_pairs_took_turns, our_namespaces, two_pairs_copy
+from tests.workflow.test_workflow import SNAKEMAKE
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600), needs_root()]
 
 
 def test_pairs_run_side_by_side_and_each_pairs_jobs_one_at_a_time(tmp_path):
-    config = yaml.safe_load((ROOT / "config/examples/two-pairs.yaml").read_text())
-    config.update(contexts={"short": 128}, concurrency=[1, 2])
-    work = workflow_copy(tmp_path)
-    (work / "config/examples/two-pairs.yaml").write_text(yaml.safe_dump(config))
+    # Interference unchecked: the pairs share this machine's CPUs (test_slurm.UNCHECKED).
+    work = two_pairs_copy(tmp_path, contexts={"short": 128}, concurrency=[1, 2])
     done = subprocess.run(
         [SNAKEMAKE, "--profile", "profiles/local-pairs", "all", "--configfile",
          "config/examples/two-pairs.yaml", "--replace-workflow-config"],
