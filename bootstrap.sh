@@ -28,11 +28,12 @@ missing_packages() {
     # The Debian packages of the wanted tools that are not here, one a line: the run's,
     # and in test mode the test suite's too.
     # command -> Debian package (cc: the delay relay, splitbench/links/relay.c; taskset:
-    # each lab host on its own CPUs; ssh: a real pair's host B)
+    # each lab host on its own CPUs; ssh: a real pair's host B; nft: a real pair's
+    # firewall guard, splitbench/links/guard.py)
     local -A wanted=([iperf3]=iperf3 [sockperf]=sockperf [ip]=iproute2 [tc]=iproute2
                      [ss]=iproute2 [ping]=iputils-ping [ethtool]=ethtool [cmake]=cmake
                      [g++]=g++ [cc]=gcc [make]=make [taskset]=util-linux
-                     [ssh]=openssh-client)
+                     [ssh]=openssh-client [nft]=nftables)
     if [ "$MODE" = test ]; then
         # sshd: the SSH tests' host B; chromium: the report page's browser test;
         # slurmctld, munged: the throwaway cluster of tests/workflow/test_slurm.py

@@ -131,6 +131,10 @@ class Pair(Section):
         "B is reached over SSH, links are real interfaces")
     hosts: Hosts = required("the pair's two hosts")
     links: dict[LinkName, Link] = required("link name -> link", min_length=1, max_length=60)
+    firewall: Literal["guard", "own"] = key(
+        "guard", "mode ssh: guard: splitbench's own nftables table on each host (root "
+                 "there) keeps its servers reachable through the link only, removed at "
+                 "teardown; own: your firewall does that (docs/two-machines.md)")
 
 
 class Toolchain(Section):

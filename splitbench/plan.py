@@ -266,6 +266,7 @@ def link_slice(config: dict[str, Any], pair: str, link: str) -> dict[str, Any]:
         out["same_path_at_zero_delay"] = True
     else:
         out["hosts"] = pair_spec["hosts"]
+        out["firewall"] = pair_spec.get("firewall", "guard")
     return out
 
 

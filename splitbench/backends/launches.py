@@ -18,9 +18,12 @@ import httpx
 
 from splitbench.infra import files, procs
 from splitbench.infra.hosts import Host
+from splitbench.links import guard
+from splitbench.links.link import MAX_SLOTS, Link
 
 HTTP_PORT = 8080
-SLOT_PORTS = {"": 0, "reference": 1, **{f"point{i}": 2 + i for i in range(16)}}
+# Each slot's offset from a launch's base ports (the HTTP port, vLLM's rendezvous port).
+SLOT_PORTS = {"": 0, "reference": 1, **{f"point{i}": 2 + i for i in range(MAX_SLOTS - 2)}}
 
 
 @dataclass(frozen=True)
@@ -142,3 +145,18 @@ def remove_leftovers(leftover: dict[str, Any]) -> None:
     shm = [str(p) for p in leftover.get("shm", []) if str(p).startswith("/dev/shm/")]
     if shm:
         host.run(["sh", "-c", _REMOVE_OWN_FILES, "sh", *shm], check=False)
+
+
+def open_listeners(link: Link, keys: list[str]) -> list[str]:
+    """On a real link, the launch's listeners on every address of a host at a port its
+    firewall guard does not cover, as "host b: *:41771 (VLLM::Worker_TP)": reachable
+    from every network that host is on. (The lab's namespaces reach nothing else.)"""
+    if link.emulation.get("mode") != "real":
+        return []
+    found = []
+    for host in (link.host_a, link.host_b):
+        sessions = [record["pid"] for record in map(procs.find, keys)
+                    if record is not None and record.get("host") == host.name]
+        found += [f"host {host.name}: {listener}"
+                  for listener in guard.uncovered_listeners(host, sessions)]
+    return found

@@ -331,6 +331,48 @@ def record_cgroup(path: str, remote: dict[str, Any] | None = None) -> None:
         _write(record, {"path": path, "remote": remote})
 
 
+def record_change(key: str, host: str, remote: dict[str, Any] | None, undo: list[str],
+                  gone_if: str, **state: Any) -> None:
+    """Remember a change this run made to a host (a firewall table) and the command that
+    undoes it, which teardown runs there: on this machine (`undo` is the whole local
+    command line) or on the host `remote` names. `gone_if`: a part of the undo's error
+    that means the change is already gone. `state`: what the change holds now, for the
+    code that makes it (`change`)."""
+    ensure_job_reaper()
+    _write(_records("changes") / f"{key}.json", {"host": host, "remote": remote, "undo": undo,
+                                                  "gone_if": gone_if, **state})
+
+
+def change(key: str) -> dict[str, Any] | None:
+    """A recorded change to a host (record_change), None when there is none."""
+    return files.read_json(_records("changes") / f"{key}.json")
+
+
+def _undo_changes() -> list[str]:
+    """Undo every recorded change; one whose host cannot be reached, or whose undo
+    fails, stays on record for the next teardown."""
+    done = []
+    for path in sorted(_records("changes").glob("*.json")):
+        record = files.read_json(path)
+        if record is None:  # torn: nothing to run
+            path.unlink(missing_ok=True)
+            continue
+        what = f"{' '.join(record['undo'][-5:])} on host {record['host']}"
+        if record.get("remote"):
+            result = _remote_run(record["remote"], record["undo"])
+        else:
+            result = subprocess.run(record["undo"], capture_output=True, text=True)
+        if result is None:
+            done.append(f"could not reach host {record['host']} to run {what}: kept on "
+                        "record, the next teardown tries again")
+        elif result.returncode == 0 or record["gone_if"] in result.stderr:
+            path.unlink(missing_ok=True)
+            done.append(f"ran {what}")
+        else:
+            done.append(f"could not run {what}: {result.stderr.strip()}")
+    return done
+
+
 def _leave(cgroup: Path) -> None:
     """Move this process out of `cgroup` into its parent, where it is inside (a process
     that measured in-process, a test, and now tears down): else it holds it open."""
@@ -396,6 +438,7 @@ def teardown(namespaces_first: bool = False, spare: Sequence[str] = ()) -> list[
         _forget("procs", record["key"])
     done += _delete_namespaces()
     done += _remove_cgroups()
+    done += _undo_changes()
     for path in _records("links").glob("*.json"):
         path.unlink()
     return done

@@ -16,6 +16,12 @@ IPERF_PORT = 5201
 PROBE_PORT = 7777
 SOCKPERF_PORT = 11111
 MAX_WORKERS = 4  # RPC workers per launch, on ports RPC_PORT, RPC_PORT + 1, ...
+# vLLM's rendezvous store (host A, every address): one port per launch slot of a pair.
+RENDEZVOUS_PORT = 29501
+MAX_SLOTS = 18
+# What the firewall guard of a real pair keeps off every other network (links/guard.py).
+GUARDED_PORTS = ((RPC_PORT, RPC_PORT + MAX_WORKERS - 1),
+                 (RENDEZVOUS_PORT, RENDEZVOUS_PORT + MAX_SLOTS - 1))
 # Ports the delay relay forwards (iperf3 measures the link itself, past the relay).
 SERVICE_PORTS = (*range(RPC_PORT, RPC_PORT + MAX_WORKERS), PROBE_PORT, SOCKPERF_PORT)
 

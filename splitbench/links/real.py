@@ -3,7 +3,8 @@ addresses), and prove that A reaches B over exactly that interface.
 
 Host A is the machine splitbench runs on; host B is reached over SSH (or is this
 machine too, for a pair of interfaces looped by cable). Nothing is torn down from real
-interfaces at the end of a run: addresses stay as the user's network expects them.
+interfaces at the end of a run: addresses stay as the user's network expects them. What
+is torn down is the firewall guard each host gets once its link is proved (guard.py).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 from splitbench.infra import files, procs
 from splitbench.infra.hosts import Host, HostError, host_from_spec
-from splitbench.links import lab
+from splitbench.links import guard, lab
 from splitbench.links.link import Link
 
 
@@ -46,6 +47,7 @@ def _set_up(spec: dict[str, Any]) -> Link:
     for side, host in (("a", host_a), ("b", host_b)):
         ifname = spec[f"interface_{side}"]
         _require_interface(host, ifname, where)
+        _refuse_default_route(host, ifname, where)
         if spec.get("adopt"):
             ends[side] = _existing_address(host, ifname, where)
         else:
@@ -62,6 +64,13 @@ def _set_up(spec: dict[str, Any]) -> Link:
     if reply.returncode != 0:
         raise SetupError(f"{where}: host a cannot reach host b at {link.addr_b} over "
                          f"{link.interface_a}: {(reply.stdout + reply.stderr).strip()[-300:]}")
+    # Before anything listens on the link: reachable through its cable only.
+    for host, ifname, addr in ((host_a, link.interface_a, link.addr_a),
+                               (host_b, link.interface_b, link.addr_b)):
+        try:
+            guard.cover(host, ifname, addr, spec.get("firewall", "guard"), where)
+        except (guard.GuardError, HostError) as exc:
+            raise SetupError(str(exc)) from exc
     return link
 
 
@@ -73,6 +82,20 @@ def _require_interface(host: Host, ifname: str, where: str) -> None:
     if result.returncode != 0:
         raise SetupError(f"{where}: host {host.name} has no interface '{ifname}' "
                          f"({result.stderr.strip()})")
+
+
+def _refuse_default_route(host: Host, ifname: str, where: str) -> None:
+    """A link interface is the cable between the two hosts, never the one that leads to
+    the LAN: the RPC worker (no authentication) would listen where every neighbour on
+    that network can reach it, and addressing it would change the user's network."""
+    for family in ("-4", "-6"):
+        shown = host.run(["ip", "-j", family, "route", "show", "default"], check=False)
+        routes = json.loads(shown.stdout or "[]") if shown.returncode == 0 else []
+        if any(route.get("dev") == ifname for route in routes):
+            raise SetupError(
+                f"{where}: host {host.name}'s interface {ifname} holds the default route "
+                f"(IPv{family[1]}): it leads to the LAN, not to the other host; name the "
+                "interface of the cable between the two hosts (interface_a/interface_b)")
 
 
 def _existing_address(host: Host, ifname: str, where: str) -> str:

@@ -171,3 +171,38 @@ def test_a_link_that_fails_verification_is_a_result_its_launch_reports(state_dir
     assert record["status"] == "failed"
     assert record["error"].startswith("link tl/detour failed verification: pair 'tl'")
     assert sorted((state_dir / "procs").glob("*.json")) == started_before  # none started
+
+
+@needs_root()
+def test_an_interface_that_holds_the_default_route_is_never_a_link():
+    """A host (a namespace of its own) with a LAN interface that holds its default route
+    (IPv4, then IPv6) and a cable interface that does not: the LAN one is refused,
+    naming host and interface, before any address is set; the cable one passes."""
+    from splitbench.infra.hosts import Host
+    from splitbench.links import real
+
+    ns = "sb-droute-test"
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        for argv in (["link", "add", "lan0", "type", "veth", "peer", "name", "lan1"],
+                     ["link", "add", "cable0", "type", "veth", "peer", "name", "cable1"],
+                     *(["link", "set", name, "up"] for name in ("lan0", "lan1", "cable0",
+                                                                "cable1")),
+                     ["addr", "add", "10.251.0.2/24", "dev", "lan0"],
+                     ["addr", "add", "10.252.0.1/30", "dev", "cable0"]):
+            subprocess.run(["ip", "-n", ns, *argv], check=True)
+        host = Host("b", netns=ns)
+        real._refuse_default_route(host, "lan0", "pair 'p', link 'l'")  # no default yet
+        subprocess.run(["ip", "-n", ns, "route", "add", "default", "via", "10.251.0.1"],
+                       check=True)
+        with pytest.raises(real.SetupError, match=r"pair 'p', link 'l': host b's interface "
+                                                  r"lan0 holds the default route \(IPv4\)"):
+            real._refuse_default_route(host, "lan0", "pair 'p', link 'l'")
+        real._refuse_default_route(host, "cable0", "pair 'p', link 'l'")
+        subprocess.run(["ip", "-n", ns, "route", "del", "default"], check=True)
+        subprocess.run(["ip", "-n", ns, "-6", "route", "add", "default", "dev", "lan0"],
+                       check=True)
+        with pytest.raises(real.SetupError, match=r"holds the default route \(IPv6\)"):
+            real._refuse_default_route(host, "lan0", "pair 'p', link 'l'")
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], check=False)

@@ -458,3 +458,98 @@ def test_host_bs_vllm_is_described_over_ssh_and_a_missing_one_is_a_result(host_b
     assert missing["status"] == "failed"
     assert "host b has no working vLLM at /opt/no-vllm/bin/vllm" in missing["error"]
     assert "./bootstrap.sh vllm" in missing["error"]
+
+
+# --- the firewall guard: nothing splitbench serves is reachable beyond the link -------
+LAN = {"a": ("sb-sshtest-lana", "sblan-a0", "10.214.11"),  # namespace, veth, subnet
+       "b": ("sb-sshtest-lanb", "sblan-b0", "10.214.12")}
+
+
+def lan_beside(side: str) -> str:
+    """A third namespace on the other side of host `side` ("the LAN"): a veth to that
+    host, and a route to the link's subnet through it, as a neighbour on the host's
+    network would have. Returns the namespace."""
+    ns, veth, subnet = LAN[side]
+    subprocess.run(["ip", "netns", "delete", ns], capture_output=True)
+    sh("ip", "netns", "add", ns)
+    procs.record_namespace(ns)
+    host_side = [] if side == "a" else ["ip", "-n", NS]  # host A: this machine itself
+    sh("ip", "link", "add", veth, "type", "veth", "peer", "name", "lan0", "netns", ns)
+    if side == "b":
+        sh("ip", "link", "set", veth, "netns", NS)
+    for argv in (["addr", "add", f"{subnet}.1/24", "dev", veth], ["link", "set", veth, "up"]):
+        sh(*(host_side or ["ip"]), *argv)
+    for argv in (["addr", "add", f"{subnet}.2/24", "dev", "lan0"], ["link", "set", "lan0", "up"],
+                 ["link", "set", "lo", "up"],
+                 ["route", "add", "10.214.9.0/30", "via", f"{subnet}.1"]):
+        sh("ip", "-n", ns, *argv)
+    return ns
+
+
+def reaches(ns: str | None, addr: str, port: int) -> str:
+    """What a TCP connection from namespace `ns` (None: this machine) to addr:port meets:
+    "accepted", "refused" (nothing listens) or "dropped" (no answer in 1.5 s)."""
+    code = ("import socket,sys\ns=socket.socket();s.settimeout(1.5)\n"
+            "try:\n s.connect((sys.argv[1],int(sys.argv[2])));print('accepted')\n"
+            "except ConnectionRefusedError:\n print('refused')\n"
+            "except OSError:\n print('dropped')\n")
+    argv = [sys.executable, "-c", code, addr, str(port)]
+    if ns:
+        argv = ["ip", "netns", "exec", ns, *argv]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=10).stdout.strip()
+
+
+def listen(host: Host, addr: str, port: int, key: str, tmp_path: Path) -> dict:
+    code = ("import socket,sys,time\ns=socket.socket();"
+            "s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n"
+            "s.bind((sys.argv[1],int(sys.argv[2])));s.listen(8);time.sleep(600)\n")
+    record = host.spawn([host.python, "-c", code, addr, str(port)], role="other", key=key,
+                        log_path=tmp_path / f"{key}.log")
+    host.wait_listening(addr if addr != "0.0.0.0" else "0.0.0.0", port, timeout=15)
+    return record
+
+
+def test_what_splitbench_serves_is_reachable_through_the_link_only(host_b, tmp_path):
+    """During a run, a neighbour on either host's LAN reaches neither the worker's port
+    nor the rendezvous port (on every address) nor any other port of the link's
+    address; host A reaches them all over the link; after teardown nothing of the guard
+    is left, and the neighbour meets a refusal because nothing listens."""
+    from splitbench.links import guard
+
+    lan_a, lan_b = lan_beside("a"), lan_beside("b")
+    # Without the guard the neighbours reach both hosts: B's sshd on its link address
+    # answers from B's LAN side, and A answers (nothing listens yet) on its LAN address.
+    assert reaches(lan_b, ADDR_B, PORT) == "accepted"
+    assert reaches(lan_a, f"{LAN['a'][2]}.1", 29501) == "refused"
+    real.ensure(link_spec(host_b))  # the link, proved, and its guard on both hosts
+    assert reaches(lan_b, ADDR_B, PORT) == "dropped"  # every port of the link address
+    b = host_from_spec("b", host_b)
+    a = Host("a")
+    listeners = [listen(b, ADDR_B, 50052, "sb-w", tmp_path),  # the RPC worker's
+                 listen(b, "0.0.0.0", 29502, "sb-store-b", tmp_path),
+                 listen(b, ADDR_B, 41000, "sb-gloo", tmp_path),  # a rank's own port
+                 listen(a, "0.0.0.0", 29501, "sb-store-a", tmp_path)]
+    for port in (50052, 29502, 41000):
+        assert reaches(None, ADDR_B, port) == "accepted", port  # over the link
+        assert reaches(lan_b, ADDR_B, port) == "dropped", port
+    assert reaches(lan_b, f"{LAN['b'][2]}.1", 29502) == "dropped"  # B's LAN address too
+    assert reaches(lan_a, f"{LAN['a'][2]}.1", 29501) == "dropped"
+    assert reaches(lan_a, ADDR_A, 29501) == "dropped"
+    assert reaches(None, ADDR_A, 29501) == "accepted"
+    # A wildcard listener the guard covers is fine; one it does not is named.
+    assert guard.uncovered_listeners(b, [r["pid"] for r in listeners[:3]]) == []
+    wide = listen(b, "0.0.0.0", 41001, "sb-wide", tmp_path)
+    assert guard.uncovered_listeners(b, [wide["pid"]]) == ["0.0.0.0:41001 (python3)"]
+
+    procs.teardown()
+    for ns in (NS, None):
+        tables = subprocess.run([*(["ip", "netns", "exec", ns] if ns else []), "nft", "list",
+                                 "tables"], capture_output=True, text=True).stdout
+        assert "splitbench" not in tables, (ns, tables)
+    # The namespaces went with the teardown; the LAN side of B with them. Host A is this
+    # machine: its rendezvous port now refuses its LAN neighbour (nothing listens).
+    lan_a = lan_beside("a")
+    try:
+        assert reaches(lan_a, f"{LAN['a'][2]}.1", 29501) == "refused"
+    finally:
+        subprocess.run(["ip", "netns", "delete", lan_a], capture_output=True)

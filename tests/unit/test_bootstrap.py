@@ -36,7 +36,8 @@ def wanted_packages(mode: str, tmp: Path) -> set[str]:
 @pytest.mark.parametrize("mode", ["run", "setup", "vllm"])
 def test_the_run_installs_no_test_tool(mode, tmp_path):
     packages = wanted_packages(mode, tmp_path)
-    assert {"iperf3", "sockperf", "iproute2", "cmake", "g++", "python3-venv"} <= packages
+    assert {"iperf3", "sockperf", "iproute2", "nftables", "cmake", "g++",
+            "python3-venv"} <= packages
     assert not packages & TEST_ONLY, packages & TEST_ONLY
 
 

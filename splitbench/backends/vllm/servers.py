@@ -33,9 +33,7 @@ from splitbench.backends.vllm.client import SERVED_NAME
 from splitbench.infra import procs, sockdiag
 from splitbench.infra.hosts import Host, HostError
 from splitbench.links import real, verify
-from splitbench.links.link import Link
-
-MASTER_PORT = 29501
+from splitbench.links.link import RENDEZVOUS_PORT, Link
 
 
 class LaunchError(RuntimeError):
@@ -117,7 +115,7 @@ def _start(link: Link, settings: dict[str, Any], model_path: str, wanted: str,
     launch_id = uuid.uuid4().hex[:12]
     logs = procs.state_dir() / "logs"
     port = launches.http_port(link.host_a, slot)
-    master_port = MASTER_PORT + launches.SLOT_PORTS[slot]
+    master_port = RENDEZVOUS_PORT + launches.SLOT_PORTS[slot]
     name = launches.named(link.pair, slot)
     common = _serve_args(settings, model_path, link.addr_a, master_port)
     ranks = [
@@ -160,6 +158,12 @@ def _start(link: Link, settings: dict[str, Any], model_path: str, wanted: str,
             leftovers["shm"] = launches.shm_of(leftovers)
         record["load_s"] = round(time.monotonic() - load_started, 3)
         record["link_connections"] = _connections_over(link)
+    # Nothing of it may listen beyond the link (a result: the launch fails, and stops).
+    wide = launches.open_listeners(link, record["proc_keys"])
+    if wide:
+        raise LaunchError(f"link {link.pair}/{link.name}: the launch listens on every "
+                          f"address of a host at ports the firewall guard does not cover: "
+                          f"{'; '.join(wide)}")
     return launches.save(record, link.pair, slot)
 
 

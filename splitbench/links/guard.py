@@ -1,0 +1,134 @@
+"""The firewall guard of a real pair: what splitbench's servers listen on is reachable
+through the link's cable only, never from the hosts' other networks.
+
+The RPC worker has no authentication; vLLM's rendezvous store listens on every address
+of host A, and its ranks' collective sockets on the link's addresses, which Linux also
+accepts on any other interface. So, before a real link carries anything, each host gets
+one nftables table of splitbench's own (`inet splitbench`, both address families):
+packets that arrive on an interface other than loopback and the pair's link interfaces
+are dropped when they are for a link address, or for the worker and rendezvous ports on
+any address. The table only ever drops; it is replaced whole when a link of the pair is
+added, recorded like a process, and deleted at teardown.
+
+Where splitbench is not root on a host it cannot apply it: the link is refused with the
+exact command to run there, unless the pair says `firewall: own` (the user's firewall
+does it). Launch checks its servers' listeners either way (`uncovered_listeners`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import json
+import re
+import shlex
+from collections.abc import Iterable
+from typing import Any
+
+from splitbench.infra import procs
+from splitbench.infra.hosts import Host
+from splitbench.links.link import GUARDED_PORTS
+
+TABLE = "splitbench"
+
+
+class GuardError(RuntimeError):
+    """The guard could not be applied; the message says where and how to do it by hand."""
+
+
+def _ports() -> str:
+    return ", ".join(f"{low}-{high}" for low, high in GUARDED_PORTS)
+
+
+def ruleset(interfaces: Iterable[str], addresses: Iterable[str]) -> str:
+    """The nft commands that (re)make the table, as one atomic batch."""
+    names = ", ".join(json.dumps(name) for name in ["lo", *sorted(set(interfaces))])
+    by_family: dict[int, list[str]] = {4: [], 6: []}
+    for addr in sorted(set(addresses)):
+        by_family[ipaddress.ip_address(addr.split("%")[0]).version].append(addr.split("%")[0])
+    commands = [
+        f"add table inet {TABLE}", f"delete table inet {TABLE}", f"add table inet {TABLE}",
+        f"add chain inet {TABLE} input {{ type filter hook input priority filter - 10; "
+        "policy accept; }",
+        f"add rule inet {TABLE} input iifname {{ {names} }} accept",
+    ]
+    for version, family in ((4, "ip"), (6, "ip6")):
+        if by_family[version]:
+            commands.append(f"add rule inet {TABLE} input {family} daddr "
+                            f"{{ {', '.join(by_family[version])} }} drop")
+    commands.append(f"add rule inet {TABLE} input tcp dport {{ {_ports()} }} drop")
+    return "; ".join(commands)
+
+
+def _key(host: Host) -> str:
+    """The host's change record: one table per host, whichever pair or link made it."""
+    identity = json.dumps(host.ssh_settings() if host.remote else host.netns, sort_keys=True)
+    return f"nft-{hashlib.sha256(identity.encode()).hexdigest()[:16]}"
+
+
+def cover(host: Host, interface: str, address: str, firewall: str, where: str) -> None:
+    """Make `interface` (and `address` on it) one of the host's link ends in its table,
+    applied now as root; with the pair's `firewall: own`, left to the user. Raises
+    GuardError when it cannot, with the command that would."""
+    if firewall == "own":
+        return
+    known = procs.change(_key(host)) or {"interfaces": [], "addresses": []}
+    interfaces = sorted({*known["interfaces"], interface})
+    addresses = sorted({*known["addresses"], address})
+    commands = ruleset(interfaces, addresses)
+    if host.run(["id", "-u"]).stdout.strip() != "0":
+        raise GuardError(
+            f"{where}: splitbench is not root on host {host.name}, so it cannot make sure "
+            "its servers are reachable through the link only. Run there, as root: "
+            f"nft {shlex.quote(commands)} (and nft delete table inet {TABLE} when done), "
+            "then set the pair's firewall: own")
+    done = host.run(["nft", commands], check=False)
+    if done.returncode != 0:
+        raise GuardError(f"{where}: host {host.name}: nft could not apply the link guard "
+                         f"({(done.stderr or done.stdout).strip()[-300:]}); is nftables "
+                         "installed there?")
+    undo = ["nft", "delete", "table", "inet", TABLE]
+    procs.record_change(_key(host), host.name,
+                        host.ssh_settings() if host.remote else None,
+                        undo if host.remote else host.wrap(undo),
+                        # nft's word for a table that is not there
+                        gone_if="No such file or directory",
+                        interfaces=interfaces, addresses=addresses)
+
+
+def applied(host: Host) -> dict[str, Any] | None:
+    """The host's guard as splitbench applied it (None: none)."""
+    return procs.change(_key(host))
+
+
+# A listener on every address: `0.0.0.0:port`, `*:port`, `[::]:port`.
+_WILDCARD = re.compile(r"^(?:0\.0\.0\.0|\*|\[::\]|::):(\d+)$")
+# ss -p's users:(("name",pid=1,fd=3),...)
+_PROCESS_NAME = re.compile(r'"([^"]+)",pid=')
+
+
+def uncovered_listeners(host: Host, sessions: Iterable[int]) -> list[str]:
+    """The listeners on every address that processes of `sessions` (each launch process
+    starts a session of its own, and its children stay in it) hold on `host` and whose
+    port the guard does not cover: reachable from any network the host is on."""
+    sessions = {int(s) for s in sessions}
+    if not sessions:
+        return []
+    ps = host.run(["ps", "-eo", "pid=,sid="]).stdout.split()
+    ours = {int(pid) for pid, sid in zip(ps[::2], ps[1::2], strict=False)
+            if int(sid) in sessions}
+    found = []
+    for line in host.run(["ss", "-Hltnp"]).stdout.splitlines():
+        fields = line.split()
+        if len(fields) < 4:
+            continue
+        match = _WILDCARD.match(fields[3])
+        pids = {int(p) for p in re.findall(r"pid=(\d+)", line)}
+        if match and pids & ours and not _guarded(int(match.group(1))):
+            names = ", ".join(_PROCESS_NAME.findall(line))
+            found.append(f"{fields[3]} ({names})")
+    return found
+
+
+def _guarded(port: int) -> bool:
+    return any(low <= port <= high for low, high in GUARDED_PORTS)
