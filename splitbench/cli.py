@@ -37,6 +37,7 @@ MODULES = {
     "cells": "splitbench.plan",
     "teardown": "splitbench.infra.procs",
     "whatif": "splitbench.analysis.whatif",
+    "doctor": "splitbench.doctor",
 }
 
 

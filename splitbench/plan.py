@@ -128,11 +128,14 @@ def link_check_settings(config: dict[str, Any]) -> dict[str, Any]:
 
 def cells(config: dict[str, Any]) -> list[Cell]:
     """Every cell, in the order they should run: one (pair, link, model) block at a time,
-    a model's blocks one after another (so its drift anchors bracket them)."""
+    a model's blocks one after another (so its drift anchors bracket them), the baseline
+    link's block first wherever the config lists it: the start anchor runs on the
+    baseline's launch, which its block's cells then use as it is."""
     out = []
     for pair, spec in config["pairs"].items():
+        links = sorted(spec["links"], key=lambda link: link != config["baseline_link"])
         for model in config["models"]:
-            for link in spec["links"]:
+            for link in links:
                 for ctx in config["contexts"]:
                     for conc in sorted(config["concurrency"]):
                         out.append(Cell(pair, link, model, ctx, conc))

@@ -553,3 +553,74 @@ def test_what_splitbench_serves_is_reachable_through_the_link_only(host_b, tmp_p
         assert reaches(lan_a, f"{LAN['a'][2]}.1", 29501) == "refused"
     finally:
         subprocess.run(["ip", "netns", "delete", lan_a], capture_output=True)
+
+
+# --- splitbench doctor: a pair checked before anything starts ------------------------
+def rig_config(host_b: dict, **link) -> dict:
+    return {
+        "measurement_version": 1, "toolchain": {"source": "pip"},
+        "pairs": {"rig": {"mode": "ssh", "hosts": {"a": {}, "b": dict(host_b)}, "links": {
+            "veth": {"interface_a": IF_A, "interface_b": IF_B, "addr_a": ADDR_A,
+                     "addr_b": ADDR_B, "prefix": 30, **link}}}},
+        "baseline_link": "veth",
+        "models": {"tiny": {"synthetic": {
+            "n_layer": 2, "n_embd": 64, "n_head": 4, "n_head_kv": 2, "n_ff": 128,
+            "n_vocab": 1024, "context_length": 4096, "seed": 1}, "layers_on_b": 1}},
+        "contexts": {"short": 32}, "concurrency": [1],
+    }
+
+
+def problems(config: dict, tmp_path: Path) -> list[str]:
+    from splitbench import doctor
+
+    return [str(line) for line in doctor.check(config, tmp_path / "results")
+            if line.mark == doctor.BAD]
+
+
+def test_doctor_passes_a_ready_pair_and_names_each_broken_requirement(host_b, tmp_path):
+    from splitbench.backends.llamacpp.toolchain import pip_bin_dir
+
+    real.ensure(link_spec(host_b))  # A's end up: B is reached over the link
+    ready = rig_config(host_b)
+    (tmp_path / "rig.yaml").write_text(yaml.safe_dump(ready))
+    done = subprocess.run([sys.executable, "-m", "splitbench", "doctor", "--configfile",
+                           str(tmp_path / "rig.yaml"), "--results", str(tmp_path / "r")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    for said in ("✓ rig: host B reached over SSH", "✓ rig: root on host B",
+                 "✓ rig: the same llama.cpp build on both hosts",
+                 f"✓ rig: link veth, host B: {IF_B} up", "✓ rig: host B's python3 is Python",
+                 "ready"):
+        assert said in done.stdout, (said, done.stdout)
+
+    # A missing tool on B (here the Python its helpers need).
+    broken = rig_config({**host_b, "python": "/nonexistent/python3"})
+    assert problems(broken, tmp_path) == [
+        "✗ rig: host B has no Python 3.8 or later at /nonexistent/python3 — install "
+        "python3 there, or set hosts.b.python to one"]
+    # A different llama.cpp build on B: its worker differs by one byte.
+    other = tmp_path / "other-build"
+    other.mkdir()
+    for name in ("llama-server", "ggml-rpc-server"):
+        shutil.copy(pip_bin_dir() / name, other / name)
+    with (other / "ggml-rpc-server").open("ab") as worker:
+        worker.write(b"\0")
+    broken = {**rig_config(host_b), "toolchain": {"source": "path"}}
+    broken["pairs"]["rig"]["hosts"]["a"]["bin_dir"] = str(pip_bin_dir())
+    broken["pairs"]["rig"]["hosts"]["b"]["bin_dir"] = str(other)
+    (found,) = problems(broken, tmp_path)
+    assert found.startswith("✗ rig: hosts run different llama.cpp builds"), found
+    # An unknown host key: B is not reached, and nothing else is asked of it.
+    (tmp_path / "empty_known_hosts").write_text("")
+    broken = rig_config({**host_b, "known_hosts": str(tmp_path / "empty_known_hosts")})
+    (found,) = problems(broken, tmp_path)
+    assert "host B (root@10.214.9.2) cannot be reached" in found and "known" in found, found
+    # An interface B does not have.
+    (found,) = problems(rig_config(host_b, interface_b="sbssh-none"), tmp_path)
+    assert found == ("✗ rig: link veth, host B: no interface sbssh-none — name the "
+                     "interface of the cable (interface_b)")
+    # A port splitbench serves on, taken on B.
+    listen(host_from_spec("b", host_b), ADDR_B, 5201, "sb-taken", tmp_path)
+    (found,) = problems(ready, tmp_path)
+    assert found.startswith(f"✗ rig: host B: ports splitbench serves on are taken: "
+                            f"{ADDR_B}:5201"), found

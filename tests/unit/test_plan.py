@@ -133,3 +133,19 @@ cell: {paired: {contexts: [512]}}
     assert list(config["pairs"]["lab"]["links"]) == ["1", "2"]
     assert config["baseline_link"] == "1"
     assert config["cell"]["paired"]["contexts"] == ["512"]
+
+
+def test_the_baseline_links_block_runs_first_wherever_the_config_lists_it():
+    """The start anchor runs on the baseline's launch; were another link's block first,
+    the baseline's cells would have to launch it again (seen with a config written in
+    sorted key order: 5gbe before baseline)."""
+    config = plan.read_yaml(ROOT / "config/examples/two-pairs.yaml")
+    for spec in config["pairs"].values():
+        spec["links"] = dict(sorted(spec["links"].items()))  # baseline no longer first
+    assert list(config["pairs"]["north"]["links"]) == ["5gbe", "baseline"]
+    assert plan.blocks(config) == [("north", "baseline", "synth"), ("north", "5gbe", "synth"),
+                                   ("south", "baseline", "synth"), ("south", "usb4", "synth")]
+    order = plan.blocks(config)
+    assert plan.anchor_priority(config, "north", "synth", "start", order) > \
+        plan.block_priority(config, "north", "baseline", "synth", order) > \
+        plan.block_priority(config, "north", "5gbe", "synth", order)

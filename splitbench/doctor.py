@@ -1,0 +1,283 @@
+"""`python -m splitbench doctor --configfile my-pairs.yaml`: is each pair ready to run?
+
+One line per requirement and pair, before anything is started or changed: ✓ when it
+holds, ✗ with what to do when it does not, · for what is only worth knowing (an optional
+right, the clocks, the matrix's length). Exits 1 on any ✗. The checks are the ones the
+run itself makes later, asked now: a run that would fail at a pair's toolchain or link
+says so here first, naming host, tool, interface or key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from splitbench import configuration, plan, results
+from splitbench.infra.hosts import Host, HostError, host_from_spec
+from splitbench.links.link import GUARDED_PORTS, IPERF_PORT, PROBE_PORT, SOCKPERF_PORT
+from splitbench.stage import Stage
+
+OK, BAD, NOTE = "✓", "✗", "·"
+
+# What each host of a real pair runs (docs/two-machines.md, "What each host needs").
+TOOLS_A = ("ip", "ping", "iperf3", "ss", "sha256sum")
+TOOLS_B = ("ip", "ping", "iperf3", "ss", "sha256sum", "setsid", "mktemp")
+TOOLS_EMBEDDED = ("ip", "ping", "iperf3", "ss", "taskset", "cc")
+# Free space the results of a run need (Parquet, logs, charts; a few hundred MB at most).
+DISK_MIN_GIB = 1.0
+
+
+@dataclass(frozen=True)
+class Line:
+    mark: str
+    pair: str
+    text: str
+    fix: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.mark} {self.pair}: {self.text}" + (f" — {self.fix}" if self.fix else "")
+
+
+def check(config: dict[str, Any], results_dir: str | Path = "results") -> list[Line]:
+    """Every pair's lines, then the run's own (disk, the matrix's length)."""
+    lines = []
+    for pair, spec in config["pairs"].items():
+        lines += (ssh_pair(config, pair, spec) if spec["mode"] == "ssh"
+                  else embedded_pair(config, pair, spec))
+    lines += run_lines(config, results_dir)
+    return lines
+
+
+def _root(host: Host) -> bool:
+    return host.run(["id", "-u"]).stdout.strip() == "0"
+
+
+def _tools(host: Host, pair: str, tools: tuple[str, ...]) -> list[Line]:
+    found = host.run(["sh", "-c", 'for t; do command -v "$t" >/dev/null || echo "$t"; done',
+                      "sh", *tools], check=False).stdout.split()
+    missing = [tool for tool in tools if tool in found]
+    if not missing:
+        return [Line(OK, pair, f"host {host.name.upper()} has {', '.join(tools)}")]
+    return [Line(BAD, pair, f"host {host.name.upper()} has no {tool}",
+                 f"install it there (Debian: apt-get install {_package(tool)})")
+            for tool in missing]
+
+
+def _package(tool: str) -> str:
+    return {"ip": "iproute2", "ss": "iproute2", "ping": "iputils-ping", "nft": "nftables",
+            "sha256sum": "coreutils", "mktemp": "coreutils", "setsid": "util-linux",
+            "taskset": "util-linux", "cc": "gcc"}.get(tool, tool)
+
+
+def embedded_pair(config: dict[str, Any], pair: str, spec: dict[str, Any]) -> list[Line]:
+    host = Host("a")
+    lines = _tools(host, pair, TOOLS_EMBEDDED)
+    shaped = [name for name, link in spec["links"].items()
+              if link.get("rate_gbit") or link.get("delay_ms")]
+    if os.geteuid() == 0:
+        lines.append(Line(OK, pair, "root: each host a network namespace, links shaped "
+                                    "with tc"))
+    elif shaped:
+        lines.append(Line(BAD, pair, f"not root: links {', '.join(shaped)} cannot be shaped "
+                                     "(the lab falls back to the shared loopback)",
+                          "run as root (network namespaces and tc need it)"))
+    lines += _toolchain(config, pair, spec)
+    return lines
+
+
+def ssh_pair(config: dict[str, Any], pair: str, spec: dict[str, Any]) -> list[Line]:
+    host_a = host_from_spec("a", spec["hosts"]["a"])
+    host_b = host_from_spec("b", spec["hosts"]["b"])
+    guarded = spec.get("firewall", "guard") == "guard"
+    addressed = [name for name, link in spec["links"].items() if not link.get("adopt")]
+    lines = _tools(host_a, pair, (*TOOLS_A, *(("nft",) if guarded else ())))
+    lines.append(_rights(host_a, pair, addressed, guarded))
+    try:
+        host_b.run(["true"], timeout=30)
+    except HostError as exc:
+        return [*lines, Line(BAD, pair, f"host B ({host_b.ssh}) cannot be reached: {exc}",
+                             "see docs/two-machines.md (SSH and host keys)"),
+                Line(NOTE, pair, "host B's other checks not run")]
+    lines.append(Line(OK, pair, f"host B reached over SSH ({host_b.ssh}), its host key "
+                                "known"))
+    lines += _tools(host_b, pair, (*TOOLS_B, *(("nft",) if guarded else ())))
+    lines.append(_python(host_b, pair))
+    lines.append(_rights(host_b, pair, addressed, guarded))
+    lines += _toolchain(config, pair, spec)
+    for name, link in spec["links"].items():
+        lines += _interfaces(pair, name, link, host_a, host_b)
+    lines.append(_ports_free(host_b, pair, spec))
+    lines.append(_clock(host_a, host_b, pair))
+    lines += [_wakeup(host, pair) for host in (host_a, host_b)]
+    return lines
+
+
+def _rights(host: Host, pair: str, addressed: list[str], guarded: bool) -> Line:
+    needs = ([f"addresses for links {', '.join(addressed)}"] if addressed else []) + (
+        ["the firewall guard"] if guarded else [])
+    side = host.name.upper()
+    if _root(host):
+        return Line(OK, pair, f"root on host {side}")
+    if not needs:
+        return Line(OK, pair, f"not root on host {side}, and nothing needs it (every link "
+                              "adopted, firewall: own)")
+    return Line(BAD, pair, f"not root on host {side}, which {' and '.join(needs)} need",
+                "run as root there, or set adopt: true on those links and firewall: own on "
+                "the pair (docs/two-machines.md)")
+
+
+def _python(host: Host, pair: str) -> Line:
+    done = host.run([host.python, "-c", "import sys; print(sys.version_info >= (3, 8))"],
+                    check=False)
+    if done.stdout.strip() == "True":
+        return Line(OK, pair, f"host B's {host.python} is Python 3.8 or later")
+    return Line(BAD, pair, f"host B has no Python 3.8 or later at {host.python}",
+                "install python3 there, or set hosts.b.python to one")
+
+
+def _toolchain(config: dict[str, Any], pair: str, spec: dict[str, Any]) -> list[Line]:
+    from splitbench.backends.llamacpp import toolchain
+
+    if not configuration.llamacpp_models(config):
+        return []
+    source = config["toolchain"]["source"]
+    where = f"pair '{pair}'"
+    try:
+        described = [toolchain.describe(host_from_spec(side, spec["hosts"][side]),
+                                        toolchain.bin_dir_for(source, spec["hosts"][side]),
+                                        where) for side in ("a", "b")]
+        toolchain.check_same_build(*described, where)
+    except toolchain.TOOLCHAIN_FAILURES as exc:
+        return [Line(BAD, pair, str(exc).replace(f"{where}: ", ""),
+                     "install the same llama.cpp build on both hosts (./bootstrap.sh, or "
+                     "toolchain.source: path with each host's bin_dir)")]
+    return [Line(OK, pair, f"the same llama.cpp build on both hosts "
+                           f"({described[0]['llama_server_version']})")]
+
+
+def _interfaces(pair: str, name: str, link: dict[str, Any], host_a: Host,
+                host_b: Host) -> list[Line]:
+    from splitbench.links import real
+
+    lines = []
+    for host, side in ((host_a, "a"), (host_b, "b")):
+        ifname = link[f"interface_{side}"]
+        where = f"link {name}, host {side.upper()}"
+        shown = host.run(["ip", "-j", "link", "show", "dev", ifname], check=False)
+        if shown.returncode != 0:
+            lines.append(Line(BAD, pair, f"{where}: no interface {ifname}",
+                              f"name the interface of the cable (interface_{side})"))
+            continue
+        try:
+            real._refuse_default_route(host, ifname, f"link {name}")
+        except real.SetupError as exc:
+            lines.append(Line(BAD, pair, f"{where}: {exc}"))
+            continue
+        info = json.loads(shown.stdout)[0]
+        speed = host.run(["cat", f"/sys/class/net/{ifname}/speed"], check=False).stdout.strip()
+        rate = f"{speed} Mbit/s" if speed.isdigit() and int(speed) > 0 else "speed not reported"
+        said = (f"{where}: {ifname} {info.get('operstate', '?').lower()}, "
+                f"MTU {info.get('mtu')}, {rate}")
+        if link.get("mtu") and info.get("mtu") != link["mtu"] and link.get("adopt"):
+            lines.append(Line(BAD, pair, f"{said}; the config says MTU {link['mtu']}",
+                              "set it there, or drop mtu (an adopted link is not changed)"))
+        else:
+            lines.append(Line(OK, pair, said))
+    return lines
+
+
+def _ports_free(host_b: Host, pair: str, spec: dict[str, Any]) -> Line:
+    wanted = {IPERF_PORT, PROBE_PORT, SOCKPERF_PORT,
+              *range(GUARDED_PORTS[0][0], GUARDED_PORTS[0][1] + 1)}
+    taken = []
+    for line in host_b.run(["ss", "-Hltn"], check=False).stdout.splitlines():
+        fields = line.split()
+        if len(fields) >= 4 and fields[3].rsplit(":", 1)[-1].isdigit() and \
+                int(fields[3].rsplit(":", 1)[-1]) in wanted:
+            taken.append(fields[3])
+    if taken:
+        return Line(BAD, pair, f"host B: ports splitbench serves on are taken: "
+                               f"{', '.join(sorted(taken))}",
+                    "stop what listens there (a run left behind: python -m splitbench "
+                    "teardown)")
+    return Line(OK, pair, "host B: the worker, iperf3, probe and sockperf ports are free")
+
+
+def _clock(host_a: Host, host_b: Host, pair: str) -> Line:
+    before = time.time()
+    remote = float(host_b.run(["date", "+%s.%N"]).stdout.strip())
+    offset = remote - (before + time.time()) / 2
+    return Line(NOTE, pair, f"host B's clock is {offset:+.3f} s from host A's (every figure "
+                            "is timed on host A; B's clock only dates its log lines)")
+
+
+def _wakeup(host: Host, pair: str) -> Line:
+    held = host.run(["test", "-w", "/dev/cpu_dma_latency"], check=False).returncode == 0
+    governor = host.run(["cat", "/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor"],
+                        check=False).stdout.strip() or "not reported"
+    side = host.name.upper()
+    return Line(NOTE, pair, f"host {side}: CPU wake-up latency "
+                            f"{'can be held at 0 us' if held else 'cannot be held (not root)'}"
+                            f", governor {governor}")
+
+
+def run_lines(config: dict[str, Any], results_dir: str | Path) -> list[Line]:
+    from splitbench import estimate
+
+    where = Path(results_dir)
+    probe = where if where.exists() else Path.cwd()
+    free = shutil.disk_usage(probe).free / 2**30
+    lines = [Line(OK if free >= DISK_MIN_GIB else BAD, "run",
+                  f"{free:.1f} GiB free for {where}/",
+                  "" if free >= DISK_MIN_GIB else f"free at least {DISK_MIN_GIB:g} GiB")]
+    cells = plan.cells(config)
+    blocks = plan.blocks(config)
+    summary = Path(results.under(where, results.SUMMARY))
+    said = f"the matrix: {len(cells)} cells in {len(blocks)} blocks"
+    if summary.exists():
+        import pandas as pd
+
+        speeds = estimate.speeds_from_summary(pd.read_parquet(summary))
+        try:
+            minutes = estimate.expected_seconds(config, speeds)["total"] / 60
+            said += f", about {minutes:.0f} min at this workdir's last measured speeds"
+        except ValueError:
+            said += " (no estimate: the last summary lacks some model or context)"
+    else:
+        said += " (no estimate before a first run measures the models' speeds)"
+    lines.append(Line(NOTE, "run", said))
+    return lines
+
+
+def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--configfile", default="config/config.yaml",
+                   help="the config to check (default config/config.yaml)")
+    p.add_argument("--results", default="results", help="the results directory")
+
+
+def _run(args: argparse.Namespace) -> int:
+    config = plan.read_yaml(args.configfile)
+    plan.names_as_text(config)
+    try:
+        configuration.Config.model_validate(config)
+        configuration.check(config)
+    except (configuration.ConfigError, ValueError) as exc:
+        print(f"{BAD} config {args.configfile}: {exc}")
+        return 1
+    lines = check(config, args.results)
+    for line in lines:
+        print(line, flush=True)
+    bad = sum(line.mark == BAD for line in lines)
+    print(f"splitbench doctor: {bad} problem(s)" if bad else "splitbench doctor: ready")
+    return 1 if bad else 0
+
+
+STAGES = (Stage("doctor", "check every pair of a config before anything starts",
+                _arguments, _run),)
+
