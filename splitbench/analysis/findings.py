@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 from splitbench.analysis import checks, comparison, mechanisms, whatif
 from splitbench.analysis.cell_summary import by_length, read_links
 from splitbench.analysis.comparison import COVERAGE
+from splitbench.analysis.marks import FLAG_MARK
 from splitbench.stage import Stage, json_arg
 
 # A cost is "mostly fixed per step" when at least this share of it at the longest
@@ -101,6 +102,15 @@ def decode_cost(rows: pd.DataFrame, link: str, section: str) -> Finding:
     clear = ok[ok["decode_delta_unc_ms"].notna()
                & (ok["decode_delta_ms"].abs() > ok["decode_delta_unc_ms"])]
     unclear = ok[~ok.index.isin(clear.index)]
+    # Faster than the baseline beyond the ±: no link can be, so that difference is the
+    # machine's, never a saving the link brings (the table marks it too).
+    faster = clear[clear["decode_delta_ms"] < 0]
+    clear = clear[clear["decode_delta_ms"] > 0]
+    impossible = _faster_than_baseline(faster) if len(faster) else ""
+    if clear.empty and len(faster):
+        text = (f"**{FLAG_MARK} {link}: decode measured faster than the baseline, which no "
+                f"link can be** ({impossible}): {MACHINE_MOVED}. {_advice(ok)}")
+        return Finding(section, text, (COMPARISON, DECODE_CHART))
     if clear.empty:
         figures = _listing([f"{r.ctx} {_pm(r.decode_delta_ms, r.decode_delta_unc_ms)}"
                             for r in ok.itertuples()])
@@ -108,13 +118,14 @@ def decode_cost(rows: pd.DataFrame, link: str, section: str) -> Finding:
                 f"({figures} ms/token: each lies inside its ±). {_advice(ok)}")
         return Finding(section, text, (COMPARISON, DECODE_CHART))
     lead = clear.iloc[0]
-    costs = lead["decode_delta_ms"] > 0
     share = lead["decode_delta_ms"] / lead["decode_ms_per_token_base"] * 100
     figure = _pm(lead["decode_delta_ms"], lead["decode_delta_unc_ms"])
-    head = (f"**{link} {'costs' if costs else 'saves'} decode "
-            f"{figure if costs else figure.lstrip('-')} ms/token at {lead['ctx']} "
+    head = (f"**{link} costs decode {figure} ms/token at {lead['ctx']} "
             f"({share:+.0f}% of a {lead['decode_ms_per_token_base']:.2f} ms step)**")
     parts = [head + "."]
+    if len(faster):
+        parts.append(f"{FLAG_MARK} It measured faster than the baseline at {impossible}, "
+                     f"which no link can be: {MACHINE_MOVED}.")
     others = clear.iloc[1:]
     if len(others):
         parts.append("At " + _listing([f"{r.ctx} {_pm(r.decode_delta_ms, r.decode_delta_unc_ms)}"
@@ -125,6 +136,17 @@ def decode_cost(rows: pd.DataFrame, link: str, section: str) -> Finding:
     why = _why(lead)
     return Finding(section, " ".join(p for p in [*parts, why] if p),
                    (COMPARISON, MECHANISMS, DECODE_CHART))
+
+
+def _faster_than_baseline(rows: pd.DataFrame) -> str:
+    """The contexts where a link measured faster than the baseline beyond its ±."""
+    return _listing([f"{r.ctx} {_pm(r.decode_delta_ms, r.decode_delta_unc_ms)} ms/token"
+                     for r in rows.itertuples()])
+
+
+# Why a link that measured faster than the baseline did: never the link.
+MACHINE_MOVED = ("the machine's speed moved between the two cells by more than their ±: "
+                 "the difference is the machine's, not the link's")
 
 
 def _failed_side(row: Any) -> str:

@@ -263,3 +263,17 @@ def test_round_trips_against_the_topological_floor():
     assert "Below ~20 µs of request-response latency" in text  # 5% of 0.40 ms / 1.02
     none = findings.round_trip_floor(trips.iloc[0:0], model.iloc[0:0], "m").text
     assert none.startswith("**Why a link costs what it does is not resolvable on this data**")
+
+
+def test_a_link_measured_faster_than_the_baseline_is_flagged_never_a_saving():
+    """Sequential cells on a machine whose speed moved (the backends example's PP=2 at
+    its mid context read -2.41 ±1.73 ms/token on a 0.1 Gbit/s link)."""
+    faster = comp_rows("narrow", [(1.70, 2.19), (-2.41, 1.73)], compared="sequential")
+    text = findings.decode_cost(faster.iloc[:2], "narrow", "m").text
+    assert text.startswith("**⚠ narrow: decode measured faster than the baseline, which "
+                           "no link can be** (5k -2.41 ±1.73 ms/token): the machine's")
+    assert "saves" not in text and "cell.paired.contexts" in text
+    mixed = comp_rows("usb4", [(0.70, 0.06), (-0.50, 0.20)])
+    text = findings.decode_cost(mixed.iloc[:2], "usb4", "m").text
+    assert text.startswith("**usb4 costs decode +0.70 ±0.06 ms/token at short")
+    assert "⚠ It measured faster than the baseline at 5k -0.50 ±0.20 ms/token" in text
