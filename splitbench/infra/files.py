@@ -2,20 +2,34 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 
-def write_text(path: Path, text: str) -> None:
-    """Write `text` to `path` through a temporary file beside it and a rename: a reader
-    (another job, a later launch, a teardown) sees the old file or the new one, never a
-    torn one. The temporary name is this process's, so two writers do not share it."""
+@contextlib.contextmanager
+def replacing(path: Path) -> Iterator[Path]:
+    """A temporary file beside `path` to write, renamed onto `path` when the block ends
+    without an error (removed when it fails): a reader (another job, a later launch, a
+    teardown) sees the old file or the new one, never a torn one. For writers that want
+    a file name (pyarrow, the GGUF writer, a compiler). The temporary name is this
+    process's, so two writers do not share it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    try:
+        yield tmp
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write `text` (UTF-8) to `path` whole or not at all (`replacing`)."""
+    with replacing(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
 
 
 def write_json(path: Path, data: Any) -> None:

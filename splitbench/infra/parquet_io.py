@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from splitbench import __version__
+from splitbench.infra import files
 
 META_KEY = b"splitbench"
 
@@ -26,9 +26,8 @@ def write(frame: pd.DataFrame, path: str | Path, provenance: dict[str, Any]) -> 
         {"splitbench_version": __version__, **provenance}, default=str
     ).encode()
     table = table.replace_schema_metadata(meta)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    pq.write_table(table, tmp)
-    tmp.replace(path)
+    with files.replacing(path) as tmp:
+        pq.write_table(table, tmp)
 
 
 def provenance(path: str | Path) -> dict[str, Any]:

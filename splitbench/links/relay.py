@@ -18,7 +18,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from splitbench.infra import procs
+from splitbench.infra import files, procs
 
 SOURCE = Path(__file__).with_name("relay.c")
 
@@ -38,13 +38,12 @@ def binary() -> Path:
     if compiler is None:
         raise RelayBuildError("the delay relay needs a C compiler (cc or gcc; ./bootstrap.sh "
                               "installs one) where the kernel has no netem")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}")
-    result = subprocess.run([compiler, "-O2", "-o", str(tmp), str(SOURCE)],
-                            capture_output=True, text=True)
-    if result.returncode != 0:
-        raise RelayBuildError(f"building the delay relay failed:\n{result.stderr[-2000:]}")
-    tmp.replace(out)  # atomic: parallel jobs may build it at once
+    with files.replacing(out) as tmp:  # whole or not at all: parallel jobs may build it
+        result = subprocess.run([compiler, "-O2", "-o", str(tmp), str(SOURCE)],
+                                capture_output=True, text=True)
+        if result.returncode != 0:
+            raise RelayBuildError(f"building the delay relay failed:\n"
+                                  f"{result.stderr[-2000:]}")
     return out
 
 

@@ -36,7 +36,7 @@ from splitbench import __version__, results
 from splitbench.analysis import cell_summary
 from splitbench.analysis.checks import check_lines
 from splitbench.analysis.marks import FLAG_MARK
-from splitbench.infra import parquet_io
+from splitbench.infra import files, parquet_io
 from splitbench.links import lab
 from splitbench.report import charts, contents
 from splitbench.stage import Stage, json_arg
@@ -577,11 +577,7 @@ def page(summary_path: str, link_files: list[str], toolchain_files: list[str],
 def write(out: str, **inputs: Any) -> int:
     """Write the page to out; returns its size in bytes."""
     text = page(**inputs)
-    path = Path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    files.write_text(Path(out), text)
     return len(text.encode())
 
 

@@ -24,3 +24,20 @@ def test_a_torn_launch_record_reads_as_no_launch(tmp_path, monkeypatch):
     assert files.read_json(path) is None
     assert launches.current("p") is None
     assert files.read_json(tmp_path / "missing.json") is None
+
+
+def test_a_writer_that_fails_leaves_the_old_file_and_no_temporary_one(tmp_path):
+    path = tmp_path / "model.gguf"
+    path.write_bytes(b"old")
+    try:
+        with files.replacing(path) as tmp:
+            tmp.write_bytes(b"half a ")
+            raise ValueError("the sha256 is not the configured one")
+    except ValueError:
+        pass
+    assert path.read_bytes() == b"old"
+    assert [p.name for p in tmp_path.iterdir()] == ["model.gguf"]
+    with files.replacing(path) as tmp:
+        tmp.write_bytes(b"new")
+    assert path.read_bytes() == b"new"
+    assert [p.name for p in tmp_path.iterdir()] == ["model.gguf"]
