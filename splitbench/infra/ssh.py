@@ -35,6 +35,8 @@ from typing import IO, Any
 
 import paramiko
 
+from splitbench.errors import SplitbenchError
+
 CONFIG_PATH = "~/.ssh/config"
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
 CONNECT_TIMEOUT_S = 10.0
@@ -44,7 +46,7 @@ MAX_JUMPS = 8
 SETTINGS_KEYS = ("ssh", "ssh_port", "identity", "known_hosts")
 
 
-class SSHError(RuntimeError):
+class SSHError(SplitbenchError):
     """The host could not be reached, or refused us; the message says why."""
 
 

@@ -25,6 +25,7 @@ import shlex
 from collections.abc import Iterable
 from typing import Any
 
+from splitbench.errors import SplitbenchError
 from splitbench.infra import procs
 from splitbench.infra.hosts import Host
 from splitbench.links.link import GUARDED_PORTS
@@ -32,7 +33,7 @@ from splitbench.links.link import GUARDED_PORTS
 TABLE = "splitbench"
 
 
-class GuardError(RuntimeError):
+class GuardError(SplitbenchError):
     """The guard could not be applied; the message says where and how to do it by hand."""
 
 

@@ -13,13 +13,14 @@ import ipaddress
 import json
 from typing import Any
 
+from splitbench.errors import SplitbenchError
 from splitbench.infra import files, procs
 from splitbench.infra.hosts import Host, HostError, host_from_spec
 from splitbench.links import guard, lab
 from splitbench.links.link import Link
 
 
-class SetupError(RuntimeError):
+class SetupError(SplitbenchError):
     """A real link could not be set up; the message names the pair, link and host."""
 
 

@@ -18,12 +18,13 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from splitbench.errors import SplitbenchError
 from splitbench.infra import files, procs
 
 SOURCE = Path(__file__).with_name("relay.c")
 
 
-class RelayBuildError(RuntimeError):
+class RelayBuildError(SplitbenchError):
     """No C compiler, or the relay did not compile."""
 
 

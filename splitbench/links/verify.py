@@ -19,6 +19,7 @@ import pandas as pd
 
 from splitbench import results
 from splitbench.analysis import fits
+from splitbench.errors import SplitbenchError
 from splitbench.infra import interference, parquet_io, procs, wakeup
 from splitbench.infra.hosts import Host, HostError
 from splitbench.infra.ssh import SSHError
@@ -28,7 +29,7 @@ from splitbench.remote import linkfacts, probe
 from splitbench.stage import Stage, json_arg
 
 
-class LinkError(RuntimeError):
+class LinkError(SplitbenchError):
     """A link failed verification; the message names the pair, link and host."""
 
 

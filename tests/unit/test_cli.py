@@ -63,3 +63,28 @@ def test_a_command_imports_only_its_own_stage(tmp_path):
                           env={**os.environ, "SPLITBENCH_STATE": str(tmp_path / "state")},
                           timeout=60, check=True)
     assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_a_problem_splitbench_names_is_an_error_line_and_status_2(capsys):
+    """No traceback: the message names the problem (here an unknown field of --match)."""
+    status = cli.main(["cells", "--config", str(ROOT / "config/config.yaml"),
+                       "--match", "colour=red"])
+    assert status == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: config key '--match': unknown field(s) ['colour']")
+    assert "Traceback" not in err
+
+
+def test_every_error_splitbench_raises_shares_one_base():
+    from splitbench import configuration
+    from splitbench.backends.llamacpp import servers as llamacpp_servers
+    from splitbench.backends.vllm import servers as vllm_servers
+    from splitbench.errors import SplitbenchError
+    from splitbench.infra import hosts, ssh
+    from splitbench.links import guard, real, verify
+
+    assert llamacpp_servers.LaunchError is vllm_servers.LaunchError  # one, shared
+    for error in (llamacpp_servers.LaunchError, hosts.HostError, ssh.SSHError,
+                  guard.GuardError, real.SetupError, verify.LinkError,
+                  configuration.ConfigError):
+        assert issubclass(error, SplitbenchError), error

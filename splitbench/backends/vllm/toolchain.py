@@ -11,12 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from splitbench.backends.vllm.setup import DEFAULT_VENV, INSTALL, executable
+from splitbench.errors import SplitbenchError
 from splitbench.infra.hosts import Host, HostError, host_from_spec
 from splitbench.infra.ssh import SSHError
 from splitbench.stage import Stage, json_arg
 
 
-class VllmMissing(RuntimeError):
+class VllmMissing(SplitbenchError):
     """A host has no usable vLLM; the message says which and how to install it."""
 
 
