@@ -54,14 +54,8 @@ def check(config: dict[str, Any], results_dir: str | Path = "results") -> list[L
     return lines
 
 
-def _root(host: Host) -> bool:
-    return host.run(["id", "-u"]).stdout.strip() == "0"
-
-
 def _tools(host: Host, pair: str, tools: tuple[str, ...]) -> list[Line]:
-    found = host.run(["sh", "-c", 'for t; do command -v "$t" >/dev/null || echo "$t"; done',
-                      "sh", *tools], check=False).stdout.split()
-    missing = [tool for tool in tools if tool in found]
+    missing = host.missing_tools(tools)
     if not missing:
         return [Line(OK, pair, f"host {host.name.upper()} has {', '.join(tools)}")]
     return [Line(BAD, pair, f"host {host.name.upper()} has no {tool}",
@@ -112,7 +106,7 @@ def ssh_pair(config: dict[str, Any], pair: str, spec: dict[str, Any]) -> list[Li
     lines += _toolchain(config, pair, spec)
     for name, link in spec["links"].items():
         lines += _interfaces(pair, name, link, host_a, host_b)
-    lines.append(_ports_free(host_b, pair, spec))
+    lines.append(_ports_free(host_b, pair))
     lines.append(_clock(host_a, host_b, pair))
     lines += [_wakeup(host, pair) for host in (host_a, host_b)]
     return lines
@@ -122,7 +116,7 @@ def _rights(host: Host, pair: str, addressed: list[str], guarded: bool) -> Line:
     needs = ([f"addresses for links {', '.join(addressed)}"] if addressed else []) + (
         ["the firewall guard"] if guarded else [])
     side = host.name.upper()
-    if _root(host):
+    if host.is_root():
         return Line(OK, pair, f"root on host {side}")
     if not needs:
         return Line(OK, pair, f"not root on host {side}, and nothing needs it (every link "
@@ -175,7 +169,7 @@ def _interfaces(pair: str, name: str, link: dict[str, Any], host_a: Host,
                               f"name the interface of the cable (interface_{side})"))
             continue
         try:
-            real._refuse_default_route(host, ifname, f"link {name}")
+            real.refuse_default_route(host, ifname, f"link {name}")
         except real.SetupError as exc:
             lines.append(Line(BAD, pair, f"{where}: {exc}"))
             continue
@@ -192,7 +186,7 @@ def _interfaces(pair: str, name: str, link: dict[str, Any], host_a: Host,
     return lines
 
 
-def _ports_free(host_b: Host, pair: str, spec: dict[str, Any]) -> Line:
+def _ports_free(host_b: Host, pair: str) -> Line:
     wanted = {IPERF_PORT, PROBE_PORT, SOCKPERF_PORT,
               *range(GUARDED_PORTS[0][0], GUARDED_PORTS[0][1] + 1)}
     taken = []

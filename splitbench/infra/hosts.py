@@ -120,6 +120,16 @@ class Host:
         except ssh.SSHError as exc:
             raise HostError(f"host {self.name}: ssh to {self.ssh} failed: {exc}") from exc
 
+    def is_root(self) -> bool:
+        """Whether commands on this host run as root (over SSH: the SSH user)."""
+        return self.run(["id", "-u"]).stdout.strip() == "0"
+
+    def missing_tools(self, tools: Sequence[str]) -> list[str]:
+        """Those of `tools` this host's PATH does not have, asked in one command."""
+        absent = self.run(["sh", "-c", 'for t; do command -v "$t" >/dev/null || echo "$t"; '
+                                       'done', "sh", *tools], check=False).stdout.split()
+        return [tool for tool in tools if tool in absent]
+
     def wait_listening(self, addr: str, port: int, timeout: float) -> None:
         """Wait until this host has a TCP listener on addr:port. It does not connect:
         a ggml-rpc-server would take a probing connection for its one client."""

@@ -23,7 +23,6 @@ import json
 import re
 import shlex
 from collections.abc import Iterable
-from typing import Any
 
 from splitbench.errors import SplitbenchError
 from splitbench.infra import procs
@@ -77,7 +76,7 @@ def cover(host: Host, interface: str, address: str, firewall: str, where: str) -
     interfaces = sorted({*known["interfaces"], interface})
     addresses = sorted({*known["addresses"], address})
     commands = ruleset(interfaces, addresses)
-    if host.run(["id", "-u"]).stdout.strip() != "0":
+    if not host.is_root():
         raise GuardError(
             f"{where}: splitbench is not root on host {host.name}, so it cannot make sure "
             "its servers are reachable through the link only. Run there, as root: "
@@ -95,11 +94,6 @@ def cover(host: Host, interface: str, address: str, firewall: str, where: str) -
                         # nft's word for a table that is not there
                         gone_if="No such file or directory",
                         interfaces=interfaces, addresses=addresses)
-
-
-def applied(host: Host) -> dict[str, Any] | None:
-    """The host's guard as splitbench applied it (None: none)."""
-    return procs.change(_key(host))
 
 
 # A listener on every address: `0.0.0.0:port`, `*:port`, `[::]:port`.

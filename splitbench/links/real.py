@@ -48,7 +48,7 @@ def _set_up(spec: dict[str, Any]) -> Link:
     for side, host in (("a", host_a), ("b", host_b)):
         ifname = spec[f"interface_{side}"]
         _require_interface(host, ifname, where)
-        _refuse_default_route(host, ifname, where)
+        refuse_default_route(host, ifname, where)
         if spec.get("adopt"):
             ends[side] = _existing_address(host, ifname, where)
         else:
@@ -85,7 +85,7 @@ def _require_interface(host: Host, ifname: str, where: str) -> None:
                          f"({result.stderr.strip()})")
 
 
-def _refuse_default_route(host: Host, ifname: str, where: str) -> None:
+def refuse_default_route(host: Host, ifname: str, where: str) -> None:
     """A link interface is the cable between the two hosts, never the one that leads to
     the LAN: the RPC worker (no authentication) would listen where every neighbour on
     that network can reach it, and addressing it would change the user's network."""

@@ -83,7 +83,7 @@ def _require(host: Host, tool: str, where: str) -> None:
 
 
 def _has(host: Host, tool: str) -> bool:
-    return host.run(["sh", "-c", 'command -v "$1"', "sh", tool], check=False).returncode == 0
+    return not host.missing_tools([tool])
 
 
 def serve(link: Link, role: str, key: str, argv: list[str], port: int) -> None:

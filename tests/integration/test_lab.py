@@ -192,17 +192,17 @@ def test_an_interface_that_holds_the_default_route_is_never_a_link():
                      ["addr", "add", "10.252.0.1/30", "dev", "cable0"]):
             subprocess.run(["ip", "-n", ns, *argv], check=True)
         host = Host("b", netns=ns)
-        real._refuse_default_route(host, "lan0", "pair 'p', link 'l'")  # no default yet
+        real.refuse_default_route(host, "lan0", "pair 'p', link 'l'")  # no default yet
         subprocess.run(["ip", "-n", ns, "route", "add", "default", "via", "10.251.0.1"],
                        check=True)
         with pytest.raises(real.SetupError, match=r"pair 'p', link 'l': host b's interface "
                                                   r"lan0 holds the default route \(IPv4\)"):
-            real._refuse_default_route(host, "lan0", "pair 'p', link 'l'")
-        real._refuse_default_route(host, "cable0", "pair 'p', link 'l'")
+            real.refuse_default_route(host, "lan0", "pair 'p', link 'l'")
+        real.refuse_default_route(host, "cable0", "pair 'p', link 'l'")
         subprocess.run(["ip", "-n", ns, "route", "del", "default"], check=True)
         subprocess.run(["ip", "-n", ns, "-6", "route", "add", "default", "dev", "lan0"],
                        check=True)
         with pytest.raises(real.SetupError, match=r"holds the default route \(IPv6\)"):
-            real._refuse_default_route(host, "lan0", "pair 'p', link 'l'")
+            real.refuse_default_route(host, "lan0", "pair 'p', link 'l'")
     finally:
         subprocess.run(["ip", "netns", "del", ns], check=False)

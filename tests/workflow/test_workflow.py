@@ -684,19 +684,15 @@ def failed_run(tmp_path_factory):
         "links": {"plain": {"interface_a": "lo", "interface_b": "lo", "adopt": True}},
     }
     work = workflow_copy(tmp, config)
-    old = os.environ.get("SPLITBENCH_STATE")
-    os.environ["SPLITBENCH_STATE"] = str(work / ".splitbench")
-    try:
-        # The run adopts the links the lab already built, detours and all.
-        for pair, (failing, _) in FAILING_LINKS.items():
-            detour(lab.ensure_link(plan.link_slice(config, pair, failing)))
-        run = snakemake(work, "all")
-    finally:
-        procs.teardown()
-        if old is None:
-            os.environ.pop("SPLITBENCH_STATE", None)
-        else:
-            os.environ["SPLITBENCH_STATE"] = old
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SPLITBENCH_STATE", str(work / ".splitbench"))
+        try:
+            # The run adopts the links the lab already built, detours and all.
+            for pair, (failing, _) in FAILING_LINKS.items():
+                detour(lab.ensure_link(plan.link_slice(config, pair, failing)))
+            run = snakemake(work, "all")
+        finally:
+            procs.teardown()
     summary = pd.read_parquet(work / "results/summary/cells.parquet")
     return {"work": work, "run": run, "out": run.stdout + run.stderr, "port": port,
             "summary": summary.set_index(["pair", "link", "model"]).sort_index()}
