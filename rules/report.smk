@@ -59,6 +59,7 @@ rule findings:
         contexts=as_json(config["contexts"]),
         baseline=config["baseline_link"],
         workers=as_json({m: s.get("workers", 1) for m, s in config["models"].items()}),
+        interference=as_json(config.get("interference", {})),
     shell:
         splitbench(
             "findings",
@@ -75,6 +76,7 @@ rule findings:
             "--whatif {output.whatif:q}",
             "--points {output.points:q}",
             f"--tables {results.TABLES}",
+            "--interference {params.interference:q}",
         )
 
 

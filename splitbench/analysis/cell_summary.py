@@ -488,6 +488,19 @@ def read_links(link_files: list[str]) -> pd.DataFrame:
     return pd.concat([pq.read_table(p).to_pandas() for p in link_files], ignore_index=True)
 
 
+def link_flags(links: pd.DataFrame, interference_limits: dict[str, Any] | None,
+               mark: str = "") -> list[str | None]:
+    """Each link row's flags: its own (a negotiated speed below the expected one, ...)
+    and, each after `mark`, interference above `interference_limits` while it was
+    measured or interference that could not be read."""
+    links = links.reindex(columns=list(dict.fromkeys([*links.columns, "flags"])))
+    verdicts = interference.flag(links, interference_limits or {})[
+        ["interference", "interference_missing"]]
+    return [joined(own, *(f"{mark}{x}" for x in (i, m) if isinstance(x, str)))
+            for own, (i, m) in zip(links["flags"], verdicts.itertuples(index=False),
+                                   strict=True)]
+
+
 def latency_column(links: pd.DataFrame) -> str:
     """The request-response figure that decode's per-token cost is compared with.
 

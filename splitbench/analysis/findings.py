@@ -25,7 +25,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from splitbench.analysis import checks, comparison, mechanisms, whatif
-from splitbench.analysis.cell_summary import by_length, read_links
+from splitbench.analysis.cell_summary import by_length, link_flags, read_links
 from splitbench.analysis.comparison import COVERAGE
 from splitbench.analysis.marks import FLAG_MARK
 from splitbench.stage import Stage, json_arg
@@ -83,6 +83,38 @@ def _num(value: Any) -> float:
 def _listing(parts: Sequence[str]) -> str:
     parts = list(parts)
     return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+def _flags_of(rows: pd.DataFrame, columns: Sequence[str] = ("flags", "flags_base")
+              ) -> list[tuple[str, str]]:
+    """(where, why) for each row whose flags are set in any of `columns`: the cells (or
+    links) a finding drawn from `rows` rests on that carry ⚠ in their table."""
+    out = []
+    for _, r in rows.iterrows():
+        why = [str(r[c]) for c in columns if c in rows and isinstance(r[c], str) and r[c]]
+        if why:
+            where = " ".join(str(r[c]) for c in ("link", "ctx") if c in rows)
+            if "conc" in rows and r["conc"] > 1:
+                where += f" {r['conc']}-way"
+            out.append((where, why[0].split("; ")[0]))
+    return out
+
+
+def marked(found: Finding | None, flagged: Sequence[tuple[str, str]], what: str = "cells"
+           ) -> Finding | None:
+    """`found` with ⚠ at the start of its headline and a sentence naming the flagged
+    `what` it was drawn from, so that its headline, printed alone at the end of the run,
+    carries the flag too. Unchanged where nothing it rests on is flagged."""
+    if found is None or not flagged:
+        return found
+    text = found.text
+    if text.startswith("**") and not text.startswith(f"**{FLAG_MARK}"):
+        text = f"**{FLAG_MARK} " + text[2:]
+    where = _listing(list(dict.fromkeys(w for w, _ in flagged)))
+    text += (f" {FLAG_MARK} It rests on flagged {what}, {where} (the first: "
+             f"{flagged[0][1]}): the machine may be in these figures as well as the link.")
+    found.text = text
+    return found
 
 
 # --- decode: what each link costs, and why ---------------------------------------------
@@ -516,9 +548,10 @@ def _pm2(value: float, unc: float) -> str:
 
 
 # --- the links ----------------------------------------------------------------------------
-def link_facts(links: pd.DataFrame, baseline: str | None) -> list[Finding]:
-    """Per link: one way against both ways at once, asymmetry, and the fixed part of a
-    request-response (the seed's "bidirectional total 29% lower", "326 µs fixed")."""
+def link_facts(links: pd.DataFrame, baseline: str | None) -> list[tuple[Finding, str]]:
+    """Per link, (its finding, the link): one way against both ways at once, asymmetry,
+    and the fixed part of a request-response (the seed's "bidirectional total 29%
+    lower", "326 µs fixed")."""
     out = []
     for _, r in links.iterrows():
         if r.get("status") == "failed":
@@ -550,7 +583,7 @@ def link_facts(links: pd.DataFrame, baseline: str | None) -> list[Finding]:
             text += f"; a 16 KB request-response takes {p50:.0f} µs at the median"
             if np.isfinite(fixed):
                 text += f", {fixed:.0f} µs of it fixed (the intercept over message sizes)"
-        out.append(Finding("The links", text + ".", (LINKS,)))
+        out.append((Finding("The links", text + ".", (LINKS,)), r["link"]))
     return out
 
 
@@ -638,7 +671,8 @@ def collect(summary: pd.DataFrame, links: pd.DataFrame, comp: pd.DataFrame,
         section = f"{model} on {pair}" if pairs else str(model)
         mine = comp[(comp["pair"] == pair) & (comp["model"] == model)]
         for link, rows in mine.groupby("link", sort=False):
-            out.append(decode_cost(rows, str(link), section))
+            used = rows[(rows["status"] == "ok") & (rows["status_base"] == "ok")]
+            out.append(marked(decode_cost(rows, str(link), section), _flags_of(used)))
         floor = round_trip_floor(
             trips[(trips["pair"] == pair) & (trips["model"] == model)],
             model_rows[(model_rows["pair"] == pair) & (model_rows["model"] == model)]
@@ -649,11 +683,17 @@ def collect(summary: pd.DataFrame, links: pd.DataFrame, comp: pd.DataFrame,
         found = prefill(mine, links[links["pair"] == pair] if "pair" in links else links,
                         fit, section)
         if found:
-            out.append(found)
-        out += concurrency(cells, contexts, section)
+            used = mine[(mine["status"] == "ok") & (mine["status_base"] == "ok")]
+            out.append(marked(found, _flags_of(used)))
+        for found in concurrency(cells, contexts, section):
+            # The overlap rests on the concurrent cells; the boundary on every level.
+            rests_on = cells[cells["conc"] > 1] if found.refs[0] == OVERLAP else cells
+            out.append(marked(found, _flags_of(rests_on, ("flags",))))
     out += [f for f in (decode_across_models(comp), prefill_across_models(comp, links)) if f]
     for pair, facts in links.groupby("pair", sort=False) if "pair" in links else []:
-        found = link_facts(facts, baseline)
+        found = [marked(f, _flags_of(facts[facts["link"] == link], ("flags",)),
+                        "link measurements")
+                 for f, link in link_facts(facts, baseline)]
         if pairs:
             for f in found:
                 f.section = f"The links of {pair}"
@@ -693,10 +733,12 @@ def markdown(found: Sequence[Finding]) -> str:
 def run(summary_path: str, link_files: list[str], toolchain_files: list[str],
         sweep_files: list[str], anchor_files: list[str], drift_path: str | None,
         contexts: dict[str, int], baseline_link: str | None, workers: dict[str, int],
-        out: str, whatif_out: str, points_out: str,
-        tables_dir: str | None = None) -> list[Finding]:
+        out: str, whatif_out: str, points_out: str, tables_dir: str | None = None,
+        interference_limits: dict[str, Any] | None = None) -> list[Finding]:
     summary = pq.read_table(summary_path).to_pandas()
     links = read_links(link_files)
+    # A link measured while other work used the CPUs is flagged as its table flags it.
+    links["flags"] = link_flags(links, interference_limits)
     order = by_length(contexts)
     base = comparison.pick_baseline(summary, baseline_link)
     drift = comparison.machine_drift(anchor_files, summary, base)
@@ -737,12 +779,14 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--points", required=True, help="the measured links beside it")
     p.add_argument("--tables", default=None, help="the tables' directory: one that flags "
                    "most of its rows is said in the findings")
+    p.add_argument("--interference", type=json_arg, default={},
+                   help="the interference limits that flag a link's measurements")
 
 
 def _run(args: argparse.Namespace) -> None:
     found = run(args.summary, args.links, args.toolchain, args.sweeps, args.anchors,
                 args.drift, args.contexts, args.baseline, args.workers, args.out,
-                args.whatif, args.points, args.tables)
+                args.whatif, args.points, args.tables, args.interference)
     print(f"findings: {len(found)} written to {args.out}")
 
 

@@ -22,7 +22,7 @@ from splitbench.analysis.cell_summary import (
     SUMMARY_KEYS,
     by_length,
     ctx_sorted,
-    joined,
+    link_flags,
     overlap_flag,
     read_links,
     read_requests,
@@ -636,10 +636,7 @@ def links_table(links: pd.DataFrame,
         "negotiated (Gbit/s)": links["negotiated_gbps"],
         "emulation": [" + ".join(x for x in (r, d) if x) or "none"
                       for r, d in zip(emulated, delay, strict=True)],
-        "flags": [joined(f, *(f"{FLAG_MARK} {x}" for x in (i, m) if isinstance(x, str)))
-                  for f, (i, m) in zip(links["flags"], interference.flag(
-                      links, interference_limits or {})[["interference", "interference_missing"]]
-                      .itertuples(index=False), strict=True)],
+        "flags": link_flags(links, interference_limits, mark=f"{FLAG_MARK} "),
     })
 
 

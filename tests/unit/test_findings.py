@@ -277,3 +277,40 @@ def test_a_link_measured_faster_than_the_baseline_is_flagged_never_a_saving():
     text = findings.decode_cost(mixed.iloc[:2], "usb4", "m").text
     assert text.startswith("**usb4 costs decode +0.70 ±0.06 ms/token at short")
     assert "⚠ It measured faster than the baseline at 5k -0.50 ±0.20 ms/token" in text
+
+
+def _collect(summary: pd.DataFrame, comp: pd.DataFrame, links: pd.DataFrame
+             ) -> list[findings.Finding]:
+    trips = pd.DataFrame(columns=["pair", "model", "workers", "round_trips", "round_trips_se"])
+    return findings.collect(summary, links, comp, trips, pd.DataFrame(),
+                            pd.DataFrame(columns=whatif.MODEL_COLUMNS), ["short"], "base")
+
+
+def test_a_finding_drawn_from_flagged_cells_carries_the_flag_in_its_headline():
+    """Two CPU hogs beside a run flagged every cell; the findings' headlines, the lines
+    the run ends with, said "slow costs decode +2.08 ±0.01" with no ⚠ of their own."""
+    busy = "hosts A and B: other processes used 1.57 cores (limit 0.25 cores) during the cell"
+    levels = {("short", 1): "ok", ("short", 2): "ok"}
+    overlaps = {(link, "short", 2): (0.7, 0.05) for link in ("base", "usb4")}
+    links = pd.DataFrame([{"pair": "lab", "link": link, "a_to_b_gbps": 5.0,
+                           "b_to_a_gbps": 5.0, "flags": None} for link in ("base", "usb4")])
+    quiet_cells = summary_cells({"base": levels, "usb4": levels}, overlaps).assign(flags=None)
+    quiet_comp = comp_rows("usb4", [(0.70, 0.06)]).assign(flags=None, flags_base=None)
+    quiet = checks.headlines(findings.markdown(_collect(quiet_cells, quiet_comp, links)))
+    assert quiet and not any("⚠" in line for line in quiet)
+
+    busy_cells = quiet_cells.assign(flags=np.where(quiet_cells["link"] == "usb4", busy, None))
+    busy_comp = quiet_comp.assign(flags=busy)
+    busy_links = links.assign(flags=["iperf3 retransmits", None])
+    found = _collect(busy_cells, busy_comp, busy_links)
+    heads = checks.headlines(findings.markdown(found))
+    assert "m: ⚠ usb4 costs decode +0.70 ±0.06 ms/token at short (+82% of a 0.85 ms step)" \
+        in heads
+    assert "m: ⚠ Usable concurrency is the same on all 2 links" in heads
+    assert "m: ⚠ 2-way overlap is the same on every link within its ±" in heads
+    assert "The links: ⚠ base: 5.00 Gbit/s A→B and 5.00 B→A" in heads
+    assert "The links: usb4: 5.00 Gbit/s A→B and 5.00 B→A" in heads  # its own is clean
+    decode = next(f.text for f in found if "costs decode" in f.text)
+    assert f"⚠ It rests on flagged cells, usb4 short (the first: {busy})" in decode
+    overlap = next(f.text for f in found if "overlap" in f.text)
+    assert "usb4 short 2-way" in overlap and "usb4 short," not in overlap
