@@ -423,6 +423,31 @@ def overlap_flag(value: Any, unc: Any, prefill_share: Any) -> str | None:
     return None
 
 
+# The range an overlap lies in when nothing needs saying: 0 (serial) to 1 (fully
+# concurrent), widened by the margin OVERLAP_MAX allows above 1, on both sides.
+OVERLAP_MIN = 1 - OVERLAP_MAX
+
+
+def overlap_outside(value: Any, unc: Any, prefill_share: Any) -> str | None:
+    """Why an overlap outside [OVERLAP_MIN, OVERLAP_MAX] that `overlap_flag` does not
+    flag is no fault (the tables' ‡), or None where it lies inside or is flagged."""
+    def finite(x: Any) -> bool:
+        return x is not None and not pd.isna(x) and bool(np.isfinite(x))
+
+    if not finite(value) or OVERLAP_MIN <= value <= OVERLAP_MAX \
+            or overlap_flag(value, unc, prefill_share):
+        return None
+    if not finite(unc):
+        return f"{value:.2f} has no ± (no spread known), so it is not shown to be below 0"
+    if value < 0 and value + unc >= 0:
+        return f"{value:.2f} ±{unc:.2f} lies within its ± of 0 (serial)"
+    if value > 1:
+        return f"{value:.2f} ±{unc:.2f} lies within its ± of 1 (fully concurrent)"
+    share = f"{prefill_share:.0%}" if finite(prefill_share) else "an unknown share"
+    return (f"{value:.2f} ±{unc:.2f} is worse than serial where prefill is {share} of a "
+            "single request: the requests queue for the same compute")
+
+
 def _median_se(values: Any) -> pd.Series:
     """Standard error of the median of each group's values (MEDIAN_SE sd / sqrt(n)), NaN
     with fewer than two."""

@@ -18,12 +18,15 @@ import pandas as pd
 from splitbench import results
 from splitbench.analysis import backends, comparison, marks, mechanisms, pairs, traffic
 from splitbench.analysis.cell_summary import (
+    OVERLAP_MAX,
+    OVERLAP_MIN,
     PREFILL_SHARE_MAX,
     SUMMARY_KEYS,
     by_length,
     ctx_sorted,
     link_flags,
     overlap_flag,
+    overlap_outside,
     read_links,
     read_requests,
     rounded,
@@ -335,12 +338,14 @@ def overlap_note(summary: pd.DataFrame) -> str:
     within its ±, the two ± combined in quadrature)."""
     many = _with_overlap_columns(summary[summary["conc"] > 1])
     label_keys = [k for k in _row_keys(summary) if k != "link"]
-    lines = []
+    lines, outside = [], []
     for r in many.itertuples(index=False):
+        where = "/".join(str(getattr(r, k)) for k in SUMMARY_KEYS)
         reason = overlap_flag(r.overlap, r.overlap_unc, r.prefill_share)
         if reason:
-            where = "/".join(str(getattr(r, k)) for k in SUMMARY_KEYS)
             lines.append(f"- {FLAG_MARK} {where}: {reason}")
+        elif explained := overlap_outside(r.overlap, r.overlap_unc, r.prefill_share):
+            outside.append(f"- {OUTSIDE_MARK} {where}: {explained}")
     known = many[many["overlap"].map(pairs.finite) & many["overlap_unc"].map(pairs.finite)]
 
     def close(a: pd.Series, b: pd.Series) -> bool:
@@ -377,6 +382,9 @@ def overlap_note(summary: pd.DataFrame) -> str:
     out = ""
     if lines:
         out += f"\n{FLAG_MARK} impossible overlaps in this table:\n\n" + "\n".join(lines) + "\n"
+    if outside:
+        out += (f"\n{OUTSIDE_MARK} outside [{OVERLAP_MIN:g}, {OVERLAP_MAX:g}], and why that "
+                "is no fault:\n\n" + "\n".join(outside) + "\n")
     if levels or links:
         out += ("\nNot resolvable (the two overlaps differ by less than their ± combined):"
                 "\n\n")
@@ -395,6 +403,9 @@ def overlap_levels(summary: pd.DataFrame) -> str:
 # Marks an overlap's ± that is a lower bound: a cell of one release, whose ± is the
 # single stream's part alone.
 ONE_RELEASE_MARK = "†"
+# Marks an overlap outside [OVERLAP_MIN, OVERLAP_MAX] that is no fault; the note under
+# the overlap table says why for each (overlap_outside).
+OUTSIDE_MARK = "‡"
 
 
 def _overlap_text(value: float, status: Any, unc: Any = None,
@@ -413,6 +424,8 @@ def _overlap_text(value: float, status: Any, unc: Any = None,
             figure = f"{round(value, 1) + 0.0:.1f}"  # + 0.0: no "-0.0"
         if overlap_flag(value, unc, prefill_share):
             figure += f" {FLAG_MARK}"
+        elif overlap_outside(value, unc, prefill_share):
+            figure += OUTSIDE_MARK
         return figure if status == "ok" else f"{figure} {status_text(status)}"
     return status_text(status) if status != "ok" else "—"
 
@@ -684,13 +697,16 @@ def tables(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
                     f"{FLAG_MARK}: above 1 beyond its ± (no cell can be more than fully "
                     "concurrent), below 0 beyond its ± where prefill is under "
                     f"{PREFILL_SHARE_MAX:.0%} of a single request, or a flagged cell; "
-                    "overlaps not resolvable from their neighbours are named below",
+                    f"{OUTSIDE_MARK}: outside [{OVERLAP_MIN:g}, {OVERLAP_MAX:g}] but no "
+                    "fault, each with its reason below; overlaps not resolvable from their "
+                    "neighbours are named below",
                     overlap_table(summary, contexts)),
         "pairs": (
             "Pairs side by side: the same model, context and concurrency on each pair of "
             f"machines (± is {COVERAGE:g} standard errors of each cell's own figure, from "
             f"the column `± from`; ✗: the cell's status; {FLAG_MARK}: a flagged cell or "
-            "link; link figures: the link checks', throughput ± half the spread over "
+            f"link; {OUTSIDE_MARK}: an overlap outside [0, 1] that is no fault, as the "
+            "overlap table says; link figures: the link checks', throughput ± half the spread over "
             "repeats). Each pair's links are compared with its own baseline in the link "
             "comparison; a difference between pairs includes everything that differs "
             "between their machines and times, not only the link",
@@ -715,7 +731,8 @@ def tables(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
             "Backends side by side: one model shape split by llama.cpp's RPC and by "
             "vLLM's tensor (TP=2) and pipeline (PP=2) parallel, on the same pair and "
             f"links (± is {COVERAGE:g} standard errors; ✗: the cell's status; "
-            f"{FLAG_MARK}: a flagged cell; bytes/token: the kernel's counters of the "
+            f"{FLAG_MARK}: a flagged cell; {OUTSIDE_MARK}: an overlap outside [0, 1] that "
+            "is no fault, as the overlap table says; bytes/token: the kernel's counters of the "
             "connections between the hosts during decode; each model's decode verdict "
             "from the mechanisms table is below)",
             backends_table(summary, contexts, base, verdicts)),

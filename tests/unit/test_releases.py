@@ -295,27 +295,36 @@ def overlap_texts(*cells: dict) -> pd.DataFrame:
     return tables.overlap_table(summary, ORDER).set_index("link")
 
 
-@pytest.mark.parametrize(("value", "unc", "share", "flagged"), [
-    (-0.5, 0.1, 0.1, True),     # worse than serial beyond its ±, decode dominates
-    (-0.02, 0.05, 0.1, False),  # within its ± of 0
-    (-0.5, 0.1, 0.6, False),    # prefill dominates: queued prefills can be worse
-    (1.02, 0.05, 0.1, False),   # within its ± of 1
-    (1.3, 0.1, 0.1, True),      # more than fully concurrent beyond its ±
-    (0.81, 0.05, 0.1, False),
+@pytest.mark.parametrize(("value", "unc", "share", "mark"), [
+    (-0.5, 0.1, 0.1, "⚠"),     # worse than serial beyond its ±, decode dominates
+    (-0.02, 0.05, 0.1, ""),    # inside [-0.05, 1.05]
+    (-0.12, 0.20, 0.1, "‡"),   # outside, but within its ± of 0
+    (-0.5, 0.1, 0.6, "‡"),     # prefill dominates: queued prefills can be worse
+    (1.02, 0.05, 0.1, ""),     # inside [-0.05, 1.05]
+    (1.08, 0.10, 0.1, "‡"),    # outside, but within its ± of 1
+    (1.3, 0.1, 0.1, "⚠"),      # more than fully concurrent beyond its ±
+    (0.81, 0.05, 0.1, ""),
 ])
-def test_overlap_text_shows_its_plus_minus_and_flags_only_the_impossible(value, unc, share,
-                                                                         flagged):
+def test_an_overlap_outside_0_to_1_is_flagged_or_marked_with_its_reason(value, unc, share,
+                                                                        mark):
+    """No overlap outside [-0.05, 1.05] is shown bare: ⚠ where it is impossible, ‡ with
+    the reason it is no fault otherwise; inside it, neither."""
     table = overlap_texts(cell("a", "short", 2, value, unc, share), cell("a", "short", 4))
     text = table.loc["a", "short"].split(" / ")[0]
     assert text.startswith(f"{value:.2f} ±{unc:.2f}")
-    assert text.endswith(tables.FLAG_MARK) == flagged
-    reason = cell_summary.overlap_flag(value, unc, share)
-    assert (reason is not None) == flagged
+    assert text.endswith(tables.FLAG_MARK) == (mark == "⚠")
+    assert text.endswith(tables.OUTSIDE_MARK) == (mark == "‡")
+    assert (cell_summary.overlap_flag(value, unc, share) is not None) == (mark == "⚠")
+    reason = cell_summary.overlap_outside(value, unc, share)
+    assert (reason is not None) == (mark == "‡")
+    summary = pd.DataFrame([cell("a", "short", 1), cell("a", "short", 2, value, unc, share)])
+    assert (f"‡ lab/a/m/short/2: {value:.2f} ±{unc:.2f}" in tables.overlap_note(summary)) \
+        == (mark == "‡")
 
 
 def test_an_overlap_without_a_plus_minus_keeps_one_decimal_and_the_old_limit():
     table = overlap_texts(cell("a", "short", 2, 1.2, None), cell("a", "short", 4, -0.5, None))
-    assert table.loc["a", "short"] == f"1.2 {tables.FLAG_MARK} / -0.5"
+    assert table.loc["a", "short"] == f"1.2 {tables.FLAG_MARK} / -0.5{tables.OUTSIDE_MARK}"
 
 
 def test_the_note_names_the_impossible_and_the_unresolvable():
