@@ -1,12 +1,14 @@
 # Toolchain: which llama.cpp build each host of a pair runs; refuse mismatched builds.
 
 
+# Each pair's first job: the host checks (links/readiness.py, the doctor's) come before
+# its link checks, so that a pair that is not ready says so first.
 rule toolchain:
     output:
         results.TOOLCHAIN,
     log:
         results.log("toolchain/{pair}"),
-    priority: SETUP_PRIORITY
+    priority: SETUP_PRIORITY + 1
     conda:
         "../envs/splitbench.yaml"
     resources:

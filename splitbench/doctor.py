@@ -13,35 +13,17 @@ import argparse
 import json
 import os
 import shutil
-import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from splitbench import configuration, plan, results
-from splitbench.infra.hosts import Host, HostError, host_from_spec
-from splitbench.links.link import GUARDED_PORTS, IPERF_PORT, PROBE_PORT, SOCKPERF_PORT
+from splitbench.infra.hosts import Host, host_from_spec
+from splitbench.links import readiness
+from splitbench.links.readiness import BAD, NOTE, OK, Line
 from splitbench.stage import Stage
 
-OK, BAD, NOTE = "✓", "✗", "·"
-
-# What each host of a real pair runs (docs/two-machines.md, "What each host needs").
-TOOLS_A = ("ip", "ping", "iperf3", "ss", "sha256sum")
-TOOLS_B = ("ip", "ping", "iperf3", "ss", "sha256sum", "setsid", "mktemp")
-TOOLS_EMBEDDED = ("ip", "ping", "iperf3", "ss", "taskset", "cc")
 # Free space the results of a run need (Parquet, logs, charts; a few hundred MB at most).
 DISK_MIN_GIB = 1.0
-
-
-@dataclass(frozen=True)
-class Line:
-    mark: str
-    pair: str
-    text: str
-    fix: str = ""
-
-    def __str__(self) -> str:
-        return f"{self.mark} {self.pair}: {self.text}" + (f" — {self.fix}" if self.fix else "")
 
 
 def check(config: dict[str, Any], results_dir: str | Path = "results") -> list[Line]:
@@ -54,24 +36,8 @@ def check(config: dict[str, Any], results_dir: str | Path = "results") -> list[L
     return lines
 
 
-def _tools(host: Host, pair: str, tools: tuple[str, ...]) -> list[Line]:
-    missing = host.missing_tools(tools)
-    if not missing:
-        return [Line(OK, pair, f"host {host.name.upper()} has {', '.join(tools)}")]
-    return [Line(BAD, pair, f"host {host.name.upper()} has no {tool}",
-                 f"install it there (Debian: apt-get install {_package(tool)})")
-            for tool in missing]
-
-
-def _package(tool: str) -> str:
-    return {"ip": "iproute2", "ss": "iproute2", "ping": "iputils-ping", "nft": "nftables",
-            "sha256sum": "coreutils", "mktemp": "coreutils", "setsid": "util-linux",
-            "taskset": "util-linux", "cc": "gcc"}.get(tool, tool)
-
-
 def embedded_pair(config: dict[str, Any], pair: str, spec: dict[str, Any]) -> list[Line]:
-    host = Host("a")
-    lines = _tools(host, pair, TOOLS_EMBEDDED)
+    lines = readiness.pair_hosts(pair, spec["hosts"])
     shaped = [name for name, link in spec["links"].items()
               if link.get("rate_gbit") or link.get("delay_ms")]
     if os.geteuid() == 0:
@@ -86,29 +52,24 @@ def embedded_pair(config: dict[str, Any], pair: str, spec: dict[str, Any]) -> li
 
 
 def ssh_pair(config: dict[str, Any], pair: str, spec: dict[str, Any]) -> list[Line]:
+    """readiness.pair_hosts, then what the links and models ask of the hosts: nft and
+    root for the firewall guard, root for the links' addresses, the same llama.cpp
+    build, each link's interfaces."""
     host_a = host_from_spec("a", spec["hosts"]["a"])
     host_b = host_from_spec("b", spec["hosts"]["b"])
     guarded = spec.get("firewall", "guard") == "guard"
     addressed = [name for name, link in spec["links"].items() if not link.get("adopt")]
-    lines = _tools(host_a, pair, (*TOOLS_A, *(("nft",) if guarded else ())))
-    lines.append(_rights(host_a, pair, addressed, guarded))
-    try:
-        host_b.run(["true"], timeout=30)
-    except HostError as exc:
-        return [*lines, Line(BAD, pair, f"host B ({host_b.ssh}) cannot be reached: {exc}",
-                             "see docs/two-machines.md (SSH and host keys)"),
-                Line(NOTE, pair, "host B's other checks not run")]
-    lines.append(Line(OK, pair, f"host B reached over SSH ({host_b.ssh}), its host key "
-                                "known"))
-    lines += _tools(host_b, pair, (*TOOLS_B, *(("nft",) if guarded else ())))
-    lines.append(_python(host_b, pair))
-    lines.append(_rights(host_b, pair, addressed, guarded))
+    lines = readiness.pair_hosts(pair, spec["hosts"])
+    reached = readiness.reached(lines)
+    hosts = (host_a, host_b) if reached else (host_a,)
+    if guarded:
+        lines += [line for host in hosts for line in readiness.tools(host, pair, ("nft",))]
+    lines += [_rights(host, pair, addressed, guarded) for host in hosts]
+    if not reached:
+        return lines
     lines += _toolchain(config, pair, spec)
     for name, link in spec["links"].items():
         lines += _interfaces(pair, name, link, host_a, host_b)
-    lines.append(_ports_free(host_b, pair))
-    lines.append(_clock(host_a, host_b, pair))
-    lines += [_wakeup(host, pair) for host in (host_a, host_b)]
     return lines
 
 
@@ -124,15 +85,6 @@ def _rights(host: Host, pair: str, addressed: list[str], guarded: bool) -> Line:
     return Line(BAD, pair, f"not root on host {side}, which {' and '.join(needs)} need",
                 "run as root there, or set adopt: true on those links and firewall: own on "
                 "the pair (docs/two-machines.md)")
-
-
-def _python(host: Host, pair: str) -> Line:
-    done = host.run([host.python, "-c", "import sys; print(sys.version_info >= (3, 8))"],
-                    check=False)
-    if done.stdout.strip() == "True":
-        return Line(OK, pair, f"host B's {host.python} is Python 3.8 or later")
-    return Line(BAD, pair, f"host B has no Python 3.8 or later at {host.python}",
-                "install python3 there, or set hosts.b.python to one")
 
 
 def _toolchain(config: dict[str, Any], pair: str, spec: dict[str, Any]) -> list[Line]:
@@ -184,41 +136,6 @@ def _interfaces(pair: str, name: str, link: dict[str, Any], host_a: Host,
         else:
             lines.append(Line(OK, pair, said))
     return lines
-
-
-def _ports_free(host_b: Host, pair: str) -> Line:
-    wanted = {IPERF_PORT, PROBE_PORT, SOCKPERF_PORT,
-              *range(GUARDED_PORTS[0][0], GUARDED_PORTS[0][1] + 1)}
-    taken = []
-    for line in host_b.run(["ss", "-Hltn"], check=False).stdout.splitlines():
-        fields = line.split()
-        if len(fields) >= 4 and fields[3].rsplit(":", 1)[-1].isdigit() and \
-                int(fields[3].rsplit(":", 1)[-1]) in wanted:
-            taken.append(fields[3])
-    if taken:
-        return Line(BAD, pair, f"host B: ports splitbench serves on are taken: "
-                               f"{', '.join(sorted(taken))}",
-                    "stop what listens there (a run left behind: python -m splitbench "
-                    "teardown)")
-    return Line(OK, pair, "host B: the worker, iperf3, probe and sockperf ports are free")
-
-
-def _clock(host_a: Host, host_b: Host, pair: str) -> Line:
-    before = time.time()
-    remote = float(host_b.run(["date", "+%s.%N"]).stdout.strip())
-    offset = remote - (before + time.time()) / 2
-    return Line(NOTE, pair, f"host B's clock is {offset:+.3f} s from host A's (every figure "
-                            "is timed on host A; B's clock only dates its log lines)")
-
-
-def _wakeup(host: Host, pair: str) -> Line:
-    held = host.run(["test", "-w", "/dev/cpu_dma_latency"], check=False).returncode == 0
-    governor = host.run(["cat", "/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor"],
-                        check=False).stdout.strip() or "not reported"
-    side = host.name.upper()
-    return Line(NOTE, pair, f"host {side}: CPU wake-up latency "
-                            f"{'can be held at 0 us' if held else 'cannot be held (not root)'}"
-                            f", governor {governor}")
 
 
 def run_lines(config: dict[str, Any], results_dir: str | Path) -> list[Line]:

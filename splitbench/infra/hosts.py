@@ -215,6 +215,7 @@ class Host:
             "key": key,
             "argv": list(argv),
             "log": f"{self.ssh}:{log}",
+            "remote_log": log,  # brought back and removed when the process is forgotten
             "host": self.name,
             **(extra or {}),
         }

@@ -216,7 +216,37 @@ def stop(key: str, timeout: float = 10.0) -> None:
         if _unreachable(record):
             return
         _terminate(record, timeout)
-    _forget("procs", key)
+        _forget_process(record)
+    else:
+        _forget("procs", key)
+
+
+# Where Host._spawn_remote's mktemp makes a remote process's log; the only remote path
+# _forget_process removes, and only the one its record names.
+REMOTE_LOG_PREFIX = "/tmp/splitbench-"
+# How much of a remote log is kept on this machine when the process is forgotten.
+REMOTE_LOG_KEPT_BYTES = 256 * 1024
+
+
+def remote_logs_dir() -> Path:
+    """Where the logs of ended remote processes are kept (their last
+    REMOTE_LOG_KEPT_BYTES, one file per record key)."""
+    return state_dir() / "remote-logs"
+
+
+def _forget_process(record: dict[str, Any]) -> None:
+    """Forget an ended process. A remote one's log, the file mktemp made for it on its
+    host, is copied here (remote_logs_dir) and removed there: nothing of a run is left
+    in the host's /tmp, and nothing splitbench did not make is removed."""
+    path = record.get("remote_log")
+    if record.get("remote") and isinstance(path, str) and path.startswith(REMOTE_LOG_PREFIX) \
+            and "/" not in path.removeprefix(REMOTE_LOG_PREFIX):
+        kept = _remote_run(record["remote"], ["tail", "-c", str(REMOTE_LOG_KEPT_BYTES), "--",
+                                              path])
+        if kept is not None and kept.returncode == 0:
+            files.write_text(remote_logs_dir() / f"{record['key']}.log", kept.stdout)
+            _remote_run(record["remote"], ["rm", "-f", "--", path])
+    _forget("procs", record["key"])
 
 
 def _unreachable(record: dict[str, Any]) -> bool:
@@ -324,19 +354,21 @@ def namespaces() -> list[str]:
 
 def record_cgroup(path: str, remote: dict[str, Any] | None = None) -> None:
     """Remember a cgroup this run made for its own processes (interference's), on this
-    machine or on the host `remote` names, so that teardown removes it once empty."""
-    key = hashlib.sha256(json.dumps([path, remote], sort_keys=True).encode()).hexdigest()
-    record = _records("cgroups") / f"{key[:16]}.json"
-    if not record.exists():
-        _write(record, {"path": path, "remote": remote})
+    machine or on the host `remote` names: a change whose undo, `rmdir`, removes it once
+    it is empty (one that still holds processes stays on record for the next teardown)."""
+    key = "cgroup-" + hashlib.sha256(
+        json.dumps([path, remote], sort_keys=True).encode()).hexdigest()[:16]
+    if change(key) is None:
+        record_change(key, "b" if remote else "a", remote, ["rmdir", path],
+                      gone_if="No such file or directory", cgroup=path)
 
 
 def record_change(key: str, host: str, remote: dict[str, Any] | None, undo: list[str],
-                  gone_if: str, **state: Any) -> None:
+                  gone_if: str | list[str], **state: Any) -> None:
     """Remember a change this run made to a host (a firewall table) and the command that
     undoes it, which teardown runs there: on this machine (`undo` is the whole local
     command line) or on the host `remote` names. `gone_if`: a part of the undo's error
-    that means the change is already gone. `state`: what the change holds now, for the
+    (or several) that means the change is already gone. `state`: what the change holds now, for the
     code that makes it (`change`)."""
     ensure_job_reaper()
     _write(_records("changes") / f"{key}.json", {"host": host, "remote": remote, "undo": undo,
@@ -352,8 +384,11 @@ def _undo_changes() -> list[str]:
     """Undo every recorded change; one whose host cannot be reached, or whose undo
     fails, stays on record for the next teardown."""
     done = []
-    for path in sorted(_records("changes").glob("*.json")):
-        record = files.read_json(path)
+    records = [(path, files.read_json(path)) for path in _records("changes").glob("*.json")]
+    # Remote hosts' first: a change here (the link's address on host A) may be the path
+    # to them.
+    for path, record in sorted(records, key=lambda pr: (not (pr[1] or {}).get("remote"),
+                                                         pr[0].name)):
         if record is None:  # torn: nothing to run
             path.unlink(missing_ok=True)
             continue
@@ -361,11 +396,15 @@ def _undo_changes() -> list[str]:
         if record.get("remote"):
             result = _remote_run(record["remote"], record["undo"])
         else:
+            if record.get("cgroup"):
+                _leave(Path(record["cgroup"]))  # this process may be inside it
             result = subprocess.run(record["undo"], capture_output=True, text=True)
         if result is None:
             done.append(f"could not reach host {record['host']} to run {what}: kept on "
                         "record, the next teardown tries again")
-        elif result.returncode == 0 or record["gone_if"] in result.stderr:
+        elif result.returncode == 0 or any(gone in result.stderr for gone in (
+                [record["gone_if"]] if isinstance(record["gone_if"], str)
+                else record["gone_if"])):
             path.unlink(missing_ok=True)
             done.append(f"ran {what}")
         else:
@@ -381,38 +420,6 @@ def _leave(cgroup: Path) -> None:
                 Path("/proc/self/cgroup").read_text().splitlines() if line.startswith("0::")]
         if mine and cgroup.as_posix().endswith(mine[0]) and mine[0] != "/":
             (cgroup.parent / "cgroup.procs").write_text(str(os.getpid()))
-
-
-def _remove_cgroups() -> list[str]:
-    """Remove every recorded cgroup (rmdir: only an empty one goes); one that still
-    holds processes stays on record for the next teardown."""
-    done = []
-    for record in sorted(_records("cgroups").glob("*.json")):
-        try:
-            cgroup = json.loads(record.read_text())
-        except (OSError, ValueError):
-            continue
-        path, remote = cgroup["path"], cgroup.get("remote")
-        if remote:
-            result = _remote_run(remote, ["rmdir", path])
-            gone = result is not None and (result.returncode == 0 or
-                                           "No such file" in result.stderr)
-            error = "" if result is None else result.stderr.strip()
-        else:
-            _leave(Path(path))
-            try:
-                os.rmdir(path)
-                gone, error = True, ""
-            except FileNotFoundError:
-                gone, error = True, ""
-            except OSError as exc:
-                gone, error = False, str(exc)
-        if gone:
-            record.unlink()
-            done.append(f"removed cgroup {path}")
-        else:
-            done.append(f"could not remove cgroup {path}: {error or 'host unreachable'}")
-    return done
 
 
 def teardown(namespaces_first: bool = False, spare: Sequence[str] = ()) -> list[str]:
@@ -435,9 +442,8 @@ def teardown(namespaces_first: bool = False, spare: Sequence[str] = ()) -> list[
             if is_alive(record):
                 done.append(f"stopped {record['role']} pid {record['pid']}")
             _terminate(record, timeout=10.0)
-        _forget("procs", record["key"])
+        _forget_process(record)
     done += _delete_namespaces()
-    done += _remove_cgroups()
     done += _undo_changes()
     for path in _records("links").glob("*.json"):
         path.unlink()

@@ -2,13 +2,15 @@
 addresses), and prove that A reaches B over exactly that interface.
 
 Host A is the machine splitbench runs on; host B is reached over SSH (or is this
-machine too, for a pair of interfaces looped by cable). Nothing is torn down from real
-interfaces at the end of a run: addresses stay as the user's network expects them. What
-is torn down is the firewall guard each host gets once its link is proved (guard.py).
+machine too, for a pair of interfaces looped by cable). What setup changes on an
+interface (up, an address, the MTU) is recorded with its undo, like the firewall guard
+each host gets once its link is proved (guard.py), and the run's teardown undoes both:
+the interfaces are left as they were found.
 """
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import json
 from typing import Any
@@ -112,16 +114,40 @@ def _existing_address(host: Host, ifname: str, where: str) -> str:
 
 def _configure(host: Host, ifname: str, addr: str, prefix: int, mtu: int | None, where: str,
                applied: list) -> str:
+    """Bring the interface up, give it the link's address and MTU; each change that was
+    not already so is recorded with its undo, which the run's teardown makes (the address
+    removed, the MTU and the down state restored), so the user's interface is left as it
+    was found."""
     ipaddress.ip_interface(f"{addr}/{prefix}")  # a typo fails here, before any change
-    commands = [["ip", "link", "set", "dev", ifname, "up"],
-                ["ip", "addr", "replace", f"{addr}/{prefix}", "dev", ifname]]
-    if mtu:
-        commands.append(["ip", "link", "set", "dev", ifname, "mtu", str(mtu)])
-    for argv in commands:
+    before = json.loads(host.run(["ip", "-j", "addr", "show", "dev", ifname]).stdout)[0]
+    had = {f"{a['local']}/{a['prefixlen']}" for a in before.get("addr_info", [])}
+    steps = []  # (command, its undo or None where nothing changes)
+    if "UP" not in before.get("flags", []):
+        steps.append((["ip", "link", "set", "dev", ifname, "up"],
+                      ["ip", "link", "set", "dev", ifname, "down"]))
+    steps.append((["ip", "addr", "replace", f"{addr}/{prefix}", "dev", ifname],
+                  None if f"{addr}/{prefix}" in had
+                  else ["ip", "addr", "del", f"{addr}/{prefix}", "dev", ifname]))
+    if mtu and mtu != before.get("mtu"):
+        steps.append((["ip", "link", "set", "dev", ifname, "mtu", str(mtu)],
+                      ["ip", "link", "set", "dev", ifname, "mtu", str(before.get("mtu"))]))
+    for argv, undo in steps:
         result = host.run(argv, check=False)
         if result.returncode != 0:
             raise SetupError(f"{where}: host {host.name}: {' '.join(argv)} failed "
                              f"({result.stderr.strip()}); set it up by hand and use "
                              "adopt: true, or run with the rights to change interfaces")
         applied.append([f"host {host.name}", *argv])
+        if undo:
+            _record_undo(host, undo, f"{where} {host.name} {' '.join(argv[:-2])}")
     return addr
+
+
+def _record_undo(host: Host, undo: list[str], what: str) -> None:
+    key = "interface-" + hashlib.sha256(
+        json.dumps([host.ssh_settings() if host.remote else None, what]).encode()
+    ).hexdigest()[:16]
+    procs.record_change(key, host.name, host.ssh_settings() if host.remote else None,
+                        undo if host.remote else host.wrap(undo),
+                        # ip's words for an address or a device that is gone already
+                        gone_if=["Cannot assign requested address", "Cannot find device"])

@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 import vl_convert
 from markdown_it import MarkdownIt
 
-from splitbench import __version__, results
+from splitbench import results, version
 from splitbench.analysis import cell_summary
 from splitbench.analysis.checks import check_lines
 from splitbench.analysis.marks import FLAG_MARK
@@ -408,8 +408,11 @@ def provenance_section(summary_path: str, summary: pd.DataFrame, links: pd.DataF
     facts = {
         **_overview(summary),
         "report written": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
-        "splitbench (report)": __version__,
-        "splitbench (summary)": summary_meta.get("splitbench_version"),
+        "splitbench (report)": version.described(),
+        "splitbench (summary)": " ".join(str(x) for x in (
+            summary_meta.get("splitbench_version"),
+            f"(commit {summary_meta['code_commit']})" if summary_meta.get("code_commit")
+            else None) if x),
         "links measured from": _iso(measured.min()) if len(measured) else None,
         "links measured until": _iso(measured.max()) if len(measured) else None,
         **_cell_dates(requests),

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from splitbench import cli, configuration, plan, results
+from splitbench import cli, configuration, plan, results, version
 from splitbench.analysis import cell_summary, checks, comparison, drift, whatif
 from splitbench.infra import parquet_io
 from splitbench.report import charts, page
@@ -270,8 +270,11 @@ def test_page_carries_provenance(built):
                      "(1000 characters)",  # long metadata values are cut, and say so
                      # 2 pairs x 2 contexts x (1 + 2 + 4) requests per link
                      "per-segment arrival (packet socket): 28 requests",
-                     "when the read returned: 28 requests"):
+                     "when the read returned: 28 requests",
+                     # the code that wrote the report, and the summary's
+                     f"0.1.0 (commit {version.commit()})"):
         assert expected in text, expected
+    assert text.count(f"(commit {version.commit()})") >= 2
 
 
 def _pair_row(text: str, pair: str) -> str:

@@ -123,14 +123,33 @@ def test_ssh_quotes_every_argument_and_verifies_the_host_key(host_b):
         stranger.run(["true"])
 
 
-def test_remote_process_is_recorded_and_stopped(host_b):
+def test_remote_process_is_recorded_and_stopped(host_b, state_dir):
+    """Stopped, and its log (a file mktemp made on B) brought back to A and removed from
+    B; a path on B that the record does not name as its log is never removed."""
     real.ensure(link_spec(host_b))
     host = host_from_spec("b", host_b)
-    record = host.spawn(["sleep", "300"], role="other", key="remote-sleep",
-                        log_path=Path("/unused"))
+    record = host.spawn(["sh", "-c", "echo said-on-b; exec sleep 300"], role="other",
+                        key="remote-sleep", log_path=Path("/unused"))
+    log = record["remote_log"]
+    assert log.startswith("/tmp/splitbench-remote-sleep."), log
     assert procs.is_alive(record)
     procs.stop("remote-sleep")
     assert not procs.is_alive(record)
+    assert host.run(["test", "-e", log], check=False).returncode == 1, "left on B"
+    assert "said-on-b" in (procs.remote_logs_dir() / "remote-sleep.log").read_text()
+
+    other = host.run(["mktemp", "/tmp/not-splitbench-XXXXXXXX"]).stdout.strip()
+    try:
+        for named in (other, f"/tmp/splitbench-x/../{other.removeprefix('/tmp/')}"):
+            stray = host.spawn(["sleep", "300"], role="other", key="remote-stray",
+                               log_path=Path("/unused"))
+            procs.record_process({**procs.find("remote-stray"), "remote_log": named})
+            procs.stop("remote-stray")
+            assert not procs.is_alive(stray)
+            assert host.run(["test", "-e", other], check=False).returncode == 0, named
+            host.run(["rm", "-f", "--", stray["remote_log"]])
+    finally:
+        host.run(["rm", "-f", "--", other])
 
 
 def test_link_over_ssh_is_set_up_proved_and_measured(host_b, tmp_path):
@@ -146,6 +165,21 @@ def test_link_over_ssh_is_set_up_proved_and_measured(host_b, tmp_path):
     assert row["rr16k_p50_us"] > 0 and row["emulation_mode"] == "real"
     assert pd.read_parquet(out)["link"].iloc[0] == "veth"
     assert not any(p["role"] in ("iperf3", "probe", "sockperf") for p in procs.all_procs())
+
+    # What setup changed is undone at teardown, and only that: A's end was down, with no
+    # address and MTU 1500; B's end was up with its address (sshd listens on it).
+    sshd = procs.find("sshd-test")
+    procs.teardown(spare=["sshd-test"])  # sshd holds B's namespace, and answers
+    a_end = json.loads(subprocess.run(["ip", "-j", "addr", "show", "dev", IF_A],
+                                      capture_output=True, text=True, check=True).stdout)[0]
+    # B was reached over the link itself: with A's address gone, look from inside.
+    b_end = json.loads(subprocess.run(
+        ["nsenter", f"--net=/proc/{sshd['pid']}/ns/net", "ip", "-j", "addr", "show", "dev",
+         IF_B], capture_output=True, text=True, check=True).stdout)[0]
+    assert (a_end["mtu"], b_end["mtu"]) == (1500, 1500)
+    assert "UP" not in a_end["flags"] and "UP" in b_end["flags"]
+    assert [a["local"] for a in a_end["addr_info"] if a["family"] == "inet"] == []
+    assert [a["local"] for a in b_end["addr_info"] if a["family"] == "inet"] == [ADDR_B]
 
 
 @pytest.mark.parametrize(
@@ -624,3 +658,42 @@ def test_doctor_passes_a_ready_pair_and_names_each_broken_requirement(host_b, tm
     (found,) = problems(ready, tmp_path)
     assert found.startswith(f"✗ rig: host B: ports splitbench serves on are taken: "
                             f"{ADDR_B}:5201"), found
+
+
+def test_a_vllm_model_missing_on_host_b_is_refused_before_any_rank_starts(host_b, tmp_path):
+    """vLLM's ranks load the model from the same path on each host: one B lacks (a
+    synthetic model is written on A only) is named, with the copy that fixes it."""
+    from splitbench.backends.launches import LaunchError
+    from splitbench.backends.vllm import servers
+
+    link = real.ensure(link_spec(host_b))
+    there = tmp_path / "model.hf"  # the lab's B shares this file system
+    there.mkdir()
+    (there / "config.json").write_text("{}")
+    servers._require_model_on_b(link, str(there))
+    with pytest.raises(LaunchError, match=r"host B \(root@10\.214\.9\.2\) has no model at "
+                                          r"\S+/absent .*rsync -a"):
+        servers._require_model_on_b(link, str(tmp_path / "absent"))
+    assert not [p for p in procs.all_procs() if p["role"].startswith("vllm")]
+
+
+def test_vllm_caches_on_host_b_are_private_to_its_user(host_b):
+    """vLLM's and torch's compile caches on B, whose artifacts the ranks load and run,
+    are in B's user's own home, mode 0700, never at a fixed path in /tmp that another
+    user could have made first and filled (here: one planted where they once were)."""
+    from splitbench.backends.vllm import servers
+
+    real.ensure(link_spec(host_b))  # A's end up: B is reached over the link
+    host = host_from_spec("b", host_b)
+    planted = "/tmp/splitbench-vllm-cache"
+    fresh = host.run(["sh", "-c", f"test -e {planted} || {{ mkdir -m 777 {planted} && "
+                                  "echo made; }"]).stdout.strip() == "made"
+    try:
+        root = servers._cache_root(host)
+        home = host.run(["sh", "-c", 'printf %s "$HOME"']).stdout
+        assert root == f"{home}/.cache/splitbench/vllm", root
+        mode, owner = host.run(["stat", "-c", "%a %u", root]).stdout.split()
+        assert (mode, owner) == ("700", host.run(["id", "-u"]).stdout.strip())
+    finally:
+        if fresh:
+            host.run(["rmdir", planted])

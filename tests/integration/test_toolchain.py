@@ -1,10 +1,13 @@
+import json
 import os
+import socket
 import stat
 
 import pytest
 
 from splitbench.backends.llamacpp import toolchain
 from splitbench.infra.hosts import Host
+from splitbench.links import readiness
 
 
 def fake_build(folder, version: str):
@@ -43,3 +46,31 @@ def test_missing_binary_names_host_and_path(tmp_path):
 def test_the_pip_build_has_both_binaries():
     described = toolchain.describe(Host("a"), toolchain.pip_bin_dir(), "pair p")
     assert len(described["ggml-rpc-server_sha256"]) == 64
+
+
+def test_the_toolchain_stage_checks_both_hosts_first_and_a_failure_is_the_pairs_result(
+        tmp_path, monkeypatch):
+    """The pair's first job makes the doctor's host checks: a tool missing on A, or a
+    host B that cannot be reached, is the pair's recorded result, named, with its fix."""
+    out = tmp_path / "toolchain.json"
+    ready = toolchain.record("p", "pip", {"a": {}, "b": {}}, out)
+    assert ready["status"] == "ok"
+    assert ready["readiness"] == [f"✓ p: host A has {', '.join(readiness.TOOLS_EMBEDDED)}"]
+
+    monkeypatch.setattr(readiness, "TOOLS_EMBEDDED", (*readiness.TOOLS_EMBEDDED, "sb-none"))
+    missing = toolchain.record("p", "pip", {"a": {}, "b": {}}, out)
+    assert missing["status"] == "failed"
+    assert missing["error"] == ("host checks failed: host A has no sb-none — install it "
+                                "there (Debian: apt-get install sb-none)")
+    assert json.loads(out.read_text())["error"] == missing["error"]
+    assert toolchain.failure(missing).startswith("pair p: toolchain failed: host checks")
+
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    far = toolchain.record("p", "pip", {"a": {}, "b": {"ssh": "root@127.0.0.1",
+                                                        "ssh_port": port}}, out)
+    assert far["status"] == "failed"
+    assert far["error"].startswith("host checks failed: host B (root@127.0.0.1) cannot be "
+                                   "reached"), far["error"]
+    assert far["readiness"][-1] == "· p: host B's other checks not run"

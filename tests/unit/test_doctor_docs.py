@@ -1,10 +1,11 @@
-"""What docs/two-machines.md says the doctor checks on host B is what it checks."""
+"""What docs/two-machines.md says the doctor checks on host B is what it checks
+(links/readiness.py)."""
 
 from __future__ import annotations
 
 import re
 
-from splitbench import doctor
+from splitbench.links import readiness
 from tests.conftest import ROOT
 
 
@@ -14,4 +15,4 @@ def test_the_docs_list_of_host_bs_tools_is_the_doctors():
                      r"(.+?)\.(?: |$)", " ".join(text.split()))
     assert said, "docs/two-machines.md no longer lists host B's tools"
     listed = re.findall(r"`([^`]+)`", said.group(1))
-    assert listed == [*doctor.TOOLS_B, "nft"]
+    assert listed == [*readiness.TOOLS_B, "nft"]

@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from splitbench.errors import SplitbenchError
+from splitbench.infra import files
 from splitbench.infra.hosts import Host, HostError, host_from_spec
 from splitbench.infra.ssh import SSHError
+from splitbench.links import readiness
 from splitbench.stage import Stage, json_arg
 
 BINARIES = ("llama-server", "ggml-rpc-server")
@@ -95,21 +97,34 @@ TOOLCHAIN_FAILURES = (ToolchainError, HostError, SSHError)
 
 
 def record(pair: str, source: str, hosts_spec: dict[str, Any], out: str | Path) -> dict:
-    """Describe both hosts of a pair, refuse a mismatch, write the toolchain record:
-    status "ok", or "failed" with the reason (the pair's blocks are not launched)."""
+    """Check that both hosts are ready (links/readiness.py: the doctor's host checks, so
+    that the pair's first job in `snakemake all` makes them), describe both hosts'
+    builds, refuse a mismatch, write the toolchain record: status "ok", or "failed" with
+    the reason (the pair's blocks are not launched). The checks' lines are kept in it."""
     where = f"pair '{pair}'"
+    lines = readiness.pair_hosts(pair, hosts_spec)
+    for line in lines:
+        print(line, flush=True)
+    said = [str(line) for line in lines]
+    if bad := readiness.failures(lines):
+        data = {"pair": pair, "source": source, "status": "failed", "readiness": said,
+                "error": "host checks failed: " + "; ".join(
+                    str(line).removeprefix(f"{line.mark} {pair}: ") for line in bad),
+                "a": {}, "b": {}}
+        files.write_json(Path(out), data)
+        return data
     try:
         a = describe(host_from_spec("a", hosts_spec["a"]),
                      bin_dir_for(source, hosts_spec["a"]), where)
         b = describe(host_from_spec("b", hosts_spec["b"]),
                      bin_dir_for(source, hosts_spec["b"]), where)
         check_same_build(a, b, where)
-        data = {"pair": pair, "source": source, "status": "ok", "a": a, "b": b}
+        data = {"pair": pair, "source": source, "status": "ok", "readiness": said,
+                "a": a, "b": b}
     except TOOLCHAIN_FAILURES as exc:
-        data = {"pair": pair, "source": source, "status": "failed",
+        data = {"pair": pair, "source": source, "status": "failed", "readiness": said,
                 "error": f"{type(exc).__name__}: {exc}", "a": {}, "b": {}}
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    Path(out).write_text(json.dumps(data, indent=1))
+    files.write_json(Path(out), data)
     return data
 
 

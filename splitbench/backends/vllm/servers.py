@@ -106,8 +106,23 @@ def unusable(link: Link) -> str | None:
     return None
 
 
+def _require_model_on_b(link: Link, model_path: str) -> None:
+    """Each rank loads the model from its own disk, at the path rank 0 names: on a
+    remote host B it must be there before anything starts (a synthetic model is written
+    on host A only)."""
+    if not link.host_b.remote:
+        return
+    where = str(Path(model_path).resolve())
+    if link.host_b.run(["test", "-f", f"{where}/config.json"], check=False).returncode:
+        raise LaunchError(
+            f"host B ({link.host_b.ssh}) has no model at {where} (no config.json there): "
+            "vLLM's ranks each load the model from the same path on their own host; copy "
+            f"the directory there first (rsync -a {where}/ {link.host_b.ssh}:{where}/)")
+
+
 def _start(link: Link, settings: dict[str, Any], model_path: str, wanted: str,
            toolchain: dict[str, Any], slot: str, started: list[str]) -> launches.Server:
+    _require_model_on_b(link, model_path)
     launch_id = uuid.uuid4().hex[:12]
     logs = procs.state_dir() / "logs"
     port = launches.http_port(link.host_a, slot)
