@@ -25,7 +25,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -447,7 +447,59 @@ def teardown(namespaces_first: bool = False, spare: Sequence[str] = ()) -> list[
     done += _undo_changes()
     for path in _records("links").glob("*.json"):
         path.unlink()
+    if not os.environ.get("SLURM_JOB_ID"):
+        done += sweep_ended_jobs()
     return done
+
+
+# The folders of records a run keeps (procs, namespaces, changes, links), emptied by a
+# teardown; logs beside them are kept.
+RECORD_KINDS = ("procs", "netns", "changes", "links")
+
+
+def sweep_ended_jobs(running: Callable[[str], bool | None] | None = None) -> list[str]:
+    """Tear down what each ended cluster job left on record (state_dir()/slurm-<job>: a
+    job cancelled while host B could not be reached keeps its workers there, and no later
+    job reads that folder), then remove its emptied record folders (rmdir: only an empty
+    one goes). A job SLURM still lists, or whose state it cannot tell, is left alone.
+    `running`: job id -> True, False, or None for unknown (default: squeue)."""
+    done = []
+    for folder in sorted(state_dir().glob("slurm-*")):
+        job = folder.name.removeprefix("slurm-")
+        if not job.isdigit() or (running or _job_running)(job) is not False:
+            continue
+        with _state_at(folder):
+            done += [f"job {job}: {line}" for line in teardown()]
+        for kind in RECORD_KINDS:
+            with contextlib.suppress(OSError):
+                (folder / kind).rmdir()
+    return done
+
+
+def _job_running(job: str) -> bool | None:
+    try:
+        listed = subprocess.run(["squeue", "-h", "-j", job, "-o", "%i"], capture_output=True,
+                                text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if listed.returncode != 0:
+        # squeue refuses a job id it no longer knows; anything else is not knowing.
+        return False if "Invalid job id" in listed.stderr else None
+    return bool(listed.stdout.strip())
+
+
+@contextlib.contextmanager
+def _state_at(folder: Path) -> Iterator[None]:
+    """state_dir() is `folder` inside the block (a job's records, read from outside it)."""
+    before = os.environ.get("SPLITBENCH_STATE")
+    os.environ["SPLITBENCH_STATE"] = str(folder)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("SPLITBENCH_STATE", None)
+        else:
+            os.environ["SPLITBENCH_STATE"] = before
 
 
 def _delete_namespaces() -> list[str]:

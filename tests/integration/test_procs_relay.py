@@ -48,6 +48,39 @@ def test_teardown_stops_exactly_what_was_recorded(state_dir):
         bystander.wait()
 
 
+def test_an_ended_cluster_jobs_records_are_torn_down_and_a_running_ones_left(state_dir,
+                                                                             monkeypatch):
+    """A job cancelled while its teardown could not finish leaves records in its own
+    folder (state/slurm-<job>), which no later job reads: the run's teardown tears them
+    down once SLURM no longer lists the job, and leaves a listed (or unknown) one alone."""
+    started = []
+
+    def job_started(job: str) -> dict:
+        """A process on record in job `job`'s folder, as that job would have left it."""
+        started.append(__import__("subprocess").Popen(["sleep", "300"]))
+        with monkeypatch.context() as inside:
+            inside.setenv("SLURM_JOB_ID", job)
+            return procs.record_process({
+                "pid": started[-1].pid, "start_time": procs.start_time(started[-1].pid),
+                "role": "other", "key": f"left-{job}"})
+
+    ended, listed = job_started("101"), job_started("102")
+    assert (state_dir / "slurm-101/procs" / "left-101.json").exists()
+    try:
+        done = procs.sweep_ended_jobs(running={"101": False, "102": True}.get)
+        assert any(line.startswith(f"job 101: stopped other pid {ended['pid']}")
+                   for line in done), done
+        assert not procs.is_alive(ended) and procs.is_alive(listed)
+        assert not (state_dir / "slurm-101/procs").exists()  # emptied, then removed
+        assert (state_dir / "slurm-102/procs" / "left-102.json").exists()
+        assert procs.sweep_ended_jobs(running=lambda job: None) == []  # unknown: kept
+        assert procs.is_alive(listed)
+    finally:
+        for process in started:
+            process.kill()
+            process.wait()
+
+
 def test_a_stopped_server_s_cpu_time_is_collected_when_it_stops(state_dir):
     """A stopped child is collected by `stop` itself. Left as a zombie, its lifetime CPU
     moved into this process's counters whenever Python next started a process, which
