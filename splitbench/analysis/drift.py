@@ -52,9 +52,8 @@ import yaml
 
 from splitbench import configuration, results
 from splitbench.analysis import cell_summary, comparison
-from splitbench.infra import files, interference, parquet_io
+from splitbench.infra import files, interference, parquet_io, tables_io
 from splitbench.plan import cell_key, read_reruns
-from splitbench.report import tables
 from splitbench.stage import Stage, json_arg
 
 KEYS = cell_summary.SUMMARY_KEYS  # a cell's identity
@@ -394,7 +393,7 @@ def write_report(suspects: pd.DataFrame, out_parquet: str | Path, table_stem: st
     title = ("Drift: suspect cells" if not failed else
              f"Drift: suspect cells — CHECK FAILED for {', '.join(_block(b) for b in failed)}")
     note = "\nChecked:\n\n" + "".join(f"- {c}\n" for c in checks) if checks else ""
-    tables.write_table(table, table_stem, title, note)
+    tables_io.write_table(table, table_stem, title, note)
 
 
 def _block(outcome: Mapping[str, str]) -> str:

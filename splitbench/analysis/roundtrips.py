@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from splitbench.analysis import cell_summary, comparison, fits
-from splitbench.report import tables
+from splitbench.infra import tables_io
 from splitbench.stage import Stage
 
 
@@ -124,7 +124,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> None:
-    tables.write_table(table(args.sweeps), args.out,
+    tables_io.write_table(table(args.sweeps), args.out,
                        "Round trips per decoded token (median decode step against "
                        "measured request-response latency)")
 

@@ -34,6 +34,7 @@ from splitbench.analysis.cell_summary import (
 )
 from splitbench.analysis.comparison import COVERAGE, compare_links, pick_baseline
 from splitbench.infra import interference, parquet_io
+from splitbench.infra.tables_io import write_table
 from splitbench.stage import Stage, json_arg
 
 # Every table `aggregate` writes (results/tables/<stem>.md and .csv): the aggregate
@@ -584,34 +585,6 @@ def pairs_note(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
     if not lines:
         return ""
     return f"\n{FLAG_MARK} flagged in this table:\n\n" + "\n".join(lines) + "\n"
-
-
-def to_markdown(frame: pd.DataFrame) -> str:
-    columns = [str(c) for c in frame.columns]
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    for row in frame.itertuples(index=False):
-        lines.append("| " + " | ".join("—" if _missing(v) else _cell(v) for v in row) + " |")
-    return "\n".join(lines) + "\n"
-
-
-def _cell(value: Any) -> str:
-    """A value as one table cell: a pipe or a line break in it (an error text from a
-    server or a host) would end the cell or the row, so they are escaped or joined."""
-    return " ".join(str(value).splitlines()).replace("|", "\\|")
-
-
-def _missing(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and np.isnan(value))
-
-
-def write_table(frame: pd.DataFrame, stem: str | Path, title: str, note: str = "") -> None:
-    """stem.csv and stem.md (the title, the table, then the table's own note, a table
-    function's `frame.attrs["note"]`, and `note` as Markdown, if any)."""
-    stem = Path(stem)
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    frame.to_csv(stem.with_suffix(".csv"), index=False)
-    own = frame.attrs.get("note", "")
-    stem.with_suffix(".md").write_text(f"## {title}\n\n{to_markdown(frame)}{own}{note}")
 
 
 def links_table(links: pd.DataFrame,

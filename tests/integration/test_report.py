@@ -27,7 +27,7 @@ import pytest
 
 from splitbench import cli, configuration, plan, results, version
 from splitbench.analysis import cell_summary, checks, comparison, drift, whatif
-from splitbench.infra import parquet_io
+from splitbench.infra import parquet_io, tables_io
 from splitbench.report import charts, page
 from splitbench.report import tables as report_tables
 from splitbench.report.page import LONG_CELL
@@ -175,7 +175,7 @@ def write_results(root: Path) -> dict[str, Any]:
     # The pairs table as the aggregate stage writes it.
     frame = report_tables.pairs_table(pd.DataFrame(rows), cell_summary.read_links(link_files),
                                       list(CONTEXTS), "baseline")
-    report_tables.write_table(frame, tables / "pairs", "Pairs side by side")
+    tables_io.write_table(frame, tables / "pairs", "Pairs side by side")
     return {"summary": str(summary), "links": link_files, "toolchain": toolchains,
             "requests": request_files, "cells": str(res / "cells"),
             "tables": str(tables), "charts": str(res / "charts"),
@@ -705,11 +705,10 @@ def test_text_from_outside_makes_no_image_and_no_link_off_the_page():
 
 
 def test_an_error_text_with_table_syntax_stays_in_its_cell():
-    from splitbench.report import tables
 
     frame = pd.DataFrame({"cell": ["a"],
                           "error": ["500 | bad\n| x | y |\n![i](http://192.0.2.1/i)"],
                           "after": ["kept"]})
-    body = page._markdown(tables.to_markdown(frame))
+    body = page._markdown(tables_io.to_markdown(frame))
     assert body.count("<tr>") == 2 and body.count("<td") == 3, body
     assert "<img" not in body and "<td>kept</td>" in body

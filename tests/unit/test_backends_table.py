@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from splitbench.infra import tables_io
 from splitbench.report import tables
 
 VERDICT = ("not resolvable on this data: the slope lies inside its ± (not resolvable "
@@ -40,7 +41,7 @@ def test_the_verdict_is_said_once_below_the_table(tmp_path):
     assert not any(VERDICT in str(v) for v in table.to_numpy().ravel())
     assert table.attrs["note"] == ("\nDecode verdict of each model (mechanisms table):\n\n"
                                    f"- rpc, tp, pp: {VERDICT}\n")
-    tables.write_table(table, tmp_path / "backends", "Backends")
+    tables_io.write_table(table, tmp_path / "backends", "Backends")
     markdown = (tmp_path / "backends.md").read_text()
     assert markdown.count(VERDICT) == 1
     assert VERDICT not in (tmp_path / "backends.csv").read_text()

@@ -21,6 +21,7 @@ import pytest
 import vl_convert as vlc
 
 from splitbench.analysis import comparison, mechanisms, pairs
+from splitbench.infra import tables_io
 from splitbench.report import charts, tables
 
 CONTEXTS = {"short": 128, "long": 4096}
@@ -233,7 +234,7 @@ def test_the_pairs_table_sets_pairs_side_by_side_where_both_measured():
     note = tables.pairs_note(summary, two_pairs_links(), ORDER, "baseline")
     assert "cell far/baseline/m/short/1: host A: CPU pressure 60%" in note
     assert "link far/slow: throughput below half the negotiated rate" in note
-    tables.to_markdown(table)
+    tables_io.to_markdown(table)
 
 
 def test_the_pairs_table_says_when_there_is_nothing_to_compare():
@@ -257,7 +258,7 @@ def test_every_table_works_on_two_pairs():
             assert list(table.columns) == ["backends"], table
         elif name != "links":
             assert "pair" in table.columns, name
-        tables.to_markdown(table)
+        tables_io.to_markdown(table)
 
 
 def test_the_pairs_comparison_orders_and_measures_what_the_pairs_share():

@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from splitbench.analysis import cell_summary, comparison, fits, mechanisms
+from splitbench.infra import tables_io
 from splitbench.report import contents, tables
 
 CONTEXTS = {"short": 128, "long": 4096}
@@ -353,7 +354,7 @@ def test_a_single_link_matrix_gives_every_table():
     assert every["concurrency_boundary"][1].iloc[0]["long"] == "✗ 400"
     assert "nothing to fit" in every["mechanisms"][1].iloc[0]["verdict"]
     for _, table in every.values():
-        tables.to_markdown(table)
+        tables_io.to_markdown(table)
 
 
 def link_row(name: str, rr_us: float, gbps: float) -> dict:
