@@ -125,7 +125,9 @@ def test_a_group_whose_leaders_pid_was_reused_is_not_killed(state_dir):
 def test_a_group_whose_leader_has_gone_is_ended(state_dir):
     """The leader exits, its worker stays in the group: stopping the record ends it."""
     pid_file = state_dir / "worker.pid"
-    leader = LOCAL.spawn(["sh", "-c", 'sleep 30 & echo $! > "$0"; exit 0', str(pid_file)],
+    # Written aside and renamed, so the file never exists half-written.
+    script = 'sleep 30 & echo $! > "$0.part" && mv "$0.part" "$0"; exit 0'
+    leader = LOCAL.spawn(["sh", "-c", script, str(pid_file)],
                          role="other", key="leader", log_path=state_dir / "leader.log",
                          extra={"group": True})
     deadline = time.monotonic() + 5
