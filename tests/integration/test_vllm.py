@@ -41,8 +41,8 @@ pytestmark = [
 # start on 2 cores): what these tests prove is how the model is split, what crosses the
 # link, and how launches start, fail and stop, all the same in eager mode. PP=2 runs
 # compiled: in eager mode this vLLM's second stage fails its first request (an
-# AssertionError in Worker_PP1). The backends comparison (test_backends_compared.py)
-# and the SSH pair (test_vllm_ssh.py) start TP=2 as a run does, compiled.
+# AssertionError in Worker_PP1), and so is the suite's one compiled start; the backends
+# comparison (test_backends_compared.py) and the SSH pair (test_vllm_ssh.py) run eager.
 EAGER = ["--enforce-eager"]
 
 
@@ -267,13 +267,13 @@ def test_a_worker_that_never_joins_fails_the_launch_within_its_deadline(setup, t
     silent.write_text("#!/bin/sh\nexec sleep 600\n")
     silent.chmod(0o755)
     cfg = config({"tensor_parallel": 2})
-    cfg["models"]["m"]["vllm"]["launch_timeout_s"] = 20
+    cfg["models"]["m"]["vllm"]["launch_timeout_s"] = 10
     link = lab.ensure_link(plan.link_slice(cfg, "vx", "plain"))
     tools = {**setup["tools"], "b": {"vllm": {**setup["tools"]["b"]["vllm"],
                                               "executable": str(silent)}}}
     started = time.monotonic()
-    with pytest.raises(servers.LaunchError, match="not healthy after 20 s"):
+    with pytest.raises(servers.LaunchError, match="not healthy after 10 s"):
         servers.ensure(link, plan.server_slice(cfg, "m"), setup["model"]["path"],
                        setup["model"]["sha256"], tools)
-    assert time.monotonic() - started < 20 + 40  # the deadline, and stopping
+    assert time.monotonic() - started < 10 + 40  # the deadline, and stopping
     assert not ours_running(setup["tmp"]) and launches.current("vx") is None

@@ -46,7 +46,8 @@ from splitbench.links import real
 spec, shape, venv, out = json.loads(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3], sys.argv[4]
 config = {"pairs": {"sv": {"mode": "ssh", "hosts": spec["hosts"], "links": {}}},
           "models": {"m": {"synthetic": shape, "backend": "vllm",
-                           "vllm": {"tensor_parallel": 2, "launch_timeout_s": 300}}},
+                           "vllm": {"tensor_parallel": 2, "launch_timeout_s": 300,
+                                    "extra_args": ["--enforce-eager"]}}},
           "contexts": {"short": 32}, "concurrency": [1], "cell": {"n_predict": 32},
           "measurement_version": 1}
 result, link = {}, None

@@ -40,6 +40,9 @@ def short_matrix() -> dict:
     config["models"] = {name: config["models"][name] for name in ("rpc", "tp")}
     config["pairs"]["lab"]["links"] = {"plain": {}}
     config["contexts"] = {"short": config["contexts"]["short"]}
+    # Eager: graph compilation is about 34 s of a start and changes nothing compared
+    # here (compiled vLLM is test_vllm.py's PP=2 launch).
+    config["models"]["tp"]["vllm"]["extra_args"] = ["--enforce-eager"]
     return config
 
 

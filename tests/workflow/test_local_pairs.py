@@ -7,7 +7,13 @@ import subprocess
 import pytest
 
 from tests.conftest import needs_root
-from tests.workflow.test_slurm import assert_pairs_took_turns, our_namespaces, two_pairs_copy
+from tests.workflow.test_slurm import (
+    FULL,
+    assert_pairs_took_turns,
+    job_times,
+    our_namespaces,
+    two_pairs_copy,
+)
 from tests.workflow.test_workflow import SNAKEMAKE
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600), needs_root()]
@@ -21,6 +27,6 @@ def test_pairs_run_side_by_side_and_each_pairs_jobs_one_at_a_time(tmp_path):
          "config/examples/two-pairs.yaml", "--replace-workflow-config"],
         cwd=work, capture_output=True, text=True, timeout=1500)
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
-    assert_pairs_took_turns(work, cells=4)
+    assert_pairs_took_turns(job_times(work), {"north": FULL, "south": FULL})
     assert our_namespaces() == []
     assert "one pair in this run" not in (work / "results/tables/pairs.md").read_text()

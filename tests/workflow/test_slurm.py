@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -125,14 +126,16 @@ def overlapping(times: pd.DataFrame) -> list[tuple[str, str]]:
             if b["start"] < a["end"]]
 
 
-def assert_pairs_took_turns(work: Path, cells: int) -> None:
-    """Each pair ran its link checks, launches, cells and anchors one at a time; the two
-    pairs ran at the same time (from the start and end each job stamps in its log)."""
-    times = job_times(work)
+# What each pair of the two-pairs example runs at its short context.
+FULL = {"anchors": 2, "cells": 4, "links": 2, "servers": 2}
+
+
+def assert_pairs_took_turns(times: pd.DataFrame, jobs: dict[str, dict[str, int]]) -> None:
+    """Each pair ran its link checks, launches, cells and anchors (`jobs`: how many of
+    each) one at a time; the two pairs ran at the same time (`times`: `job_times`)."""
     for pair in PAIRS:
         mine = times[times["pair"] == pair]
-        assert sorted(mine["stage"].value_counts().items()) == [
-            ("anchors", 2), ("cells", cells), ("links", 2), ("servers", 2)], mine
+        assert dict(mine["stage"].value_counts()) == jobs[pair], mine
         assert overlapping(mine) == [], f"{pair}: two of its jobs ran at once"
     assert overlapping(times), "the pairs never ran at the same time"
 
@@ -170,59 +173,127 @@ def test_the_profile_runs_with_the_plugin_versions_it_relies_on():
         assert metadata.version(name) == version, name
 
 
-def test_two_pairs_run_side_by_side_one_job_at_a_time_each_on_its_node(cluster, tmp_path):
-    work = two_pairs_copy(tmp_path, contexts=SHORT)
-    code, out = run(cluster, work)
-    assert code == 0, out[-4000:]
+# The south pair's usb4 cells fail outright, before they measure: their output folder
+# cannot be made (a file holds its name), as on a full or broken disk.
+BROKEN = "results/cells/south/usb4/synth"
 
-    # SLURM's records: one job per pair, on the pair's node, the two at the same time.
-    jobs = [j for j in slurm_jobs(cluster) if j.get("WorkDir") == str(work)]
+
+def relaunched_cells(work: Path) -> list[str]:
+    """Cells that did not run on the servers their block's launch started."""
+    out = []
+    for cell in (work / "results/cells").rglob("ctx*_c*.parquet"):
+        if cell.name.endswith(".requests.parquet"):
+            continue
+        pair, link, model = cell.parts[-4:-1]
+        launch = json.loads((work / "results/servers" / pair / link / model
+                             ).with_suffix(".json").read_text())
+        own = pd.read_parquet(cell, columns=["launch_id", "reference"])
+        own = own[~own["reference"].fillna(False).astype(bool)]
+        if set(own["launch_id"]) != {launch["launch_id"]}:
+            out.append(str(cell))
+    return out
+
+
+def planned_outputs(cluster: Cluster, work: Path) -> set[str]:
+    plan = subprocess.run([SNAKEMAKE, "--profile", "profiles/slurm", "-n", "all",
+                           "--configfile", "config/examples/two-pairs.yaml",
+                           "--replace-workflow-config"], cwd=work, capture_output=True,
+                          text=True, env={**os.environ, **cluster.env})
+    assert plan.returncode == 0, plan.stdout + plan.stderr
+    return {path.strip(", ") for line in plan.stdout.splitlines()
+            if line.strip().startswith("output:") for path in line.split()[1:]}
+
+
+@pytest.fixture(scope="module")
+def failed(cluster, tmp_path_factory):
+    """One run of the two pairs through the profile, south with failing cells: what ran
+    side by side, what was kept and what the failure did, read by the tests below. A
+    copy of the directory as the run left it is kept for the Ctrl-C test."""
+    work = two_pairs_copy(tmp_path_factory.mktemp("two-pairs"), contexts=SHORT)
+    broken = work / BROKEN
+    broken.parent.mkdir(parents=True)
+    broken.write_text("in the way")
+    code, out = run(cluster, work)
+    spare = tmp_path_factory.mktemp("interrupted") / "wf"
+    shutil.copytree(work, spare, symlinks=True)
+    return {"work": work, "spare": spare, "code": code, "out": out,
+            "jobs": [j for j in slurm_jobs(cluster) if j.get("WorkDir") == str(work)],
+            "untouched": broken.read_text() == "in the way",
+            "relaunched": relaunched_cells(work), "times": job_times(work),
+            "servers_left": alive_servers(work), "namespaces_left": our_namespaces()}
+
+
+@pytest.fixture(scope="module")
+def mended(cluster, failed):
+    """The disk mended: what the next run plans, and that run to its report."""
+    work = failed["work"]
+    (work / BROKEN).unlink()
+    planned = planned_outputs(cluster, work)
+    code, out = run(cluster, work)
+    return {"work": work, "planned": planned, "code": code, "out": out}
+
+
+def test_two_pairs_run_side_by_side_one_job_at_a_time_each_on_its_node(failed, mended):
+    # SLURM's records: one job per pair, on the pair's node, the two at the same time;
+    # the pair whose cells failed ends FAILED, the other COMPLETED.
+    jobs = failed["jobs"]
     assert sorted(j["NodeList"] for j in jobs) == sorted(PAIRS), jobs
-    assert all(j["JobState"] == "COMPLETED" for j in jobs), jobs
+    assert {j["NodeList"]: j["JobState"] for j in jobs} == {
+        "north": "COMPLETED", "south": "FAILED"}, jobs
     spans = [(pd.Timestamp(j["StartTime"]), pd.Timestamp(j["EndTime"])) for j in jobs]
     assert max(s for s, _ in spans) < min(e for _, e in spans), f"pairs ran apart: {spans}"
 
     # The jobs' own timestamps: within a pair, no two jobs overlapped; the pairs did.
-    assert_pairs_took_turns(work, cells=4)
+    # South's usb4 cells never started (their jobs failed before a log was opened), and
+    # so neither did the usb4 anchor that follows them.
+    assert_pairs_took_turns(failed["times"], {"north": FULL,
+                                              "south": {**FULL, "cells": 2, "anchors": 1}})
 
     # Every cell ran on the servers its block's launch started: none relaunched them.
-    for pair in PAIRS:
-        for cell in (work / "results/cells" / pair).rglob("ctx*_c*.parquet"):
-            if cell.name.endswith(".requests.parquet"):
-                continue
-            link, model = cell.parts[-3], cell.parts[-2]
-            launch = json.loads((work / "results/servers" / pair / link / model
-                                 ).with_suffix(".json").read_text())
-            own = pd.read_parquet(cell, columns=["launch_id", "reference"])
-            own = own[~own["reference"].fillna(False).astype(bool)]
-            assert set(own["launch_id"]) == {launch["launch_id"]}, cell
+    assert failed["relaunched"] == []
 
-    # The pair jobs tore their pairs down before they ended.
-    assert alive_servers(work) == []
-    assert our_namespaces() == []
+    # The pair jobs tore their pairs down before they ended, the failed one too.
+    assert failed["servers_left"] == [] and failed["namespaces_left"] == []
 
-    # One report compares the pairs.
-    table = (work / "results/tables/pairs.md").read_text()
+    # Once mended, one report compares the pairs.
+    assert mended["code"] == 0, mended["out"][-4000:]
+    table = (mended["work"] / "results/tables/pairs.md").read_text()
     assert "north" in table and "south" in table and "one pair in this run" not in table
-    report = (work / "results/report.html").read_text()
+    report = (mended["work"] / "results/report.html").read_text()
     for pair in PAIRS:
         assert f"sb-{pair}-a" in report or pair in report
 
 
-def test_ctrl_c_leaves_no_server_or_namespace_behind(cluster, tmp_path):
-    work = two_pairs_copy(tmp_path, contexts=SHORT)
+def test_a_failed_cell_keeps_the_pairs_measured_cells(failed, mended):
+    work = failed["work"]
+    assert failed["code"] != 0
+    measured = work / "results/cells/south/baseline/synth/ctxshort_c1.parquet"
+    assert measured.exists(), failed["out"][-3000:]
+    assert (work / "results/servers/south/baseline/synth.json").exists()
+    assert failed["untouched"]
+    # The other pair is not touched by it.
+    assert (work / "results/cells/north/5gbe/synth/ctxshort_c1.parquet").exists()
+    # Once the disk is mended, the next run plans the failed cells and what follows
+    # them, not the cells measured, and nothing of the other pair's.
+    planned = mended["planned"]
+    assert f"{BROKEN}/ctxshort_c1.parquet" in planned, planned
+    assert not any(p.startswith("results/cells/south/baseline/") for p in planned), planned
+    assert not any("/north/" in p for p in planned), planned
+
+
+def test_ctrl_c_leaves_no_server_or_namespace_behind(failed, cluster):
+    """The mended rerun, in the copy of the failed run, interrupted once its servers
+    run: SLURM cancels the job, and its reaper stops the servers and namespaces."""
+    work = failed["spare"]
+    (work / BROKEN).unlink(missing_ok=True)
     process = start(cluster, work)
     servers: list[dict] = []
-    deadline = time.monotonic() + 600
+    deadline = time.monotonic() + 300
     try:
-        # Wait until both pairs' servers run and a cell has been measured.
         while time.monotonic() < deadline and process.poll() is None:
             servers = alive_servers(work)
-            roles = {(r["key"].split("-")[1] if "-" in r["key"] else "", r["role"])
-                     for r in servers}
-            if (any(role == "llama-server" for _, role in roles)
-                    and list((work / "results/cells").rglob("*.parquet"))
-                    and len(our_namespaces()) == 4):
+            if (any(r["role"] == "llama-server" for r in servers)
+                    and len(our_namespaces()) == 2):
                 break
             time.sleep(0.5)
         assert process.poll() is None, process.communicate()[0][-3000:]
@@ -232,7 +303,6 @@ def test_ctrl_c_leaves_no_server_or_namespace_behind(cluster, tmp_path):
     finally:
         if process.poll() is None:
             process.kill()
-    # SLURM ends the cancelled jobs; their reapers stop the servers and namespaces.
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and cluster.client(["squeue", "-h"]).stdout.strip():
         time.sleep(0.5)
@@ -246,31 +316,3 @@ def test_ctrl_c_leaves_no_server_or_namespace_behind(cluster, tmp_path):
     left = [r for r in servers if procs.is_alive(r)]
     assert left == [], f"still running after Ctrl-C: {left}"
     assert our_namespaces() == [], out[-3000:]
-
-
-def test_a_failed_cell_keeps_the_pairs_measured_cells(cluster, tmp_path):
-    work = two_pairs_copy(tmp_path, contexts=SHORT, concurrency=[1])
-    # A job that fails outright, before it measures: its output folder cannot be made
-    # (a file holds its name), as on a full or broken disk.
-    broken = work / "results/cells/south/usb4/synth"
-    broken.parent.mkdir(parents=True)
-    broken.write_text("in the way")
-    code, out = run(cluster, work)
-    assert code != 0
-    measured = work / "results/cells/south/baseline/synth/ctxshort_c1.parquet"
-    assert measured.exists(), out[-3000:]
-    assert (work / "results/servers/south/baseline/synth.json").exists()
-    assert broken.read_text() == "in the way"
-    # The other pair is not touched by it.
-    assert (work / "results/cells/north/5gbe/synth/ctxshort_c1.parquet").exists()
-    # Once the disk is mended, the next run plans the failed cell, not the ones measured.
-    broken.unlink()
-    plan = subprocess.run([SNAKEMAKE, "--profile", "profiles/slurm", "-n", "all",
-                           "--configfile", "config/examples/two-pairs.yaml",
-                           "--replace-workflow-config"], cwd=work, capture_output=True,
-                          text=True, env={**os.environ, **cluster.env})
-    planned = {path.strip(", ") for line in plan.stdout.splitlines()
-               if line.strip().startswith("output:") for path in line.split()[1:]}
-    assert "results/cells/south/usb4/synth/ctxshort_c1.parquet" in planned, plan.stdout
-    assert "results/cells/south/baseline/synth/ctxshort_c1.parquet" not in planned
-    assert our_namespaces() == []
