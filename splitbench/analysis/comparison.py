@@ -36,13 +36,13 @@ import pyarrow.parquet as pq
 
 from splitbench import results
 from splitbench.analysis import traffic
+from splitbench.cells import sweep_fit
+from splitbench.infra.fits import COVERAGE, MEDIAN_SE
 
 # Cells that a link comparison sets side by side: same pair, model and context.
 COMPARE_KEYS = ["pair", "model", "ctx"]
 
 KEYS = ["pair", "link", "model", "ctx", "conc"]
-MEDIAN_SE = 1.2533  # standard error of a median of n normal samples: this x sd / sqrt(n)
-COVERAGE = 2.0
 # A measured difference disagrees with its prediction beyond this many combined standard
 # errors: a run checks several links and contexts, and at 2 one in twenty that agree
 # would be flagged by chance.
@@ -182,14 +182,13 @@ def round_trips(sweep_files: Sequence[str]) -> pd.DataFrame:
     """Per (pair, model, workers): the measured round trips per decoded token and its
     standard error, from the round-trip sweeps whose figure is resolvable (a sweep that
     is not has no row: nothing is predicted from it)."""
-    from splitbench.analysis import roundtrips  # the sweep's own fit: one estimator
 
     rows = []
     for path in sweep_files:
         frame = pd.read_parquet(path)
         if frame.empty:
             continue
-        fit = roundtrips.fit(frame)
+        fit = sweep_fit.fit(frame)  # the sweep's own fit: one estimator
         if fit["not_resolvable"]:
             continue  # no prediction from a sweep that could not count (its table says why)
         first = frame.iloc[0]

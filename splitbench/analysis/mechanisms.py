@@ -15,7 +15,7 @@ import pandas as pd
 from splitbench.analysis import traffic
 from splitbench.analysis.cell_summary import latency_by_pair, latency_column
 from splitbench.analysis.comparison import COVERAGE, compare_links
-from splitbench.analysis.fits import fit_through_origin, unresolvable
+from splitbench.infra.fits import fit_through_origin, unresolvable
 
 # Prefill's elasticity to one-way bandwidth: within +-INSENSITIVE_BELOW prefill counts as
 # insensitive to the link (the seed: +55% bandwidth bought +5..17% prefill, about 0.1 to

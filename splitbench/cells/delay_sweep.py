@@ -28,9 +28,9 @@ import numpy as np
 import pandas as pd
 
 from splitbench import backends
-from splitbench.analysis import roundtrips
 from splitbench.backends import Launch
 from splitbench.backends.llamacpp.toolchain import failure as toolchain_failure
+from splitbench.cells import sweep_fit
 from splitbench.infra import parquet_io, procs, wakeup
 from splitbench.infra.hosts import HostError
 from splitbench.links import lab, verify
@@ -112,7 +112,7 @@ def sweep(spec: dict[str, Any], model: dict[str, Any], toolchain: dict[str, Any]
                 for slot in slots:
                     BACKEND.stop(spec["pair"], slot=slot)
     frame = pd.DataFrame(rows)
-    result = roundtrips.fit(frame)
+    result = sweep_fit.fit(frame)
     parquet_io.write(frame, out, {"config": spec, "settings": settings, "fit": result})
     return result
 

@@ -18,9 +18,8 @@ import numpy as np
 import pandas as pd
 
 from splitbench import results
-from splitbench.analysis import fits
 from splitbench.errors import SplitbenchError
-from splitbench.infra import interference, parquet_io, procs, wakeup
+from splitbench.infra import fits, interference, parquet_io, procs, wakeup
 from splitbench.infra.hosts import Host, HostError
 from splitbench.infra.ssh import SSHError
 from splitbench.links import history, lab, real

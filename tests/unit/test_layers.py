@@ -10,12 +10,6 @@ from pathlib import Path
 from tests.conftest import ROOT
 
 LAYERS = ("remote", "infra", "links", "backends", "cells", "analysis", "report")
-# Upward imports still to remove (issue 24): each stage below `analysis` that takes a fit
-# from it. The list only shrinks: an entry that is gone fails the test too.
-KNOWN = {
-    ("cells/delay_sweep.py", "splitbench.analysis.roundtrips"),
-    ("links/verify.py", "splitbench.analysis.fits"),
-}
 
 
 def upward_imports(root: Path = ROOT) -> set[tuple[str, str]]:
@@ -42,7 +36,7 @@ def upward_imports(root: Path = ROOT) -> set[tuple[str, str]]:
 
 
 def test_no_stage_package_imports_one_above_it():
-    assert upward_imports() == KNOWN
+    assert upward_imports() == set()
 
 
 def test_the_check_sees_an_upward_import(tmp_path):

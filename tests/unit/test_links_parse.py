@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from splitbench import results
-from splitbench.analysis import fits
+from splitbench.infra import fits
 from splitbench.links import history, verify
 from tests.conftest import ROOT
 

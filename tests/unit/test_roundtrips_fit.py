@@ -1,11 +1,11 @@
-"""analysis.roundtrips.fit: a sweep measured in rounds cancels what slows a whole round."""
+"""cells.sweep_fit.fit: a sweep measured in rounds cancels what slows a whole round."""
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-from splitbench.analysis import roundtrips
+from splitbench.cells import sweep_fit
 
 RR_MS = {0.0: 0.1, 1.0: 2.1, 2.0: 4.1}  # measured request-response latency per delay
 
@@ -25,7 +25,7 @@ def sweep(slowdown_ms: list[float], rounds: bool = True) -> pd.DataFrame:
 
 def test_a_round_the_machine_slowed_down_does_not_blur_the_count():
     # One round of three ran 3 ms per step slower for every point (a busy neighbour).
-    result = roundtrips.fit(sweep([0.0, 3.0, 0.0]))
+    result = sweep_fit.fit(sweep([0.0, 3.0, 0.0]))
     assert abs(result["round_trips_per_token"] - 2) < 0.05, result
     assert result["round_trips_se"] < 0.05 and result["not_resolvable"] is None
 
@@ -33,7 +33,7 @@ def test_a_round_the_machine_slowed_down_does_not_blur_the_count():
 def test_the_same_points_measured_one_after_another_carry_the_slowdown_as_spread():
     # Without rounds nothing pairs the points in time: the slowed requests are each
     # point's own spread, an uncertainty eight times the paired one.
-    result = roundtrips.fit(sweep([0.0, 3.0, 0.0], rounds=False))
+    result = sweep_fit.fit(sweep([0.0, 3.0, 0.0], rounds=False))
     assert abs(result["round_trips_per_token"] - 2) < 0.05
     assert result["round_trips_se"] > 0.3, result
 
@@ -42,5 +42,5 @@ def test_a_round_with_a_failed_request_still_pairs_the_rest():
     frame = sweep([0.0, 0.0, 0.0, 0.0])
     frame.loc[(frame["round"] == 1) & (frame["delay_ms"] == 2.0), ["error", "step_ms_median"]] = \
         ["timeout", None]
-    result = roundtrips.fit(frame)
+    result = sweep_fit.fit(frame)
     assert abs(result["round_trips_per_token"] - 2) < 0.05 and result["points"] == 3

@@ -15,7 +15,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from splitbench.analysis import fits, mechanisms
+from splitbench.analysis import mechanisms
+from splitbench.infra import fits
 from splitbench.report import tables
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

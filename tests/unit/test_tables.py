@@ -11,8 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from splitbench.analysis import cell_summary, comparison, fits, mechanisms
-from splitbench.infra import tables_io
+from splitbench.analysis import cell_summary, comparison, mechanisms
+from splitbench.infra import fits, tables_io
 from splitbench.report import contents, tables
 
 CONTEXTS = {"short": 128, "long": 4096}

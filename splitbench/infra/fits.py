@@ -1,11 +1,15 @@
-"""Line fits the analysis uses: through the origin (a cost against the baseline) and
-Theil-Sen (robust, for a delay sweep's few points)."""
+"""Line fits and the uncertainty rule every stage uses: a fit through the origin (a
+cost against the baseline), Theil-Sen (robust, for a few points), and the standard
+error of a median."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 import numpy as np
+
+MEDIAN_SE = 1.2533  # standard error of a median of n normal samples: this x sd / sqrt(n)
+COVERAGE = 2.0  # a figure's ± is this many standard errors
 
 
 def fit_through_origin(x: Sequence[float], y: Sequence[float],

@@ -1,0 +1,79 @@
+"""Round trips per decoded token from a delay sweep.
+
+The sweep (`splitbench.cells.delay_sweep`) measures decode steps at several added
+delays; the slope of decode ms/token against the measured request-response latency is
+the number of blocking round trips A makes to its workers per decode step. The sweep
+prints it as it ends; the round trips table (`splitbench.analysis.roundtrips`) and the
+mechanisms table use the same fit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from splitbench.infra import fits
+
+
+def fit(frame: pd.DataFrame) -> dict[str, Any]:
+    """Round trips per token from a delay sweep, with the estimator the mechanisms table
+    uses on links (`fits.fit_through_origin`): each point's decode step less the
+    lowest-delay point's, against its measured latency less that point's, each
+    difference weighted by its standard error. A sweep measured in rounds takes the
+    differences within each round (a machine that slowed down slowed the whole round)
+    and their median over rounds; an older sweep, each point's median against the
+    lowest point's. The intercept is the line's decode step at zero latency, through the
+    lowest-delay point."""
+    step = "step_ms_median" if "step_ms_median" in frame else "decode_ms_per_token"
+    ok = frame[frame["error"].isna() & frame[step].notna()]
+    points = ok.groupby("delay_ms").agg(rr_ms=("rr_ms", "first"), decode=(step, "median"),
+                                        spread=(step, "std"), n=(step, "size")).sort_index()
+    if len(points) < 2:
+        return {"round_trips_per_token": None, "round_trips_se": None, "intercept_ms": None,
+                "r2": None, "points": len(points),
+                "not_resolvable": f"{len(points)} delay point(s) measured"}
+    rounds = "round" in ok and ok["round"].notna().all() and ok["round"].nunique() >= 2
+    differences = _within_rounds(ok, step) if rounds else _between_points(points)
+    ref = points.iloc[0]
+    rest = points.loc[differences.index]
+    line = fits.fit_through_origin(rest["rr_ms"] - ref["rr_ms"], differences["decode"],
+                                   differences["se"])
+    slope = line["slope"]
+    return {"round_trips_per_token": _number(slope), "round_trips_se": _number(line["slope_se"]),
+            "intercept_ms": _number(ref["decode"] - slope * ref["rr_ms"]),
+            "r2": _number(line["r2"]), "points": len(points),
+            "not_resolvable": _why_not(slope, line["slope_se"], line["r2"])}
+
+
+def _within_rounds(ok: pd.DataFrame, step: str) -> pd.DataFrame:
+    """Per delay above the lowest: the median over rounds of the round's step less the
+    lowest delay's step in the same round, and that median's standard error."""
+    by_round = ok.pivot_table(index="round", columns="delay_ms", values=step, aggfunc="median")
+    lowest = by_round.columns.min()
+    deltas = by_round.drop(columns=lowest).sub(by_round[lowest], axis=0)
+    n = deltas.notna().sum()
+    return pd.DataFrame({"decode": deltas.median(),
+                         "se": fits.MEDIAN_SE * deltas.std() / np.sqrt(n)})
+
+
+def _between_points(points: pd.DataFrame) -> pd.DataFrame:
+    """Per delay above the lowest: its median step less the lowest point's, with both
+    medians' standard errors (points measured one after another)."""
+    se = fits.MEDIAN_SE * points["spread"] / np.sqrt(points["n"])
+    return pd.DataFrame({"decode": points["decode"].iloc[1:] - points["decode"].iloc[0],
+                         "se": np.hypot(se.iloc[1:], se.iloc[0])})
+
+
+def _why_not(slope: float, se: float, r2: float) -> str | None:
+    """Why a sweep's round trips cannot be used (None where they can): the rule the
+    mechanisms table holds its fits to, and a count below zero, which no split makes
+    (a machine whose speed wandered during the sweep gives one)."""
+    reasons = [] if slope > 0 else [f"{slope:+.2f} round trips is below zero"]
+    reasons += fits.unresolvable(slope, fits.COVERAGE * se, r2, "latency")
+    return "; ".join(reasons) or None
+
+
+def _number(value: float) -> float | None:
+    return float(value) if np.isfinite(value) else None
