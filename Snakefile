@@ -8,7 +8,8 @@
 
 from snakemake.utils import min_version, validate
 
-from splitbench import plan, planning
+from splitbench import plan
+from splitbench.workflow import snakemake_internals
 
 min_version("9.0")
 
@@ -72,6 +73,7 @@ rule all:
         results.CHECKS,
 
 
-# Planning a 5,000-cell matrix: Snakemake's per-job repeats, done once (splitbench/planning.py).
-planning.name_parameters_once(workflow.rules)
-planning.check_each_group_once()
+# Planning a 5,000-cell matrix: Snakemake's per-job repeats, done once
+# (splitbench/workflow/snakemake_internals.py).
+snakemake_internals.name_parameters_once(workflow.rules)
+snakemake_internals.check_each_group_once()

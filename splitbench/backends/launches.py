@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,6 +61,41 @@ def healthy(url: str) -> bool:
         return httpx.get(f"{url}/health", timeout=5, trust_env=False).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def log_tail(proc: dict[str, Any] | None, lines: int = 25) -> str:
+    """The last lines of a launch process's log, for the error that names it."""
+    if proc is None or not proc.get("log"):
+        return "(no log)"
+    try:
+        return "\n".join(Path(proc["log"]).read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def wait_healthy(url: str, processes: dict[str, Callable[[], dict[str, Any] | None]],
+                 timeout_s: float, what: str, setting: str | None = None) -> None:
+    """Until the launch's server answers /health, each of its processes alive (either
+    backend). `processes`: each one's name in an error ("llama-server", "vLLM rank 1 on
+    host B") and how to find its record now. A process that ends fails the launch at
+    once; a server not healthy after `timeout_s` (a rank 0 whose peer never joins waits
+    forever by itself) fails it then, naming the `setting` that gives it. Either error
+    carries the logs' last lines."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for name, find in processes.items():
+            proc = find()
+            if proc is None or not procs.is_alive(proc):
+                how = (procs.exit_status(proc) if proc else None) or "exited"
+                raise LaunchError(f"{name} {how} during start-up; the last lines of its "
+                                  f"log:\n{log_tail(proc)}")
+        if healthy(url):
+            return
+        time.sleep(0.2)
+    tails = "\n".join(f"{name}:\n{log_tail(find())}" for name, find in processes.items())
+    within = f"{timeout_s:g} s" + (f" ({setting})" if setting else "")
+    raise LaunchError(f"{what} not healthy after {within}; the last lines of each log:\n"
+                      f"{tails}")
 
 
 def fingerprint(link: Any, settings: dict[str, Any], model_sha: str, build_id: str) -> str:

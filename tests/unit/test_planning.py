@@ -1,4 +1,5 @@
-"""splitbench.planning: Snakemake's per-job repeats done once, with the same conclusions."""
+"""splitbench.workflow.snakemake_internals: Snakemake's per-job repeats done once, with the
+same conclusions; on a Snakemake minor release not tested, Snakemake's own behaviour."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 import snakemake.api  # noqa: F401  (snakemake.dag first is a circular import)
 from snakemake.dag import DAG
 
-from splitbench import planning
+from splitbench.workflow import snakemake_internals as planning
 
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 
@@ -17,8 +18,8 @@ SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 # --group-components (the check runs after that merge). With `middle` outside the group,
 # the group depends on itself (it must wait for middle, which waits for the group).
 WORKFLOW = """
-from splitbench import planning
-planning.check_each_group_once()
+from splitbench.workflow import snakemake_internals
+snakemake_internals.check_each_group_once()
 
 rule all:
     input: "last/0.txt"

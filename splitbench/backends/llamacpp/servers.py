@@ -158,7 +158,8 @@ def _start(
         "settings": settings, "started_at": time.time(),
     }
     with link.host_a.entered():
-        _wait_healthy(url, llama, time.monotonic() + HEALTH_TIMEOUT_S)
+        launches.wait_healthy(url, {"llama-server": lambda: procs.find(llama_key)},
+                              HEALTH_TIMEOUT_S, "llama-server")
         record["load_s"] = round(time.monotonic() - load_started, 3)
         record["placement"] = placement(Path(llama["log"]).read_text(errors="replace"))
         _warm_up(url)
@@ -201,19 +202,6 @@ def placement(log: str) -> dict[str, Any]:
     return found
 
 
-def _wait_healthy(url: str, proc: dict[str, Any], deadline: float) -> None:
-    while time.monotonic() < deadline:
-        if not procs.is_alive(proc):
-            how = procs.exit_status(proc) or "exited"
-            raise LaunchError(f"llama-server {how} during start-up (model load); the "
-                              f"last lines of its log:\n{_tail(proc['log'])}")
-        if launches.healthy(url):
-            return
-        time.sleep(0.2)
-    raise LaunchError(f"llama-server not healthy after {HEALTH_TIMEOUT_S}s:\n"
-                      f"{_tail(proc['log'])}")
-
-
 def _warm_up(url: str) -> None:
     """The first request after a launch pays extra round trips: send one and discard it."""
     body = {"prompt": [3, 4, 5, 6, 7, 8, 9, 10], "n_predict": 4, "cache_prompt": False,
@@ -231,10 +219,3 @@ def memory_mib(host: Host, pid: int) -> dict[str, float | None]:
         return round(int(value[0]) / 1024, 1) if value else None
 
     return {"rss_mib": mib("VmRSS"), "peak_rss_mib": mib("VmHWM")}
-
-
-def _tail(path: str, lines: int = 25) -> str:
-    try:
-        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"

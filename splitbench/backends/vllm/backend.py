@@ -3,19 +3,41 @@
 
 from __future__ import annotations
 
-from splitbench.backends import Backend, launches, prompts
-from splitbench.backends.vllm import client, metrics, servers
-from splitbench.backends.vllm import prompts as vllm_prompts
+from collections.abc import Callable, Sequence
+from typing import Any
 
-BACKEND = Backend(
-    name="vllm",
-    ensure=servers.ensure,
-    stop=launches.stop,
-    launch_errors=(servers.LaunchError,),
-    healthy=launches.healthy,
-    prompt_pool=vllm_prompts.token_pool,
-    prompt=prompts.prompt,
-    stream=client.run_concurrent,
-    request_row=metrics.request_row,
-    launch_record=servers.launch_record,
-)
+from splitbench.backends.base import Backend, Launch
+from splitbench.backends.client import Reply
+from splitbench.backends.vllm import client, metrics, servers
+from splitbench.backends.vllm import prompts as served_prompts
+from splitbench.links.link import Link
+
+
+class Vllm(Backend):
+    """vLLM's API server and rank 0 on host A, rank 1 on host B."""
+
+    name = "vllm"
+
+    def ensure(self, link: Link, settings: dict[str, Any], model_path: str,
+               model_sha: str, toolchain: dict[str, Any], slot: str = "") -> Launch:
+        return servers.ensure(link, settings, model_path, model_sha, toolchain, slot)
+
+    def launch_record(self, link_spec: dict[str, Any], settings: dict[str, Any],
+                      model: dict[str, Any], toolchain: dict[str, Any]) -> dict[str, Any]:
+        return servers.launch_record(link_spec, settings, model, toolchain)
+
+    def prompt_pool(self, url: str) -> list[int]:
+        return served_prompts.token_pool(url)
+
+    def stream(self, url: str, prompts: Sequence[list[int]], n_predict: int,
+               timeout: float, on_first_token: Callable[..., Any] | None = None
+               ) -> list[Reply]:
+        return client.run_concurrent(url, list(prompts), n_predict, timeout, on_first_token)
+
+    def request_row(self, reply: Reply, prompt_tokens: int, n_predict: int,
+                    server_alive: bool, crash_below_tps: float) -> dict[str, Any]:
+        return metrics.request_row(reply, prompt_tokens, n_predict, server_alive,
+                                   crash_below_tps)
+
+
+BACKEND = Vllm()

@@ -164,7 +164,10 @@ def _start(link: Link, settings: dict[str, Any], model_path: str, wanted: str,
         record["environment"][f"rank_{side}"] = env
         launches.save(record, link.pair, slot)
     with link.host_a.entered():
-        _wait_healthy(record, settings["launch_timeout_s"])
+        launches.wait_healthy(
+            record["url"], {f"vLLM rank {_rank(key)} on host {_host_of(key)}":
+                            lambda key=key: procs.find(key) for key in record["proc_keys"]},
+            settings["launch_timeout_s"], "vLLM", "launch_timeout_s")
         for leftovers in record["cleanup"]:
             leftovers["shm"] = launches.shm_of(leftovers)
         record["load_s"] = round(time.monotonic() - load_started, 3)
@@ -256,27 +259,6 @@ def _private_shm(host: Host, argv: list[str]) -> list[str]:
     return argv if host.netns is None else [*PRIVATE_SHM, *argv]
 
 
-def _wait_healthy(record: dict[str, Any], timeout_s: float) -> None:
-    """Until /health answers 200, each rank alive, within the launch's own deadline
-    (a rank 0 whose peer never joins waits forever by itself)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        for key in record["proc_keys"]:
-            proc = procs.find(key)
-            if proc is None or not procs.is_alive(proc):
-                how = procs.exit_status(proc) if proc else None
-                raise LaunchError(f"vLLM rank {_rank(key)} on host {_host_of(key)} "
-                                  f"{how or 'exited'} during start-up; the last lines of "
-                                  f"its log:\n{_tail(proc)}")
-        if launches.healthy(record["url"]):
-            return
-        time.sleep(0.5)
-    raise LaunchError(f"vLLM not healthy after {timeout_s:g} s (launch_timeout_s); the last "
-                      "lines of each rank's log:\n" + "\n".join(
-                          f"rank {_rank(k)}:\n{_tail(procs.find(k))}"
-                          for k in record["proc_keys"]))
-
-
 def _connections_over(link: Link) -> int:
     """The ranks' connections, from host A: every one from A's link address goes to B's
     link address (none bypasses the link), and there is at least one."""
@@ -299,14 +281,3 @@ def _rank(key: str) -> str:
 
 def _host_of(key: str) -> str:
     return "A" if key.startswith("vllm0") else "B"
-
-
-def _tail(proc: dict[str, Any] | None, lines: int = 25) -> str:
-    if proc is None or not proc.get("log"):
-        return "(no log)"
-    try:
-        return "\n".join(Path(proc["log"]).read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
-
-

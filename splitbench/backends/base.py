@@ -1,0 +1,77 @@
+"""The seam between the cells and an inference backend: `Backend`, an abstract base
+with one typed, documented method for each thing a cell or the launch stage asks of a
+backend, and `Launch`, what a running launch offers. What every backend does alike
+(stopping a slot, the health check, drawing a prompt, the launch errors) is written
+here once."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar, Protocol
+
+from splitbench.backends import launches, prompts
+from splitbench.backends.client import Reply
+from splitbench.links.link import Link
+
+
+class Launch(Protocol):
+    """A running launch: where it serves, its identity, its record, and whether its
+    processes still run."""
+
+    url: str
+    launch_id: str
+    fingerprint: str
+    record: dict[str, Any]
+
+    def alive(self) -> bool: ...
+
+
+class Backend(ABC):
+    """What measuring a cell needs of an inference backend. A backend is a package
+    `splitbench/backends/<name>/` whose `backend` module defines `BACKEND`, an instance
+    of a subclass (`splitbench.backends.get` finds it)."""
+
+    name: ClassVar[str]
+    # Errors `ensure` raises for a launch that did not come up: a result, not a crash.
+    launch_errors: ClassVar[tuple[type[Exception], ...]] = (launches.LaunchError,)
+
+    @abstractmethod
+    def ensure(self, link: Link, settings: dict[str, Any], model_path: str,
+               model_sha: str, toolchain: dict[str, Any], slot: str = "") -> Launch:
+        """A healthy launch of the block on `link` in `slot`: the running one when its
+        fingerprint matches, a new one otherwise (whatever ran in the slot stopped)."""
+
+    @abstractmethod
+    def launch_record(self, link_spec: dict[str, Any], settings: dict[str, Any],
+                      model: dict[str, Any], toolchain: dict[str, Any]) -> dict[str, Any]:
+        """The launch stage's record: the block's servers launched (or reused), or why
+        they could not be (status "failed")."""
+
+    @abstractmethod
+    def prompt_pool(self, url: str) -> list[int]:
+        """Token ids the served model produces for ordinary text (what `prompt` draws
+        from)."""
+
+    @abstractmethod
+    def stream(self, url: str, prompts: Sequence[list[int]], n_predict: int,
+               timeout: float, on_first_token: Callable[..., Any] | None = None
+               ) -> list[Reply]:
+        """Send the prompts at once; one reply per prompt, each token timestamped on
+        its arrival."""
+
+    @abstractmethod
+    def request_row(self, reply: Reply, prompt_tokens: int, n_predict: int,
+                    server_alive: bool, crash_below_tps: float) -> dict[str, Any]:
+        """One request's row: the client's figures, the server's own, its status."""
+
+    def stop(self, pair: str, slot: str = "") -> None:
+        """Stop the pair's launch in `slot` (either backend's)."""
+        launches.stop(pair, slot)
+
+    def healthy(self, url: str) -> bool:
+        return launches.healthy(url)
+
+    def prompt(self, pool: list[int], length: int, nonce: int) -> list[int]:
+        """Exactly `length` token ids that no earlier prompt shares a prefix with."""
+        return prompts.prompt(pool, length, nonce)

@@ -1,0 +1,101 @@
+"""What the workflow checks before anything starts, and how this run runs its jobs.
+
+Each check raises `PreflightError` with a message that names the problem (a config key,
+a missing vLLM, a merged config file); the Snakefile lets it end the run there, before
+any job, so nothing measured is touched.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from splitbench import cluster, configuration, plan
+from splitbench.backends.vllm import setup as vllm_setup
+from splitbench.errors import SplitbenchError
+
+
+class PreflightError(SplitbenchError, ValueError):
+    """The run cannot start; the message says why (Snakemake prints it and stops)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"splitbench: {message}")
+
+
+def merged_config(config: dict[str, Any], workflow: Any) -> None:
+    """Refuse a --configfile merged into config/config.yaml, which would add the
+    embedded lab (and the rest of the default) to the user's own pair, unasked.
+
+    Snakemake does not pass --replace-workflow-config on to cluster jobs: the main
+    process refuses a merge unless it was given, so a job that sees one uses the given
+    files alone (`config` is replaced in place), as the main process did."""
+    settings = workflow.config_settings
+    if settings.replace_workflow_config:
+        return
+    given = [plan.read_yaml(path) for path in workflow.overwrite_configfiles]
+    merged_in = plan.entries_merged_in(plan.read_yaml("config/config.yaml"), given)
+    if not merged_in:
+        return
+    if workflow.is_main_process:
+        raise PreflightError(
+            "Snakemake merged your config file into config/config.yaml, which adds what "
+            f"your file does not define: {', '.join(merged_in[:12])}"
+            f"{' ...' if len(merged_in) > 12 else ''}. Add --replace-workflow-config to "
+            "use only your file, or define these in it.")
+    from snakemake.utils import validate
+
+    config.clear()
+    config.update(copy.deepcopy(settings.overwrite_config))
+    plan.names_as_text(config)
+    validate(config, str(Path(workflow.basedir) / "config/schema.yaml"))
+
+
+def checked(config: dict[str, Any]) -> None:
+    """The checks across keys that the schema cannot make, and this machine's vLLM for
+    a vLLM model on an embedded pair (an SSH host B's is checked by its toolchain job)."""
+    try:
+        configuration.check(config)
+    except configuration.ConfigError as error:
+        raise PreflightError(f"invalid configuration: {error}") from None
+    missing_vllm = vllm_setup.missing(config)
+    if missing_vllm:
+        raise PreflightError(missing_vllm)
+
+
+@dataclass(frozen=True)
+class Execution:
+    """How this run runs its jobs: one at a time (--cores 1), several side by side on
+    this machine (--cores N), or as cluster jobs (profiles/slurm: --jobs)."""
+
+    cluster: bool
+    side_by_side: bool
+
+    @classmethod
+    def of(cls, workflow: Any) -> Execution:
+        on_cluster = workflow.nodes is not None
+        try:
+            cores = workflow.cores
+        except Exception:  # Snakemake's WorkflowError: no --cores given (a cluster run)
+            cores = None
+        return cls(on_cluster, not on_cluster and (cores is None or cores > 1))
+
+
+def pair_slots(config: dict[str, Any], execution: Execution,
+               is_root: bool) -> dict[str, int]:
+    """The resources that keep one job at a time on each pair when jobs run side by
+    side on this machine ({} otherwise: on a cluster, a pair's jobs form one group
+    job); refuses embedded pairs that cannot run side by side here."""
+    if not execution.side_by_side:
+        return {}
+    refusal = cluster.side_by_side_refusal(config, is_root)
+    if refusal:
+        raise PreflightError(refusal)
+    return cluster.slots(config)
+
+
+def in_cluster_job(workflow: Any) -> bool:
+    """This process runs a pair's cluster job (a remote Snakemake inside SLURM)."""
+    return bool(workflow.remote_exec and os.environ.get("SLURM_JOB_ID"))

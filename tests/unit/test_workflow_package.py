@@ -1,0 +1,161 @@
+"""splitbench.workflow: what rules/common.smk binds, without Snakemake running. The
+preflight checks, how a run runs its jobs, and each rule's inputs, priorities and
+resources from the matrix (the same values the whole-workflow tests plan with)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+from splitbench import results
+from splitbench.workflow import jobs, preflight, snakemake_internals
+from tests.conftest import ROOT
+
+
+@pytest.fixture
+def tiny() -> dict:
+    return yaml.safe_load((ROOT / "tests/configs/tiny.yaml").read_text())
+
+
+def wildcards(**values) -> SimpleNamespace:
+    return SimpleNamespace(**values)
+
+
+ONE_AT_A_TIME = preflight.Execution(cluster=False, side_by_side=False)
+
+
+class FakeWorkflow(SimpleNamespace):
+    """The public attributes of Snakemake's `workflow` the preflight reads."""
+
+    @property
+    def cores(self):
+        if self._cores is None:
+            raise RuntimeError("no --cores")  # as Snakemake's WorkflowError
+        return self._cores
+
+
+@pytest.mark.parametrize(("nodes", "cores", "expected"), [
+    (None, 1, preflight.Execution(cluster=False, side_by_side=False)),
+    (None, 2, preflight.Execution(cluster=False, side_by_side=True)),
+    (4, None, preflight.Execution(cluster=True, side_by_side=False)),
+])
+def test_how_a_run_runs_its_jobs_is_read_from_cores_and_nodes(nodes, cores, expected):
+    assert preflight.Execution.of(FakeWorkflow(nodes=nodes, _cores=cores)) == expected
+
+
+def test_a_bad_config_is_refused_naming_its_key(tiny):
+    tiny["models"]["tiny"]["layers_on_b"] = 99
+    with pytest.raises(preflight.PreflightError) as raised:
+        preflight.checked(tiny)
+    assert str(raised.value).startswith("splitbench: invalid configuration: ")
+    assert "models.tiny.layers_on_b" in str(raised.value)
+    assert isinstance(raised.value, ValueError)  # Snakemake stops on it before any job
+
+
+def test_a_merged_config_file_is_refused_by_the_main_process(tiny, tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(yaml.safe_dump({"pairs": tiny["pairs"]}))
+    workflow = SimpleNamespace(
+        config_settings=SimpleNamespace(replace_workflow_config=False, overwrite_config={}),
+        overwrite_configfiles=[str(mine)], is_main_process=True, basedir=str(ROOT))
+    with pytest.raises(preflight.PreflightError, match="--replace-workflow-config"):
+        preflight.merged_config(tiny, workflow)
+    workflow.config_settings.replace_workflow_config = True
+    preflight.merged_config(tiny, workflow)  # asked for: nothing to refuse
+
+
+def test_pairs_side_by_side_take_one_slot_each(tiny):
+    two = {**tiny, "pairs": {"p": tiny["pairs"]["t"], "q": tiny["pairs"]["t"]}}
+    side = preflight.Execution(cluster=False, side_by_side=True)
+    assert preflight.pair_slots(two, side, is_root=True) == {"pair_p": 1, "pair_q": 1}
+    assert preflight.pair_slots(two, ONE_AT_A_TIME, is_root=True) == {}
+    with pytest.raises(preflight.PreflightError, match="without root"):
+        preflight.pair_slots(two, side, is_root=False)
+    resources = jobs.Jobs(two, side).pair_job("cell")
+    assert {name: take(wildcards(pair="q")) for name, take in resources.items()} == {
+        "pair_p": 0, "pair_q": 1}
+
+
+def test_targets_list_every_cell_link_launch_and_anchor(tiny):
+    matrix = jobs.Jobs(tiny, ONE_AT_A_TIME, reruns=ROOT / "no-such-reruns.yaml")
+    cells = matrix.cell_results()
+    assert len(cells) == 2 * 2 * 2 * 2  # links x models x contexts x levels
+    assert len(set(cells)) == len(cells)
+    assert len(matrix.request_results()) == len(cells)
+    assert sorted(matrix.link_results()) == [results.link("t", "plain"),
+                                             results.link("t", "slow")]
+    assert len(matrix.launch_records()) == 4
+    assert len(matrix.anchor_results()) == 2 * 2  # models x (start, end)
+    assert matrix.roundtrip_targets() == []  # no roundtrips section
+
+
+def test_the_end_anchor_waits_for_its_models_cells_only(tiny):
+    matrix = jobs.Jobs(tiny, ONE_AT_A_TIME)
+    assert matrix.anchor_inputs(wildcards(pair="t", model="tiny", when="start")) == {}
+    end = matrix.anchor_inputs(wildcards(pair="t", model="tiny", when="end"))["cells"]
+    assert len(end) == 8 and all("/tiny/" in str(path) for path in end)
+
+
+def test_only_a_paired_cell_reads_the_baseline_links_check(tiny):
+    matrix = jobs.Jobs(tiny, ONE_AT_A_TIME)
+    paired = matrix.reference_link_result(
+        wildcards(pair="t", link="slow", model="tiny", ctx="short", conc="1"))
+    assert [str(p) for p in paired] == [results.link("t", "plain")]
+    for link, ctx, conc in (("plain", "short", "1"), ("slow", "mid", "1"),
+                            ("slow", "short", "2")):
+        assert matrix.reference_link_result(
+            wildcards(pair="t", link=link, model="tiny", ctx=ctx, conc=conc)) == []
+
+
+def test_a_models_file_and_constraint_follow_its_kind(tiny):
+    tiny["models"]["mine"] = {"path": "/models/mine.gguf"}
+    matrix = jobs.Jobs(tiny, ONE_AT_A_TIME)
+    assert matrix.model_file(wildcards(model="tiny")) == results.MODEL_GGUF.format(
+        model="tiny")
+    assert matrix.model_file(wildcards(model="mine")) == "/models/mine.gguf"
+    assert matrix.models_named("synthetic") == "tiny|tiny2"
+    assert matrix.models_named("synthetic_hf") == "(?!)"  # matches nothing
+    assert matrix.vllm_toolchain(wildcards(pair="t", model="tiny")) == []
+
+
+def test_a_cells_epoch_comes_from_the_reruns_file(tiny, tmp_path):
+    reruns = tmp_path / "reruns.yaml"
+    reruns.write_text(yaml.safe_dump({"cells": {"t/slow/tiny/ctxshort_c1": 2}}))
+    matrix = jobs.Jobs(tiny, ONE_AT_A_TIME, reruns=reruns)
+    assert matrix.cell_epoch(wildcards(pair="t", link="slow", model="tiny", ctx="short",
+                                       conc="1")) == 2
+    assert matrix.cell_epoch(wildcards(pair="t", link="plain", model="tiny", ctx="short",
+                                       conc="1")) == 0
+
+
+def test_blocks_run_in_order_and_setup_first(tiny):
+    matrix = jobs.Jobs(tiny, ONE_AT_A_TIME)
+    order = [matrix.block_priority(wildcards(pair=p, link=link, model=m))
+             for p, link, m in matrix.blocks]
+    assert order == sorted(order, reverse=True)
+    assert matrix.setup_priority > max(order)
+
+
+def test_an_untested_snakemake_falls_back_and_says_so_once(capsys, monkeypatch):
+    monkeypatch.setattr(snakemake_internals.tested, "said", False, raising=False)
+    assert snakemake_internals.tested("9.27.1")
+    assert not snakemake_internals.tested("10.1.0")
+    assert not snakemake_internals.tested("9.99.0")
+    said = capsys.readouterr().err
+    assert said.count("Snakemake 10.1.0 is not one splitbench was tested with") == 1
+    assert "9.99.0" not in said  # once per run
+
+
+def test_pair_slots_are_registered_or_refused_on_an_untested_snakemake(monkeypatch):
+    registered = {}
+    workflow = SimpleNamespace(register_resource=registered.__setitem__)
+    snakemake_internals.register_resources(workflow, {"pair_p": 1, "pair_q": 1})
+    assert registered == {"pair_p": 1, "pair_q": 1}
+    monkeypatch.setattr(snakemake_internals, "tested", lambda: False)
+    snakemake_internals.register_resources(workflow, {})  # one at a time: nothing to keep
+    with pytest.raises(ValueError, match="run with --cores 1"):
+        snakemake_internals.register_resources(workflow, {"pair_p": 1})
+    assert snakemake_internals.own_locks(workflow) == []  # left for snakemake --unlock
