@@ -29,7 +29,7 @@ MODULES = {
     "cell": "splitbench.cells.measure",
     "roundtrips": "splitbench.cells.delay_sweep",
     "roundtrips-table": "splitbench.analysis.roundtrips",
-    "aggregate": "splitbench.report.tables",
+    "aggregate": "splitbench.report.aggregate",
     "drift": "splitbench.analysis.drift",
     "findings": "splitbench.analysis.findings",
     "charts": "splitbench.report.charts",

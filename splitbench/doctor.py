@@ -176,7 +176,7 @@ def _run(args: argparse.Namespace) -> int:
     config = plan.read_yaml(args.configfile)
     plan.names_as_text(config)
     try:
-        configuration.Config.model_validate(config)
+        configuration.parsed(config)
         configuration.check(config)
     except (configuration.ConfigError, ValueError) as exc:
         print(f"{BAD} config {args.configfile}: {exc}")

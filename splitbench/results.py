@@ -61,6 +61,7 @@ KEPT = ".kept"
 ARCHIVE = "archive"
 
 IDENTITY = ["pair", "link", "model", "ctx", "conc", "repeat"]
+CELL_KEYS = IDENTITY[:-1]  # a cell (its repeats summarised)
 ANCHOR_IDENTITY = ["pair", "link", "model", "when"]
 # ctx{label}_c{N}[.requests].parquet; a trailing _r{K} marks repeat K of the same cell,
 # for when a cell is measured more than once (a `repeat` column in the rows wins).

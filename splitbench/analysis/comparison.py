@@ -42,7 +42,7 @@ from splitbench.infra.fits import COVERAGE, MEDIAN_SE
 # Cells that a link comparison sets side by side: same pair, model and context.
 COMPARE_KEYS = ["pair", "model", "ctx"]
 
-KEYS = ["pair", "link", "model", "ctx", "conc"]
+KEYS = results.CELL_KEYS
 # A measured difference disagrees with its prediction beyond this many combined standard
 # errors: a run checks several links and contexts, and at 2 one in twenty that agree
 # would be flagged by chance.

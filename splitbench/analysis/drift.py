@@ -33,14 +33,13 @@ clean one: a (pair, model) block whose anchors are missing, have no ok request, 
 usable decode figure or ran under interference is reported as FAILED with the reason,
 and its cells as not checked for drift (`blocks` and `unchecked` in the results).
 
-`apply` records a new epoch for each suspect cell in `config/reruns.yaml`; the workflow
+`reruns.apply` records a new epoch for each suspect cell in `config/reruns.yaml`; the workflow
 puts a cell's epoch in its params, so the next run re-measures exactly those cells.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -48,12 +47,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
-import yaml
 
 from splitbench import configuration, results
-from splitbench.analysis import cell_summary, comparison
-from splitbench.infra import files, interference, parquet_io, tables_io
-from splitbench.plan import cell_key, read_reruns
+from splitbench.analysis import cell_summary, comparison, reruns
+from splitbench.infra import interference, parquet_io, tables_io
+from splitbench.plan import cell_key
 from splitbench.stage import Stage, json_arg
 
 KEYS = cell_summary.SUMMARY_KEYS  # a cell's identity
@@ -62,13 +60,6 @@ FIGURES = ["status", "decode_ms_per_token", "temp_before_c", "temp_after_c", "te
            "anchor_change", "anchor_threshold", "anchor_temp_low_c", "anchor_temp_high_c"]
 COLUMNS = [*KEYS, "kind", "reason", *FIGURES]
 KINDS = ("band", "rise", "anchor", "interference")
-HEADER = """\
-# Re-run epochs, written by `python -m splitbench drift --apply` (or by hand).
-# Each job's params carry its cell's epoch (`cells`, default 0): raising a cell's epoch
-# makes the next `snakemake all` re-measure exactly that cell, and the superseded files
-# are archived first. Keys are <pair>/<link>/<model>/ctx<ctx>_c<conc>. The comment beside
-# each entry and `history` say when and why; comments are rewritten on each --apply.
-"""
 
 
 # ---------------------------------------------------------------- settings and keys
@@ -427,59 +418,6 @@ def suspect_table(suspects: pd.DataFrame,
     return pd.concat(rows, ignore_index=True)
 
 
-# ---------------------------------------------------------------- epochs
-
-
-def apply(suspects: pd.DataFrame, reruns_path: str | Path) -> dict[str, int]:
-    """Bump the epoch of each suspect cell once; keep every other entry. Returns the new
-    epochs of the bumped cells."""
-    return _bump(suspects, reruns_path, dt.datetime.now(dt.UTC))
-
-
-def _bump(suspects: pd.DataFrame, reruns_path: str | Path,
-          now: dt.datetime) -> dict[str, int]:
-    data = read_reruns(reruns_path)
-    cells = {str(k): int(v) for k, v in (data.get("cells") or {}).items()}
-    history = {str(k): list(v) for k, v in (data.get("history") or {}).items()}
-    bumped: dict[str, int] = {}
-    when = now.strftime("%Y-%m-%dT%H:%M:%SZ")
-    # A cell with several rows (several kinds) still gets one bump per call.
-    for key, reason in _reasons(suspects).items():
-        bumped[key] = cells.get(key, 0) + 1
-        history.setdefault(key, []).append({"epoch": bumped[key], "at": when, "why": reason})
-    if bumped:
-        _save(reruns_path, {**data, "cells": {**cells, **bumped}, "history": history})
-    return bumped
-
-
-def _reasons(suspects: pd.DataFrame) -> dict[str, str]:
-    reasons: dict[str, list[str]] = {}
-    for row in suspects.reindex(columns=[*KEYS, "reason"]).itertuples(index=False):
-        reasons.setdefault(cell_key(*row[:5]), []).append(str(row.reason))
-    return {key: "; ".join(dict.fromkeys(parts)) for key, parts in reasons.items()}
-
-
-
-
-def _save(reruns_path: str | Path, data: dict[str, Any]) -> None:
-    """Write reruns.yaml atomically: the header, `cells` with a when/why comment per entry,
-    then the rest (history) as plain YAML."""
-    path = Path(reruns_path)
-    history = data.get("history", {})
-    lines = [HEADER, "cells:\n"]
-    for key, epoch in sorted(data["cells"].items()):
-        entry = yaml.safe_dump({key: epoch}, default_flow_style=False,
-                               allow_unicode=True, width=10_000).rstrip("\n")
-        last = (history.get(key) or [{}])[-1]
-        note = f"  # {last['at']}: {last['why']}" if "at" in last else ""
-        lines.append(f"  {entry}{' '.join(note.splitlines())}\n")
-    rest = {k: v for k, v in data.items() if k != "cells"}
-    if rest:
-        lines.append("\n" + yaml.safe_dump(rest, default_flow_style=False, sort_keys=True,
-                                           allow_unicode=True, width=100))
-    files.write_text(path, "".join(lines))
-
-
 # ---------------------------------------------------------------- the whole step
 
 
@@ -509,7 +447,7 @@ def main_drift(summary_path: str | Path, anchor_files: list[str],
     write_report(suspects, report_out, table_stem,
                  {"settings": cfg, "interference": dict(interference_limits or {})})
     if apply:
-        _bump(suspects, reruns_path, dt.datetime.now(dt.UTC))
+        reruns.apply(suspects, reruns_path)
     return suspects
 
 
@@ -545,7 +483,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 def _run(args: argparse.Namespace) -> None:
     if args.apply:
         suspects = pd.read_parquet(args.report)
-        apply(suspects, args.reruns)
+        reruns.apply(suspects, args.reruns)
         print(f"{len(suspects)} cell(s) get a new epoch in {args.reruns}; "
               "`snakemake --cores 1 all` re-measures exactly them")
         return

@@ -110,7 +110,7 @@ class Host:
         """A long-running command on this SSH host, used like subprocess.Popen: stdout
         None/DEVNULL, PIPE (`.stdout` read line by line) or an open file; stdin=True gives
         `.stdin`, whose close() ends the command's input; poll, wait, terminate, kill
-        (these two close the channel). See ssh.RemoteProcess."""
+        (these two close the channel). See ssh_process.RemoteProcess."""
         from splitbench.infra import ssh
 
         if not self.remote:

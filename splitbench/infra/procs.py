@@ -127,6 +127,12 @@ def _signal(record: dict[str, Any], sig: signal.Signals) -> None:
             os.kill(pid, sig)
 
 
+# The processes this one started, kept referenced: a Popen that Python collects reaps its
+# child if it has already ended, and its exit status ("exited with code 1") is then lost
+# to `exit_status`.
+_CHILDREN: dict[int, subprocess.Popen] = {}
+
+
 def spawn(
     argv: Sequence[str],
     *,
@@ -149,6 +155,7 @@ def spawn(
             start_new_session=True,
             env={**os.environ, **(env or {})},
         )
+    _CHILDREN[proc.pid] = proc
     # The kernel fills /proc/PID/stat at fork, so the start time is readable at once.
     record = {
         "pid": proc.pid,
@@ -327,6 +334,7 @@ def exit_status(record: dict[str, Any]) -> str | None:
         return None
     if pid == 0:
         return None
+    _CHILDREN.pop(record["pid"], None)
     if os.WIFSIGNALED(status):
         number = os.WTERMSIG(status)
         try:

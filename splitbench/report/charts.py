@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,9 +20,25 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from splitbench import results
-from splitbench.analysis import backends, cell_summary, comparison, pairs, traffic
+from splitbench.analysis import cell_summary, comparison, releases, traffic
 from splitbench.report import sensitivity
+from splitbench.report.chart_parts import (
+    HEIGHT,
+    WIDTH,
+    by_context,
+    by_pair_and_model,
+    chart_title,
+    ctx_axis,
+    ctx_order,
+    finite,
+    note_chart,
+    single_stream_chart,
+    single_stream_rows,
+    where_title,
+    with_where,
+)
 from splitbench.report.contents import CHARTS
+from splitbench.report.pair_charts import backends_chart, pairs_chart
 from splitbench.stage import Stage
 
 # The latency the decode-vs-latency fit uses, the mechanisms table's: the probe's fixed
@@ -34,110 +49,10 @@ LATENCY_COLUMNS = {"rr_fixed_us": "request-response fixed overhead",
 # A timeline of more ticks than this is thinned per stream (every k-th token) so the
 # chart stays readable and the page small.
 TIMELINE_MAX_TOKENS = 4000
-FACET_COLUMNS = 3
-WIDTH, HEIGHT = 260, 200
-
-
-def ctx_order(summary: pd.DataFrame) -> list[str]:
-    """Context labels from shortest to longest prompt."""
-    if summary.empty:
-        return []
-    pairs = summary[["ctx", "ctx_tokens"]].drop_duplicates().sort_values("ctx_tokens")
-    return list(dict.fromkeys(pairs["ctx"]))
-
-
-def _note(title: str, text: str) -> alt.Chart:
-    """A chart that says why there is nothing to draw."""
-    frame = pd.DataFrame({"text": [text]})
-    return alt.Chart(frame, title=title).mark_text(size=14, color="#555").encode(
-        text="text:N"
-    ).properties(width=520, height=60)
-
-
-def several_pairs(frame: pd.DataFrame) -> bool:
-    return "pair" in frame and frame["pair"].nunique() > 1
-
-
-def _where(frame: pd.DataFrame) -> pd.DataFrame:
-    """Add `where`: the link's name, prefixed by its pair when the run has several."""
-    where = frame["pair"] + "/" + frame["link"] if several_pairs(frame) else frame["link"]
-    return frame.assign(where=where)
-
-
-def _where_title(frame: pd.DataFrame) -> str:
-    return "pair/link" if several_pairs(frame) else "link"
-
-
-def _by_pair_and_model(summary: pd.DataFrame, columns: int = FACET_COLUMNS) -> dict[str, Any]:
-    """Facets: one panel per model; with several pairs, one row of panels per pair, so
-    that no two pairs' lines share a panel (a link is drawn against its own pair's)."""
-    if several_pairs(summary):
-        return {"row": alt.Row("pair:N", title="pair"),
-                "column": alt.Column("model:N", title="model")}
-    return {"facet": alt.Facet("model:N", title="model"), "columns": columns}
-
-
-def _single_stream(summary: pd.DataFrame, figure: str) -> pd.DataFrame:
-    """Concurrency-1 cells with a usable figure; failed cells carry no figure."""
-    one = summary[(summary["conc"] == 1) & (summary["status"] == "ok")]
-    return _where(one[one[figure].notna()])
-
-
-def _failed_note(summary: pd.DataFrame) -> str:
-    """Which single-stream cells failed, for a subtitle (a chart cannot draw them)."""
-    failed = summary[(summary["conc"] == 1) & (summary["status"] != "ok")]
-    if failed.empty:
-        return ""
-    several = several_pairs(summary)
-    names = [f"{f'{r.pair}/' if several else ''}{r.link}/{r.model}/{r.ctx}x{r.conc}: "
-             f"{r.status}" for r in failed.itertuples()]
-    shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
-    return f"not drawn (failed): {shown}"
-
-
-def _title(name: str, subtitle: str = "") -> alt.TitleParams:
-    return alt.TitleParams(CHARTS[name][0], subtitle=subtitle or alt.Undefined, anchor="start")
-
-
-def _link_colours(summary: pd.DataFrame) -> alt.Scale:
-    """One colour per link name, the same in every chart and every pair's panels (also
-    where the baseline is absent)."""
-    return alt.Scale(domain=sorted(summary["link"].dropna().unique()))
-
-
-def _ctx_axis(order: list[str]) -> alt.X:
-    return alt.X("ctx:O", sort=order, title="context", axis=alt.Axis(labelAngle=0))
-
-
-def _by_context(frame: pd.DataFrame, figure: str, axis: str, summary: pd.DataFrame,
-                name: str, subtitle: str, layers: tuple = ()) -> alt.FacetChart:
-    """Lines per link over contexts, one panel per model (and per pair, when the run
-    has several: each pair's links in its own row of panels)."""
-    base = alt.Chart().encode(
-        x=_ctx_axis(ctx_order(summary)),
-        y=alt.Y(f"{figure}:Q", title=axis),
-        color=alt.Color("link:N", title="link", scale=_link_colours(summary)),
-        tooltip=["pair:N", "link:N", "model:N", "ctx:N", "ctx_tokens:Q",
-                 alt.Tooltip(f"{figure}:Q", format=".3f")],
-    ).mark_line(point=True)
-    return alt.layer(base, *layers, data=frame).properties(
-        width=WIDTH, height=HEIGHT
-    ).facet(
-        **_by_pair_and_model(summary), title=_title(name, subtitle),
-    )
-
-
-def _single_stream_chart(summary: pd.DataFrame, column: str, axis: str,
-                         empty_why: str) -> alt.TopLevelMixin:
-    """One single-stream figure by context, a line per link (the chart shares its name)."""
-    data = _single_stream(summary, column)
-    if data.empty:
-        return _note(CHARTS[column][0], empty_why)
-    return _by_context(data, column, axis, summary, column, _failed_note(summary))
 
 
 def decode_ms_per_token(summary: pd.DataFrame, **_: Any) -> alt.TopLevelMixin:
-    return _single_stream_chart(summary, "decode_ms_per_token",
+    return single_stream_chart(summary, "decode_ms_per_token",
                                 "decode ms/token (lower is better)",
                                 "no single-stream cell decoded")
 
@@ -151,7 +66,7 @@ def delta_vs_baseline(summary: pd.DataFrame, baseline: str) -> pd.DataFrame:
         if "ctx_tokens" in summary else pd.Series(dtype=float)
     out = comp.assign(delta_ms=comp["decode_delta_ms"],
                       ctx_tokens=comp["ctx"].map(ctx_tokens))
-    return _where(out[out["delta_ms"].notna()])
+    return with_where(out[out["delta_ms"].notna()])
 
 
 def decode_delta(summary: pd.DataFrame, baseline: str = "", **_: Any) -> alt.TopLevelMixin:
@@ -161,29 +76,29 @@ def decode_delta(summary: pd.DataFrame, baseline: str = "", **_: Any) -> alt.Top
         why = (f"no link to compare with the baseline '{baseline}'"
                if summary["link"].nunique() <= 1 else
                f"no context where both '{baseline}' and another link decoded")
-        return _note(CHARTS[name][0], why)
+        return note_chart(CHARTS[name][0], why)
     zero = alt.Chart().mark_rule(color="#888", strokeDash=[4, 3]).encode(y=alt.datum(0))
-    return _by_context(data, "delta_ms", f"Δ ms/token vs {baseline}", summary, name,
+    return by_context(data, "delta_ms", f"Δ ms/token vs {baseline}", summary, name,
                        f"baseline: {baseline}; above 0 = slower than the baseline", (zero,))
 
 
 def prefill_tps(summary: pd.DataFrame, **_: Any) -> alt.TopLevelMixin:
-    return _single_stream_chart(summary, "prefill_tps", "prefill tok/s (higher is better)",
+    return single_stream_chart(summary, "prefill_tps", "prefill tok/s (higher is better)",
                                 "no single-stream cell processed its prompt")
 
 
 def overlap(summary: pd.DataFrame, **_: Any) -> alt.TopLevelMixin:
     name = "overlap"
-    many = _where(summary[summary["conc"] > 1])
+    many = with_where(summary[summary["conc"] > 1])
     if many.empty:
-        return _note(CHARTS[name][0], "no cell ran more than one stream")
+        return note_chart(CHARTS[name][0], "no cell ran more than one stream")
     many = many.reindex(columns=list(dict.fromkeys(
         [*many.columns, "overlap_unc", "prefill_share", "releases"])))
     many = many.assign(label=[_overlap_label(v, u, p, s) for v, u, p, s in zip(
         many["overlap"], many["overlap_unc"], many["prefill_share"], many["status"],
         strict=True)])
     order = ctx_order(summary)
-    encode = {"x": _ctx_axis(order),
+    encode = {"x": ctx_axis(order),
               "y": alt.Y("conc:O", title="concurrent streams")}
     # Grey under everything: a failed cell (no overlap) still shows where it is.
     cells = alt.Chart().mark_rect(color="#ddd").encode(**encode)
@@ -202,8 +117,8 @@ def overlap(summary: pd.DataFrame, **_: Any) -> alt.TopLevelMixin:
         width=80 * len(order) + 40, height=30 * many["conc"].nunique() + 20
     ).facet(
         row=alt.Row("model:N", title="model"),
-        column=alt.Column("where:N", title=_where_title(many)),
-        title=_title(name, "2-way, 4-way, ... against the same link's single stream; ± is "
+        column=alt.Column("where:N", title=where_title(many)),
+        title=chart_title(name, "2-way, 4-way, ... against the same link's single stream; ± is "
                            "2 standard errors over the cell's releases; ⚠: impossible "
                            "(above 1, or below 0 where prefill is a small share, beyond ±)"),
     )
@@ -214,13 +129,13 @@ def _overlap_label(value: Any, unc: Any, prefill_share: Any, status: Any) -> str
     if status != "ok" or pd.isna(value):
         return str(status)
     text = f"{value:.2f}" + (f" ±{unc:.2f}" if pd.notna(unc) else "")
-    return text + (" ⚠" if cell_summary.overlap_flag(value, unc, prefill_share) else "")
+    return text + (" ⚠" if releases.overlap_flag(value, unc, prefill_share) else "")
 
 
 def _links_long(links: pd.DataFrame, columns: dict[str, str], scale: dict[str, float]
                 ) -> pd.DataFrame:
     present = [c for c in columns if c in links.columns]
-    long = _where(links).melt(id_vars=["where"], value_vars=present, var_name="measure")
+    long = with_where(links).melt(id_vars=["where"], value_vars=present, var_name="measure")
     long["value"] = pd.to_numeric(long["value"], errors="coerce") * long["measure"].map(
         lambda m: scale.get(m, 1.0))
     long["measure"] = long["measure"].map(columns)
@@ -242,16 +157,16 @@ def _grouped_bars(long: pd.DataFrame, axis: str, order: list[str],
 def links_chart(links: pd.DataFrame, **_: Any) -> alt.TopLevelMixin:
     name = "links"
     if links.empty:
-        return _note(CHARTS[name][0], "no link results")
+        return note_chart(CHARTS[name][0], "no link results")
     bandwidth = {"a_to_b_gbps": "A→B", "b_to_a_gbps": "B→A", "bidir_gbps": "both at once"}
     latency = {"ping_ms": "idle ping", "rr_fixed_us": "RR fixed part",
                "rr16k_p50_us": "16 KB RR p50"}
-    where = _where_title(links)
+    where = where_title(links)
     left = _grouped_bars(_links_long(links, bandwidth, {}), "Gbit/s (iperf3, median)",
                          list(bandwidth.values()), where)
     right = _grouped_bars(_links_long(links, latency, {"ping_ms": 1000.0}), "µs",
                           list(latency.values()), where)
-    return alt.hconcat(left, right, title=_title(
+    return alt.hconcat(left, right, title=chart_title(
         name, "ICMP ping does not see a userspace delay relay; the RR probe does")
     ).resolve_scale(color="independent")
 
@@ -327,7 +242,7 @@ def token_timeline(tokens: pd.DataFrame | None, cell: pd.Series | None = None, *
                    ) -> alt.TopLevelMixin:
     name = "token_timeline"
     if tokens is None or tokens.empty or cell is None:
-        return _note(CHARTS[name][0], "no cell with tokens to draw")
+        return note_chart(CHARTS[name][0], "no cell with tokens to draw")
     t0 = int(tokens["t_send_ns"].min())
     tokens = tokens.assign(t_ms=(tokens["t_ns"] - t0) / 1e6,
                            stream=tokens["request_id"].astype(int))
@@ -353,7 +268,7 @@ def token_timeline(tokens: pd.DataFrame | None, cell: pd.Series | None = None, *
         x="t_ms:Q", y=y, color=alt.Color("stream:N", legend=None),
         tooltip=["stream:O", "token_index:Q", alt.Tooltip("t_ms:Q", format=".2f")])
     return alt.layer(wait, ticks).properties(
-        width=720, height=40 * tokens["stream"].nunique() + 20, title=_title(name, subtitle))
+        width=720, height=40 * tokens["stream"].nunique() + 20, title=chart_title(name, subtitle))
 
 
 def _fit_lines(points: pd.DataFrame, fitted: pd.DataFrame | None, baseline: str
@@ -411,7 +326,7 @@ def latency_points(summary: pd.DataFrame, links: pd.DataFrame) -> pd.DataFrame:
     link's latency (ms, `latency_from` names the figure): what latency has to explain,
     as the mechanisms table fits it, each pair with its own latency figure
     (cell_summary.latency_by_pair)."""
-    one = _single_stream(summary, "decode_ms_per_token")
+    one = single_stream_rows(summary, "decode_ms_per_token")
     transfer = traffic.own_transfer_ms(one, links) if len(one) else pd.Series(dtype=float)
     one = one.assign(decode_ms_per_token=one["decode_ms_per_token"] - transfer.fillna(0))
     latency = cell_summary.latency_by_pair(links)
@@ -447,7 +362,7 @@ def decode_vs_latency(summary: pd.DataFrame, links: pd.DataFrame, baseline: str,
     name = "decode_vs_latency"
     points = latency_points(summary, links) if latency_column(links) else pd.DataFrame()
     if points.empty:
-        return _note(CHARTS[name][0], "no single-stream decode with a link latency")
+        return note_chart(CHARTS[name][0], "no single-stream decode with a link latency")
     lines, labels = _fit_lines(points, mechanisms, baseline)
     # A facet needs one data set: points, fitted lines and labels travel together,
     # told apart by `part`.
@@ -462,230 +377,12 @@ def decode_vs_latency(summary: pd.DataFrame, links: pd.DataFrame, baseline: str,
     return alt.layer(*_latency_layers(x, colour), data=data).properties(
         width=WIDTH + 120, height=HEIGHT + 40
     ).facet(
-        **_by_pair_and_model(points, columns=2),
-        title=_title(name, "dashed: the mechanisms table's slope (round trips per token), "
+        **by_pair_and_model(points, columns=2),
+        title=chart_title(name, "dashed: the mechanisms table's slope (round trips per token), "
                            "through the baseline link's point of each context"))
 
 
 # The pairs chart's measures: (column, its uncertainty column or None, axis title).
-PAIR_MEASURES = [
-    ("decode_ms_per_token", "decode_ms_unc", "decode ms/token"),
-    ("prefill_tps", "prefill_tps_unc", "prefill tok/s"),
-    ("ttft_ms", "ttft_ms_unc", "TTFT ms"),
-    ("throughput_tps", "throughput_tps_unc", "tok/s, all streams"),
-    ("overlap", "overlap_unc", "overlap"),
-]
-# Drawn on a log axis (they span orders of magnitude over contexts, and are positive):
-# pairs a few percent apart stay apart at every context.
-PAIR_LOG_MEASURES = {"decode ms/token", "prefill tok/s", "TTFT ms", "tok/s, all streams"}
-PAIR_LINK_MEASURES = [
-    ("a_to_b_gbps", "a_to_b_gbps_unc", "A→B Gbit/s"),
-    ("b_to_a_gbps", "b_to_a_gbps_unc", "B→A Gbit/s"),
-    ("rr64_p50_us", None, "RR 64 B p50 µs"),
-    ("rr16k_p50_us", None, "RR 16 KB p50 µs"),
-]
-
-
-def _long(frame: pd.DataFrame, measures: list[tuple[str, str | None, str]],
-          keys: list[str]) -> pd.DataFrame:
-    """One row per (row of frame, measure) with a value: value, lo and hi (value ± its
-    uncertainty; the value itself where none is known)."""
-    parts = []
-    for column, unc, title in measures:
-        if column not in frame:
-            continue
-        value = pd.to_numeric(frame[column], errors="coerce")
-        spread = pd.to_numeric(frame[unc], errors="coerce") if unc and unc in frame \
-            else pd.Series(np.nan, index=frame.index)
-        part = frame[keys].assign(measure=title, value=value,
-                                  unc=spread, lo=value - spread.fillna(0),
-                                  hi=value + spread.fillna(0))
-        parts.append(part[np.isfinite(part["value"])])
-    if not parts:
-        return pd.DataFrame(columns=[*keys, "measure", "value", "unc", "lo", "hi"])
-    return pd.concat(parts, ignore_index=True)
-
-
-def _pair_points(x: alt.X, order: list[str], pair_scale: alt.Scale,
-                 tooltip: list, axis: str | None = None, log: bool = False,
-                 by: str = "pair") -> list[alt.Chart]:
-    """Each pair's (or `by`'s) figure as a point (a flagged one as a triangle), its ± as
-    a bar, side by side within each x."""
-    offset = alt.XOffset(f"{by}:N", sort=order)
-    colour = alt.Color(f"{by}:N", title=by, scale=pair_scale)
-    scale = alt.Scale(type="log") if log else alt.Scale(zero=False)
-    bars = alt.Chart().mark_rule(strokeWidth=2).encode(
-        x=x, xOffset=offset, y=alt.Y("lo:Q", title=axis, scale=scale),
-        y2="hi:Q", color=colour)
-    dots = alt.Chart().mark_point(filled=True, size=50).encode(
-        x=x, xOffset=offset, y=alt.Y("value:Q", title=axis, scale=scale), color=colour,
-        shape=alt.Shape("flag:N", title="cell", scale=alt.Scale(
-            domain=["ok", "flagged"], range=["circle", "triangle-up"])),
-        tooltip=tooltip)
-    return [bars, dots]
-
-
-def pairs_chart(summary: pd.DataFrame, links: pd.DataFrame, baseline: str = "",
-                **_: Any) -> alt.TopLevelMixin:
-    """Every pair's figures side by side on each model, context and concurrency two or
-    more pairs measured (analysis.pairs.compare): one row of panels per measure, one
-    column per link (and model), a colour per pair, ± as bars, flagged cells as
-    triangles; below, each pair's links as the link checks measured them."""
-    name = "pairs"
-    names = pairs.pairs_of(summary)
-    if len(names) < 2:
-        return _note(CHARTS[name][0], f"one pair in this run ({names[0]}): no other pair "
-                     "to compare it with" if names else "no cells: no pairs to compare")
-    order = ctx_order(summary)
-    comp = pairs.compare(summary, links, order, baseline or None)
-    if comp.empty:
-        return _note(CHARTS[name][0], f"no model, context and concurrency measured on two "
-                                      f"or more of the pairs ({', '.join(names)})")
-    ok = comp[comp["status"] == "ok"]
-    failed = comp[comp["status"] != "ok"]
-    several_models = comp["model"].nunique() > 1
-    cells = ok.assign(
-        panel=ok["model"] + " · " + ok["link"] if several_models else ok["link"],
-        cell=ok["ctx"].astype(str) + " ×" + ok["conc"].astype(str),
-        flag=np.where(ok["flags"].map(lambda f: isinstance(f, str) and bool(f)),
-                      "flagged", "ok"),
-        flags=ok["flags"].map(lambda f: f if isinstance(f, str) else ""))
-    long = _long(cells, PAIR_MEASURES, ["pair", "link", "model", "ctx", "conc", "panel",
-                                        "cell", "flag", "flags", "uncertainty_from"])
-    if long.empty:
-        return _note(CHARTS[name][0], "every cell the pairs share failed: see the pairs "
-                                      "table")
-    cell_order = list(dict.fromkeys(
-        f"{c} ×{n}" for c in order for n in sorted(comp["conc"].unique())))
-    panels = list(dict.fromkeys(cells.sort_values(["model"], kind="stable")["panel"]))
-    pair_scale = alt.Scale(domain=names)
-    tooltip = ["pair:N", "link:N", "model:N", "ctx:N", "conc:O", "measure:N",
-               alt.Tooltip("value:Q", format=".3f"),
-               alt.Tooltip("unc:Q", title="±", format=".3f"),
-               alt.Tooltip("uncertainty_from:N", title="± from"),
-               alt.Tooltip("flags:N", title="flags")]
-    # The same context × concurrency slots in every row, so that the rows line up.
-    present = [c for c in cell_order if c in set(long["cell"])]
-    x = alt.X("cell:N", sort=present, title="context × concurrency",
-              scale=alt.Scale(domain=present), axis=alt.Axis(labelAngle=0))
-    rows = []
-    for measure in [m[2] for m in PAIR_MEASURES]:
-        mine = long[long["measure"] == measure]
-        if mine.empty:
-            continue
-        log = measure in PAIR_LOG_MEASURES and bool((mine["value"] > 0).all())
-        if log:  # a ± reaching zero or below runs to the foot of the axis
-            mine = mine.assign(lo=mine["lo"].where(mine["lo"] > 0, mine["value"] / 100))
-        first = not rows
-        rows.append(alt.layer(*_pair_points(x, names, pair_scale, tooltip, measure, log),
-                              data=mine).properties(
-            width=max(120, 22 * len(names) * long["cell"].nunique()), height=130
-        ).facet(
-            column=alt.Column(
-                "panel:N", sort=panels,
-                title=("model · link" if several_models else "link") if first else None,
-                header=alt.Header(labels=first)),
-        ))
-    top = alt.vconcat(*rows)
-    facts = pairs.link_facts(links)
-    facts = facts[facts["pair"].isin(names)].assign(
-        flag=lambda f: np.where(f["link_flags"].map(lambda v: isinstance(v, str) and
-                                                    bool(v)), "flagged", "ok"),
-        flags=lambda f: f["link_flags"].map(lambda v: v if isinstance(v, str) else ""),
-        uncertainty_from="link checks")
-    link_long = _long(facts, PAIR_LINK_MEASURES, ["pair", "link", "flag", "flags",
-                                                  "uncertainty_from"])
-    link_x = alt.X("link:N", title="link", axis=alt.Axis(labelAngle=0),
-                   sort=sorted(facts["link"].unique(), key=lambda k: (k != baseline, k)))
-    link_tooltip = ["pair:N", "link:N", "measure:N", alt.Tooltip("value:Q", format=".3f"),
-                    alt.Tooltip("unc:Q", title="±", format=".3f"),
-                    alt.Tooltip("flags:N", title="flags")]
-    subtitle = ("each pair's own figures, ± = 2 standard errors (bars); triangles: "
-                "flagged cells or links (see the pairs table); below: the links as "
-                "their checks measured them")
-    if len(failed):
-        shown = [f"{r.pair}/{r.link}/{r.model}/{r.ctx}x{r.conc}: {r.status}"
-                 for r in failed.itertuples()]
-        subtitle += "; not drawn (failed): " + ", ".join(shown[:6]) + (
-            f" and {len(shown) - 6} more" if len(shown) > 6 else "")
-    if link_long.empty:
-        return top.properties(title=_title(name, subtitle))
-    bottom = alt.layer(*_pair_points(link_x, names, pair_scale, link_tooltip),
-                       data=link_long).properties(
-        width=max(120, 22 * len(names) * link_long["link"].nunique()), height=120
-    ).facet(
-        column=alt.Column("measure:N", title=None,
-                          sort=[m[2] for m in PAIR_LINK_MEASURES]),
-    ).resolve_scale(y="independent")
-    return alt.vconcat(top, bottom, title=_title(name, subtitle))
-
-
-BACKEND_MEASURES = PAIR_MEASURES[:3] + [("overlap", "overlap_unc", "overlap"),
-                                        ("rpc_bytes_per_token_b_to_a", None,
-                                         "bytes/token B→A")]
-
-
-def backends_chart(summary: pd.DataFrame, baseline: str = "", **_: Any
-                   ) -> alt.TopLevelMixin:
-    """One model shape's splits side by side (analysis.backends.compare): one row of
-    panels per measure, one column per link (and shape, and pair when there are
-    several), a colour per split, ± as bars, flagged cells as triangles."""
-    name = "backends"
-    order = ctx_order(summary)
-    comp = backends.compare(summary, order, baseline or None)
-    if comp.empty:
-        return _note(CHARTS[name][0], "no model shape measured with two or more splits "
-                                      "(llama.cpp RPC, vLLM TP=2, vLLM PP=2) in this run")
-    ok = comp[comp["status"] == "ok"]
-    failed = comp[comp["status"] != "ok"]
-    splits = [backends.split_name(s) for s in backends.SPLITS]
-    several = comp["model_shape"].nunique() > 1 or comp["pair"].nunique() > 1
-    cells = ok.assign(
-        split=ok["split"].map(backends.split_name),
-        panel=(ok["model_shape"] + " · " + ok["pair"] + " · " + ok["link"]) if several
-        else ok["link"],
-        cell=ok["ctx"].astype(str) + " ×" + ok["conc"].astype(str),
-        flag=np.where(ok["flags"].map(lambda f: isinstance(f, str) and bool(f)),
-                      "flagged", "ok"),
-        flags=ok["flags"].map(lambda f: f if isinstance(f, str) else ""))
-    long = _long(cells, BACKEND_MEASURES, ["split", "model", "link", "ctx", "conc",
-                                           "panel", "cell", "flag", "flags"])
-    if long.empty:
-        return _note(CHARTS[name][0], "every cell of the compared splits failed: see the "
-                                      "backends table")
-    present = [f"{c} ×{n}" for c in order for n in sorted(comp["conc"].unique())
-               if f"{c} ×{n}" in set(long["cell"])]
-    x = alt.X("cell:N", sort=present, title="context × concurrency",
-              scale=alt.Scale(domain=present), axis=alt.Axis(labelAngle=0))
-    scale = alt.Scale(domain=[s for s in splits if s in set(long["split"])])
-    tooltip = ["split:N", "model:N", "link:N", "ctx:N", "conc:O", "measure:N",
-               alt.Tooltip("value:Q", format=".3f"), alt.Tooltip("unc:Q", title="±",
-                                                                   format=".3f"),
-               alt.Tooltip("flags:N", title="flags")]
-    panels = list(dict.fromkeys(cells.sort_values(["link"], key=lambda s: s != baseline,
-                                                  kind="stable")["panel"]))
-    rows = []
-    for measure in [m[2] for m in BACKEND_MEASURES]:
-        mine = long[long["measure"] == measure]
-        if mine.empty:
-            continue
-        log = measure in PAIR_LOG_MEASURES and bool((mine["value"] > 0).all())
-        if log:
-            mine = mine.assign(lo=mine["lo"].where(mine["lo"] > 0, mine["value"] / 100))
-        rows.append(alt.layer(*_pair_points(x, scale.domain, scale, tooltip, measure, log,
-                                            by="split"), data=mine).properties(
-            width=max(180, 48 * len(present)), height=140
-        ).facet(column=alt.Column("panel:N", sort=panels, title=None)))
-    subtitle = "± = 2 standard errors (bars); triangles: flagged cells (see the " \
-               "backends table)"
-    if len(failed):
-        shown = [f"{r.link}/{r.model}/{r.ctx}x{r.conc}: {r.status}"
-                 for r in failed.itertuples()]
-        subtitle += "; not drawn (failed): " + ", ".join(shown[:6]) + (
-            f" and {len(shown) - 6} more" if len(shown) > 6 else "")
-    return alt.vconcat(*rows, title=_title(name, subtitle))
-
-
 BUILDERS: dict[str, Callable[..., alt.TopLevelMixin]] = {
     "decode_ms_per_token": decode_ms_per_token,
     "decode_delta": decode_delta,
@@ -725,17 +422,6 @@ def save(chart: alt.TopLevelMixin, out_dir: str | Path, name: str) -> list[Path]
     # Strict JSON (no NaN), so that a browser's JSON.parse reads it.
     spec.write_text(json.dumps(finite(chart.to_dict()), allow_nan=False))
     return [html, png, spec]
-
-
-def finite(value: Any) -> Any:
-    """NaN and infinities as null: JSON has no word for them."""
-    if isinstance(value, dict):
-        return {k: finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [finite(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
 
 
 def render(summary_path: str, link_files: list[str], baseline: str, out_dir: str,

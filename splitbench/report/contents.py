@@ -5,7 +5,7 @@ plans (each is a file under results/), and importing pandas and altair there wou
 every `snakemake` call a second.
 """
 
-# The tables splitbench.report.tables writes, each as markdown and CSV.
+# The tables splitbench.report.aggregate writes, each as markdown and CSV.
 TABLE_STEMS = ["links", "link_comparison", "link_traffic", "single_stream_decode",
                "single_stream_prefill", "ttft", "concurrency_boundary", "overlap",
                "pairs", "mechanisms", "backends", "remeasured"]

@@ -1,45 +1,28 @@
-"""The tables a person reads, rendered from the summary as Markdown and CSV.
+"""The tables a person reads, rendered from the summary: the marks every table uses
+and the tables of cells and links.
 
 Each table function takes the summary (one row per cell; `analysis.cell_summary`) and
-returns a DataFrame that `write_table` renders; `aggregate` builds the summary and writes
-them all.
+returns a DataFrame that `infra.tables_io.write_table` renders; the tables that put
+pairs and backends side by side are `report.side_by_side`'s, and `report.aggregate`
+builds the summary and writes them all.
 """
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from splitbench import results
-from splitbench.analysis import backends, comparison, marks, mechanisms, pairs, traffic
+from splitbench.analysis import comparison, marks, pairs
 from splitbench.analysis.cell_summary import (
-    OVERLAP_MAX,
-    OVERLAP_MIN,
-    PREFILL_SHARE_MAX,
     SUMMARY_KEYS,
-    by_length,
     ctx_sorted,
     link_flags,
-    overlap_flag,
-    overlap_outside,
-    read_links,
-    read_requests,
-    rounded,
-    summarize,
 )
-from splitbench.analysis.comparison import COVERAGE, compare_links, pick_baseline
-from splitbench.infra import interference, parquet_io
-from splitbench.infra.tables_io import write_table
-from splitbench.stage import Stage, json_arg
-
-# Every table `aggregate` writes (results/tables/<stem>.md and .csv): the aggregate
-# rule declares exactly these as its outputs.
-
+from splitbench.analysis.comparison import compare_links
+from splitbench.analysis.releases import OVERLAP_MAX, OVERLAP_MIN, overlap_flag, overlap_outside
 
 # Marks a figure measured under interference or with tokens that share a timestamp,
 # and figures no setup can give.
@@ -89,13 +72,13 @@ def _by_context(summary: pd.DataFrame, contexts: Sequence[str], column: str,
     one = summary[summary["conc"] == 1]
     keys = _row_keys(summary)
     flags = one["flags"] if "flags" in one else pd.Series(None, index=one.index)
-    text = one.assign(text=[_flagged(_cell_text(v, s, spec), f) for v, s, f in
+    text = one.assign(text=[flagged(_cell_text(v, s, spec), f) for v, s, f in
                             zip(one[column], one["status"], flags, strict=True)])
     table = text.pivot(index=keys, columns="ctx", values="text")
     return table.reindex(columns=[c for c in contexts if c in table.columns]).fillna("—")
 
 
-def _flagged(text: str, flags: Any) -> str:
+def flagged(text: str, flags: Any) -> str:
     """A cell's text with FLAG_MARK when it was measured under interference (or its
     tokens share timestamps): the reason is in the summary's `flags`."""
     return f"{text} {FLAG_MARK}" if isinstance(flags, str) and flags else text
@@ -108,7 +91,7 @@ def _ok_values(summary: pd.DataFrame, column: str, index: list[str]) -> pd.DataF
         index=index, columns="ctx", values="value")
 
 
-def _ms(value: float) -> str:
+def ms_text(value: float) -> str:
     return f"{value:.1f}" if abs(value) < 100 else f"{value:.0f}"
 
 
@@ -144,11 +127,11 @@ def ttft_table(summary: pd.DataFrame, contexts: list[str]) -> pd.DataFrame:
     columns: dict[str, Any] = {k: one[k] for k in _row_keys(summary) + ["ctx"]}
     columns["prompt tokens"] = prompt.map(lambda v: f"{v:.0f}" if np.isfinite(v) else "—")
     for title, values, spec in [
-        ("TTFT (ms)", one["ttft_ms"], _ms),
+        ("TTFT (ms)", one["ttft_ms"], ms_text),
         ("prefill (tok/s)", one["prefill_tps"], ".0f"),
         ("server prefill (tok/s)", one["server_prefill_tps"], ".0f"),
-        ("prompt ÷ server prefill (ms)", compute_ms, _ms),
-        ("TTFT beyond that (ms)", one["ttft_ms"] - compute_ms, _ms),
+        ("prompt ÷ server prefill (ms)", compute_ms, ms_text),
+        ("TTFT beyond that (ms)", one["ttft_ms"] - compute_ms, ms_text),
     ]:
         columns[title] = [_cell_text(v, s, spec)
                           for v, s in zip(values, one["status"], strict=True)]
@@ -314,7 +297,7 @@ def overlap_table(summary: pd.DataFrame, contexts: list[str]) -> pd.DataFrame:
     if not levels:
         return pd.DataFrame(columns=keys)
     many = _with_overlap_columns(summary[summary["conc"] > 1])
-    text = many.assign(text=[_flagged(_overlap_text(v, s, u, p, lb is True), f)
+    text = many.assign(text=[flagged(overlap_text(v, s, u, p, lb is True), f)
                              for v, s, u, p, lb, f in
                              zip(many["overlap"], many["status"], many["overlap_unc"],
                                  many["prefill_share"], many["overlap_unc_lower_bound"],
@@ -409,7 +392,7 @@ ONE_RELEASE_MARK = "†"
 OUTSIDE_MARK = "‡"
 
 
-def _overlap_text(value: float, status: Any, unc: Any = None,
+def overlap_text(value: float, status: Any, unc: Any = None,
                   prefill_share: Any = None, lower_bound: bool = False) -> str:
     """An overlap as the tables show it: "0.81 ±0.05" with its ± (COVERAGE standard
     errors over the cell's releases; "±0.03†" where the cell released once and the ± is
@@ -431,160 +414,14 @@ def _overlap_text(value: float, status: Any, unc: Any = None,
     return status_text(status) if status != "ok" else "—"
 
 
-def _plus_minus(value: float, unc: float, status: Any, spec: str | Callable[[float], str],
+def plus_minus(value: float, unc: float, status: Any, spec: str | Callable[[float], str],
                 flags: Any = None) -> str:
     """A cell's figure with its ± where known, its failure where it failed, ⚠ where it
     is flagged."""
     text = _cell_text(value, status, spec)
     if status == "ok" and pairs.finite(value) and pairs.finite(unc):
         text += f" ±{spec(unc) if callable(spec) else format(unc, spec)}"
-    return _flagged(text, flags)
-
-
-def backends_table(summary: pd.DataFrame, contexts: list[str],
-                   baseline_link: str | None = None,
-                   mechanisms_table: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Backends side by side (analysis.backends.compare): one row per cell of each model
-    shape measured with two or more splits, the splits next to each other: decode,
-    prefill, TTFT and overlap with their ±, ❌ where the cell failed and ⚠ where it is
-    flagged, and the bytes a decoded token moved each way; each model's decode verdict
-    once, in the note below the table (`attrs["note"]`: backends_note). Without two
-    splits of one shape, one row that says so."""
-    comp = backends.compare(summary, contexts, baseline_link, mechanisms_table)
-    if comp.empty:
-        # Cells measured before the summary carried their split were llama.cpp's.
-        split = summary["split"] if "split" in summary else pd.Series("rpc", summary.index)
-        splits = sorted({backends.split_name(s) for s in split.fillna("rpc")}) or ["none"]
-        return pd.DataFrame({"backends": [
-            f"no model shape measured with two or more splits in this run (splits: "
-            f"{', '.join(splits)}): give one shape to llama.cpp and to vLLM (docs/backends.md)"]})
-    rows = list(comp.itertuples(index=False))
-    table: dict[str, Any] = {
-        "shape": comp["model_shape"], "pair": comp["pair"], "ctx": comp["ctx"],
-        "conc": comp["conc"], "link": comp["link"],
-        "split": [backends.split_name(r.split) for r in rows], "model": comp["model"]}
-    table["decode (ms/token)"] = [_plus_minus(r.decode_ms_per_token, r.decode_ms_unc,
-                                              r.status, ".2f", r.flags) for r in rows]
-    table["prefill (tok/s)"] = [_plus_minus(r.prefill_tps, r.prefill_tps_unc, r.status,
-                                            ".0f", r.flags) for r in rows]
-    table["TTFT (ms)"] = [_plus_minus(r.ttft_ms, r.ttft_ms_unc, r.status, _ms, r.flags)
-                          for r in rows]
-    table["overlap"] = ["— (one stream)" if r.conc == 1 else _flagged(
-        _overlap_text(r.overlap if pairs.finite(r.overlap) else np.nan, r.status,
-                      r.overlap_unc, r.prefill_share)
-        if isinstance(r.status, str) else "—", r.flags) for r in rows]
-    for way, arrow in (("a_to_b", "A→B"), ("b_to_a", "B→A")):
-        table[f"bytes/token {arrow}"] = [
-            f"{v:,.0f}" if r.status == "ok" and pairs.finite(v) else "—"
-            for r, v in zip(rows, comp[f"rpc_bytes_per_token_{way}"], strict=True)]
-    frame = pd.DataFrame(table).reset_index(drop=True)
-    frame.attrs["note"] = backends_note(comp)
-    return frame
-
-
-def backends_note(comp: pd.DataFrame) -> str:
-    """Markdown under the backends table: each model's decode verdict (the mechanisms
-    table's first clause), said once for the models that share it, not on every row."""
-    keys = ["pair", "model"] if comp["pair"].nunique() > 1 else ["model"]
-    models = comp.drop_duplicates(keys)
-    said: dict[str, list[str]] = {}
-    for _, row in models.iterrows():
-        said.setdefault(str(row["verdict"]), []).append("/".join(str(row[k]) for k in keys))
-    lines = [f"- {', '.join(names)}: {verdict}" for verdict, names in said.items()]
-    return "\nDecode verdict of each model (mechanisms table):\n\n" + "\n".join(lines) + "\n"
-
-
-def _uncertainty_source(source: Any, samples: Any, status: Any) -> str:
-    """Where a cell's ± comes from (cell_summary._uncertainty), with its sample count."""
-    if status != "ok" or not isinstance(source, str):
-        return "—"
-    n = f"{samples:.0f} " if pairs.finite(samples) else ""
-    return {"requests": f"{n}requests", "repeats": f"{n}repeats",
-            "releases": f"{n}releases of the N requests",
-            "tokens": "one pass's tokens (decode ± a lower bound; no prefill or "
-                      "TTFT ±)"}.get(source, source)
-
-
-def _link_figure(value: Any, unc: Any, flags: Any, spec: str) -> str:
-    if not pairs.finite(value):
-        return "— (not measured)"
-    text = format(value, spec) + (f" ±{format(unc, spec)}" if pairs.finite(unc) else "")
-    return _flagged(text, flags)
-
-
-def pairs_table(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
-                baseline_link: str | None = None,
-                interference_limits: dict[str, Any] | None = None) -> pd.DataFrame:
-    """The pairs side by side (analysis.pairs.compare): one row per pair and link of
-    every model, context and concurrency that two or more pairs measured, with decode
-    (tok/s and ms/token), prefill, TTFT, overlap and the cell's throughput over all
-    streams, each with its ± (COVERAGE standard errors, and where they come from), ❌
-    where the cell failed and ⚠ where it is flagged; then the link's measured
-    throughput each way (± half the spread over repeats) and request-response p50s,
-    ⚠ where the link is flagged. With one pair, or no cell that two pairs share, one
-    row that says so."""
-    names = pairs.pairs_of(summary)
-    if len(names) < 2:
-        return pd.DataFrame({"pairs": [
-            f"one pair in this run ({names[0]}): no other pair to compare it with"
-            if names else "no cells in this run: no pairs to compare"]})
-    comp = pairs.compare(summary, links, contexts, baseline_link, interference_limits)
-    if comp.empty:
-        return pd.DataFrame({"pairs": [
-            f"{len(names)} pairs ({', '.join(names)}), but no model, context and "
-            "concurrency measured on two or more of them"]})
-    rows = comp.itertuples(index=False)
-    table: dict[str, Any] = {k: comp[k] for k in ["model", "ctx", "conc", "link", "pair"]}
-    texts: dict[str, list[str]] = {name: [] for name in (
-        "decode (tok/s)", "decode (ms/token)", "prefill (tok/s)", "TTFT (ms)", "overlap",
-        "throughput (tok/s, all streams)", "± from", "A→B (Gbit/s)", "B→A (Gbit/s)",
-        "RR 64 B p50 (µs)", "RR 16 KB p50 (µs)")}
-    for r in rows:
-        texts["decode (tok/s)"].append(_plus_minus(r.decode_tps, r.decode_tps_unc, r.status,
-                                                   ".1f", r.flags))
-        texts["decode (ms/token)"].append(_plus_minus(
-            r.decode_ms_per_token, r.decode_ms_unc, r.status, ".2f", r.flags))
-        texts["prefill (tok/s)"].append(_plus_minus(r.prefill_tps, r.prefill_tps_unc,
-                                                    r.status, ".0f", r.flags))
-        texts["TTFT (ms)"].append(_plus_minus(r.ttft_ms, r.ttft_ms_unc, r.status, _ms,
-                                              r.flags))
-        texts["overlap"].append("— (one stream)" if r.conc == 1 else _flagged(
-            _overlap_text(r.overlap if pairs.finite(r.overlap) else np.nan, r.status,
-                          r.overlap_unc, r.prefill_share)
-            if isinstance(r.status, str) else "—", r.flags))
-        texts["throughput (tok/s, all streams)"].append(_plus_minus(
-            r.throughput_tps, r.throughput_tps_unc, r.status, ".1f", r.flags))
-        texts["± from"].append(_uncertainty_source(r.uncertainty_from, r.samples, r.status))
-        texts["A→B (Gbit/s)"].append(_link_figure(r.a_to_b_gbps, r.a_to_b_gbps_unc,
-                                                  r.link_flags, ".2f"))
-        texts["B→A (Gbit/s)"].append(_link_figure(r.b_to_a_gbps, r.b_to_a_gbps_unc,
-                                                  r.link_flags, ".2f"))
-        texts["RR 64 B p50 (µs)"].append(_link_figure(r.rr64_p50_us, np.nan, r.link_flags,
-                                                      ".0f"))
-        texts["RR 16 KB p50 (µs)"].append(_link_figure(r.rr16k_p50_us, np.nan,
-                                                       r.link_flags, ".0f"))
-    return pd.DataFrame({**table, **texts}).reset_index(drop=True)
-
-
-def pairs_note(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
-               baseline_link: str | None = None,
-               interference_limits: dict[str, Any] | None = None) -> str:
-    """Markdown under the pairs table: why each of its flagged cells and links is
-    flagged."""
-    if len(pairs.pairs_of(summary)) < 2:
-        return ""
-    comp = pairs.compare(summary, links, contexts, baseline_link, interference_limits)
-    lines = []
-    cells = comp[comp["flags"].map(lambda f: isinstance(f, str) and bool(f))]
-    lines += [f"- cell {'/'.join(str(r[k]) for k in SUMMARY_KEYS)}: {r['flags']}"
-              for _, r in cells.iterrows()]
-    flagged = comp.drop_duplicates(["pair", "link"])
-    flagged = flagged[flagged["link_flags"].map(lambda f: isinstance(f, str) and bool(f))]
-    lines += [f"- link {r['pair']}/{r['link']}: {r['link_flags']}"
-              for _, r in flagged.iterrows()]
-    if not lines:
-        return ""
-    return f"\n{FLAG_MARK} flagged in this table:\n\n" + "\n".join(lines) + "\n"
+    return flagged(text, flags)
 
 
 def links_table(links: pd.DataFrame,
@@ -624,193 +461,3 @@ def links_table(links: pd.DataFrame,
                       for r, d in zip(emulated, delay, strict=True)],
         "flags": link_flags(links, interference_limits, mark=f"{FLAG_MARK} "),
     })
-
-
-def tables(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
-           baseline_link: str | None = None, drift: pd.DataFrame | None = None,
-           prediction: Callable[[pd.DataFrame], pd.DataFrame] | None = None,
-           interference_limits: dict[str, Any] | None = None
-           ) -> dict[str, tuple[str, pd.DataFrame]]:
-    """Every table by file stem: (title, frame). contexts: labels, shortest first.
-    `drift` and `prediction`: see link_comparison."""
-    base = pick_baseline(summary, baseline_link)
-    levels = overlap_levels(summary) or "no concurrency level above 1"
-    verdicts = mechanisms.table(summary, links, contexts, base, drift, prediction)
-    return {
-        "links": ("Links (bandwidth in Gbit/s: median ± half the spread over repeats; "
-                  f"flags {FLAG_MARK}: measured while other work used the CPUs)",
-                  links_table(links, interference_limits)),
-        "link_comparison": (
-            f"Link comparison vs {base} at concurrency 1 (Δ = link − baseline; ± is "
-            f"{COVERAGE:g} standard errors: paired rounds, or both cells' spread plus the "
-            "machine's drift over the run; not resolvable: the difference lies "
-            f"inside it; {FLAG_MARK}: a figure no link can have, a disagreement with the "
-            "prediction from measured latency and bandwidth, or a flagged cell)",
-            link_comparison(summary, contexts, base, drift, prediction)),
-        "single_stream_decode": ("Single-stream decode (tok/s) by context; ✗ 400: context "
-                                 f"wall, ✗ 500: overflow; {FLAG_MARK}: a flagged cell",
-                                 single_stream_decode(summary, contexts)),
-        "single_stream_prefill": ("Single-stream prefill (tok/s: prompt tokens / TTFT) by "
-                                  f"context; {FLAG_MARK}: a flagged cell",
-                                  single_stream_prefill(summary, contexts)),
-        "ttft": ("Time to first token against prompt size (concurrency 1)",
-                 ttft_table(summary, contexts)),
-        "concurrency_boundary": (
-            "Usable concurrency boundary: highest level up to which every level is ok in "
-            "every release (a level where one release of its N requests failed is not "
-            "usable; failure at the next level: crashes, 500 = overflow, 400 = context "
-            "wall)",
-            concurrency_boundary(summary, contexts)),
-        "overlap": (f"True concurrency ratio (overlap), {levels}: 1 = fully concurrent, "
-                    "0 = serial, below 0 = worse than serial; ± is "
-                    f"{COVERAGE:g} standard errors from the spread over the cell's releases "
-                    f"and the single stream's ({ONE_RELEASE_MARK}: a cell of one release, "
-                    "whose ± is the single stream's part alone, a lower bound; one decimal "
-                    "and no ±: no spread known); ✗: the cell's status; "
-                    f"{FLAG_MARK}: above 1 beyond its ± (no cell can be more than fully "
-                    "concurrent), below 0 beyond its ± where prefill is under "
-                    f"{PREFILL_SHARE_MAX:.0%} of a single request, or a flagged cell; "
-                    f"{OUTSIDE_MARK}: outside [{OVERLAP_MIN:g}, {OVERLAP_MAX:g}] but no "
-                    "fault, each with its reason below; overlaps not resolvable from their "
-                    "neighbours are named below",
-                    overlap_table(summary, contexts)),
-        "pairs": (
-            "Pairs side by side: the same model, context and concurrency on each pair of "
-            f"machines (± is {COVERAGE:g} standard errors of each cell's own figure, from "
-            f"the column `± from`; ✗: the cell's status; {FLAG_MARK}: a flagged cell or "
-            f"link; {OUTSIDE_MARK}: an overlap outside [0, 1] that is no fault, as the "
-            "overlap table says; link figures: the link checks', throughput ± half the spread over "
-            "repeats). Each pair's links are compared with its own baseline in the link "
-            "comparison; a difference between pairs includes everything that differs "
-            "between their machines and times, not only the link",
-            pairs_table(summary, links, contexts, base, interference_limits)),
-        "link_traffic": (
-            "Bytes per decoded token across the link (concurrency 1): measured (kernel "
-            "TCP counters of the RPC connections) against the prediction from the "
-            "model's GGUF header, where its layers sit and the context (A→B: the hidden "
-            "state, the attention mask over the padded KV cells, and a per-step RPC "
-            "overhead measured on the baseline link's shortest context); "
-            f"{FLAG_MARK}: more than {traffic.TOLERANCE:.0%} apart; transfer: the bytes "
-            "above the link's burst allowance at its measured throughput",
-            traffic.link_traffic(summary, links, contexts, base)),
-        "mechanisms": (
-            f"Mechanisms vs {base}: decode delta (ms/token) less its bandwidth term "
-            "(the token's bytes at each link's throughput) against the links' request-"
-            "response latency difference (slope = round trips per token) and prefill "
-            "relative change against relative one-way bandwidth (slope = elasticity); "
-            f"fits through the origin, ± is {COVERAGE:g} standard errors",
-            verdicts),
-        "backends": (
-            "Backends side by side: one model shape split by llama.cpp's RPC and by "
-            "vLLM's tensor (TP=2) and pipeline (PP=2) parallel, on the same pair and "
-            f"links (± is {COVERAGE:g} standard errors; ✗: the cell's status; "
-            f"{FLAG_MARK}: a flagged cell; {OUTSIDE_MARK}: an overlap outside [0, 1] that "
-            "is no fault, as the overlap table says; bytes/token: the kernel's counters of the "
-            "connections between the hosts during decode; each model's decode verdict "
-            "from the mechanisms table is below)",
-            backends_table(summary, contexts, base, verdicts)),
-    }
-
-
-def aggregate(request_files: list[str], link_files: list[str], contexts: dict[str, int],
-              summary_out: str, tables_dir: str, *, baseline_link: str | None = None,
-              interference_limits: dict[str, Any] | None = None,
-              anchor_files: Sequence[str] = (), sweep_files: Sequence[str] = (),
-              workers: dict[str, int] | None = None) -> pd.DataFrame:
-    """Summary Parquet and every table (Markdown and CSV) under tables_dir. The drift
-    anchors give sequential comparisons the machine's drift; the round-trip sweeps
-    (and each model's `workers`) the prediction from measured latency."""
-    summary = summarize(request_files, contexts, interference_limits)
-    parquet_io.write(summary, summary_out, {
-        "cells": len(summary), "contexts": contexts, "baseline_link": baseline_link,
-        "interference": interference.settings(interference_limits)})
-    links = read_links(link_files)
-    drift = comparison.machine_drift(anchor_files, summary,
-                                     pick_baseline(summary, baseline_link))
-    trips = comparison.round_trips(sweep_files)
-
-    def prediction(rows: pd.DataFrame) -> pd.DataFrame:
-        return comparison.predicted_decode_delta(rows, links, trips, workers or {}, drift)
-
-    note = flag_note(summary)
-    for stem, (title, frame) in tables(summary, links, by_length(contexts), baseline_link,
-                                       drift, prediction, interference_limits).items():
-        # The cells' flags under every table of cells that marks them; the pairs
-        # table names its own cells' and links'.
-        marks = FLAG_MARK in title and stem not in ("links", "pairs")
-        if stem == "pairs":
-            below = pairs_note(summary, links, by_length(contexts),
-                               pick_baseline(summary, baseline_link), interference_limits)
-        elif stem == "overlap":
-            below = overlap_note(summary) + (note if marks else "")
-        else:
-            below = note if marks else ""
-        write_table(frame, Path(tables_dir) / stem, title, below)
-    root = Path(summary_out).parent.parent  # <root>/summary/cells.parquet
-    write_table(remeasured(results.archived_requests(root), summary),
-                Path(tables_dir) / "remeasured",
-                "Re-measured cells: the archived measurement against the current one")
-    return summary
-
-
-def flag_note(summary: pd.DataFrame) -> str:
-    """Markdown naming every flagged cell and why, for the tables that mark them."""
-    flagged = summary[summary["flags"].notna()] if "flags" in summary else summary.iloc[:0]
-    if flagged.empty:
-        return ""
-    lines = [f"- {'/'.join(str(row[k]) for k in SUMMARY_KEYS)}: {row['flags']}"
-             for _, row in flagged.iterrows()]
-    return (f"\n{FLAG_MARK} flagged cells: measured under interference or with tokens "
-            "that share timestamps (re-measure with `python -m splitbench drift --apply` "
-            "and `snakemake all`), or without interference figures (not checked):\n\n"
-            + "\n".join(lines) + "\n")
-
-
-def remeasured(archived: list[Path], summary: pd.DataFrame) -> pd.DataFrame:
-    """One row per archived measurement: when it was superseded, and its decode and
-    prefill against the cell's current figures."""
-    columns = ["pair", "link", "model", "ctx", "conc", "archived", "decode before (ms/token)",
-               "decode now (ms/token)", "decode Δ (ms/token)", "prefill before (tok/s)",
-               "prefill now (tok/s)", "status before", "status now"]
-    rows = []
-    current = summary.set_index(SUMMARY_KEYS)
-    for path in archived:
-        old = read_requests([str(path)])
-        ok = old[old["status"] == "ok"]
-        key = tuple(old.iloc[0][k] for k in SUMMARY_KEYS)
-        now = current.loc[key] if key in current.index else None
-        before = ok["decode_ms_per_token"].median() if len(ok) else None
-        after = now["decode_ms_per_token"] if now is not None else None
-        rows.append([*key, results.archived_when(path), rounded(before, 3), rounded(after, 3),
-                     rounded(after - before, 3) if None not in (before, after) else None,
-                     rounded(ok["prefill_tps"].median() if len(ok) else None, 0),
-                     rounded(now["prefill_tps"] if now is not None else None, 0),
-                     old["cell_status"].iloc[0], now["status"] if now is not None else None])
-    return pd.DataFrame(rows, columns=columns)
-
-
-# --- the `aggregate` stage ------------------------------------------------------------
-def _arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--contexts", type=json_arg, required=True)
-    p.add_argument("--interference", type=json_arg, default={},
-                   help="the config's interference: limits (JSON)")
-    p.add_argument("--baseline", default=None, help="the link others are compared with")
-    p.add_argument("--summary", required=True)
-    p.add_argument("--tables", required=True)
-    p.add_argument("--links", nargs="+", required=True)
-    p.add_argument("--requests", nargs="+", required=True)
-    p.add_argument("--anchors", nargs="*", default=[],
-                   help="drift anchors' request files: the machine's drift over time")
-    p.add_argument("--sweeps", nargs="*", default=[],
-                   help="round-trip sweeps: the prediction from measured latency")
-    p.add_argument("--workers", type=json_arg, default={},
-                   help="each model's RPC workers (JSON), to pick its sweep")
-
-
-def _run(args: argparse.Namespace) -> None:
-    aggregate(args.requests, args.links, args.contexts, args.summary, args.tables,
-              baseline_link=args.baseline, interference_limits=args.interference,
-              anchor_files=args.anchors, sweep_files=args.sweeps, workers=args.workers)
-
-
-STAGES = (Stage("aggregate", "summary Parquet and tables from cell files", _arguments, _run),)

@@ -53,16 +53,19 @@ def merged_config(config: dict[str, Any], workflow: Any) -> None:
     validate(config, str(Path(workflow.basedir) / "config/schema.yaml"))
 
 
-def checked(config: dict[str, Any]) -> None:
-    """The checks across keys that the schema cannot make, and this machine's vLLM for
-    a vLLM model on an embedded pair (an SSH host B's is checked by its toolchain job)."""
+def checked(config: dict[str, Any]) -> configuration.Config:
+    """The config as the typed model, the checks across keys that the schema cannot
+    make, and this machine's vLLM for a vLLM model on an embedded pair (an SSH host B's
+    is checked by its toolchain job)."""
     try:
+        model = configuration.parsed(config)
         configuration.check(config)
     except configuration.ConfigError as error:
         raise PreflightError(f"invalid configuration: {error}") from None
     missing_vllm = vllm_setup.missing(config)
     if missing_vllm:
         raise PreflightError(missing_vllm)
+    return model
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import re
 import shutil
@@ -24,6 +23,16 @@ from splitbench.cells import measure
 from splitbench.infra import interference, procs, telemetry
 from splitbench.links import real
 from tests.conftest import needs_root
+
+
+def llamacpp_with(**methods):
+    """llama.cpp's backend with some of its methods replaced: an instance of its own,
+    so the shared one is untouched."""
+    backend = type(LLAMACPP)()
+    for name, method in methods.items():
+        setattr(backend, name, method)
+    return backend
+
 
 MODEL = {"n_layer": 2, "n_embd": 64, "n_head": 2, "n_head_kv": 1, "n_ff": 128,
          "n_vocab": 1024, "context_length": 8192, "seed": 5}
@@ -159,8 +168,8 @@ def test_an_unexpected_failure_in_one_repeat_keeps_the_others(bench, tmp_path, m
             raise RuntimeError("bug in the harness")
         return real_run(*args, **kwargs)
 
-    monkeypatch.setattr(measure, "backend_of", lambda cell: dataclasses.replace(
-        LLAMACPP, stream=fails_on_second_repeat))
+    monkeypatch.setattr(measure, "backend_of", lambda cell: llamacpp_with(
+        stream=fails_on_second_repeat))
     frame = bench(prompt_tokens=64, n_predict=8, name="flaky", repeats=3)
     by_repeat = frame.set_index("repeat")
     assert by_repeat.loc[0, "status"] == "ok" and by_repeat.loc[2, "status"] == "ok"
@@ -179,7 +188,7 @@ def test_a_cell_whose_every_repeat_fails_in_the_harness_fails_the_job(bench, tmp
         raise RuntimeError("bug in the harness")
 
     monkeypatch.setattr(measure, "backend_of",
-                        lambda cell: dataclasses.replace(LLAMACPP, stream=broken))
+                        lambda cell: llamacpp_with(stream=broken))
     with pytest.raises(RuntimeError, match=r"(?s)every repeat.*bug in the harness"):
         bench(prompt_tokens=64, n_predict=8, name="broken")
     # Nothing written, so the next run measures the cell again.
@@ -193,7 +202,7 @@ def test_a_launch_that_fails_on_host_b_is_a_row_stamped_when_it_failed(bench, mo
         raise measure.HostError("host b: no listener on 10.0.0.2:50052 after 30s")
 
     monkeypatch.setattr(measure, "backend_of",
-                        lambda cell: dataclasses.replace(LLAMACPP, ensure=unreachable))
+                        lambda cell: llamacpp_with(ensure=unreachable))
     before = time.time_ns()
     frame = bench(prompt_tokens=64, n_predict=8, name="nolaunch", concurrency=2)
     assert frame["error_type"].tolist() == ["launch_failed"] * 2

@@ -28,9 +28,8 @@ import pytest
 from splitbench import cli, configuration, plan, results, version
 from splitbench.analysis import cell_summary, checks, comparison, drift, whatif
 from splitbench.infra import parquet_io, tables_io
-from splitbench.report import charts, page
-from splitbench.report import tables as report_tables
-from splitbench.report.page import LONG_CELL
+from splitbench.report import charts, html_parts, page, provenance, side_by_side
+from splitbench.report.html_parts import LONG_CELL
 
 CONTEXTS = {"short": 128, "5k": 5000}
 LINKS = {"baseline": 100.0, "slow": 900.0}  # 16 KB request-response p50, µs
@@ -173,7 +172,7 @@ def write_results(root: Path) -> dict[str, Any]:
     whatif.write(model_rows, whatif.measured_points(model_rows, comp),
                  results.under(res, results.WHATIF), results.under(res, results.WHATIF_POINTS))
     # The pairs table as the aggregate stage writes it.
-    frame = report_tables.pairs_table(pd.DataFrame(rows), cell_summary.read_links(link_files),
+    frame = side_by_side.pairs_table(pd.DataFrame(rows), cell_summary.read_links(link_files),
                                       list(CONTEXTS), "baseline")
     tables_io.write_table(frame, tables / "pairs", "Pairs side by side")
     return {"summary": str(summary), "links": link_files, "toolchain": toolchains,
@@ -247,7 +246,7 @@ def test_without_findings_the_page_says_none_were_written(tmp_path):
 
 
 def test_long_cells_wrap_and_short_ones_do_not():
-    table = page._markdown(f"| a | b |\n|---|---|\n| 1.84 ±0.04 | {VERDICT} |\n")
+    table = html_parts.markdown(f"| a | b |\n|---|---|\n| 1.84 ±0.04 | {VERDICT} |\n")
     assert '<td class="long">' in table and "<td>1.84 ±0.04</td>" in table
     assert table.startswith('<div class="table-wrap"><table>')
 
@@ -312,7 +311,7 @@ def test_pairs_from_the_link_results_alone(built):
     summary = pd.read_parquet(built["summary"])
     links = cell_summary.read_links(built["links"])
     rows = page.pair_rows(summary, links, built["links"],
-                          page._request_facts(built["requests"])).set_index("pair")
+                          provenance.request_facts(built["requests"])).set_index("pair")
     assert rows.loc["lab", "host A"] == "embedded (namespace sb-lab-a)"
     # An SSH pair's link results record its hosts, the node among them.
     assert rows.loc["far", "host A"] == "node gpu-a01 (runs splitbench)"
@@ -687,7 +686,7 @@ def test_checks_that_did_not_run_are_failures_in_the_run_block(tmp_path):
     assert ("failed", "drift check FAILED for lab/m: the start anchor was not measured; "
                       "the end anchor was not measured") in lines
     assert ("failed", "3 cell(s) not checked for drift") in lines
-    html = page._checks_html(lines)
+    html = provenance._checks_html(lines)
     assert html.count('class="check-failed"') == 3
 
 
@@ -697,7 +696,7 @@ def test_text_from_outside_makes_no_image_and_no_link_off_the_page():
     text = ("| cell | error |\n|---|---|\n| a | ![x](http://192.0.2.1/x.png) "
             "[y](https://192.0.2.1/) [z](javascript:alert(1)) [w](//192.0.2.1/w) |\n\n"
             "[the links table](#table-links)")
-    body = page._markdown(text)
+    body = html_parts.markdown(text)
     assert "<img" not in body and "192.0.2.1\"" not in body and "javascript:" not in \
         body.split("href=")[-1].split(">")[0]
     assert body.count("<a ") == 1 and 'href="#table-links"' in body
@@ -709,6 +708,6 @@ def test_an_error_text_with_table_syntax_stays_in_its_cell():
     frame = pd.DataFrame({"cell": ["a"],
                           "error": ["500 | bad\n| x | y |\n![i](http://192.0.2.1/i)"],
                           "after": ["kept"]})
-    body = page._markdown(tables_io.to_markdown(frame))
+    body = html_parts.markdown(tables_io.to_markdown(frame))
     assert body.count("<tr>") == 2 and body.count("<td") == 3, body
     assert "<img" not in body and "<td>kept</td>" in body

@@ -7,7 +7,7 @@ import pandas as pd
 from splitbench import results
 from splitbench.analysis import cell_summary
 from splitbench.infra import archive
-from splitbench.report import tables
+from splitbench.report import aggregate
 
 
 def _cell_files(root, decode_ms: float) -> list[str]:
@@ -45,7 +45,7 @@ def test_a_remeasured_cell_keeps_the_old_files(tmp_path):
     new = _cell_files(tmp_path, 1.5)
     archive.keep(new)
     summary = cell_summary.summarize([new[1]], {"short": 128})
-    table = tables.remeasured(results.archived_requests(tmp_path / "results"), summary)
+    table = aggregate.remeasured(results.archived_requests(tmp_path / "results"), summary)
     assert len(table) == 1
     row = table.iloc[0]
     assert row["archived"] == "20261130T000000Z"

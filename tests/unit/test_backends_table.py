@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from splitbench.infra import tables_io
-from splitbench.report import tables
+from splitbench.report import side_by_side
 
 VERDICT = ("not resolvable on this data: the slope lies inside its ± (not resolvable "
            "from zero)")
@@ -36,7 +36,7 @@ def mechanisms(verdicts: dict[str, str]) -> pd.DataFrame:
 
 def test_the_verdict_is_said_once_below_the_table(tmp_path):
     same = mechanisms({m: VERDICT + "; plain: +0.01 ms/token" for m in ("rpc", "tp", "pp")})
-    table = tables.backends_table(summary(), ["short", "mid"], "plain", same)
+    table = side_by_side.backends_table(summary(), ["short", "mid"], "plain", same)
     assert len(table) == 18
     assert not any(VERDICT in str(v) for v in table.to_numpy().ravel())
     assert table.attrs["note"] == ("\nDecode verdict of each model (mechanisms table):\n\n"
@@ -49,7 +49,7 @@ def test_the_verdict_is_said_once_below_the_table(tmp_path):
 
 def test_different_verdicts_are_each_said_once():
     rpc = "decode pays ~1.0 ±0.2 round trips of link latency per token"
-    table = tables.backends_table(summary(), ["short", "mid"], "plain",
+    table = side_by_side.backends_table(summary(), ["short", "mid"], "plain",
                                   mechanisms({"rpc": rpc, "tp": VERDICT, "pp": VERDICT}))
     note = table.attrs["note"]
     assert f"- rpc: {rpc}\n" in note and f"- tp, pp: {VERDICT}\n" in note

@@ -13,6 +13,7 @@ import yaml
 
 from splitbench import configuration, plan
 from splitbench.analysis import drift
+from splitbench.analysis import reruns as epochs
 from splitbench.infra import parquet_io
 
 BAND = {"reference_c": [30, 85]}
@@ -329,12 +330,12 @@ def test_apply_bumps_exactly_the_flagged_cells_and_keeps_others(tmp_path):
     reruns.parent.mkdir()
     reruns.write_text("cells:\n  lab/usb4/synth/ctx5k_c2: 3\n")
     found = find(BLOCK, drifting())
-    assert drift.apply(found, reruns) == {"lab/baseline/synth/ctx32k_c1": 1,
+    assert epochs.apply(found, reruns) == {"lab/baseline/synth/ctx32k_c1": 1,
                                           "lab/baseline/synth/ctxshort_c2": 1}
     assert plan.epochs(reruns) == {"lab/usb4/synth/ctx5k_c2": 3,
                                     "lab/baseline/synth/ctx32k_c1": 1,
                                     "lab/baseline/synth/ctxshort_c2": 1}
-    drift.apply(found, reruns)
+    epochs.apply(found, reruns)
     again = plan.epochs(reruns)
     assert again["lab/baseline/synth/ctx32k_c1"] == 2
     assert again["lab/usb4/synth/ctx5k_c2"] == 3
@@ -352,13 +353,13 @@ def test_apply_bumps_a_cell_once_per_call_whatever_its_rows(tmp_path):
     doubled = pd.concat([found, found], ignore_index=True)
     reruns = tmp_path / "reruns.yaml"
     now = dt.datetime(2025, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
-    assert drift._bump(doubled, reruns, now) == {"lab/baseline/synth/ctxshort_c1": 1}
+    assert epochs._bump(doubled, reruns, now) == {"lab/baseline/synth/ctxshort_c1": 1}
     assert "2025-01-02T03:04:05Z" in reruns.read_text()
 
 
 def test_apply_without_suspects_leaves_the_file_alone(tmp_path):
     reruns = tmp_path / "reruns.yaml"
-    assert drift.apply(find(summary(cell())), reruns) == {}
+    assert epochs.apply(find(summary(cell())), reruns) == {}
     assert not reruns.exists()
 
 

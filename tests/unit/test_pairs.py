@@ -22,7 +22,7 @@ import vl_convert as vlc
 
 from splitbench.analysis import comparison, mechanisms, pairs
 from splitbench.infra import tables_io
-from splitbench.report import charts, tables
+from splitbench.report import aggregate, charts, side_by_side, tables
 
 CONTEXTS = {"short": 128, "long": 4096}
 ORDER = ["short", "long"]
@@ -206,7 +206,7 @@ def test_the_latency_chart_fits_and_draws_each_pair_apart():
 def test_the_pairs_table_sets_pairs_side_by_side_where_both_measured():
     summary = two_pairs(flagged=(("far", "baseline", "short", 1),),
                         failed=(("lab", "slow", "short", 2),))
-    table = tables.pairs_table(summary, two_pairs_links(), ORDER, "baseline")
+    table = side_by_side.pairs_table(summary, two_pairs_links(), ORDER, "baseline")
     # long x 2 only the lab measured: no row; every other cell of both pairs has one.
     assert not ((table["ctx"] == "long") & (table["conc"] == 2)).any()
     assert len(table) == 2 * 2 * 3
@@ -231,7 +231,7 @@ def test_the_pairs_table_sets_pairs_side_by_side_where_both_measured():
     assert rows.loc[("far", "slow", "short", 2), "overlap"] == "0.9"
     # A flagged link's figures carry ⚠ too.
     assert rows.loc[("far", "slow", "short", 1), "A→B (Gbit/s)"] == "5.00 ±0.20 ⚠"
-    note = tables.pairs_note(summary, two_pairs_links(), ORDER, "baseline")
+    note = side_by_side.pairs_note(summary, two_pairs_links(), ORDER, "baseline")
     assert "cell far/baseline/m/short/1: host A: CPU pressure 60%" in note
     assert "link far/slow: throughput below half the negotiated rate" in note
     tables_io.to_markdown(table)
@@ -239,19 +239,19 @@ def test_the_pairs_table_sets_pairs_side_by_side_where_both_measured():
 
 def test_the_pairs_table_says_when_there_is_nothing_to_compare():
     lab = two_pairs().query("pair == 'lab'")
-    one = tables.pairs_table(lab, two_pairs_links(), ORDER)
+    one = side_by_side.pairs_table(lab, two_pairs_links(), ORDER)
     assert list(one.columns) == ["pairs"] and len(one) == 1
     assert one.iloc[0]["pairs"].startswith("one pair in this run (lab)")
     apart = pd.concat([lab[lab["ctx"] == "short"],
                        two_pairs().query("pair == 'far' and ctx == 'long'")])
-    none = tables.pairs_table(apart, two_pairs_links(), ORDER)
+    none = side_by_side.pairs_table(apart, two_pairs_links(), ORDER)
     assert none.iloc[0]["pairs"] == ("2 pairs (far, lab), but no model, context and "
                                      "concurrency measured on two or more of them")
-    assert tables.pairs_note(lab, two_pairs_links(), ORDER) == ""
+    assert side_by_side.pairs_note(lab, two_pairs_links(), ORDER) == ""
 
 
 def test_every_table_works_on_two_pairs():
-    every = tables.tables(two_pairs(), two_pairs_links(), ORDER, "baseline")
+    every = aggregate.tables(two_pairs(), two_pairs_links(), ORDER, "baseline")
     assert "pairs" in every and every["pairs"][1]["pair"].nunique() == 2
     for name, (_, table) in every.items():
         if name == "backends":  # one split per shape here: a line that says so
@@ -338,7 +338,7 @@ def test_aggregate_writes_the_pairs_table_with_its_own_note(tmp_path):
             link_files.append(write(tmp_path / "links" / pair / f"{row['link']}.parquet",
                                     [row]))
     out = tmp_path / "out"
-    tables.aggregate(requests, link_files, {"short": 128}, str(out / "summary.parquet"),
+    aggregate.aggregate(requests, link_files, {"short": 128}, str(out / "summary.parquet"),
                      str(out / "tables"), baseline_link="baseline")
     text = (out / "tables" / "pairs.md").read_text()
     assert text.startswith("## Pairs side by side")

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from splitbench import plan
-from splitbench.analysis import cell_summary
+from splitbench.analysis import cell_summary, releases
 from splitbench.backends import metrics
 from splitbench.backends.client import Reply
 from splitbench.cells import measure
@@ -314,8 +314,8 @@ def test_an_overlap_outside_0_to_1_is_flagged_or_marked_with_its_reason(value, u
     assert text.startswith(f"{value:.2f} ±{unc:.2f}")
     assert text.endswith(tables.FLAG_MARK) == (mark == "⚠")
     assert text.endswith(tables.OUTSIDE_MARK) == (mark == "‡")
-    assert (cell_summary.overlap_flag(value, unc, share) is not None) == (mark == "⚠")
-    reason = cell_summary.overlap_outside(value, unc, share)
+    assert (releases.overlap_flag(value, unc, share) is not None) == (mark == "⚠")
+    reason = releases.overlap_outside(value, unc, share)
     assert (reason is not None) == (mark == "‡")
     summary = pd.DataFrame([cell("a", "short", 1), cell("a", "short", 2, value, unc, share)])
     assert (f"‡ lab/a/m/short/2: {value:.2f} ±{unc:.2f}" in tables.overlap_note(summary)) \

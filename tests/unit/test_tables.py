@@ -13,7 +13,7 @@ import pytest
 
 from splitbench.analysis import cell_summary, comparison, mechanisms
 from splitbench.infra import fits, tables_io
-from splitbench.report import contents, tables
+from splitbench.report import aggregate, contents, tables
 
 CONTEXTS = {"short": 128, "long": 4096}
 ORDER = ["short", "long"]
@@ -349,7 +349,7 @@ def test_a_single_link_matrix_gives_every_table():
     summary = frame(cell("only", "short"), cell("only", "short", 2, overlap=0.9),
                     cell("only", "long", status="ctx_wall"),
                     cell("only", "long", 2, status="ctx_wall"))
-    every = tables.tables(summary, pd.DataFrame(columns=["pair", "link"]), ORDER)
+    every = aggregate.tables(summary, pd.DataFrame(columns=["pair", "link"]), ORDER)
     assert every["link_comparison"][1].empty
     assert every["concurrency_boundary"][1].iloc[0]["long"] == "✗ 400"
     assert "nothing to fit" in every["mechanisms"][1].iloc[0]["verdict"]
@@ -377,7 +377,7 @@ def test_aggregate_writes_every_table(tmp_path):
         pq.write_table(pa.Table.from_pylist([link_row(name, rr, gbps)]), path)
         link_files.append(str(path))
     out = tmp_path / "out"
-    tables.aggregate(requests, link_files, CONTEXTS, str(out / "summary.parquet"),
+    aggregate.aggregate(requests, link_files, CONTEXTS, str(out / "summary.parquet"),
                      str(out / "tables"), baseline_link="fast")
     # Exactly the tables the aggregate rule declares as its outputs, each as .md and .csv.
     written = sorted(p.name for p in (out / "tables").iterdir())
@@ -560,7 +560,7 @@ def test_a_cell_without_interference_figures_is_not_checked_and_says_so(tmp_path
     assert not summary.loc["b", "interference_checked"]
     assert summary.loc["b", "flags"].startswith("interference not measured on host A")
     assert "other processes used 1.30 cores" in summary.loc["c", "interference"]
-    note = tables.flag_note(summary.reset_index())
+    note = aggregate.flag_note(summary.reset_index())
     assert "lab/b/m/short/1: interference not measured" in note
 
 

@@ -54,6 +54,16 @@ def test_a_bad_config_is_refused_naming_its_key(tiny):
     assert isinstance(raised.value, ValueError)  # Snakemake stops on it before any job
 
 
+def test_the_config_is_parsed_into_the_typed_model_and_a_refused_key_named(tiny):
+    from splitbench import configuration
+
+    assert isinstance(preflight.checked(tiny), configuration.Config)
+    tiny["pairs"]["t"]["links"]["slow"]["rate_gbit"] = -1
+    with pytest.raises(preflight.PreflightError) as raised:
+        preflight.checked(tiny)
+    assert "config key 'pairs.t.links.slow.rate_gbit'" in str(raised.value)
+
+
 def test_a_merged_config_file_is_refused_by_the_main_process(tiny, tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
     mine = tmp_path / "mine.yaml"

@@ -1,0 +1,99 @@
+"""What every finding shares: the `Finding` itself, numbers as text, the tables it
+points to, and the ⚠ a finding drawn from flagged cells carries."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from splitbench.analysis.marks import FLAG_MARK
+
+# A cost is "mostly fixed per step" when at least this share of it at the longest
+# resolved context is already there at the shortest (a term that grows with context, the
+# attention mask or the bandwidth of a growing hidden state, starts near zero).
+FIXED_SHARE = 0.5
+# Concurrency "collapses" where overlap falls from at least HIGH at the shortest context
+# to at most LOW at the longest, on every link.
+OVERLAP_HIGH, OVERLAP_LOW = 0.5, 0.2
+# Rates within this share count as "on par" when two links are set side by side.
+ON_PAR = 0.10
+
+COMPARISON = "[link comparison](#table-link_comparison)"
+MECHANISMS = "[mechanisms](#table-mechanisms)"
+ROUND_TRIPS = "[round trips](#table-round_trips)"
+SENSITIVITY = "[what-if chart](#chart-decode_sensitivity)"
+PREFILL = "[prefill](#table-single_stream_prefill)"
+BOUNDARY = "[concurrency boundary](#table-concurrency_boundary)"
+OVERLAP = "[overlap](#table-overlap)"
+LINKS = "[links](#table-links)"
+DECODE_CHART = "[decode Δ chart](#chart-decode_delta)"
+
+
+@dataclass
+class Finding:
+    """One or two sentences with their numbers, under the heading `section`; a bold
+    opening is its headline (checks.headlines prints it)."""
+    section: str
+    text: str
+    refs: Sequence[str] = field(default_factory=tuple)
+
+
+# --- numbers as text ------------------------------------------------------------------
+def ms_text(value: float) -> str:
+    return f"{value:+.1f}" if abs(value) >= 10 else f"{value:+.2f}"
+
+
+def pm_text(value: float, unc: float, fmt: str = "ms") -> str:
+    """"+0.70 ±0.06" (ms), "+17 ±4%" (pct); the ± left out where unknown."""
+    if fmt == "pct":
+        return f"{value:+.0f}%" + (f" ±{unc:.0f}%" if np.isfinite(unc) else "")
+    text = ms_text(value)
+    if np.isfinite(unc):
+        text += f" ±{abs(float(ms_text(unc))):.{1 if abs(value) >= 10 else 2}f}"
+    return text
+
+
+def as_number(value: Any) -> float:
+    number = pd.to_numeric(value, errors="coerce")
+    return float(number) if number is not None and np.isfinite(number) else np.nan
+
+
+def listed(parts: Sequence[str]) -> str:
+    parts = list(parts)
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+def flags_of(rows: pd.DataFrame, columns: Sequence[str] = ("flags", "flags_base")
+              ) -> list[tuple[str, str]]:
+    """(where, why) for each row whose flags are set in any of `columns`: the cells (or
+    links) a finding drawn from `rows` rests on that carry ⚠ in their table."""
+    out = []
+    for _, r in rows.iterrows():
+        why = [str(r[c]) for c in columns if c in rows and isinstance(r[c], str) and r[c]]
+        if why:
+            where = " ".join(str(r[c]) for c in ("link", "ctx") if c in rows)
+            if "conc" in rows and r["conc"] > 1:
+                where += f" {r['conc']}-way"
+            out.append((where, why[0].split("; ")[0]))
+    return out
+
+
+def marked(found: Finding | None, flagged: Sequence[tuple[str, str]], what: str = "cells"
+           ) -> Finding | None:
+    """`found` with ⚠ at the start of its headline and a sentence naming the flagged
+    `what` it was drawn from, so that its headline, printed alone at the end of the run,
+    carries the flag too. Unchanged where nothing it rests on is flagged."""
+    if found is None or not flagged:
+        return found
+    text = found.text
+    if text.startswith("**") and not text.startswith(f"**{FLAG_MARK}"):
+        text = f"**{FLAG_MARK} " + text[2:]
+    where = listed(list(dict.fromkeys(w for w, _ in flagged)))
+    text += (f" {FLAG_MARK} It rests on flagged {what}, {where} (the first: "
+             f"{flagged[0][1]}): the machine may be in these figures as well as the link.")
+    found.text = text
+    return found

