@@ -66,7 +66,7 @@ wildcard_constraints:
 # runs the pair's jobs one after another, exits; SLURM then kills whatever is left, but
 # not host B's workers or the namespaces. Snakemake runs no hooks in cluster jobs, so the
 # runner tears the pair down as it exits (a cancelled job: the job's reaper does).
-if preflight.in_cluster_job(workflow):
+if preflight.in_cluster_job(sys.argv):
     atexit.register(procs.end_of_job)
 
 

@@ -99,6 +99,9 @@ def pair_slots(config: dict[str, Any], execution: Execution,
     return cluster.slots(config)
 
 
-def in_cluster_job(workflow: Any) -> bool:
-    """This process runs a pair's cluster job (a remote Snakemake inside SLURM)."""
-    return bool(workflow.remote_exec and os.environ.get("SLURM_JOB_ID"))
+def in_cluster_job(argv: list[str]) -> bool:
+    """This process is a pair's cluster job runner: the Snakemake that SLURM starts with
+    the jobstep executor, which runs the pair's jobs one after another. Not the
+    Snakemake processes it starts for single jobs, which run in remote mode too and
+    must not tear the pair down when each of them ends."""
+    return "slurm-jobstep" in argv and bool(os.environ.get("SLURM_JOB_ID"))

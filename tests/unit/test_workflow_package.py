@@ -169,3 +169,13 @@ def test_pair_slots_are_registered_or_refused_on_an_untested_snakemake(monkeypat
     with pytest.raises(ValueError, match="run with --cores 1"):
         snakemake_internals.register_resources(workflow, {"pair_p": 1})
     assert snakemake_internals.own_locks(workflow) == []  # left for snakemake --unlock
+
+
+def test_only_the_pair_jobs_runner_tears_the_pair_down_as_it_exits(monkeypatch):
+    runner = ["snakemake", "--executor", "slurm-jobstep", "--mode", "remote"]
+    one_job = ["snakemake", "--mode", "remote", "--target-jobs", "cell:pair=south"]
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    assert preflight.in_cluster_job(runner)
+    assert not preflight.in_cluster_job(one_job)  # it ends after each job: not then
+    monkeypatch.delenv("SLURM_JOB_ID")
+    assert not preflight.in_cluster_job(runner)  # outside SLURM
