@@ -59,8 +59,8 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
 def _run(args: argparse.Namespace) -> None:
     tables_io.write_table(table(args.sweeps), args.out,
-                       "Round trips per decoded token (median decode step against "
-                       "measured request-response latency)")
+                          "Round trips per decoded token (median decode step against "
+                          "measured request-response latency)")
 
 
 STAGES = (Stage("roundtrips-table", "the round trips per token table", _arguments, _run),)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from types import ModuleType
 from typing import Any, ClassVar, Protocol
 
 from splitbench.backends import launches, prompts
@@ -75,3 +76,36 @@ class Backend(ABC):
     def prompt(self, pool: list[int], length: int, nonce: int) -> list[int]:
         """Exactly `length` token ids that no earlier prompt shares a prefix with."""
         return prompts.prompt(pool, length, nonce)
+
+
+class ModuleBackend(Backend):
+    """A backend whose parts are modules of its package, each with the function the
+    method of the same job calls: `servers` (ensure, launch_record), `client`
+    (run_concurrent), `metrics` (request_row) and `prompts` (token_pool)."""
+
+    servers: ClassVar[ModuleType]
+    client: ClassVar[ModuleType]
+    metrics: ClassVar[ModuleType]
+    prompts: ClassVar[ModuleType]
+
+    def ensure(self, link: Link, settings: dict[str, Any], model_path: str,
+               model_sha: str, toolchain: dict[str, Any], slot: str = "") -> Launch:
+        return self.servers.ensure(link, settings, model_path, model_sha, toolchain, slot)
+
+    def launch_record(self, link_spec: dict[str, Any], settings: dict[str, Any],
+                      model: dict[str, Any], toolchain: dict[str, Any]) -> dict[str, Any]:
+        return self.servers.launch_record(link_spec, settings, model, toolchain)
+
+    def prompt_pool(self, url: str) -> list[int]:
+        return self.prompts.token_pool(url)
+
+    def stream(self, url: str, prompts: Sequence[list[int]], n_predict: int,
+               timeout: float, on_first_token: Callable[..., Any] | None = None
+               ) -> list[Reply]:
+        return self.client.run_concurrent(url, list(prompts), n_predict, timeout,
+                                          on_first_token)
+
+    def request_row(self, reply: Reply, prompt_tokens: int, n_predict: int,
+                    server_alive: bool, crash_below_tps: float) -> dict[str, Any]:
+        return self.metrics.request_row(reply, prompt_tokens, n_predict, server_alive,
+                                        crash_below_tps)

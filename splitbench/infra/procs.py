@@ -316,8 +316,11 @@ def _reap(record: dict[str, Any], timeout: float = 5.0) -> None:
         try:
             pid, _ = os.waitpid(record["pid"], os.WNOHANG)
         except ChildProcessError:
-            return  # not our child, or already collected
-        if pid or time.monotonic() > deadline:
+            pid = record["pid"]  # not our child, or already collected
+        if pid:
+            _CHILDREN.pop(record["pid"], None)
+            return
+        if time.monotonic() > deadline:
             return
         time.sleep(0.01)
 

@@ -13,14 +13,6 @@ from typing import IO, Any
 
 import paramiko
 
-CONFIG_PATH = "~/.ssh/config"
-DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
-CONNECT_TIMEOUT_S = 10.0
-KEEPALIVE_S = 15
-MAX_JUMPS = 8
-# The keys of a host block that say how to reach it (the rest is not the connection's).
-SETTINGS_KEYS = ("ssh", "ssh_port", "identity", "known_hosts")
-
 
 class _Stdin:
     """The remote command's stdin: closing it sends EOF (the command reads to its end)."""
