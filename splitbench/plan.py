@@ -122,8 +122,10 @@ def _wakeup(config: dict[str, Any]) -> dict[str, bool]:
 
 
 def link_check_settings(config: dict[str, Any]) -> dict[str, Any]:
-    return {**configuration.defaults(configuration.LinkCheck), **config.get("link_check", {}),
-            **_wakeup(config)}
+    # `sockperf` is in a link's settings only where the config sets it: links verified
+    # before the key existed keep the settings they were made with (and plan nothing).
+    return {**configuration.defaults(configuration.LinkCheck, exclude=("sockperf",)),
+            **config.get("link_check", {}), **_wakeup(config)}
 
 
 def cells(config: dict[str, Any]) -> list[Cell]:

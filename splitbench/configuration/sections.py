@@ -255,6 +255,9 @@ class LinkCheck(Section):
         [64, 1024, 4096, 16384, 65536, 262144],
         "payload sweep for the fixed-overhead fit (bytes)", min_length=2)
     rr_samples: int = key(200, "round trips per size", applied="schema", ge=10)
+    sockperf: bool = key(True, "also time the link with sockperf ping-pong at 64 B and at "
+                               "the payload (about 8 s a link): a second tool's view of "
+                               "the request-response latency, beside splitbench's own probe")
     asymmetry_threshold: float = key(0.25, "relative difference between the two "
                                            "directions that is flagged", applied="schema",
                                      ge=0, le=1)

@@ -33,7 +33,6 @@ from typing import Any
 
 import pandas as pd
 
-from splitbench import configuration
 from splitbench.infra import procs
 from splitbench.infra.hosts import Host, HostError
 from splitbench.infra.telemetry import SENSORS_SOURCE
@@ -230,6 +229,8 @@ def sum_figures(sums: dict[str, Any] | None) -> dict[str, Any]:
 
 def settings(given: Mapping[str, Any] | None) -> dict[str, float | None]:
     """The `interference:` thresholds with defaults filled in (null: not checked)."""
+    from splitbench import configuration  # pydantic: only for the stages that judge
+
     return {**configuration.defaults(configuration.Interference), **(given or {})}
 
 

@@ -34,7 +34,7 @@ from typing import Any
 
 import paramiko
 
-from splitbench.errors import SplitbenchError
+from splitbench.infra.ssh_errors import CommandTimeout, SSHError
 from splitbench.infra.ssh_process import RemoteProcess
 
 CONFIG_PATH = "~/.ssh/config"
@@ -44,14 +44,6 @@ KEEPALIVE_S = 15
 MAX_JUMPS = 8
 # The keys of a host block that say how to reach it (the rest is not the connection's).
 SETTINGS_KEYS = ("ssh", "ssh_port", "identity", "known_hosts")
-
-
-class SSHError(SplitbenchError):
-    """The host could not be reached, or refused us; the message says why."""
-
-
-class CommandTimeout(SSHError):
-    """A remote command ran past its timeout (its channel is closed)."""
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from splitbench import results
 from splitbench.errors import SplitbenchError
 from splitbench.infra import fits, interference, parquet_io, procs, wakeup
 from splitbench.infra.hosts import Host, HostError
-from splitbench.infra.ssh import SSHError
+from splitbench.infra.ssh_errors import SSHError
 from splitbench.links import history, lab, real
 from splitbench.links.link import IPERF_PORT, PROBE_PORT, SOCKPERF_PORT, Link
 from splitbench.remote import linkfacts, probe
@@ -121,7 +121,8 @@ def verify(spec: dict[str, Any], settings: dict[str, Any], out: str | Path) -> p
         for tool in ("iperf3", "ping", "ss"):
             _require(host, tool, where)
     key = f"{spec['pair']}__{spec['link']}"
-    with_sockperf = _has(link.host_a, "sockperf") and _has(link.host_b, "sockperf")
+    with_sockperf = (settings.get("sockperf", True) and _has(link.host_a, "sockperf")
+                     and _has(link.host_b, "sockperf"))
     servers = {
         "iperf3": (["iperf3", "-s", "-B", link.addr_b, "-p", str(IPERF_PORT)],
                    IPERF_PORT),

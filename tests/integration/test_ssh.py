@@ -24,12 +24,12 @@ from splitbench import models, plan
 from splitbench.backends import launches
 from splitbench.backends.llamacpp import toolchain
 from splitbench.cells import measure
-from splitbench.infra import procs, ssh, telemetry, wakeup
+from splitbench.infra import parquet_io, procs, ssh, telemetry, wakeup
 from splitbench.infra.hosts import Host, HostError, host_from_spec
 from splitbench.links import real, verify
 from tests.conftest import needs_root
 from tests.integration.test_sensors import nvml_says
-from tests.workflow.test_workflow import SNAKEMAKE, workflow_copy
+from tests.workflow.test_workflow import NO_SOCKPERF, SNAKEMAKE, workflow_copy
 
 NS = "sb-sshtest-b"
 IF_A, IF_B = "sbssh-a", "sbssh-b"
@@ -156,8 +156,12 @@ def test_link_over_ssh_is_set_up_proved_and_measured(host_b, tmp_path):
     spec = link_spec(host_b, mtu=1400)
     out = tmp_path / "veth.parquet"
     settings = {**plan.link_check_settings({}), "iperf_seconds": 1, "rr_samples": 40,
-                "rr_sizes": [64, 16384, 65536]}
+                "rr_sizes": [64, 16384, 65536], **NO_SOCKPERF}
     row = verify.verify(spec, settings, out).iloc[0]
+    # Left out as asked (the tiny run times it): no sockperf figure, server or command.
+    assert "sockperf16k_p50_us" not in row and row["sockperf_version"] is None
+    assert not any(argv[0] == "sockperf" for argv in
+                   parquet_io.provenance(out)["commands"])
     assert row["route_dev_a"] == IF_A
     assert row["mtu_a"] == 1400 and row["mtu_b"] == 1400
     assert row["a_to_b_gbps"] > 0.1 and row["b_to_a_gbps"] > 0.1
@@ -265,7 +269,8 @@ def test_the_workflow_runs_a_pair_over_ssh(host_b, tmp_path):
             "n_layer": 2, "n_embd": 64, "n_head": 4, "n_head_kv": 2, "n_ff": 128,
             "n_vocab": 1024, "context_length": 4096, "seed": 1}, "layers_on_b": 1}},
         "contexts": {"short": 32}, "concurrency": [1, 2], "cell": {"n_predict": 24},
-        "link_check": {"iperf_seconds": 1, "rr_sizes": [64, 16384], "rr_samples": 40},
+        "link_check": {"iperf_seconds": 1, "rr_sizes": [64, 16384], "rr_samples": 40,
+                       **NO_SOCKPERF},
     }
     work = workflow_copy(tmp_path)
     (work / "rig.yaml").write_text(yaml.safe_dump(rig, sort_keys=False))

@@ -7,6 +7,7 @@ import copy
 
 import pytest
 import yaml
+from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 from splitbench import configuration, plan
@@ -72,6 +73,21 @@ def test_the_code_uses_the_models_defaults():
     assert checks["rr_sizes"] == configuration.LinkCheck.model_fields["rr_sizes"].default
     sweep = plan.roundtrip_settings({"roundtrips": {}, "models": {"m": {}}})
     assert sweep["delays_ms"] == [0.0, 0.5, 1.0, 2.0] and sweep["models"] == ["m"]
+
+
+def test_sockperf_is_in_a_links_settings_only_where_the_config_sets_it():
+    """Links verified before the key existed keep their job's settings (nothing re-runs);
+    verify reads an absent key as its default, on."""
+    assert "sockperf" not in plan.link_check_settings({})
+    assert configuration.LinkCheck.model_fields["sockperf"].default is True
+    off = plan.link_check_settings({"link_check": {"sockperf": False}})
+    assert off["sockperf"] is False
+    config = _default_config()
+    config["link_check"] = {"sockperf": False}
+    validate(config, str(configuration.SCHEMA))
+    config["link_check"] = {"sockperf": "no"}
+    with pytest.raises(WorkflowError, match="sockperf"):
+        validate(config, str(configuration.SCHEMA))
 
 
 def test_a_drift_band_out_of_order_is_refused_by_key():

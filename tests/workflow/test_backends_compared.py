@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT, needs_root
-from tests.workflow.test_workflow import planned, procs_left, snakemake, workflow_copy
+from tests.workflow.test_workflow import NO_SOCKPERF, planned, procs_left, snakemake, workflow_copy
 
 EXAMPLE = ["--configfile", "config/examples/backends.yaml", "--replace-workflow-config"]
 VENV = ROOT / ".venv-vllm"
@@ -40,6 +40,7 @@ def short_matrix() -> dict:
     config["models"] = {name: config["models"][name] for name in ("rpc", "tp")}
     config["pairs"]["lab"]["links"] = {"plain": {}}
     config["contexts"] = {"short": config["contexts"]["short"]}
+    config["link_check"] = {**config["link_check"], **NO_SOCKPERF}
     # Eager: graph compilation is about 34 s of a start and changes nothing compared
     # here (compiled vLLM is test_vllm.py's PP=2 launch).
     config["models"]["tp"]["vllm"]["extra_args"] = ["--enforce-eager"]

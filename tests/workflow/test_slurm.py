@@ -25,7 +25,7 @@ import yaml
 
 from tests.conftest import ROOT
 from tests.slurm_cluster import Cluster, ClusterUnavailable
-from tests.workflow.test_workflow import SNAKEMAKE, workflow_copy
+from tests.workflow.test_workflow import NO_SOCKPERF, SNAKEMAKE, workflow_copy
 
 PAIRS = ("north", "south")
 
@@ -66,6 +66,7 @@ def two_pairs(**changes) -> dict:
     """The two-pairs example with `changes`, interference unchecked (above)."""
     config = yaml.safe_load((ROOT / "config/examples/two-pairs.yaml").read_text())
     config.update(UNCHECKED, **changes)
+    config["link_check"] = {**config["link_check"], **NO_SOCKPERF}
     return config
 
 

@@ -13,7 +13,7 @@ from typing import Any
 from splitbench.errors import SplitbenchError
 from splitbench.infra import files
 from splitbench.infra.hosts import Host, HostError, host_from_spec
-from splitbench.infra.ssh import SSHError
+from splitbench.infra.ssh_errors import SSHError
 from splitbench.links import readiness
 from splitbench.stage import Stage, json_arg
 

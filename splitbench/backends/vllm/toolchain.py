@@ -13,7 +13,7 @@ from typing import Any
 from splitbench.backends.vllm.setup import DEFAULT_VENV, INSTALL, executable
 from splitbench.errors import SplitbenchError
 from splitbench.infra.hosts import Host, HostError, host_from_spec
-from splitbench.infra.ssh import SSHError
+from splitbench.infra.ssh_errors import SSHError
 from splitbench.stage import Stage, json_arg
 
 
