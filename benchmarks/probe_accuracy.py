@@ -18,7 +18,7 @@ import tempfile
 
 import numpy as np
 
-from splitbench.infra import procs
+from splitbench.infra import teardown
 from splitbench.links import lab, verify
 from splitbench.links.link import PROBE_PORT, SOCKPERF_PORT
 
@@ -63,7 +63,7 @@ def main() -> None:
     try:
         rows = [row for spec in LINKS for row in measure(spec, args.samples)]
     finally:
-        procs.teardown()
+        teardown.teardown()
     print(f"{'link':8} {'delay by':8} {'bytes':>6} {'probe p50':>10} {'sockperf p50':>13} "
           f"{'ratio':>6} {'fit intercept':>14} {'R2':>5}")
     for r in rows:

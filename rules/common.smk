@@ -5,7 +5,7 @@ import os
 import sys
 
 from splitbench import plan, results
-from splitbench.infra import archive, procs
+from splitbench.infra import archive, reaper, teardown
 from splitbench.links import lab
 from splitbench.report import contents
 from splitbench.workflow import jobs, preflight, snakemake_internals
@@ -67,20 +67,20 @@ wildcard_constraints:
 # not host B's workers or the namespaces. Snakemake runs no hooks in cluster jobs, so the
 # runner tears the pair down as it exits (a cancelled job: the job's reaper does).
 if preflight.in_cluster_job(sys.argv):
-    atexit.register(procs.end_of_job)
+    atexit.register(reaper.end_of_job)
 
 
 # Servers, relays and namespaces outlive single jobs; stop them when the run ends,
 # however it ends (the reaper covers Ctrl-C and kill -9 of Snakemake).
 onstart:
-    procs.start_reaper(os.getpid(), locks=snakemake_internals.own_locks(workflow))
+    reaper.start_reaper(os.getpid(), locks=snakemake_internals.own_locks(workflow))
     # Measurements from before the archive existed are kept too, before any re-run.
     archive.keep_existing("results")
 
 
 onsuccess:
-    procs.teardown()
+    teardown.teardown()
 
 
 onerror:
-    procs.teardown()
+    teardown.teardown()

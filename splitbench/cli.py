@@ -36,7 +36,7 @@ MODULES = {
     "report": "splitbench.report.page",
     "checks": "splitbench.analysis.checks",
     "cells": "splitbench.plan",
-    "teardown": "splitbench.infra.procs",
+    "teardown": "splitbench.infra.teardown",
     "whatif": "splitbench.analysis.whatif",
     "doctor": "splitbench.doctor",
 }

@@ -91,7 +91,7 @@ def names_as_text(config: dict[str, Any]) -> None:
 def cell_settings(config: dict[str, Any]) -> dict[str, Any]:
     """Every cell's measurement settings (`cell:` with defaults; `paired` is per cell)."""
     given = {k: v for k, v in config.get("cell", {}).items() if k != "paired"}
-    return {**configuration.defaults(configuration.Cell, exclude=("paired",)), **given,
+    return {**configuration.defaults(configuration.CellSpec, exclude=("paired",)), **given,
             **_wakeup(config)}
 
 
@@ -221,9 +221,14 @@ def server_slice(config: dict[str, Any], model: str) -> dict[str, Any]:
     n_predict = cell_settings(config)["n_predict"]
     slots = max(config["concurrency"])
     tokens = max(config["contexts"].values()) + n_predict
-    if spec.get("backend") == "vllm":
+    backend = spec.get("backend", "llamacpp")
+    if backend == "vllm":
         return _vllm_settings(spec, slots, tokens)
-    return _server_settings(spec, slots, tokens)
+    if backend == "llamacpp":
+        return _server_settings(spec, slots, tokens)
+    from splitbench import backends  # a registered backend: its folder plans its launch
+
+    return backends.get(backend).server_settings(spec, slots, tokens)
 
 
 def _vllm_settings(model: dict[str, Any], slots: int, tokens: int) -> dict[str, Any]:
@@ -231,7 +236,7 @@ def _vllm_settings(model: dict[str, Any], slots: int, tokens: int) -> dict[str, 
     level, and a length that holds the longest prompt plus n_predict (the same margin as
     llama.cpp's slots), capped by a synthetic model's trained context as llama.cpp caps
     its slots (a longer prompt then meets the context wall, as it would there)."""
-    settings = {"backend": "vllm", **configuration.defaults(configuration.Vllm),
+    settings = {"backend": "vllm", **configuration.defaults(configuration.VllmSpec),
                 **model.get("vllm", {})}
     trained = (model.get("synthetic") or {}).get("context_length", 131072)
     settings.update(slots=slots, max_model_len=min(tokens + 64, trained))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from splitbench.infra import procs
+from splitbench.infra import teardown
 from tests.skips import (  # noqa: F401  (hooks: skips fail where nothing may skip)
     pytest_make_collect_report,
     pytest_runtest_makereport,
@@ -22,7 +22,7 @@ def state_dir(tmp_path, monkeypatch):
     path = tmp_path / "state"
     monkeypatch.setenv("SPLITBENCH_STATE", str(path))
     yield path
-    procs.teardown()
+    teardown.teardown()
 
 
 def needs_root():

@@ -108,8 +108,8 @@ def with_predictions(cells: pd.DataFrame, baseline_link: str | None = None
     `graph_uploads`, `geometry_bytes_a_to_b` (hidden state and mask: predicted_bytes
     without the overhead), the model's `step_overhead_bytes` with where it was measured
     (step_overhead), predicted_bytes_a_to_b / _b_to_a, and `predicted_slack_a_to_b`:
-    what graph uploads other than the overhead's cell had may add (below). vLLM's cells
-    get none (NaN).
+    what graph uploads other than the overhead's cell had may add (below). Only llama.cpp
+    RPC's cells get them: other backends' are NaN.
 
     The overhead O measured on a cell with u0 graph uploads is c + u0 g: a per-step
     constant c and each upload's share g, neither known alone. A cell with u uploads
@@ -123,9 +123,9 @@ def with_predictions(cells: pd.DataFrame, baseline_link: str | None = None
     prompt = _numbers(cells, "prompt_tokens").fillna(_numbers(cells, "ctx_tokens"))
     generated = _numbers(cells, "generated_tokens")
     kv = [mask_cells(p, g) for p, g in zip(prompt, generated, strict=True)]
-    vllm = cells.reindex(columns=["backend"]).iloc[:, 0].eq("vllm").to_numpy()
+    other = ~_rpc_split(cells)
     geometry = [(np.nan, np.nan) if v else predicted_bytes(*row, kv_cells=k)
-                for row, k, v in zip(layout.itertuples(index=False), kv, vllm, strict=True)]
+                for row, k, v in zip(layout.itertuples(index=False), kv, other, strict=True)]
     out = cells.assign(kv_cells=kv, geometry_bytes_a_to_b=[g[0] for g in geometry],
                        graph_uploads=[graph_uploads(p, g) for p, g in
                                       zip(prompt, generated, strict=True)])
@@ -135,7 +135,7 @@ def with_predictions(cells: pd.DataFrame, baseline_link: str | None = None
     predicted = [(np.nan, np.nan) if v else
                  predicted_bytes(*row, kv_cells=k, overhead=o)
                  for row, k, o, v in zip(layout.itertuples(index=False), kv,
-                                         out["step_overhead_bytes"], vllm, strict=True)]
+                                         out["step_overhead_bytes"], other, strict=True)]
     return out.assign(
         predicted_bytes_a_to_b=[p[0] for p in predicted],
         predicted_bytes_b_to_a=[p[1] for p in predicted],
@@ -235,7 +235,7 @@ def link_traffic(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str]
     one = one.assign(ctx=pd.Categorical(one["ctx"], [c for c in contexts
                                                      if c in set(one["ctx"])]))
     one = one.sort_values(["pair", "model", "link", "ctx"]).reset_index(drop=True)
-    vllm = one.reindex(columns=["backend"]).iloc[:, 0].eq("vllm").to_numpy()
+    other = ~_rpc_split(one)
     table = pd.DataFrame({
         "pair": one["pair"], "model": one["model"], "link": one["link"],
         "ctx": one["ctx"].astype(str),
@@ -245,9 +245,9 @@ def link_traffic(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str]
         measured = _numbers(one, f"rpc_bytes_per_token_{way}")
         table[f"{arrow} (B/token)"] = [_bytes(v) for v in measured]
         predicted, check = [], []
-        for (_, row), m, v in zip(one.iterrows(), measured, vllm, strict=True):
+        for (_, row), m, v in zip(one.iterrows(), measured, other, strict=True):
             if v:
-                predicted.append("no prediction for vLLM")
+                predicted.append(f"no prediction for {_backend_name(row)}")
                 check.append("—")
             elif way == "b_to_a":
                 predicted.append(_bytes(row["predicted_bytes_b_to_a"]))
@@ -267,10 +267,23 @@ def link_traffic(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str]
     return table
 
 
+def _rpc_split(cells: pd.DataFrame) -> np.ndarray:
+    """Which cells llama.cpp's RPC split served (the one split the byte prediction
+    models); a cell measured before the backend column existed was llama.cpp's."""
+    return cells.reindex(columns=["backend"]).iloc[:, 0].fillna("llamacpp").eq(
+        "llamacpp").to_numpy()
+
+
+def _backend_name(row: pd.Series) -> str:
+    return "vLLM" if row.get("backend") == "vllm" else f"backend {row.get('backend')}"
+
+
 def _layout_text(row: pd.Series) -> str:
     if row.get("backend") == "vllm":
         return {"tp2": "vLLM TP=2: every layer split across A and B",
                 "pp2": "vLLM PP=2: half the layers"}.get(row.get("split"), "vLLM")
+    if row.get("backend") not in (None, "llamacpp") and not pd.isna(row.get("backend")):
+        return f"backend {row['backend']}: {row.get('split')}"
     blocks, output = row.get("blocks_on_b"), row.get("output_on_b")
     if blocks is None or pd.isna(blocks):
         return "— (not in the launch record)"

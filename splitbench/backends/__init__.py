@@ -2,9 +2,10 @@
 tokens.
 
 The cells talk to a backend only through `Backend` (`base.py`: an abstract base with a
-typed method for each thing they ask): a backend is a package
-`splitbench/backends/<name>/` whose `backend` module defines `BACKEND`, an instance of
-its subclass; `get(name)` finds it. `llamacpp` is llama.cpp's RPC split; `vllm` is
+typed method for each thing they ask): a backend is a folder whose `backend` module
+defines `BACKEND`, an instance of its subclass: `splitbench/backends/<name>/` for the
+two built in, any other folder registered in SPLITBENCH_BACKENDS (splitbench.registry);
+`get(name)` finds it. `llamacpp` is llama.cpp's RPC split; `vllm` is
 vLLM's tensor or pipeline parallel across the pair. What every backend shares lies
 here: the streaming client and its packet clock, the request row's client figures,
 prompts, and the launch records.
@@ -13,8 +14,11 @@ prompts, and the launch records.
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import sys
 from typing import Any
 
+from splitbench import registry
 from splitbench.backends.base import Backend, Launch
 
 __all__ = ["Backend", "Launch", "get", "split"]
@@ -22,17 +26,30 @@ __all__ = ["Backend", "Launch", "get", "split"]
 
 def split(settings: dict[str, Any]) -> str:
     """How a launch's settings split the model across the hosts: "rpc" (llama.cpp's
-    layer split), "tp2" or "pp2" (vLLM's tensor or pipeline parallel)."""
-    if settings.get("backend") != "vllm":
-        return "rpc"
-    return "tp2" if settings.get("tensor_parallel") == 2 else "pp2"
+    layer split), "tp2" or "pp2" (vLLM's tensor or pipeline parallel), or what a
+    registered backend calls its split."""
+    return get(settings.get("backend", "llamacpp")).split(settings)
 
 
 def get(name: str = "llamacpp") -> Backend:
-    """The backend called `name` (its package's `backend.BACKEND`)."""
-    try:
-        module = importlib.import_module(f"splitbench.backends.{name}.backend")
-    except ModuleNotFoundError as error:
-        raise ValueError(f"no backend '{name}' (splitbench/backends/{name}/backend.py)") \
-            from error
-    return module.BACKEND
+    """The backend called `name`: a built-in package's `backend.BACKEND`, or that of a
+    folder registered in SPLITBENCH_BACKENDS (splitbench.registry)."""
+    if name in registry.BUILT_IN:
+        return importlib.import_module(f"splitbench.backends.{name}.backend").BACKEND
+    folder = registry.registered().get(name)
+    if folder is None:
+        raise ValueError(f"no backend '{name}' (built in: {', '.join(registry.BUILT_IN)}; "
+                         f"others are registered in {registry.VARIABLE})")
+    package = f"splitbench_backend_{name}"
+    if package not in sys.modules:
+        # The folder is imported as a package of its own, so that its modules import
+        # each other relatively (`from . import server`).
+        spec = importlib.util.spec_from_file_location(
+            package, folder / "__init__.py", submodule_search_locations=[str(folder)])
+        if spec is None or spec.loader is None:
+            raise ValueError(f"backend '{name}': cannot import {folder}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[package] = module
+        if (folder / "__init__.py").exists():
+            spec.loader.exec_module(module)
+    return importlib.import_module(f"{package}.backend").BACKEND

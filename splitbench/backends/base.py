@@ -13,6 +13,7 @@ from typing import Any, ClassVar, Protocol
 
 from splitbench.backends import launches, prompts
 from splitbench.backends.client import Reply
+from splitbench.infra.telemetry import RpcTraffic
 from splitbench.links.link import Link
 
 
@@ -65,6 +66,30 @@ class Backend(ABC):
     def request_row(self, reply: Reply, prompt_tokens: int, n_predict: int,
                     server_alive: bool, crash_below_tps: float) -> dict[str, Any]:
         """One request's row: the client's figures, the server's own, its status."""
+
+    def check_model(self, where: str, model: dict[str, Any]) -> None:
+        """Refuse what this backend cannot run, before anything starts: raise
+        `splitbench.configuration.ConfigError` naming the key (`where` is the model's,
+        "models.<name>"). The built-in backends' checks are in configuration/checks.py."""
+        return None  # nothing to refuse unless the backend says so
+
+    def server_settings(self, model: dict[str, Any], slots: int, tokens: int
+                        ) -> dict[str, Any]:
+        """A launch's settings (the launch job's params: a change re-launches): its
+        backend's name, `slots` concurrent requests of up to `tokens` tokens each, and
+        the model's own `threads`. The built-in backends' are planned in plan.py."""
+        return {"backend": self.name, "slots": slots, "max_tokens": tokens,
+                "threads": model.get("threads", 1)}
+
+    def split(self, settings: dict[str, Any]) -> str:
+        """How the launch splits the model across the hosts, in a word (the cell's
+        `split` column; the backends table compares splits of one model shape)."""
+        return self.name
+
+    def traffic(self, link: Link, launch: Launch) -> RpcTraffic:
+        """The kernel's counters of what the launch sends across the link during a
+        cell: by default every connection between the link's two addresses."""
+        return RpcTraffic(link.addr_b, None)
 
     def stop(self, pair: str, slot: str = "") -> None:
         """Stop the pair's launch in `slot` (either backend's)."""

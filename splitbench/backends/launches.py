@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ import httpx
 from splitbench.errors import SplitbenchError
 from splitbench.infra import files, procs
 from splitbench.infra.hosts import Host
+from splitbench.infra.polling import poll_until
 from splitbench.links import guard
 from splitbench.links.link import MAX_SLOTS, Link
 
@@ -81,17 +81,17 @@ def wait_healthy(url: str, processes: dict[str, Callable[[], dict[str, Any] | No
     once; a server not healthy after `timeout_s` (a rank 0 whose peer never joins waits
     forever by itself) fails it then, naming the `setting` that gives it. Either error
     carries the logs' last lines."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    def up() -> bool:
         for name, find in processes.items():
             proc = find()
             if proc is None or not procs.is_alive(proc):
                 how = (procs.exit_status(proc) if proc else None) or "exited"
                 raise LaunchError(f"{name} {how} during start-up; the last lines of its "
                                   f"log:\n{log_tail(proc)}")
-        if healthy(url):
-            return
-        time.sleep(0.2)
+        return healthy(url)
+
+    if poll_until(up, timeout_s, 0.2):
+        return
     tails = "\n".join(f"{name}:\n{log_tail(find())}" for name, find in processes.items())
     within = f"{timeout_s:g} s" + (f" ({setting})" if setting else "")
     raise LaunchError(f"{what} not healthy after {within}; the last lines of each log:\n"

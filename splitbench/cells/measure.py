@@ -20,7 +20,6 @@ from splitbench.backends import Launch, client, metrics
 from splitbench.infra import archive, interference, parquet_io, procs, telemetry, wakeup
 from splitbench.infra.hosts import HostError
 from splitbench.links import real, verify
-from splitbench.links.link import RPC_PORT
 from splitbench.stage import Stage, json_arg
 
 
@@ -229,14 +228,13 @@ def layout(model: dict[str, Any], launch: dict[str, Any] | None) -> dict[str, An
     launch = launch or {}
     where = launch.get("placement") or {}
     settings = launch.get("settings") or {}
-    vllm = settings.get("backend") == "vllm"
     return {
         "model_n_embd": header.get("n_embd"),
         "model_n_vocab": header.get("n_vocab"),
         "blocks_on_b": where.get("blocks_on_b"),
         "output_on_b": where.get("output_on_b"),
         "rpc_workers": len(launch["worker_ports"]) if launch.get("worker_ports") else None,
-        "backend": "vllm" if vllm else "llamacpp",
+        "backend": settings.get("backend", "llamacpp"),
         # How the model is split across the hosts: llama.cpp's RPC layer split, or vLLM's
         # tensor (tp2) or pipeline (pp2) parallel.
         "split": backends.split(settings),
@@ -400,10 +398,10 @@ def _drive(cell: dict[str, Any], link: Any, server: Launch,
                else more_shots(cell, len(out), time.monotonic() - started)):
             batch = [backend.prompt(pool, cell["prompt_tokens"], secrets.randbits(63))
                      for _ in range(cell["concurrency"])]
-            rpc = _traffic(link, server)
+            rpc = backend.traffic(link, server)
             _LOG.log(f"{_what(cell, link)}: release {len(out) + 1}, sending")
             replies = backend.stream(server.url, batch, cell["n_predict"],
-                                            cell["request_timeout_s"], rpc.at_first_token)
+                                     cell["request_timeout_s"], rpc.at_first_token)
             rpc.finish()
             out.append((replies, rpc))
             _progress(cell, link, len(out), replies, time.monotonic() - started)
@@ -412,14 +410,6 @@ def _drive(cell: dict[str, Any], link: Any, server: Launch,
     return out
 
 
-def _traffic(link: Any, server: Launch) -> telemetry.RpcTraffic:
-    """The kernel's counters of the traffic between the hosts: A's connections to the
-    RPC workers (llama.cpp), or every connection between the link's two addresses
-    (vLLM's ranks connect on ports of their own choosing)."""
-    if server.record.get("backend") == "vllm":
-        return telemetry.RpcTraffic(link.addr_b, None)
-    return telemetry.RpcTraffic(link.connect_addr,
-                                server.record.get("worker_ports", [RPC_PORT]))
 
 
 _LOG = Console(width=140, log_path=False, highlight=False)  # the job log: stdout

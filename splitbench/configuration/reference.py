@@ -15,13 +15,13 @@ from splitbench.configuration.sections import (
     REFERENCE,
     ROOT,
     SCHEMA,
-    Cell,
+    CellSpec,
     Config,
     Drift,
-    Host,
+    HostSpec,
     Interference,
-    Link,
     LinkCheck,
+    LinkSpec,
     Model,
     Pair,
     Paired,
@@ -31,7 +31,7 @@ from splitbench.configuration.sections import (
     Source,
     Synthetic,
     Toolchain,
-    Vllm,
+    VllmSpec,
 )
 
 # ---------------------------------------------------------------- config/schema.yaml
@@ -112,10 +112,10 @@ def reference() -> str:
 
 def _sections() -> list[tuple[str, type[Section]]]:
     return [("top level", Config), ("toolchain", Toolchain), ("pairs.<pair>", Pair),
-            ("pairs.<pair>.hosts.a / .b", Host), ("pairs.<pair>.links.<link>", Link),
+            ("pairs.<pair>.hosts.a / .b", HostSpec), ("pairs.<pair>.links.<link>", LinkSpec),
             ("models.<model>", Model), ("models.<model>.synthetic", Synthetic),
-            ("models.<model>.source", Source), ("models.<model>.vllm", Vllm),
-            ("cell", Cell), ("cell.paired", Paired),
+            ("models.<model>.source", Source), ("models.<model>.vllm", VllmSpec),
+            ("cell", CellSpec), ("cell.paired", Paired),
             ("link_check", LinkCheck), ("roundtrips", Roundtrips), ("drift", Drift),
             ("interference", Interference), ("report", Report)]
 
@@ -139,7 +139,9 @@ def _type_text(annotation: Any) -> str:
     if origin is dict:
         return f"map of {_type_text(args[1])}"
     names = {int: "int", float: "number", str: "string", bool: "bool"}
-    return names.get(annotation, getattr(annotation, "__name__", str(annotation)))
+    # A section is read by its kind: LinkSpec (named apart from links.link.Link) is a Link.
+    name = names.get(annotation, getattr(annotation, "__name__", str(annotation)))
+    return name.removesuffix("Spec")
 
 
 def _default(field: Any) -> str:

@@ -57,7 +57,7 @@ Interface = r"^[A-Za-z0-9_.:-]{1,15}$"
 SlurmName = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 
 
-class Host(Section):
+class HostSpec(Section):
     bin_dir: str = key(description="directory holding llama-server and ggml-rpc-server "
                                    "(toolchain.source = path)")
     ssh: str = key(description="SSH destination of host B (mode ssh), e.g. "
@@ -80,7 +80,7 @@ class Host(Section):
                                      "for an SSH host B)")
 
 
-class Link(Section):
+class LinkSpec(Section):
     rate_gbit: float = key(description="emulated rate A to B (and B to A unless "
                                        "rate_gbit_b_to_a is set), Gbit/s", gt=0)
     rate_gbit_b_to_a: float = key(description="emulated rate B to A, Gbit/s", gt=0)
@@ -103,8 +103,8 @@ class Link(Section):
 
 
 class Hosts(Section):
-    a: Host = required("host A: runs llama-server (and splitbench)")
-    b: Host = required("host B: runs the ggml-rpc-server workers")
+    a: HostSpec = required("host A: runs llama-server (and splitbench)")
+    b: HostSpec = required("host B: runs the ggml-rpc-server workers")
 
 
 class Pair(Section):
@@ -112,7 +112,7 @@ class Pair(Section):
         "embedded: both hosts emulated on this machine; ssh: host A is this machine, host "
         "B is reached over SSH, links are real interfaces")
     hosts: Hosts = required("the pair's two hosts")
-    links: dict[LinkName, Link] = required("link name -> link", min_length=1, max_length=60)
+    links: dict[LinkName, LinkSpec] = required("link name -> link", min_length=1, max_length=60)
     firewall: Literal["guard", "own"] = key(
         "guard", "mode ssh: guard: splitbench's own nftables table on each host (root "
                  "there) keeps its servers reachable through the link only, removed at "
@@ -141,7 +141,7 @@ class Source(Section):
     sha256: str = required("the GGUF's sha256", pattern=r"^[0-9a-f]{64}$")
 
 
-class Vllm(Section):
+class VllmSpec(Section):
     """How a model with backend vllm is split across the pair: vLLM's own multi-node
     mode, rank 0 (the API server) on host A, the headless rank 1 on host B."""
 
@@ -168,16 +168,18 @@ class Model(Section):
     model_config = ConfigDict(extra="forbid", json_schema_extra={
         "oneOf": [{"required": ["synthetic"]}, {"required": ["path"]},
                   {"required": ["source"]}],
-        # layers_on_b is llama.cpp's split: required unless the backend is vllm.
-        "if": {"properties": {"backend": {"const": "vllm"}}, "required": ["backend"]},
-        "else": {"required": ["layers_on_b"]}})
+        # layers_on_b is llama.cpp's split: required where the backend is llamacpp.
+        "if": {"properties": {"backend": {"const": "llamacpp"}}},
+        "then": {"required": ["layers_on_b"]}})
 
-    backend: Literal["llamacpp", "vllm"] = key(
+    backend: str = key(
         "llamacpp", "llamacpp: llama-server on A, ggml-rpc-server on B (layers_on_b "
                     "required); vllm: vLLM tensor or pipeline parallel across the pair "
                     "(the `vllm` key; a synthetic model, or path to a Hugging Face "
-                    "directory on both hosts)")
-    vllm: Vllm = key(description=Vllm.__doc__.split("\n\n")[0].replace("\n    ", " "))
+                    "directory on both hosts); or a backend registered in "
+                    "SPLITBENCH_BACKENDS (docs/backends.md)",
+        pattern=r"^[a-z][a-z0-9_]{0,31}$")
+    vllm: VllmSpec = key(description=VllmSpec.__doc__.split("\n\n")[0].replace("\n    ", " "))
 
     synthetic: Synthetic = key(description="a deterministic random-weight GGUF (llama "
                                            "architecture) of this shape")
@@ -218,7 +220,7 @@ class Paired(Section):
     contexts: list[str] = key(description="contexts it applies to (default: every context)")
 
 
-class Cell(Section):
+class CellSpec(Section):
     n_predict: int = key(64, "tokens each request generates", applied="schema", ge=2)
     request_timeout_s: float = key(600, "longest silence of one stream (s) before it "
                                         "counts as a timeout", applied="schema", gt=0)
@@ -351,7 +353,7 @@ class Config(Section):
     repeats: int = key(1, "measurements of each cell, back to back in one job; tables show "
                           "the median and the spread, and the link comparison uses the "
                           "spread as its uncertainty", ge=1, le=50)
-    cell: Cell = key({}, "how each cell is measured", applied="schema")
+    cell: CellSpec = key({}, "how each cell is measured", applied="schema")
     link_check: LinkCheck = key({}, "how each link is verified", applied="schema")
     roundtrips: Roundtrips = key(description=Roundtrips.__doc__)
     drift: Drift = key(description=Drift.__doc__)

@@ -14,7 +14,6 @@ import ctypes
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Any
 
 from splitbench.errors import SplitbenchError
 from splitbench.infra import procs
+from splitbench.infra.polling import poll_until
 
 CLONE_NEWNET = 0x40000000
 
@@ -133,11 +133,12 @@ class Host:
     def wait_listening(self, addr: str, port: int, timeout: float) -> None:
         """Wait until this host has a TCP listener on addr:port. It does not connect:
         a ggml-rpc-server would take a probing connection for its one client."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.run(["ss", "-Hltn", f"src {addr}:{port}"], check=False).stdout.strip():
-                return
-            time.sleep(0.1)
+        def listening() -> bool:
+            return bool(self.run(["ss", "-Hltn", f"src {addr}:{port}"],
+                                 check=False).stdout.strip())
+
+        if poll_until(listening, timeout, 0.1):
+            return
         raise HostError(f"host {self.name}: no listener on {addr}:{port} after {timeout}s")
 
     @contextlib.contextmanager

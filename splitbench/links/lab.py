@@ -4,7 +4,7 @@ As root, each host is a network namespace and each link one veth pair with its o
 shaped with tc: tbf for rate, netem for delay where the kernel has it. Where it has not
 (or without root, on loopback), a userspace relay adds the delay. `ensure_link` is
 idempotent and safe to call from every job; what it builds is recorded in the run's
-state directory and removed by `procs.teardown()` at the end of the run.
+state directory and removed by `teardown.teardown()` at the end of the run.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from splitbench import cluster, configuration, plan
+from splitbench import backends, cluster, configuration, plan, registry
 from splitbench.backends.vllm import setup as vllm_setup
 from splitbench.errors import SplitbenchError
 
@@ -60,7 +60,10 @@ def checked(config: dict[str, Any]) -> configuration.Config:
     try:
         model = configuration.parsed(config)
         configuration.check(config)
-    except configuration.ConfigError as error:
+        for name, spec in config["models"].items():
+            if spec.get("backend", "llamacpp") not in registry.BUILT_IN:
+                backends.get(spec["backend"]).check_model(f"models.{name}", spec)
+    except (configuration.ConfigError, registry.RegistryError) as error:
         raise PreflightError(f"invalid configuration: {error}") from None
     missing_vllm = vllm_setup.missing(config)
     if missing_vllm:

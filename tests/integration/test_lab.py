@@ -9,7 +9,7 @@ import sys
 import pandas as pd
 import pytest
 
-from splitbench.infra import procs
+from splitbench.infra import procs, teardown
 from splitbench.links import lab
 from splitbench.links.link import IPERF_PORT, PROBE_PORT, Link
 from tests.conftest import needs_root
@@ -63,7 +63,7 @@ def test_namespace_link_is_shaped_recorded_and_torn_down(state_dir):
     # Calling again adopts the same link instead of rebuilding it.
     again = lab.ensure_link({**SPEC, "rate_gbit": 0.2, "delay_ms": 0.5})
     assert again.to_json() == link.to_json()
-    procs.teardown()
+    teardown.teardown()
     names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert "sb-tl-" not in names
 

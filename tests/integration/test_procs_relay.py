@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from splitbench.infra import procs
+from splitbench.infra import procs, reaper, teardown
 from splitbench.infra.hosts import Host
 from splitbench.links import relay
 from splitbench.remote import probe, sensors
@@ -38,7 +38,7 @@ def test_teardown_stops_exactly_what_was_recorded(state_dir):
     bystander = __import__("subprocess").Popen(["sleep", "30"])
     try:
         assert procs.is_alive(record)
-        done = procs.teardown()
+        done = teardown.teardown()
         assert any(str(record["pid"]) in line for line in done)
         assert not procs.is_alive(record)
         assert procs.all_procs() == []
@@ -67,13 +67,13 @@ def test_an_ended_cluster_jobs_records_are_torn_down_and_a_running_ones_left(sta
     ended, listed = job_started("101"), job_started("102")
     assert (state_dir / "slurm-101/procs" / "left-101.json").exists()
     try:
-        done = procs.sweep_ended_jobs(running={"101": False, "102": True}.get)
+        done = teardown.sweep_ended_jobs(running={"101": False, "102": True}.get)
         assert any(line.startswith(f"job 101: stopped other pid {ended['pid']}")
                    for line in done), done
         assert not procs.is_alive(ended) and procs.is_alive(listed)
         assert not (state_dir / "slurm-101/procs").exists()  # emptied, then removed
         assert (state_dir / "slurm-102/procs" / "left-102.json").exists()
-        assert procs.sweep_ended_jobs(running=lambda job: None) == []  # unknown: kept
+        assert teardown.sweep_ended_jobs(running=lambda job: None) == []  # unknown: kept
         assert procs.is_alive(listed)
     finally:
         for process in started:
@@ -143,7 +143,7 @@ def test_reaper_tears_down_when_its_owner_dies(state_dir):
     owner = __import__("subprocess").Popen(["sleep", "30"])
     port = free_port()
     record = start_probe(state_dir, port)
-    procs.start_reaper(owner.pid)
+    reaper.start_reaper(owner.pid)
     time.sleep(0.5)
     owner.kill()
     owner.wait()
@@ -281,8 +281,8 @@ def test_a_process_on_a_host_that_cannot_be_reached_stays_on_record(state_dir):
     procs.record_process(record)
     procs.stop("far")
     assert procs.find("far") is not None
-    done = procs.teardown()
+    done = teardown.teardown()
     assert any("could not reach host b" in line and "kept on record" in line
                for line in done), done
     assert procs.find("far") is not None
-    procs._forget("procs", "far")  # the test's own fake record
+    procs.forget("procs", "far")  # the test's own fake record

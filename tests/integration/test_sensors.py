@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from splitbench.infra import interference, procs, telemetry
+from splitbench.infra import interference, teardown, telemetry
 from splitbench.infra.hosts import Host
 from splitbench.remote import sensors
 from tests.conftest import ends_within, running
@@ -183,7 +183,7 @@ def test_own_cpu_pressure_is_the_measurements_alone(tmp_path, monkeypatch):
                 loop.wait(timeout=10)
             figures[whose] = meter.figures()
     finally:
-        for line in procs.teardown():
+        for line in teardown.teardown():
             print(line)
     assert not Path(sensors.cgroup2_root() / name).exists()  # removed by the teardown
     assert f"::/{name}" not in Path("/proc/self/cgroup").read_text()

@@ -24,7 +24,7 @@ from splitbench import models, plan
 from splitbench.backends import launches
 from splitbench.backends.llamacpp import toolchain
 from splitbench.cells import measure
-from splitbench.infra import parquet_io, procs, ssh, telemetry, wakeup
+from splitbench.infra import parquet_io, procs, ssh, teardown, telemetry, wakeup
 from splitbench.infra.hosts import Host, HostError, host_from_spec
 from splitbench.links import real, verify
 from tests.conftest import needs_root
@@ -173,7 +173,7 @@ def test_link_over_ssh_is_set_up_proved_and_measured(host_b, tmp_path):
     # What setup changed is undone at teardown, and only that: A's end was down, with no
     # address and MTU 1500; B's end was up with its address (sshd listens on it).
     sshd = procs.find("sshd-test")
-    procs.teardown(spare=["sshd-test"])  # sshd holds B's namespace, and answers
+    teardown.teardown(spare=["sshd-test"])  # sshd holds B's namespace, and answers
     a_end = json.loads(subprocess.run(["ip", "-j", "addr", "show", "dev", IF_A],
                                       capture_output=True, text=True, check=True).stdout)[0]
     # B was reached over the link itself: with A's address gone, look from inside.
@@ -382,8 +382,8 @@ def test_a_process_started_in_one_process_is_stopped_from_another(host_b, state_
                         log_path=Path("/unused"))
     stored = procs.find("remote-sleep")
     assert stored["remote"] == host.ssh_settings() == json.loads(json.dumps(stored["remote"]))
-    stop = subprocess.run([sys.executable, "-c", "from splitbench.infra import procs; "
-                           "print(procs.teardown())"], capture_output=True, text=True,
+    stop = subprocess.run([sys.executable, "-c", "from splitbench.infra import teardown; "
+                           "print(teardown.teardown())"], capture_output=True, text=True,
                           env={**os.environ, "SPLITBENCH_STATE": str(state_dir)}, timeout=60)
     assert "stopped other pid" in stop.stdout, stop.stderr[-2000:]
     assert not procs.is_alive(record)
@@ -580,7 +580,7 @@ def test_what_splitbench_serves_is_reachable_through_the_link_only(host_b, tmp_p
     wide = listen(b, "0.0.0.0", 41001, "sb-wide", tmp_path)
     assert guard.uncovered_listeners(b, [wide["pid"]]) == ["0.0.0.0:41001 (python3)"]
 
-    procs.teardown()
+    teardown.teardown()
     for ns in (NS, None):
         tables = subprocess.run([*(["ip", "netns", "exec", ns] if ns else []), "nft", "list",
                                  "tables"], capture_output=True, text=True).stdout

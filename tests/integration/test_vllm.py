@@ -19,7 +19,7 @@ from splitbench.backends.vllm import prompts as vllm_prompts
 from splitbench.backends.vllm import toolchain as vllm_toolchain
 from splitbench.backends.vllm.client import SERVED_NAME
 from splitbench.backends.vllm.setup import executable
-from splitbench.infra import procs, telemetry
+from splitbench.infra import procs, teardown, telemetry
 from splitbench.links import lab
 from tests.conftest import ROOT, needs_root
 
@@ -73,7 +73,7 @@ def setup(tmp_path_factory):
         assert tools["status"] == "ok", tools
         yield {"tmp": tmp, "model": model, "tools": tools}
     finally:
-        procs.teardown()
+        teardown.teardown()
         procs.record_process = _record_process
         if old is None:
             os.environ.pop("SPLITBENCH_STATE", None)

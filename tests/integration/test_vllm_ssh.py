@@ -41,7 +41,7 @@ from splitbench.backends import launches
 from splitbench.backends.prompts import prompt
 from splitbench.backends.vllm import client, metrics, servers, toolchain
 from splitbench.backends.vllm import prompts as vllm_prompts
-from splitbench.infra import procs, telemetry
+from splitbench.infra import procs, telemetry, teardown
 from splitbench.links import real
 spec, shape, venv, out = json.loads(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3], sys.argv[4]
 config = {"pairs": {"sv": {"mode": "ssh", "hosts": spec["hosts"], "links": {}}},
@@ -75,13 +75,13 @@ try:
                       "rpc_bytes_per_token_a_to_b"])
 finally:
     launches.stop("sv")
-    procs.teardown()
+    teardown.teardown()
 if link is not None:
     # Teardown took A's address off the link, and this lab reaches B's sshd over that
     # link: put it back to look, then take it off again.
     link = real.ensure(spec)
     result["shm_left_b"] = link.host_b.run(["ls", "-A", "/dev/shm"]).stdout.splitlines()
-    procs.teardown()
+    teardown.teardown()
 print("RESULT " + json.dumps(result))
 """
 

@@ -36,6 +36,31 @@ def test_the_rules_call_every_declared_stage_and_nothing_else():
     assert set(cli.MODULES) - USER_COMMANDS == RULE_STAGES
 
 
+def rule_commands() -> list[tuple[str, set[str]]]:
+    """Each rule's command in rules/*.smk: its stage and the flags it passes."""
+    found = []
+    for path in (ROOT / "rules").glob("*.smk"):
+        text = path.read_text()
+        for call in re.finditer(r'splitbench\(\s*"([a-z-]+)"(.*?)\n\s*\)', text, re.S):
+            found.append((call.group(1), set(re.findall(r"(--[a-z-]+)", call.group(2)))))
+        for line in re.finditer(r'"python -m splitbench ([a-z-]+) ([^"]*)"', text):
+            found.append((line.group(1), set(re.findall(r"(--[a-z-]+)", line.group(2)))))
+    return found
+
+
+def test_each_rule_passes_exactly_the_flags_its_stage_declares():
+    """The flags are declared once, by the stage's parser: a rule that passes one it does
+    not declare, or leaves out one it requires, fails here (not at its first job)."""
+    commands = rule_commands()
+    assert {stage for stage, _ in commands} == RULE_STAGES
+    for stage, flags in commands:
+        parser = cli.parser([stage])._subparsers._group_actions[0].choices[stage]
+        options = {o: a for a in parser._actions for o in a.option_strings}
+        required = {a.option_strings[0] for a in parser._actions if a.required}
+        assert flags <= set(options), (stage, flags - set(options))
+        assert required <= flags, (stage, required - flags)
+
+
 def test_an_unknown_stage_is_refused_by_name(capsys):
     with pytest.raises(SystemExit) as stop:
         cli.main(["nosuch"])

@@ -61,7 +61,7 @@ def test_nullable_keys_take_null_and_validate_writes_only_schema_defaults():
     before = copy.deepcopy(config)
     validate(config, str(configuration.SCHEMA))
     # Schema defaults filled in: the cell section's; the code's (drift) left alone.
-    assert config["cell"]["n_predict"] == configuration.defaults(configuration.Cell)[
+    assert config["cell"]["n_predict"] == configuration.defaults(configuration.CellSpec)[
         "n_predict"]
     assert config["drift"] == before["drift"] and config["pairs"] == before["pairs"]
 

@@ -38,7 +38,7 @@ def test_a_real_model_from_pypi_beside_a_synthetic_one(tmp_path):
     config["contexts"] = {"short": config["contexts"]["short"]}
     config["concurrency"] = [1]
     del config["pairs"]["lab"]["links"]["usb4"]
-    config["link_check"] = {**config["link_check"], **NO_SOCKPERF}
+    config["link_check"] = {**config["link_check"], **NO_SOCKPERF, "iperf_repeats": 1}
     example.write_text(yaml.safe_dump(config, sort_keys=False))
     run = snakemake(work, "all", "--configfile", "config/examples/real-model.yaml",
                     "--replace-workflow-config", timeout=3000)

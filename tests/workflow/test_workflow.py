@@ -666,7 +666,7 @@ def failed_run(tmp_path_factory):
     if os.geteuid() != 0:
         pytest.skip("needs root (network namespaces)")
     from splitbench import models, plan
-    from splitbench.infra import procs
+    from splitbench.infra import teardown
     from splitbench.links import lab
     from tests.integration.test_lab import detour
 
@@ -699,7 +699,7 @@ def failed_run(tmp_path_factory):
                 detour(lab.ensure_link(plan.link_slice(config, pair, failing)))
             run = snakemake(work, "all")
         finally:
-            procs.teardown()
+            teardown.teardown()
     summary = pd.read_parquet(work / "results/summary/cells.parquet")
     return {"work": work, "run": run, "out": run.stdout + run.stderr, "port": port,
             "summary": summary.set_index(["pair", "link", "model"]).sort_index()}

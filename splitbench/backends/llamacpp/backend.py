@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from splitbench.backends.base import ModuleBackend
+from typing import Any
+
+from splitbench.backends.base import Launch, ModuleBackend
 from splitbench.backends.llamacpp import client, metrics, prompts, servers
+from splitbench.infra.telemetry import RpcTraffic
+from splitbench.links.link import RPC_PORT, Link
 
 
 class LlamaCpp(ModuleBackend):
@@ -11,6 +15,14 @@ class LlamaCpp(ModuleBackend):
 
     name = "llamacpp"
     servers, client, metrics, prompts = servers, client, metrics, prompts
+
+    def split(self, settings: dict[str, Any]) -> str:
+        return "rpc"  # the layer split: blocks and the output layer on B's workers
+
+    def traffic(self, link: Link, launch: Launch) -> RpcTraffic:
+        """A's connections to the RPC workers (through a delay relay where there is
+        one): exactly the split's traffic."""
+        return RpcTraffic(link.connect_addr, launch.record.get("worker_ports", [RPC_PORT]))
 
 
 BACKEND = LlamaCpp()

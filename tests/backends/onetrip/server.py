@@ -1,0 +1,114 @@
+"""The onetrip backend's two processes, standard library only.
+
+`worker ADDR PORT` (host B): echoes every byte it receives, on B's link address.
+`front PORT WORKER_ADDR WORKER_PORT` (host A, on 127.0.0.1): speaks the part of
+llama-server's HTTP API that splitbench uses (/health, /tokenize, streaming /completion
+with cumulative timings). Each request holds a connection of its own to the worker; the
+prompt crosses to B and back once (4 bytes a token), then each generated token is one
+8-byte round trip: a decode step that costs exactly one round trip of the link.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import socketserver
+import sys
+import time
+import zlib
+
+TOKEN_BYTES = 8
+
+
+class Worker(socketserver.BaseRequestHandler):
+    def handle(self) -> None:
+        self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        while data := self.request.recv(65536):
+            self.request.sendall(data)
+
+
+def exchange(sock: socket.socket, size: int) -> None:
+    """Send `size` bytes to the worker and wait until they are all back."""
+    sock.sendall(b"x" * size)
+    back = 0
+    while back < size:
+        chunk = sock.recv(size - back)
+        if not chunk:
+            raise ConnectionError("the worker closed the connection")
+        back += len(chunk)
+
+
+class Front(socketserver.StreamRequestHandler):
+    worker: tuple[str, int]
+
+    def handle(self) -> None:
+        request = self.rfile.readline().decode("latin-1").split()
+        headers = {}
+        while (line := self.rfile.readline().decode("latin-1").strip()):
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+        body = self.rfile.read(int(headers.get("content-length", 0)))
+        path = request[1] if len(request) > 1 else "/"
+        if path == "/health":
+            self.reply({"status": "ok"})
+        elif path == "/tokenize":
+            words = json.loads(body)["content"].split()
+            self.reply({"tokens": [10 + zlib.crc32(w.encode()) % 1000 for w in words]})
+        elif path == "/completion":
+            self.complete(json.loads(body))
+        else:
+            self.reply({"error": {"message": f"no {path}"}}, status="404 Not Found")
+
+    def reply(self, payload: dict, status: str = "200 OK") -> None:
+        data = json.dumps(payload).encode()
+        self.wfile.write(f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\n"
+                         f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n"
+                         .encode() + data)
+
+    def complete(self, body: dict) -> None:
+        prompt, n_predict = body["prompt"], body["n_predict"]
+        self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                         b"Connection: close\r\n\r\n")
+        started = time.perf_counter()
+        with socket.create_connection(self.worker) as sock:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            exchange(sock, 4 * len(prompt))  # prefill: the prompt there and back
+            prompt_ms = (time.perf_counter() - started) * 1000
+            first = None
+            for i in range(n_predict):
+                exchange(sock, TOKEN_BYTES)
+                now = time.perf_counter()
+                first = first or now
+                timings = {"prompt_n": len(prompt), "prompt_ms": prompt_ms,
+                           "predicted_n": i + 1, "predicted_ms": (now - first) * 1000}
+                self.event({"tokens": [11 + i % 100], "tokens_predicted": i + 1,
+                            "timings": timings})
+        timings["prompt_per_second"] = len(prompt) / prompt_ms * 1000
+        self.event({"stop": True, "tokens_predicted": n_predict, "timings": timings,
+                    "truncated": False})
+
+    def event(self, payload: dict) -> None:
+        self.wfile.write(b"data: " + json.dumps(payload).encode() + b"\n\n")
+        self.wfile.flush()
+
+
+class Server(socketserver.ThreadingTCPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+def main(argv: list[str]) -> None:
+    role, *rest = argv
+    if role == "worker":
+        addr, port = rest
+        Server((addr, int(port)), Worker).serve_forever()
+    elif role == "front":
+        port, worker_addr, worker_port = rest
+        Front.worker = (worker_addr, int(worker_port))
+        Server(("127.0.0.1", int(port)), Front).serve_forever()
+    else:
+        sys.exit("usage: server.py worker ADDR PORT | front PORT WORKER_ADDR WORKER_PORT")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
