@@ -1,5 +1,5 @@
 """What reaching a host over SSH can fail with. Apart from infra/ssh.py so that a stage
-can name these errors without importing paramiko (a tenth of a second a job)."""
+can name these errors without importing paramiko, which only a remote host needs."""
 
 from __future__ import annotations
 

@@ -63,7 +63,7 @@ def teardown(namespaces_first: bool = False, spare: Sequence[str] = ()) -> list[
     """Stop every recorded process, delete every recorded namespace. Returns what it did.
 
     namespaces_first: when time is short (the reaper is asked to end), remove the
-    procs.namespaces before waiting on anyone. spare: keys of records to leave alone.
+    namespaces before waiting on anyone. spare: keys of records to leave alone.
     """
     done = _delete_namespaces() if namespaces_first else []
     rank = {role: i for i, role in enumerate(procs.STOP_ORDER)}
@@ -89,14 +89,14 @@ def teardown(namespaces_first: bool = False, spare: Sequence[str] = ()) -> list[
     return done
 
 
-# The folders of records a run keeps (procs, procs.namespaces, changes, links), emptied by a
+# The folders of records a run keeps (procs, namespaces, changes, links), emptied by a
 # teardown; logs beside them are kept.
 RECORD_KINDS = ("procs", "netns", "changes", "links")
 
 
 def sweep_ended_jobs(running: Callable[[str], bool | None] | None = None) -> list[str]:
-    """Tear down what each ended cluster job left on record (procs.state_dir()/slurm-<job>: a
-    job cancelled while host B could not be reached keeps its workers there, and no later
+    """Tear down what each ended cluster job left on record (state_dir()/slurm-<job>: a job
+    cancelled while host B could not be reached keeps its workers there, and no later
     job reads that folder), then remove its emptied record folders (rmdir: only an empty
     one goes). A job SLURM still lists, or whose state it cannot tell, is left alone.
     `running`: job id -> True, False, or None for unknown (default: squeue)."""
@@ -127,7 +127,7 @@ def _job_running(job: str) -> bool | None:
 
 @contextlib.contextmanager
 def _state_at(folder: Path) -> Iterator[None]:
-    """procs.state_dir() is `folder` inside the block (a job's records, read from outside it)."""
+    """state_dir() is `folder` inside the block (a job's records, read from outside it)."""
     before = os.environ.get("SPLITBENCH_STATE")
     os.environ["SPLITBENCH_STATE"] = str(folder)
     try:

@@ -67,6 +67,9 @@ class FakeBackend:
     def prompt(self, pool, tokens, seed):
         return [1] * tokens
 
+    def traffic(self, link, server):
+        return FakeTraffic()
+
     def stream(self, url, batch, n_predict, timeout_s, at_first_token):
         self.releases += 1
         self.clock[0] += self.release_s
@@ -90,7 +93,6 @@ def drive(monkeypatch, cell: dict, release_s: float, fail_at: int | None = None)
     clock = [0.0]
     backend = FakeBackend(clock, release_s, fail_at)
     monkeypatch.setattr(measure, "backend_of", lambda c: backend)
-    monkeypatch.setattr(measure, "_traffic", lambda link, server: FakeTraffic())
     monkeypatch.setattr(measure.time, "monotonic", lambda: clock[0])
     link = SimpleNamespace(host_a=SimpleNamespace(entered=contextlib.nullcontext),
                            pair="lab", name="x")

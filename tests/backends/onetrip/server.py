@@ -3,9 +3,10 @@
 `worker ADDR PORT` (host B): echoes every byte it receives, on B's link address.
 `front PORT WORKER_ADDR WORKER_PORT` (host A, on 127.0.0.1): speaks the part of
 llama-server's HTTP API that splitbench uses (/health, /tokenize, streaming /completion
-with cumulative timings). Each request holds a connection of its own to the worker; the
-prompt crosses to B and back once (4 bytes a token), then each generated token is one
-8-byte round trip: a decode step that costs exactly one round trip of the link.
+with cumulative timings). Like llama-server with its RPC worker, it holds one connection
+to the worker for its whole life (requests take turns on it): a request's prompt crosses
+to B and back once (4 bytes a token), then each generated token is one 8-byte round
+trip, a decode step that costs exactly one round trip of the link.
 """
 
 from __future__ import annotations
@@ -14,10 +15,15 @@ import json
 import socket
 import socketserver
 import sys
+import threading
 import time
 import zlib
 
 TOKEN_BYTES = 8
+# Each decode step computes on A for this long before its round trip, as a real
+# server's step does: the client's reads of the traffic counters at its first token fall
+# inside a step's compute, not in the middle of the next round trip.
+STEP_COMPUTE_S = 0.001
 
 
 class Worker(socketserver.BaseRequestHandler):
@@ -39,7 +45,8 @@ def exchange(sock: socket.socket, size: int) -> None:
 
 
 class Front(socketserver.StreamRequestHandler):
-    worker: tuple[str, int]
+    worker: socket.socket
+    turn = threading.Lock()  # one exchange on the worker's connection at a time
 
     def handle(self) -> None:
         request = self.rfile.readline().decode("latin-1").split()
@@ -70,19 +77,20 @@ class Front(socketserver.StreamRequestHandler):
         self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
                          b"Connection: close\r\n\r\n")
         started = time.perf_counter()
-        with socket.create_connection(self.worker) as sock:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            exchange(sock, 4 * len(prompt))  # prefill: the prompt there and back
-            prompt_ms = (time.perf_counter() - started) * 1000
-            first = None
-            for i in range(n_predict):
-                exchange(sock, TOKEN_BYTES)
-                now = time.perf_counter()
-                first = first or now
-                timings = {"prompt_n": len(prompt), "prompt_ms": prompt_ms,
-                           "predicted_n": i + 1, "predicted_ms": (now - first) * 1000}
-                self.event({"tokens": [11 + i % 100], "tokens_predicted": i + 1,
-                            "timings": timings})
+        with self.turn:
+            exchange(self.worker, 4 * len(prompt))  # prefill: the prompt there and back
+        prompt_ms = (time.perf_counter() - started) * 1000
+        first = None
+        for i in range(n_predict):
+            time.sleep(STEP_COMPUTE_S)
+            with self.turn:
+                exchange(self.worker, TOKEN_BYTES)
+            now = time.perf_counter()
+            first = first or now
+            timings = {"prompt_n": len(prompt), "prompt_ms": prompt_ms,
+                       "predicted_n": i + 1, "predicted_ms": (now - first) * 1000}
+            self.event({"tokens": [11 + i % 100], "tokens_predicted": i + 1,
+                        "timings": timings})
         timings["prompt_per_second"] = len(prompt) / prompt_ms * 1000
         self.event({"stop": True, "tokens_predicted": n_predict, "timings": timings,
                     "truncated": False})
@@ -104,7 +112,8 @@ def main(argv: list[str]) -> None:
         Server((addr, int(port)), Worker).serve_forever()
     elif role == "front":
         port, worker_addr, worker_port = rest
-        Front.worker = (worker_addr, int(worker_port))
+        Front.worker = socket.create_connection((worker_addr, int(worker_port)))
+        Front.worker.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         Server(("127.0.0.1", int(port)), Front).serve_forever()
     else:
         sys.exit("usage: server.py worker ADDR PORT | front PORT WORKER_ADDR WORKER_PORT")
