@@ -270,8 +270,8 @@ def link_traffic(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str]
 def _rpc_split(cells: pd.DataFrame) -> np.ndarray:
     """Which cells llama.cpp's RPC split served (the one split the byte prediction
     models); a cell measured before the backend column existed was llama.cpp's."""
-    return cells.reindex(columns=["backend"]).iloc[:, 0].fillna("llamacpp").eq(
-        "llamacpp").to_numpy()
+    backend = cells.reindex(columns=["backend"]).iloc[:, 0]
+    return (backend.isna() | backend.eq("llamacpp")).to_numpy()
 
 
 def _backend_name(row: pd.Series) -> str:

@@ -410,8 +410,6 @@ def _drive(cell: dict[str, Any], link: Any, server: Launch,
     return out
 
 
-
-
 _LOG = Console(width=140, log_path=False, highlight=False)  # the job log: stdout
 
 
