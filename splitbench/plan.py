@@ -221,46 +221,9 @@ def server_slice(config: dict[str, Any], model: str) -> dict[str, Any]:
     n_predict = cell_settings(config)["n_predict"]
     slots = max(config["concurrency"])
     tokens = max(config["contexts"].values()) + n_predict
-    backend = spec.get("backend", "llamacpp")
-    if backend == "vllm":
-        return _vllm_settings(spec, slots, tokens)
-    if backend == "llamacpp":
-        return _server_settings(spec, slots, tokens)
-    from splitbench import backends  # a registered backend: its folder plans its launch
+    from splitbench import backends  # each backend plans its own launch
 
-    return backends.get(backend).server_settings(spec, slots, tokens)
-
-
-def _vllm_settings(model: dict[str, Any], slots: int, tokens: int) -> dict[str, Any]:
-    """A vLLM launch: its split, one sequence per request of the largest concurrency
-    level, and a length that holds the longest prompt plus n_predict (the same margin as
-    llama.cpp's slots), capped by a synthetic model's trained context as llama.cpp caps
-    its slots (a longer prompt then meets the context wall, as it would there)."""
-    settings = {"backend": "vllm", **configuration.defaults(configuration.VllmSpec),
-                **model.get("vllm", {})}
-    trained = (model.get("synthetic") or {}).get("context_length", 131072)
-    settings.update(slots=slots, max_model_len=min(tokens + 64, trained))
-    if not settings.get("extra_args"):
-        settings.pop("extra_args", None)
-    return settings
-
-
-def _server_settings(model: dict[str, Any], slots: int, tokens: int) -> dict[str, Any]:
-    per_slot = -(-(tokens + 64) // 256) * 256
-    settings = {
-        "layers_on_b": model["layers_on_b"],
-        "threads": model["threads"],
-        "slots": slots,
-        "ctx_per_slot": per_slot,
-        "n_ctx": slots * per_slot,
-    }
-    # Only when set: a new key in params would relaunch every existing block.
-    if model.get("workers", 1) > 1:
-        settings["workers"] = model["workers"]
-    for key in ("server_args", "worker_args"):
-        if model.get(key):
-            settings[key] = list(model[key])
-    return settings
+    return backends.get(spec.get("backend", "llamacpp")).server_settings(spec, slots, tokens)
 
 
 def link_slice(config: dict[str, Any], pair: str, link: str) -> dict[str, Any]:
@@ -337,8 +300,11 @@ def roundtrips_slice(config: dict[str, Any], pair: str, model: str,
     """One sweep's settings, with its own server settings (one slot, short context)."""
     settings = roundtrip_settings(config) or _roundtrip_defaults()
     sweep = {k: v for k, v in settings.items() if k not in ("models", "workers")}
-    server = _server_settings({**model_slice(config, model), "workers": workers}, 1,
-                              sweep["prompt_tokens"] + sweep["n_predict"])
+    from splitbench import backends  # the sweep is llama.cpp's
+
+    server = backends.get("llamacpp").server_settings(
+        {**model_slice(config, model), "workers": workers}, 1,
+        sweep["prompt_tokens"] + sweep["n_predict"])
     return {"pair": pair, "model": model, "workers": workers, **sweep, "server": server}
 
 

@@ -75,9 +75,9 @@ class Backend(ABC):
 
     def server_settings(self, model: dict[str, Any], slots: int, tokens: int
                         ) -> dict[str, Any]:
-        """A launch's settings (the launch job's params: a change re-launches): its
-        backend's name, `slots` concurrent requests of up to `tokens` tokens each, and
-        the model's own `threads`. The built-in backends' are planned in plan.py."""
+        """A launch's settings (the launch job's params: a change re-launches), for
+        `slots` concurrent requests of up to `tokens` tokens each. By default its
+        backend's name, the two counts and the model's own `threads`."""
         return {"backend": self.name, "slots": slots, "max_tokens": tokens,
                 "threads": model.get("threads", 1)}
 

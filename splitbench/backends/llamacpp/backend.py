@@ -16,6 +16,26 @@ class LlamaCpp(ModuleBackend):
     name = "llamacpp"
     servers, client, metrics, prompts = servers, client, metrics, prompts
 
+    def server_settings(self, model: dict[str, Any], slots: int, tokens: int
+                        ) -> dict[str, Any]:
+        """One slot per request, each holding `tokens` plus a small margin, rounded up
+        to 256 tokens (llama.cpp's slot granularity); B's layers and threads."""
+        per_slot = -(-(tokens + 64) // 256) * 256
+        settings = {
+            "layers_on_b": model["layers_on_b"],
+            "threads": model["threads"],
+            "slots": slots,
+            "ctx_per_slot": per_slot,
+            "n_ctx": slots * per_slot,
+        }
+        # Only when set: a new key in params would relaunch every existing block.
+        if model.get("workers", 1) > 1:
+            settings["workers"] = model["workers"]
+        for key in ("server_args", "worker_args"):
+            if model.get(key):
+                settings[key] = list(model[key])
+        return settings
+
     def split(self, settings: dict[str, Any]) -> str:
         return "rpc"  # the layer split: blocks and the output layer on B's workers
 

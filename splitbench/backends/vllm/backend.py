@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from splitbench import configuration
 from splitbench.backends.base import ModuleBackend
 from splitbench.backends.vllm import client, metrics, prompts, servers
 
@@ -14,6 +15,20 @@ class Vllm(ModuleBackend):
 
     name = "vllm"
     servers, client, metrics, prompts = servers, client, metrics, prompts
+
+    def server_settings(self, model: dict[str, Any], slots: int, tokens: int
+                        ) -> dict[str, Any]:
+        """Its split, one sequence per request of the largest concurrency level, and a
+        length that holds `tokens` (with llama.cpp's margin), capped by a synthetic
+        model's trained context as llama.cpp caps its slots (a longer prompt then meets
+        the context wall, as it would there)."""
+        settings = {"backend": "vllm", **configuration.defaults(configuration.VllmSpec),
+                    **model.get("vllm", {})}
+        trained = (model.get("synthetic") or {}).get("context_length", 131072)
+        settings.update(slots=slots, max_model_len=min(tokens + 64, trained))
+        if not settings.get("extra_args"):
+            settings.pop("extra_args", None)
+        return settings
 
     def split(self, settings: dict[str, Any]) -> str:
         """Tensor (tp2) or pipeline (pp2) parallel. Its ranks connect on ports of their
