@@ -23,12 +23,12 @@ rule cell:
     params:
         cell=lambda w: as_json(
             plan.cell_slice(
-                config,
+                CONFIG,
                 plan.Cell(w.pair, w.link, w.model, w.ctx, int(w.conc)),
                 epoch=cell_epoch(w),
             )
         ),
-        link_spec=lambda w: as_json(plan.link_slice(config, w.pair, w.link)),
+        link_spec=lambda w: as_json(plan.link_slice(CONFIG, w.pair, w.link)),
     shell:
         splitbench(
             "cell",

@@ -11,14 +11,15 @@ from splitbench.report import contents
 from splitbench.workflow import jobs, preflight, snakemake_internals
 
 preflight.merged_config(config, workflow)
-preflight.checked(config)
+# The typed config (splitbench/configuration): every planning function and rule reads it.
+CONFIG = preflight.checked(config)
 
 EXECUTION = preflight.Execution.of(workflow)
 snakemake_internals.register_resources(
-    workflow, preflight.pair_slots(config, EXECUTION, lab.is_root())
+    workflow, preflight.pair_slots(CONFIG, EXECUTION, lab.is_root())
 )
 
-JOBS = jobs.Jobs(config, EXECUTION)
+JOBS = jobs.Jobs(CONFIG, EXECUTION)
 SETUP_PRIORITY = JOBS.setup_priority
 as_json = jobs.as_json
 splitbench = jobs.splitbench_command

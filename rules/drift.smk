@@ -9,8 +9,8 @@ rule anchor:
         unpack(anchor_inputs),
         model=results.MODEL_INFO,
         toolchain=results.TOOLCHAIN,
-        launch=ancient(results.launch("{pair}", config["baseline_link"], "{model}")),
-        link=ancient(results.link("{pair}", config["baseline_link"])),
+        launch=ancient(results.launch("{pair}", CONFIG.baseline_link, "{model}")),
+        link=ancient(results.link("{pair}", CONFIG.baseline_link)),
     output:
         tokens=results.ANCHOR,
         requests=results.ANCHOR_REQUESTS,
@@ -23,10 +23,10 @@ rule anchor:
         **pair_job("anchor"),
     params:
         cell=lambda w: as_json(
-            plan.cell_slice(config, plan.anchor_cell(config, w.pair, w.model))
+            plan.cell_slice(CONFIG, plan.anchor_cell(CONFIG, w.pair, w.model))
         ),
         link_spec=lambda w: as_json(
-            plan.link_slice(config, w.pair, config["baseline_link"])
+            plan.link_slice(CONFIG, w.pair, CONFIG.baseline_link)
         ),
     shell:
         splitbench(
@@ -55,8 +55,8 @@ rule drift:
     conda:
         "../envs/splitbench.yaml"
     params:
-        settings=as_json(config.get("drift", {})),
-        interference=as_json(config.get("interference", {})),
+        settings=as_json(plan.written(CONFIG.drift)),
+        interference=as_json(plan.written(CONFIG.interference)),
     shell:
         splitbench(
             "drift",

@@ -12,8 +12,8 @@ rule link:
     resources:
         **pair_job("link"),
     params:
-        spec=lambda w: as_json(plan.link_slice(config, w.pair, w.link)),
-        settings=as_json(plan.link_check_settings(config)),
+        spec=lambda w: as_json(plan.link_slice(CONFIG, w.pair, w.link)),
+        settings=as_json(plan.link_check_settings(CONFIG)),
     shell:
         splitbench(
             "link",

@@ -16,7 +16,7 @@ rule model_gguf:
         spec=lambda w: as_json(
             {
                 k: v
-                for k, v in config["models"][w.model].items()
+                for k, v in CONFIG.models[w.model].given().items()
                 if k in ("synthetic", "source")
             }
         ),
@@ -36,7 +36,7 @@ rule model_hf:
     conda:
         "../envs/splitbench.yaml"
     params:
-        spec=lambda w: as_json({"synthetic": config["models"][w.model]["synthetic"]}),
+        spec=lambda w: as_json({"synthetic": CONFIG.models[w.model].synthetic.given()}),
     shell:
         splitbench("model", "--spec {params.spec:q}", "--hf {output:q}", "--write")
 
@@ -54,7 +54,7 @@ rule model_fetch:
     conda:
         "../envs/splitbench.yaml"
     params:
-        spec=lambda w: as_json({"source": config["models"][w.model]["source"]}),
+        spec=lambda w: as_json({"source": CONFIG.models[w.model].source.given()}),
     shell:
         splitbench(
             "model", "--spec {params.spec:q}", "--gguf {output.gguf:q}", "--write"
@@ -75,7 +75,7 @@ rule model_info:
     conda:
         "../envs/splitbench.yaml"
     params:
-        spec=lambda w: as_json(config["models"][w.model]),
+        spec=lambda w: as_json(CONFIG.models[w.model].given()),
     shell:
         splitbench(
             "model", "--spec {params.spec:q}", "--gguf {input:q}", "--out {output:q}"

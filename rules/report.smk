@@ -16,10 +16,10 @@ rule aggregate:
     conda:
         "../envs/splitbench.yaml"
     params:
-        contexts=as_json(config["contexts"]),
-        baseline=config["baseline_link"],
-        interference=as_json(config.get("interference", {})),
-        workers=as_json({m: s.get("workers", 1) for m, s in config["models"].items()}),
+        contexts=as_json(CONFIG.contexts),
+        baseline=CONFIG.baseline_link,
+        interference=as_json(plan.written(CONFIG.interference)),
+        workers=as_json({m: s.workers for m, s in CONFIG.models.items()}),
     shell:
         splitbench(
             "aggregate",
@@ -42,7 +42,7 @@ rule findings:
     input:
         summary=results.SUMMARY,
         links=all_link_results(),
-        toolchain=expand(results.TOOLCHAIN, pair=config["pairs"]),
+        toolchain=expand(results.TOOLCHAIN, pair=list(CONFIG.pairs)),
         sweeps=all_roundtrip_results(),
         anchors=all_anchor_results(),
         drift=results.DRIFT_REPORT,
@@ -56,10 +56,10 @@ rule findings:
     conda:
         "../envs/splitbench.yaml"
     params:
-        contexts=as_json(config["contexts"]),
-        baseline=config["baseline_link"],
-        workers=as_json({m: s.get("workers", 1) for m, s in config["models"].items()}),
-        interference=as_json(config.get("interference", {})),
+        contexts=as_json(CONFIG.contexts),
+        baseline=CONFIG.baseline_link,
+        workers=as_json({m: s.workers for m, s in CONFIG.models.items()}),
+        interference=as_json(plan.written(CONFIG.interference)),
     shell:
         splitbench(
             "findings",
@@ -111,8 +111,8 @@ rule charts:
     conda:
         "../envs/splitbench.yaml"
     params:
-        baseline=config["baseline_link"],
-        timeline=config.get("report", {}).get("timeline_cell", ""),
+        baseline=CONFIG.baseline_link,
+        timeline=plan.written(CONFIG.report).get("timeline_cell", ""),
     shell:
         splitbench(
             "charts",
@@ -140,7 +140,7 @@ rule report:
         ],
         summary=results.SUMMARY,
         links=all_link_results(),
-        toolchain=expand(results.TOOLCHAIN, pair=config["pairs"]),
+        toolchain=expand(results.TOOLCHAIN, pair=list(CONFIG.pairs)),
         charts=expand(results.CHART, name=CHART_NAMES, ext="vl.json"),
         # Tables written by other steps, so that the page shows them.
         tables=[*roundtrip_targets(), results.table("drift", "md")],
@@ -160,7 +160,7 @@ rule report:
     params:
         # Where each pair's hosts are, for the run block (only that: the rest of a
         # pair's config does not re-run the report).
-        pairs=as_json(plan.pairs_slice(config["pairs"])),
+        pairs=as_json(plan.pairs_slice(CONFIG)),
         # The cells' request files, read for the run block's dates and clocks. Not
         # inputs: the summary already waits for every cell (and is re-made when one is
         # re-measured), and 5,000 more inputs would cost a second of planning.

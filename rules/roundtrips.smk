@@ -16,7 +16,7 @@ rule roundtrips:
         **pair_job("roundtrips"),
     params:
         spec=lambda w: as_json(
-            plan.roundtrips_slice(config, w.pair, w.model, int(w.workers))
+            plan.roundtrips_slice(CONFIG, w.pair, w.model, int(w.workers))
         ),
     shell:
         splitbench(

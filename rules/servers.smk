@@ -18,8 +18,8 @@ rule launch:
     resources:
         **pair_job("launch"),
     params:
-        link_spec=lambda w: as_json(plan.link_slice(config, w.pair, w.link)),
-        settings=lambda w: as_json(plan.server_slice(config, w.model)),
+        link_spec=lambda w: as_json(plan.link_slice(CONFIG, w.pair, w.link)),
+        settings=lambda w: as_json(plan.server_slice(CONFIG, w.model)),
     shell:
         splitbench(
             "launch",

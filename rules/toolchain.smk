@@ -14,8 +14,8 @@ rule toolchain:
     resources:
         **pair_job("toolchain"),
     params:
-        source=config["toolchain"]["source"],
-        hosts=lambda w: as_json(config["pairs"][w.pair]["hosts"]),
+        source=CONFIG.toolchain.source,
+        hosts=lambda w: as_json(CONFIG.pairs[w.pair].hosts.given()),
     shell:
         splitbench(
             "toolchain",
@@ -39,7 +39,7 @@ rule toolchain_vllm:
     resources:
         **pair_job("toolchain"),
     params:
-        hosts=lambda w: as_json(config["pairs"][w.pair]["hosts"]),
+        hosts=lambda w: as_json(CONFIG.pairs[w.pair].hosts.given()),
     shell:
         splitbench(
             "toolchain-vllm",

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from splitbench import plan
+from splitbench.configuration import Config
 
 # The rules that run on a pair's hardware: they take the pair's slot and, on a
 # cluster, run inside the pair's job on host A's node.
@@ -30,31 +31,31 @@ def slot(pair: str) -> str:
     return "pair_" + pair.replace("-", "__")
 
 
-def slots(config: dict[str, Any]) -> dict[str, int]:
+def slots(config: Config) -> dict[str, int]:
     """Every pair's slot with its capacity: one job at a time."""
-    return {slot(pair): 1 for pair in config["pairs"]}
+    return {slot(pair): 1 for pair in config.pairs}
 
 
-def slot_resources(config: dict[str, Any]) -> dict[str, Callable[[Any], int]]:
+def slot_resources(config: Config) -> dict[str, Callable[[Any], int]]:
     """A pair rule's resources: 1 of its own pair's slot, 0 of the others."""
-    return {slot(pair): (lambda w, pair=pair: int(w.pair == pair)) for pair in config["pairs"]}
+    return {slot(pair): (lambda w, pair=pair: int(w.pair == pair)) for pair in config.pairs}
 
 
-def node_request(config: dict[str, Any], pair: str) -> dict[str, str]:
+def node_request(config: Config, pair: str) -> dict[str, str]:
     """What pins a pair's job to host A's node: `constraint` for a feature, and
     `slurm_extra` with --exclusive (no other job shares host A while it measures) and
     --nodelist for a node name."""
-    host_a = config["pairs"][pair]["hosts"]["a"]
+    host_a = config.pairs[pair].hosts.a
     extra = ["--exclusive"]
-    if host_a.get("node"):
-        extra.append(f"--nodelist={host_a['node']}")
+    if host_a.node:
+        extra.append(f"--nodelist={host_a.node}")
     request = {"slurm_extra": " ".join(extra)}
-    if host_a.get("feature"):
-        request["constraint"] = host_a["feature"]
+    if host_a.feature:
+        request["constraint"] = host_a.feature
     return request
 
 
-def cell_minutes(config: dict[str, Any], cell: plan.Cell) -> int:
+def cell_minutes(config: Config, cell: plan.Cell) -> int:
     """The longest a cell may take: every request (or concurrent release) it sends one
     after another at the request timeout, plus a launch for a paired cell's reference
     servers."""
@@ -69,7 +70,7 @@ def cell_minutes(config: dict[str, Any], cell: plan.Cell) -> int:
     return math.ceil(requests * timeout_min) + 1
 
 
-def sweep_minutes(config: dict[str, Any]) -> int:
+def sweep_minutes(config: Config) -> int:
     """The longest a round-trips sweep may take: a launch and its requests per delay."""
     sweep = plan.roundtrip_settings(config)
     settings = plan.cell_settings(config)
@@ -77,7 +78,7 @@ def sweep_minutes(config: dict[str, Any]) -> int:
     return math.ceil(len(sweep["delays_ms"]) * per_point)
 
 
-def job_minutes(config: dict[str, Any], rule: str, wildcards: Any) -> int:
+def job_minutes(config: Config, rule: str, wildcards: Any) -> int:
     """A pair job's time limit in minutes, derived from the matrix. A pair's group job
     asks for the sum of its members' limits."""
     if rule in SETUP_MINUTES:
@@ -92,10 +93,10 @@ def job_minutes(config: dict[str, Any], rule: str, wildcards: Any) -> int:
     return cell_minutes(config, cell)
 
 
-def side_by_side_refusal(config: dict[str, Any], root: bool) -> str | None:
+def side_by_side_refusal(config: Config, root: bool) -> str | None:
     """Why these pairs cannot run side by side on this machine, or None. Without root
     the embedded lab is loopback, where two pairs' links share addresses and ports."""
-    embedded = [pair for pair, spec in config["pairs"].items() if spec["mode"] == "embedded"]
+    embedded = [pair for pair, spec in config.pairs.items() if spec.mode == "embedded"]
     if root or len(embedded) < 2:
         return None
     return (f"embedded pairs {', '.join(embedded)} cannot run side by side without root: "

@@ -14,9 +14,9 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any
 
 from splitbench import configuration, plan, results
+from splitbench.configuration import Config, LinkSpec, Pair
 from splitbench.infra.hosts import Host, host_from_spec
 from splitbench.links import readiness
 from splitbench.links.readiness import BAD, NOTE, OK, Line
@@ -26,20 +26,19 @@ from splitbench.stage import Stage
 DISK_MIN_GIB = 1.0
 
 
-def check(config: dict[str, Any], results_dir: str | Path = "results") -> list[Line]:
+def check(config: Config, results_dir: str | Path = "results") -> list[Line]:
     """Every pair's lines, then the run's own (disk, the matrix's length)."""
     lines = []
-    for pair, spec in config["pairs"].items():
-        lines += (ssh_pair(config, pair, spec) if spec["mode"] == "ssh"
+    for pair, spec in config.pairs.items():
+        lines += (ssh_pair(config, pair, spec) if spec.mode == "ssh"
                   else embedded_pair(config, pair, spec))
     lines += run_lines(config, results_dir)
     return lines
 
 
-def embedded_pair(config: dict[str, Any], pair: str, spec: dict[str, Any]) -> list[Line]:
-    lines = readiness.pair_hosts(pair, spec["hosts"])
-    shaped = [name for name, link in spec["links"].items()
-              if link.get("rate_gbit") or link.get("delay_ms")]
+def embedded_pair(config: Config, pair: str, spec: Pair) -> list[Line]:
+    lines = readiness.pair_hosts(pair, spec.hosts.given())
+    shaped = [name for name, link in spec.links.items() if link.rate_gbit or link.delay_ms]
     if os.geteuid() == 0:
         lines.append(Line(OK, pair, "root: each host a network namespace, links shaped "
                                     "with tc"))
@@ -51,15 +50,16 @@ def embedded_pair(config: dict[str, Any], pair: str, spec: dict[str, Any]) -> li
     return lines
 
 
-def ssh_pair(config: dict[str, Any], pair: str, spec: dict[str, Any]) -> list[Line]:
+def ssh_pair(config: Config, pair: str, spec: Pair) -> list[Line]:
     """readiness.pair_hosts, then what the links and models ask of the hosts: nft and
     root for the firewall guard, root for the links' addresses, the same llama.cpp
     build, each link's interfaces."""
-    host_a = host_from_spec("a", spec["hosts"]["a"])
-    host_b = host_from_spec("b", spec["hosts"]["b"])
-    guarded = spec.get("firewall", "guard") == "guard"
-    addressed = [name for name, link in spec["links"].items() if not link.get("adopt")]
-    lines = readiness.pair_hosts(pair, spec["hosts"])
+    hosts_spec = spec.hosts.given()
+    host_a = host_from_spec("a", hosts_spec["a"])
+    host_b = host_from_spec("b", hosts_spec["b"])
+    guarded = spec.firewall == "guard"
+    addressed = [name for name, link in spec.links.items() if not link.adopt]
+    lines = readiness.pair_hosts(pair, hosts_spec)
     reached = readiness.reached(lines)
     hosts = (host_a, host_b) if reached else (host_a,)
     if guarded:
@@ -68,7 +68,7 @@ def ssh_pair(config: dict[str, Any], pair: str, spec: dict[str, Any]) -> list[Li
     if not reached:
         return lines
     lines += _toolchain(config, pair, spec)
-    for name, link in spec["links"].items():
+    for name, link in spec.links.items():
         lines += _interfaces(pair, name, link, host_a, host_b)
     return lines
 
@@ -87,16 +87,17 @@ def _rights(host: Host, pair: str, addressed: list[str], guarded: bool) -> Line:
                 "the pair (docs/two-machines.md)")
 
 
-def _toolchain(config: dict[str, Any], pair: str, spec: dict[str, Any]) -> list[Line]:
+def _toolchain(config: Config, pair: str, spec: Pair) -> list[Line]:
     from splitbench.backends.llamacpp import toolchain
 
     if not configuration.llamacpp_models(config):
         return []
-    source = config["toolchain"]["source"]
+    source = config.toolchain.source
+    hosts = spec.hosts.given()
     where = f"pair '{pair}'"
     try:
-        described = [toolchain.describe(host_from_spec(side, spec["hosts"][side]),
-                                        toolchain.bin_dir_for(source, spec["hosts"][side]),
+        described = [toolchain.describe(host_from_spec(side, hosts[side]),
+                                        toolchain.bin_dir_for(source, hosts[side]),
                                         where) for side in ("a", "b")]
         toolchain.check_same_build(*described, where)
     except toolchain.TOOLCHAIN_FAILURES as exc:
@@ -107,13 +108,13 @@ def _toolchain(config: dict[str, Any], pair: str, spec: dict[str, Any]) -> list[
                            f"({described[0]['llama_server_version']})")]
 
 
-def _interfaces(pair: str, name: str, link: dict[str, Any], host_a: Host,
+def _interfaces(pair: str, name: str, link: LinkSpec, host_a: Host,
                 host_b: Host) -> list[Line]:
     from splitbench.links import real
 
     lines = []
     for host, side in ((host_a, "a"), (host_b, "b")):
-        ifname = link[f"interface_{side}"]
+        ifname = getattr(link, f"interface_{side}")
         where = f"link {name}, host {side.upper()}"
         shown = host.run(["ip", "-j", "link", "show", "dev", ifname], check=False)
         if shown.returncode != 0:
@@ -130,15 +131,15 @@ def _interfaces(pair: str, name: str, link: dict[str, Any], host_a: Host,
         rate = f"{speed} Mbit/s" if speed.isdigit() and int(speed) > 0 else "speed not reported"
         said = (f"{where}: {ifname} {info.get('operstate', '?').lower()}, "
                 f"MTU {info.get('mtu')}, {rate}")
-        if link.get("mtu") and info.get("mtu") != link["mtu"] and link.get("adopt"):
-            lines.append(Line(BAD, pair, f"{said}; the config says MTU {link['mtu']}",
+        if link.mtu and info.get("mtu") != link.mtu and link.adopt:
+            lines.append(Line(BAD, pair, f"{said}; the config says MTU {link.mtu}",
                               "set it there, or drop mtu (an adopted link is not changed)"))
         else:
             lines.append(Line(OK, pair, said))
     return lines
 
 
-def run_lines(config: dict[str, Any], results_dir: str | Path) -> list[Line]:
+def run_lines(config: Config, results_dir: str | Path) -> list[Line]:
     from splitbench import estimate
 
     where = Path(results_dir)
@@ -173,11 +174,10 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    config = plan.read_yaml(args.configfile)
-    plan.names_as_text(config)
+    written = plan.read_yaml(args.configfile)
+    plan.names_as_text(written)
     try:
-        configuration.parsed(config)
-        configuration.check(config)
+        config = configuration.parsed(written)
     except (configuration.ConfigError, ValueError) as exc:
         print(f"{BAD} config {args.configfile}: {exc}")
         return 1

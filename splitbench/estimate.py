@@ -14,7 +14,7 @@ single-stream rate; a cell that crashes or overflows is counted as if it ran. A 
 that meets the model's context wall (Speed None) costs one quick failed release.
 
     from splitbench import estimate, plan
-    config = plan.read_yaml("config/examples/seed-6x3.yaml")
+    config = configuration.parsed(plan.read_yaml("config/examples/seed-6x3.yaml"))
     estimate.expected_seconds(config, speeds)["total"] / 3600   # hours
 """
 
@@ -23,11 +23,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import pandas as pd
 
 from splitbench import plan
+from splitbench.configuration import Config
 
 # What every job costs besides its measurement: the interpreter and its imports, the
 # SSH login to host B, the sensors and the interference meter starting and stopping.
@@ -85,12 +85,12 @@ def releases(least: int, seconds: float, release_s: float) -> int:
     return max(least, 1, math.ceil(seconds / release_s))
 
 
-def cell_seconds(config: dict[str, Any], cell: plan.Cell, speed: Speed | None,
+def cell_seconds(config: Config, cell: plan.Cell, speed: Speed | None,
                  launch_s: float = LAUNCH_S) -> float:
     """A cell's expected duration: its releases (every repeat), a paired cell's rounds
     on both links and its reference launch, and the job's own overhead."""
     settings = plan.cell_settings(config)
-    one = release_seconds(config["contexts"][cell.ctx], cell.conc, settings["n_predict"],
+    one = release_seconds(config.contexts[cell.ctx], cell.conc, settings["n_predict"],
                           speed)
     paired = plan.paired_for(config, cell)
     if speed is None:
@@ -103,17 +103,17 @@ def cell_seconds(config: dict[str, Any], cell: plan.Cell, speed: Speed | None,
     else:
         measured = one * releases(settings.get("concurrent_releases", 1),
                                   settings.get("concurrent_seconds", 0.0), one)
-    return JOB_OVERHEAD_S + measured * config.get("repeats", 1)
+    return JOB_OVERHEAD_S + measured * config.repeats
 
 
-def link_seconds(config: dict[str, Any]) -> float:
+def link_seconds(config: Config) -> float:
     """A link check: iperf3 A->B, B->A and both ways at once, `iperf_repeats` times."""
     check = plan.link_check_settings(config)
     iperf = 3 * check["iperf_repeats"] * (check["iperf_seconds"] + check["iperf_omit"] + 1)
     return JOB_OVERHEAD_S + LINK_CHECK_S + iperf
 
 
-def sweep_seconds(config: dict[str, Any], model: str, speed: Speed | None,
+def sweep_seconds(config: Config, model: str, speed: Speed | None,
                   launch_s: float = LAUNCH_S) -> float:
     """A round-trips sweep: a launch per delay point, side by side, then `requests`
     rounds of one short request per point (at the model's shortest context's speed)."""
@@ -123,7 +123,7 @@ def sweep_seconds(config: dict[str, Any], model: str, speed: Speed | None,
     return JOB_OVERHEAD_S + points * (launch_s + sweep.get("requests", 0) * one)
 
 
-def expected_seconds(config: dict[str, Any], speeds: Speeds,
+def expected_seconds(config: Config, speeds: Speeds,
                      launch_s: float = LAUNCH_S) -> dict[str, float]:
     """The matrix's expected duration in seconds, by kind of job and in total, one job
     at a time (`--cores 1`, or one pair's jobs on its own). `speeds` maps every
@@ -132,13 +132,13 @@ def expected_seconds(config: dict[str, Any], speeds: Speeds,
     if missing:
         raise ValueError(f"no speed for (model, context) {missing[:5]}"
                          f"{' ...' if len(missing) > 5 else ''}")
-    pairs = config["pairs"]
-    shortest = min(config["contexts"], key=config["contexts"].get)
+    pairs = config.pairs
+    shortest = min(config.contexts, key=config.contexts.__getitem__)
     anchors = [plan.anchor_cell(config, pair, model) for pair in pairs
-               for model in config["models"]] * 2  # one at the start, one at the end
+               for model in config.models] * 2  # one at the start, one at the end
     parts = {
-        "setup": JOB_OVERHEAD_S * (len(pairs) + len(config["models"])),  # toolchains, models
-        "links": link_seconds(config) * sum(len(spec["links"]) for spec in pairs.values()),
+        "setup": JOB_OVERHEAD_S * (len(pairs) + len(config.models)),  # toolchains, models
+        "links": link_seconds(config) * sum(len(spec.links) for spec in pairs.values()),
         "launches": (JOB_OVERHEAD_S + launch_s) * len(plan.blocks(config)),
         "cells": sum(cell_seconds(config, c, speeds[(c.model, c.ctx)], launch_s)
                      for c in plan.cells(config)),

@@ -1,8 +1,10 @@
 """The benchmark matrix: which cells exist, where their files live, what each job gets.
 
-Everything here is pure: it reads the (already schema-validated) config and returns
-names, paths and small dicts. The Snakefile and the rules call these functions so that
-each job receives only its own slice of config.
+Everything here is pure: it reads the typed config (`configuration.Config`, parsed
+once from the schema-validated mapping) and returns names, paths and small dicts. The
+Snakefile and the rules call these functions so that each job receives only its own
+slice of config: the keys the config sets, as written (`Section.given`), with the
+defaults the code applies.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 import yaml
 
 from splitbench import configuration, results
-from splitbench.configuration import ConfigError, link_index
+from splitbench.configuration import Config, ConfigError, link_index
 from splitbench.stage import Stage
 
 
@@ -88,63 +90,69 @@ def names_as_text(config: dict[str, Any]) -> None:
             value["contexts"] = [str(v) for v in value["contexts"]]
 
 
-def cell_settings(config: dict[str, Any]) -> dict[str, Any]:
+def written(section: configuration.Section | None) -> dict[str, Any]:
+    """An optional section's keys as the config writes them ({} where it has none)."""
+    return section.given() if section is not None else {}
+
+
+def cell_settings(config: Config) -> dict[str, Any]:
     """Every cell's measurement settings (`cell:` with defaults; `paired` is per cell)."""
-    given = {k: v for k, v in config.get("cell", {}).items() if k != "paired"}
+    given = {k: v for k, v in config.cell.given().items() if k != "paired"}
     return {**configuration.defaults(configuration.CellSpec, exclude=("paired",)), **given,
             **_wakeup(config)}
 
 
-def paired_settings(config: dict[str, Any]) -> dict[str, Any]:
+def paired_settings(config: Config) -> dict[str, Any]:
     """`cell.paired` with defaults: rounds 0 (off), requests per link per round, the
     contexts it applies to (None: every context)."""
+    paired = config.cell.paired
     return {**configuration.defaults(configuration.Paired),
-            **config.get("cell", {}).get("paired", {})}
+            **(paired.given() if paired else {})}
 
 
-def paired_for(config: dict[str, Any], cell: Cell) -> dict[str, Any] | None:
+def paired_for(config: Config, cell: Cell) -> dict[str, Any] | None:
     """What a single-stream cell on a link other than the baseline needs to measure
     itself round by round against the baseline link: rounds, requests per round, and
     the baseline's link slice. None where pairing does not apply to the cell."""
     settings = paired_settings(config)
     contexts = settings["contexts"]
-    if (not settings["rounds"] or cell.conc != 1 or cell.link == config["baseline_link"]
+    if (not settings["rounds"] or cell.conc != 1 or cell.link == config.baseline_link
             or (contexts is not None and cell.ctx not in contexts)):
         return None
     return {"rounds": settings["rounds"], "requests": settings["requests"],
-            "reference": link_slice(config, cell.pair, config["baseline_link"])}
+            "reference": link_slice(config, cell.pair, config.baseline_link)}
 
 
-def _wakeup(config: dict[str, Any]) -> dict[str, bool]:
+def _wakeup(config: Config) -> dict[str, bool]:
     """Whether measurements hold the CPUs' wake-up latency at 0 (splitbench/cells/wakeup.py):
     part of every measuring job's settings, so that changing it re-measures."""
-    return {"hold_wakeup_latency": config.get("hold_wakeup_latency", True)}
+    return {"hold_wakeup_latency": config.hold_wakeup_latency}
 
 
-def link_check_settings(config: dict[str, Any]) -> dict[str, Any]:
+def link_check_settings(config: Config) -> dict[str, Any]:
     # `sockperf` is in a link's settings only where the config sets it: links verified
     # before the key existed keep the settings they were made with (and plan nothing).
     return {**configuration.defaults(configuration.LinkCheck, exclude=("sockperf",)),
-            **config.get("link_check", {}), **_wakeup(config)}
+            **config.link_check.given(), **_wakeup(config)}
 
 
-def cells(config: dict[str, Any]) -> list[Cell]:
+def cells(config: Config) -> list[Cell]:
     """Every cell, in the order they should run: one (pair, link, model) block at a time,
     a model's blocks one after another (so its drift anchors bracket them), the baseline
     link's block first wherever the config lists it: the start anchor runs on the
     baseline's launch, which its block's cells then use as it is."""
     out = []
-    for pair, spec in config["pairs"].items():
-        links = sorted(spec["links"], key=lambda link: link != config["baseline_link"])
-        for model in config["models"]:
+    for pair, spec in config.pairs.items():
+        links = sorted(spec.links, key=lambda link: link != config.baseline_link)
+        for model in config.models:
             for link in links:
-                for ctx in config["contexts"]:
-                    for conc in sorted(config["concurrency"]):
+                for ctx in config.contexts:
+                    for conc in sorted(config.concurrency):
                         out.append(Cell(pair, link, model, ctx, conc))
     return out
 
 
-def matching_cells(config: dict[str, Any], match: str) -> list[Cell]:
+def matching_cells(config: Config, match: str) -> list[Cell]:
     """Cells whose fields equal every `key=value` of a comma-separated pattern."""
     wanted = dict(item.split("=", 1) for item in match.split(",") if item)
     unknown = set(wanted) - {"pair", "link", "model", "ctx", "conc"}
@@ -155,7 +163,7 @@ def matching_cells(config: dict[str, Any], match: str) -> list[Cell]:
             if all(str(getattr(c, key)) == value for key, value in wanted.items())]
 
 
-def blocks(config: dict[str, Any]) -> list[tuple[str, str, str]]:
+def blocks(config: Config) -> list[tuple[str, str, str]]:
     """The (pair, link, model) blocks, each served by one server launch, in run order."""
     seen: dict[tuple[str, str, str], None] = {}
     for c in cells(config):
@@ -163,7 +171,7 @@ def blocks(config: dict[str, Any]) -> list[tuple[str, str, str]]:
     return list(seen)
 
 
-def block_priority(config: dict[str, Any], pair: str, link: str, model: str,
+def block_priority(config: Config, pair: str, link: str, model: str,
                    order: list[tuple[str, str, str]] | None = None) -> int:
     """Higher for earlier blocks, so one block's cells run back to back on one launch.
     Steps of 4 leave room for a model's anchors: the start anchor just above its first
@@ -173,7 +181,7 @@ def block_priority(config: dict[str, Any], pair: str, link: str, model: str,
     return 4 * (len(order) - order.index((pair, link, model)))
 
 
-def anchor_priority(config: dict[str, Any], pair: str, model: str, when: str,
+def anchor_priority(config: Config, pair: str, model: str, when: str,
                     order: list[tuple[str, str, str]] | None = None) -> int:
     order = order or blocks(config)
     mine = [block for block in order if (block[0], block[2]) == (pair, model)]
@@ -182,11 +190,11 @@ def anchor_priority(config: dict[str, Any], pair: str, model: str, when: str,
     return block_priority(config, *mine[-1], order=order) - 1
 
 
-def launch_priority(config: dict[str, Any], pair: str, link: str, model: str,
+def launch_priority(config: Config, pair: str, link: str, model: str,
                     order: list[tuple[str, str, str]] | None = None) -> int:
     """A block's priority; the baseline launch outranks its model's start anchor, which
     needs it (Snakemake does not pass a job's priority on to the jobs it waits for)."""
-    if link == config["baseline_link"]:
+    if link == config.baseline_link:
         return anchor_priority(config, pair, model, "start", order) + 1
     return block_priority(config, pair, link, model, order)
 
@@ -198,19 +206,19 @@ def setup_priority(order: list[tuple[str, str, str]]) -> int:
     return 4 * len(order) + 4
 
 
-def anchor_cell(config: dict[str, Any], pair: str, model: str) -> Cell:
+def anchor_cell(config: Config, pair: str, model: str) -> Cell:
     """The drift anchor: a short single-stream cell on the baseline link."""
-    shortest = min(config["contexts"], key=config["contexts"].get)
-    return Cell(pair, config["baseline_link"], model, shortest, 1)
+    shortest = min(config.contexts, key=config.contexts.__getitem__)
+    return Cell(pair, config.baseline_link, model, shortest, 1)
 
 
-def model_slice(config: dict[str, Any], model: str) -> dict[str, Any]:
-    spec = dict(config["models"][model])
+def model_slice(config: Config, model: str) -> dict[str, Any]:
+    spec = config.models[model].given()
     spec.setdefault("threads", 1)
     return spec
 
 
-def server_slice(config: dict[str, Any], model: str) -> dict[str, Any]:
+def server_slice(config: Config, model: str) -> dict[str, Any]:
     """What the server launch of one model needs: sized for all of that model's cells.
 
     Policy ("dynamic ctx", as in the seed): one slot per request of the largest
@@ -219,27 +227,27 @@ def server_slice(config: dict[str, Any], model: str) -> dict[str, Any]:
     """
     spec = model_slice(config, model)
     n_predict = cell_settings(config)["n_predict"]
-    slots = max(config["concurrency"])
-    tokens = max(config["contexts"].values()) + n_predict
+    slots = max(config.concurrency)
+    tokens = max(config.contexts.values()) + n_predict
     from splitbench import backends  # each backend plans its own launch
 
     return backends.get(spec.get("backend", "llamacpp")).server_settings(spec, slots, tokens)
 
 
-def link_slice(config: dict[str, Any], pair: str, link: str) -> dict[str, Any]:
+def link_slice(config: Config, pair: str, link: str) -> dict[str, Any]:
     """The link's emulation spec plus its position (which sets its addresses)."""
-    pair_spec = config["pairs"][pair]
-    links = pair_spec["links"]
-    out = {"pair": pair, "link": link, "mode": pair_spec["mode"], **links[link]}
-    if pair_spec["mode"] == "embedded":
-        out["index"] = link_index(link, links[link])  # only the lab's addresses need it
+    pair_spec = config.pairs[pair]
+    spec = pair_spec.links[link].given()
+    out = {"pair": pair, "link": link, "mode": pair_spec.mode, **spec}
+    if pair_spec.mode == "embedded":
+        out["index"] = link_index(link, spec)  # only the lab's addresses need it
         # Every emulated link takes the same path (the delay relay, or netem, at zero
         # delay for a link without one): a difference between links is then what is
         # emulated, not the relay's own cost, which a link without it would not pay.
         out["same_path_at_zero_delay"] = True
     else:
-        out["hosts"] = pair_spec["hosts"]
-        out["firewall"] = pair_spec.get("firewall", "guard")
+        out["hosts"] = pair_spec.hosts.given()
+        out["firewall"] = pair_spec.firewall
     return out
 
 
@@ -248,22 +256,22 @@ SINGLE_STREAM_KEYS = ("single_stream_requests", "single_stream_seconds")
 CONCURRENT_KEYS = ("concurrent_releases", "concurrent_seconds")
 
 
-def cell_slice(config: dict[str, Any], cell: Cell, epoch: int = 0) -> dict[str, Any]:
+def cell_slice(config: Config, cell: Cell, epoch: int = 0) -> dict[str, Any]:
     """Exactly what one cell's measurement depends on (its rerun trigger). A new epoch
     (config/reruns.yaml) re-measures just this cell."""
     # A single stream reads only its request count, a concurrent cell only its releases':
     # tuning one kind re-measures none of the other.
     unused = CONCURRENT_KEYS if cell.conc == 1 else SINGLE_STREAM_KEYS
     out = {
-        "measurement_version": config["measurement_version"],
-        "prompt_tokens": config["contexts"][cell.ctx],
+        "measurement_version": config.measurement_version,
+        "prompt_tokens": config.contexts[cell.ctx],
         "concurrency": cell.conc,
         **{k: v for k, v in cell_settings(config).items() if k not in unused},
         "model": model_slice(config, cell.model),
     }
     # Only when set, so that existing cells keep their params (and are not re-measured).
-    if config.get("repeats", 1) > 1:
-        out["repeats"] = config["repeats"]
+    if config.repeats > 1:
+        out["repeats"] = config.repeats
     paired = paired_for(config, cell)
     if paired:
         out["paired"] = paired
@@ -276,26 +284,26 @@ def _roundtrip_defaults() -> dict[str, Any]:
     return configuration.defaults(configuration.Roundtrips, exclude=("models",))
 
 
-def roundtrip_settings(config: dict[str, Any]) -> dict[str, Any] | None:
+def roundtrip_settings(config: Config) -> dict[str, Any] | None:
     """The round-trips sweep's settings, or None when config has no `roundtrips`."""
-    if "roundtrips" not in config:
+    if config.roundtrips is None:
         return None
-    settings = {**_roundtrip_defaults(), **config["roundtrips"], **_wakeup(config)}
+    settings = {**_roundtrip_defaults(), **config.roundtrips.given(), **_wakeup(config)}
     settings.setdefault("models", configuration.llamacpp_models(config))
     return settings
 
 
-def roundtrip_sweeps(config: dict[str, Any]) -> list[tuple[str, str, int]]:
+def roundtrip_sweeps(config: Config) -> list[tuple[str, str, int]]:
     """(pair, model, workers) of every sweep: embedded pairs only (it emulates delay)."""
     settings = roundtrip_settings(config)
     if settings is None:
         return []
     return [(pair, model, workers)
-            for pair, spec in config["pairs"].items() if spec["mode"] == "embedded"
+            for pair, spec in config.pairs.items() if spec.mode == "embedded"
             for model in settings["models"] for workers in settings["workers"]]
 
 
-def roundtrips_slice(config: dict[str, Any], pair: str, model: str,
+def roundtrips_slice(config: Config, pair: str, model: str,
                      workers: int) -> dict[str, Any]:
     """One sweep's settings, with its own server settings (one slot, short context)."""
     settings = roundtrip_settings(config) or _roundtrip_defaults()
@@ -335,20 +343,20 @@ def read_reruns(reruns_path: str | Path) -> dict[str, Any]:
 HOST_KEYS = ("ssh", "ssh_port", "node", "feature")
 
 
-def pairs_slice(config_pairs: dict[str, Any]) -> dict[str, Any]:
+def pairs_slice(config: Config) -> dict[str, Any]:
     """What the report shows of `pairs:` (the report rule's --pairs): each pair's mode,
     where its hosts are (ssh destination and port, a SLURM `node` or `feature` where
     set) and its links, in config order. Nothing else, so that the rest of a pair's
     config (keys, paths, link rates) does not re-run the report."""
     out = {}
-    for pair, spec in config_pairs.items():
-        hosts = spec.get("hosts") or {}
+    for pair, spec in config.pairs.items():
+        hosts = spec.hosts.given()
         out[pair] = {
-            "mode": spec.get("mode"),
+            "mode": spec.mode,
             "hosts": {side: {k: v for k, v in (hosts.get(side) or {}).items()
                              if k in HOST_KEYS and v not in (None, "")}
                       for side in ("a", "b")},
-            "links": list(spec.get("links") or {}),
+            "links": list(spec.links),
         }
     return out
 
@@ -362,7 +370,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> None:
-    for cell in matching_cells(read_yaml(args.config), args.match):
+    for cell in matching_cells(configuration.parsed(read_yaml(args.config)), args.match):
         print(cell.path)
 
 

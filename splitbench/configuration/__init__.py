@@ -1,6 +1,7 @@
 """The configuration, typed: every key, its type and limits, its default and what it means,
-and the checks across keys. `config/schema.yaml` (which Snakemake validates against)
-and `config/README.md` (the reference) are generated from it:
+and the checks across keys. The workflow reads the config once into `Config`
+(`parsed`), and planning reads that model. `config/schema.yaml` (which Snakemake
+validates against first) and `config/README.md` (the reference) are generated from it:
 
     python -m splitbench.configuration            # rewrite both (reference.py)
     python -m splitbench.configuration --check    # fail when either is out of date

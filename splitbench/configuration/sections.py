@@ -7,7 +7,14 @@ import functools
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    StringConstraints,
+    model_validator,
+)
 
 from splitbench import results
 from splitbench.errors import SplitbenchError
@@ -23,6 +30,7 @@ class ConfigError(SplitbenchError, ValueError):
     def __init__(self, key: str, problem: str) -> None:
         super().__init__(f"config key '{key}': {problem}")
         self.key = key
+        self.problem = problem
 
 
 def key(default: Any = None, description: str = "", *, applied: str = "code",
@@ -34,6 +42,9 @@ def key(default: Any = None, description: str = "", *, applied: str = "code",
         extra["format"] = limits.pop("format")
     if "unique" in limits:
         extra["uniqueItems"] = limits.pop("unique")
+    if isinstance(default, dict):
+        # A section's default ({}) is read as that section, with its own defaults.
+        limits["validate_default"] = True
     return Field(default, description=description, json_schema_extra=extra, **limits)
 
 
@@ -45,7 +56,25 @@ def required(description: str = "", **limits: Any) -> Any:
 
 
 class Section(BaseModel):
+    """A config section, typed, that also keeps the mapping it was read from: a job's
+    slice is that mapping (`given()`), exactly as written, so its params (the job's
+    rerun trigger) do not change when the model would write a value another way (a
+    rate of `1` as `1.0`)."""
+
     model_config = ConfigDict(extra="forbid")
+    _given: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _keep_given(cls, data: Any, handler: Any) -> Any:
+        section = handler(data)
+        if isinstance(data, dict):
+            section._given = copy.deepcopy(data)
+        return section
+
+    def given(self) -> dict[str, Any]:
+        """The keys the config sets in this section, as written (a fresh copy)."""
+        return copy.deepcopy(self._given)
 
 
 PairName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_-]{0,15}$")]
@@ -359,6 +388,13 @@ class Config(Section):
     drift: Drift = key(description=Drift.__doc__)
     interference: Interference = key(description=Interference.__doc__)
     report: Report = key(description="the report page")
+
+    @model_validator(mode="after")
+    def _across_keys(self) -> Config:
+        from splitbench.configuration.checks import check  # checks reads these sections
+
+        check(self)
+        return self
 
 
 def defaults(section: type[Section], exclude: tuple[str, ...] = ()) -> dict[str, Any]:

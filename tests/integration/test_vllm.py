@@ -19,6 +19,7 @@ from splitbench.backends.vllm import prompts as vllm_prompts
 from splitbench.backends.vllm import toolchain as vllm_toolchain
 from splitbench.backends.vllm.client import SERVED_NAME
 from splitbench.backends.vllm.setup import executable
+from splitbench.configuration import parsed
 from splitbench.infra import procs, teardown, telemetry
 from splitbench.links import lab
 from tests.conftest import ROOT, needs_root
@@ -121,9 +122,9 @@ _record_process = procs.record_process
 
 def launch(setup: dict, split: dict, link: str = "plain", **tools_override):
     cfg = config(split)
-    the_link = lab.ensure_link(plan.link_slice(cfg, "vx", link))
+    the_link = lab.ensure_link(plan.link_slice(parsed(cfg), "vx", link))
     tools = {**setup["tools"], **tools_override}
-    server = servers.ensure(the_link, plan.server_slice(cfg, "m"), setup["model"]["path"],
+    server = servers.ensure(the_link, plan.server_slice(parsed(cfg), "m"), setup["model"]["path"],
                             setup["model"]["sha256"], tools)
     return the_link, server
 
@@ -268,12 +269,12 @@ def test_a_worker_that_never_joins_fails_the_launch_within_its_deadline(setup, t
     silent.chmod(0o755)
     cfg = config({"tensor_parallel": 2})
     cfg["models"]["m"]["vllm"]["launch_timeout_s"] = 10
-    link = lab.ensure_link(plan.link_slice(cfg, "vx", "plain"))
+    link = lab.ensure_link(plan.link_slice(parsed(cfg), "vx", "plain"))
     tools = {**setup["tools"], "b": {"vllm": {**setup["tools"]["b"]["vllm"],
                                               "executable": str(silent)}}}
     started = time.monotonic()
     with pytest.raises(servers.LaunchError, match="not healthy after 10 s"):
-        servers.ensure(link, plan.server_slice(cfg, "m"), setup["model"]["path"],
+        servers.ensure(link, plan.server_slice(parsed(cfg), "m"), setup["model"]["path"],
                        setup["model"]["sha256"], tools)
     assert time.monotonic() - started < 10 + 40  # the deadline, and stopping
     assert not ours_running(setup["tmp"]) and launches.current("vx") is None

@@ -43,6 +43,7 @@ from splitbench.backends.vllm import client, metrics, servers, toolchain
 from splitbench.backends.vllm import prompts as vllm_prompts
 from splitbench.infra import procs, telemetry, teardown
 from splitbench.links import real
+from splitbench.configuration import parsed
 spec, shape, venv, out = json.loads(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3], sys.argv[4]
 config = {"pairs": {"sv": {"mode": "ssh", "hosts": spec["hosts"], "links": {}}},
           "models": {"m": {"synthetic": shape, "backend": "vllm",
@@ -59,7 +60,7 @@ try:
     result["tools"] = tools["status"]
     models.write_synthetic_hf(shape, Path(out) / "m.hf")
     model = models.describe({"synthetic": shape, "backend": "vllm"}, Path(out) / "m.hf")
-    server = servers.ensure(link, plan.server_slice(config, "m"), model["path"],
+    server = servers.ensure(link, plan.server_slice(parsed(config), "m"), model["path"],
                             model["sha256"], tools)
     rank1 = procs.find(server.record["proc_keys"][1])
     result.update(connections=server.record["link_connections"],

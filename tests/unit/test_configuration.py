@@ -28,7 +28,7 @@ def test_shipped_configs_pass_the_schema_and_the_checks(path):
     config = yaml.safe_load(path.read_text())
     plan.names_as_text(config)
     validate(config, str(configuration.SCHEMA))
-    configuration.check(config)
+    configuration.parsed(config)
 
 
 def _default_config() -> dict:
@@ -69,20 +69,22 @@ def test_nullable_keys_take_null_and_validate_writes_only_schema_defaults():
 def test_the_code_uses_the_models_defaults():
     assert configuration.drift_settings({})["max_temp_rise_c"] == 10.0
     assert interference.settings({}) == configuration.defaults(configuration.Interference)
-    checks = plan.link_check_settings({})
+    config = _default_config()
+    del config["link_check"]
+    checks = plan.link_check_settings(configuration.parsed(config))
     assert checks["rr_sizes"] == configuration.LinkCheck.model_fields["rr_sizes"].default
-    sweep = plan.roundtrip_settings({"roundtrips": {}, "models": {"m": {}}})
-    assert sweep["delays_ms"] == [0.0, 0.5, 1.0, 2.0] and sweep["models"] == ["m"]
+    sweep = plan.roundtrip_settings(configuration.parsed({**config, "roundtrips": {}}))
+    assert sweep["delays_ms"] == [0.0, 0.5, 1.0, 2.0] and sweep["models"] == ["synth"]
 
 
 def test_sockperf_is_in_a_links_settings_only_where_the_config_sets_it():
     """Links verified before the key existed keep their job's settings (nothing re-runs);
     verify reads an absent key as its default, on."""
-    assert "sockperf" not in plan.link_check_settings({})
-    assert configuration.LinkCheck.model_fields["sockperf"].default is True
-    off = plan.link_check_settings({"link_check": {"sockperf": False}})
-    assert off["sockperf"] is False
     config = _default_config()
+    assert "sockperf" not in plan.link_check_settings(configuration.parsed(config))
+    assert configuration.LinkCheck.model_fields["sockperf"].default is True
+    off = {**config, "link_check": {"sockperf": False}}
+    assert plan.link_check_settings(configuration.parsed(off))["sockperf"] is False
     config["link_check"] = {"sockperf": False}
     validate(config, str(configuration.SCHEMA))
     config["link_check"] = {"sockperf": "no"}
@@ -103,7 +105,7 @@ def test_a_synthetic_model_too_large_to_make_is_refused_by_key():
     validate(config, str(configuration.SCHEMA))
     with pytest.raises(configuration.ConfigError,
                        match=r"models\.synth\.synthetic.*GiB of weights.*at most 4 GiB"):
-        configuration.check(config)
+        configuration.parsed(config)
     # The shipped one is far below it: 2 blocks of width 64 and 2,048 tokens.
     assert configuration.synthetic_bytes(_default_config()["models"]["synth"]["synthetic"]) \
         < 1 << 20

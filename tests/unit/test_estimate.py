@@ -9,6 +9,7 @@ import yaml
 
 from splitbench import estimate, plan
 from splitbench.cells import measure
+from splitbench.configuration import parsed
 from tests.conftest import ROOT
 
 FAST = estimate.Speed(prefill_tps=1000.0, decode_tps=50.0)
@@ -22,7 +23,7 @@ def config():
 
 
 def every(config, speed=FAST):
-    return {(c.model, c.ctx): speed for c in plan.cells(config)}
+    return {(c.model, c.ctx): speed for c in plan.cells(parsed(config))}
 
 
 @pytest.mark.parametrize("release_s", [0.7, 2.5, 4.0, 30.0])
@@ -43,53 +44,54 @@ def test_a_release_prefills_its_prompts_one_after_another():
 
 
 def test_cells_single_stream_concurrent_paired_and_refused(config):
-    settings = plan.cell_settings(config)
+    settings = plan.cell_settings(parsed(config))
     n_predict, prompt = settings["n_predict"], config["contexts"]["mid"]
     one = prompt / FAST.prefill_tps + n_predict / FAST.decode_tps
     single = plan.Cell("t", "plain", "tiny", "mid", 1)
     expected = one * estimate.releases(settings["single_stream_requests"],
                                        settings["single_stream_seconds"], one)
-    assert estimate.cell_seconds(config, single, FAST) == pytest.approx(
+    assert estimate.cell_seconds(parsed(config), single, FAST) == pytest.approx(
         estimate.JOB_OVERHEAD_S + expected)
     two = plan.Cell("t", "plain", "tiny", "mid", 2)
     release = 2 * prompt / FAST.prefill_tps + n_predict / FAST.decode_tps
     least = settings.get("concurrent_releases", 1)
-    assert estimate.cell_seconds(config, two, FAST) == pytest.approx(
+    assert estimate.cell_seconds(parsed(config), two, FAST) == pytest.approx(
         estimate.JOB_OVERHEAD_S + release * estimate.releases(
             least, settings.get("concurrent_seconds", 0.0), release))
     paired = plan.Cell("t", "slow", "tiny", "short", 1)
     rounds = config["cell"]["paired"]["rounds"] * config["cell"]["paired"]["requests"]
     short = (config["contexts"]["short"] / FAST.prefill_tps
              + n_predict / FAST.decode_tps)
-    assert estimate.cell_seconds(config, paired, FAST, launch_s=60) == pytest.approx(
+    assert estimate.cell_seconds(parsed(config), paired, FAST, launch_s=60) == pytest.approx(
         estimate.JOB_OVERHEAD_S + 60 + rounds * 2 * short)
     # A context the model cannot hold: one refused release, whatever the counts.
-    assert estimate.cell_seconds(config, two, None) == estimate.JOB_OVERHEAD_S
+    assert estimate.cell_seconds(parsed(config), two, None) == estimate.JOB_OVERHEAD_S
     config["repeats"] = 3
-    assert estimate.cell_seconds(config, single, FAST) == pytest.approx(
+    assert estimate.cell_seconds(parsed(config), single, FAST) == pytest.approx(
         estimate.JOB_OVERHEAD_S + 3 * expected)
 
 
 def test_the_matrix_adds_up_every_job(config):
-    parts = estimate.expected_seconds(config, every(config), launch_s=60)
+    parts = estimate.expected_seconds(parsed(config), every(config), launch_s=60)
     assert parts["total"] == pytest.approx(sum(v for k, v in parts.items() if k != "total"))
     assert parts["launches"] == (estimate.JOB_OVERHEAD_S + 60) * 2 * 2  # links x models
-    assert parts["links"] == 2 * estimate.link_seconds(config)
+    assert parts["links"] == 2 * estimate.link_seconds(parsed(config))
     assert parts["cells"] == pytest.approx(sum(
-        estimate.cell_seconds(config, c, FAST, 60) for c in plan.cells(config)))
-    anchor = estimate.cell_seconds(config, plan.anchor_cell(config, "t", "tiny"), FAST, 60)
+        estimate.cell_seconds(parsed(config), c, FAST, 60) for c in plan.cells(parsed(config))))
+    typed = parsed(config)
+    anchor = estimate.cell_seconds(typed, plan.anchor_cell(typed, "t", "tiny"), FAST, 60)
     assert parts["anchors"] == pytest.approx(2 * 2 * anchor)  # models x start and end
     # Slower decode, longer run; a missing rate is named, not guessed.
-    slow = estimate.expected_seconds(config, every(config, estimate.Speed(1000, 5)))
+    slow = estimate.expected_seconds(parsed(config), every(config, estimate.Speed(1000, 5)))
     assert slow["cells"] > parts["cells"]
     with pytest.raises(ValueError, match="no speed"):
-        estimate.expected_seconds(config, {("tiny", "short"): FAST})
+        estimate.expected_seconds(parsed(config), {("tiny", "short"): FAST})
 
 
 def test_link_checks_count_every_iperf3_run(config):
     config["link_check"] = {"iperf_seconds": 10, "iperf_omit": 2, "iperf_repeats": 3}
     # A->B, B->A and both at once, three times, each 10 s after 2 s left out.
-    assert estimate.link_seconds(config) == pytest.approx(
+    assert estimate.link_seconds(parsed(config)) == pytest.approx(
         estimate.JOB_OVERHEAD_S + estimate.LINK_CHECK_S + 9 * 13)
 
 
@@ -109,8 +111,8 @@ def test_speeds_from_a_summary():
 
 def test_the_round_trip_sweeps_count_a_launch_per_delay():
     config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
-    parts = estimate.expected_seconds(config, every(config), launch_s=60)
-    sweep = plan.roundtrip_settings(config)
+    parts = estimate.expected_seconds(parsed(config), every(config), launch_s=60)
+    sweep = plan.roundtrip_settings(parsed(config))
     points = len(sweep["delays_ms"])
     request = sweep["prompt_tokens"] / FAST.prefill_tps + sweep["n_predict"] / FAST.decode_tps
     one = estimate.JOB_OVERHEAD_S + points * (60 + sweep["requests"] * request)

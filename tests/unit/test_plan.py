@@ -4,6 +4,7 @@ import pytest
 import yaml
 
 from splitbench import configuration, plan
+from splitbench.configuration import parsed
 from tests.conftest import ROOT
 
 
@@ -13,14 +14,14 @@ def config():
 
 
 def test_default_matrix_is_links_x_models_x_contexts_x_concurrency(config):
-    cells = plan.cells(config)
+    cells = plan.cells(parsed(config))
     assert len(cells) == 4 * 1 * 3 * 3
     assert cells[0].path == "results/cells/lab/baseline/synth/ctxshort_c1.parquet"
 
 
 def test_blocks_run_in_order_with_descending_priority(config):
-    blocks = plan.blocks(config)
-    priorities = [plan.block_priority(config, *b) for b in blocks]
+    blocks = plan.blocks(parsed(config))
+    priorities = [plan.block_priority(parsed(config), *b) for b in blocks]
     assert priorities == sorted(priorities, reverse=True)
     assert len(set(priorities)) == len(blocks)
 
@@ -28,15 +29,15 @@ def test_blocks_run_in_order_with_descending_priority(config):
 def test_setup_jobs_outrank_every_launch_and_anchor(config):
     """A later block's launch must never be picked while a link check or model an
     earlier block needs is still waiting: Snakemake does not lift a job's inputs."""
-    blocks = plan.blocks(config)
-    top = max(max(plan.launch_priority(config, *b, order=blocks),
-                  plan.anchor_priority(config, b[0], b[2], "start", order=blocks))
+    blocks = plan.blocks(parsed(config))
+    top = max(max(plan.launch_priority(parsed(config), *b, order=blocks),
+                  plan.anchor_priority(parsed(config), b[0], b[2], "start", order=blocks))
               for b in blocks)
     assert plan.setup_priority(blocks) > top
 
 
 def test_server_is_sized_for_the_longest_prompt_at_the_highest_concurrency(config):
-    settings = plan.server_slice(config, "synth")
+    settings = plan.server_slice(parsed(config), "synth")
     assert settings["slots"] == 4
     assert settings["ctx_per_slot"] >= 32000 + 64
     assert settings["ctx_per_slot"] % 256 == 0
@@ -45,12 +46,12 @@ def test_server_is_sized_for_the_longest_prompt_at_the_highest_concurrency(confi
 
 def test_cell_slice_does_not_depend_on_other_cells_or_models(config):
     cell = plan.Cell("lab", "5gbe", "synth", "short", 1)
-    before = plan.cell_slice(config, cell)
+    before = plan.cell_slice(parsed(config), cell)
     bigger = copy.deepcopy(config)
     bigger["contexts"]["52k"] = 52000
     bigger["models"]["other"] = copy.deepcopy(config["models"]["synth"])
     bigger["concurrency"].append(8)
-    assert plan.cell_slice(bigger, cell) == before
+    assert plan.cell_slice(parsed(bigger), cell) == before
 
 
 @pytest.mark.parametrize(
@@ -68,7 +69,7 @@ def test_cell_slice_does_not_depend_on_other_cells_or_models(config):
 def test_bad_config_names_the_key(config, mutate, key):
     mutate(config)
     with pytest.raises(configuration.ConfigError) as error:
-        configuration.check(config)
+        configuration.parsed(config)
     assert error.value.key == key
     assert key in str(error.value)
 
@@ -88,19 +89,20 @@ def test_anchors_bracket_each_models_blocks():
     config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
     config["models"]["other"] = config["models"]["synth"]
     order = []  # (priority, what), run highest first
-    for pair, link, model in plan.blocks(config):
-        order.append((plan.block_priority(config, pair, link, model), f"{model}/{link}"))
+    for pair, link, model in plan.blocks(parsed(config)):
+        order.append((plan.block_priority(parsed(config), pair, link, model), f"{model}/{link}"))
     for model in config["models"]:
         for when in ("start", "end"):
-            order.append((plan.anchor_priority(config, "lab", model, when), f"{model}/{when}"))
+            order.append((plan.anchor_priority(parsed(config), "lab", model, when),
+                          f"{model}/{when}"))
     names = [name for _, name in sorted(order, reverse=True)]
     for model in config["models"]:
         mine = [i for i, name in enumerate(names) if name.startswith(f"{model}/")]
         assert names[mine[0]] == f"{model}/start" and names[mine[-1]] == f"{model}/end"
         assert mine == list(range(mine[0], mine[-1] + 1))  # contiguous
     # The baseline launch runs before the start anchor that needs it.
-    assert (plan.launch_priority(config, "lab", "baseline", "other")
-            > plan.anchor_priority(config, "lab", "other", "start"))
+    assert (plan.launch_priority(parsed(config), "lab", "baseline", "other")
+            > plan.anchor_priority(parsed(config), "lab", "other", "start"))
 
 
 def test_entries_merged_in_from_the_workflow_config_are_named():
@@ -143,9 +145,10 @@ def test_the_baseline_links_block_runs_first_wherever_the_config_lists_it():
     for spec in config["pairs"].values():
         spec["links"] = dict(sorted(spec["links"].items()))  # baseline no longer first
     assert list(config["pairs"]["north"]["links"]) == ["5gbe", "baseline"]
-    assert plan.blocks(config) == [("north", "baseline", "synth"), ("north", "5gbe", "synth"),
-                                   ("south", "baseline", "synth"), ("south", "usb4", "synth")]
-    order = plan.blocks(config)
-    assert plan.anchor_priority(config, "north", "synth", "start", order) > \
-        plan.block_priority(config, "north", "baseline", "synth", order) > \
-        plan.block_priority(config, "north", "5gbe", "synth", order)
+    assert plan.blocks(parsed(config)) == [
+        ("north", "baseline", "synth"), ("north", "5gbe", "synth"),
+        ("south", "baseline", "synth"), ("south", "usb4", "synth")]
+    order = plan.blocks(parsed(config))
+    assert plan.anchor_priority(parsed(config), "north", "synth", "start", order) > \
+        plan.block_priority(parsed(config), "north", "baseline", "synth", order) > \
+        plan.block_priority(parsed(config), "north", "5gbe", "synth", order)

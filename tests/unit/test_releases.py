@@ -21,6 +21,7 @@ from splitbench.analysis import cell_summary, releases
 from splitbench.backends import metrics
 from splitbench.backends.client import Reply
 from splitbench.cells import measure
+from splitbench.configuration import parsed
 from splitbench.report import charts, tables
 
 CONTEXTS = {"short": 128, "long": 4096}
@@ -135,8 +136,8 @@ def test_each_release_has_its_own_wall_time_and_throughput():
 
 def test_only_concurrent_cells_carry_the_release_keys_and_only_singles_theirs():
     config = plan.read_yaml(Path(__file__).resolve().parents[2] / "config/config.yaml")
-    single = plan.cell_slice(config, plan.Cell("lab", "5gbe", "synth", "short", 1))
-    many = plan.cell_slice(config, plan.Cell("lab", "5gbe", "synth", "short", 2))
+    single = plan.cell_slice(parsed(config), plan.Cell("lab", "5gbe", "synth", "short", 1))
+    many = plan.cell_slice(parsed(config), plan.Cell("lab", "5gbe", "synth", "short", 2))
     assert "concurrent_releases" not in single and "single_stream_requests" in single
     assert many["concurrent_releases"] == config["cell"]["concurrent_releases"]
     assert many["concurrent_seconds"] == config["cell"]["concurrent_seconds"]

@@ -13,6 +13,7 @@ import yaml
 from splitbench import configuration, models, plan
 from splitbench.backends.client import Reply
 from splitbench.backends.vllm import client, metrics, setup
+from splitbench.configuration import parsed
 from tests.conftest import ROOT
 
 EXAMPLE = ROOT / "config/examples/backends.yaml"
@@ -45,7 +46,7 @@ def test_a_vllm_model_that_cannot_run_is_refused_naming_its_key(mutate, key):
         spec["synthetic"] = dict(spec["synthetic"])
     mutate(config)
     with pytest.raises(configuration.ConfigError, match=f"'{key}'"):
-        configuration.check(config)
+        configuration.parsed(config)
 
 
 def test_an_ssh_pair_names_where_host_b_keeps_vllm():
@@ -56,23 +57,23 @@ def test_an_ssh_pair_names_where_host_b_keeps_vllm():
                                         "narrow": {"interface_a": "a1", "interface_b": "b1",
                                                    "adopt": True}}}
     with pytest.raises(configuration.ConfigError, match="hosts.b.vllm_venv"):
-        configuration.check(config)
+        configuration.parsed(config)
     config["pairs"]["lab"]["hosts"]["b"]["vllm_venv"] = "/opt/vllm"
-    configuration.check(config)
+    configuration.parsed(config)
 
 
 def test_a_vllm_launch_holds_the_longest_prompt_and_leaves_llamacpp_settings_alone():
     config = example()
-    tp = plan.server_slice(config, "tp")
+    tp = plan.server_slice(parsed(config), "tp")
     assert tp["backend"] == "vllm" and tp["tensor_parallel"] == 2
     assert tp["pipeline_parallel"] == 1 and tp["dtype"] == "bfloat16"
     assert tp["max_model_len"] == 512 + 32 + 64 and tp["slots"] == 2
     assert "extra_args" not in tp  # unset keys stay out of the launch's params
     config["contexts"]["huge"] = 8150
-    assert plan.server_slice(config, "tp")["max_model_len"] == 8192  # the trained length
+    assert plan.server_slice(parsed(config), "tp")["max_model_len"] == 8192  # the trained length
     # A llama.cpp model's settings carry no backend key: its launches and cells keep
     # the params they were measured with.
-    assert "backend" not in plan.server_slice(config, "rpc")
+    assert "backend" not in plan.server_slice(parsed(config), "rpc")
 
 
 def test_the_synthetic_model_as_a_directory_holds_the_ggufs_weights(tmp_path):
@@ -175,10 +176,10 @@ def test_an_engine_that_says_it_died_is_a_crash_even_before_its_server_exits():
 def test_a_missing_vllm_stops_the_plan_naming_the_install_command(tmp_path):
     config = example()
     config["pairs"]["lab"]["hosts"]["a"]["vllm_venv"] = str(tmp_path / "none")
-    why = setup.missing(config)
+    why = setup.missing(parsed(config))
     assert why and "./bootstrap.sh vllm" in why and str(tmp_path / "none") in why
     config["models"] = {"rpc": config["models"]["rpc"]}
-    assert setup.missing(config) is None  # no vLLM model: nothing to install
+    assert setup.missing(parsed(config)) is None  # no vLLM model: nothing to install
 
 
 @pytest.mark.parametrize(("arg", "owned"), [

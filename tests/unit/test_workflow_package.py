@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from splitbench import results
+from splitbench.configuration import parsed
 from splitbench.workflow import jobs, preflight, snakemake_internals
 from tests.conftest import ROOT
 
@@ -80,17 +81,17 @@ def test_a_merged_config_file_is_refused_by_the_main_process(tiny, tmp_path, mon
 def test_pairs_side_by_side_take_one_slot_each(tiny):
     two = {**tiny, "pairs": {"p": tiny["pairs"]["t"], "q": tiny["pairs"]["t"]}}
     side = preflight.Execution(cluster=False, side_by_side=True)
-    assert preflight.pair_slots(two, side, is_root=True) == {"pair_p": 1, "pair_q": 1}
-    assert preflight.pair_slots(two, ONE_AT_A_TIME, is_root=True) == {}
+    assert preflight.pair_slots(parsed(two), side, is_root=True) == {"pair_p": 1, "pair_q": 1}
+    assert preflight.pair_slots(parsed(two), ONE_AT_A_TIME, is_root=True) == {}
     with pytest.raises(preflight.PreflightError, match="without root"):
-        preflight.pair_slots(two, side, is_root=False)
-    resources = jobs.Jobs(two, side).pair_job("cell")
+        preflight.pair_slots(parsed(two), side, is_root=False)
+    resources = jobs.Jobs(parsed(two), side).pair_job("cell")
     assert {name: take(wildcards(pair="q")) for name, take in resources.items()} == {
         "pair_p": 0, "pair_q": 1}
 
 
 def test_targets_list_every_cell_link_launch_and_anchor(tiny):
-    matrix = jobs.Jobs(tiny, ONE_AT_A_TIME, reruns=ROOT / "no-such-reruns.yaml")
+    matrix = jobs.Jobs(parsed(tiny), ONE_AT_A_TIME, reruns=ROOT / "no-such-reruns.yaml")
     cells = matrix.cell_results()
     assert len(cells) == 2 * 2 * 2 * 2  # links x models x contexts x levels
     assert len(set(cells)) == len(cells)
@@ -103,14 +104,14 @@ def test_targets_list_every_cell_link_launch_and_anchor(tiny):
 
 
 def test_the_end_anchor_waits_for_its_models_cells_only(tiny):
-    matrix = jobs.Jobs(tiny, ONE_AT_A_TIME)
+    matrix = jobs.Jobs(parsed(tiny), ONE_AT_A_TIME)
     assert matrix.anchor_inputs(wildcards(pair="t", model="tiny", when="start")) == {}
     end = matrix.anchor_inputs(wildcards(pair="t", model="tiny", when="end"))["cells"]
     assert len(end) == 8 and all("/tiny/" in str(path) for path in end)
 
 
 def test_only_a_paired_cell_reads_the_baseline_links_check(tiny):
-    matrix = jobs.Jobs(tiny, ONE_AT_A_TIME)
+    matrix = jobs.Jobs(parsed(tiny), ONE_AT_A_TIME)
     paired = matrix.reference_link_result(
         wildcards(pair="t", link="slow", model="tiny", ctx="short", conc="1"))
     assert [str(p) for p in paired] == [results.link("t", "plain")]
@@ -121,8 +122,8 @@ def test_only_a_paired_cell_reads_the_baseline_links_check(tiny):
 
 
 def test_a_models_file_and_constraint_follow_its_kind(tiny):
-    tiny["models"]["mine"] = {"path": "/models/mine.gguf"}
-    matrix = jobs.Jobs(tiny, ONE_AT_A_TIME)
+    tiny["models"]["mine"] = {"path": "/models/mine.gguf", "layers_on_b": 1}
+    matrix = jobs.Jobs(parsed(tiny), ONE_AT_A_TIME)
     assert matrix.model_file(wildcards(model="tiny")) == results.MODEL_GGUF.format(
         model="tiny")
     assert matrix.model_file(wildcards(model="mine")) == "/models/mine.gguf"
@@ -134,7 +135,7 @@ def test_a_models_file_and_constraint_follow_its_kind(tiny):
 def test_a_cells_epoch_comes_from_the_reruns_file(tiny, tmp_path):
     reruns = tmp_path / "reruns.yaml"
     reruns.write_text(yaml.safe_dump({"cells": {"t/slow/tiny/ctxshort_c1": 2}}))
-    matrix = jobs.Jobs(tiny, ONE_AT_A_TIME, reruns=reruns)
+    matrix = jobs.Jobs(parsed(tiny), ONE_AT_A_TIME, reruns=reruns)
     assert matrix.cell_epoch(wildcards(pair="t", link="slow", model="tiny", ctx="short",
                                        conc="1")) == 2
     assert matrix.cell_epoch(wildcards(pair="t", link="plain", model="tiny", ctx="short",
@@ -142,7 +143,7 @@ def test_a_cells_epoch_comes_from_the_reruns_file(tiny, tmp_path):
 
 
 def test_blocks_run_in_order_and_setup_first(tiny):
-    matrix = jobs.Jobs(tiny, ONE_AT_A_TIME)
+    matrix = jobs.Jobs(parsed(tiny), ONE_AT_A_TIME)
     order = [matrix.block_priority(wildcards(pair=p, link=link, model=m))
              for p, link, m in matrix.blocks]
     assert order == sorted(order, reverse=True)

@@ -13,6 +13,7 @@ import yaml
 from snakemake.utils import validate
 
 from splitbench import configuration, estimate, plan
+from splitbench.configuration import parsed
 from tests.conftest import ROOT
 from tests.workflow.test_workflow import snakemake, workflow_copy
 
@@ -31,7 +32,7 @@ def seed_config() -> dict:
 def test_the_seed_matrix_passes_the_schema_and_the_checks():
     config = seed_config()
     validate(config, str(configuration.SCHEMA))
-    configuration.check(config)
+    configuration.parsed(config)
     assert list(config["models"]) == MODELS
     assert all(spec["path"].startswith("/models/") and spec["layers_on_b"] >= 1
                for spec in config["models"].values())
@@ -42,10 +43,10 @@ def test_the_seed_matrix_passes_the_schema_and_the_checks():
     assert config["contexts"] == {**default, "52k": 52000, "100k": 100000}
     assert list(config["contexts"]) == ["short", "5k", "32k", "52k", "100k"]
     assert config["concurrency"] == [1, 2, 4]
-    check = plan.link_check_settings(config)
+    check = plan.link_check_settings(parsed(config))
     assert check["iperf_seconds"] >= 10 and check["iperf_omit"] == 2
     # Pairing would hold two launches of one model at once.
-    assert not plan.paired_settings(config)["rounds"]
+    assert not plan.paired_settings(parsed(config))["rounds"]
 
 
 def job_counts(stdout: str) -> dict[str, int]:

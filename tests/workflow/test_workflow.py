@@ -666,6 +666,7 @@ def failed_run(tmp_path_factory):
     if os.geteuid() != 0:
         pytest.skip("needs root (network namespaces)")
     from splitbench import models, plan
+    from splitbench.configuration import parsed
     from splitbench.infra import teardown
     from splitbench.links import lab
     from tests.integration.test_lab import detour
@@ -696,7 +697,7 @@ def failed_run(tmp_path_factory):
         try:
             # The run adopts the links the lab already built, detours and all.
             for pair, (failing, _) in FAILING_LINKS.items():
-                detour(lab.ensure_link(plan.link_slice(config, pair, failing)))
+                detour(lab.ensure_link(plan.link_slice(parsed(config), pair, failing)))
             run = snakemake(work, "all")
         finally:
             teardown.teardown()

@@ -4,7 +4,10 @@ the workflow plans (so: no imports beyond the standard library)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from splitbench.configuration import Config
 
 INSTALL = "./bootstrap.sh vllm"
 # Where ./bootstrap.sh vllm puts it, relative to the workflow's directory.
@@ -16,16 +19,15 @@ def executable(venv: str) -> Path:
     return Path(venv).expanduser().absolute() / "bin" / "vllm"
 
 
-def missing(config: dict[str, Any]) -> str | None:
+def missing(config: Config) -> str | None:
     """Why a config's vLLM models cannot run on this machine (None when they can, or
     when it has none): an embedded pair's hosts use the workflow's own environment,
     which must hold vLLM. Checked when the workflow plans, before anything starts."""
-    wanted = [name for name, spec in config["models"].items()
-              if spec.get("backend") == "vllm"]
-    embedded = [pair for pair, spec in config["pairs"].items() if spec["mode"] == "embedded"]
+    wanted = [name for name, spec in config.models.items() if spec.backend == "vllm"]
+    embedded = [pair for pair, spec in config.pairs.items() if spec.mode == "embedded"]
     if not wanted or not embedded:
         return None
-    venvs = {config["pairs"][p]["hosts"][side].get("vllm_venv") or DEFAULT_VENV
+    venvs = {getattr(config.pairs[p].hosts, side).vllm_venv or DEFAULT_VENV
              for p in embedded for side in ("a", "b")}
     absent = sorted(v for v in venvs if not executable(v).exists())
     if not absent:
