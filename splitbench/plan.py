@@ -12,12 +12,22 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import yaml
 
 from splitbench import configuration, results
 from splitbench.configuration import Config, ConfigError, link_index
+from splitbench.slices import (
+    CellSlice,
+    LinkCheckSettings,
+    LinkSlice,
+    ModelSlice,
+    PairedSlice,
+    ServerSettings,
+    SweepSettings,
+    SweepSlice,
+)
 from splitbench.stage import Stage
 
 
@@ -95,14 +105,22 @@ def written(section: configuration.Section | None) -> dict[str, Any]:
     return section.given() if section is not None else {}
 
 
-def cell_settings(config: Config) -> dict[str, Any]:
+def cell_settings(config: Config) -> CellSlice:
     """Every cell's measurement settings (`cell:` with defaults; `paired` is per cell)."""
     given = {k: v for k, v in config.cell.given().items() if k != "paired"}
     return {**configuration.defaults(configuration.CellSpec, exclude=("paired",)), **given,
             **_wakeup(config)}
 
 
-def paired_settings(config: Config) -> dict[str, Any]:
+class PairedSettings(TypedDict):
+    """`cell.paired` with its defaults."""
+
+    rounds: int
+    requests: int
+    contexts: list[str] | None
+
+
+def paired_settings(config: Config) -> PairedSettings:
     """`cell.paired` with defaults: rounds 0 (off), requests per link per round, the
     contexts it applies to (None: every context)."""
     paired = config.cell.paired
@@ -110,7 +128,7 @@ def paired_settings(config: Config) -> dict[str, Any]:
             **(paired.given() if paired else {})}
 
 
-def paired_for(config: Config, cell: Cell) -> dict[str, Any] | None:
+def paired_for(config: Config, cell: Cell) -> PairedSlice | None:
     """What a single-stream cell on a link other than the baseline needs to measure
     itself round by round against the baseline link: rounds, requests per round, and
     the baseline's link slice. None where pairing does not apply to the cell."""
@@ -129,7 +147,7 @@ def _wakeup(config: Config) -> dict[str, bool]:
     return {"hold_wakeup_latency": config.hold_wakeup_latency}
 
 
-def link_check_settings(config: Config) -> dict[str, Any]:
+def link_check_settings(config: Config) -> LinkCheckSettings:
     # `sockperf` is in a link's settings only where the config sets it: links verified
     # before the key existed keep the settings they were made with (and plan nothing).
     return {**configuration.defaults(configuration.LinkCheck, exclude=("sockperf",)),
@@ -212,13 +230,13 @@ def anchor_cell(config: Config, pair: str, model: str) -> Cell:
     return Cell(pair, config.baseline_link, model, shortest, 1)
 
 
-def model_slice(config: Config, model: str) -> dict[str, Any]:
+def model_slice(config: Config, model: str) -> ModelSlice:
     spec = config.models[model].given()
     spec.setdefault("threads", 1)
     return spec
 
 
-def server_slice(config: Config, model: str) -> dict[str, Any]:
+def server_slice(config: Config, model: str) -> ServerSettings:
     """What the server launch of one model needs: sized for all of that model's cells.
 
     Policy ("dynamic ctx", as in the seed): one slot per request of the largest
@@ -234,7 +252,7 @@ def server_slice(config: Config, model: str) -> dict[str, Any]:
     return backends.get(spec.get("backend", "llamacpp")).server_settings(spec, slots, tokens)
 
 
-def link_slice(config: Config, pair: str, link: str) -> dict[str, Any]:
+def link_slice(config: Config, pair: str, link: str) -> LinkSlice:
     """The link's emulation spec plus its position (which sets its addresses)."""
     pair_spec = config.pairs[pair]
     spec = pair_spec.links[link].given()
@@ -256,7 +274,7 @@ SINGLE_STREAM_KEYS = ("single_stream_requests", "single_stream_seconds")
 CONCURRENT_KEYS = ("concurrent_releases", "concurrent_seconds")
 
 
-def cell_slice(config: Config, cell: Cell, epoch: int = 0) -> dict[str, Any]:
+def cell_slice(config: Config, cell: Cell, epoch: int = 0) -> CellSlice:
     """Exactly what one cell's measurement depends on (its rerun trigger). A new epoch
     (config/reruns.yaml) re-measures just this cell."""
     # A single stream reads only its request count, a concurrent cell only its releases':
@@ -280,11 +298,11 @@ def cell_slice(config: Config, cell: Cell, epoch: int = 0) -> dict[str, Any]:
     return out
 
 
-def _roundtrip_defaults() -> dict[str, Any]:
+def _roundtrip_defaults() -> SweepSettings:
     return configuration.defaults(configuration.Roundtrips, exclude=("models",))
 
 
-def roundtrip_settings(config: Config) -> dict[str, Any] | None:
+def roundtrip_settings(config: Config) -> SweepSettings | None:
     """The round-trips sweep's settings, or None when config has no `roundtrips`."""
     if config.roundtrips is None:
         return None
@@ -304,7 +322,7 @@ def roundtrip_sweeps(config: Config) -> list[tuple[str, str, int]]:
 
 
 def roundtrips_slice(config: Config, pair: str, model: str,
-                     workers: int) -> dict[str, Any]:
+                     workers: int) -> SweepSlice:
     """One sweep's settings, with its own server settings (one slot, short context)."""
     settings = roundtrip_settings(config) or _roundtrip_defaults()
     sweep = {k: v for k, v in settings.items() if k not in ("models", "workers")}
@@ -343,7 +361,15 @@ def read_reruns(reruns_path: str | Path) -> dict[str, Any]:
 HOST_KEYS = ("ssh", "ssh_port", "node", "feature")
 
 
-def pairs_slice(config: Config) -> dict[str, Any]:
+class PairView(TypedDict):
+    """What the report shows of one pair."""
+
+    mode: str
+    hosts: dict[str, dict[str, str | int]]
+    links: list[str]
+
+
+def pairs_slice(config: Config) -> dict[str, PairView]:
     """What the report shows of `pairs:` (the report rule's --pairs): each pair's mode,
     where its hosts are (ssh destination and port, a SLURM `node` or `feature` where
     set) and its links, in config order. Nothing else, so that the rest of a pair's

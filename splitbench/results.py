@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 if TYPE_CHECKING:  # the workflow imports this module when it plans: no pandas there
     import pandas as pd
@@ -118,7 +118,19 @@ def under(root: str | Path, path: str) -> str:
     return str(Path(root) / Path(path).relative_to(ROOT))
 
 
-def identity(path: str | Path) -> dict[str, Any]:
+class Identity(TypedDict, total=False):
+    """What measured rows are (`identity`): a cell's keys and repeat, or an anchor's."""
+
+    pair: str
+    link: str
+    model: str
+    ctx: str
+    conc: int
+    repeat: int
+    when: str
+
+
+def identity(path: str | Path) -> Identity:
     """What a measured file holds, from its path: a cell's pair, link, model, ctx, conc and
     repeat, or an anchor's pair, model and when. Raises ValueError, naming the file, for
     a path outside the layout."""
@@ -135,7 +147,7 @@ def identity(path: str | Path) -> dict[str, Any]:
                      "[.requests].parquet)")
 
 
-def stamped(frame: pd.DataFrame, ident: dict[str, Any]) -> pd.DataFrame:
+def stamped(frame: pd.DataFrame, ident: Identity) -> pd.DataFrame:
     """The rows with their identity as the first columns (a `repeat` already in the rows
     wins: one job measures every repeat of its cell)."""
     import pandas as pd
@@ -144,7 +156,7 @@ def stamped(frame: pd.DataFrame, ident: dict[str, Any]) -> pd.DataFrame:
     return pd.concat([pd.DataFrame(given, index=frame.index), frame], axis=1)
 
 
-def missing_identity(columns: list[str], path: str | Path, keys: list[str]) -> dict[str, Any]:
+def missing_identity(columns: list[str], path: str | Path, keys: list[str]) -> Identity:
     """The identity `keys` that a file's rows lack, from its path (files written before
     rows carried them); nothing when the rows carry them all."""
     missing = [k for k in keys if k not in columns]

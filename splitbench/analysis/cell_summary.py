@@ -23,6 +23,7 @@ from splitbench.analysis import comparison, releases
 from splitbench.analysis.comparison import MEDIAN_SE
 from splitbench.backends import metrics
 from splitbench.infra import interference
+from splitbench.slices import InterferenceLimits
 
 SUMMARY_KEYS = results.CELL_KEYS
 
@@ -53,7 +54,7 @@ SUMMARY_COLUMNS = ["request_id", "status", "cell_status", "generated_tokens", "n
 
 
 def summarize(request_files: list[str], contexts: dict[str, int],
-              interference_limits: dict[str, Any] | None = None) -> pd.DataFrame:
+              interference_limits: InterferenceLimits | None = None) -> pd.DataFrame:
     """One row per cell: medians over its ok requests, status, uncertainty, overlap,
     telemetry, and what flags it (interference above `interference_limits`, tokens
     that share a timestamp)."""
@@ -311,7 +312,7 @@ def read_links(link_files: list[str]) -> pd.DataFrame:
     return pd.concat([pq.read_table(p).to_pandas() for p in link_files], ignore_index=True)
 
 
-def link_flags(links: pd.DataFrame, interference_limits: dict[str, Any] | None,
+def link_flags(links: pd.DataFrame, interference_limits: InterferenceLimits | None,
                mark: str = "") -> list[str | None]:
     """Each link row's flags: its own (a negotiated speed below the expected one, ...)
     and, each after `mark`, interference above `interference_limits` while it was

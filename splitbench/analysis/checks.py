@@ -8,7 +8,6 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 import pyarrow.parquet as pq
@@ -17,12 +16,13 @@ from splitbench import results
 from splitbench.analysis import cell_summary
 from splitbench.analysis.marks import FLAG_MARK
 from splitbench.infra import parquet_io
+from splitbench.records import ToolchainRecord
 from splitbench.stage import Stage
 
 
 def check_lines(summary: pd.DataFrame, drift_path: str | Path | None,
                 links: pd.DataFrame | None = None,
-                toolchains: list[dict[str, Any]] | None = None) -> list[tuple[str, str]]:
+                toolchains: list[ToolchainRecord] | None = None) -> list[tuple[str, str]]:
     """(state, text) per check the run block reports: "failed", "flagged" or "ok". A check
     that did not run is a failure, never a clean line. `links`: the link results, for
     the links that failed verification; `toolchains`: the pairs' toolchain records, for
@@ -93,7 +93,7 @@ def link_failures(links: pd.DataFrame | None) -> list[str]:
             for r in links[links["status"] == "failed"].itertuples()]
 
 
-def toolchain_failures(toolchains: list[dict[str, Any]] | None) -> list[str]:
+def toolchain_failures(toolchains: list[ToolchainRecord] | None) -> list[str]:
     """One line per pair whose toolchain could not be had (host B unreachable, a binary
     missing, two builds), with its reason (first line)."""
     return [f"pair {t.get('pair')}: toolchain failed (its blocks were not launched): "
@@ -101,7 +101,7 @@ def toolchain_failures(toolchains: list[dict[str, Any]] | None) -> list[str]:
             for t in toolchains or [] if t.get("status") == "failed"]
 
 
-def run_toolchains(root: str | Path, summary: pd.DataFrame) -> list[dict[str, Any]]:
+def run_toolchains(root: str | Path, summary: pd.DataFrame) -> list[ToolchainRecord]:
     """The toolchain records under `root` of the pairs the summary holds."""
     pairs = set(summary["pair"]) if "pair" in summary else set()
     found = sorted(Path(results.under(root, results.TOOLCHAIN.format(pair="x"))).parent

@@ -4,7 +4,7 @@ and across models."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import pandas as pd
@@ -258,7 +258,17 @@ def prefill(rows: pd.DataFrame, links: pd.DataFrame, fit: pd.Series | None, sect
     return Finding(section, text, (PREFILL, COMPARISON, MECHANISMS))
 
 
-def _prefill_examples(rows: pd.DataFrame, links: pd.DataFrame) -> list[dict[str, Any]]:
+class PrefillExample(TypedDict):
+    """One link's prefill change (%) against its one-way bandwidth's (`_prefill_examples`)."""
+
+    link: str
+    text: str
+    gbps: float
+    bandwidth_pct: float
+    longest_pct: float
+
+
+def _prefill_examples(rows: pd.DataFrame, links: pd.DataFrame) -> list[PrefillExample]:
     """Per link: its one-way bandwidth against the baseline's and what prefill did at
     the longest context both measured (and the range over contexts)."""
     rates = links.reindex(columns=["pair", "link", "a_to_b_gbps"])

@@ -49,9 +49,10 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from splitbench import configuration, results
-from splitbench.analysis import cell_summary, comparison, reruns
-from splitbench.infra import interference, parquet_io, tables_io
+from splitbench.analysis import anchor_check, cell_summary, reruns
+from splitbench.infra import parquet_io, tables_io
 from splitbench.plan import cell_key
+from splitbench.slices import DriftSettings, InterferenceLimits
 from splitbench.stage import Stage, json_arg
 
 KEYS = cell_summary.SUMMARY_KEYS  # a cell's identity
@@ -70,8 +71,8 @@ KINDS = ("band", "rise", "anchor", "interference")
 
 def find_suspects(summary: pd.DataFrame,
                   anchors: Mapping[tuple[str, str], Mapping[str, pd.DataFrame | None]],
-                  config_settings: Mapping[str, Any],
-                  interference_limits: Mapping[str, Any] | None = None) -> pd.DataFrame:
+                  config_settings: DriftSettings,
+                  interference_limits: InterferenceLimits | None = None) -> pd.DataFrame:
     """One row per suspect cell: its keys, kind(s), a reason with figures, the figures.
 
     `anchors` maps (pair, model) to {"start": requests, "end": requests}, either None
@@ -151,7 +152,7 @@ def _join(parts: pd.DataFrame, sep: str) -> pd.Series:
                                             and not pd.isna(v)) or None, axis=1)
 
 
-def _band(cells: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def _band(cells: pd.DataFrame, cfg: DriftSettings) -> pd.DataFrame:
     band = cfg["reference_c"]
     low, high = band if band is not None else (None, None)
     cells["band_low_c"] = np.nan if low is None else float(low)
@@ -171,7 +172,7 @@ def _band(cells: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
     return _flags(cells, "band", reason)
 
 
-def _rise(cells: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def _rise(cells: pd.DataFrame, cfg: DriftSettings) -> pd.DataFrame:
     limit = cfg["max_temp_rise_c"]
     reason = pd.Series(None, index=cells.index, dtype=object)
     if limit is not None:
@@ -183,7 +184,7 @@ def _rise(cells: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
     return _flags(cells, "rise", reason)
 
 
-def _anchor(cells: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def _anchor(cells: pd.DataFrame, cfg: DriftSettings) -> pd.DataFrame:
     margin = cfg["anchor_margin_c"]
     span_low = cells[["temp_before_c", "temp_after_c"]].min(axis=1)
     span_high = cells[["temp_before_c", "temp_after_c", "temp_peak_c"]].max(axis=1)
@@ -213,7 +214,7 @@ def _anchor(cells: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
 
 
 def _anchor_blocks(anchors: Mapping[tuple[str, str], Mapping[str, pd.DataFrame | None]],
-                   cfg: Mapping[str, Any], limits: Mapping[str, Any],
+                   cfg: DriftSettings, limits: InterferenceLimits,
                    names: list[tuple[str, str]]) -> tuple[pd.DataFrame, dict[tuple[str, str], str]]:
     """One row per (pair, model) whose start and end anchors could be compared, and for
     every other block of `names`, why its anchor check failed."""
@@ -225,7 +226,7 @@ def _anchor_blocks(anchors: Mapping[tuple[str, str], Mapping[str, pd.DataFrame |
         if cfg["anchor_tolerance"] is None:
             continue  # switched off in the config: said so in the checks, not a failure
         ends = anchors.get((pair, model)) or {}
-        figures = {which: _anchor_figures(ends.get(which), limits)
+        figures = {which: anchor_check.figures(ends.get(which), limits)
                    for which in ("start", "end")}
         problems = [f"the {which} anchor {figures[which]}" for which in ("start", "end")
                     if isinstance(figures[which], str)]
@@ -233,7 +234,8 @@ def _anchor_blocks(anchors: Mapping[tuple[str, str], Mapping[str, pd.DataFrame |
             failed[(pair, model)] = "; ".join(problems)
             continue
         rows.append({"pair": pair, "model": model,
-                     **_compare(figures["start"], figures["end"], cfg, f"{pair}/{model}")})
+                     **anchor_check.compare(figures["start"], figures["end"], cfg,
+                                            f"{pair}/{model}")})
     blocks = pd.DataFrame(rows, columns=columns)
     # Typed even when empty: a left merge of untyped columns compares objects to floats.
     numbers = [c for c in columns[2:] if c.startswith("anchor_") and c != "anchor_text"
@@ -243,79 +245,7 @@ def _anchor_blocks(anchors: Mapping[tuple[str, str], Mapping[str, pd.DataFrame |
     return blocks, failed
 
 
-def _anchor_figures(requests: pd.DataFrame | None,
-                    limits: Mapping[str, Any]) -> dict[str, float] | str:
-    """Median decode ms/token, its standard error and the temperature span of one
-    anchor; or, when it cannot serve as a reference, what is wrong with it."""
-    if requests is None or len(requests) == 0:
-        return "was not measured"
-    if "decode_ms_per_token" not in requests:
-        return "has no decode figure (results from an older splitbench)"
-    ok = requests if "status" not in requests else requests[requests["status"].eq("ok")]
-    if ok.empty:
-        statuses = ", ".join(sorted(set(requests["status"].astype(str))))
-        return f"has no ok request ({statuses})"
-    decode = pd.to_numeric(ok["decode_ms_per_token"], errors="coerce").dropna()
-    if decode.empty or decode.median() <= 0:
-        shown = "none" if decode.empty else f"{decode.median():.3f} ms/token"
-        return (f"gives no usable decode figure ({shown}: its tokens share one "
-                "timestamp)")
-    verdict = _anchor_interference(requests, limits)
-    if verdict["interference"]:
-        return f"ran under interference ({verdict['interference']})"
-    if verdict["interference_missing"]:
-        return f"cannot show it measured only itself ({verdict['interference_missing']})"
-    n = len(decode)
-    # As cell_summary._uncertainty: the spread of the requests, floored by the per-token
-    # dispersion (a few requests agreeing by chance must not claim more precision).
-    tokens = pd.to_numeric(ok.get("decode_ms_se", pd.Series(dtype=float)), errors="coerce")
-    se = np.fmax(comparison.MEDIAN_SE * decode.std(ddof=1) / np.sqrt(n) if n >= 2 else np.nan,
-                 tokens.median() / np.sqrt(n) if tokens.notna().any() else np.nan)
-    temps = [pd.to_numeric(requests[c], errors="coerce") for c in
-             ("temp_before_c", "temp_after_c", "temp_peak_c") if c in requests]
-    temps = pd.concat(temps) if temps else pd.Series(dtype=float)
-    return {"ms": float(decode.median()), "se": float(se),
-            "low": float(temps.min()), "high": float(temps.max())}
-
-
-def _anchor_interference(requests: pd.DataFrame, limits: Mapping[str, Any]) -> pd.Series:
-    """interference.flag's verdict on an anchor (its worst repeat): interference above
-    the limits, or no figures to tell (then it cannot serve as a reference either)."""
-    present = [c for c in cell_summary.CPU_FIGURES if c in requests]
-    worst = (requests[present].apply(pd.to_numeric, errors="coerce").agg(
-        {c: interference.across(c) for c in present}).to_frame().T
-             if present else pd.DataFrame(index=[0]))
-    for column in present:
-        if not column.endswith(("_pct", "_cores")):  # text columns: the first row's
-            worst[column] = requests[column].iloc[0]
-    return interference.flag(worst, limits).iloc[0]
-
-
-def _compare(start: dict[str, float], end: dict[str, float], cfg: Mapping[str, Any],
-             block: str) -> dict[str, Any]:
-    change = end["ms"] / start["ms"] - 1
-    # Never tighter than what the anchors can resolve.
-    # An anchor without a standard error (one request, no token timestamps) adds none.
-    noise = comparison.COVERAGE * np.hypot(np.nan_to_num(start["se"]),
-                                       np.nan_to_num(end["se"])) / start["ms"]
-    threshold = float(np.fmax(cfg["anchor_tolerance"], noise))
-    known = not any(np.isnan(v) for v in (start["low"], start["high"], end["low"], end["high"]))
-    margin = cfg["anchor_margin_c"]
-    thermal = known and (end["low"] > start["high"] + margin
-                         or start["low"] > end["high"] + margin)
-    return {
-        "anchor_start_ms": start["ms"], "anchor_end_ms": end["ms"], "anchor_change": change,
-        "anchor_threshold": threshold, "anchor_drifted": abs(change) > threshold,
-        "anchor_thermal": thermal,
-        "anchor_temp_low_c": min(start["low"], end["low"]) if known else np.nan,
-        "anchor_temp_high_c": max(start["high"], end["high"]) if known else np.nan,
-        "anchor_text": (f"anchor decode drifted {change:+.0%} ({start['ms']:.2f} -> "
-                        f"{end['ms']:.2f} ms/token, limit ±{threshold:.0%}) over the "
-                        f"{block} block"),
-    }
-
-
-def _checks_text(cfg: Mapping[str, Any], blocks: pd.DataFrame,
+def _checks_text(cfg: DriftSettings, blocks: pd.DataFrame,
                  failed: Mapping[tuple[str, str], str], cells: pd.DataFrame) -> list[str]:
     """What was checked, for the report (an empty table must say what it vouches for)."""
     band = cfg["reference_c"]
@@ -435,9 +365,9 @@ def read_anchors(anchor_files: list[str]) -> dict[tuple[str, str], dict[str, pd.
 
 
 def main_drift(summary_path: str | Path, anchor_files: list[str],
-               config_settings: Mapping[str, Any] | None, report_out: str | Path,
+               config_settings: DriftSettings | None, report_out: str | Path,
                table_stem: str | Path, apply: bool, reruns_path: str | Path,
-               interference_limits: Mapping[str, Any] | None = None) -> pd.DataFrame:
+               interference_limits: InterferenceLimits | None = None) -> pd.DataFrame:
     """The drift step: read the summary and anchors, find the suspects, write the report
     and, with apply, bump their epochs in reruns_path. `config_settings` is the config's
     `drift:` slice (or drift_settings()' result). Returns the suspects."""

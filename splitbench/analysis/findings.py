@@ -49,6 +49,7 @@ from splitbench.analysis.finding_text import (
     marked,
     ms_text,
 )
+from splitbench.slices import InterferenceLimits
 from splitbench.stage import Stage, json_arg
 
 
@@ -367,7 +368,7 @@ def run(summary_path: str, link_files: list[str], toolchain_files: list[str],
         sweep_files: list[str], anchor_files: list[str], drift_path: str | None,
         contexts: dict[str, int], baseline_link: str | None, workers: dict[str, int],
         out: str, whatif_out: str, points_out: str, tables_dir: str | None = None,
-        interference_limits: dict[str, Any] | None = None) -> list[Finding]:
+        interference_limits: InterferenceLimits | None = None) -> list[Finding]:
     summary = pq.read_table(summary_path).to_pandas()
     links = read_links(link_files)
     # A link measured while other work used the CPUs is flagged as its table flags it.

@@ -7,7 +7,7 @@ elasticity. Fits through the origin, and a verdict per model that says what is r
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 import pandas as pd
@@ -105,8 +105,36 @@ def table(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
     return table
 
 
+class MechanismFit(TypedDict):
+    """A fit through the origin (`fits.fit_through_origin`); is its ± a lower bound."""
+
+    slope: float
+    slope_se: float
+    r2: float
+    n: int
+    lower_bound: bool
+
+
+# A row of the mechanisms table (`_mechanism_row`), by column title.
+MechanismRow = TypedDict("MechanismRow", {
+    "pair": str,
+    "model": str,
+    "mechanism": str,
+    "against": str,
+    "slope": float,
+    "±": float,
+    "R²": float,
+    "points": int,
+    "links": int,
+    "by link": str,
+    "by context": str,
+    "bandwidth term (ms/token)": str,
+    "verdict": str,
+})
+
+
 def _mechanism_row(pair: str, model: str, mechanism: str, against: str, points: pd.DataFrame,
-                   x: str, y: str, contexts: Sequence[str]) -> dict[str, Any]:
+                   x: str, y: str, contexts: Sequence[str]) -> MechanismRow:
     unc = "decode_delta_unc_ms" if mechanism == "decode" else "prefill_change_unc"
     sigma = points[unc] / COVERAGE if unc in points else None
     fit = fit_through_origin(points[x], points[y], sigma)
@@ -145,7 +173,7 @@ def _bandwidth_by_link(points: pd.DataFrame) -> str:
                       for link, group in points.groupby("link"))
 
 
-def _dominant_terms(fit: dict[str, Any], points: pd.DataFrame) -> str:
+def _dominant_terms(fit: MechanismFit, points: pd.DataFrame) -> str:
     """Per link: the decode delta's bandwidth term (predicted from the token's bytes and
     the links' throughput) and its latency term (the round trips the sweep measured x
     the latency difference; without a sweep, the cells' fitted round trips where the
@@ -219,12 +247,12 @@ def _weighted(values: pd.Series, unc: pd.Series) -> tuple[float, float]:
     return (float(np.median(values)) if len(values) else np.nan), np.nan
 
 
-def _unresolvable(fit: dict[str, Any], what: str) -> list[str]:
+def _unresolvable(fit: MechanismFit, what: str) -> list[str]:
     """Why a fit cannot carry a verdict: not resolvable from zero, or a low R²."""
     return unresolvable(fit["slope"], COVERAGE * fit["slope_se"], fit["r2"], what)
 
 
-def _decode_verdict(fit: dict[str, Any], points: pd.DataFrame) -> str:
+def _decode_verdict(fit: MechanismFit, points: pd.DataFrame) -> str:
     if not np.isfinite(fit["slope"]):
         return ("no ok cell pairs on links with a request-response latency difference: "
                 "nothing to fit")
@@ -283,7 +311,7 @@ def _varies_with_context(points: pd.DataFrame) -> bool | None:
                for i, (a, sa) in enumerate(slopes) for b, sb in slopes[i + 1:])
 
 
-def _prefill_verdict(fit: dict[str, Any], points: pd.DataFrame) -> str:
+def _prefill_verdict(fit: MechanismFit, points: pd.DataFrame) -> str:
     if not np.isfinite(fit["slope"]):
         return "no ok cell pairs on links of different bandwidth: nothing to fit"
     elasticity, unc = fit["slope"], COVERAGE * fit["slope_se"]

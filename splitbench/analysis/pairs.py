@@ -20,6 +20,7 @@ import pandas as pd
 from splitbench.analysis.cell_summary import joined
 from splitbench.analysis.comparison import COVERAGE
 from splitbench.infra import interference
+from splitbench.slices import InterferenceLimits
 
 # What two pairs must share for their cells to stand side by side.
 SHARED = ["model", "ctx", "conc"]
@@ -47,7 +48,7 @@ def shared(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 def link_facts(links: pd.DataFrame,
-               interference_limits: dict[str, Any] | None = None) -> pd.DataFrame:
+               interference_limits: InterferenceLimits | None = None) -> pd.DataFrame:
     """Per (pair, link): the throughput each way with its uncertainty (half the spread
     over repeats, as the links table shows it), the request-response p50s, and the
     link's flags (the verification's own, and interference while it was measured)."""
@@ -73,7 +74,7 @@ def link_facts(links: pd.DataFrame,
 
 def compare(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
             baseline_link: str | None = None,
-            interference_limits: dict[str, Any] | None = None) -> pd.DataFrame:
+            interference_limits: InterferenceLimits | None = None) -> pd.DataFrame:
     """One row per cell of every (model, ctx, conc) that two or more pairs measured,
     ordered model, context (shortest first), concurrency, link (the baseline first),
     pair: the cell's figures with their uncertainty (`*_unc`: COVERAGE standard errors,

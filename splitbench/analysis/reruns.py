@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import pandas as pd
 import yaml
@@ -55,7 +55,22 @@ def _reasons(suspects: pd.DataFrame) -> dict[str, str]:
 
 
 
-def _save(reruns_path: str | Path, data: dict[str, Any]) -> None:
+class Rerun(TypedDict):
+    """One bump of a cell's epoch, in `history`: the new epoch, when (UTC) and why."""
+
+    epoch: int
+    at: str
+    why: str
+
+
+class RerunsFile(TypedDict, total=False):
+    """config/reruns.yaml: epochs and bumps by cell (other keys, written by hand, kept)."""
+
+    cells: dict[str, int]
+    history: dict[str, list[Rerun]]
+
+
+def _save(reruns_path: str | Path, data: RerunsFile) -> None:
     """Write reruns.yaml atomically: the header, `cells` with a when/why comment per entry,
     then the rest (history) as plain YAML."""
     path = Path(reruns_path)

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TypedDict
 
 import pandas as pd
 
@@ -35,7 +35,16 @@ def table(files: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _measured_range(frame: pd.DataFrame) -> dict[str, Any]:
+# A sweep's measured range (`_measured_range`), by column title: "—" where no point
+# was measured.
+MeasuredRange = TypedDict("MeasuredRange", {
+    "decode step at lowest latency (ms)": float | None,
+    "latency range (ms)": str,
+    "delay by": str,
+})
+
+
+def _measured_range(frame: pd.DataFrame) -> MeasuredRange:
     """The sweep's lowest decode step, its latency range and the delay mechanism at its
     largest delay (the zero-delay point has none); "—" where no point was measured (a
     pair without llama.cpp: its row's error says why)."""

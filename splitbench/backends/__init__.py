@@ -16,15 +16,15 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
-from typing import Any
 
 from splitbench import registry
 from splitbench.backends.base import Backend, Launch
+from splitbench.slices import ServerSettings
 
 __all__ = ["Backend", "Launch", "get", "split"]
 
 
-def split(settings: dict[str, Any]) -> str:
+def split(settings: ServerSettings) -> str:
     """How a launch's settings split the model across the hosts: "rpc" (llama.cpp's
     layer split), "tp2" or "pp2" (vLLM's tensor or pipeline parallel), or what a
     registered backend calls its split."""

@@ -9,12 +9,17 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from types import ModuleType
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from splitbench.backends import launches, prompts
 from splitbench.backends.client import Reply
 from splitbench.infra.telemetry import RpcTraffic
 from splitbench.links.link import Link
+from splitbench.records import LaunchRecord, ModelInfo, ToolchainRecord
+from splitbench.slices import LinkSlice, ModelSlice, ServerSettings
+
+if TYPE_CHECKING:  # metrics imports numpy, which this module does not need at run time
+    from splitbench.backends.metrics import RequestRow
 
 
 class Launch(Protocol):
@@ -24,7 +29,7 @@ class Launch(Protocol):
     url: str
     launch_id: str
     fingerprint: str
-    record: dict[str, Any]
+    record: LaunchRecord
 
     def alive(self) -> bool: ...
 
@@ -39,14 +44,14 @@ class Backend(ABC):
     launch_errors: ClassVar[tuple[type[Exception], ...]] = (launches.LaunchError,)
 
     @abstractmethod
-    def ensure(self, link: Link, settings: dict[str, Any], model_path: str,
-               model_sha: str, toolchain: dict[str, Any], slot: str = "") -> Launch:
+    def ensure(self, link: Link, settings: ServerSettings, model_path: str,
+               model_sha: str, toolchain: ToolchainRecord, slot: str = "") -> Launch:
         """A healthy launch of the block on `link` in `slot`: the running one when its
         fingerprint matches, a new one otherwise (whatever ran in the slot stopped)."""
 
     @abstractmethod
-    def launch_record(self, link_spec: dict[str, Any], settings: dict[str, Any],
-                      model: dict[str, Any], toolchain: dict[str, Any]) -> dict[str, Any]:
+    def launch_record(self, link_spec: LinkSlice, settings: ServerSettings,
+                      model: ModelInfo, toolchain: ToolchainRecord) -> LaunchRecord:
         """The launch stage's record: the block's servers launched (or reused), or why
         they could not be (status "failed")."""
 
@@ -64,24 +69,24 @@ class Backend(ABC):
 
     @abstractmethod
     def request_row(self, reply: Reply, prompt_tokens: int, n_predict: int,
-                    server_alive: bool, crash_below_tps: float) -> dict[str, Any]:
+                    server_alive: bool, crash_below_tps: float) -> RequestRow:
         """One request's row: the client's figures, the server's own, its status."""
 
-    def check_model(self, where: str, model: dict[str, Any]) -> None:
+    def check_model(self, where: str, model: ModelSlice) -> None:
         """Refuse what this backend cannot run, before anything starts: raise
         `splitbench.configuration.ConfigError` naming the key (`where` is the model's,
         "models.<name>"). The built-in backends' checks are in configuration/checks.py."""
         return None  # nothing to refuse unless the backend says so
 
-    def server_settings(self, model: dict[str, Any], slots: int, tokens: int
-                        ) -> dict[str, Any]:
+    def server_settings(self, model: ModelSlice, slots: int, tokens: int
+                        ) -> ServerSettings:
         """A launch's settings (the launch job's params: a change re-launches), for
         `slots` concurrent requests of up to `tokens` tokens each. By default its
         backend's name, the two counts and the model's own `threads`."""
         return {"backend": self.name, "slots": slots, "max_tokens": tokens,
                 "threads": model.get("threads", 1)}
 
-    def split(self, settings: dict[str, Any]) -> str:
+    def split(self, settings: ServerSettings) -> str:
         """How the launch splits the model across the hosts, in a word (the cell's
         `split` column; the backends table compares splits of one model shape)."""
         return self.name
@@ -113,12 +118,12 @@ class ModuleBackend(Backend):
     metrics: ClassVar[ModuleType]
     prompts: ClassVar[ModuleType]
 
-    def ensure(self, link: Link, settings: dict[str, Any], model_path: str,
-               model_sha: str, toolchain: dict[str, Any], slot: str = "") -> Launch:
+    def ensure(self, link: Link, settings: ServerSettings, model_path: str,
+               model_sha: str, toolchain: ToolchainRecord, slot: str = "") -> Launch:
         return self.servers.ensure(link, settings, model_path, model_sha, toolchain, slot)
 
-    def launch_record(self, link_spec: dict[str, Any], settings: dict[str, Any],
-                      model: dict[str, Any], toolchain: dict[str, Any]) -> dict[str, Any]:
+    def launch_record(self, link_spec: LinkSlice, settings: ServerSettings,
+                      model: ModelInfo, toolchain: ToolchainRecord) -> LaunchRecord:
         return self.servers.launch_record(link_spec, settings, model, toolchain)
 
     def prompt_pool(self, url: str) -> list[int]:
@@ -131,6 +136,6 @@ class ModuleBackend(Backend):
                                           on_first_token)
 
     def request_row(self, reply: Reply, prompt_tokens: int, n_predict: int,
-                    server_alive: bool, crash_below_tps: float) -> dict[str, Any]:
+                    server_alive: bool, crash_below_tps: float) -> RequestRow:
         return self.metrics.request_row(reply, prompt_tokens, n_predict, server_alive,
                                         crash_below_tps)

@@ -26,7 +26,7 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 from urllib.parse import urlsplit
 
 from splitbench.backends.packet_clock import (
@@ -41,6 +41,21 @@ from splitbench.backends.packet_clock import (
 STAMP_WINDOW_NS = 60 * 10**9
 
 
+class TokenArrival(TypedDict):
+    """One token of a reply (`add_tokens`): its place and id, its event's arrival on both
+    clocks, how many tokens that event carried, and the server's cumulative figures where
+    its events give them (llama.cpp's)."""
+
+    token_index: int
+    token_id: int | None
+    t_ns: int
+    t_mono_ns: int
+    chunk_tokens: int
+    server_cum_prompt_ms: NotRequired[float | None]
+    server_cum_predicted_ms: NotRequired[float | None]
+    server_cum_predicted_n: NotRequired[int | None]
+
+
 @dataclass
 class Reply:
     request_id: int
@@ -50,7 +65,9 @@ class Reply:
     http_status: int | None = None
     error_type: str | None = None  # exception class or server error type
     error_text: str | None = None
-    tokens: list[dict[str, Any]] = field(default_factory=list)
+    tokens: list[TokenArrival] = field(default_factory=list)
+    # The server's last event as it sent it (vLLM's: its usage event, with the finish
+    # reason of the event before).
     final: dict[str, Any] = field(default_factory=dict)
     # Where the tokens' times come from: "segment" (each segment's own arrival, from
     # the packet socket), "kernel" (the receive stamp of the read's last segment),

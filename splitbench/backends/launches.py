@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import httpx
 
@@ -23,6 +23,12 @@ from splitbench.infra.hosts import Host
 from splitbench.infra.polling import poll_until
 from splitbench.links import guard
 from splitbench.links.link import MAX_SLOTS, Link
+from splitbench.records import LaunchRecord
+from splitbench.slices import ServerSettings
+
+if TYPE_CHECKING:
+    from splitbench.infra.hosts import HostJson
+    from splitbench.infra.procs import ProcRecord
 
 HTTP_PORT = 8080
 
@@ -36,6 +42,17 @@ class LaunchError(SplitbenchError):
 SLOT_PORTS = {"": 0, "reference": 1, **{f"point{i}": 2 + i for i in range(MAX_SLOTS - 2)}}
 
 
+class Leftovers(TypedDict, total=False):
+    """What a launch leaves on one host (an entry of its record's `cleanup`): the host,
+    the directories it made, the session whose shared-memory files it maps (its leading
+    rank's pid; real hosts only), and those files."""
+
+    host: HostJson
+    paths: list[str]
+    session: int
+    shm: list[str]
+
+
 @dataclass(frozen=True)
 class Server:
     """A running launch (splitbench.backends.Launch)."""
@@ -43,7 +60,7 @@ class Server:
     url: str
     launch_id: str
     fingerprint: str
-    record: dict[str, Any]
+    record: LaunchRecord
 
     def alive(self) -> bool:
         return all(
@@ -63,7 +80,7 @@ def healthy(url: str) -> bool:
         return False
 
 
-def log_tail(proc: dict[str, Any] | None, lines: int = 25) -> str:
+def log_tail(proc: ProcRecord | None, lines: int = 25) -> str:
     """The last lines of a launch process's log, for the error that names it."""
     if proc is None or not proc.get("log"):
         return "(no log)"
@@ -73,7 +90,7 @@ def log_tail(proc: dict[str, Any] | None, lines: int = 25) -> str:
         return "(no log)"
 
 
-def wait_healthy(url: str, processes: dict[str, Callable[[], dict[str, Any] | None]],
+def wait_healthy(url: str, processes: dict[str, Callable[[], ProcRecord | None]],
                  timeout_s: float, what: str, setting: str | None = None) -> None:
     """Until the launch's server answers /health, each of its processes alive (either
     backend). `processes`: each one's name in an error ("llama-server", "vLLM rank 1 on
@@ -98,7 +115,7 @@ def wait_healthy(url: str, processes: dict[str, Callable[[], dict[str, Any] | No
                       f"{tails}")
 
 
-def fingerprint(link: Any, settings: dict[str, Any], model_sha: str, build_id: str) -> str:
+def fingerprint(link: Any, settings: ServerSettings, model_sha: str, build_id: str) -> str:
     """What a launch is: its link, server settings, model and build. A running launch is
     reused only by a cell that wants exactly this."""
     text = json.dumps(
@@ -131,7 +148,7 @@ def current(pair: str, slot: str = "") -> Server | None:
     return Server(record["url"], record["launch_id"], record["fingerprint"], record)
 
 
-def save(record: dict[str, Any], pair: str, slot: str) -> Server:
+def save(record: LaunchRecord, pair: str, slot: str) -> Server:
     files.write_json(record_path(pair, slot), record)
     return Server(record["url"], record["launch_id"], record["fingerprint"], record)
 
@@ -161,7 +178,7 @@ _SHM_MAPPED = ('for pid in $(ps -o pid= -s "$1"); do cat "/proc/$pid/maps"; done
                "| grep -v ' (deleted)$' | sort -u")
 
 
-def shm_of(leftover: dict[str, Any]) -> list[str]:
+def shm_of(leftover: Leftovers) -> list[str]:
     """The shared-memory files the leftover's session (`session`: the pid of the rank
     that leads it) maps on its host now. Only these are ever removed: a name another
     program, or another user, put in /dev/shm is not splitbench's to delete."""
@@ -178,7 +195,7 @@ _REMOVE_OWN_FILES = ('for f in "$@"; do [ -f "$f" ] && [ ! -L "$f" ] && [ -O "$f
                      '&& rm -f -- "$f"; done; true')
 
 
-def remove_leftovers(leftover: dict[str, Any]) -> None:
+def remove_leftovers(leftover: Leftovers) -> None:
     """Remove a stopped launch's files on one host (its `host` record: local, namespace
     or SSH): `paths`, the directories it made for itself, and `shm`, the shared-memory
     files its own processes were seen mapping (regular files of this user only). Every

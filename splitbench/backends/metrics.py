@@ -17,7 +17,7 @@ Definitions (docs: README, "What the numbers mean"):
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 
@@ -30,6 +30,54 @@ CONTEXT_WALL_ERRORS = ("exceed_context_size_error",)
 # Every status a request can get; a cell's status is its worst request's, in this order.
 # "load": the servers never came up with the model (the launch failed).
 SEVERITY = ("load", "crash", "overflow", "ctx_wall", "timeout", "error", "ok")
+
+
+class ServerColumns(TypedDict):
+    """SERVER_COLUMNS: the server's own figures of a request, None where it does not say."""
+
+    server_prompt_ms: float | None
+    server_ttft_ms: float | None
+    server_predicted_ms: float | None
+    server_prefill_tps: float | None
+    server_decode_ms_per_token: float | None
+    server_predicted_n: int | None
+    cache_n: int | None
+    truncated: bool | None
+
+
+class ServerFigures(ServerColumns, total=False):
+    """The server's own figures of one request, as its backend reads them from the reply
+    (`request_row`'s `server`): SERVER_COLUMNS and the prompt tokens it counted."""
+
+    prompt_tokens: int | None
+
+
+class RequestRow(ServerColumns):
+    """One request's row (`request_row`, docs/columns.md): its status, what the client
+    measured from its token arrivals (ns times on the wall clock), the server's own."""
+
+    request_id: int
+    status: str
+    http_status: int | None
+    error_type: str | None
+    error_text: str | None
+    target_prompt_tokens: int
+    prompt_tokens: int | None
+    generated_tokens: int
+    n_predict: int
+    t_send_ns: int
+    t_first_ns: int | None
+    t_last_ns: int | None
+    t_end_ns: int
+    ttft_ms: float | None
+    prefill_tps: float | None
+    decode_ms_per_token: float | None
+    decode_tps: float | None
+    itl_p50_ms: float | None
+    itl_p99_ms: float | None
+    coalesced_tokens: int
+    arrival_clock: str | None
+    decode_ms_se: float | None
 
 
 def classify(reply: Reply, n_predict: int, server_alive: bool, crash_below_tps: float,
@@ -54,7 +102,7 @@ def classify(reply: Reply, n_predict: int, server_alive: bool, crash_below_tps: 
 
 
 def request_row(reply: Reply, target_prompt: int, n_predict: int, server_alive: bool,
-                crash_below_tps: float, server: dict[str, Any]) -> dict[str, Any]:
+                crash_below_tps: float, server: ServerFigures) -> RequestRow:
     """A request's row: what the client measured from its token arrivals, and the
     server's own figures (`server`: the backend's server_* columns, prompt_tokens,
     cache_n, truncated) to cross-check them."""
@@ -107,7 +155,7 @@ SERVER_COLUMNS = ("server_prompt_ms", "server_ttft_ms", "server_predicted_ms",
                   "cache_n", "truncated")
 
 
-def throughput_tps(rows: list[dict[str, Any]]) -> float | None:
+def throughput_tps(rows: list[RequestRow]) -> float | None:
     """A cell's aggregate throughput: every generated token over the cell's wall time."""
     wall = wall_ms(rows)
     tokens = sum(r["generated_tokens"] for r in rows)
@@ -118,7 +166,7 @@ def cell_status(statuses: list[str]) -> str:
     return min(statuses, key=SEVERITY.index) if statuses else "error"
 
 
-def wall_ms(rows: list[dict[str, Any]]) -> float | None:
+def wall_ms(rows: list[RequestRow]) -> float | None:
     """First send to last token (or last reply) across a cell's requests."""
     if not rows:
         return None

@@ -21,7 +21,7 @@ import json
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import httpx
 import numpy as np
@@ -35,6 +35,8 @@ from splitbench.infra import parquet_io, procs, wakeup
 from splitbench.infra.hosts import HostError
 from splitbench.links import lab, verify
 from splitbench.links.link import Link
+from splitbench.records import ModelInfo, ToolchainRecord
+from splitbench.slices import LinkSlice, ServerSettings, SweepSlice
 from splitbench.stage import Stage, json_arg
 
 BACKEND = backends.get("llamacpp")
@@ -42,7 +44,7 @@ BACKEND = backends.get("llamacpp")
 FIRST_INDEX = 200
 
 
-def point_spec(pair: str, index: int, delay_ms: float) -> dict[str, Any]:
+def point_spec(pair: str, index: int, delay_ms: float) -> LinkSlice:
     """The sweep point's link: an unshaped veth with only the added delay."""
     return {"pair": pair, "link": f"rt{index}", "index": FIRST_INDEX + index,
             "mode": "embedded", "delay_ms": delay_ms, "same_path_at_zero_delay": True}
@@ -54,8 +56,40 @@ def measure_rr_ms(link: Link, samples: int) -> float:
         return measure(samples) / 1000
 
 
-def one_request(server: Launch, link: Link, sweep: dict[str, Any], pool: Any,
-                round_: int) -> dict[str, Any]:
+class PointFacts(TypedDict, total=False):
+    """What each row of a delay point carries: its sweep, delay, latency and how it is made."""
+
+    pair: str
+    model: str
+    workers: int
+    delay_ms: float | None
+    rr_ms: float | None
+    emulation_delay: str
+    wakeup_latency_a: str
+    wakeup_latency_b: str
+
+
+class RequestFigures(TypedDict):
+    """One request's figures (`one_request`); a row without one: round None and its error."""
+
+    request: int
+    round: int | None
+    tokens: int
+    error: str | None
+    decode_ms_per_token: float | None
+    step_ms_median: float | None
+    server_decode_ms_per_token: float | None
+
+
+class SweepRow(PointFacts, RequestFigures, total=False):
+    """A row of the sweep's Parquet: its point, launch and request, or why none was sent."""
+
+    launch_id: str | None
+    error_text: str
+
+
+def one_request(server: Launch, link: Link, sweep: SweepSlice, pool: Any,
+                round_: int) -> RequestFigures:
     """One single-stream request of a round; its row."""
     with link.host_a.entered():
         ids = BACKEND.prompt(pool, sweep["prompt_tokens"], secrets.randbits(63))
@@ -82,16 +116,16 @@ class Point:
     (None where it did not come up: its one row says why)."""
 
     link: Link
-    base: dict[str, Any]
+    base: PointFacts
     server: Launch | None = None
     pool: Any = None
 
 
-def sweep(spec: dict[str, Any], model: dict[str, Any], toolchain: dict[str, Any],
-          out: str) -> dict[str, Any]:
+def sweep(spec: SweepSlice, model: ModelInfo, toolchain: ToolchainRecord,
+          out: str) -> sweep_fit.SweepFit:
     """Run every delay point (spec: plan.roundtrips_slice); write rows, return the fit."""
     settings = spec["server"]
-    rows: list[dict[str, Any]] = []
+    rows: list[SweepRow] = []
     slots = [f"point{index}" for index in range(len(spec["delays_ms"]))]
     unusable = toolchain_failure(toolchain)
     if unusable:
@@ -117,9 +151,9 @@ def sweep(spec: dict[str, Any], model: dict[str, Any], toolchain: dict[str, Any]
     return result
 
 
-def _point(spec: dict[str, Any], settings: dict[str, Any], model: dict[str, Any],
-           toolchain: dict[str, Any], index: int, delay: float,
-           rows: list[dict[str, Any]]) -> Point:
+def _point(spec: SweepSlice, settings: ServerSettings, model: ModelInfo,
+           toolchain: ToolchainRecord, index: int, delay: float,
+           rows: list[SweepRow]) -> Point:
     """One delay: its link, its measured latency and its launch (kept up for the
     rounds). A launch that fails adds the row that says why."""
     link = lab.ensure_link(point_spec(spec["pair"], index, delay))
@@ -145,10 +179,10 @@ def _point(spec: dict[str, Any], settings: dict[str, Any], model: dict[str, Any]
     return point
 
 
-def _rounds(spec: dict[str, Any], points: list[Point]) -> list[dict[str, Any]]:
+def _rounds(spec: SweepSlice, points: list[Point]) -> list[SweepRow]:
     """`requests` rounds, each one request to every point; the order turns by one point
     each round, so that no delay is always measured first or last."""
-    rows: list[dict[str, Any]] = []
+    rows: list[SweepRow] = []
     if not points:
         return rows
     hosts = {"a": points[0].link.host_a, "b": points[0].link.host_b}

@@ -9,7 +9,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import httpx
 import pandas as pd
@@ -20,10 +20,15 @@ from splitbench.backends import Launch, client, metrics
 from splitbench.infra import archive, interference, parquet_io, procs, telemetry, wakeup
 from splitbench.infra.hosts import HostError
 from splitbench.links import real, verify
+from splitbench.records import LaunchRecord, ModelInfo, ToolchainRecord
+from splitbench.slices import CellSlice, LinkSlice, ServerSettings
 from splitbench.stage import Stage, json_arg
 
+if TYPE_CHECKING:  # models imports gguf and numpy: not at a cell's start
+    from splitbench.models import ModelHeader
 
-def backend_of(cell: dict[str, Any]) -> backends.Backend:
+
+def backend_of(cell: CellSlice) -> backends.Backend:
     """The cell's backend: its model's (`models.<m>.backend`, llama.cpp by default)."""
     return backends.get((cell.get("model") or {}).get("backend", "llamacpp"))
 
@@ -32,10 +37,10 @@ TOKEN_COLUMNS = ["request_id", "token_index", "token_id", "t_ns", "t_mono_ns", "
 
 
 def run(
-    cell: dict[str, Any],
-    link_spec: dict[str, Any],
-    model: dict[str, Any],
-    launch: dict[str, Any],
+    cell: CellSlice,
+    link_spec: LinkSlice,
+    model: ModelInfo,
+    launch: LaunchRecord,
     toolchain_path: str,
     link_result: str,
     tokens_out: str,
@@ -91,9 +96,18 @@ def run(
     return requests
 
 
-def _measured(cell: dict[str, Any], link_spec: dict[str, Any], model: dict[str, Any],
-              launch: dict[str, Any], toolchain: dict[str, Any],
-              fingerprint: str) -> list[tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]]:
+class RepeatRecord(TypedDict):
+    """What a repeat of the cell records beside its rows (the Parquet's provenance)."""
+
+    launch: LaunchRecord | None
+    telemetry: telemetry.SamplerFigures  # the hosts' sensors during the repeat
+    # The error of splitbench itself that ended the repeat (None: the repeat ran).
+    harness_error: str | None
+
+
+def _measured(cell: CellSlice, link_spec: LinkSlice, model: ModelInfo,
+              launch: LaunchRecord, toolchain: ToolchainRecord,
+              fingerprint: str) -> list[tuple[pd.DataFrame, pd.DataFrame, RepeatRecord]]:
     """Every repeat of the cell against its launch: (requests, tokens, record) each."""
     link = real.ensure(link_spec)
     paired = cell.get("paired")
@@ -108,8 +122,8 @@ def _measured(cell: dict[str, Any], link_spec: dict[str, Any], model: dict[str, 
     return measured
 
 
-def _not_launched(cell: dict[str, Any], model: dict[str, Any], launch: dict[str, Any],
-                  fingerprint: str) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+def _not_launched(cell: CellSlice, model: ModelInfo, launch: LaunchRecord,
+                  fingerprint: str) -> tuple[pd.DataFrame, pd.DataFrame, RepeatRecord]:
     """The rows of a cell whose block never launched: status load, the launch's reason."""
     run = Run(False, 0)
     run.shots = [(_failed(cell, "launch_failed",
@@ -151,7 +165,7 @@ class Run:
                    for r in replies)
 
 
-def _identity(tokens_out: str, link_spec: dict[str, Any]) -> dict[str, Any]:
+def _identity(tokens_out: str, link_spec: LinkSlice) -> results.Identity:
     """What the rows are, from the output path Snakemake chose: a cell's pair, link,
     model, ctx, conc; an anchor's pair, model and when, on the link it ran on. Nothing
     for a one-off measurement written outside the results layout."""
@@ -163,10 +177,10 @@ def _identity(tokens_out: str, link_spec: dict[str, Any]) -> dict[str, Any]:
     return {**ident, "link": link_spec["link"]} if "when" in ident else ident
 
 
-def _measure(cell: dict[str, Any], link: Any, reference: Any, model: dict[str, Any],
-             launch: dict[str, Any], toolchain: dict[str, Any], fingerprint: str,
+def _measure(cell: CellSlice, link: Any, reference: Any, model: ModelInfo,
+             launch: LaunchRecord, toolchain: ToolchainRecord, fingerprint: str,
              repeat: int, held: dict[str, str]) -> tuple[pd.DataFrame, pd.DataFrame,
-                                                        dict[str, Any]]:
+                                                        RepeatRecord]:
     """One measurement of the cell: request rows, token rows, provenance."""
     sampler = telemetry.Sampler({"a": link.host_a, "b": link.host_b})
     meter = interference.Meter({"a": link.host_a, "b": link.host_b})
@@ -207,12 +221,20 @@ def _measure(cell: dict[str, Any], link: Any, reference: Any, model: dict[str, A
     return requests, tokens, record
 
 
-def release_figures(rows: list[dict[str, Any]]) -> dict[tuple[Any, ...], dict[str, Any]]:
+class ReleaseFigures(TypedDict):
+    """One release's own wall time and throughput, on each of its rows."""
+
+    release_wall_ms: float | None
+    release_throughput_tps: float | None
+
+
+def release_figures(rows: list[dict[str, Any]]
+                    ) -> dict[tuple[bool, int, int], ReleaseFigures]:
     """Each release's own wall time (its first send to its last token) and throughput
     (its tokens over that wall time), by (reference, round, shot): a concurrent cell's
     overlap and throughput are taken per release (analysis.cell_summary), the cell-wide
     `cell_wall_ms` spans every release."""
-    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    groups: dict[tuple[bool, int, int], list[dict[str, Any]]] = {}
     for row in rows:
         groups.setdefault((row["reference"], row["round"], row["shot"]), []).append(row)
     return {key: {"release_wall_ms": metrics.wall_ms(group),
@@ -220,7 +242,20 @@ def release_figures(rows: list[dict[str, Any]]) -> dict[tuple[Any, ...], dict[st
             for key, group in groups.items()}
 
 
-def layout(model: dict[str, Any], launch: dict[str, Any] | None) -> dict[str, Any]:
+class Layout(TypedDict):
+    """The model's shape and the launch's split, on every row of a cell (`layout`)."""
+
+    model_n_embd: int | None
+    model_n_vocab: int | None
+    blocks_on_b: int | None
+    output_on_b: bool | None
+    rpc_workers: int | None
+    backend: str
+    split: str
+    model_shape: str | None
+
+
+def layout(model: ModelInfo, launch: LaunchRecord | None) -> Layout:
     """What decides the bytes a token moves across the link: the model's width and
     vocabulary (its GGUF header or Hugging Face config) and how the launch split it: where
     llama.cpp put its layers (the server's log), or vLLM's tensor or pipeline split."""
@@ -244,7 +279,7 @@ def layout(model: dict[str, Any], launch: dict[str, Any] | None) -> dict[str, An
     }
 
 
-def shape(header: dict[str, Any]) -> str | None:
+def shape(header: ModelHeader) -> str | None:
     """A model's architecture in one word: layers x width, heads / KV heads, vocabulary."""
     if not header.get("n_layer"):
         return None
@@ -252,7 +287,7 @@ def shape(header: dict[str, Any]) -> str | None:
             f"{header.get('n_head_kv') or header['n_head']} v{header['n_vocab']}")
 
 
-def _rows(cell: dict[str, Any], runs: list[Run]) -> tuple[list[dict[str, Any]],
+def _rows(cell: CellSlice, runs: list[Run]) -> tuple[list[dict[str, Any]],
                                                          list[client.Reply]]:
     """A row per request of every run (request ids run on across them), and the replies."""
     rows, replies = [], []
@@ -272,8 +307,8 @@ def _rows(cell: dict[str, Any], runs: list[Run]) -> tuple[list[dict[str, Any]],
     return rows, replies
 
 
-def _runs(cell: dict[str, Any], link: Any, reference: Any, model: dict[str, Any],
-          launch: dict[str, Any], toolchain: dict[str, Any], sampler: telemetry.Sampler,
+def _runs(cell: CellSlice, link: Any, reference: Any, model: ModelInfo,
+          launch: LaunchRecord, toolchain: ToolchainRecord, sampler: telemetry.Sampler,
           meter: interference.Meter) -> list[Run]:
     """The cell's runs: one on its link; or, paired, rounds of the reference then the
     link, both launches alive side by side (requests a fraction of a second apart: a
@@ -323,8 +358,8 @@ def _runs(cell: dict[str, Any], link: Any, reference: Any, model: dict[str, Any]
     return runs
 
 
-def _launch(run: Run, cell: dict[str, Any], link: Any, model: dict[str, Any],
-            settings: dict[str, Any], toolchain: dict[str, Any],
+def _launch(run: Run, cell: CellSlice, link: Any, model: ModelInfo,
+            settings: ServerSettings, toolchain: ToolchainRecord,
             slot: str = "") -> Launch | None:
     """Launch (or reuse) the servers; a launch that fails is the run's rows."""
     backend = backend_of(cell)
@@ -336,7 +371,7 @@ def _launch(run: Run, cell: dict[str, Any], link: Any, model: dict[str, Any],
         return None
 
 
-def _drive_run(run: Run, cell: dict[str, Any], link: Any, count: int | None = None) -> None:
+def _drive_run(run: Run, cell: CellSlice, link: Any, count: int | None = None) -> None:
     """Send the run's requests. A failure is the replies' status, not an exception: the
     other repeats are kept."""
     try:
@@ -349,7 +384,7 @@ def _drive_run(run: Run, cell: dict[str, Any], link: Any, count: int | None = No
         run.alive = run.server.alive() and backend_of(cell).healthy(run.server.url)
 
 
-def _failed(cell: dict[str, Any], error_type: str, text: str) -> list[client.Reply]:
+def _failed(cell: CellSlice, error_type: str, text: str) -> list[client.Reply]:
     """Every request of a release, failed before it got a reply, stamped now."""
     now = time.time_ns()
     return [client.Reply(request_id=i, t_send_ns=now, t_end_ns=now, error_type=error_type,
@@ -366,7 +401,7 @@ def capped(text: str, limit: int = 2000) -> str:
     return f"{first}\n…\n{rest[-(limit - len(first) - 3):]}"
 
 
-def more_shots(cell: dict[str, Any], sent: int, elapsed_s: float) -> bool:
+def more_shots(cell: CellSlice, sent: int, elapsed_s: float) -> bool:
     """Whether to release the cell's requests once more (`sent` releases so far,
     `elapsed_s` since the first). A single-stream cell sends requests one after another:
     at least `single_stream_requests` (a median and a spread for its prefill, TTFT and
@@ -384,7 +419,7 @@ def more_shots(cell: dict[str, Any], sent: int, elapsed_s: float) -> bool:
     return sent < least or elapsed_s < cell.get("single_stream_seconds", 0.0)
 
 
-def _drive(cell: dict[str, Any], link: Any, server: Launch,
+def _drive(cell: CellSlice, link: Any, server: Launch,
            count: int | None = None) -> list[Shot]:
     """Send the cell's requests (`count` single-stream releases, or as `more_shots`
     says), counting the RPC bytes each release causes. After a release with a failed
@@ -413,12 +448,12 @@ def _drive(cell: dict[str, Any], link: Any, server: Launch,
 _LOG = Console(width=140, log_path=False, highlight=False)  # the job log: stdout
 
 
-def _what(cell: dict[str, Any], link: Any) -> str:
+def _what(cell: CellSlice, link: Any) -> str:
     return (f"{link.pair}/{link.name} {cell.get('model', '')} {cell['prompt_tokens']} tokens "
             f"x{cell['concurrency']}")
 
 
-def _progress(cell: dict[str, Any], link: Any, release: int, replies: list[client.Reply],
+def _progress(cell: CellSlice, link: Any, release: int, replies: list[client.Reply],
               elapsed_s: float) -> None:
     """Two lines per release in the job's log, written between releases, never during
     one: when it is sent (a long prefill is silent for minutes), and when it ends: requests
@@ -432,7 +467,7 @@ def _progress(cell: dict[str, Any], link: Any, release: int, replies: list[clien
              f"{tokens} tokens, {rate}, {elapsed_s:.1f} s")
 
 
-def _hottest(sensors: dict[str, Any], when: str) -> float | None:
+def _hottest(sensors: telemetry.SamplerFigures, when: str) -> float | None:
     values = [sensors.get(f"temp_{side}_{when}_c") for side in ("a", "b")]
     values = [v for v in values if v is not None]
     return max(values) if values else None

@@ -9,7 +9,7 @@ mechanisms table use the same fit.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 import pandas as pd
@@ -17,7 +17,18 @@ import pandas as pd
 from splitbench.infra import fits
 
 
-def fit(frame: pd.DataFrame) -> dict[str, Any]:
+class SweepFit(TypedDict):
+    """A sweep's round trips per token (`fit`), its line and why it cannot be used, if so."""
+
+    round_trips_per_token: float | None
+    round_trips_se: float | None
+    intercept_ms: float | None
+    r2: float | None
+    points: int
+    not_resolvable: str | None
+
+
+def fit(frame: pd.DataFrame) -> SweepFit:
     """Round trips per token from a delay sweep, with the estimator the mechanisms table
     uses on links (`fits.fit_through_origin`): each point's decode step less the
     lowest-delay point's, against its measured latency less that point's, each

@@ -20,13 +20,14 @@ from splitbench.configuration.sections import (
     VllmSpec,
     defaults,
 )
+from splitbench.slices import DriftSettings, LinkSlice
 
 # A synthetic model is generated in memory (float32, then float16) before it is
 # written: one larger than this would take the machine's memory, not test a link.
 SYNTHETIC_MAX_BYTES = 4 << 30
 
 
-def synthetic_bytes(spec: dict[str, Any]) -> int:
+def synthetic_bytes(spec: dict[str, int]) -> int:
     """The float16 weights of a `synthetic` block, in bytes."""
     embd, ff, n_layer = spec["n_embd"], spec["n_ff"], spec["n_layer"]
     kv_dim = embd // spec["n_head"] * spec.get("n_head_kv", spec["n_head"])
@@ -34,7 +35,7 @@ def synthetic_bytes(spec: dict[str, Any]) -> int:
     return 2 * (2 * spec["n_vocab"] * embd + n_layer * per_block + embd)
 
 
-def _check_synthetic_size(where: str, spec: dict[str, Any]) -> None:
+def _check_synthetic_size(where: str, spec: dict[str, int]) -> None:
     size = synthetic_bytes(spec)
     if size > SYNTHETIC_MAX_BYTES:
         raise ConfigError(where, f"{size / 2**30:.1f} GiB of weights; a synthetic model is "
@@ -283,7 +284,7 @@ def _check_own_flags(name: str, model: Model) -> None:
                                   f"'{flag}' is set by splitbench itself; remove it")
 
 
-def link_index(link: str, spec: dict[str, Any]) -> int:
+def link_index(link: str, spec: LinkSlice) -> int:
     """The link's number on an embedded pair (its /30 subnet and veth name): set in config,
     or derived from its name, so that adding or reordering links changes no other link's
     addresses (and so re-runs nothing). 200 and up are the round-trip sweep's."""
@@ -302,7 +303,7 @@ def _check_link_indexes(pair: str, links: dict[str, LinkSpec]) -> None:
                               f"subnet ({index}); set index: <1-199> on one of them")
         taken[index] = link
 
-def drift_settings(config: dict[str, Any] | None) -> dict[str, Any]:
+def drift_settings(config: dict[str, Any] | None) -> DriftSettings:
     """The `drift:` settings with defaults filled in; a band's bounds in order."""
     given = dict((config or {}).get("drift") or {})
     unknown = set(given) - set(Drift.model_fields)

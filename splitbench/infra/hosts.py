@@ -17,17 +17,35 @@ import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from splitbench.errors import SplitbenchError
 from splitbench.infra import procs
 from splitbench.infra.polling import poll_until
+from splitbench.infra.procs import ProcRecord
+from splitbench.slices import HostSlice
+
+if TYPE_CHECKING:  # paramiko loads only for a remote host
+    from splitbench.infra.ssh import SSHSettings
 
 CLONE_NEWNET = 0x40000000
 
 
 class HostError(SplitbenchError):
     """A command on a host failed; the message names the host."""
+
+
+class HostJson(TypedDict):
+    """A `Host` as JSON (dataclasses.asdict): a link record's host_a and host_b."""
+
+    name: str
+    netns: str | None
+    ssh: str | None
+    ssh_port: int | None
+    identity: str | None
+    known_hosts: str | None
+    python_path: str | None
+    cpus: str | None
 
 
 @dataclass(frozen=True)
@@ -56,7 +74,7 @@ class Host:
             return self.python_path
         return "python3" if self.remote else sys.executable
 
-    def ssh_settings(self) -> dict[str, Any]:
+    def ssh_settings(self) -> SSHSettings:
         """How to reach this host over SSH, as JSON (process records keep it)."""
         from splitbench.infra import ssh  # paramiko loads only for a remote host
 
@@ -174,8 +192,8 @@ class Host:
         key: str,
         log_path: Path,
         env: dict[str, str] | None = None,
-        extra: dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
+        extra: ProcRecord | None = None,
+    ) -> ProcRecord:
         """Start a long-lived process on this host, recorded for teardown."""
         if self.remote:
             return self._spawn_remote(argv, role=role, key=key, env=env, extra=extra)
@@ -195,8 +213,8 @@ class Host:
         role: str,
         key: str,
         env: dict[str, str] | None,
-        extra: dict[str, Any] | None,
-    ) -> dict[str, Any]:
+        extra: ProcRecord | None,
+    ) -> ProcRecord:
         """Start a detached process on the SSH host; record its remote pid and start time."""
         assignments = [f"{k}={v}" for k, v in (env or {}).items()]
         # Its log: a new file of the user's own (mktemp), not a fixed name in /tmp that
@@ -208,7 +226,7 @@ class Host:
         pid_text, log = self.run(command, timeout=30).stdout.splitlines()[-1].split(" ", 1)
         pid = int(pid_text)
         remote = self.ssh_settings()
-        record = {
+        record: ProcRecord = {
             "pid": pid,
             "start_time": procs.remote_start_time(remote, pid),
             "remote": remote,
@@ -233,7 +251,7 @@ def cpu_set(cpus: str) -> set[int]:
     return out
 
 
-def host_from_spec(name: str, spec: dict[str, Any]) -> Host:
+def host_from_spec(name: str, spec: HostSlice) -> Host:
     """A host from its config block: over SSH when it names a destination."""
     return Host(name, ssh=spec.get("ssh"), ssh_port=spec.get("ssh_port"),
                 identity=spec.get("identity"), known_hosts=spec.get("known_hosts"),

@@ -29,7 +29,7 @@ import json
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import pandas as pd
 
@@ -37,6 +37,7 @@ from splitbench.infra import procs
 from splitbench.infra.hosts import Host, HostError
 from splitbench.infra.telemetry import SENSORS_SOURCE
 from splitbench.remote import sensors
+from splitbench.slices import InterferenceLimits
 
 SIDES = ("a", "b")
 # Defaults, from the embedded default on the 2-core development VM: in a quiet run no
@@ -50,6 +51,48 @@ UNITS = {"cpu_pressure": "pct", "own_cpu_pressure": "pct", "foreign_cpu": "cores
 COLUMNS = [*(f"{figure}_{side}_{unit}" for side in SIDES for figure, unit in UNITS.items()),
            *(f"cpu_pressure_{side}_peak_pct" for side in SIDES),
            *(f"interference_{side}" for side in SIDES)]
+
+
+# One machine's figures (`sum_figures`); "{side}" in a name is filled in per host side.
+MachineFigures = TypedDict("MachineFigures", {
+    "cpu_pressure_{side}_pct": float | None,
+    "own_cpu_pressure_{side}_pct": float | None,
+    "foreign_cpu_{side}_cores": float | None,
+    "steal_{side}_pct": float | None,
+    "own_cpu_{side}_cores": float | None,
+    "interference_{side}": str,  # what was read, or why nothing was
+})
+
+
+class InterferenceFigures(TypedDict, total=False):
+    """`Meter.figures`: a MachineFigures per host side it meters (COLUMNS but the peaks)."""
+
+    cpu_pressure_a_pct: float | None
+    own_cpu_pressure_a_pct: float | None
+    foreign_cpu_a_cores: float | None
+    steal_a_pct: float | None
+    own_cpu_a_cores: float | None
+    interference_a: str
+    cpu_pressure_b_pct: float | None
+    own_cpu_pressure_b_pct: float | None
+    foreign_cpu_b_cores: float | None
+    steal_b_pct: float | None
+    own_cpu_b_cores: float | None
+    interference_b: str
+
+
+class CounterSums(TypedDict, total=False):
+    """One machine's counter differences summed over a Meter's stretches (`Meter._add`)."""
+
+    seconds: float
+    hz: int
+    psi_some_us: int | None
+    own_psi_some_us: int | None
+    busy_ticks: int | None
+    steal_ticks: int | None
+    total_ticks: int | None
+    own_ticks: int | None
+    own_cgroup: str | None  # the first stretch's word on the own cgroup
 
 
 def across(column: str) -> str:
@@ -71,7 +114,7 @@ class Own:
 
 
 def _counters(host: Host, pids: list[int], trees: list[int],
-              cgroup: str | None = None) -> dict[str, Any] | None:
+              cgroup: str | None = None) -> sensors.CpuCounters | None:
     """One machine's CPU counters, with the CPU time of `pids` and of `trees` with their
     descendants, and (`cgroup`: its name) the CPU pressure of them alone, in a cgroup
     of their own that this puts them into; None when unreadable."""
@@ -107,7 +150,7 @@ class Meter:
         self.hosts: dict[str, Host] = {}
         for side, host in hosts.items():
             self.hosts.setdefault(self.machine_of[side], host)
-        self.sums: dict[str, dict[str, float] | None] = {key: {} for key in self.hosts}
+        self.sums: dict[str, CounterSums | None] = {key: {} for key in self.hosts}
 
     @contextlib.contextmanager
     def stretch(self, own: Own) -> Iterator[None]:
@@ -126,8 +169,8 @@ class Meter:
                 self._add(key, before[key], _counters(host, mine[key], trees[key],
                                                       own.cgroup))
 
-    def _add(self, key: str, before: dict[str, Any] | None,
-             after: dict[str, Any] | None) -> None:
+    def _add(self, key: str, before: sensors.CpuCounters | None,
+             after: sensors.CpuCounters | None) -> None:
         sums = self.sums[key]
         if sums is None:
             return
@@ -153,9 +196,9 @@ class Meter:
         sums["own_ticks"] = None if a is None or b is None or not same \
             or sums.get("own_ticks", 0) is None else sums.get("own_ticks", 0) + b - a + reader
 
-    def figures(self) -> dict[str, Any]:
+    def figures(self) -> InterferenceFigures:
         """Per side: the figures above, and `interference_{side}` saying what was read."""
-        out: dict[str, Any] = {}
+        out: InterferenceFigures = {}
         for key in self.hosts:
             figures = sum_figures(self.sums[key])
             for side, machine in self.machine_of.items():
@@ -190,10 +233,10 @@ def cgroup_name(pair: str) -> str:
     return f"splitbench-{pair}-{run}"
 
 
-def sum_figures(sums: dict[str, Any] | None) -> dict[str, Any]:
+def sum_figures(sums: CounterSums | None) -> MachineFigures:
     """The figures of one machine from its summed counter differences (names with
     {side})."""
-    out: dict[str, Any] = {f"{f}_{{side}}_{unit}": None for f, unit in UNITS.items()}
+    out: MachineFigures = {f"{f}_{{side}}_{unit}": None for f, unit in UNITS.items()}
     if sums is None:
         out["interference_{side}"] = "unreadable"
         return out
@@ -227,7 +270,7 @@ def sum_figures(sums: dict[str, Any] | None) -> dict[str, Any]:
 # ---------------------------------------------------------------- judging cells
 
 
-def settings(given: Mapping[str, Any] | None) -> dict[str, float | None]:
+def settings(given: InterferenceLimits | None) -> dict[str, float | None]:
     """The `interference:` thresholds with defaults filled in (null: not checked)."""
     from splitbench import configuration  # pydantic: only for the stages that judge
 
@@ -240,7 +283,7 @@ LIMITS = [("cpu_pressure", "max_cpu_pressure_pct", "CPU pressure {v:.0f}%", "%")
           ("steal", "max_steal_pct", "steal {v:.0f}%", "%")]
 
 
-def flag(cells: pd.DataFrame, thresholds: Mapping[str, Any]) -> pd.DataFrame:
+def flag(cells: pd.DataFrame, thresholds: InterferenceLimits) -> pd.DataFrame:
     """Per cell (one row each, the summary's figures): `interference` (why the cell is
     suspect, or None), and `interference_checked` with `interference_missing` (why
     not): a cell counts as checked only when every host's foreign CPU was measured (the

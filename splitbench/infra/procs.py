@@ -25,15 +25,49 @@ import subprocess
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from splitbench.infra import files
 from splitbench.infra.polling import poll_until
+
+if TYPE_CHECKING:  # paramiko loads only where a host is remote
+    from splitbench.infra.ssh import SSHSettings
 
 # Stop order: the HTTP front end before the RPC worker it talks to (a worker that
 # goes first makes llama-server abort mid-call: "Remote RPC server crashed").
 # A measuring job goes first: after Snakemake is killed, its jobs run on as orphans.
 STOP_ORDER = ("job", "llama-server", "rpc-server", "relay", "probe", "iperf3", "other")
+
+
+class ProcRecord(TypedDict, total=False):
+    """A started process's record (procs/<key>.json): `spawn`'s keys, `extra`'s after."""
+
+    pid: int
+    start_time: int | None  # clock ticks since boot (`start_time`); None: unknown
+    role: str  # "job", "reaper", "llama-server", "rpc-server", "vllm-rank0", "relay", ...
+    key: str
+    argv: list[str]
+    log: str  # the log's path; a remote one's as "destination:path"
+    remote: SSHSettings | list[str]  # its SSH host (a list: an older record's ssh argv)
+    remote_log: str  # a remote process's log on its host (removed when forgotten)
+    host: str  # the Host's name ("a", "b", "local")
+    stage: str  # a job's stage
+    pair: str  # the pair a server, relay or measuring process belongs to
+    group: bool  # stopped as a process group (a server that starts its own workers)
+
+
+class ChangeRecord(TypedDict, total=False):
+    """A change to a host and its undo (changes/<key>.json, `record_change`)."""
+
+    host: str  # the Host's name
+    remote: SSHSettings | None  # its SSH host; None: this machine
+    undo: list[str]
+    gone_if: str | list[str]
+    # The state its maker keeps: a cgroup's path (`record_cgroup`), or the link guard's
+    # interfaces and addresses (links/guard.py).
+    cgroup: str
+    interfaces: list[str]
+    addresses: list[str]
 
 
 def state_dir() -> Path:
@@ -73,7 +107,7 @@ def start_time(pid: int) -> int | None:
     return int(stat.rsplit(")", 1)[1].split()[19])
 
 
-def is_alive(record: dict[str, Any]) -> bool:
+def is_alive(record: ProcRecord) -> bool:
     """Running, and the same process that was recorded (not a reused pid, not a zombie)."""
     pid = record["pid"]
     if record.get("start_time") is None:  # which process it was cannot be told
@@ -83,7 +117,7 @@ def is_alive(record: dict[str, Any]) -> bool:
     return start_time(pid) == record["start_time"] and not _is_zombie(pid)
 
 
-def remote_start_time(remote: dict[str, Any], pid: int) -> int | None:
+def remote_start_time(remote: SSHSettings | list[str], pid: int) -> int | None:
     """A remote process's start time, None when it is gone, a zombie, or its host cannot
     be reached. remote: the host's connection settings (Host.ssh_settings())."""
     result = remote_run(remote, ["cat", f"/proc/{int(pid)}/stat"])
@@ -93,7 +127,7 @@ def remote_start_time(remote: dict[str, Any], pid: int) -> int | None:
     return None if fields[0] == "Z" else int(fields[19])
 
 
-def remote_run(remote: dict[str, Any] | list[str],
+def remote_run(remote: SSHSettings | list[str],
                 argv: list[str]) -> subprocess.CompletedProcess[str] | None:
     """argv on a recorded process's host, over this process's own connection to it (a
     teardown may run in another process than the one that started it); None when the
@@ -109,7 +143,7 @@ def remote_run(remote: dict[str, Any] | list[str],
         return None
 
 
-def _signal(record: dict[str, Any], sig: signal.Signals) -> None:
+def _signal(record: ProcRecord, sig: signal.Signals) -> None:
     """Signal the process, or its whole process group where the record says `group`
     (a server that starts its own workers: each was started in a session of its own, so
     its group is its own and its children's)."""
@@ -138,8 +172,8 @@ def spawn(
     key: str,
     log_path: Path,
     env: dict[str, str] | None = None,
-    extra: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+    extra: ProcRecord | None = None,
+) -> ProcRecord:
     """Start a detached process (own session, outlives the caller) and record it."""
     if role != "reaper":
         ensure_job_reaper()
@@ -155,7 +189,7 @@ def spawn(
         )
     _CHILDREN[proc.pid] = proc
     # The kernel fills /proc/PID/stat at fork, so the start time is readable at once.
-    record = {
+    record: ProcRecord = {
         "pid": proc.pid,
         "start_time": start_time(proc.pid),
         "role": role,
@@ -173,7 +207,7 @@ def forget(kind: str, key: str) -> None:
         (records_dir(kind) / f"{key}.json").unlink()
 
 
-def record_process(record: dict[str, Any]) -> dict[str, Any]:
+def record_process(record: ProcRecord) -> ProcRecord:
     """Remember a started process (local or remote) so teardown can stop it."""
     _write(records_dir("procs") / f"{record['key']}.json", record)
     return record
@@ -192,11 +226,11 @@ def job(stage: str) -> Iterator[None]:
         forget("procs", key)
 
 
-def _write(path: Path, data: dict[str, Any]) -> None:
+def _write(path: Path, data: ProcRecord | ChangeRecord | dict[str, str]) -> None:
     files.write_json(path, data)
 
 
-def find(key: str) -> dict[str, Any] | None:
+def find(key: str) -> ProcRecord | None:
     path = records_dir("procs") / f"{key}.json"
     try:
         return json.loads(path.read_text())
@@ -204,8 +238,8 @@ def find(key: str) -> dict[str, Any] | None:
         return None
 
 
-def all_procs() -> list[dict[str, Any]]:
-    out = []
+def all_procs() -> list[ProcRecord]:
+    out: list[ProcRecord] = []
     for path in sorted(records_dir("procs").glob("*.json")):
         with contextlib.suppress(OSError, ValueError):
             out.append(json.loads(path.read_text()))
@@ -239,7 +273,7 @@ def remote_logs_dir() -> Path:
     return state_dir() / "remote-logs"
 
 
-def forget_process(record: dict[str, Any]) -> None:
+def forget_process(record: ProcRecord) -> None:
     """Forget an ended process. A remote one's log, the file mktemp made for it on its
     host, is copied here (remote_logs_dir) and removed there: nothing of a run is left
     in the host's /tmp, and nothing splitbench did not make is removed."""
@@ -254,7 +288,7 @@ def forget_process(record: dict[str, Any]) -> None:
     forget("procs", record["key"])
 
 
-def unreachable(record: dict[str, Any]) -> bool:
+def unreachable(record: ProcRecord) -> bool:
     """The record's process is on an SSH host that does not answer now."""
     if not record.get("remote"):
         return False
@@ -262,7 +296,7 @@ def unreachable(record: dict[str, Any]) -> bool:
     return result is None or result.returncode != 0
 
 
-def terminate(record: dict[str, Any], timeout: float) -> None:
+def terminate(record: ProcRecord, timeout: float) -> None:
     if not is_alive(record):
         _reap(record)
         _end_group(record)
@@ -277,7 +311,7 @@ def terminate(record: dict[str, Any], timeout: float) -> None:
     _reap(record)
 
 
-def _end_group(record: dict[str, Any]) -> None:
+def _end_group(record: ProcRecord) -> None:
     """Whatever of a group's process is left once its leader has gone (a worker that
     ignored its parent's end) is killed, while the group's number is still ours: Linux
     gives no new process a pid that a group's members still use as their group id, so
@@ -287,7 +321,7 @@ def _end_group(record: dict[str, Any]) -> None:
         _signal(record, signal.SIGKILL)
 
 
-def _pid_reused(record: dict[str, Any]) -> bool:
+def _pid_reused(record: ProcRecord) -> bool:
     """Another process than the recorded one holds the record's pid now (or the record
     cannot tell which process it was)."""
     if record.get("start_time") is None:
@@ -300,7 +334,7 @@ def _pid_reused(record: dict[str, Any]) -> bool:
     return now is not None and now != record["start_time"]
 
 
-def _reap(record: dict[str, Any], timeout: float = 5.0) -> None:
+def _reap(record: ProcRecord, timeout: float = 5.0) -> None:
     """Collect a stopped child of this process now. Its whole CPU time moves into this
     process's reaped-children counters when it is collected; Python's subprocess module
     would collect it at some later start of another process, in the middle of a cell,
@@ -320,7 +354,7 @@ def _reap(record: dict[str, Any], timeout: float = 5.0) -> None:
     poll_until(collected, timeout, 0.01)
 
 
-def exit_status(record: dict[str, Any]) -> str | None:
+def exit_status(record: ProcRecord) -> str | None:
     """How a process this one started has ended ("exited with code 1", "killed by
     SIGSEGV"), reaping it; None while it runs, or when it is not our child (then no
     one here can know)."""
@@ -358,7 +392,7 @@ def namespaces() -> list[str]:
     return [p.stem for p in sorted(records_dir("netns").glob("*.json"))]
 
 
-def record_cgroup(path: str, remote: dict[str, Any] | None = None) -> None:
+def record_cgroup(path: str, remote: SSHSettings | None = None) -> None:
     """Remember a cgroup this run made for its own processes (interference's), on this
     machine or on the host `remote` names: a change whose undo, `rmdir`, removes it once
     it is empty (one that still holds processes stays on record for the next teardown)."""
@@ -369,7 +403,7 @@ def record_cgroup(path: str, remote: dict[str, Any] | None = None) -> None:
                       gone_if="No such file or directory", cgroup=path)
 
 
-def record_change(key: str, host: str, remote: dict[str, Any] | None, undo: list[str],
+def record_change(key: str, host: str, remote: SSHSettings | None, undo: list[str],
                   gone_if: str | list[str], **state: Any) -> None:
     """Remember a change this run made to a host (a firewall table) and the command that
     undoes it, which teardown runs there: on this machine (`undo` is the whole local
@@ -381,7 +415,7 @@ def record_change(key: str, host: str, remote: dict[str, Any] | None, undo: list
                                                   "gone_if": gone_if, **state})
 
 
-def change(key: str) -> dict[str, Any] | None:
+def change(key: str) -> ChangeRecord | None:
     """A recorded change to a host (record_change), None when there is none."""
     return files.read_json(records_dir("changes") / f"{key}.json")
 

@@ -30,7 +30,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import paramiko
 
@@ -70,7 +70,16 @@ class Target:
 
 
 # --- settings and ~/.ssh/config -------------------------------------------------------
-def settings(spec: Mapping[str, Any]) -> dict[str, Any]:
+class SSHSettings(TypedDict):
+    """How to reach a host (`settings`), as process records keep it; None: not set."""
+
+    ssh: str | None
+    ssh_port: int | None
+    identity: str | None
+    known_hosts: str | None
+
+
+def settings(spec: Mapping[str, Any]) -> SSHSettings:
     """A host block's connection settings, key files made absolute (a record is read by
     other processes, possibly elsewhere)."""
     out = {key: spec.get(key) for key in SETTINGS_KEYS}

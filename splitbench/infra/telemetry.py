@@ -11,7 +11,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from splitbench.infra import sockdiag
 from splitbench.infra.hosts import Host, HostError
@@ -20,8 +20,48 @@ from splitbench.remote import sensors
 # sensors.py needs only the standard library: its source runs on any host as is.
 SENSORS_SOURCE = Path(sensors.__file__).read_text()
 
+# One machine's sensor figures over a cell (`_figures`); "{side}" in a name is filled in
+# per host side.
+SensorFigures = TypedDict("SensorFigures", {
+    "temp_{side}_before_c": float | None,
+    "temp_{side}_after_c": float | None,
+    "temp_{side}_peak_c": float | None,
+    "load1_{side}_before": float | None,
+    "gpu_{side}_temp_peak_c": float | None,
+    "gpu_{side}_power_peak_w": float | None,
+    "gpu_{side}_memory_peak_mib": float | None,
+    "sensors_{side}": str,  # where the temperatures and GPU figures came from
+    "sensor_readings_{side}": int,
+    "cpu_pressure_{side}_peak_pct": float | None,
+})
 
-def snapshot(host: Host | None = None) -> dict[str, Any]:
+
+class SamplerFigures(TypedDict, total=False):
+    """`Sampler.finish`: a SensorFigures per host side."""
+
+    temp_a_before_c: float | None
+    temp_a_after_c: float | None
+    temp_a_peak_c: float | None
+    load1_a_before: float | None
+    gpu_a_temp_peak_c: float | None
+    gpu_a_power_peak_w: float | None
+    gpu_a_memory_peak_mib: float | None
+    sensors_a: str
+    sensor_readings_a: int
+    cpu_pressure_a_peak_pct: float | None
+    temp_b_before_c: float | None
+    temp_b_after_c: float | None
+    temp_b_peak_c: float | None
+    load1_b_before: float | None
+    gpu_b_temp_peak_c: float | None
+    gpu_b_power_peak_w: float | None
+    gpu_b_memory_peak_mib: float | None
+    sensors_b: str
+    sensor_readings_b: int
+    cpu_pressure_b_peak_pct: float | None
+
+
+def snapshot(host: Host | None = None) -> sensors.Reading:
     """One sensors reading on host (this machine when None)."""
     if host is None or not host.remote:
         return sensors.reading()  # a namespace shares the machine's sensors
@@ -55,10 +95,10 @@ class Sampler:
         return [p.pid for key, p in self.processes.items()
                 if p is not None and not self.hosts[key].remote]
 
-    def finish(self) -> dict[str, Any]:
+    def finish(self) -> SamplerFigures:
         """Per host side: temp_{side}_before_c/after_c/peak_c, load, GPU and CPU-pressure
         peaks."""
-        out: dict[str, Any] = {}
+        out: SamplerFigures = {}
         for key, process in self.processes.items():
             if process is not None:
                 process.terminate()
@@ -91,7 +131,7 @@ def _start(host: Host, argv: list[str], output: Any) -> Any:
         return None
 
 
-def _readings(text: str) -> list[dict]:
+def _readings(text: str) -> list[sensors.Reading]:
     """Every complete reading (a sampler stopped mid-line leaves a partial last one)."""
     out = []
     for line in text.splitlines():
@@ -100,7 +140,8 @@ def _readings(text: str) -> list[dict]:
     return out
 
 
-def _figures(before: dict, during: list[dict], after: dict) -> dict[str, Any]:
+def _figures(before: sensors.Reading, during: list[sensors.Reading],
+             after: sensors.Reading) -> SensorFigures:
     readings = [before, *during, after]
     temps = [r["temp_max_c"] for r in readings if r.get("temp_max_c") is not None]
     gpus = [g for r in readings for g in r.get("gpus", [])]
@@ -123,7 +164,7 @@ def _figures(before: dict, during: list[dict], after: dict) -> dict[str, Any]:
     }
 
 
-def _peak_pressure(readings: list[dict]) -> float | None:
+def _peak_pressure(readings: list[sensors.Reading]) -> float | None:
     """The highest CPU pressure (PSI "some", %) between two consecutive readings (about
     a second apart): a burst of other work that a cell's average would dilute."""
     points = [(c["t_mono"], c["psi_some_us"]) for r in readings
@@ -140,6 +181,23 @@ def _peak_pressure(readings: list[dict]) -> float | None:
 TIGHT_READ_NS = 100_000
 TIGHT_READ_PER_CONNECTION_NS = 40_000
 FIRST_READ_TRIES = 20
+
+
+class RpcFigures(TypedDict):
+    """`RpcTraffic.figures`: the RPC connections' traffic in prefill and decode."""
+
+    rpc_prefill_a_to_b_bytes: int | None
+    rpc_prefill_b_to_a_bytes: int | None
+    rpc_prefill_a_to_b_segs: int | None
+    rpc_prefill_b_to_a_segs: int | None
+    rpc_decode_a_to_b_bytes: int | None
+    rpc_decode_b_to_a_bytes: int | None
+    rpc_decode_a_to_b_segs: int | None
+    rpc_decode_b_to_a_segs: int | None
+    rpc_decode_tokens: int
+    rpc_connections: int
+    rpc_bytes_per_token_a_to_b: float | None
+    rpc_bytes_per_token_b_to_a: float | None
 
 
 class RpcTraffic:
@@ -209,7 +267,7 @@ class RpcTraffic:
         return (*self._middle(self.first_reads[-1]), False) if self.first_reads else (
             0, None, False)
 
-    def figures(self, token_times_mono: list[int]) -> dict[str, Any]:
+    def figures(self, token_times_mono: list[int]) -> RpcFigures:
         """Prefill and decode traffic each way, and decode bytes per token (None where
         no read at the first token split the tokens cleanly)."""
         (_, start), (t_end, end) = self.start, self.end

@@ -9,14 +9,29 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from splitbench import results
+from splitbench.slices import LinkCheckSettings
+
+if TYPE_CHECKING:  # verify imports this module
+    from splitbench.links.figures import LinkRow
 
 TRACKED = ("a_to_b_gbps", "b_to_a_gbps", "bidir_gbps", "rr16k_p50_us")
 
 
-def compare(previous: dict[str, Any], row: dict[str, Any], threshold: float) -> list[str]:
+class KeptVerification(TypedDict, total=False):
+    """A line of `{link}.history.jsonl`: a verification's identity and TRACKED figures."""
+
+    fingerprint: str | None
+    measured_at: str | None
+    a_to_b_gbps: float | None
+    b_to_a_gbps: float | None
+    bidir_gbps: float | None
+    rr16k_p50_us: float | None
+
+
+def compare(previous: KeptVerification, row: LinkRow, threshold: float) -> list[str]:
     """Material differences between two verifications of one link."""
     changes = []
     if previous.get("fingerprint") != row.get("fingerprint"):
@@ -30,7 +45,7 @@ def compare(previous: dict[str, Any], row: dict[str, Any], threshold: float) -> 
     return changes
 
 
-def compare_and_keep(row: dict[str, Any], out: str | Path, settings: dict) -> list[str]:
+def compare_and_keep(row: LinkRow, out: str | Path, settings: LinkCheckSettings) -> list[str]:
     """Compare with the last kept verification, then append this one."""
     path = results.link_history(out)
     changes: list[str] = []

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import subprocess
-from typing import Any
 
 from splitbench.infra import files, procs
 from splitbench.infra.hosts import Host, HostError
@@ -20,8 +19,10 @@ from splitbench.links import relay
 from splitbench.links.link import (
     RPC_PORT,
     SERVICE_PORTS,
+    Emulation,
     Link,
 )
+from splitbench.slices import LinkSlice
 
 
 def is_root() -> bool:
@@ -33,7 +34,7 @@ def namespace(pair: str, side: str) -> str:
     return f"sb-{pair}-{side}"
 
 
-def ensure_link(spec: dict[str, Any]) -> Link:
+def ensure_link(spec: LinkSlice) -> Link:
     """Build the link described by a link slice (plan.link_slice), or return it if built."""
     key = f"{spec['pair']}__{spec['link']}"
     record_path = procs.state_dir() / "links" / f"{key}.json"
@@ -68,10 +69,10 @@ def _addresses(index: int, loopback: bool) -> tuple[str, str]:
     return f"{prefix}.1", f"{prefix}.2"
 
 
-def _build_loopback(spec: dict[str, Any]) -> Link:
+def _build_loopback(spec: LinkSlice) -> Link:
     addr_a, addr_b = _addresses(spec["index"], loopback=True)
     delay = "relay" if _wants_delay_path(spec) else "none"
-    emulation = {
+    emulation: Emulation = {
         "mode": "loopback",
         "rate": "none (loopback without root cannot shape)",
         "rate_gbit_a_to_b": None,
@@ -125,7 +126,7 @@ def loopback_quickack(netns: str | None) -> bool:
     return "quickack 1" in subprocess.run(argv, capture_output=True, text=True).stdout
 
 
-def _build_netns(spec: dict[str, Any]) -> Link:
+def _build_netns(spec: LinkSlice) -> Link:
     pair, index = spec["pair"], spec["index"]
     ns_a, ns_b = namespace(pair, "a"), namespace(pair, "b")
     for name in (ns_a, ns_b):
@@ -175,13 +176,13 @@ def _qdisc(ns: str, ifname: str, *args: str) -> subprocess.CompletedProcess[str]
 
 
 def _shape(
-    spec: dict[str, Any], ns_a: str, if_a: str, ns_b: str, if_b: str, applied: list
-) -> dict[str, Any]:
+    spec: LinkSlice, ns_a: str, if_a: str, ns_b: str, if_b: str, applied: list
+) -> Emulation:
     """Apply rate and delay on each direction's egress; report what really took."""
     rate_ab = spec.get("rate_gbit")
     rate_ba = spec.get("rate_gbit_b_to_a", rate_ab)
     delay_ms = spec.get("delay_ms", 0.0)
-    emulation = {
+    emulation: Emulation = {
         "mode": "netns-veth",
         "rate": "none",
         "rate_gbit_a_to_b": rate_ab,
@@ -251,7 +252,7 @@ def netem_available(ns: str, ifname: str) -> bool:
     return False
 
 
-def _wants_delay_path(spec: dict[str, Any]) -> bool:
+def _wants_delay_path(spec: LinkSlice) -> bool:
     """A delay to add, or a sweep that needs every point on the same (relay) path even
     at zero delay: the relay's own per-message cost must not change between points."""
     return bool(spec.get("delay_ms")) or bool(spec.get("same_path_at_zero_delay"))

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
 
 from splitbench.infra.hosts import Host, HostError, host_from_spec
 from splitbench.links.link import GUARDED_PORTS, IPERF_PORT, PROBE_PORT, SOCKPERF_PORT
+from splitbench.slices import HostsSlice
 
 OK, BAD, NOTE = "✓", "✗", "·"
 
@@ -39,7 +39,7 @@ class Line:
         return f"{self.mark} {self.pair}: {self.text}" + (f" — {self.fix}" if self.fix else "")
 
 
-def pair_hosts(pair: str, hosts_spec: dict[str, Any]) -> list[Line]:
+def pair_hosts(pair: str, hosts_spec: HostsSlice) -> list[Line]:
     """Both hosts' lines: one local host for the embedded lab; for a real pair host A's
     tools, then host B reached over SSH and, if it is, B's tools, Python, free ports,
     the clocks and each host's wake-up latency."""

@@ -13,20 +13,20 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import json
-from typing import Any
 
 from splitbench.errors import SplitbenchError
 from splitbench.infra import files, procs
 from splitbench.infra.hosts import Host, HostError, host_from_spec
 from splitbench.links import guard, lab
 from splitbench.links.link import Link
+from splitbench.slices import LinkSlice
 
 
 class SetupError(SplitbenchError):
     """A real link could not be set up; the message names the pair, link and host."""
 
 
-def ensure(spec: dict[str, Any]) -> Link:
+def ensure(spec: LinkSlice) -> Link:
     """The ready link of a link slice: the embedded lab's, or a real one."""
     if spec["mode"] == "embedded":
         return lab.ensure_link(spec)
@@ -41,7 +41,7 @@ def ensure(spec: dict[str, Any]) -> Link:
         return link
 
 
-def _set_up(spec: dict[str, Any]) -> Link:
+def _set_up(spec: LinkSlice) -> Link:
     where = f"pair '{spec['pair']}', link '{spec['link']}'"
     host_a = host_from_spec("a", spec["hosts"]["a"])
     host_b = host_from_spec("b", spec["hosts"]["b"])

@@ -23,8 +23,10 @@ from splitbench.infra import fits, interference, parquet_io, procs, wakeup
 from splitbench.infra.hosts import Host, HostError
 from splitbench.infra.ssh_errors import SSHError
 from splitbench.links import history, lab, real
-from splitbench.links.link import IPERF_PORT, PROBE_PORT, SOCKPERF_PORT, Link
+from splitbench.links.figures import LinkFacts, LinkRow, SockperfFigures, ThroughputFigures
+from splitbench.links.link import IPERF_PORT, PROBE_PORT, SOCKPERF_PORT, Emulation, Link
 from splitbench.remote import linkfacts, probe
+from splitbench.slices import LinkCheckSettings, LinkSlice
 from splitbench.stage import Stage, json_arg
 
 
@@ -113,7 +115,7 @@ def latency_probe(link: Link) -> Iterator[Callable[[int], float]]:
         procs.stop(f"probe-{name}")
 
 
-def verify(spec: dict[str, Any], settings: dict[str, Any], out: str | Path) -> pd.DataFrame:
+def verify(spec: LinkSlice, settings: LinkCheckSettings, out: str | Path) -> pd.DataFrame:
     """Set up (or adopt) the link, prove and measure it, write its one-row Parquet."""
     where = f"pair '{spec['pair']}', link '{spec['link']}'"
     link = real.ensure(spec)
@@ -133,7 +135,7 @@ def verify(spec: dict[str, Any], settings: dict[str, Any], out: str | Path) -> p
         servers["sockperf"] = (["sockperf", "server", "--tcp", "-i", link.addr_b, "-p",
                                 str(SOCKPERF_PORT)], SOCKPERF_PORT)
     commands: list[list[str]] = [argv for argv, _ in servers.values()]
-    row: dict[str, Any] = {"route_dev_a": _check_route(link, where)}
+    row: LinkRow = {"route_dev_a": _check_route(link, where)}
     try:
         for role, (argv, port) in servers.items():
             serve(link, role, key, argv, port)
@@ -185,13 +187,13 @@ def verify(spec: dict[str, Any], settings: dict[str, Any], out: str | Path) -> p
     return frame
 
 
-def write_failure(spec: dict[str, Any], settings: dict[str, Any], error: Exception,
+def write_failure(spec: LinkSlice, settings: LinkCheckSettings, error: Exception,
                   out: str | Path) -> pd.DataFrame:
     """The one-row Parquet of a link that could not be verified: its pair, link, status
     "failed" and reason, every figure null, so that the tables show it and the run's
     checks name it."""
     reason = str(error) or type(error).__name__
-    row: dict[str, Any] = {
+    row: LinkRow = {
         "pair": spec["pair"], "link": spec["link"], "status": "failed", "error": reason,
         **dict.fromkeys(FIGURES), "fingerprint": None,
         "flags": f"\u2717 verification failed: {reason.splitlines()[0]}",
@@ -214,8 +216,8 @@ def verification_failure(pair: str, link: str) -> str | None:
     return f"link {pair}/{link} failed verification: {row.get('error')}"
 
 
-def _measure(link: Link, settings: dict[str, Any], commands: list, where: str,
-             with_sockperf: bool, row: dict[str, Any]) -> None:
+def _measure(link: Link, settings: LinkCheckSettings, commands: list, where: str,
+             with_sockperf: bool, row: LinkRow) -> None:
     """Throughput, ping, request-response latency (and sockperf) into row."""
     row.update(_throughput(link, settings, commands, where))
     row.update(_ping(link, commands, where))
@@ -243,7 +245,8 @@ def _counter(host: Host, ifname: str | None, name: str) -> int | None:
     return int(result.stdout) if result.returncode == 0 else None
 
 
-def _throughput(link: Link, settings: dict, commands: list, where: str) -> dict:
+def _throughput(link: Link, settings: LinkCheckSettings, commands: list,
+                where: str) -> ThroughputFigures:
     """iperf3 A->B, B->A and both at once, `iperf_repeats` times: median and spread.
 
     iperf3 talks to B's own address, past any delay relay: the rate is set by the link
@@ -270,7 +273,7 @@ def _throughput(link: Link, settings: dict, commands: list, where: str) -> dict:
     a_to_b = [r["a_to_b"] for r in runs["fwd"]]
     b_to_a = [r["b_to_a"] for r in runs["rev"]]
     bidir = [r["a_to_b"] + r["b_to_a"] for r in runs["bidir"]]
-    out: dict[str, Any] = {"iperf_repeats": settings["iperf_repeats"]}
+    out: ThroughputFigures = {"iperf_repeats": settings["iperf_repeats"]}
     for name, values in (("a_to_b", a_to_b), ("b_to_a", b_to_a), ("bidir", bidir)):
         out[f"{name}_gbps"] = float(np.median(values))
         out[f"{name}_gbps_min"] = float(min(values))
@@ -322,7 +325,7 @@ def _ping(link: Link, commands: list, where: str) -> dict:
                         f"{exc}") from exc
 
 
-def _request_response(link: Link, settings: dict, commands: list) -> dict:
+def _request_response(link: Link, settings: LinkCheckSettings, commands: list) -> dict:
     payload = settings["rr_payload_bytes"]
     sizes = sorted({*settings["rr_sizes"], payload})
     client = [sys.executable, "-m", "splitbench.remote.probe", "client", link.connect_addr,
@@ -352,8 +355,8 @@ def parse_sockperf(text: str) -> dict[str, float]:
             "sockperf_p99_us": found.get(99.0)}
 
 
-def _sockperf(link: Link, settings: dict, commands: list) -> dict:
-    out: dict[str, Any] = {}
+def _sockperf(link: Link, settings: LinkCheckSettings, commands: list) -> SockperfFigures:
+    out: SockperfFigures = {}
     for size, prefix in ((64, "sockperf64"), (settings["rr_payload_bytes"], "sockperf16k")):
         argv = ["sockperf", "ping-pong", "--tcp", "-i", link.connect_addr, "-p",
                 str(SOCKPERF_PORT), "-m", str(size), "-t", "2", "--full-rtt"]
@@ -364,9 +367,10 @@ def _sockperf(link: Link, settings: dict, commands: list) -> dict:
     return out
 
 
-def _facts(link: Link, spec: dict, row: dict, settings: dict) -> dict:
+def _facts(link: Link, spec: LinkSlice, row: LinkRow,
+           settings: LinkCheckSettings) -> LinkFacts:
     """What makes two runs comparable, and what the kernel says the link negotiated."""
-    out: dict[str, Any] = {}
+    out: LinkFacts = {}
     flags: list[str] = []
     for side, host, ifname in (("a", link.host_a, link.interface_a),
                                ("b", link.host_b, link.interface_b)):
@@ -399,7 +403,7 @@ def _facts(link: Link, spec: dict, row: dict, settings: dict) -> dict:
 EMULATED_RATE_SHARE = 0.85
 
 
-def emulation_shortfall(emulation: dict[str, Any], row: dict[str, Any]) -> list[str]:
+def emulation_shortfall(emulation: Emulation, row: LinkRow) -> list[str]:
     """A flag per direction whose measured throughput fell short of the emulated rate."""
     out = []
     for way, label in (("a_to_b", "A→B"), ("b_to_a", "B→A")):
@@ -437,7 +441,7 @@ def _offloads(host: Host, ifname: str | None) -> str | None:
     return ",".join(f"{k}={found[k]}" for k in wanted if k in found) or None
 
 
-def fingerprint(row: dict[str, Any]) -> str:
+def fingerprint(row: LinkRow) -> str:
     """What identifies the link a cell was measured on (not the measurement noise)."""
     keys = ("pair", "link", "interface_a", "addr_a", "addr_b", "emulation_mode",
             "emulation_rate", "emulation_delay", "emulated_rate_gbit_a_to_b",

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 TB_FILES = ("tx_speed", "rx_speed", "tx_lanes", "rx_lanes")
 _NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?")
@@ -100,7 +100,21 @@ def _tb_peer(netdir: Path, root: Path) -> Path | None:
     return candidates[0] if candidates else None
 
 
-def _thunderbolt(netdir: Path, root: Path, ifname: str, driver: str | None) -> dict | None:
+class ThunderboltFacts(TypedDict):
+    """The Thunderbolt device carrying an interface (`_thunderbolt`): its lanes and rates."""
+
+    device: str
+    tx_gbps_per_lane: float | None
+    rx_gbps_per_lane: float | None
+    tx_lanes: int | None
+    rx_lanes: int | None
+    tx_gbps: float | None
+    rx_gbps: float | None
+    generation: int | None
+
+
+def _thunderbolt(netdir: Path, root: Path, ifname: str,
+                 driver: str | None) -> ThunderboltFacts | None:
     """Per-lane speed times lanes: tx_speed/rx_speed are per lane, so "20.0 Gb/s" x 2 = 40."""
     if driver != "thunderbolt-net" and not ifname.startswith("thunderbolt"):
         return None
@@ -121,7 +135,8 @@ def _thunderbolt(netdir: Path, root: Path, ifname: str, driver: str | None) -> d
     }
 
 
-def _negotiated_gbps(speed: int | None, usb: int | float | None, tb: dict | None) -> float | None:
+def _negotiated_gbps(speed: int | None, usb: int | float | None,
+                     tb: ThunderboltFacts | None) -> float | None:
     """The best single statement of the negotiated rate; a USB port caps the NIC behind it."""
     if tb is not None:
         rates = [r for r in (tb["tx_gbps"], tb["rx_gbps"]) if r is not None]
@@ -132,7 +147,21 @@ def _negotiated_gbps(speed: int | None, usb: int | float | None, tb: dict | None
     return min(speed, usb if usb is not None else speed) / 1000
 
 
-def interface_facts(ifname: str, sysfs: str | Path = "/sys") -> dict[str, Any]:
+class InterfaceFacts(TypedDict):
+    """What sysfs says about an interface (`interface_facts`); None: missing or unreadable."""
+
+    ifname: str
+    speed_mbps: int | None
+    duplex: str | None
+    mtu: int | None
+    operstate: str | None
+    driver: str | None
+    usb_speed_mbps: int | float | None
+    thunderbolt: ThunderboltFacts | None
+    negotiated_gbps: float | None
+
+
+def interface_facts(ifname: str, sysfs: str | Path = "/sys") -> InterfaceFacts:
     """Read speed, duplex, MTU, state, driver, USB port speed and Thunderbolt lanes of ifname.
 
     Keys: ifname, speed_mbps, duplex, mtu, operstate, driver, usb_speed_mbps, thunderbolt,
@@ -140,7 +169,7 @@ def interface_facts(ifname: str, sysfs: str | Path = "/sys") -> dict[str, Any]:
     """
     root = Path(sysfs).resolve()
     netdir = root / "class" / "net" / ifname
-    facts: dict[str, Any] = {"ifname": ifname, "speed_mbps": None, "duplex": None, "mtu": None,
+    facts: InterfaceFacts = {"ifname": ifname, "speed_mbps": None, "duplex": None, "mtu": None,
                              "operstate": None, "driver": None, "usb_speed_mbps": None,
                              "thunderbolt": None, "negotiated_gbps": None}
     if not os.path.isdir(netdir):

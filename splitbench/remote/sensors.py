@@ -19,7 +19,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 
 def temperatures_c(sysfs: str = "/sys") -> dict[str, float]:
@@ -42,7 +42,17 @@ class _Memory(ctypes.Structure):
                 ("used", ctypes.c_ulonglong)]
 
 
-def gpus() -> tuple[list[dict[str, Any]], str]:
+class GpuReading(TypedDict):
+    """One NVIDIA GPU's reading (`gpus`); None where NVML could not read it."""
+
+    index: int
+    temp_c: int | None
+    power_w: float | None
+    memory_used_mib: float | None
+    memory_total_mib: float | None
+
+
+def gpus() -> tuple[list[GpuReading], str]:
     """Per-GPU temperature (C), power (W) and memory (MiB) from NVML, and what was found."""
     try:
         nvml = ctypes.CDLL("libnvidia-ml.so.1")
@@ -58,7 +68,7 @@ def gpus() -> tuple[list[dict[str, Any]], str]:
         nvml.nvmlShutdown()
 
 
-def _gpu(nvml: ctypes.CDLL, index: int) -> dict[str, Any]:
+def _gpu(nvml: ctypes.CDLL, index: int) -> GpuReading:
     handle = ctypes.c_void_p()
     nvml.nvmlDeviceGetHandleByIndex_v2(index, ctypes.byref(handle))
     temp, milliwatts, memory = ctypes.c_uint(), ctypes.c_uint(), _Memory()
@@ -116,17 +126,36 @@ def own_cgroup(name: str, pids: list[int], trees: list[int]) -> tuple[str | None
     return str(path), f"cgroup {path} ({moved} processes)"
 
 
+class CpuCounters(TypedDict, total=False):
+    """One machine's cumulative CPU counters (`cpu_counters`); None where unreadable."""
+
+    t_mono: float
+    hz: int
+    ncpu: int | None
+    busy_ticks: int | None
+    steal_ticks: int | None
+    total_ticks: int | None
+    psi_some_us: int | None
+    own_psi_some_us: int | None
+    self_ticks: int  # the reading process's own CPU
+    own_ticks: int  # with pids or trees: the measurement's processes' CPU
+    own_found: int  # and how many of them were found
+    # With --cgroup: what was done (own_cgroup's word) and the cgroup's path; the
+    # interference meter sets own_cgroup on a local reading (None: no cgroup asked).
+    own_cgroup: str | None
+    own_cgroup_path: str | None
+
+
 def cpu_counters(pids: list[int] | None = None,
-                 trees: list[int] | None = None, cgroup: str | None = None) -> dict[str, Any]:
+                 trees: list[int] | None = None, cgroup: str | None = None) -> CpuCounters:
     """Cumulative CPU counters: the machine's busy and steal time (/proc/stat, clock
     ticks), the time tasks waited for a CPU (PSI `some` total, us; None where the kernel
     has no PSI), that of the tasks in `cgroup` alone (`own_psi_some_us`, its
     cpu.pressure; own_cgroup) and, for `pids`, their own CPU time including their
     reaped children's; for `trees`, that of their living descendants too."""
-    out: dict[str, Any] = {"t_mono": time.monotonic(), "hz": os.sysconf("SC_CLK_TCK"),
-                           "ncpu": os.cpu_count(), "busy_ticks": None, "steal_ticks": None,
-                           "total_ticks": None, "psi_some_us": None,
-                           "own_psi_some_us": None}
+    out: CpuCounters = {"t_mono": time.monotonic(), "hz": os.sysconf("SC_CLK_TCK"),
+                        "ncpu": os.cpu_count(), "busy_ticks": None, "steal_ticks": None,
+                        "total_ticks": None, "psi_some_us": None, "own_psi_some_us": None}
     with contextlib.suppress(OSError, ValueError, IndexError):
         fields = [int(v) for v in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
         user, nice, system, idle, iowait, irq, softirq, steal = fields[:8]
@@ -199,8 +228,20 @@ def _own_ticks(pid: int) -> int | None:
     return None
 
 
+class Reading(TypedDict, total=False):
+    """One reading (`reading`; a line of --every's); a gap's stand-in lacks t and cpu."""
+
+    t: float
+    temp_max_c: float | None
+    temp_sources: str
+    load1: float | None
+    gpus: list[GpuReading]
+    gpu_sources: str
+    cpu: CpuCounters
+
+
 def reading(pids: list[int] | None = None, trees: list[int] | None = None,
-            cgroup: str | None = None) -> dict[str, Any]:
+            cgroup: str | None = None) -> Reading:
     temps = temperatures_c()
     gpu_list, gpu_found = gpus()
     return {

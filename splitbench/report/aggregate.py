@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
@@ -40,13 +39,14 @@ from splitbench.report.tables import (
     single_stream_prefill,
     ttft_table,
 )
+from splitbench.slices import InterferenceLimits
 from splitbench.stage import Stage, json_arg
 
 
 def tables(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
            baseline_link: str | None = None, drift: pd.DataFrame | None = None,
            prediction: Callable[[pd.DataFrame], pd.DataFrame] | None = None,
-           interference_limits: dict[str, Any] | None = None
+           interference_limits: InterferenceLimits | None = None
            ) -> dict[str, tuple[str, pd.DataFrame]]:
     """Every table by file stem: (title, frame). contexts: labels, shortest first.
     `drift` and `prediction`: see link_comparison."""
@@ -131,7 +131,7 @@ def tables(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
 
 def aggregate(request_files: list[str], link_files: list[str], contexts: dict[str, int],
               summary_out: str, tables_dir: str, *, baseline_link: str | None = None,
-              interference_limits: dict[str, Any] | None = None,
+              interference_limits: InterferenceLimits | None = None,
               anchor_files: Sequence[str] = (), sweep_files: Sequence[str] = (),
               workers: dict[str, int] | None = None) -> pd.DataFrame:
     """Summary Parquet and every table (Markdown and CSV) under tables_dir. The drift

@@ -4,7 +4,7 @@ notes, the link colours and the context axis, and JSON without NaN."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, TypedDict
 
 import altair as alt
 import pandas as pd
@@ -45,7 +45,16 @@ def where_title(frame: pd.DataFrame) -> str:
     return "pair/link" if several_pairs(frame) else "link"
 
 
-def by_pair_and_model(summary: pd.DataFrame, columns: int = FACET_COLUMNS) -> dict[str, Any]:
+class Facets(TypedDict, total=False):
+    """A chart's `facet` arguments: pairs in rows and models in columns, or models only."""
+
+    row: alt.Row
+    column: alt.Column
+    facet: alt.Facet
+    columns: int
+
+
+def by_pair_and_model(summary: pd.DataFrame, columns: int = FACET_COLUMNS) -> Facets:
     """Facets: one panel per model; with several pairs, one row of panels per pair, so
     that no two pairs' lines share a panel (a link is drawn against its own pair's)."""
     if several_pairs(summary):

@@ -21,7 +21,7 @@ import base64
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import altair as alt
 import pandas as pd
@@ -36,7 +36,11 @@ from splitbench.links import lab
 from splitbench.report import contents
 from splitbench.report.html_parts import esc, frame_html, markdown, script_json
 from splitbench.report.provenance import clock_text, provenance_section, request_facts
+from splitbench.slices import HostSlice, LinkSlice
 from splitbench.stage import Stage, json_arg
+
+if TYPE_CHECKING:  # plan imports pydantic, which the report does not load
+    from splitbench.plan import PairView
 
 # Tables in the seed write-up's order; stems that match none come after, by name.
 TABLE_ORDER = ["links", "link_comparison", "link_traffic", "single_stream_decode",
@@ -190,10 +194,10 @@ def vega_bundle() -> str:
 # (a cluster profile's SLURM node, or the node feature that picks it).
 
 
-def _link_configs(link_files: list[str]) -> dict[str, dict[str, Any]]:
+def _link_configs(link_files: list[str]) -> dict[str, LinkSlice]:
     """Per pair, the config slice its first link result was verified with (metadata
     `config`: the mode, and for an SSH pair its hosts)."""
-    found: dict[str, dict[str, Any]] = {}
+    found: dict[str, LinkSlice] = {}
     for path in link_files:
         config = parquet_io.provenance(path).get("config") or {}
         pair = config.get("pair") or Path(path).parent.name
@@ -201,7 +205,7 @@ def _link_configs(link_files: list[str]) -> dict[str, dict[str, Any]]:
     return found
 
 
-def _host_text(pair: str, side: str, mode: Any, host: dict[str, Any],
+def _host_text(pair: str, side: str, mode: Any, host: HostSlice,
                emulations: set[str]) -> str:
     """Where one host of a pair is: the namespace or machine of an embedded pair (what
     its link results record), the machine splitbench runs on for an SSH pair's A, the
@@ -226,7 +230,7 @@ def _host_text(pair: str, side: str, mode: Any, host: dict[str, Any],
 
 
 def pair_rows(summary: pd.DataFrame, links: pd.DataFrame, link_files: list[str],
-              requests: pd.DataFrame, config_pairs: dict[str, Any] | None = None
+              requests: pd.DataFrame, config_pairs: dict[str, PairView] | None = None
               ) -> pd.DataFrame:
     """One row per pair: its mode, where host A and host B are, its links, and when its
     cells were measured (the first request sent, the last one ended). From the config
@@ -266,7 +270,7 @@ def page(summary_path: str, link_files: list[str], toolchain_files: list[str],
          tables_dir: str, charts_dir: str, request_files: list[str],
          cells_dir: str = results.CELLS,
          drift_path: str | Path | None = None,
-         config_pairs: dict[str, Any] | None = None,
+         config_pairs: dict[str, PairView] | None = None,
          findings_path: str | Path | None = None) -> str:
     """The whole report as one HTML string: the findings (`findings_path`, Markdown),
     the charts, the tables, the provenance. `config_pairs`: pairs_slice of the config

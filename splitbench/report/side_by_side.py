@@ -11,6 +11,7 @@ import pandas as pd
 from splitbench.analysis import backends, pairs
 from splitbench.analysis.cell_summary import SUMMARY_KEYS
 from splitbench.report.tables import FLAG_MARK, flagged, ms_text, overlap_text, plus_minus
+from splitbench.slices import InterferenceLimits
 
 
 def backends_table(summary: pd.DataFrame, contexts: list[str],
@@ -31,7 +32,7 @@ def backends_table(summary: pd.DataFrame, contexts: list[str],
             f"no model shape measured with two or more splits in this run (splits: "
             f"{', '.join(splits)}): give one shape to llama.cpp and to vLLM (docs/backends.md)"]})
     rows = list(comp.itertuples(index=False))
-    table: dict[str, Any] = {
+    table: dict[str, pd.Series | list[str]] = {
         "shape": comp["model_shape"], "pair": comp["pair"], "ctx": comp["ctx"],
         "conc": comp["conc"], "link": comp["link"],
         "split": [backends.split_name(r.split) for r in rows], "model": comp["model"]}
@@ -86,7 +87,7 @@ def _link_figure(value: Any, unc: Any, flags: Any, spec: str) -> str:
 
 def pairs_table(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
                 baseline_link: str | None = None,
-                interference_limits: dict[str, Any] | None = None) -> pd.DataFrame:
+                interference_limits: InterferenceLimits | None = None) -> pd.DataFrame:
     """The pairs side by side (analysis.pairs.compare): one row per pair and link of
     every model, context and concurrency that two or more pairs measured, with decode
     (tok/s and ms/token), prefill, TTFT, overlap and the cell's throughput over all
@@ -106,7 +107,7 @@ def pairs_table(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
             f"{len(names)} pairs ({', '.join(names)}), but no model, context and "
             "concurrency measured on two or more of them"]})
     rows = comp.itertuples(index=False)
-    table: dict[str, Any] = {k: comp[k] for k in ["model", "ctx", "conc", "link", "pair"]}
+    table: dict[str, pd.Series] = {k: comp[k] for k in ["model", "ctx", "conc", "link", "pair"]}
     texts: dict[str, list[str]] = {name: [] for name in (
         "decode (tok/s)", "decode (ms/token)", "prefill (tok/s)", "TTFT (ms)", "overlap",
         "throughput (tok/s, all streams)", "± from", "A→B (Gbit/s)", "B→A (Gbit/s)",
@@ -140,7 +141,7 @@ def pairs_table(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
 
 def pairs_note(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
                baseline_link: str | None = None,
-               interference_limits: dict[str, Any] | None = None) -> str:
+               interference_limits: InterferenceLimits | None = None) -> str:
     """Markdown under the pairs table: why each of its flagged cells and links is
     flagged."""
     if len(pairs.pairs_of(summary)) < 2:

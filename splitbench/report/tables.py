@@ -23,6 +23,7 @@ from splitbench.analysis.cell_summary import (
 )
 from splitbench.analysis.comparison import compare_links
 from splitbench.analysis.releases import OVERLAP_MAX, OVERLAP_MIN, overlap_flag, overlap_outside
+from splitbench.slices import InterferenceLimits
 
 # Marks a figure measured under interference or with tokens that share a timestamp,
 # and figures no setup can give.
@@ -124,7 +125,8 @@ def ttft_table(summary: pd.DataFrame, contexts: list[str]) -> pd.DataFrame:
     one = one.assign(**{f: pd.to_numeric(one.get(f), errors="coerce") for f in figures})
     prompt = one["prompt_tokens"].fillna(one["ctx_tokens"])
     compute_ms = one["prompt_tokens"] / one["server_prefill_tps"] * 1000
-    columns: dict[str, Any] = {k: one[k] for k in _row_keys(summary) + ["ctx"]}
+    columns: dict[str, pd.Series | list[str]] = {
+        k: one[k] for k in _row_keys(summary) + ["ctx"]}
     columns["prompt tokens"] = prompt.map(lambda v: f"{v:.0f}" if np.isfinite(v) else "—")
     for title, values, spec in [
         ("TTFT (ms)", one["ttft_ms"], ms_text),
@@ -425,7 +427,7 @@ def plus_minus(value: float, unc: float, status: Any, spec: str | Callable[[floa
 
 
 def links_table(links: pd.DataFrame,
-                interference_limits: dict[str, Any] | None = None) -> pd.DataFrame:
+                interference_limits: InterferenceLimits | None = None) -> pd.DataFrame:
     """The seed's Links table (Gbit/s, ms) plus request-response latency and what was
     negotiated and emulated, from the link results' rows (read_links); a link measured
     while other work used the CPUs has it in its flags (⚠)."""

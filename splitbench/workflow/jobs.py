@@ -146,7 +146,7 @@ class Jobs:
         return plan.anchor_priority(self.config, wildcards.pair, wildcards.model,
                                     wildcards.when, order=self.blocks)
 
-    def pair_job(self, rule: str) -> dict[str, Any]:
+    def pair_job(self, rule: str) -> dict[str, Callable[[Wildcards], Any]]:
         """The resources of a job on a pair's hardware: its pair's slot, or, for a
         cluster job, host A's node and a time limit derived from the matrix. Resources
         nobody needs are left out: Snakemake evaluates each for every job, and at 5,000

@@ -9,7 +9,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from splitbench.analysis import cell_summary, drift
+from splitbench.analysis import anchor_check, cell_summary
 from splitbench.infra import interference
 
 LIMITS = interference.settings({})  # the defaults: 50% pressure, 0.25 foreign cores
@@ -91,4 +91,4 @@ def test_a_repeat_under_others_pressure_flags_its_cell(tmp_path):
     assert pd.isna(cell_summary.summarize([quiet], {"short": 32}, {}).iloc[0]["flags"])
     # A drift anchor is judged the same way.
     requests = pd.read_parquet(path)
-    assert "from other programs" in drift._anchor_interference(requests, {})["interference"]
+    assert "from other programs" in anchor_check.interference_verdict(requests, {})["interference"]

@@ -119,3 +119,24 @@ def test_adding_a_vllm_model_plans_only_its_own_jobs(finished):
     assert measured, jobs
     for rule, outputs in measured.items():
         assert all("/tp32" in o for o in outputs), (rule, outputs)
+
+
+@needs_root()
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@needs_vllm
+def test_vllms_records_hold_the_keys_their_types_declare(finished):
+    """vLLM's launch, toolchain and model records, as llama.cpp's (test_workflow.py)."""
+    import json
+
+    from splitbench import records
+    from tests.workflow.test_workflow import undeclared_keys
+
+    written = {"servers/lab/plain/tp.json": records.LaunchRecord,
+               "toolchain/lab.vllm.json": records.ToolchainRecord,
+               "models/tp.json": records.ModelInfo}
+    found = []
+    for name, declared in written.items():
+        found += undeclared_keys(json.loads((finished / "results" / name).read_text()),
+                                 declared, name)
+    assert found == []

@@ -366,6 +366,72 @@ def test_every_file_a_run_writes_is_declared(finished):
     assert undeclared(work) == []
 
 
+def undeclared_keys(value: object, declared: type, where: str = "") -> list[str]:
+    """Keys of a dict that its TypedDict does not declare, a required key it lacks, and
+    a value its declared type refuses, recursively (pydantic reads each value as it
+    would JSON; extra keys it would ignore, so they are looked for here)."""
+    from typing import get_type_hints, is_typeddict
+
+    from pydantic import TypeAdapter, ValidationError
+
+    if not is_typeddict(declared):
+        try:
+            TypeAdapter(declared).validate_python(value)
+        except ValidationError as error:
+            return [f"{where}: {error.errors()[0]['msg']}"]
+        return []
+    if not isinstance(value, dict):
+        return [f"{where}: not a dict"]
+    hints = get_type_hints(declared)
+    found = [f"{where}.{key}: not declared" for key in value if key not in hints]
+    found += [f"{where}.{key}: missing" for key in declared.__required_keys__
+              if key not in value]
+    for key, item in value.items():
+        if key in hints:
+            found += undeclared_keys(item, hints[key], f"{where}.{key}")
+    return found
+
+
+@needs_root()
+@pytest.mark.slow
+def test_every_slice_and_record_holds_the_keys_its_type_declares(finished):
+    """The typed dicts in splitbench/slices.py and splitbench/records.py are what a real
+    run plans and writes, key by key: every job's slice, every launch, toolchain and
+    model record of the tiny run."""
+    from splitbench import plan, records, slices
+    from splitbench.configuration import parsed
+
+    # The check itself sees a key the type lacks, a missing required one and a bad value.
+    assert undeclared_keys({"pair": "t", "extra": 1}, slices.LinkSlice) == [
+        ".extra: not declared"]
+    assert undeclared_keys({"rounds": 2, "requests": "x"}, slices.PairedSlice) == [
+        ".reference: missing", ".requests: Input should be a valid integer, unable to "
+                               "parse string as an integer"]
+    work, config = finished
+    typed = parsed(config)
+    found = []
+    for cell in plan.cells(typed):
+        found += undeclared_keys(plan.cell_slice(typed, cell), slices.CellSlice, cell.path)
+    for pair, spec in typed.pairs.items():
+        for link in spec.links:
+            found += undeclared_keys(plan.link_slice(typed, pair, link), slices.LinkSlice,
+                                     f"{pair}/{link}")
+    found += undeclared_keys(plan.link_check_settings(typed), slices.LinkCheckSettings,
+                             "link_check")
+    for pair, model, workers in plan.roundtrip_sweeps(typed):
+        found += undeclared_keys(plan.roundtrips_slice(typed, pair, model, workers),
+                                 slices.SweepSlice, f"sweep {model} {workers}")
+    written = {"servers/*/*/*.json": records.LaunchRecord,
+               "toolchain/*.json": records.ToolchainRecord,
+               "models/*.json": records.ModelInfo}
+    for pattern, declared in written.items():
+        paths = sorted((work / "results").glob(pattern))
+        assert paths, pattern
+        for path in paths:
+            found += undeclared_keys(json.loads(path.read_text()), declared, path.name)
+    assert found == []
+
+
 def procs_left(work: Path) -> list[str]:
     """Names of processes still running from this workflow copy, and no other: those
     whose command line names a path in it, and those started in it (a job starts its

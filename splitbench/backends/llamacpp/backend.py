@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from splitbench.backends.base import Launch, ModuleBackend
 from splitbench.backends.llamacpp import client, metrics, prompts, servers
 from splitbench.infra.telemetry import RpcTraffic
 from splitbench.links.link import RPC_PORT, Link
+from splitbench.slices import ModelSlice, ServerSettings
 
 
 class LlamaCpp(ModuleBackend):
@@ -16,12 +15,12 @@ class LlamaCpp(ModuleBackend):
     name = "llamacpp"
     servers, client, metrics, prompts = servers, client, metrics, prompts
 
-    def server_settings(self, model: dict[str, Any], slots: int, tokens: int
-                        ) -> dict[str, Any]:
+    def server_settings(self, model: ModelSlice, slots: int, tokens: int
+                        ) -> ServerSettings:
         """One slot per request, each holding `tokens` plus a small margin, rounded up
         to 256 tokens (llama.cpp's slot granularity); B's layers and threads."""
         per_slot = -(-(tokens + 64) // 256) * 256
-        settings = {
+        settings: ServerSettings = {
             "layers_on_b": model["layers_on_b"],
             "threads": model["threads"],
             "slots": slots,
@@ -36,7 +35,7 @@ class LlamaCpp(ModuleBackend):
                 settings[key] = list(model[key])
         return settings
 
-    def split(self, settings: dict[str, Any]) -> str:
+    def split(self, settings: ServerSettings) -> str:
         return "rpc"  # the layer split: blocks and the output layer on B's workers
 
     def traffic(self, link: Link, launch: Launch) -> RpcTraffic:

@@ -5,13 +5,25 @@ server's cumulative timings, and a last event with `"stop": true`."""
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, TypedDict
 
 from splitbench.backends import client
 from splitbench.backends.client import Reply, StreamApi, add_tokens, took_error
 
 
-def body(ids: list[int], n_predict: int) -> dict[str, Any]:
+class CompletionRequest(TypedDict):
+    """The body of a `POST /completion` request (`body`)."""
+
+    prompt: list[int]
+    n_predict: int
+    ignore_eos: bool
+    temperature: float
+    cache_prompt: bool
+    stream: bool
+    timings_per_token: bool
+
+
+def body(ids: list[int], n_predict: int) -> CompletionRequest:
     """Exactly these tokens (no BOS added), exactly n_predict generated, no prompt cache,
     the server's timings in every event."""
     return {"prompt": ids, "n_predict": n_predict, "ignore_eos": True, "temperature": 0,

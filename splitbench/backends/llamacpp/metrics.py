@@ -3,18 +3,17 @@ and the server's own `timings` (its last event) to cross-check them."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from splitbench.backends import metrics
 from splitbench.backends.client import Reply
+from splitbench.backends.metrics import RequestRow, ServerFigures
 
 
 def request_row(reply: Reply, target_prompt: int, n_predict: int, server_alive: bool,
-                crash_below_tps: float) -> dict[str, Any]:
+                crash_below_tps: float) -> RequestRow:
     timings = reply.final.get("timings") or {}
     predicted_n = timings.get("predicted_n")
     predicted_ms = timings.get("predicted_ms")
-    server = {
+    server: ServerFigures = {
         "prompt_tokens": timings.get("prompt_n"),
         "server_prompt_ms": timings.get("prompt_ms"),
         # The server's own time to first token: its prompt processing plus the first

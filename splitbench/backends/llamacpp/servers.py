@@ -11,7 +11,7 @@ import re
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import httpx
 
@@ -22,6 +22,8 @@ from splitbench.infra import procs, telemetry
 from splitbench.infra.hosts import Host, HostError
 from splitbench.links import real, verify
 from splitbench.links.link import RPC_PORT, Link
+from splitbench.records import LaunchRecord, ModelInfo, ToolchainRecord
+from splitbench.slices import LinkSlice, ServerSettings
 
 HEALTH_TIMEOUT_S = 600
 
@@ -29,10 +31,10 @@ HEALTH_TIMEOUT_S = 600
 
 def ensure(
     link: Link,
-    settings: dict[str, Any],
+    settings: ServerSettings,
     model_path: str,
     model_sha: str,
-    toolchain: dict[str, Any],
+    toolchain: ToolchainRecord,
     slot: str = "",
 ) -> launches.Server:
     """A healthy launch with exactly this fingerprint: reused, or started now.
@@ -51,8 +53,8 @@ def ensure(
         return _launch(link, settings, model_path, wanted, toolchain, slot)
 
 
-def launch_record(link_spec: dict[str, Any], settings: dict[str, Any],
-                  model: dict[str, Any], toolchain: dict[str, Any]) -> dict[str, Any]:
+def launch_record(link_spec: LinkSlice, settings: ServerSettings,
+                  model: ModelInfo, toolchain: ToolchainRecord) -> LaunchRecord:
     """The launch stage: the servers of one block, launched (or reused); their record, or
     one saying why they could not be launched (status "failed"): a model that does not
     load is a result of the matrix, which its cells then report."""
@@ -78,10 +80,10 @@ def launch_record(link_spec: dict[str, Any], settings: dict[str, Any],
 
 def _launch(
     link: Link,
-    settings: dict[str, Any],
+    settings: ServerSettings,
     model_path: str,
     wanted: str,
-    toolchain: dict[str, Any],
+    toolchain: ToolchainRecord,
     slot: str = "",
 ) -> launches.Server:
     """Start the launch's workers and llama-server and wait until it serves. A launch
@@ -98,10 +100,10 @@ def _launch(
 
 def _start(
     link: Link,
-    settings: dict[str, Any],
+    settings: ServerSettings,
     model_path: str,
     wanted: str,
-    toolchain: dict[str, Any],
+    toolchain: ToolchainRecord,
     slot: str,
     started: list[str],
 ) -> launches.Server:
@@ -149,7 +151,7 @@ def _start(
                               extra={"pair": link.pair},
                               log_path=logs / f"{launch_id}-llama-server.log")
     url = f"http://127.0.0.1:{port}"
-    record = {
+    record: LaunchRecord = {
         "launch_id": launch_id, "fingerprint": wanted, "url": url,
         "pair": link.pair, "link": link.name, "netns_a": link.host_a.netns,
         "proc_keys": [llama_key, *proc_keys],
@@ -180,7 +182,33 @@ _REPEATING = re.compile(r"offloading (\d+) repeating layers to GPU")
 _BUFFER = re.compile(r"(\S+) (model|KV|compute) buffer size =\s+([\d.]+) MiB")
 
 
-def placement(log: str) -> dict[str, Any]:
+class Placement(TypedDict, total=False):
+    """Where llama-server put the model (`placement`, a launch record's `placement`):
+    its layers (the blocks and the output layer) on host B, and each host's buffers
+    (MiB; a: host A, b: the workers on B); or `error` alone."""
+
+    error: str
+    layers_on_b: int
+    layers_total: int
+    blocks_on_b: int
+    output_on_b: bool
+    model_mib_a: float
+    model_mib_b: float
+    kv_mib_a: float
+    kv_mib_b: float
+    compute_mib_a: float
+    compute_mib_b: float
+
+
+class ProcessMemory(TypedDict):
+    """A process's resident and peak resident memory (MiB; a launch record's `memory`,
+    by process key); None where its host does not say."""
+
+    rss_mib: float | None
+    peak_rss_mib: float | None
+
+
+def placement(log: str) -> Placement:
     """Where llama-server put the model, from its start-up log: the blocks and whether
     the output layer sit on host B (llama.cpp counts RPC workers as GPUs), and each
     host's model, KV and compute buffers (MiB). `error` where the log does not say."""
@@ -189,7 +217,7 @@ def placement(log: str) -> dict[str, Any]:
         return {"error": "the server's start-up log does not say where the layers went "
                          "(it is written at verbosity 4 and above)"}
     repeating = _REPEATING.search(log)
-    found: dict[str, Any] = {
+    found: Placement = {
         "layers_on_b": int(offloaded.group(1)),
         "layers_total": int(offloaded.group(2)),  # the blocks and the output layer
         "blocks_on_b": int(repeating.group(1)) if repeating else 0,
@@ -209,7 +237,7 @@ def _warm_up(url: str) -> None:
     httpx.post(f"{url}/completion", json=body, timeout=120, trust_env=False).raise_for_status()
 
 
-def memory_mib(host: Host, pid: int) -> dict[str, float | None]:
+def memory_mib(host: Host, pid: int) -> ProcessMemory:
     """Resident and peak resident memory of a process on its host (MiB)."""
     text = host.run(["cat", f"/proc/{pid}/status"], check=False).stdout
     fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)

@@ -8,13 +8,14 @@ import importlib.metadata
 import importlib.util
 import json
 from pathlib import Path
-from typing import Any
 
 from splitbench.errors import SplitbenchError
 from splitbench.infra import files
 from splitbench.infra.hosts import Host, HostError, host_from_spec
 from splitbench.infra.ssh_errors import SSHError
 from splitbench.links import readiness
+from splitbench.records import HostBuild, ToolchainRecord
+from splitbench.slices import HostSlice, HostsSlice
 from splitbench.stage import Stage, json_arg
 
 BINARIES = ("llama-server", "ggml-rpc-server")
@@ -51,15 +52,15 @@ def _restore_symlinks(bin_dir: Path) -> None:
             path.symlink_to(target)
 
 
-def bin_dir_for(source: str, host_spec: dict[str, Any]) -> Path:
+def bin_dir_for(source: str, host_spec: HostSlice) -> Path:
     if source == "pip":
         return pip_bin_dir()
     return Path(host_spec["bin_dir"]).expanduser()
 
 
-def describe(host: Host, bin_dir: Path, where: str) -> dict[str, Any]:
+def describe(host: Host, bin_dir: Path, where: str) -> HostBuild:
     """Versions and hashes of one host's binaries (read on that host, local or SSH)."""
-    out: dict[str, Any] = {"host": host.name, "bin_dir": str(bin_dir)}
+    out: HostBuild = {"host": host.name, "bin_dir": str(bin_dir)}
     for name in BINARIES:
         path = bin_dir / name
         if host.run(["test", "-f", str(path), "-a", "-x", str(path)], check=False).returncode:
@@ -81,7 +82,7 @@ def describe(host: Host, bin_dir: Path, where: str) -> dict[str, Any]:
     return out
 
 
-def check_same_build(a: dict[str, Any], b: dict[str, Any], where: str) -> None:
+def check_same_build(a: HostBuild, b: HostBuild, where: str) -> None:
     if a["build_id"] != b["build_id"]:
         raise ToolchainError(
             f"{where}: hosts run different llama.cpp builds (A: {a['llama_server_version']}, "
@@ -96,7 +97,8 @@ def check_same_build(a: dict[str, Any], b: dict[str, Any], where: str) -> None:
 TOOLCHAIN_FAILURES = (ToolchainError, HostError, SSHError)
 
 
-def record(pair: str, source: str, hosts_spec: dict[str, Any], out: str | Path) -> dict:
+def record(pair: str, source: str, hosts_spec: HostsSlice, out: str | Path
+           ) -> ToolchainRecord:
     """Check that both hosts are ready (links/readiness.py: the doctor's host checks, so
     that the pair's first job in `snakemake all` makes them), describe both hosts'
     builds, refuse a mismatch, write the toolchain record: status "ok", or "failed" with
@@ -128,7 +130,7 @@ def record(pair: str, source: str, hosts_spec: dict[str, Any], out: str | Path) 
     return data
 
 
-def failure(toolchain: dict[str, Any]) -> str | None:
+def failure(toolchain: ToolchainRecord) -> str | None:
     """Why the pair's toolchain could not be had (its record says), or None: for the
     stages that need it."""
     if toolchain.get("status") != "failed":

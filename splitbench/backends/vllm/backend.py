@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from splitbench import configuration
 from splitbench.backends.base import ModuleBackend
 from splitbench.backends.vllm import client, metrics, prompts, servers
+from splitbench.slices import ModelSlice, ServerSettings
 
 
 class Vllm(ModuleBackend):
@@ -16,8 +15,8 @@ class Vllm(ModuleBackend):
     name = "vllm"
     servers, client, metrics, prompts = servers, client, metrics, prompts
 
-    def server_settings(self, model: dict[str, Any], slots: int, tokens: int
-                        ) -> dict[str, Any]:
+    def server_settings(self, model: ModelSlice, slots: int, tokens: int
+                        ) -> ServerSettings:
         """Its split, one sequence per request of the largest concurrency level, and a
         length that holds `tokens` (with llama.cpp's margin), capped by a synthetic
         model's trained context as llama.cpp caps its slots (a longer prompt then meets
@@ -30,7 +29,7 @@ class Vllm(ModuleBackend):
             settings.pop("extra_args", None)
         return settings
 
-    def split(self, settings: dict[str, Any]) -> str:
+    def split(self, settings: ServerSettings) -> str:
         """Tensor (tp2) or pipeline (pp2) parallel. Its ranks connect on ports of their
         own choosing: every connection between the link's addresses is its traffic
         (the base's `traffic`)."""

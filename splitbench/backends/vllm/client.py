@@ -7,7 +7,7 @@ several, or none); the last event has no choices, the usage and, with
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, TypedDict
 
 from splitbench.backends import client
 from splitbench.backends.client import Reply, StreamApi, add_tokens, took_error
@@ -15,7 +15,20 @@ from splitbench.backends.client import Reply, StreamApi, add_tokens, took_error
 SERVED_NAME = "splitbench"  # --served-model-name: what requests name
 
 
-def body(ids: list[int], n_predict: int) -> dict[str, Any]:
+class CompletionRequest(TypedDict):
+    """The body of a `POST /v1/completions` request (`body`)."""
+
+    model: str
+    prompt: list[int]
+    max_tokens: int
+    temperature: float
+    ignore_eos: bool
+    stream: bool
+    return_token_ids: bool
+    stream_options: dict[str, bool]
+
+
+def body(ids: list[int], n_predict: int) -> CompletionRequest:
     """Exactly these tokens, exactly n_predict generated (greedy, EOS ignored), each
     event's token ids, and the usage and metrics at the end."""
     return {"model": SERVED_NAME, "prompt": ids, "max_tokens": n_predict, "temperature": 0,

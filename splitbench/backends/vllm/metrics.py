@@ -3,10 +3,9 @@ server's per-request metrics (its last event) to cross-check them."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from splitbench.backends import metrics
 from splitbench.backends.client import Reply
+from splitbench.backends.metrics import RequestRow, ServerFigures
 
 # vLLM's 400s for a prompt the model's length does not hold (longer than it, or so long
 # that no token is left to generate).
@@ -16,7 +15,7 @@ ENGINE_DIED = "EngineCore encountered an issue"
 
 
 def request_row(reply: Reply, target_prompt: int, n_predict: int, server_alive: bool,
-                crash_below_tps: float) -> dict[str, Any]:
+                crash_below_tps: float) -> RequestRow:
     if reply.http_status == 400 and any(t in (reply.error_text or "") for t in CONTEXT_WALL):
         reply.error_type = metrics.CONTEXT_WALL_ERRORS[0]
     if ENGINE_DIED in (reply.error_text or ""):
@@ -28,7 +27,7 @@ def request_row(reply: Reply, target_prompt: int, n_predict: int, server_alive: 
     generated = usage.get("completion_tokens")
     ttft = figures.get("time_to_first_token_ms")
     generation = figures.get("generation_time_ms")
-    server = {
+    server: ServerFigures = {
         "prompt_tokens": usage.get("prompt_tokens"),
         # vLLM's time to first token is its prompt processing and first sample together.
         "server_prompt_ms": ttft,

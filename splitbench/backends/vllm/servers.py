@@ -22,23 +22,24 @@ import time
 import uuid
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 import httpx
 
 from splitbench import backends, results
 from splitbench.backends import launches
-from splitbench.backends.launches import LaunchError
+from splitbench.backends.launches import LaunchError, Leftovers
 from splitbench.backends.llamacpp.toolchain import failure as toolchain_failure
 from splitbench.backends.vllm.client import SERVED_NAME
 from splitbench.infra import procs, sockdiag
 from splitbench.infra.hosts import Host, HostError
 from splitbench.links import real, verify
 from splitbench.links.link import RENDEZVOUS_PORT, Link
+from splitbench.records import LaunchRecord, ModelInfo, ToolchainRecord
+from splitbench.slices import LinkSlice, ServerSettings
 
 
-def ensure(link: Link, settings: dict[str, Any], model_path: str, model_sha: str,
-           toolchain: dict[str, Any], slot: str = "") -> launches.Server:
+def ensure(link: Link, settings: ServerSettings, model_path: str, model_sha: str,
+           toolchain: ToolchainRecord, slot: str = "") -> launches.Server:
     """A healthy launch with exactly this fingerprint: reused, or started now (whatever
     ran in the slot before, of either backend, is stopped first)."""
     wanted = launches.fingerprint(link, settings, model_sha,
@@ -64,20 +65,20 @@ def ensure(link: Link, settings: dict[str, Any], model_path: str, model_sha: str
             raise
 
 
-def launch_record(link_spec: dict[str, Any], settings: dict[str, Any],
-                  model: dict[str, Any], toolchain: dict[str, Any]) -> dict[str, Any]:
+def launch_record(link_spec: LinkSlice, settings: ServerSettings,
+                  model: ModelInfo, toolchain: ToolchainRecord) -> LaunchRecord:
     """The launch stage for a vLLM block: its ranks launched (or reused) and their
     record, which carries the pair's vLLM toolchain for the cells; or one saying why
     they could not be (status "failed"): a result its cells report."""
     pair, link_name = link_spec["pair"], link_spec["link"]
     tools_path = Path(results.TOOLCHAIN_VLLM.format(pair=pair))
-    tools = json.loads(tools_path.read_text()) if tools_path.exists() else {
+    tools: ToolchainRecord = json.loads(tools_path.read_text()) if tools_path.exists() else {
         "pair": pair, "status": "failed", "error": f"no {tools_path}"}
     why = (toolchain_failure(toolchain) or toolchain_failure(tools)
            or verify.verification_failure(pair, link_name))
-    failed = {"status": "failed", "failed_at": time.time(), "pair": pair,
-              "link": link_name, "settings": settings, "fingerprint": None,
-              "backend": "vllm"}
+    failed: LaunchRecord = {"status": "failed", "failed_at": time.time(), "pair": pair,
+                            "link": link_name, "settings": settings, "fingerprint": None,
+                            "backend": "vllm"}
     if why:
         return {**failed, "error": why}
     with procs.locked(f"pair-{pair}"):
@@ -120,8 +121,8 @@ def _require_model_on_b(link: Link, model_path: str) -> None:
             f"the directory there first (rsync -a {where}/ {link.host_b.ssh}:{where}/)")
 
 
-def _start(link: Link, settings: dict[str, Any], model_path: str, wanted: str,
-           toolchain: dict[str, Any], slot: str, started: list[str]) -> launches.Server:
+def _start(link: Link, settings: ServerSettings, model_path: str, wanted: str,
+           toolchain: ToolchainRecord, slot: str, started: list[str]) -> launches.Server:
     _require_model_on_b(link, model_path)
     launch_id = uuid.uuid4().hex[:12]
     logs = procs.state_dir() / "logs"
@@ -135,7 +136,7 @@ def _start(link: Link, settings: dict[str, Any], model_path: str, wanted: str,
         ("b", link.host_b, link.addr_b, link.interface_b, f"vllm1-{name}",
          [*common, "--node-rank", "1", "--headless"]),
     ]
-    record: dict[str, Any] = {
+    record: LaunchRecord = {
         "backend": "vllm", "launch_id": launch_id, "fingerprint": wanted,
         "url": f"http://127.0.0.1:{port}", "pair": link.pair, "link": link.name,
         "netns_a": link.host_a.netns, "proc_keys": [key for *_, key, _ in ranks],
@@ -148,7 +149,7 @@ def _start(link: Link, settings: dict[str, Any], model_path: str, wanted: str,
     load_started = time.monotonic()
     for side, host, addr, ifname, key, args in ranks:
         scratch = _scratch(host)
-        leftovers: dict[str, Any] = {"host": asdict(host), "paths": [scratch]}
+        leftovers: Leftovers = {"host": asdict(host), "paths": [scratch]}
         record["cleanup"].append(leftovers)
         argv = _private_shm(host, [toolchain[side]["vllm"]["executable"], "serve", *args])
         env = _environment(settings, host, addr, ifname, scratch)
@@ -181,7 +182,7 @@ def _start(link: Link, settings: dict[str, Any], model_path: str, wanted: str,
     return launches.save(record, link.pair, slot)
 
 
-def _serve_args(settings: dict[str, Any], model_path: str, master_addr: str,
+def _serve_args(settings: ServerSettings, model_path: str, master_addr: str,
                 master_port: int) -> list[str]:
     return [
         str(Path(model_path).resolve()), "--served-model-name", SERVED_NAME,
@@ -199,7 +200,7 @@ def _serve_args(settings: dict[str, Any], model_path: str, master_addr: str,
     ]
 
 
-def _environment(settings: dict[str, Any], host: Host, addr: str, ifname: str | None,
+def _environment(settings: ServerSettings, host: Host, addr: str, ifname: str | None,
                  scratch: str) -> dict[str, str]:
     cache = _cache_root(host)
     env = {

@@ -8,12 +8,13 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
 
 from splitbench.backends.vllm.setup import DEFAULT_VENV, INSTALL, executable
 from splitbench.errors import SplitbenchError
 from splitbench.infra.hosts import Host, HostError, host_from_spec
 from splitbench.infra.ssh_errors import SSHError
+from splitbench.records import ToolchainRecord, VllmInstall
+from splitbench.slices import HostsSlice
 from splitbench.stage import Stage, json_arg
 
 
@@ -29,7 +30,7 @@ VERSION_SCRIPT = ("import importlib.metadata as m, os, sys; "
                   "print(m.version('vllm'))")
 
 
-def describe(host: Host, venv: str, where: str) -> dict[str, Any]:
+def describe(host: Host, venv: str, where: str) -> VllmInstall:
     """The host's vLLM: its `vllm` command and the version of the vllm distribution
     installed beside it."""
     command = str(executable(venv)) if not host.remote else f"{venv}/bin/vllm"
@@ -48,8 +49,8 @@ def describe(host: Host, venv: str, where: str) -> dict[str, Any]:
     return {"venv": venv, "executable": command, "version": lines[-1]}
 
 
-def record(pair: str, hosts_spec: dict[str, Any], default_venv: str,
-           out: str | Path) -> dict[str, Any]:
+def record(pair: str, hosts_spec: HostsSlice, default_venv: str,
+           out: str | Path) -> ToolchainRecord:
     """Describe both hosts' vLLM, refuse two versions, write the record: status "ok", or
     "failed" with the reason."""
     where = f"pair '{pair}'"

@@ -1,0 +1,198 @@
+"""What each job gets: the slices of the config that `plan` hands to a rule's params,
+as typed dicts.
+
+A slice crosses the process boundary as JSON (the job's params, its rerun trigger), so
+it stays a dict, and a key that the config does not set is absent, not None: these
+types name every key a slice may hold and what it holds. `tests/workflow/test_workflow.py`
+holds the slices a real run plans to them, key by key. Standard library only: a cell's
+job reads them and must not pay for pydantic.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+
+class HostSlice(TypedDict, total=False):
+    """One host of a pair as the config writes it (`pairs.<pair>.hosts.<a|b>`)."""
+
+    bin_dir: str
+    ssh: str
+    ssh_port: int
+    identity: str
+    known_hosts: str
+    python: str
+    node: str
+    feature: str
+    vllm_venv: str
+
+
+class HostsSlice(TypedDict):
+    a: HostSlice
+    b: HostSlice
+
+
+class LinkSlice(TypedDict, total=False):
+    """A link job's `--spec` and a cell's `--link-spec` (`plan.link_slice`): the link's
+    keys as written, where it sits, and for an SSH pair its hosts and firewall."""
+
+    pair: str
+    link: str
+    mode: str
+    index: int
+    same_path_at_zero_delay: bool
+    rate_gbit: float
+    rate_gbit_b_to_a: float
+    delay_ms: float
+    expected_gbps: float
+    interface_a: str
+    interface_b: str
+    addr_a: str
+    addr_b: str
+    prefix: int
+    mtu: int
+    adopt: bool
+    hosts: HostsSlice
+    firewall: str
+
+
+class LinkCheckSettings(TypedDict, total=False):
+    """How a link is verified (`plan.link_check_settings`: `link_check:` with its
+    defaults; `sockperf` only where the config sets it)."""
+
+    iperf_seconds: int
+    iperf_omit: int
+    iperf_streams: int
+    iperf_block: int | None
+    iperf_repeats: int
+    rr_payload_bytes: int
+    rr_sizes: list[int]
+    rr_samples: int
+    sockperf: bool
+    asymmetry_threshold: float
+    change_threshold: float
+    hold_wakeup_latency: bool
+
+
+class ModelSlice(TypedDict, total=False):
+    """One model as the config writes it (`plan.model_slice`), `threads` always set.
+    The nested sections (`synthetic`, `source`, `vllm`) are as written too."""
+
+    backend: str
+    synthetic: dict[str, int]
+    path: str
+    source: dict[str, str]
+    layers_on_b: int
+    threads: int
+    server_args: list[str]
+    worker_args: list[str]
+    workers: int
+    vllm: dict[str, Any]
+
+
+class ServerSettings(TypedDict, total=False):
+    """A launch's settings (`plan.server_slice`, planned by the model's backend:
+    `Backend.server_settings`). llama.cpp's: layers_on_b, threads, slots, ctx_per_slot,
+    n_ctx, and workers, server_args, worker_args where set; vLLM's: its `vllm:` section
+    with defaults, slots and max_model_len; another backend's: backend, slots,
+    max_tokens, threads."""
+
+    backend: str
+    slots: int
+    threads: int
+    max_tokens: int
+    # llama.cpp
+    layers_on_b: int
+    ctx_per_slot: int
+    n_ctx: int
+    workers: int
+    server_args: list[str]
+    worker_args: list[str]
+    # vLLM
+    tensor_parallel: int
+    pipeline_parallel: int
+    dtype: str
+    kv_cache_gib: float
+    launch_timeout_s: float
+    step_timeout_s: float
+    extra_args: list[str]
+    max_model_len: int
+
+
+class PairedSlice(TypedDict):
+    """How a single-stream cell measures itself against the baseline link, round by
+    round (`plan.paired_for`)."""
+
+    rounds: int
+    requests: int
+    reference: LinkSlice
+
+
+class CellSlice(TypedDict, total=False):
+    """A cell job's `--cell` (`plan.cell_slice`): exactly what its measurement depends
+    on. A single stream carries no release keys, a concurrent cell no request keys;
+    `repeats`, `paired` and `epoch` only where they apply."""
+
+    measurement_version: int
+    prompt_tokens: int
+    concurrency: int
+    n_predict: int
+    request_timeout_s: float
+    crash_below_tps: float
+    single_stream_requests: int
+    single_stream_seconds: float
+    concurrent_releases: int
+    concurrent_seconds: float
+    hold_wakeup_latency: bool
+    model: ModelSlice
+    repeats: int
+    paired: PairedSlice
+    epoch: int
+
+
+class SweepPoints(TypedDict, total=False):
+    """How a round-trips sweep visits its delay points (`roundtrips:` with defaults)."""
+
+    delays_ms: list[float]
+    requests: int
+    prompt_tokens: int
+    n_predict: int
+    rr_samples: int
+    request_timeout_s: float
+    hold_wakeup_latency: bool
+
+
+class SweepSlice(SweepPoints, total=False):
+    """A round-trips sweep job's settings (`plan.roundtrips_slice`)."""
+
+    pair: str
+    model: str
+    workers: int
+    server: ServerSettings
+
+
+class SweepSettings(SweepPoints, total=False):
+    """`roundtrips:` with its defaults (`plan.roundtrip_settings`): the models and worker
+    counts to sweep, and how each sweep visits its points."""
+
+    models: list[str]
+    workers: list[int]
+
+
+class InterferenceLimits(TypedDict, total=False):
+    """`interference:` as written; absent limits take their defaults
+    (`infra.interference.settings`), a null limit is not checked."""
+
+    max_cpu_pressure_pct: float | None
+    max_foreign_cpu_cores: float | None
+    max_steal_pct: float | None
+
+
+class DriftSettings(TypedDict, total=False):
+    """`drift:` with its defaults (`configuration.drift_settings`)."""
+
+    reference_c: list[float | None] | None
+    max_temp_rise_c: float | None
+    peak_margin_c: float
+    anchor_tolerance: float | None
+    anchor_margin_c: float
