@@ -160,7 +160,7 @@ rule report:
     params:
         # Where each pair's hosts are, for the run block (only that: the rest of a
         # pair's config does not re-run the report).
-        pairs=as_json(plan.pairs_slice(CONFIG)),
+        pairs=as_json(plan.pairs_slice(CONFIG.pairs)),
         # The cells' request files, read for the run block's dates and clocks. Not
         # inputs: the summary already waits for every cell (and is re-made when one is
         # re-measured), and 5,000 more inputs would cost a second of planning.

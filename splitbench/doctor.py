@@ -15,7 +15,7 @@ import os
 import shutil
 from pathlib import Path
 
-from splitbench import configuration, plan, results
+from splitbench import backends, configuration, plan, results
 from splitbench.configuration import Config, LinkSpec, Pair
 from splitbench.infra.hosts import Host, host_from_spec
 from splitbench.links import readiness
@@ -178,6 +178,7 @@ def _run(args: argparse.Namespace) -> int:
     plan.names_as_text(written)
     try:
         config = configuration.parsed(written)
+        backends.check_models(config)
     except (configuration.ConfigError, ValueError) as exc:
         print(f"{BAD} config {args.configfile}: {exc}")
         return 1

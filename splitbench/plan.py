@@ -369,13 +369,13 @@ class PairView(TypedDict):
     links: list[str]
 
 
-def pairs_slice(config: Config) -> dict[str, PairView]:
+def pairs_slice(pairs: dict[str, configuration.Pair]) -> dict[str, PairView]:
     """What the report shows of `pairs:` (the report rule's --pairs): each pair's mode,
     where its hosts are (ssh destination and port, a SLURM `node` or `feature` where
     set) and its links, in config order. Nothing else, so that the rest of a pair's
     config (keys, paths, link rates) does not re-run the report."""
     out = {}
-    for pair, spec in config.pairs.items():
+    for pair, spec in pairs.items():
         hosts = spec.hosts.given()
         out[pair] = {
             "mode": spec.mode,

@@ -16,12 +16,23 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
+from typing import TYPE_CHECKING
 
 from splitbench import registry
 from splitbench.backends.base import Backend, Launch
 from splitbench.slices import ServerSettings
 
-__all__ = ["Backend", "Launch", "get", "split"]
+if TYPE_CHECKING:
+    from splitbench.configuration import Config
+
+__all__ = ["Backend", "Launch", "check_models", "get", "split"]
+
+
+def check_models(config: Config) -> None:
+    """Each model's backend refuses what it cannot run, before anything starts
+    (`Backend.check_model`: a ConfigError naming the key)."""
+    for name, spec in config.models.items():
+        get(spec.backend).check_model(f"models.{name}", spec.given(), config)
 
 
 def split(settings: ServerSettings) -> str:

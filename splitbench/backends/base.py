@@ -20,6 +20,7 @@ from splitbench.slices import LinkSlice, ModelSlice, ServerSettings
 
 if TYPE_CHECKING:  # metrics imports numpy, which this module does not need at run time
     from splitbench.backends.metrics import RequestRow
+    from splitbench.configuration import Config
 
 
 class Launch(Protocol):
@@ -72,10 +73,11 @@ class Backend(ABC):
                     server_alive: bool, crash_below_tps: float) -> RequestRow:
         """One request's row: the client's figures, the server's own, its status."""
 
-    def check_model(self, where: str, model: ModelSlice) -> None:
+    def check_model(self, where: str, model: ModelSlice, config: Config) -> None:
         """Refuse what this backend cannot run, before anything starts: raise
         `splitbench.configuration.ConfigError` naming the key (`where` is the model's,
-        "models.<name>"). The built-in backends' checks are in configuration/checks.py."""
+        "models.<name>"; `config` the whole typed config, for what the model asks of the
+        pairs). The config's own checks have passed: the model section is well formed."""
         return None  # nothing to refuse unless the backend says so
 
     def server_settings(self, model: ModelSlice, slots: int, tokens: int

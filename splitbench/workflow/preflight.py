@@ -60,9 +60,7 @@ def checked(config: dict[str, Any]) -> configuration.Config:
     function reads this model."""
     try:
         typed = configuration.parsed(config)
-        for name, spec in typed.models.items():
-            if spec.backend not in registry.BUILT_IN:
-                backends.get(spec.backend).check_model(f"models.{name}", spec.given())
+        backends.check_models(typed)
     except (configuration.ConfigError, registry.RegistryError) as error:
         raise PreflightError(f"invalid configuration: {error}") from None
     missing_vllm = vllm_setup.missing(typed)

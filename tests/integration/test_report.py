@@ -49,6 +49,10 @@ CONFIG_PAIRS = {
 }
 
 
+def typed_pairs(pairs: dict) -> dict[str, configuration.Pair]:
+    return {name: configuration.Pair.model_validate(spec) for name, spec in pairs.items()}
+
+
 # --- generated results ----------------------------------------------------------------
 
 def _tokens(link: str, ctx: str, conc: int, pair: str = "lab") -> pd.DataFrame:
@@ -195,7 +199,7 @@ def built(tmp_path_factory) -> dict[str, Any]:
                      "--toolchain", *paths["toolchain"], "--requests", *paths["requests"],
                      "--cells", paths["cells"], "--tables", paths["tables"],
                      "--charts", paths["charts"],
-                     "--pairs", json.dumps(plan.pairs_slice(CONFIG_PAIRS)),
+                     "--pairs", json.dumps(plan.pairs_slice(typed_pairs(CONFIG_PAIRS))),
                      "--findings", paths["findings"], "--out", paths["page"]]) == 0
     return paths
 
@@ -321,9 +325,9 @@ def test_pairs_from_the_link_results_alone(built):
 
 
 def test_pairs_slice_keeps_where_the_hosts_are_and_nothing_else():
-    sliced = plan.pairs_slice({**CONFIG_PAIRS, "rig": {
+    sliced = plan.pairs_slice(typed_pairs({**CONFIG_PAIRS, "rig": {
         "mode": "ssh", "hosts": {"a": {"feature": "pair_rig"}, "b": {"ssh": "rig-b"}},
-        "links": {"eth": {}}}})
+        "links": {"eth": {}}}}))
     assert sliced["rig"]["hosts"]["a"] == {"feature": "pair_rig"}
     assert page._host_text("rig", "a", "ssh", sliced["rig"]["hosts"]["a"], set()) == (
         "a node with feature pair_rig (runs splitbench)")

@@ -24,6 +24,7 @@ def _config(workers: list[int]) -> dict:
         "concurrency": [1],
         "roundtrips": {"workers": workers, "delays_ms": [0.0, 1.0, 2.0], "requests": 3,
                        "n_predict": 32, "rr_samples": 100},
+        "baseline_link": "plain", "toolchain": {"source": "pip"}, "measurement_version": 1,
     }
 
 
@@ -72,5 +73,4 @@ def test_two_chained_workers_cost_two(sweep):
 def test_sweep_settings_need_layers_for_each_worker():
     config = _config([3])
     with pytest.raises(configuration.ConfigError, match="roundtrips.workers"):
-        configuration.parsed({**config, "baseline_link": "plain", "toolchain": {"source": "pip"},
-                    "measurement_version": 1})
+        configuration.parsed(config)

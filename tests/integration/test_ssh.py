@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from splitbench import models, plan
+from splitbench import models
 from splitbench.backends import launches
 from splitbench.backends.llamacpp import toolchain
 from splitbench.cells import measure
@@ -29,6 +29,7 @@ from splitbench.infra import parquet_io, procs, ssh, teardown, telemetry, wakeup
 from splitbench.infra.hosts import Host, HostError, host_from_spec
 from splitbench.links import real, verify
 from tests.conftest import needs_root
+from tests.integration.test_lab import LINK_CHECK
 from tests.integration.test_sensors import nvml_says
 from tests.workflow.test_workflow import NO_SOCKPERF, SNAKEMAKE, workflow_copy
 
@@ -156,7 +157,7 @@ def test_remote_process_is_recorded_and_stopped(host_b, state_dir):
 def test_link_over_ssh_is_set_up_proved_and_measured(host_b, tmp_path):
     spec = link_spec(host_b, mtu=1400)
     out = tmp_path / "veth.parquet"
-    settings = {**plan.link_check_settings({}), "iperf_seconds": 1, "rr_samples": 40,
+    settings = {**LINK_CHECK, "iperf_seconds": 1, "rr_samples": 40,
                 "rr_sizes": [64, 16384, 65536], **NO_SOCKPERF}
     row = verify.verify(spec, settings, out).iloc[0]
     # Left out as asked (the tiny run times it): no sockperf figure, server or command.

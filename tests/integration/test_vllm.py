@@ -247,7 +247,7 @@ def test_pp2_puts_half_the_layers_on_each_host_and_both_splits_decode_alike(setu
 
 
 def test_the_split_output_equals_a_single_host_servers(setup, tp_plain):
-    link = lab.ensure_link(plan.link_slice(config({"tensor_parallel": 2}), "vx", "plain"))
+    link = lab.ensure_link(plan.link_slice(parsed(config({"tensor_parallel": 2})), "vx", "plain"))
     launches.stop("vx")  # the single server gets host A's memory
     assert single_host_tokens(setup, link, tp_plain["prompt"], 32) == tp_plain["tokens"]
 

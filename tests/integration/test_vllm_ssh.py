@@ -45,7 +45,10 @@ from splitbench.infra import procs, telemetry, teardown
 from splitbench.links import real
 from splitbench.configuration import parsed
 spec, shape, venv, out = json.loads(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3], sys.argv[4]
-config = {"pairs": {"sv": {"mode": "ssh", "hosts": spec["hosts"], "links": {}}},
+# The launch's settings come from the model's section (the pair's own is the spec's).
+config = {"pairs": {"sv": {"mode": "embedded", "hosts": {"a": {}, "b": {}},
+                           "links": {"plain": {}}}},
+          "baseline_link": "plain", "toolchain": {"source": "pip"},
           "models": {"m": {"synthetic": shape, "backend": "vllm",
                            "vllm": {"tensor_parallel": 2, "launch_timeout_s": 300,
                                     "extra_args": ["--enforce-eager"]}}},

@@ -10,7 +10,7 @@ import yaml
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from splitbench import configuration, plan
+from splitbench import backends, configuration, plan
 from splitbench.configuration import reference
 from splitbench.infra import interference
 from tests.conftest import ROOT
@@ -28,7 +28,7 @@ def test_shipped_configs_pass_the_schema_and_the_checks(path):
     config = yaml.safe_load(path.read_text())
     plan.names_as_text(config)
     validate(config, str(configuration.SCHEMA))
-    configuration.parsed(config)
+    backends.check_models(configuration.parsed(config))
 
 
 def _default_config() -> dict:

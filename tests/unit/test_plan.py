@@ -3,7 +3,7 @@ import copy
 import pytest
 import yaml
 
-from splitbench import configuration, plan
+from splitbench import backends, configuration, plan
 from splitbench.configuration import parsed
 from tests.conftest import ROOT
 
@@ -69,7 +69,7 @@ def test_cell_slice_does_not_depend_on_other_cells_or_models(config):
 def test_bad_config_names_the_key(config, mutate, key):
     mutate(config)
     with pytest.raises(configuration.ConfigError) as error:
-        configuration.parsed(config)
+        backends.check_models(configuration.parsed(config))
     assert error.value.key == key
     assert key in str(error.value)
 

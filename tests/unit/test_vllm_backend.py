@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 import yaml
 
-from splitbench import configuration, models, plan
+from splitbench import backends, configuration, models, plan
 from splitbench.backends.client import Reply
+from splitbench.backends.vllm import checks as vllm_checks
 from splitbench.backends.vllm import client, metrics, setup
 from splitbench.configuration import parsed
 from tests.conftest import ROOT
@@ -46,7 +47,7 @@ def test_a_vllm_model_that_cannot_run_is_refused_naming_its_key(mutate, key):
         spec["synthetic"] = dict(spec["synthetic"])
     mutate(config)
     with pytest.raises(configuration.ConfigError, match=f"'{key}'"):
-        configuration.parsed(config)
+        backends.check_models(configuration.parsed(config))
 
 
 def test_an_ssh_pair_names_where_host_b_keeps_vllm():
@@ -57,9 +58,9 @@ def test_an_ssh_pair_names_where_host_b_keeps_vllm():
                                         "narrow": {"interface_a": "a1", "interface_b": "b1",
                                                    "adopt": True}}}
     with pytest.raises(configuration.ConfigError, match="hosts.b.vllm_venv"):
-        configuration.parsed(config)
+        backends.check_models(configuration.parsed(config))
     config["pairs"]["lab"]["hosts"]["b"]["vllm_venv"] = "/opt/vllm"
-    configuration.parsed(config)
+    backends.check_models(configuration.parsed(config))
 
 
 def test_a_vllm_launch_holds_the_longest_prompt_and_leaves_llamacpp_settings_alone():
@@ -188,4 +189,4 @@ def test_a_missing_vllm_stops_the_plan_naming_the_install_command(tmp_path):
     ("--config=x.yaml", "any flag (a config file)"), ("-tp", "-tp"),
     ("--max-num-batched-tokens=64", None), ("--enforce-eager", None), ("--m", None)])
 def test_every_spelling_of_an_own_vllm_flag_is_refused(arg, owned):
-    assert configuration.vllm_owned(arg) == owned
+    assert vllm_checks.vllm_owned(arg) == owned

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from snakemake.utils import validate
 
-from splitbench import configuration, estimate, plan
+from splitbench import backends, configuration, estimate, plan
 from splitbench.configuration import parsed
 from tests.conftest import ROOT
 from tests.workflow.test_workflow import snakemake, workflow_copy
@@ -32,7 +32,7 @@ def seed_config() -> dict:
 def test_the_seed_matrix_passes_the_schema_and_the_checks():
     config = seed_config()
     validate(config, str(configuration.SCHEMA))
-    configuration.parsed(config)
+    backends.check_models(configuration.parsed(config))
     assert list(config["models"]) == MODELS
     assert all(spec["path"].startswith("/models/") and spec["layers_on_b"] >= 1
                for spec in config["models"].values())
@@ -104,7 +104,7 @@ def seed_speeds() -> dict:
 
 
 def test_the_docs_give_the_estimated_duration():
-    parts = estimate.expected_seconds(seed_config(), seed_speeds())
+    parts = estimate.expected_seconds(parsed(seed_config()), seed_speeds())
     hours = round(parts["total"] / 3600)
     section = (ROOT / "docs/two-machines.md").read_text().split("## The seed's matrix")[1]
     assert re.search(rf"\babout {hours} hours\b", section), (hours, parts)

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from splitbench.backends.base import Launch, ModuleBackend
 from splitbench.backends.llamacpp import client, metrics, prompts, servers
 from splitbench.infra.telemetry import RpcTraffic
 from splitbench.links.link import RPC_PORT, Link
 from splitbench.slices import ModelSlice, ServerSettings
+
+if TYPE_CHECKING:
+    from splitbench.configuration import Config
 
 
 class LlamaCpp(ModuleBackend):
@@ -14,6 +19,11 @@ class LlamaCpp(ModuleBackend):
 
     name = "llamacpp"
     servers, client, metrics, prompts = servers, client, metrics, prompts
+
+    def check_model(self, where: str, model: ModelSlice, config: Config) -> None:
+        from splitbench.backends.llamacpp import checks  # the config model: planning only
+
+        checks.check_model(where, model, config)
 
     def server_settings(self, model: ModelSlice, slots: int, tokens: int
                         ) -> ServerSettings:

@@ -15,6 +15,12 @@ class Vllm(ModuleBackend):
     name = "vllm"
     servers, client, metrics, prompts = servers, client, metrics, prompts
 
+    def check_model(self, where: str, model: ModelSlice, config: configuration.Config
+                    ) -> None:
+        from splitbench.backends.vllm import checks
+
+        checks.check_model(where, model, config)
+
     def server_settings(self, model: ModelSlice, slots: int, tokens: int
                         ) -> ServerSettings:
         """Its split, one sequence per request of the largest concurrency level, and a

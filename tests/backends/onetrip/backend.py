@@ -86,7 +86,7 @@ class OneTrip(ModuleBackend):
     name = "onetrip"
     servers, client, metrics, prompts = Servers, client, metrics, prompts
 
-    def check_model(self, where: str, model: dict[str, Any]) -> None:
+    def check_model(self, where: str, model: dict[str, Any], config: Any) -> None:
         if model.get("layers_on_b") is not None:
             raise ConfigError(f"{where}.layers_on_b", "backend onetrip puts nothing on B")
 
