@@ -55,7 +55,7 @@ def merged_config(config: dict[str, Any], workflow: Any) -> None:
 
 def checked(config: dict[str, Any]) -> configuration.Config:
     """The config as the typed model (its keys and the checks across them), what each
-    registered backend asks of its models, and this machine's vLLM for a vLLM model on
+    model's backend refuses (`Backend.check_model`), and this machine's vLLM for a vLLM model on
     an embedded pair (an SSH host B's is checked by its toolchain job). Every planning
     function reads this model."""
     try:
