@@ -4,7 +4,7 @@ import atexit
 import os
 import sys
 
-from splitbench import plan, results
+from splitbench import doctor, plan, results
 from splitbench.infra import archive, reaper, teardown
 from splitbench.links import lab
 from splitbench.report import contents
@@ -74,6 +74,9 @@ if preflight.in_cluster_job(sys.argv):
 # Servers, relays and namespaces outlive single jobs; stop them when the run ends,
 # however it ends (the reaper covers Ctrl-C and kill -9 of Snakemake).
 onstart:
+    # The doctor's checks come first, printed: a pair with a ✗ still runs (and fails as
+    # a result), but its fix is on screen before any server starts.
+    doctor.before_run(CONFIG, EXECUTION.cluster)
     reaper.start_reaper(os.getpid(), locks=snakemake_internals.own_locks(workflow))
     # Measurements from before the archive existed are kept too, before any re-run.
     archive.keep_existing("results")

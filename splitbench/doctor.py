@@ -17,6 +17,7 @@ from pathlib import Path
 
 from splitbench import backends, configuration, plan, results
 from splitbench.configuration import Config, LinkSpec, Pair
+from splitbench.infra import files
 from splitbench.infra.hosts import Host, host_from_spec
 from splitbench.links import readiness
 from splitbench.links.readiness import BAD, NOTE, OK, Line
@@ -33,6 +34,35 @@ def check(config: Config, results_dir: str | Path = "results") -> list[Line]:
         lines += (ssh_pair(config, pair, spec) if spec.mode == "ssh"
                   else embedded_pair(config, pair, spec))
     lines += run_lines(config, results_dir)
+    return lines
+
+
+def before_run(config: Config, on_cluster: bool,
+               results_dir: str | Path = "results") -> list[Line]:
+    """What `snakemake all` does first, before any job: every pair's lines, printed and
+    kept in results/doctor.txt. A ✗ does not stop the run: what it names fails (or falls
+    back, as the line says) at its own job, as a result in the tables, while the rest is
+    measured; the ✗ and its fix come now rather than minutes later. On a cluster a pair's
+    hosts are its nodes, not this one, so only the run's own lines (disk, the matrix) are
+    checked here."""
+    try:
+        lines = run_lines(config, results_dir) if on_cluster else check(config, results_dir)
+    except Exception as exc:  # the doctor's own fault must not cost the run: say it
+        lines = [Line(BAD, "doctor", f"the checks themselves failed: "
+                                     f"{type(exc).__name__}: {exc}")]
+    bad = sum(line.mark == BAD for line in lines)
+    said = ["splitbench doctor, before anything starts "
+            "(python -m splitbench doctor for these alone):",
+            *map(str, lines)]
+    if on_cluster:
+        said.append(f"{NOTE} pairs: their hosts are cluster nodes, not this machine: run "
+                    "python -m splitbench doctor on each pair's host A")
+    said.append(f"splitbench doctor: {bad} problem(s) above; the run goes on, and each one "
+                "shows where it bites, as a result (Ctrl-C now to fix them first)"
+                if bad else "splitbench doctor: ready")
+    text = "\n".join(said) + "\n"
+    print(text, end="", flush=True)
+    files.write_text(Path(results.under(Path(results_dir), results.DOCTOR)), text)
     return lines
 
 

@@ -52,6 +52,8 @@ WHATIF = f"{ROOT}/summary/whatif.parquet"
 # Each measured link beside its prediction (the what-if chart's points).
 WHATIF_POINTS = f"{ROOT}/summary/whatif.points.parquet"
 CHECKS = f"{ROOT}/checks.txt"
+# The doctor's lines as the last run that started jobs printed them first.
+DOCTOR = f"{ROOT}/doctor.txt"
 LOGS = f"{ROOT}/logs"
 
 # Measurements (results/<one of these>/...): a re-measured file's previous version is

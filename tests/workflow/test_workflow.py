@@ -124,6 +124,12 @@ def test_end_to_end_on_the_embedded_lab(finished):
 
     # Nothing of the run is left behind: no servers, relays, namespaces.
     assert not (set(procs_left(work)) & {"llama-server", "ggml-rpc-server"})
+
+    # The doctor ran before anything started, and said so: the pair is ready.
+    doctor_said = (work / "results/doctor.txt").read_text().splitlines()
+    assert doctor_said[0].startswith("splitbench doctor, before anything starts")
+    assert "✓ t: root: each host a network namespace, links shaped with tc" in doctor_said
+    assert doctor_said[-1] == "splitbench doctor: ready"
     assert "sb-t-" not in subprocess.run(["ip", "netns", "list"], capture_output=True,
                                          text=True).stdout
 
@@ -344,7 +350,8 @@ def test_every_figure_is_what_its_definition_gives(finished):
 
 def undeclared(work: Path, *args: str) -> list[str]:
     """Files under results/ that no job declares (as an output or a log), less those kept
-    across re-runs on purpose: link history, the archive and its hard links."""
+    across re-runs on purpose (link history, the archive and its hard links) and the
+    doctor's lines, which the run writes as it starts, before any job."""
     listed = snakemake(work, "--summary", *args)
     assert listed.returncode == 0, listed.stderr[-2000:]
     declared = set()
@@ -353,7 +360,7 @@ def undeclared(work: Path, *args: str) -> list[str]:
         declared |= {fields[0], *fields[3].split(",")} if len(fields) > 3 else {fields[0]}
     written = {str(p.relative_to(work)) for p in (work / "results").rglob("*") if p.is_file()}
     on_purpose = {p for p in written if p.endswith(".history.jsonl")
-                  or "/.kept/" in p or "/archive/" in p}
+                  or "/.kept/" in p or "/archive/" in p} | {"results/doctor.txt"}
     return sorted(written - declared - on_purpose)
 
 
@@ -820,6 +827,14 @@ def test_a_pair_whose_host_b_cannot_be_reached_is_a_result_not_a_lost_report(fai
     out, summary, work = failed_run["out"], failed_run["summary"], failed_run["work"]
     assert "splitbench check FAILED: pair far: toolchain failed (its blocks were not " \
            "launched): " in out, out[-3000:]
+    # The doctor said it first, with its fix, printed and kept, and the run went on.
+    doctor_said = (work / "results/doctor.txt").read_text()
+    assert doctor_said in failed_run["run"].stdout
+    assert "✗ far: host B (bench@127.0.0.1) cannot be reached" in doctor_said
+    assert "✓ t: root: each host a network namespace" in doctor_said
+    assert doctor_said.endswith("problem(s) above; the run goes on, and each one shows "
+                                "where it bites, as a result (Ctrl-C now to fix them "
+                                "first)\n")
     assert "splitbench check FAILED: link far/plain failed verification" in out
     assert "far/plain/tiny did not load (1 cells not measured)" in out
     toolchain = json.loads((work / "results/toolchain/far.json").read_text())

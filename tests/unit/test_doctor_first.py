@@ -1,0 +1,38 @@
+"""What `snakemake all` does first (doctor.before_run): the doctor's lines, printed and
+kept in results/doctor.txt; on a cluster only the run's own; the doctor's own fault a ✗
+line, never the run's end. The real run's doctor is held by the workflow tests (a ready
+tiny pair; an SSH pair that cannot be reached)."""
+
+from __future__ import annotations
+
+import yaml
+
+from splitbench import doctor
+from splitbench.configuration import parsed
+from tests.conftest import ROOT
+
+
+def tiny() -> dict:
+    return yaml.safe_load((ROOT / "tests/configs/tiny.yaml").read_text())
+
+
+def test_on_a_cluster_only_the_runs_own_lines_are_checked_here(tmp_path, capsys):
+    lines = doctor.before_run(parsed(tiny()), on_cluster=True, results_dir=tmp_path)
+    assert {line.pair for line in lines} == {"run"}  # no pair's hosts: they are nodes
+    said = (tmp_path / "doctor.txt").read_text()
+    assert said == capsys.readouterr().out
+    assert "· pairs: their hosts are cluster nodes, not this machine" in said
+    assert said.endswith("splitbench doctor: ready\n")
+
+
+def test_the_doctors_own_fault_is_a_line_not_the_runs_end(tmp_path, capsys, monkeypatch):
+    def broken(*_):
+        raise KeyError("hosts")
+
+    monkeypatch.setattr(doctor, "check", broken)
+    lines = doctor.before_run(parsed(tiny()), on_cluster=False, results_dir=tmp_path)
+    assert [str(line) for line in lines] == [
+        "✗ doctor: the checks themselves failed: KeyError: 'hosts'"]
+    said = capsys.readouterr().out
+    assert said.splitlines()[-1].startswith("splitbench doctor: 1 problem(s) above")
+    assert (tmp_path / "doctor.txt").read_text() == said
