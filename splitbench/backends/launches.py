@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
@@ -19,12 +20,12 @@ import httpx
 
 from splitbench.errors import SplitbenchError
 from splitbench.infra import files, procs
-from splitbench.infra.hosts import Host
+from splitbench.infra.hosts import Host, HostError
 from splitbench.infra.polling import poll_until
 from splitbench.links import guard
 from splitbench.links.link import MAX_SLOTS, Link
 from splitbench.records import LaunchRecord
-from splitbench.slices import ServerSettings
+from splitbench.slices import LinkSlice, ServerSettings
 
 if TYPE_CHECKING:
     from splitbench.infra.hosts import HostJson
@@ -67,6 +68,37 @@ class Server:
             (rec := procs.find(key)) is not None and procs.is_alive(rec)
             for key in self.record["proc_keys"]
         )
+
+
+def launch_block(link_spec: LinkSlice, settings: ServerSettings,
+                 start: Callable[[Link], LaunchRecord], *,
+                 reasons: Iterable[str | None] = (), backend: str | None = None,
+                 fingerprint_of: Callable[[Link], str] | None = None) -> LaunchRecord:
+    """The launch stage, the same steps for every backend: the first reason the block
+    cannot be launched (the backend's `reasons`, such as a failed toolchain record, then
+    the link's verification), else the pair locked, its link ensured and `start(link)`'s
+    record (the servers launched or reused). A block that cannot be launched, or whose
+    servers fail, is a record too (status "failed" and its error): a result of the
+    matrix, which its cells then report. Re-make what failed, then the launch, to try
+    again."""
+    from splitbench.links import real, verify  # pandas: the launch stage's, not a cell's
+
+    pair, name = link_spec["pair"], link_spec["link"]
+    failed: LaunchRecord = {"status": "failed", "failed_at": time.time(), "pair": pair,
+                            "link": name, "settings": settings, "fingerprint": None}
+    if backend:
+        failed["backend"] = backend
+    why = next((reason for reason in reasons if reason), None) or \
+        verify.verification_failure(pair, name)
+    if why:
+        return {**failed, "error": why}
+    with procs.locked(f"pair-{pair}"):
+        link = real.ensure(link_spec)
+        try:
+            return start(link)
+        except (LaunchError, HostError, httpx.HTTPError) as exc:
+            return {**failed, "error": str(exc), "failed_at": time.time(),
+                    "fingerprint": fingerprint_of(link) if fingerprint_of else None}
 
 
 def healthy(url: str) -> bool:

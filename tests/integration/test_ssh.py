@@ -281,6 +281,13 @@ def test_the_workflow_runs_a_pair_over_ssh(host_b, tmp_path):
                           "--replace-workflow-config"], cwd=work, env=env,
                          capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stderr[-3000:]
+    # The doctor ran first, over SSH: the pair was ready before anything started.
+    doctor_said = (work / "results/doctor.txt").read_text()
+    assert doctor_said in run.stdout
+    for said in ("✓ rig: host B reached over SSH", "✓ rig: root on host B",
+                 f"✓ rig: link veth, host B: {IF_B} up", "✓ rig: host B: the worker"):
+        assert said in doctor_said, doctor_said
+    assert doctor_said.endswith("splitbench doctor: ready\n"), doctor_said
     summary = pd.read_parquet(work / "results/summary/cells.parquet")
     assert sorted(summary["conc"]) == [1, 2] and set(summary["pair"]) == {"rig"}
     assert (summary["status"] == "ok").all()

@@ -36,3 +36,21 @@ def test_the_doctors_own_fault_is_a_line_not_the_runs_end(tmp_path, capsys, monk
     said = capsys.readouterr().out
     assert said.splitlines()[-1].startswith("splitbench doctor: 1 problem(s) above")
     assert (tmp_path / "doctor.txt").read_text() == said
+
+
+class NotRoot:
+    """A host whose user is not root (the SSH lab pair logs in as root)."""
+    name = "b"
+
+    def is_root(self) -> bool:
+        return False
+
+
+def test_a_link_host_b_may_not_address_is_its_own_line_with_the_fix():
+    said = doctor._rights(NotRoot(), "rig", ["veth"], guarded=True)
+    assert str(said) == (
+        "✗ rig: not root on host B, which addresses for links veth and the firewall guard "
+        "need — run as root there, or set adopt: true on those links and firewall: own on "
+        "the pair (docs/two-machines.md)")
+    # Every link adopted and the firewall the user's own: nothing needs root.
+    assert doctor._rights(NotRoot(), "rig", [], guarded=False).mark == doctor.OK

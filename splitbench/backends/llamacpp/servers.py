@@ -19,8 +19,7 @@ from splitbench.backends import launches
 from splitbench.backends.launches import LaunchError
 from splitbench.backends.llamacpp.toolchain import failure as toolchain_failure
 from splitbench.infra import procs, telemetry
-from splitbench.infra.hosts import Host, HostError
-from splitbench.links import real, verify
+from splitbench.infra.hosts import Host
 from splitbench.links.link import RPC_PORT, Link
 from splitbench.records import LaunchRecord, ModelInfo, ToolchainRecord
 from splitbench.slices import LinkSlice, ServerSettings
@@ -56,26 +55,13 @@ def ensure(
 def launch_record(link_spec: LinkSlice, settings: ServerSettings,
                   model: ModelInfo, toolchain: ToolchainRecord) -> LaunchRecord:
     """The launch stage: the servers of one block, launched (or reused); their record, or
-    one saying why they could not be launched (status "failed"): a model that does not
-    load is a result of the matrix, which its cells then report."""
-    unusable = (toolchain_failure(toolchain)
-                or verify.verification_failure(link_spec["pair"], link_spec["link"]))
-    if unusable:
-        # Nothing to launch with or over: the pair's or the link's reason is the block's
-        # (and, through the launch, each of its cells'). Re-make what failed, then this
-        # launch, to try again.
-        return {"status": "failed", "error": unusable, "failed_at": time.time(),
-                "pair": link_spec["pair"], "link": link_spec["link"],
-                "settings": settings, "fingerprint": None}
-    with procs.locked(f"pair-{link_spec['pair']}"):
-        link = real.ensure(link_spec)
-        try:
-            return ensure(link, settings, model["path"], model["sha256"], toolchain).record
-        except (LaunchError, HostError, httpx.HTTPError) as exc:
-            return {"status": "failed", "error": str(exc), "failed_at": time.time(),
-                    "pair": link.pair, "link": link.name, "settings": settings,
-                    "fingerprint": launches.fingerprint(link, settings, model["sha256"],
-                                               toolchain["a"]["build_id"])}
+    one saying why they could not be launched (`launches.launch_block`)."""
+    return launches.launch_block(
+        link_spec, settings,
+        lambda link: ensure(link, settings, model["path"], model["sha256"], toolchain).record,
+        reasons=[toolchain_failure(toolchain)],
+        fingerprint_of=lambda link: launches.fingerprint(link, settings, model["sha256"],
+                                                         toolchain["a"]["build_id"]))
 
 
 def _launch(

@@ -23,16 +23,13 @@ import uuid
 from dataclasses import asdict
 from pathlib import Path
 
-import httpx
-
 from splitbench import backends, results
 from splitbench.backends import launches
 from splitbench.backends.launches import LaunchError, Leftovers
 from splitbench.backends.llamacpp.toolchain import failure as toolchain_failure
 from splitbench.backends.vllm.client import SERVED_NAME
 from splitbench.infra import procs, sockdiag
-from splitbench.infra.hosts import Host, HostError
-from splitbench.links import real, verify
+from splitbench.infra.hosts import Host
 from splitbench.links.link import RENDEZVOUS_PORT, Link
 from splitbench.records import LaunchRecord, ModelInfo, ToolchainRecord
 from splitbench.slices import LinkSlice, ServerSettings
@@ -69,25 +66,19 @@ def launch_record(link_spec: LinkSlice, settings: ServerSettings,
                   model: ModelInfo, toolchain: ToolchainRecord) -> LaunchRecord:
     """The launch stage for a vLLM block: its ranks launched (or reused) and their
     record, which carries the pair's vLLM toolchain for the cells; or one saying why
-    they could not be (status "failed"): a result its cells report."""
-    pair, link_name = link_spec["pair"], link_spec["link"]
+    they could not be (`launches.launch_block`)."""
+    pair = link_spec["pair"]
     tools_path = Path(results.TOOLCHAIN_VLLM.format(pair=pair))
     tools: ToolchainRecord = json.loads(tools_path.read_text()) if tools_path.exists() else {
         "pair": pair, "status": "failed", "error": f"no {tools_path}"}
-    why = (toolchain_failure(toolchain) or toolchain_failure(tools)
-           or verify.verification_failure(pair, link_name))
-    failed: LaunchRecord = {"status": "failed", "failed_at": time.time(), "pair": pair,
-                            "link": link_name, "settings": settings, "fingerprint": None,
-                            "backend": "vllm"}
-    if why:
-        return {**failed, "error": why}
-    with procs.locked(f"pair-{pair}"):
-        link = real.ensure(link_spec)
-        try:
-            record = ensure(link, settings, model["path"], model["sha256"], tools).record
-        except (LaunchError, HostError, httpx.HTTPError) as exc:
-            return {**failed, "error": str(exc)}
-    return {**record, "toolchain": tools}
+
+    def start(link: Link) -> LaunchRecord:
+        record = ensure(link, settings, model["path"], model["sha256"], tools).record
+        return {**record, "toolchain": tools}
+
+    return launches.launch_block(link_spec, settings, start, backend="vllm",
+                                 reasons=[toolchain_failure(toolchain),
+                                          toolchain_failure(tools)])
 
 
 def unusable(link: Link) -> str | None:

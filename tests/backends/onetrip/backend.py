@@ -14,9 +14,7 @@ from splitbench.backends.base import Launch, ModuleBackend
 from splitbench.backends.llamacpp import client, metrics, prompts
 from splitbench.configuration import ConfigError
 from splitbench.infra import procs
-from splitbench.infra.hosts import HostError
 from splitbench.infra.telemetry import RpcTraffic
-from splitbench.links import real
 from splitbench.links.link import RPC_PORT, Link
 
 SERVER = Path(__file__).with_name("server.py")
@@ -39,15 +37,10 @@ class Servers:
     @staticmethod
     def launch_record(link_spec: dict[str, Any], settings: dict[str, Any],
                       model: dict[str, Any], toolchain: dict[str, Any]) -> dict[str, Any]:
-        with procs.locked(f"pair-{link_spec['pair']}"):
-            link = real.ensure(link_spec)
-            try:
-                return Servers.ensure(link, settings, model["path"], model["sha256"],
-                                      toolchain).record
-            except (launches.LaunchError, HostError) as exc:
-                return {"status": "failed", "error": str(exc), "failed_at": time.time(),
-                        "pair": link.pair, "link": link.name, "settings": settings,
-                        "fingerprint": None}
+        return launches.launch_block(
+            link_spec, settings,
+            lambda link: Servers.ensure(link, settings, model["path"], model["sha256"],
+                                        toolchain).record)
 
 
 def _start(link: Link, settings: dict[str, Any], wanted: str, slot: str
