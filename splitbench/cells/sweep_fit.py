@@ -1,10 +1,10 @@
 """Round trips per decoded token from a delay sweep.
 
-The sweep (`splitbench.cells.delay_sweep`) measures decode steps at several added
+The sweep (`splitbench.cells.roundtrips`) measures decode steps at several added
 delays; the slope of decode ms/token against the measured request-response latency is
 the number of blocking round trips A makes to its workers per decode step. The sweep
-prints it as it ends; the round trips table (`splitbench.analysis.roundtrips`) and the
-mechanisms table use the same fit.
+prints it as it ends; the round trips table (`splitbench.analysis.roundtrips_table`)
+and the mechanisms table use the same fit.
 """
 
 from __future__ import annotations

@@ -30,10 +30,11 @@ def test_every_benchmark_has_a_small_mode():
     assert {p.name for p in (ROOT / "benchmarks").glob("*.py")} == set(SMALL)
 
 
+# Slow, all of them: each runs a script whole (3-23 s here), the package's modules that
+# they drive are the fast tier's; one that needs root measures on the namespace lab.
+@pytest.mark.slow
 @pytest.mark.parametrize("script", [
-    # One that needs root measures on the namespace lab: slow.
-    pytest.param(s, marks=[needs_root(), pytest.mark.slow] if SMALL[s][2] else [])
-    for s in sorted(SMALL)])
+    pytest.param(s, marks=[needs_root()] if SMALL[s][2] else []) for s in sorted(SMALL)])
 def test_a_benchmark_runs_in_its_small_mode(script, tmp_path):
     args, expected, _ = SMALL[script]
     if script == "probe_accuracy.py" and not shutil.which("sockperf"):

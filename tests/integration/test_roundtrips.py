@@ -7,7 +7,7 @@ import pytest
 
 from splitbench import configuration, models, plan
 from splitbench.backends.llamacpp import toolchain
-from splitbench.cells import delay_sweep
+from splitbench.cells import roundtrips
 from splitbench.configuration import parsed
 from tests.conftest import needs_root
 
@@ -38,7 +38,7 @@ def sweep(state_dir, tmp_path):
     def run(workers: int) -> tuple[dict, pd.DataFrame]:
         spec = plan.roundtrips_slice(parsed(_config([workers])), "rt", "m", workers)
         out = tmp_path / f"w{workers}.parquet"
-        return delay_sweep.sweep(spec, model, tools, str(out)), pd.read_parquet(out)
+        return roundtrips.sweep(spec, model, tools, str(out)), pd.read_parquet(out)
 
     return run
 

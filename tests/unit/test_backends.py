@@ -33,10 +33,10 @@ def test_an_unknown_backend_is_refused_by_name():
 
 
 def test_a_cell_takes_its_models_backend_and_reaches_it_only_through_the_seam():
-    from splitbench.cells import delay_sweep, measure
+    from splitbench.cells import measure, roundtrips
 
     assert measure.backend_of({"model": {}}) is backends.get("llamacpp")
     assert measure.backend_of({"model": {"backend": "vllm"}}) is backends.get("vllm")
-    assert delay_sweep.BACKEND is backends.get("llamacpp")  # llama.cpp's round trips
-    for module in (measure, delay_sweep):
+    assert roundtrips.BACKEND is backends.get("llamacpp")  # llama.cpp's round trips
+    for module in (measure, roundtrips):
         assert not hasattr(module, "servers") and not hasattr(module, "prompts")
