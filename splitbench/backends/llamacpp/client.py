@@ -11,7 +11,7 @@ from splitbench.backends import client
 from splitbench.backends.client import Reply, StreamApi, add_tokens, took_error
 
 
-class CompletionRequest(TypedDict):
+class LlamaServerCompletion(TypedDict):
     """The body of a `POST /completion` request (`body`)."""
 
     prompt: list[int]
@@ -23,7 +23,7 @@ class CompletionRequest(TypedDict):
     timings_per_token: bool
 
 
-def body(ids: list[int], n_predict: int) -> CompletionRequest:
+def body(ids: list[int], n_predict: int) -> LlamaServerCompletion:
     """Exactly these tokens (no BOS added), exactly n_predict generated, no prompt cache,
     the server's timings in every event."""
     return {"prompt": ids, "n_predict": n_predict, "ignore_eos": True, "temperature": 0,

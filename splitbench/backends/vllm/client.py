@@ -15,7 +15,7 @@ from splitbench.backends.client import Reply, StreamApi, add_tokens, took_error
 SERVED_NAME = "splitbench"  # --served-model-name: what requests name
 
 
-class CompletionRequest(TypedDict):
+class OpenAICompletion(TypedDict):
     """The body of a `POST /v1/completions` request (`body`)."""
 
     model: str
@@ -28,7 +28,7 @@ class CompletionRequest(TypedDict):
     stream_options: dict[str, bool]
 
 
-def body(ids: list[int], n_predict: int) -> CompletionRequest:
+def body(ids: list[int], n_predict: int) -> OpenAICompletion:
     """Exactly these tokens, exactly n_predict generated (greedy, EOS ignored), each
     event's token ids, and the usage and metrics at the end."""
     return {"model": SERVED_NAME, "prompt": ids, "max_tokens": n_predict, "temperature": 0,
