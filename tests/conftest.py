@@ -5,6 +5,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from splitbench.infra import teardown
 from tests.skips import (  # noqa: F401  (hooks: skips fail where nothing may skip)
@@ -14,6 +15,11 @@ from tests.skips import (  # noqa: F401  (hooks: skips fail where nothing may sk
 )
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def tiny_config() -> dict:
+    """tests/configs/tiny.yaml, freshly read (callers change it)."""
+    return yaml.safe_load((ROOT / "tests/configs/tiny.yaml").read_text())
 
 
 @pytest.fixture

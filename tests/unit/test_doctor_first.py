@@ -5,15 +5,9 @@ tiny pair; an SSH pair that cannot be reached)."""
 
 from __future__ import annotations
 
-import yaml
-
 from splitbench import doctor
 from splitbench.configuration import parsed
-from tests.conftest import ROOT
-
-
-def tiny() -> dict:
-    return yaml.safe_load((ROOT / "tests/configs/tiny.yaml").read_text())
+from tests.conftest import tiny_config as tiny
 
 
 def test_on_a_cluster_only_the_runs_own_lines_are_checked_here(tmp_path, capsys):

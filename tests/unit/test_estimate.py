@@ -10,7 +10,7 @@ import yaml
 from splitbench import estimate, plan
 from splitbench.cells import measure
 from splitbench.configuration import parsed
-from tests.conftest import ROOT
+from tests.conftest import ROOT, tiny_config
 
 FAST = estimate.Speed(prefill_tps=1000.0, decode_tps=50.0)
 
@@ -19,7 +19,7 @@ FAST = estimate.Speed(prefill_tps=1000.0, decode_tps=50.0)
 def config():
     """tiny.yaml: 2 links x 2 models x 2 contexts x concurrency 1 and 2, the slow link's
     short single-stream cells paired with the plain link."""
-    return yaml.safe_load((ROOT / "tests/configs/tiny.yaml").read_text())
+    return tiny_config()
 
 
 def every(config, speed=FAST):

@@ -12,12 +12,12 @@ import yaml
 from splitbench import results
 from splitbench.configuration import parsed
 from splitbench.workflow import jobs, preflight, snakemake_internals
-from tests.conftest import ROOT
+from tests.conftest import ROOT, tiny_config
 
 
 @pytest.fixture
 def tiny() -> dict:
-    return yaml.safe_load((ROOT / "tests/configs/tiny.yaml").read_text())
+    return tiny_config()
 
 
 def wildcards(**values) -> SimpleNamespace:

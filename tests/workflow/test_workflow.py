@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from tests.conftest import ROOT, needs_root
+from tests.conftest import ROOT, needs_root, tiny_config
 
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 
@@ -49,7 +49,7 @@ NO_SOCKPERF = {"sockperf": False}
 
 
 def tiny() -> dict:
-    return yaml.safe_load((ROOT / "tests/configs/tiny.yaml").read_text())
+    return tiny_config()
 
 
 def test_dry_run_plans_every_stage(tmp_path):
@@ -124,14 +124,14 @@ def test_end_to_end_on_the_embedded_lab(finished):
 
     # Nothing of the run is left behind: no servers, relays, namespaces.
     assert not (set(procs_left(work)) & {"llama-server", "ggml-rpc-server"})
+    assert "sb-t-" not in subprocess.run(["ip", "netns", "list"], capture_output=True,
+                                         text=True).stdout
 
     # The doctor ran before anything started, and said so: the pair is ready.
     doctor_said = (work / "results/doctor.txt").read_text().splitlines()
     assert doctor_said[0].startswith("splitbench doctor, before anything starts")
     assert "✓ t: root: each host a network namespace, links shaped with tc" in doctor_said
     assert doctor_said[-1] == "splitbench doctor: ready"
-    assert "sb-t-" not in subprocess.run(["ip", "netns", "list"], capture_output=True,
-                                         text=True).stdout
 
     target = config["contexts"]
     n_predict = config["cell"]["n_predict"]
