@@ -82,18 +82,32 @@ def flags_of(rows: pd.DataFrame, columns: Sequence[str] = ("flags", "flags_base"
     return out
 
 
-def marked(found: Finding | None, flagged: Sequence[tuple[str, str]], what: str = "cells"
-           ) -> Finding | None:
+# Beyond this many, the flagged cells are counted rather than named: a sentence that
+# names thirty cells is read as a list, not as a flag.
+NAMED_MAX = 4
+
+
+def marked(found: Finding | None, flagged: Sequence[tuple[str, str]], what: str = "cells",
+           among: int | None = None) -> Finding | None:
     """`found` with ⚠ at the start of its headline and a sentence naming the flagged
-    `what` it was drawn from, so that its headline, printed alone at the end of the run,
-    carries the flag too. Unchanged where nothing it rests on is flagged."""
+    `what` it was drawn from (`among`: how many it was drawn from, to count them when
+    there are many), so that its headline, printed alone at the end of the run, carries
+    the flag too. Unchanged where nothing it rests on is flagged."""
     if found is None or not flagged:
         return found
     text = found.text
     if text.startswith("**") and not text.startswith(f"**{FLAG_MARK}"):
         text = f"**{FLAG_MARK} " + text[2:]
-    where = listed(list(dict.fromkeys(w for w, _ in flagged)))
-    text += (f" {FLAG_MARK} It rests on flagged {what}, {where} (the first: "
-             f"{flagged[0][1]}): the machine may be in these figures as well as the link.")
+    places = list(dict.fromkeys(w for w, _ in flagged))
+    if len(places) <= NAMED_MAX:
+        where = f"flagged {what}, {listed(places)}"
+    elif among is not None and len(places) >= among:
+        where = f"{among} {what}, all flagged"
+    elif among is not None:
+        where = f"{len(places)} flagged {what} of its {among}"
+    else:
+        where = f"{len(places)} flagged {what}"
+    text += (f" {FLAG_MARK} It rests on {where} (the first: {flagged[0][1]}): the machine "
+             "may be in these figures as well as the link.")
     found.text = text
     return found

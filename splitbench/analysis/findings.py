@@ -306,7 +306,8 @@ def collect(summary: pd.DataFrame, links: pd.DataFrame, comp: pd.DataFrame,
         mine = comp[(comp["pair"] == pair) & (comp["model"] == model)]
         for link, rows in mine.groupby("link", sort=False):
             used = rows[(rows["status"] == "ok") & (rows["status_base"] == "ok")]
-            out.append(marked(decode_cost(rows, str(link), section), flags_of(used)))
+            out.append(marked(decode_cost(rows, str(link), section), flags_of(used),
+                              among=len(used)))
         floor = round_trip_floor(
             trips[(trips["pair"] == pair) & (trips["model"] == model)],
             model_rows[(model_rows["pair"] == pair) & (model_rows["model"] == model)]
@@ -318,11 +319,11 @@ def collect(summary: pd.DataFrame, links: pd.DataFrame, comp: pd.DataFrame,
                         fit, section)
         if found:
             used = mine[(mine["status"] == "ok") & (mine["status_base"] == "ok")]
-            out.append(marked(found, flags_of(used)))
+            out.append(marked(found, flags_of(used), among=len(used)))
         for found in concurrency(cells, contexts, section):
             # The overlap rests on the concurrent cells; the boundary on every level.
             rests_on = cells[cells["conc"] > 1] if found.refs[0] == OVERLAP else cells
-            out.append(marked(found, flags_of(rests_on, ("flags",))))
+            out.append(marked(found, flags_of(rests_on, ("flags",)), among=len(rests_on)))
     out += [f for f in (decode_across_models(comp), prefill_across_models(comp, links)) if f]
     for pair, facts in links.groupby("pair", sort=False) if "pair" in links else []:
         found = [marked(f, flags_of(facts[facts["link"] == link], ("flags",)),

@@ -314,3 +314,33 @@ def test_a_finding_drawn_from_flagged_cells_carries_the_flag_in_its_headline():
     assert f"⚠ It rests on flagged cells, usb4 short (the first: {busy})" in decode
     overlap = next(f.text for f in found if "overlap" in f.text)
     assert "usb4 short 2-way" in overlap and "usb4 short," not in overlap
+
+
+def test_many_flagged_cells_are_counted_not_named():
+    """Under CPU hogs every cell is flagged; the concurrency findings then listed about
+    thirty cell names in one sentence. Up to NAMED_MAX are named, more are counted."""
+    busy = "hosts A and B: other processes used 1.30 cores (limit 0.25 cores) during the cell"
+    levels = {(ctx, conc): "ok" for ctx in ("short", "5k", "8k") for conc in (1, 2, 4)}
+    links = ("base", "5gbe", "usb4")
+    overlaps = {(link, ctx, conc): (0.5, 0.05) for link in links
+                for ctx in ("short", "5k", "8k") for conc in (2, 4)}
+    cells = summary_cells({link: levels for link in links}, overlaps)
+    link_rows = pd.DataFrame([{"pair": "lab", "link": link, "a_to_b_gbps": 5.0,
+                               "b_to_a_gbps": 5.0, "flags": None} for link in links])
+    comp = comp_rows("usb4", [(0.70, 0.06)]).assign(flags=None, flags_base=None)
+
+    every = _collect(cells.assign(flags=busy), comp, link_rows)
+    boundary = next(f.text for f in every if "Usable concurrency" in f.text)
+    assert f"It rests on {len(cells)} cells, all flagged (the first: {busy})" in boundary
+    assert "base short," not in boundary  # not a list of names
+
+    some = cells["link"].eq("usb4") & cells["conc"].gt(1)
+    part = _collect(cells.assign(flags=np.where(some, busy, None)), comp, link_rows)
+    overlap = next(f.text for f in part if "overlap" in f.text)
+    assert f"It rests on {int(some.sum())} flagged cells of its {int(cells['conc'].gt(1).sum())}" \
+        in overlap
+
+    few = cells["link"].eq("usb4") & cells["ctx"].eq("short") & cells["conc"].gt(1)
+    named = _collect(cells.assign(flags=np.where(few, busy, None)), comp, link_rows)
+    overlap = next(f.text for f in named if "overlap" in f.text)
+    assert "It rests on flagged cells, usb4 short 2-way and usb4 short 4-way" in overlap
