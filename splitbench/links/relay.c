@@ -4,12 +4,21 @@
  *
  *   relay DELAY_US LISTEN_IP:PORT=TARGET_IP:PORT [...]
  *
- * One thread, one epoll loop. Each chunk read is released DELAY_US after it was read; a
- * timerfd wakes the loop for the earliest release, and the thread's timer slack is 1 us.
- * A Python version of the same loop released chunks 26 us late at the median and 93 us
- * at p90 on the development VM, more than the smallest delays it emulates; a decode step
- * sends several messages, so that lateness added up beyond what a single-message probe
- * measured.
+ * One thread, one epoll loop. Each chunk read is due DELAY_US after it arrived at the
+ * socket (the kernel's receive stamp, not when the loop read it); a timerfd wakes the
+ * loop for the earliest release, and the thread's timer slack is 1 us.
+ *
+ * A timer on a virtual machine fires late: 20-50 us on the development VM, more the
+ * longer the CPU slept (a 2 ms hold was released 46 us late on average, a 0.5 ms one
+ * 25 us), and a busy CPU less. That lateness was part of every emulated round trip, so
+ * a link's latency depended on how idle the machine was, not only on its delay. Each
+ * direction therefore arms its timer earlier by how late its recent releases left (a
+ * running mean, at most 100 us and half the delay): releases are then on time on
+ * average, a single one early or late by the timer's jitter. Spinning to the exact time instead
+ * would take host B's CPU, where the relay runs, while B works on an earlier message.
+ * On exit (SIGTERM) and for each connection that ends, the log gets, per direction, how
+ * late the timer fired on average and when the chunks it released left against their
+ * due time.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -33,6 +42,8 @@
 #define CHUNK (256 * 1024)
 #define MAX_QUEUED (4 << 20) /* stop reading a direction while this much waits */
 #define MAX_LISTENERS 64
+/* The most a timer is armed early: no chunk leaves more than this before it is due. */
+#define EARLY_MAX_NS 100000
 
 typedef struct chunk {
     struct chunk *next;
@@ -43,6 +54,11 @@ typedef struct chunk {
 
 typedef struct direction {
     int src, dst;
+    int port; /* the target's port, for the statistics */
+    int64_t early_ns; /* how much earlier than due to arm the timer: its recent lateness */
+    uint64_t chunks, bytes;
+    uint64_t wakes; /* chunks the timer released (on time or not) */
+    int64_t timer_late_sum_ns, left_sum_ns, left_max_ns; /* left: from due, at release */
     chunk *head, *tail; /* held or being written, in order */
     size_t queued;
     int src_done, closed, reading, writing;
@@ -56,6 +72,8 @@ static int epfd, timer;
 static char timer_tag;
 static listener *listener_of(void *ptr);
 static uint64_t delay_ns;
+static volatile sig_atomic_t stopping;
+static void on_term(int sig) { (void)sig; stopping = 1; }
 static listener listeners[MAX_LISTENERS];
 static int nlisteners;
 static direction **dirs;
@@ -68,6 +86,18 @@ static uint64_t now_ns(void) {
 }
 
 static void die(const char *what) { perror(what); exit(1); }
+
+/* What a direction's releases came to, for the relay's log: how late the timer fired,
+ * and when the chunks it released left against their due time. */
+static void stats(direction *d, const char *way) {
+    if (!d->chunks) return;
+    double wakes = d->wakes ? (double)d->wakes : 1.0;
+    fprintf(stderr, "relay port %d %s: %llu chunks, %llu bytes; %llu released by the "
+            "timer, %+.1f us from due on average (worst %+.1f), %+.1f without arming it "
+            "early\n", d->port, way, (unsigned long long)d->chunks,
+            (unsigned long long)d->bytes, (unsigned long long)d->wakes,
+            d->left_sum_ns / 1e3 / wakes, d->left_max_ns / 1e3, d->timer_late_sum_ns / 1e3 / wakes);
+}
 
 static int parse(const char *text, struct sockaddr_in *addr) {
     char host[64];
@@ -95,16 +125,31 @@ static listener *listener_of(void *ptr) {
     return l >= listeners && l < listeners + nlisteners ? l : NULL;
 }
 
-/* Wake the loop when the next held chunk is due. */
+/* The timer is armed for one chunk at a time: the one whose release comes first. */
+static direction *armed_dir;
+static chunk *armed_chunk, *fired_chunk; /* fired: the timer woke the loop for it */
+static uint64_t armed_at, fired_armed_at;
+
+/* Wake the loop when the next held chunk is due, early by its direction's lateness. */
+static uint64_t release_at(direction *d, chunk *c) {
+    return c->due_ns - (uint64_t)d->early_ns;
+}
+
 static void arm_timer(uint64_t now) {
     uint64_t earliest = 0;
     for (size_t i = 0; i < ndirs; i++) {
         for (chunk *c = dirs[i]->head; c; c = c->next)
-            if (c->due_ns > now) {
-                if (!earliest || c->due_ns < earliest) earliest = c->due_ns;
+            if (release_at(dirs[i], c) > now) {
+                if (!earliest || release_at(dirs[i], c) < earliest) {
+                    earliest = release_at(dirs[i], c);
+                    armed_dir = dirs[i];
+                    armed_chunk = c;
+                }
                 break;
             }
     }
+    armed_at = earliest;
+    if (!earliest) armed_dir = NULL, armed_chunk = NULL;
     struct itimerspec its = {0};
     if (earliest) {
         its.it_value.tv_sec = earliest / 1000000000ull;
@@ -138,10 +183,13 @@ static void accept_one(listener *l) {
     int one = 1;
     setsockopt(client, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     setsockopt(upstream, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    setsockopt(client, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof(one));
+    setsockopt(upstream, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof(one));
     direction *a = calloc(1, sizeof(direction)), *b = calloc(1, sizeof(direction));
     if (!a || !b) die("calloc");
     a->src = client; a->dst = upstream; b->src = upstream; b->dst = client;
     a->peer = b; b->peer = a;
+    a->port = b->port = ntohs(l->target.sin_port);
     a->reading = b->reading = 1;
     add_direction(a);
     add_direction(b);
@@ -151,9 +199,28 @@ static void accept_one(listener *l) {
     epoll_ctl(epfd, EPOLL_CTL_ADD, upstream, &e2);
 }
 
+/* The chunk the timer was armed for (at `armed`, `early` before it was due) leaves
+ * now: learn how late it left against the armed time, the timer's lateness and the
+ * loop's own time to send, and arm d's timer earlier by the running mean of that, so
+ * that releases are on time on average. Only such chunks are learnt from: one that
+ * waited behind a full link is late for another reason. */
+static void left(direction *d, chunk *c, uint64_t armed) {
+    uint64_t sent_at = now_ns();
+    int64_t late = (int64_t)(sent_at - armed);
+    int64_t off = (int64_t)(sent_at - c->due_ns);
+    d->wakes++;
+    d->timer_late_sum_ns += late;
+    d->left_sum_ns += off;
+    if (off > d->left_max_ns) d->left_max_ns = off;
+    int64_t early = d->early_ns + (late - d->early_ns) / 8;
+    if (early > (int64_t)delay_ns / 2) early = (int64_t)delay_ns / 2;
+    if (early > EARLY_MAX_NS) early = EARLY_MAX_NS;
+    d->early_ns = early < 0 ? 0 : early;
+}
+
 /* Write what is due from d's queue to d->dst; shut d->dst's sending side when done. */
 static void flush(direction *d, uint64_t now) {
-    while (d->head && d->head->due_ns <= now) {
+    while (d->head && release_at(d, d->head) <= now) {
         chunk *c = d->head;
         ssize_t n = send(d->dst, c->data + c->sent, c->len - c->sent, MSG_NOSIGNAL);
         if (n < 0) {
@@ -165,6 +232,7 @@ static void flush(direction *d, uint64_t now) {
             if (d->reading) { d->reading = 0; update(d); }
             break;
         }
+        if (c == fired_chunk && c->sent == 0) left(d, c, fired_armed_at);
         c->sent += n;
         if (c->sent < c->len) { d->writing = 1; update(d->peer); return; }
         d->head = c->next;
@@ -180,10 +248,34 @@ static void flush(direction *d, uint64_t now) {
     }
 }
 
+/* When the last of the bytes read arrived at the socket (the kernel's receive stamp),
+ * on the monotonic clock; `now` where there is none. A wire delays bytes from when they
+ * were sent, not from when the relay got round to reading them: on a virtual machine
+ * the relay woke 3-20 us after the bytes arrived. */
+static uint64_t arrival_ns(struct msghdr *msg, uint64_t now) {
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(msg); cm; cm = CMSG_NXTHDR(msg, cm)) {
+        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_TIMESTAMPNS) continue;
+        struct timespec stamp, real;
+        memcpy(&stamp, CMSG_DATA(cm), sizeof(stamp));
+        clock_gettime(CLOCK_REALTIME, &real);
+        uint64_t mono = now_ns();
+        int64_t age = ((int64_t)real.tv_sec - stamp.tv_sec) * 1000000000ll +
+                      (real.tv_nsec - stamp.tv_nsec);
+        if (age >= 0 && (uint64_t)age < mono && mono - (uint64_t)age < now)
+            return mono - (uint64_t)age;
+    }
+    return now;
+}
+
 static void read_one(direction *d, uint64_t now) {
     chunk *c = malloc(sizeof(chunk) + CHUNK);
     if (!c) die("malloc");
-    ssize_t n = recv(d->src, c->data, CHUNK, 0);
+    char control[256];
+    struct iovec iov = {.iov_base = c->data, .iov_len = CHUNK};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control,
+                         .msg_controllen = sizeof(control)};
+    ssize_t n = recvmsg(d->src, &msg, 0);
+    uint64_t arrived = n > 0 ? arrival_ns(&msg, now) : now;
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) { free(c); return; }
     if (n <= 0) {
         free(c);
@@ -197,7 +289,9 @@ static void read_one(direction *d, uint64_t now) {
     c->next = NULL;
     c->len = n;
     c->sent = 0;
-    c->due_ns = now + delay_ns;
+    d->chunks++;
+    d->bytes += n;
+    c->due_ns = arrived + delay_ns;
     if (d->tail) d->tail->next = c; else d->head = c;
     d->tail = c;
     d->queued += n;
@@ -231,6 +325,8 @@ static void reap(void) {
     for (size_t i = 0; i + 1 < ndirs; i += 2) {
         direction *a = dirs[i], *b = dirs[i + 1];
         if (a->closed && b->closed) {
+            stats(a, "a_to_b");
+            stats(b, "b_to_a");
             close(a->src);
             close(b->src);
             free(a);
@@ -249,6 +345,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
+    signal(SIGTERM, on_term);
     prctl(PR_SET_TIMERSLACK, 1, 0, 0, 0);
     /* The relay is the emulated wire: it must release a chunk when it is due, also when
      * other work keeps the CPUs busy. A real-time priority (where allowed: root) lets
@@ -284,6 +381,13 @@ int main(int argc, char **argv) {
     struct epoll_event events[64];
     for (;;) {
         int n = epoll_wait(epfd, events, 64, -1);
+        if (stopping) {
+            for (size_t i = 0; i + 1 < ndirs; i += 2) {
+                stats(dirs[i], "a_to_b");
+                stats(dirs[i + 1], "b_to_a");
+            }
+            return 0;
+        }
         if (n < 0) { if (errno == EINTR) continue; die("epoll_wait"); }
         uint64_t now = now_ns();
         for (int i = 0; i < n; i++) {
@@ -291,6 +395,10 @@ int main(int argc, char **argv) {
             if (ptr == &timer_tag) {
                 uint64_t ticks;
                 (void)!read(timer, &ticks, sizeof(ticks));
+                if (armed_dir && now >= armed_at) {
+                    fired_chunk = armed_chunk;
+                    fired_armed_at = armed_at;
+                }
                 continue;
             }
             listener *l = listener_of(ptr);
@@ -309,6 +417,7 @@ int main(int argc, char **argv) {
         }
         now = now_ns();
         for (size_t i = 0; i < ndirs; i++) flush(dirs[i], now);
+        fired_chunk = NULL;
         reap();
         arm_timer(now);
     }

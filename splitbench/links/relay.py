@@ -3,9 +3,9 @@
 The relay holds every byte of a TCP connection back by a fixed delay in each direction,
 and keeps throughput (chunks are pipelined). It is C, not Python: the same single-
 threaded loop in Python released chunks 26 us late at the median and 93 us at p90 on the
-2-core development VM, and a decode step sends several messages across it, so the
-lateness added up to more than a single-message latency probe measured (a 68 us link
-cost decode 0.15 ms/token more than its measured latency predicted).
+2-core development VM. It times each chunk from when it arrived at the socket and arms
+its timer early by the lateness its recent releases showed, so releases are on time on
+average however idle the machine is (relay.c says why and what it logs).
 
     argv(delay_ms, ["LISTEN_IP:PORT=TARGET_IP:PORT", ...])  -> the command to run
 """

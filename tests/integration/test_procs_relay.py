@@ -1,6 +1,7 @@
 """Real processes on loopback: the process registry, the delay relay and the RR probe."""
 
 import os
+import re
 import socket
 import sys
 import threading
@@ -161,14 +162,30 @@ def test_relay_adds_the_configured_delay(state_dir):
                 key="relay-t", log_path=state_dir / "relay.log")
     LOCAL.wait_listening("127.0.0.1", front, timeout=10)
     relayed = probe.measure("127.0.0.1", front, [64], samples=100)["64"]
-    # 2 ms each way: no round trip through the relay is faster than 4 ms (never early),
-    # and the delay is held once per direction, not twice (8 ms or more). On the
-    # fastest round trips, which a busy machine cannot make faster. How little the relay
-    # adds beyond the delay is a speed figure, not a bound for a test on a shared machine
-    # (benchmarks/probe_accuracy.py prints the delayed link's round trips).
+    # 2 ms each way, held once per direction, not twice (8 ms or more). The timer is
+    # armed early by its recent lateness: on time on average (the median round trip is
+    # 4 ms plus the ends' own time), a single chunk at most EARLY_MAX (100 us) early.
+    # How little the relay adds beyond the delay is a speed figure, not a bound for a
+    # test on a shared machine (benchmarks/probe_accuracy.py prints it).
     added_us = min(relayed) - min(direct)
-    assert min(relayed) >= 4000, min(relayed)
+    assert min(relayed) >= 4000 - 2 * EARLY_MAX_US, min(relayed)
+    assert np.median(relayed) >= 4000, np.median(relayed)
     assert added_us < 8000, added_us
+    procs.stop("relay-t")
+    offsets = released_from_due(state_dir / "relay.log")
+    assert len(offsets) == 2, offsets  # a line per direction
+    # On time on average, where the timer alone fires 20-50 us late on a virtual machine.
+    assert all(abs(mean) <= 20 for mean, _ in offsets), offsets
+
+
+EARLY_MAX_US = 100
+
+
+def released_from_due(log: Path) -> list[tuple[float, float]]:
+    """(mean, timer alone) us from due, per direction, from the relay's log."""
+    found = re.findall(r"released by the timer, ([+-][\d.]+) us from due on average .*, "
+                       r"([+-][\d.]+) without arming it early", log.read_text())
+    return [(float(mean), float(timer)) for mean, timer in found]
 
 
 def test_a_burst_of_messages_each_keeps_its_own_delay(state_dir):
@@ -209,7 +226,9 @@ def test_a_burst_of_messages_each_keeps_its_own_delay(state_dir):
     sent_ns, received_ns = np.array(sent), np.array(received[1:])
     assert len(received_ns) == count
     held_us = (received_ns - sent_ns) / 1000
-    assert held_us.min() >= 500, np.sort(held_us)[:10]  # never early
+    # Never more than EARLY_MAX early, and on time on average.
+    assert held_us.min() >= 500 - EARLY_MAX_US, np.sort(held_us)[:10]
+    assert np.median(held_us) >= 500, np.median(held_us)
     # Not held back until the burst is over: the messages sent 20 ms or more before the
     # last one mostly arrived before it was sent (the sink reads in this process, so a
     # busy machine can only make holds look longer, never shorter).
