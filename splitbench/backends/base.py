@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -79,6 +80,12 @@ class Backend(ABC):
         "models.<name>"; `config` the whole typed config, for what the model asks of the
         pairs). The config's own checks have passed: the model section is well formed."""
         return None  # nothing to refuse unless the backend says so
+
+    def describe_model(self, model: ModelSlice, path: str | Path | None) -> ModelInfo | None:
+        """The model record (`splitbench.models.describe`) of a model in a format of this
+        backend's own, at `path` (a synthetic model's, else the config's `path`); None
+        for a GGUF, which `splitbench.models` describes."""
+        return None
 
     def server_settings(self, model: ModelSlice, slots: int, tokens: int
                         ) -> ServerSettings:

@@ -14,7 +14,7 @@ import pytest
 from splitbench import models, plan
 from splitbench.backends import launches
 from splitbench.backends.prompts import prompt
-from splitbench.backends.vllm import client, metrics, servers
+from splitbench.backends.vllm import client, hf_model, metrics, servers
 from splitbench.backends.vllm import prompts as vllm_prompts
 from splitbench.backends.vllm import toolchain as vllm_toolchain
 from splitbench.backends.vllm.client import SERVED_NAME
@@ -68,7 +68,7 @@ def setup(tmp_path_factory):
     shm_before = set(os.listdir("/dev/shm"))
     procs.record_process = _record_sessions
     try:
-        models.write_synthetic_hf(SHAPE, tmp / "m.hf")
+        hf_model.write_synthetic_hf(SHAPE, tmp / "m.hf")
         model = models.describe({"synthetic": SHAPE, "backend": "vllm"}, tmp / "m.hf")
         tools = vllm_toolchain.record("vx", {"a": {}, "b": {}}, VENV, tmp / "tools.json")
         assert tools["status"] == "ok", tools

@@ -39,7 +39,7 @@ from pathlib import Path
 from splitbench import models, plan
 from splitbench.backends import launches
 from splitbench.backends.prompts import prompt
-from splitbench.backends.vllm import client, metrics, servers, toolchain
+from splitbench.backends.vllm import client, hf_model, metrics, servers, toolchain
 from splitbench.backends.vllm import prompts as vllm_prompts
 from splitbench.infra import procs, telemetry, teardown
 from splitbench.links import real
@@ -61,7 +61,7 @@ try:
     link.host_b.run(["sh", "-c", 'echo x > "/dev/shm/psm_other results"'])
     tools = toolchain.record("sv", spec["hosts"], venv, Path(out) / "tools.json")
     result["tools"] = tools["status"]
-    models.write_synthetic_hf(shape, Path(out) / "m.hf")
+    hf_model.write_synthetic_hf(shape, Path(out) / "m.hf")
     model = models.describe({"synthetic": shape, "backend": "vllm"}, Path(out) / "m.hf")
     server = servers.ensure(link, plan.server_slice(parsed(config), "m"), model["path"],
                             model["sha256"], tools)

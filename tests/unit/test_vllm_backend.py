@@ -13,7 +13,7 @@ import yaml
 from splitbench import backends, configuration, models, plan
 from splitbench.backends.client import Reply
 from splitbench.backends.vllm import checks as vllm_checks
-from splitbench.backends.vllm import client, metrics, setup
+from splitbench.backends.vllm import client, hf_model, metrics, setup
 from splitbench.configuration import parsed
 from tests.conftest import ROOT
 
@@ -81,7 +81,7 @@ def test_the_synthetic_model_as_a_directory_holds_the_ggufs_weights(tmp_path):
     from safetensors.numpy import load_file
 
     spec = example()["models"]["tp"]["synthetic"]
-    models.write_synthetic_hf(spec, tmp_path / "m.hf")
+    hf_model.write_synthetic_hf(spec, tmp_path / "m.hf")
     tensors = load_file(str(tmp_path / "m.hf/model.safetensors"))
     gguf = models.synthetic_weights(spec)
     assert np.array_equal(tensors["lm_head.weight"], gguf["output.weight"])
@@ -98,7 +98,7 @@ def test_the_synthetic_model_as_a_directory_holds_the_ggufs_weights(tmp_path):
     assert config["num_key_value_heads"] == kv and config["vocab_size"] == spec["n_vocab"]
     described = models.describe({"synthetic": spec, "backend": "vllm"}, tmp_path / "m.hf")
     assert described["hf"]["n_embd"] == spec["n_embd"] and described["backend"] == "vllm"
-    assert described["sha256"] == models.write_synthetic_hf(spec, tmp_path / "again.hf")
+    assert described["sha256"] == hf_model.write_synthetic_hf(spec, tmp_path / "again.hf")
 
 
 def _permute(weights: np.ndarray, heads: int) -> np.ndarray:
@@ -111,7 +111,7 @@ def test_the_directorys_tokenizer_encodes_text_as_the_ggufs_does(tmp_path):
     from tokenizers import Tokenizer
 
     spec = example()["models"]["tp"]["synthetic"]
-    models.write_synthetic_hf(spec, tmp_path / "m.hf")
+    hf_model.write_synthetic_hf(spec, tmp_path / "m.hf")
     tokenizer = Tokenizer.from_file(str(tmp_path / "m.hf/tokenizer.json"))
     pieces, _, _ = models.vocabulary(spec["n_vocab"])
     ids = tokenizer.encode("Hé").ids  # byte fallback: ▁ (3 bytes), H, é (2 bytes)

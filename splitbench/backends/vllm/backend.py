@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from splitbench import configuration
 from splitbench.backends.base import ModuleBackend
 from splitbench.backends.vllm import client, metrics, prompts, servers
+from splitbench.records import ModelInfo
 from splitbench.slices import ModelSlice, ServerSettings
 
 
@@ -20,6 +23,13 @@ class Vllm(ModuleBackend):
         from splitbench.backends.vllm import checks
 
         checks.check_model(where, model, config)
+
+    def describe_model(self, model: ModelSlice, path: str | Path | None) -> ModelInfo:
+        """Its Hugging Face directory (`hf_model`): a synthetic model's, written by the
+        model stage, or the config's `path`."""
+        from splitbench.backends.vllm import hf_model
+
+        return hf_model.describe_hf(model, path if model.get("synthetic") else model["path"])
 
     def server_settings(self, model: ModelSlice, slots: int, tokens: int
                         ) -> ServerSettings:
