@@ -344,3 +344,10 @@ def test_many_flagged_cells_are_counted_not_named():
     named = _collect(cells.assign(flags=np.where(few, busy, None)), comp, link_rows)
     overlap = next(f.text for f in named if "overlap" in f.text)
     assert "It rests on flagged cells, usb4 short 2-way and usb4 short 4-way" in overlap
+
+
+def test_a_value_that_rounds_to_zero_carries_no_sign():
+    """The default run's overlap finding read "falls ... to -0.00 or less at 8k"."""
+    assert findings.two_places(-0.004) == "0.00"
+    assert findings.two_places(-0.006) == "-0.01"
+    assert findings.two_places(0.53) == "0.53"
