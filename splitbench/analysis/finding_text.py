@@ -43,6 +43,12 @@ class Finding:
 
 
 # --- numbers as text ------------------------------------------------------------------
+def fixed(value: float, places: int = 2) -> str:
+    """`value` to `places` decimals, with no sign on one that rounds to zero ("0.00",
+    not "-0.00")."""
+    return f"{round(value, places) + 0.0:.{places}f}"
+
+
 def ms_text(value: float) -> str:
     return f"{value:+.1f}" if abs(value) >= 10 else f"{value:+.2f}"
 

@@ -44,6 +44,7 @@ from splitbench.analysis.finding_text import (
     SENSITIVITY,
     Finding,
     as_number,
+    fixed,
     flags_of,
     listed,
     marked,
@@ -171,16 +172,10 @@ def _overlap_finding(cells: pd.DataFrame, order: Sequence[str], section: str
                      "(cell.concurrent_releases would resolve it).")
     if collapse:
         where = "on every link" if len(links) > 1 else f"on {links[0]}"
-        text += (f" It falls from {two_places(shortest.min())} or more at {order[0]} to "
-                 f"{two_places(longest.max())} or less at {order[-1]} {where}: long prompts' "
+        text += (f" It falls from {fixed(shortest.min())} or more at {order[0]} to "
+                 f"{fixed(longest.max())} or less at {order[-1]} {where}: long prompts' "
                  "prefill runs one slot at a time, whatever the link.")
     return Finding(section, text, (OVERLAP, BOUNDARY))
-
-
-def two_places(value: float) -> str:
-    """Two decimals, with no sign on a value that rounds to zero ("0.00", not "-0.00")."""
-    text = f"{value:.2f}"
-    return text[1:] if text == "-0.00" else text
 
 
 def _pm2(value: float, unc: float) -> str:

@@ -14,11 +14,12 @@
  * a link's latency depended on how idle the machine was, not only on its delay. Each
  * direction therefore arms its timer earlier by how late its recent releases left (a
  * running mean, at most 100 us and half the delay): releases are then on time on
- * average, a single one early or late by the timer's jitter. Spinning to the exact time instead
- * would take host B's CPU, where the relay runs, while B works on an earlier message.
- * On exit (SIGTERM) and for each connection that ends, the log gets, per direction, how
- * late the timer fired on average and when the chunks it released left against their
- * due time.
+ * average, a single one early or late by the timer's jitter. Spinning to the exact time
+ * instead would take host B's CPU, where the relay runs, while B works on an earlier
+ * message.
+ * On exit (SIGTERM) and for each connection that ends, the log gets, per direction, when
+ * the chunks the timer released left against their due time, and when they would have
+ * left without the early arming.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -87,8 +88,7 @@ static uint64_t now_ns(void) {
 
 static void die(const char *what) { perror(what); exit(1); }
 
-/* What a direction's releases came to, for the relay's log: how late the timer fired,
- * and when the chunks it released left against their due time. */
+/* What a direction's timer releases came to, for the relay's log (see the top). */
 static void stats(direction *d, const char *way) {
     if (!d->chunks) return;
     double wakes = d->wakes ? (double)d->wakes : 1.0;
@@ -96,7 +96,8 @@ static void stats(direction *d, const char *way) {
             "timer, %+.1f us from due on average (worst %+.1f), %+.1f without arming it "
             "early\n", d->port, way, (unsigned long long)d->chunks,
             (unsigned long long)d->bytes, (unsigned long long)d->wakes,
-            d->left_sum_ns / 1e3 / wakes, d->left_max_ns / 1e3, d->timer_late_sum_ns / 1e3 / wakes);
+            d->left_sum_ns / 1e3 / wakes, d->left_max_ns / 1e3,
+            d->timer_late_sum_ns / 1e3 / wakes);
 }
 
 static int parse(const char *text, struct sockaddr_in *addr) {
@@ -126,7 +127,6 @@ static listener *listener_of(void *ptr) {
 }
 
 /* The timer is armed for one chunk at a time: the one whose release comes first. */
-static direction *armed_dir;
 static chunk *armed_chunk, *fired_chunk; /* fired: the timer woke the loop for it */
 static uint64_t armed_at, fired_armed_at;
 
@@ -142,14 +142,13 @@ static void arm_timer(uint64_t now) {
             if (release_at(dirs[i], c) > now) {
                 if (!earliest || release_at(dirs[i], c) < earliest) {
                     earliest = release_at(dirs[i], c);
-                    armed_dir = dirs[i];
                     armed_chunk = c;
                 }
                 break;
             }
     }
     armed_at = earliest;
-    if (!earliest) armed_dir = NULL, armed_chunk = NULL;
+    if (!earliest) armed_chunk = NULL;
     struct itimerspec its = {0};
     if (earliest) {
         its.it_value.tv_sec = earliest / 1000000000ull;
@@ -395,7 +394,7 @@ int main(int argc, char **argv) {
             if (ptr == &timer_tag) {
                 uint64_t ticks;
                 (void)!read(timer, &ticks, sizeof(ticks));
-                if (armed_dir && now >= armed_at) {
+                if (armed_chunk && now >= armed_at) {
                     fired_chunk = armed_chunk;
                     fired_armed_at = armed_at;
                 }

@@ -22,6 +22,7 @@ from splitbench.analysis.cell_summary import (
     link_flags,
 )
 from splitbench.analysis.comparison import compare_links
+from splitbench.analysis.finding_text import fixed
 from splitbench.analysis.releases import OVERLAP_MAX, OVERLAP_MIN, overlap_flag, overlap_outside
 from splitbench.slices import InterferenceLimits
 
@@ -404,10 +405,10 @@ def overlap_text(value: float, status: Any, unc: Any = None,
         # A completed cell classed as failed (decode below the crash threshold) still has
         # a real overlap; show it with the failure beside it.
         if pairs.finite(unc):
-            figure = f"{round(value, 2) + 0.0:.2f} ±{unc:.2f}"  # + 0.0: no "-0.00"
+            figure = f"{fixed(value)} ±{unc:.2f}"
             figure += ONE_RELEASE_MARK if lower_bound else ""
         else:
-            figure = f"{round(value, 1) + 0.0:.1f}"  # + 0.0: no "-0.0"
+            figure = f"{fixed(value, 1)}"
         if overlap_flag(value, unc, prefill_share):
             figure += f" {FLAG_MARK}"
         elif overlap_outside(value, unc, prefill_share):

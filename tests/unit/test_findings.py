@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from splitbench.analysis import checks, comparison, findings, mechanisms, whatif
+from splitbench.analysis import checks, comparison, finding_text, findings, mechanisms, whatif
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 CONTEXTS = ["short", "5k", "32k"]
@@ -348,6 +348,6 @@ def test_many_flagged_cells_are_counted_not_named():
 
 def test_a_value_that_rounds_to_zero_carries_no_sign():
     """The default run's overlap finding read "falls ... to -0.00 or less at 8k"."""
-    assert findings.two_places(-0.004) == "0.00"
-    assert findings.two_places(-0.006) == "-0.01"
-    assert findings.two_places(0.53) == "0.53"
+    assert finding_text.fixed(-0.004) == "0.00"
+    assert finding_text.fixed(-0.006) == "-0.01"
+    assert finding_text.fixed(0.53) == "0.53"
