@@ -179,7 +179,7 @@ def _overlap_finding(cells: pd.DataFrame, order: Sequence[str], section: str
 
 
 def _pm2(value: float, unc: float) -> str:
-    return f"{value:.2f}" + (f" ±{unc:.2f}" if np.isfinite(unc) else "")
+    return fixed(value) + (f" ±{unc:.2f}" if np.isfinite(unc) else "")
 
 
 # --- the links ----------------------------------------------------------------------------
