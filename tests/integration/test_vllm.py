@@ -4,9 +4,12 @@ a worker that never comes, and nothing left behind."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -51,7 +54,7 @@ def config(split: dict, dtype: str = "float32") -> dict:
     eager = EAGER if "pipeline_parallel" not in split else []
     vllm = {**split, "dtype": dtype, "launch_timeout_s": 300, "extra_args": eager}
     return {"pairs": {"vx": {"mode": "embedded", "hosts": {"a": {}, "b": {}},
-                             "links": {"plain": {}, "narrow": {"rate_gbit": 0.05}}}},
+                             "links": {"plain": {}}}},
             "models": {"m": {"synthetic": SHAPE, "backend": "vllm", "vllm": vllm}},
             "contexts": {"short": 32, "long": 512}, "concurrency": [1],
             "cell": {"n_predict": 32}, "measurement_version": 1, "baseline_link": "plain",
@@ -154,7 +157,9 @@ def single_host_tokens(setup: dict, link, ids: list[int], n_predict: int) -> lis
     scratch.mkdir(exist_ok=True)
     env = {"VLLM_HOST_IP": "127.0.0.1", "VLLM_CPU_KVCACHE_SPACE": "1",
            "VLLM_CPU_OMP_THREADS_BIND": host.cpus or "auto", "HF_HUB_OFFLINE": "1",
-           "VLLM_NO_USAGE_STATS": "1", "TMPDIR": str(scratch)}
+           "VLLM_NO_USAGE_STATS": "1", "TMPDIR": str(scratch),
+           # Host A's cache, which its rank has already filled: a warm start.
+           "VLLM_CACHE_ROOT": f"{servers._cache_root(host)}/vllm"}
     host.spawn(servers._private_shm(host, argv), role="vllm-single", key="vllm-single",
                log_path=setup["tmp"] / "single.log", env=env, extra={"group": True})
     try:
@@ -170,17 +175,42 @@ def single_host_tokens(setup: dict, link, ids: list[int], n_predict: int) -> lis
         procs.stop("vllm-single")
 
 
+NARROW_GBIT = 0.05
+
+
+@contextlib.contextmanager
+def narrowed(link) -> Iterator[None]:
+    """The link's both directions held to NARROW_GBIT by the lab's own shaper (tbf, its
+    bucket as the lab sizes it) while the launch runs on it, then unshaped again: the
+    same servers on a narrower wire, one vLLM start fewer than a second link."""
+    burst = str(lab.tbf_burst_bytes(NARROW_GBIT))
+    ends = ((link.host_a.netns, link.interface_a), (link.host_b.netns, link.interface_b))
+    for ns, ifname in ends:
+        subprocess.run(["tc", "-n", ns, "qdisc", "replace", "dev", ifname, "root", "tbf",
+                        "rate", f"{NARROW_GBIT * 1000:.0f}mbit", "burst", burst,
+                        "latency", "20ms"], check=True)
+    try:
+        yield
+    finally:
+        for ns, ifname in ends:
+            subprocess.run(["tc", "-n", ns, "qdisc", "del", "dev", ifname, "root"],
+                           check=True)
+
+
 @pytest.fixture(scope="module")
 def tp_plain(setup):
-    """vLLM TP=2 on the unshaped link, asked a 32-token prompt and a 512-token one: the
-    figures the other splits and links are compared with (a fixture, so that every test
-    runs alone and in any order)."""
+    """vLLM TP=2 on the unshaped link, asked a 32-token prompt and a 512-token one, and
+    the 512-token one again with the link narrowed: the figures the other splits and
+    links are compared with (a fixture, so that every test runs alone and in any order)."""
     link, server = launch(setup, {"tensor_parallel": 2})
     reply, row, traffic = ask(link, server, 32)
     _, long_row, _ = ask(link, server, 512, n_predict=8, nonce=4)
+    with narrowed(link):
+        _, narrow_row, narrow_traffic = ask(link, server, 512, n_predict=8, nonce=5)
     return {"record": server.record, "reply": reply, "row": row, "traffic": traffic,
             "tokens": [t["token_id"] for t in reply.tokens], "prompt": reply.prompt_ids,
-            "long_ttft": long_row["ttft_ms"]}
+            "long_ttft": long_row["ttft_ms"], "narrow_row": narrow_row,
+            "narrow_traffic": narrow_traffic}
 
 
 def test_tp2_splits_every_layer_over_the_link_and_its_figures_agree_with_the_server(
@@ -222,11 +252,10 @@ def test_host_b_dying_mid_request_is_a_crash_and_stops_cleanly(setup, tp_plain):
     assert not ours_running(setup["tmp"])
 
 
-def test_a_shaped_link_costs_tp2_its_bytes(setup, tp_plain):
+def test_a_shaped_link_costs_tp2_its_bytes(tp_plain):
     """At 0.05 Gbit/s the 512-token prompt's activations take longer to cross: the time
     to first token grows by at least a third of what its bytes need on that link."""
-    link, server = launch(setup, {"tensor_parallel": 2}, link="narrow")
-    _, row, traffic = ask(link, server, 512, n_predict=8, nonce=4)
+    row, traffic = tp_plain["narrow_row"], tp_plain["narrow_traffic"]
     assert row["status"] == "ok", row
     prefill_bytes = traffic["rpc_prefill_a_to_b_bytes"] + traffic["rpc_prefill_b_to_a_bytes"]
     wire_ms = prefill_bytes * 8 / 0.05e9 * 1000 / 2  # both ways at once, each at 0.05

@@ -190,3 +190,16 @@ def test_a_missing_vllm_stops_the_plan_naming_the_install_command(tmp_path):
     ("--max-num-batched-tokens=64", None), ("--enforce-eager", None), ("--m", None)])
 def test_every_spelling_of_an_own_vllm_flag_is_refused(arg, owned):
     assert vllm_checks.vllm_owned(arg) == owned
+
+
+def test_each_local_host_keeps_its_own_vllm_cache_in_its_users_home(tmp_path, monkeypatch):
+    """Outside the workflow directory, so a second one does not start cold; mode 0700,
+    since the ranks load and run what is in it; one folder per host of the machine."""
+    from splitbench.backends.vllm import servers
+    from splitbench.infra.hosts import Host
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    roots = [servers._cache_root(Host(name)) for name in ("a", "b")]
+    assert roots == [str(tmp_path / ".cache/splitbench/vllm-local" / n) for n in "ab"]
+    assert (tmp_path / ".cache/splitbench/vllm-local").stat().st_mode & 0o777 == 0o700
+    assert servers._cache_root(Host("a")) == roots[0]  # found again, not made anew
