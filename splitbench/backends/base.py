@@ -12,7 +12,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from splitbench.backends import launches, prompts
+from splitbench.backends import lifecycle, prompts
 from splitbench.backends.client import Reply
 from splitbench.infra.telemetry import RpcTraffic
 from splitbench.links.link import Link
@@ -43,7 +43,7 @@ class Backend(ABC):
 
     name: ClassVar[str]
     # Errors `ensure` raises for a launch that did not come up: a result, not a crash.
-    launch_errors: ClassVar[tuple[type[Exception], ...]] = (launches.LaunchError,)
+    launch_errors: ClassVar[tuple[type[Exception], ...]] = (lifecycle.LaunchError,)
 
     @abstractmethod
     def ensure(self, link: Link, settings: ServerSettings, model_path: str,
@@ -107,10 +107,10 @@ class Backend(ABC):
 
     def stop(self, pair: str, slot: str = "") -> None:
         """Stop the pair's launch in `slot` (either backend's)."""
-        launches.stop(pair, slot)
+        lifecycle.stop(pair, slot)
 
     def healthy(self, url: str) -> bool:
-        return launches.healthy(url)
+        return lifecycle.healthy(url)
 
     def prompt(self, pool: list[int], length: int, nonce: int) -> list[int]:
         """Exactly `length` token ids that no earlier prompt shares a prefix with."""

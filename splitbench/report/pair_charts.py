@@ -9,7 +9,7 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from splitbench.analysis import backends, pairs
+from splitbench.analysis import pairs, splits
 from splitbench.report.chart_parts import chart_title, ctx_order, note_chart
 from splitbench.report.contents import CHARTS
 
@@ -172,21 +172,21 @@ BACKEND_MEASURES = PAIR_MEASURES[:3] + [("overlap", "overlap_unc", "overlap"),
 
 def backends_chart(summary: pd.DataFrame, baseline: str = "", **_: Any
                    ) -> alt.TopLevelMixin:
-    """One model shape's splits side by side (analysis.backends.compare): one row of
+    """One model shape's splits side by side (analysis.splits.compare): one row of
     panels per measure, one column per link (and shape, and pair when there are
     several), a colour per split, ± as bars, flagged cells as triangles."""
     name = "backends"
     order = ctx_order(summary)
-    comp = backends.compare(summary, order, baseline or None)
+    comp = splits.compare(summary, order, baseline or None)
     if comp.empty:
         return note_chart(CHARTS[name][0], "no model shape measured with two or more splits "
                                       "(llama.cpp RPC, vLLM TP=2, vLLM PP=2) in this run")
     ok = comp[comp["status"] == "ok"]
     failed = comp[comp["status"] != "ok"]
-    splits = [backends.split_name(s) for s in backends.SPLITS]
+    split_names = [splits.split_name(s) for s in splits.SPLITS]
     several = comp["model_shape"].nunique() > 1 or comp["pair"].nunique() > 1
     cells = ok.assign(
-        split=ok["split"].map(backends.split_name),
+        split=ok["split"].map(splits.split_name),
         panel=(ok["model_shape"] + " · " + ok["pair"] + " · " + ok["link"]) if several
         else ok["link"],
         cell=ok["ctx"].astype(str) + " ×" + ok["conc"].astype(str),
@@ -202,7 +202,7 @@ def backends_chart(summary: pd.DataFrame, baseline: str = "", **_: Any
                if f"{c} ×{n}" in set(long["cell"])]
     x = alt.X("cell:N", sort=present, title="context × concurrency",
               scale=alt.Scale(domain=present), axis=alt.Axis(labelAngle=0))
-    scale = alt.Scale(domain=[s for s in splits if s in set(long["split"])])
+    scale = alt.Scale(domain=[s for s in split_names if s in set(long["split"])])
     tooltip = ["split:N", "model:N", "link:N", "ctx:N", "conc:O", "measure:N",
                alt.Tooltip("value:Q", format=".3f"), alt.Tooltip("unc:Q", title="±",
                                                                    format=".3f"),

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from splitbench.analysis import backends, pairs
+from splitbench.analysis import pairs, splits
 from splitbench.analysis.cell_summary import SUMMARY_KEYS
 from splitbench.report.tables import FLAG_MARK, flagged, ms_text, overlap_text, plus_minus
 from splitbench.slices import InterferenceLimits
@@ -17,25 +17,25 @@ from splitbench.slices import InterferenceLimits
 def backends_table(summary: pd.DataFrame, contexts: list[str],
                    baseline_link: str | None = None,
                    mechanisms_table: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Backends side by side (analysis.backends.compare): one row per cell of each model
+    """Backends side by side (analysis.splits.compare): one row per cell of each model
     shape measured with two or more splits, the splits next to each other: decode,
     prefill, TTFT and overlap with their ±, ❌ where the cell failed and ⚠ where it is
     flagged, and the bytes a decoded token moved each way; each model's decode verdict
     once, in the note below the table (`attrs["note"]`: backends_note). Without two
     splits of one shape, one row that says so."""
-    comp = backends.compare(summary, contexts, baseline_link, mechanisms_table)
+    comp = splits.compare(summary, contexts, baseline_link, mechanisms_table)
     if comp.empty:
         # Cells measured before the summary carried their split were llama.cpp's.
         split = summary["split"] if "split" in summary else pd.Series("rpc", summary.index)
-        splits = sorted({backends.split_name(s) for s in split.fillna("rpc")}) or ["none"]
+        measured = sorted({splits.split_name(s) for s in split.fillna("rpc")}) or ["none"]
         return pd.DataFrame({"backends": [
             f"no model shape measured with two or more splits in this run (splits: "
-            f"{', '.join(splits)}): give one shape to llama.cpp and to vLLM (docs/backends.md)"]})
+            f"{', '.join(measured)}): give one shape to llama.cpp and to vLLM (docs/backends.md)"]})
     rows = list(comp.itertuples(index=False))
     table: dict[str, pd.Series | list[str]] = {
         "shape": comp["model_shape"], "pair": comp["pair"], "ctx": comp["ctx"],
         "conc": comp["conc"], "link": comp["link"],
-        "split": [backends.split_name(r.split) for r in rows], "model": comp["model"]}
+        "split": [splits.split_name(r.split) for r in rows], "model": comp["model"]}
     table["decode (ms/token)"] = [plus_minus(r.decode_ms_per_token, r.decode_ms_unc,
                                               r.status, ".2f", r.flags) for r in rows]
     table["prefill (tok/s)"] = [plus_minus(r.prefill_tps, r.prefill_tps_unc, r.status,

@@ -16,7 +16,7 @@ import pytest
 
 from splitbench import models
 from splitbench.analysis import cell_summary
-from splitbench.backends import launches
+from splitbench.backends import lifecycle
 from splitbench.backends.llamacpp import servers, toolchain
 from splitbench.backends.llamacpp.backend import BACKEND as LLAMACPP
 from splitbench.cells import measure
@@ -108,7 +108,7 @@ def test_killing_the_worker_mid_cell_is_a_crash_and_the_next_cell_relaunches(ben
     assert record["launch_id"] == after["launch_id"].iloc[0]
     link = real.ensure(LINK)
     with link.host_a.entered():
-        assert launches.healthy(record["url"])
+        assert lifecycle.healthy(record["url"])
 
 
 @needs_root()
@@ -339,7 +339,7 @@ def test_a_server_that_dies_loading_says_how_and_leaves_nothing_running(state_di
     assert "the last lines of its log" in record["error"]
     assert procs.find("rpc-st-0") is None and procs.find("llama-st") is None
     assert set(running("ggml-rpc-server", ours)) <= workers_before  # none of ours is left
-    assert not launches.current("st")
+    assert not lifecycle.current("st")
 
 
 def test_a_long_failure_keeps_its_reason_and_its_log_s_last_lines():

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from splitbench.backends import launches
+from splitbench.backends import lifecycle
 from splitbench.infra.hosts import Host
 
 # A process in a session of its own that creates a shared-memory file and maps it (as
@@ -53,7 +53,7 @@ def test_only_what_the_launchs_session_maps_is_removed(mapper, tmp_path, monkeyp
     monkeypatch.chdir(tmp_path)
     try:
         leftover = {"host": asdict(Host("a")), "paths": [], "session": process.pid}
-        seen = launches.shm_of(leftover)
+        seen = lifecycle.shm_of(leftover)
         assert seen == [mapped], seen
         # A name that is not its user's to delete is kept even when listed.
         foreign = Path(f"/dev/shm/psm_{tag}-foreign")
@@ -62,7 +62,7 @@ def test_only_what_the_launchs_session_maps_is_removed(mapper, tmp_path, monkeyp
             os.chown(foreign, 65534, 65534)
         process.kill()
         process.wait()
-        launches.remove_leftovers({**leftover, "shm": [*seen, str(foreign)]})
+        lifecycle.remove_leftovers({**leftover, "shm": [*seen, str(foreign)]})
         assert not Path(mapped).exists()
         assert all(path.exists() for path in others)
         assert (tmp_path / "results").is_dir()
@@ -77,5 +77,5 @@ def test_a_session_that_has_ended_maps_nothing():
     done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True, check=True)
     time.sleep(0.1)
-    assert launches.shm_of({"host": asdict(Host("a")),
+    assert lifecycle.shm_of({"host": asdict(Host("a")),
                             "session": int(done.stdout)}) == []

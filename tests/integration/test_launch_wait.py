@@ -1,4 +1,4 @@
-"""backends.launches.wait_healthy, the one start-up wait of every backend: a process
+"""backends.lifecycle.wait_healthy, the one start-up wait of every backend: a process
 that ends fails the launch at once with its log's tail; a server that never answers
 fails it at the deadline, naming the setting; a healthy one returns."""
 
@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from splitbench.backends import launches
+from splitbench.backends import lifecycle
 from splitbench.infra import procs
 from splitbench.infra.hosts import Host
 
@@ -25,8 +25,8 @@ def spawn(state_dir, key: str, script: str) -> dict:
 def test_a_process_that_ends_fails_the_wait_at_once_with_its_log(state_dir):
     spawn(state_dir, "dies", "echo 'no model here'; exit 3")
     started = time.monotonic()
-    with pytest.raises(launches.LaunchError) as raised:
-        launches.wait_healthy("http://127.0.0.1:9", {"the server": lambda: procs.find("dies")},
+    with pytest.raises(lifecycle.LaunchError) as raised:
+        lifecycle.wait_healthy("http://127.0.0.1:9", {"the server": lambda: procs.find("dies")},
                               30, "the server")
     assert time.monotonic() - started < 10  # not the 30 s deadline
     assert str(raised.value).startswith("the server exited with code 3 during start-up")
@@ -35,8 +35,8 @@ def test_a_process_that_ends_fails_the_wait_at_once_with_its_log(state_dir):
 
 def test_a_server_that_never_answers_fails_at_its_deadline_naming_the_setting(state_dir):
     spawn(state_dir, "quiet", "echo 'still loading'; exec sleep 30")
-    with pytest.raises(launches.LaunchError) as raised:
-        launches.wait_healthy("http://127.0.0.1:9", {"rank 0": lambda: procs.find("quiet")},
+    with pytest.raises(lifecycle.LaunchError) as raised:
+        lifecycle.wait_healthy("http://127.0.0.1:9", {"rank 0": lambda: procs.find("quiet")},
                               1.5, "the launch", "launch_timeout_s")
     text = str(raised.value)
     assert text.startswith("the launch not healthy after 1.5 s (launch_timeout_s)"), text
@@ -58,6 +58,6 @@ def test_a_healthy_server_ends_the_wait(state_dir):
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}"
-        launches.wait_healthy(url, {"server": lambda: procs.find("alive")}, 10, "server")
+        lifecycle.wait_healthy(url, {"server": lambda: procs.find("alive")}, 10, "server")
     finally:
         server.shutdown()

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from splitbench import models
-from splitbench.backends import launches
+from splitbench.backends import lifecycle
 from splitbench.backends.llamacpp import toolchain
 from splitbench.cells import measure
 from splitbench.configuration import parsed
@@ -253,7 +253,7 @@ def test_a_cell_runs_with_its_worker_started_over_ssh(host_b, tmp_path):
     own = row["interference_b"]
     assert "own PSI in cgroup" in own or "own PSI unknown: no cgroup-v2 hierarchy" in own
     assert pd.isna(row["own_cpu_pressure_b_pct"]) == ("own PSI unknown" in own), own
-    launches.stop("rig")
+    lifecycle.stop("rig")
     assert not procs.is_alive(worker)
 
 
@@ -677,7 +677,7 @@ def test_doctor_passes_a_ready_pair_and_names_each_broken_requirement(host_b, tm
 def test_a_vllm_model_missing_on_host_b_is_refused_before_any_rank_starts(host_b, tmp_path):
     """vLLM's ranks load the model from the same path on each host: one B lacks (a
     synthetic model is written on A only) is named, with the copy that fixes it."""
-    from splitbench.backends.launches import LaunchError
+    from splitbench.backends.lifecycle import LaunchError
     from splitbench.backends.vllm import servers
 
     link = real.ensure(link_spec(host_b))

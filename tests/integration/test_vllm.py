@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from splitbench import models, plan
-from splitbench.backends import launches
+from splitbench.backends import lifecycle
 from splitbench.backends.prompts import prompt
 from splitbench.backends.vllm import client, hf_model, metrics, servers
 from splitbench.backends.vllm import prompts as vllm_prompts
@@ -166,7 +166,7 @@ def single_host_tokens(setup: dict, link, ids: list[int], n_predict: int) -> lis
         url = "http://127.0.0.1:8199"
         with host.entered():
             deadline = time.monotonic() + 300
-            while not launches.healthy(url):
+            while not lifecycle.healthy(url):
                 assert time.monotonic() < deadline, (setup["tmp"] / "single.log").read_text()
                 time.sleep(1)
             reply = client.run_concurrent(url, [ids], n_predict, 120)[0]
@@ -244,11 +244,11 @@ def test_host_b_dying_mid_request_is_a_crash_and_stops_cleanly(setup, tp_plain):
     with link.host_a.entered():
         ids = prompt(vllm_prompts.token_pool(server.url), 32, 9)
         reply = client.run_concurrent(server.url, [ids], 500, 120, kill_b)[0]
-    alive = server.alive() and launches.healthy(server.url)
+    alive = server.alive() and lifecycle.healthy(server.url)
     row = metrics.request_row(reply, 32, 500, alive, 1.0)
     assert 0 < row["generated_tokens"] < 500, (reply.http_status, reply.error_text)
     assert row["status"] == "crash", (row["status"], reply.error_type, reply.error_text)
-    launches.stop("vx")
+    lifecycle.stop("vx")
     assert not ours_running(setup["tmp"])
 
 
@@ -277,7 +277,7 @@ def test_pp2_puts_half_the_layers_on_each_host_and_both_splits_decode_alike(setu
 
 def test_the_split_output_equals_a_single_host_servers(setup, tp_plain):
     link = lab.ensure_link(plan.link_slice(parsed(config({"tensor_parallel": 2})), "vx", "plain"))
-    launches.stop("vx")  # the single server gets host A's memory
+    lifecycle.stop("vx")  # the single server gets host A's memory
     assert single_host_tokens(setup, link, tp_plain["prompt"], 32) == tp_plain["tokens"]
 
 
@@ -288,7 +288,7 @@ def test_a_worker_that_cannot_start_fails_the_launch_at_once(setup, tmp_path):
     with pytest.raises(servers.LaunchError, match="rank 1 on host B .* during start-up"):
         launch(setup, {"tensor_parallel": 2}, **broken)
     assert time.monotonic() - started < 60
-    assert not ours_running(setup["tmp"]) and launches.current("vx") is None
+    assert not ours_running(setup["tmp"]) and lifecycle.current("vx") is None
 
 
 def test_a_worker_that_never_joins_fails_the_launch_within_its_deadline(setup, tmp_path):
@@ -306,4 +306,4 @@ def test_a_worker_that_never_joins_fails_the_launch_within_its_deadline(setup, t
         servers.ensure(link, plan.server_slice(parsed(cfg), "m"), setup["model"]["path"],
                        setup["model"]["sha256"], tools)
     assert time.monotonic() - started < 10 + 40  # the deadline, and stopping
-    assert not ours_running(setup["tmp"]) and launches.current("vx") is None
+    assert not ours_running(setup["tmp"]) and lifecycle.current("vx") is None

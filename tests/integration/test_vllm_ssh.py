@@ -37,7 +37,7 @@ HOST_A = """
 import json, sys
 from pathlib import Path
 from splitbench import models, plan
-from splitbench.backends import launches
+from splitbench.backends import lifecycle
 from splitbench.backends.prompts import prompt
 from splitbench.backends.vllm import client, hf_model, metrics, servers, toolchain
 from splitbench.backends.vllm import prompts as vllm_prompts
@@ -78,7 +78,7 @@ try:
                   bytes_a_to_b=traffic.figures([t["t_mono_ns"] for t in reply.tokens])[
                       "rpc_bytes_per_token_a_to_b"])
 finally:
-    launches.stop("sv")
+    lifecycle.stop("sv")
     teardown.teardown()
 if link is not None:
     # Teardown took A's address off the link, and this lab reaches B's sshd over that

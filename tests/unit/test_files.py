@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from splitbench.backends import launches
+from splitbench.backends import lifecycle
 from splitbench.infra import files
 
 
@@ -18,11 +18,11 @@ def test_a_record_is_replaced_whole_and_no_temporary_file_stays(tmp_path):
 
 def test_a_torn_launch_record_reads_as_no_launch(tmp_path, monkeypatch):
     monkeypatch.setenv("SPLITBENCH_STATE", str(tmp_path))
-    path = launches.record_path("p")
+    path = lifecycle.record_path("p")
     path.parent.mkdir(parents=True)
     path.write_text('{"url": "http://127.0.0.1:8080", "launch')
     assert files.read_json(path) is None
-    assert launches.current("p") is None
+    assert lifecycle.current("p") is None
     assert files.read_json(tmp_path / "missing.json") is None
 
 

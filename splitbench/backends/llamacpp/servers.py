@@ -15,8 +15,8 @@ from typing import TypedDict
 
 import httpx
 
-from splitbench.backends import launches
-from splitbench.backends.launches import LaunchError
+from splitbench.backends import lifecycle
+from splitbench.backends.lifecycle import LaunchError
 from splitbench.backends.llamacpp.toolchain import failure as toolchain_failure
 from splitbench.infra import procs, telemetry
 from splitbench.infra.hosts import Host
@@ -35,32 +35,32 @@ def ensure(
     model_sha: str,
     toolchain: ToolchainRecord,
     slot: str = "",
-) -> launches.Server:
+) -> lifecycle.Server:
     """A healthy launch with exactly this fingerprint: reused, or started now.
 
     A pair runs one launch per `slot`: the default one serves its cells; a paired cell
     keeps the baseline link's launch in the "reference" slot beside it, on its own HTTP
     port, so that it can alternate between the two request by request."""
-    wanted = launches.fingerprint(link, settings, model_sha, toolchain["a"]["build_id"])
+    wanted = lifecycle.fingerprint(link, settings, model_sha, toolchain["a"]["build_id"])
     with procs.locked(f"server-{link.pair}"):
-        server = launches.current(link.pair, slot)
+        server = lifecycle.current(link.pair, slot)
         if server is not None and server.fingerprint == wanted and server.alive():
             with link.host_a.entered():
-                if launches.healthy(server.url):
+                if lifecycle.healthy(server.url):
                     return server
-        launches.stop(link.pair, slot)
+        lifecycle.stop(link.pair, slot)
         return _launch(link, settings, model_path, wanted, toolchain, slot)
 
 
 def launch_record(link_spec: LinkSlice, settings: ServerSettings,
                   model: ModelInfo, toolchain: ToolchainRecord) -> LaunchRecord:
     """The launch stage: the servers of one block, launched (or reused); their record, or
-    one saying why they could not be launched (`launches.launch_block`)."""
-    return launches.launch_block(
+    one saying why they could not be launched (`lifecycle.launch_block`)."""
+    return lifecycle.launch_block(
         link_spec, settings,
         lambda link: ensure(link, settings, model["path"], model["sha256"], toolchain).record,
         reasons=[toolchain_failure(toolchain)],
-        fingerprint_of=lambda link: launches.fingerprint(link, settings, model["sha256"],
+        fingerprint_of=lambda link: lifecycle.fingerprint(link, settings, model["sha256"],
                                                          toolchain["a"]["build_id"]))
 
 
@@ -71,7 +71,7 @@ def _launch(
     wanted: str,
     toolchain: ToolchainRecord,
     slot: str = "",
-) -> launches.Server:
+) -> lifecycle.Server:
     """Start the launch's workers and llama-server and wait until it serves. A launch
     that fails stops everything it started before the error leaves (a worker left
     behind would outlive the run: nothing else knows it belongs to a failed launch)."""
@@ -92,7 +92,7 @@ def _start(
     toolchain: ToolchainRecord,
     slot: str,
     started: list[str],
-) -> launches.Server:
+) -> lifecycle.Server:
     logs = procs.state_dir() / "logs"
     launch_id = uuid.uuid4().hex[:12]
     bin_a, bin_b = Path(toolchain["a"]["bin_dir"]), Path(toolchain["b"]["bin_dir"])
@@ -104,14 +104,14 @@ def _start(
         # The worker has no authentication: bind it to B's link address, never 0.0.0.0.
         argv = [str(bin_b / "ggml-rpc-server"), "-H", link.addr_b, "-p", str(worker_port),
                 "-t", threads, *settings.get("worker_args", [])]
-        key = f"rpc-{launches.named(link.pair, slot)}-{i}"
+        key = f"rpc-{lifecycle.named(link.pair, slot)}-{i}"
         started.append(key)
         link.host_b.spawn(argv, role="rpc-server", key=key, extra={"pair": link.pair},
                           log_path=logs / f"{launch_id}-rpc{i}.log")
         link.host_b.wait_listening(link.addr_b, worker_port, timeout=30)
         rpc_argvs.append(argv)
         proc_keys.append(key)
-    port = launches.http_port(link.host_a, slot)
+    port = lifecycle.http_port(link.host_a, slot)
     server_argv = [
         str(bin_a / "llama-server"), "-m", str(Path(model_path).resolve()),
         "--rpc", ",".join(f"{link.connect_addr}:{port}" for port in worker_ports),
@@ -130,7 +130,7 @@ def _start(
         "-lv", "4",
         *settings.get("server_args", []),
     ]
-    llama_key = f"llama-{launches.named(link.pair, slot)}"
+    llama_key = f"llama-{lifecycle.named(link.pair, slot)}"
     started.insert(0, llama_key)  # stopped first: the front end before its workers
     load_started = time.monotonic()
     llama = link.host_a.spawn(server_argv, role="llama-server", key=llama_key,
@@ -146,13 +146,13 @@ def _start(
         "settings": settings, "started_at": time.time(),
     }
     with link.host_a.entered():
-        launches.wait_healthy(url, {"llama-server": lambda: procs.find(llama_key)},
+        lifecycle.wait_healthy(url, {"llama-server": lambda: procs.find(llama_key)},
                               HEALTH_TIMEOUT_S, "llama-server")
         record["load_s"] = round(time.monotonic() - load_started, 3)
         record["placement"] = placement(Path(llama["log"]).read_text(errors="replace"))
         _warm_up(url)
     # Nothing of it may listen beyond the link (a result: the launch fails, and stops).
-    wide = launches.open_listeners(link, record["proc_keys"])
+    wide = lifecycle.open_listeners(link, record["proc_keys"])
     if wide:
         raise LaunchError(f"link {link.pair}/{link.name}: the launch listens on every "
                           f"address of a host at ports the firewall guard does not cover: "
@@ -160,7 +160,7 @@ def _start(
     record["memory"] = {key: memory_mib(host, procs.find(key)["pid"]) for key, host in
                         [(llama_key, link.host_a)] + [(k, link.host_b) for k in proc_keys]}
     record["sensors_after_load"] = telemetry.snapshot(link.host_a)
-    return launches.save(record, link.pair, slot)
+    return lifecycle.save(record, link.pair, slot)
 
 
 _OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")

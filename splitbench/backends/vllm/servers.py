@@ -24,8 +24,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from splitbench import backends, results
-from splitbench.backends import launches
-from splitbench.backends.launches import LaunchError, Leftovers
+from splitbench.backends import lifecycle
+from splitbench.backends.lifecycle import LaunchError, Leftovers
 from splitbench.backends.llamacpp.toolchain import failure as toolchain_failure
 from splitbench.backends.vllm.client import SERVED_NAME
 from splitbench.infra import procs, sockdiag
@@ -36,18 +36,18 @@ from splitbench.slices import LinkSlice, ServerSettings
 
 
 def ensure(link: Link, settings: ServerSettings, model_path: str, model_sha: str,
-           toolchain: ToolchainRecord, slot: str = "") -> launches.Server:
+           toolchain: ToolchainRecord, slot: str = "") -> lifecycle.Server:
     """A healthy launch with exactly this fingerprint: reused, or started now (whatever
     ran in the slot before, of either backend, is stopped first)."""
-    wanted = launches.fingerprint(link, settings, model_sha,
+    wanted = lifecycle.fingerprint(link, settings, model_sha,
                                   toolchain["a"]["vllm"]["version"])
     with procs.locked(f"server-{link.pair}"):
-        server = launches.current(link.pair, slot)
+        server = lifecycle.current(link.pair, slot)
         if server is not None and server.fingerprint == wanted and server.alive():
             with link.host_a.entered():
-                if launches.healthy(server.url):
+                if lifecycle.healthy(server.url):
                     return server
-        launches.stop(link.pair, slot)
+        lifecycle.stop(link.pair, slot)
         why = unusable(link)
         if why:
             raise LaunchError(why)
@@ -56,7 +56,7 @@ def ensure(link: Link, settings: ServerSettings, model_path: str, model_sha: str
             return _start(link, settings, model_path, wanted, toolchain, slot, started)
         except BaseException:
             # Nothing of a failed launch may outlive it: nothing else knows it is ours.
-            launches.stop(link.pair, slot)
+            lifecycle.stop(link.pair, slot)
             for key in started:
                 procs.stop(key)
             raise
@@ -66,7 +66,7 @@ def launch_record(link_spec: LinkSlice, settings: ServerSettings,
                   model: ModelInfo, toolchain: ToolchainRecord) -> LaunchRecord:
     """The launch stage for a vLLM block: its ranks launched (or reused) and their
     record, which carries the pair's vLLM toolchain for the cells; or one saying why
-    they could not be (`launches.launch_block`)."""
+    they could not be (`lifecycle.launch_block`)."""
     pair = link_spec["pair"]
     tools_path = Path(results.TOOLCHAIN_VLLM.format(pair=pair))
     tools: ToolchainRecord = json.loads(tools_path.read_text()) if tools_path.exists() else {
@@ -76,7 +76,7 @@ def launch_record(link_spec: LinkSlice, settings: ServerSettings,
         record = ensure(link, settings, model["path"], model["sha256"], tools).record
         return {**record, "toolchain": tools}
 
-    return launches.launch_block(link_spec, settings, start, backend="vllm",
+    return lifecycle.launch_block(link_spec, settings, start, backend="vllm",
                                  reasons=[toolchain_failure(toolchain),
                                           toolchain_failure(tools)])
 
@@ -113,13 +113,13 @@ def _require_model_on_b(link: Link, model_path: str) -> None:
 
 
 def _start(link: Link, settings: ServerSettings, model_path: str, wanted: str,
-           toolchain: ToolchainRecord, slot: str, started: list[str]) -> launches.Server:
+           toolchain: ToolchainRecord, slot: str, started: list[str]) -> lifecycle.Server:
     _require_model_on_b(link, model_path)
     launch_id = uuid.uuid4().hex[:12]
     logs = procs.state_dir() / "logs"
-    port = launches.http_port(link.host_a, slot)
-    master_port = RENDEZVOUS_PORT + launches.SLOT_PORTS[slot]
-    name = launches.named(link.pair, slot)
+    port = lifecycle.http_port(link.host_a, slot)
+    master_port = RENDEZVOUS_PORT + lifecycle.SLOT_PORTS[slot]
+    name = lifecycle.named(link.pair, slot)
     common = _serve_args(settings, model_path, link.addr_a, master_port)
     ranks = [
         ("a", link.host_a, link.addr_a, link.interface_a, f"vllm0-{name}",
@@ -154,23 +154,23 @@ def _start(link: Link, settings: ServerSettings, model_path: str, wanted: str,
             leftovers["session"] = rank["pid"]
         record["commands"][f"rank_{side}"] = argv
         record["environment"][f"rank_{side}"] = env
-        launches.save(record, link.pair, slot)
+        lifecycle.save(record, link.pair, slot)
     with link.host_a.entered():
-        launches.wait_healthy(
+        lifecycle.wait_healthy(
             record["url"], {f"vLLM rank {_rank(key)} on host {_host_of(key)}":
                             lambda key=key: procs.find(key) for key in record["proc_keys"]},
             settings["launch_timeout_s"], "vLLM", "launch_timeout_s")
         for leftovers in record["cleanup"]:
-            leftovers["shm"] = launches.shm_of(leftovers)
+            leftovers["shm"] = lifecycle.shm_of(leftovers)
         record["load_s"] = round(time.monotonic() - load_started, 3)
         record["link_connections"] = _connections_over(link)
     # Nothing of it may listen beyond the link (a result: the launch fails, and stops).
-    wide = launches.open_listeners(link, record["proc_keys"])
+    wide = lifecycle.open_listeners(link, record["proc_keys"])
     if wide:
         raise LaunchError(f"link {link.pair}/{link.name}: the launch listens on every "
                           f"address of a host at ports the firewall guard does not cover: "
                           f"{'; '.join(wide)}")
-    return launches.save(record, link.pair, slot)
+    return lifecycle.save(record, link.pair, slot)
 
 
 def _serve_args(settings: ServerSettings, model_path: str, master_addr: str,

@@ -9,7 +9,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from splitbench.backends import launches
+from splitbench.backends import lifecycle
 from splitbench.backends.base import Launch, ModuleBackend
 from splitbench.backends.llamacpp import client, metrics, prompts
 from splitbench.configuration import ConfigError
@@ -25,34 +25,34 @@ class Servers:
 
     @staticmethod
     def ensure(link: Link, settings: dict[str, Any], model_path: str, model_sha: str,
-               toolchain: dict[str, Any], slot: str = "") -> launches.Server:
-        wanted = launches.fingerprint(link, settings, model_sha, "onetrip")
+               toolchain: dict[str, Any], slot: str = "") -> lifecycle.Server:
+        wanted = lifecycle.fingerprint(link, settings, model_sha, "onetrip")
         with procs.locked(f"server-{link.pair}"):
-            server = launches.current(link.pair, slot)
+            server = lifecycle.current(link.pair, slot)
             if server is not None and server.fingerprint == wanted and server.alive():
                 return server
-            launches.stop(link.pair, slot)
+            lifecycle.stop(link.pair, slot)
             return _start(link, settings, wanted, slot)
 
     @staticmethod
     def launch_record(link_spec: dict[str, Any], settings: dict[str, Any],
                       model: dict[str, Any], toolchain: dict[str, Any]) -> dict[str, Any]:
-        return launches.launch_block(
+        return lifecycle.launch_block(
             link_spec, settings,
             lambda link: Servers.ensure(link, settings, model["path"], model["sha256"],
                                         toolchain).record)
 
 
 def _start(link: Link, settings: dict[str, Any], wanted: str, slot: str
-           ) -> launches.Server:
+           ) -> lifecycle.Server:
     logs = procs.state_dir() / "logs"
     launch_id = uuid.uuid4().hex[:12]
-    name = launches.named(link.pair, slot)
+    name = lifecycle.named(link.pair, slot)
     worker = [link.host_b.python, str(SERVER), "worker", link.addr_b, str(RPC_PORT)]
     link.host_b.spawn(worker, role="rpc-server", key=f"onetrip-worker-{name}",
                       extra={"pair": link.pair}, log_path=logs / f"{launch_id}-worker.log")
     link.host_b.wait_listening(link.addr_b, RPC_PORT, timeout=30)
-    port = launches.http_port(link.host_a, slot)
+    port = lifecycle.http_port(link.host_a, slot)
     front = [link.host_a.python, str(SERVER), "front", str(port), link.connect_addr,
              str(RPC_PORT)]
     front_key = f"onetrip-front-{name}"
@@ -61,7 +61,7 @@ def _start(link: Link, settings: dict[str, Any], wanted: str, slot: str
     url = f"http://127.0.0.1:{port}"
     started = time.monotonic()
     with link.host_a.entered():
-        launches.wait_healthy(url, {"onetrip front": lambda: procs.find(front_key)}, 30,
+        lifecycle.wait_healthy(url, {"onetrip front": lambda: procs.find(front_key)}, 30,
                               "onetrip front")
     record = {
         "launch_id": launch_id, "fingerprint": wanted, "url": url, "pair": link.pair,
@@ -70,7 +70,7 @@ def _start(link: Link, settings: dict[str, Any], wanted: str, slot: str
         "settings": settings, "started_at": time.time(),
         "load_s": round(time.monotonic() - started, 3),
     }
-    return launches.save(record, link.pair, slot)
+    return lifecycle.save(record, link.pair, slot)
 
 
 class OneTrip(ModuleBackend):
