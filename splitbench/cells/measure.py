@@ -449,8 +449,8 @@ _LOG = Console(width=140, log_path=False, highlight=False)  # the job log: stdou
 
 
 def _what(cell: CellSlice, link: Any) -> str:
-    return (f"{link.pair}/{link.name} {cell.get('model', '')} {cell['prompt_tokens']} tokens "
-            f"x{cell['concurrency']}")
+    """The progress line's label (the slice has the model's settings, not its name)."""
+    return f"{link.pair}/{link.name} {cell['prompt_tokens']} tokens x{cell['concurrency']}"
 
 
 def _progress(cell: CellSlice, link: Any, release: int, replies: list[client.Reply],

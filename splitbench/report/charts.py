@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 
 from splitbench import results
 from splitbench.analysis import cell_summary, comparison, releases, traffic
-from splitbench.report import sensitivity
+from splitbench.report import sensitivity, vega
 from splitbench.report.chart_parts import (
     HEIGHT,
     WIDTH,
@@ -417,10 +417,12 @@ def save(chart: alt.TopLevelMixin, out_dir: str | Path, name: str) -> list[Path]
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     html, png, spec = out / f"{name}.html", out / f"{name}.png", out / f"{name}.vl.json"
-    chart.save(str(html), inline=True)
-    chart.save(str(png), scale_factor=2)
+    vegalite = chart.to_dict()  # validated once, for all three
     # Strict JSON (no NaN), so that a browser's JSON.parse reads it.
-    spec.write_text(json.dumps(finite(chart.to_dict()), allow_nan=False))
+    strict = finite(vegalite)
+    html.write_text(vega.offline_html(strict, name.replace("_", " ")), encoding="utf-8")
+    png.write_bytes(vega.png(vegalite, scale=2))
+    spec.write_text(json.dumps(strict, allow_nan=False))
     return [html, png, spec]
 
 

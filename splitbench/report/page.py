@@ -23,17 +23,15 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import altair as alt
 import pandas as pd
 import pyarrow.parquet as pq
-import vl_convert
 
 from splitbench import results
 from splitbench.analysis import cell_summary
 from splitbench.analysis.checks import check_lines
 from splitbench.infra import files, parquet_io
 from splitbench.links import lab
-from splitbench.report import contents
+from splitbench.report import contents, vega
 from splitbench.report.html_parts import esc, frame_html, markdown, script_json
 from splitbench.report.provenance import clock_text, provenance_section, request_facts
 from splitbench.slices import HostSlice, LinkSlice
@@ -180,14 +178,6 @@ def chart_specs(charts_dir: str | Path) -> list[tuple[str, Path]]:
     return [(n, found[n]) for n in known + sorted(set(found) - set(known))]
 
 
-def vega_bundle() -> str:
-    """Vega, Vega-Lite (the version altair writes) and Vega-Embed as one script."""
-    major, minor = alt.SCHEMA_VERSION.lstrip("v").split(".")[:2]
-    bundle = vl_convert.javascript_bundle(vl_version=f"v{major}_{minor}")
-    # Inside a <script> element, only '</script' could end it early.
-    return re.sub(r"</(script)", r"<\\/\1", bundle, flags=re.IGNORECASE)
-
-
 # --- the pairs ------------------------------------------------------------------------
 
 # What the run block shows of each host's config (pairs.<pair>.hosts.<a|b>): where it is
@@ -289,7 +279,7 @@ def page(summary_path: str, link_files: list[str], toolchain_files: list[str],
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>splitbench report</title><style>{STYLE}</style>",
-        f"<script>{vega_bundle()}</script></head><body>",
+        f"<script>{vega.bundle()}</script></head><body>",
         "<header><h1>splitbench report</h1>",
         '<p class="muted">What the link between two machines costs a model split across '
         "them: llama.cpp RPC or vLLM tensor and pipeline parallel, measured per link, "

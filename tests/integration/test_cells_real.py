@@ -134,8 +134,10 @@ def test_repeats_are_measured_and_their_spread_is_the_uncertainty(bench, tmp_pat
     frame = bench(prompt_tokens=64, n_predict=24, name="cells/st/plain/m/ctxshort_c2",
                   concurrency=2, repeats=3)
     assert sorted(frame["repeat"].unique()) == [0, 1, 2]
-    # The job's log shows each release as it ends: one per repeat here.
-    assert capsys.readouterr().out.count("64 tokens x2: release 1, 2/2 ok, 48 tokens") == 3
+    # The job's log shows each release as it ends, labelled by its pair, link, prompt and
+    # level (not the model's settings): one per repeat here.
+    assert capsys.readouterr().out.count(
+        "st/plain 64 tokens x2: release 1, 2/2 ok, 48 tokens") == 3
     assert len(frame) == 6 and (frame["status"] == "ok").all()
     tokens = pd.read_parquet(tmp_path / "cells/st/plain/m/ctxshort_c2.parquet")
     assert tokens.groupby(["repeat", "request_id"]).size().eq(24).all()

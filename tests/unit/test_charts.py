@@ -175,3 +175,25 @@ def test_every_chart_has_a_caption_for_the_workflow_report():
     # The charts rule declares one PNG per charts.CHARTS entry, each with this caption.
     for name in charts.CHARTS:
         assert (ROOT / "report" / "charts" / f"{name}.rst").is_file(), name
+
+
+def test_the_vega_script_is_built_once_per_machine_and_cannot_end_its_element(
+        tmp_path, monkeypatch):
+    """vl-convert builds the libraries' script on request (seconds of CPU in every job
+    that asks): the first job keeps it in the user's cache, the next reads it."""
+    from splitbench.report import vega
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    built = []
+
+    def javascript_bundle(vl_version: str) -> str:
+        built.append(vl_version)
+        return "var x = '</script>'; /* the libraries */"
+
+    monkeypatch.setattr(vega.vl_convert, "javascript_bundle", javascript_bundle)
+    first, second = vega.bundle(), vega.bundle()
+    assert built == [vega.VL_VERSION] and first == second
+    assert "</script" not in first.lower()
+    assert list((tmp_path / ".cache/splitbench/vega").glob("*.js"))
+    page = vega.offline_html({"mark": "point", "data": {"values": [{"a": "</b>"}]}}, "t")
+    assert page.count("</script>") == 2 and "vegaEmbed" in page

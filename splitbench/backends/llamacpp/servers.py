@@ -13,8 +13,6 @@ import uuid
 from pathlib import Path
 from typing import TypedDict
 
-import httpx
-
 from splitbench.backends import lifecycle
 from splitbench.backends.lifecycle import LaunchError
 from splitbench.backends.llamacpp.toolchain import failure as toolchain_failure
@@ -217,10 +215,9 @@ def placement(log: str) -> Placement:
 
 
 def _warm_up(url: str) -> None:
-    """The first request after a launch pays extra round trips: send one and discard it."""
     body = {"prompt": [3, 4, 5, 6, 7, 8, 9, 10], "n_predict": 4, "cache_prompt": False,
             "ignore_eos": True, "temperature": 0}
-    httpx.post(f"{url}/completion", json=body, timeout=120, trust_env=False).raise_for_status()
+    lifecycle.warm_up(url, "/completion", body, 120)
 
 
 def memory_mib(host: Host, pid: int) -> ProcessMemory:

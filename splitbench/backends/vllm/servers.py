@@ -164,6 +164,8 @@ def _start(link: Link, settings: ServerSettings, model_path: str, wanted: str,
             leftovers["shm"] = lifecycle.shm_of(leftovers)
         record["load_s"] = round(time.monotonic() - load_started, 3)
         record["link_connections"] = _connections_over(link)
+        lifecycle.warm_up(record["url"], "/v1/completions", _WARM_UP,
+                          settings["launch_timeout_s"])
     # Nothing of it may listen beyond the link (a result: the launch fails, and stops).
     wide = lifecycle.open_listeners(link, record["proc_keys"])
     if wide:
@@ -171,6 +173,10 @@ def _start(link: Link, settings: ServerSettings, model_path: str, wanted: str,
                           f"address of a host at ports the firewall guard does not cover: "
                           f"{'; '.join(wide)}")
     return lifecycle.save(record, link.pair, slot)
+
+
+_WARM_UP = {"model": SERVED_NAME, "prompt": [3, 4, 5, 6, 7, 8, 9, 10], "max_tokens": 4,
+            "temperature": 0, "ignore_eos": True}
 
 
 def _serve_args(settings: ServerSettings, model_path: str, master_addr: str,
