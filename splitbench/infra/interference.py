@@ -40,10 +40,9 @@ from splitbench.remote import sensors
 from splitbench.slices import InterferenceLimits
 
 SIDES = ("a", "b")
-# Defaults, from the embedded default on the 2-core development VM: in a quiet run no
-# cell went above 0.043 foreign cores, 3.5% steal or 37% CPU pressure (PSI counts the
-# measurement's own processes waiting for each other too: on two cores they do); one
-# cell beside two busy loops read 0.79 foreign cores and 66% pressure.
+# The limits' defaults lie between what a quiet run and a run beside busy loops read
+# (docs/method.md, "Interference"). PSI counts the measurement's own processes waiting
+# for each other too: on two cores they do.
 # Each figure and its unit; a column is f"{figure}_{side}_{unit}".
 UNITS = {"cpu_pressure": "pct", "own_cpu_pressure": "pct", "foreign_cpu": "cores",
          "steal": "pct", "own_cpu": "cores"}

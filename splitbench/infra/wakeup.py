@@ -2,17 +2,15 @@
 
 A decode step over RPC is a chain of wake-ups: llama-server sends, the worker wakes,
 computes, answers, llama-server wakes. An idle CPU that has gone to sleep takes long to
-wake: on the 2-core VM this was developed on, one decode step of the embedded model took
-2.0 ms with the machine quiet and 0.5 ms with two busy loops beside it, because the busy
-loops kept the CPUs from sleeping. A benchmark whose figures improve under load measures
+wake, so a decode step can be faster beside busy loops than on a quiet machine
+(docs/method.md has the figures): a benchmark whose figures improve under load measures
 the idle states, not the link.
 
 Holding the kernel's CPU wake-up latency request (PM QoS, /dev/cpu_dma_latency) at 0 us
-while measuring keeps idle CPUs in their shallowest state (polling): the same step then
-took 0.6-0.9 ms quiet. This is what latency benchmarks (cyclictest, tuned's
-latency-performance profile) do. The request holds while the file stays open and ends
-when it is closed or its process dies. It needs root on each host; where it cannot be
-held, the rows say so (`wakeup_latency_{a,b}`).
+while measuring keeps idle CPUs in their shallowest state (polling), as latency
+benchmarks (cyclictest, tuned's latency-performance profile) do. The request holds
+while the file stays open and ends when it is closed or its process dies. It needs root
+on each host; where it cannot be held, the rows say so (`wakeup_latency_{a,b}`).
 """
 
 from __future__ import annotations

@@ -107,9 +107,8 @@ def _ensure_namespace(name: str) -> None:
 # The client reads llama-server over host A's loopback. TCP delays an ACK while the
 # receiving process has not read what came (up to 40 ms), and a sender with its small
 # congestion window full waits for it: a client the scheduler did not run would delay
-# the server's next tokens and merge them into one segment. Measured with the client
-# stopped 20-50 ms every 80 ms: p99 token time error 7-14 ms with delayed ACKs, 57-67 us
-# with this route's quickack (benchmarks/client_overhead.py).
+# the server's next tokens and merge them into one segment (docs/method.md; measured by
+# benchmarks/client_overhead.py).
 LOOPBACK_ROUTE = ["local", "127.0.0.1", "dev", "lo", "table", "local", "proto", "kernel",
                   "scope", "host", "src", "127.0.0.1"]
 
@@ -153,10 +152,8 @@ def _build_netns(spec: LinkSlice) -> Link:
 def split_cpus() -> tuple[str | None, str | None]:
     """Host A's and host B's CPUs: the first and second half of those this process may
     use, as two machines would each have their own. Without two CPUs, both share all.
-    Measured on the 2-core development VM: unpinned, the scheduler moved the two servers
-    between cores from request to request, and single-stream decode of the same cell
-    varied by 25% between launches; pinned, the link comparison matched the prediction
-    from measured latency within about 0.1 ms/token."""
+    (Unpinned, the scheduler moves the two servers between cores from request to
+    request, and the same cell's decode varies from launch to launch: docs/method.md.)"""
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
         return None, None
