@@ -189,14 +189,21 @@ def blocks(config: Config) -> list[tuple[str, str, str]]:
     return list(seen)
 
 
+# Priorities one block apart: room for a model's start anchor (+2) and baseline launch
+# (+3) above its first block, and its end anchor (-1) below its last, every one of them
+# strictly between the blocks around it. (With 4, the next model's baseline launch tied
+# the end anchor; Snakemake could run the launch first, and both anchors then relaunched
+# the server the other had replaced: two launches more per model.)
+BLOCK_STEP = 5
+
+
 def block_priority(config: Config, pair: str, link: str, model: str,
                    order: list[tuple[str, str, str]] | None = None) -> int:
-    """Higher for earlier blocks, so one block's cells run back to back on one launch.
-    Steps of 4 leave room for a model's anchors: the start anchor just above its first
-    block, the end anchor just below its last, both above the next model's blocks.
-    `order` is blocks(config), computed once by the caller that asks for every job."""
+    """Higher for earlier blocks, so one block's cells run back to back on one launch
+    (BLOCK_STEP). `order` is blocks(config), computed once by the caller that asks for
+    every job."""
     order = order or blocks(config)
-    return 4 * (len(order) - order.index((pair, link, model)))
+    return BLOCK_STEP * (len(order) - order.index((pair, link, model)))
 
 
 def anchor_priority(config: Config, pair: str, model: str, when: str,
@@ -221,7 +228,7 @@ def setup_priority(order: list[tuple[str, str, str]]) -> int:
     """Above every block, anchor and launch: links, toolchains and models are all ready
     before any launch. Left at 0, a block's launch outranks a link check that an earlier
     block needs, and that later block's cells then run before the model's start anchor."""
-    return 4 * len(order) + 4
+    return BLOCK_STEP * (len(order) + 1)
 
 
 def anchor_cell(config: Config, pair: str, model: str) -> Cell:

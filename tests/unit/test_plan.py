@@ -86,24 +86,33 @@ def test_schema_validation_adds_nothing_to_the_blocks_jobs_receive(config):
     assert config["models"]["synth"]["synthetic"] == before["models"]["synth"]["synthetic"]
 
 
-def test_anchors_bracket_each_models_blocks():
+@pytest.mark.parametrize("links", [None, ["baseline"]])
+def test_anchors_and_launches_bracket_each_models_blocks(links):
+    """Each model's launches, anchors and cells run together, and no job of one model
+    ties with a job of another (a tie lets Snakemake run the next model's launch before
+    this one's end anchor, and each anchor then relaunches its server). `links`: only
+    the baseline, as in the backends comparison."""
     config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
     config["models"]["other"] = config["models"]["synth"]
-    order = []  # (priority, what), run highest first
-    for pair, link, model in plan.blocks(parsed(config)):
-        order.append((plan.block_priority(parsed(config), pair, link, model), f"{model}/{link}"))
+    if links:
+        config["pairs"]["lab"]["links"] = {k: v for k, v in
+                                           config["pairs"]["lab"]["links"].items() if k in links}
+    cfg = parsed(config)
+    order = []  # (priority, model, what), run highest first
+    for pair, link, model in plan.blocks(cfg):
+        order.append((plan.block_priority(cfg, pair, link, model), model, f"cells {link}"))
+        order.append((plan.launch_priority(cfg, pair, link, model), model, f"launch {link}"))
     for model in config["models"]:
         for when in ("start", "end"):
-            order.append((plan.anchor_priority(parsed(config), "lab", model, when),
-                          f"{model}/{when}"))
-    names = [name for _, name in sorted(order, reverse=True)]
+            order.append((plan.anchor_priority(cfg, "lab", model, when), model, when))
+    ranked = sorted(order, reverse=True)
     for model in config["models"]:
-        mine = [i for i, name in enumerate(names) if name.startswith(f"{model}/")]
-        assert names[mine[0]] == f"{model}/start" and names[mine[-1]] == f"{model}/end"
-        assert mine == list(range(mine[0], mine[-1] + 1))  # contiguous
-    # The baseline launch runs before the start anchor that needs it.
-    assert (plan.launch_priority(parsed(config), "lab", "baseline", "other")
-            > plan.anchor_priority(parsed(config), "lab", "other", "start"))
+        mine = [i for i, (_, owner, _) in enumerate(ranked) if owner == model]
+        assert mine == list(range(mine[0], mine[-1] + 1)), ranked  # contiguous
+        assert ranked[mine[0]][2] == "launch baseline" and ranked[mine[1]][2] == "start"
+        assert ranked[mine[-1]][2] == "end", ranked
+    for (high, one, _), (low, other, _) in zip(ranked, ranked[1:], strict=False):
+        assert one == other or high > low, ranked  # no tie across models
 
 
 def test_entries_merged_in_from_the_workflow_config_are_named():
