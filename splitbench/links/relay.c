@@ -43,8 +43,10 @@
 #define CHUNK (256 * 1024)
 #define MAX_QUEUED (4 << 20) /* stop reading a direction while this much waits */
 #define MAX_LISTENERS 64
-/* The most a timer is armed early: no chunk leaves more than this before it is due. */
-#define EARLY_MAX_NS 100000
+/* The most a timer is armed early: no chunk leaves more than this before it is due.
+ * Above the lateness a virtual machine's timer shows (docs/method.md), so the early
+ * arming can make up for all of it; half the delay caps it too. */
+#define EARLY_MAX_NS 300000
 
 typedef struct chunk {
     struct chunk *next;

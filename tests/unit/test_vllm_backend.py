@@ -203,3 +203,8 @@ def test_each_local_host_keeps_its_own_vllm_cache_in_its_users_home(tmp_path, mo
     assert roots == [str(tmp_path / ".cache/splitbench/vllm-local" / n) for n in "ab"]
     assert (tmp_path / ".cache/splitbench/vllm-local").stat().st_mode & 0o777 == 0o700
     assert servers._cache_root(Host("a")) == roots[0]  # found again, not made anew
+    # A home that cannot hold it: the run's own state directory, as before.
+    (tmp_path / "file").write_text("not a directory")
+    monkeypatch.setenv("HOME", str(tmp_path / "file"))
+    monkeypatch.setenv("SPLITBENCH_STATE", str(tmp_path / "state"))
+    assert servers._cache_root(Host("b")) == str(tmp_path / "state/vllm-cache/b")

@@ -242,10 +242,13 @@ def _cache_root(host: Host) -> str:
     if host.remote:
         return host.run(["sh", "-c", _REMOTE_CACHE]).stdout.strip()
     root = Path.home() / ".cache/splitbench/vllm-local"
-    root.mkdir(parents=True, exist_ok=True)
-    root.chmod(0o700)  # its artifacts are loaded and run: only its user may write them
-    (root / host.name).mkdir(exist_ok=True)
-    return str(root / host.name)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        root.chmod(0o700)  # its artifacts are loaded and run: only its user may write them
+        (root / host.name).mkdir(exist_ok=True)
+        return str(root / host.name)
+    except OSError:  # a home that cannot be written (some cluster nodes): the run's own
+        return str(procs.state_dir() / "vllm-cache" / host.name)
 
 
 def _scratch(host: Host) -> str:
