@@ -114,8 +114,9 @@ def healthy(url: str) -> bool:
 
 def warm_up(url: str, path: str, body: dict[str, Any], timeout_s: float) -> None:
     """Send the launch one short request and discard it: a launch's first request pays
-    one-off costs (llama.cpp's extra round trips; vLLM TP=2 on 2 CPU cores: 19 s where
-    the next took 0.5 s) that no measured request, anchor or cell, may carry."""
+    one-off costs (llama.cpp's extra round trips; vLLM's first forward pass, many times
+    the next one's: docs/backends.md) that no measured request, anchor or cell, may
+    carry."""
     httpx.post(f"{url}{path}", json=body, timeout=timeout_s,
                trust_env=False).raise_for_status()
 

@@ -236,9 +236,8 @@ _REMOTE_CACHE = ('d="$HOME/.cache/splitbench/vllm"; '
 def _cache_root(host: Host) -> str:
     """vLLM's and torch's cache folder for this host's ranks, in its user's home. On
     one machine each host has its own (the lab's two hosts are one machine), outside the
-    workflow directory, so that a second results directory does not start cold: a cold
-    cache re-inspects the model's class in a fresh interpreter, about 14 s of every
-    start on 2 cores."""
+    workflow directory, so that a second results directory does not start cold (a cold
+    cache re-inspects the model's class in a fresh interpreter: docs/backends.md)."""
     if host.remote:
         return host.run(["sh", "-c", _REMOTE_CACHE]).stdout.strip()
     root = Path.home() / ".cache/splitbench/vllm-local"
