@@ -130,8 +130,8 @@ rule charts:
 rule report:
     input:
         # The aggregate's files by name, not rules.aggregate.output: a rule dependency
-        # makes Snakemake hash the whole input list once per input file (5,000 cells:
-        # 25 million hashes, 13 s of planning). The summary stands here and again below,
+        # makes Snakemake hash the whole input list once per input file, quadratic in
+        # the cells (docs/development.md). The summary stands here and again below,
         # as it did under rules.aggregate.output: the recorded input list is compared
         # as it is, and a shorter one would re-run the report of every existing run.
         aggregate=[

@@ -1,71 +1,46 @@
-"""`python -m splitbench <stage> ...`: the commands the workflow's rules run.
+"""splitbench's commands: what the workflow's rules run, and what a person runs.
 
-Each stage module declares its command (`STAGES`: arguments and what it runs); this
-module only finds the one asked for. Only that stage's module is imported, so a quick
-command (`teardown`, `cells`) does not pay for the chart libraries.
+`python -m splitbench <command> ...`; a person runs `cells`, `teardown`, `whatif` and
+`doctor`, the rules the others.
+
+Each command is a module of `splitbench.commands`, named as the command; this module
+only finds the one asked for. Only that command's module is imported, so a quick command
+(`teardown`, `cells`) does not pay for the chart libraries.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import socket
 import sys
 import time
 from collections.abc import Iterator
 
+from splitbench import commands
 from splitbench.errors import SplitbenchError
 from splitbench.infra import procs
-from splitbench.stage import Stage
-
-# Stage name -> the module that declares it, in the order a run meets them.
-MODULES = {
-    "toolchain": "splitbench.backends.llamacpp.toolchain",
-    "toolchain-vllm": "splitbench.backends.vllm.toolchain",
-    "model": "splitbench.models",
-    "link": "splitbench.links.verify",
-    "launch": "splitbench.backends.launch",
-    "cell": "splitbench.cells.measure",
-    "roundtrips": "splitbench.cells.roundtrips",
-    "roundtrips-table": "splitbench.analysis.roundtrips_table",
-    "aggregate": "splitbench.report.aggregate",
-    "drift": "splitbench.analysis.drift",
-    "findings": "splitbench.analysis.findings",
-    "charts": "splitbench.report.charts",
-    "report": "splitbench.report.page",
-    "checks": "splitbench.analysis.checks",
-    "cells": "splitbench.plan",
-    "teardown": "splitbench.infra.teardown",
-    "whatif": "splitbench.analysis.whatif",
-    "doctor": "splitbench.doctor",
-}
-
-
-def stage(name: str) -> Stage:
-    module = importlib.import_module(MODULES[name])
-    return next(s for s in module.STAGES if s.name == name)
 
 
 def parser(names: list[str]) -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="splitbench", description=__doc__.splitlines()[0])
-    sub = top.add_subparsers(dest="stage", required=True)
+    sub = top.add_subparsers(dest="command", required=True)
     for name in names:
-        declared = stage(name)
-        declared.arguments(sub.add_parser(name, help=declared.help))
+        command = commands.load(name)
+        command.arguments(sub.add_parser(name, help=command.HELP))
     return top
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    asked = argv[0] if argv and argv[0] in MODULES else None
-    args = parser([asked] if asked else list(MODULES)).parse_args(argv)
-    declared = stage(args.stage)
+    asked = argv[0] if argv and argv[0] in commands.NAMES else None
+    args = parser([asked] if asked else list(commands.NAMES)).parse_args(argv)
+    command = commands.load(args.command)
     try:
-        if declared.measuring:
-            with procs.job(args.stage), stamped(args.stage):
-                return declared.run(args) or 0
-        return declared.run(args) or 0
+        if getattr(command, "MEASURING", False):
+            with procs.job(args.command), stamped(args.command):
+                return command.run(args) or 0
+        return command.run(args) or 0
     except SplitbenchError as error:
         # A problem the message names (a config key, a host, a file): said, not a trace.
         print(f"error: {error}", file=sys.stderr)

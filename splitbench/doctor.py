@@ -9,19 +9,17 @@ says so here first, naming host, tool, interface or key.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
 from pathlib import Path
 
-from splitbench import backends, configuration, plan, results
+from splitbench import configuration, plan, results
 from splitbench.configuration import Config, LinkSpec, Pair
 from splitbench.infra import files
 from splitbench.infra.hosts import Host, host_from_spec
 from splitbench.links import readiness
 from splitbench.links.readiness import BAD, NOTE, OK, Line
-from splitbench.stage import Stage
 
 # Free space the results of a run need (Parquet, logs, charts; a few hundred MB at most).
 DISK_MIN_GIB = 1.0
@@ -195,31 +193,3 @@ def run_lines(config: Config, results_dir: str | Path) -> list[Line]:
         said += " (no estimate before a first run measures the models' speeds)"
     lines.append(Line(NOTE, "run", said))
     return lines
-
-
-def _arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--configfile", default="config/config.yaml",
-                   help="the config to check (default config/config.yaml)")
-    p.add_argument("--results", default="results", help="the results directory")
-
-
-def _run(args: argparse.Namespace) -> int:
-    written = plan.read_yaml(args.configfile)
-    plan.names_as_text(written)
-    try:
-        config = configuration.parsed(written)
-        backends.check_models(config)
-    except (configuration.ConfigError, ValueError) as exc:
-        print(f"{BAD} config {args.configfile}: {exc}")
-        return 1
-    lines = check(config, args.results)
-    for line in lines:
-        print(line, flush=True)
-    bad = sum(line.mark == BAD for line in lines)
-    print(f"splitbench doctor: {bad} problem(s)" if bad else "splitbench doctor: ready")
-    return 1 if bad else 0
-
-
-STAGES = (Stage("doctor", "check every pair of a config before anything starts",
-                _arguments, _run),)
-

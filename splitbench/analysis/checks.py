@@ -4,9 +4,7 @@ them last, after the report is written, and fails the run for what did not work.
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -17,7 +15,6 @@ from splitbench.analysis import cell_summary
 from splitbench.analysis.marks import FLAG_MARK
 from splitbench.infra import parquet_io
 from splitbench.records import ToolchainRecord
-from splitbench.stage import Stage
 
 
 def check_lines(summary: pd.DataFrame, drift_path: str | Path | None,
@@ -194,27 +191,3 @@ def headlines(findings_markdown: str) -> list[str]:
         elif line.startswith("- **"):
             out.append(f"{section}: {line[4:].split('**')[0]}")
     return out
-
-
-# --- the `checks` stage ---------------------------------------------------------------
-def _checks_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--results", default=results.ROOT)
-    p.add_argument("--out", required=True, help="where to write them (on success)")
-
-
-def _checks(args: argparse.Namespace) -> int:
-    failed = run_checks(args.results, args.out)
-    if failed:
-        print(f"splitbench: {len(failed)} pair(s), link(s) or block(s) failed (above); "
-              "everything else is measured and reported. To try again, --forcerun what "
-              f"failed: a pair's toolchain ({results.TOOLCHAIN.format(pair='<pair>')}), a "
-              f"link's result ({results.link('<pair>', '<link>')}), the launch records "
-              f"of its blocks ({results.launch('<pair>', '<link>', '<model>')}) and "
-              "their cells (python -m splitbench cells --match pair=<pair>,link=<link>).",
-              file=sys.stderr)
-        return 1
-    return 0
-
-
-STAGES = (Stage("checks", "print the run's checks; fail when a link or a block failed",
-                _checks_arguments, _checks),)

@@ -39,7 +39,6 @@ puts a cell's epoch in its params, so the next run re-measures exactly those cel
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -53,7 +52,6 @@ from splitbench.analysis import anchor_check, cell_summary, reruns
 from splitbench.infra import parquet_io, tables_io
 from splitbench.plan import cell_key
 from splitbench.slices import DriftSettings, InterferenceLimits
-from splitbench.stage import Stage, json_arg
 
 KEYS = cell_summary.SUMMARY_KEYS  # a cell's identity
 FIGURES = ["status", "decode_ms_per_token", "temp_before_c", "temp_after_c", "temp_peak_c",
@@ -393,36 +391,3 @@ def outcome_lines(suspects: pd.DataFrame) -> list[str]:
         " (" + ", ".join(f"{k}: {n}" for k, n in dict(kinds).items()) + ")" if len(kinds)
         else ""))
     return lines
-
-
-# --- the `drift` stage ----------------------------------------------------------------
-def _arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--summary", default=results.SUMMARY)
-    p.add_argument("--anchors", nargs="*", default=[])
-    p.add_argument("--settings", type=json_arg, default={})
-    p.add_argument("--interference", type=json_arg, default={},
-                   help="the config's interference: limits (JSON): an anchor above them "
-                        "fails the anchor check")
-    p.add_argument("--report", default=results.DRIFT_REPORT)
-    p.add_argument("--table", default=f"{results.TABLES}/drift", help="path without suffix")
-    p.add_argument("--apply", action="store_true",
-                   help="record a new epoch for the cells in the existing report")
-    p.add_argument("--reruns", default="config/reruns.yaml")
-
-
-def _run(args: argparse.Namespace) -> None:
-    if args.apply:
-        suspects = pd.read_parquet(args.report)
-        reruns.apply(suspects, args.reruns)
-        print(f"{len(suspects)} cell(s) get a new epoch in {args.reruns}; "
-              "`snakemake --cores 1 all` re-measures exactly them")
-        return
-    suspects = main_drift(args.summary, args.anchors, args.settings, args.report, args.table,
-                          False, args.reruns, args.interference)
-    for line in outcome_lines(suspects):
-        print(f"drift: {line}")
-    print(f"drift: see {args.table}.md")
-
-
-STAGES = (Stage("drift", "name cells measured under thermal drift; --apply gives them a new "
-                         "epoch in config/reruns.yaml", _arguments, _run),)

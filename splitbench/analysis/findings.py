@@ -13,7 +13,6 @@ computes the frames from the run's files.
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -51,7 +50,6 @@ from splitbench.analysis.finding_text import (
     ms_text,
 )
 from splitbench.slices import InterferenceLimits
-from splitbench.stage import Stage, json_arg
 
 
 # --- concurrency --------------------------------------------------------------------------
@@ -398,34 +396,3 @@ def run(summary_path: str, link_files: list[str], toolchain_files: list[str],
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(markdown(found))
     return found
-
-
-def _arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--summary", required=True)
-    p.add_argument("--links", nargs="+", required=True)
-    p.add_argument("--toolchain", nargs="*", default=[])
-    p.add_argument("--sweeps", nargs="*", default=[])
-    p.add_argument("--anchors", nargs="*", default=[])
-    p.add_argument("--drift", default=None, help="the drift step's report.parquet")
-    p.add_argument("--contexts", type=json_arg, required=True)
-    p.add_argument("--baseline", default=None)
-    p.add_argument("--workers", type=json_arg, default={})
-    p.add_argument("--out", required=True, help="findings.md")
-    p.add_argument("--whatif", required=True, help="the what-if model's Parquet")
-    p.add_argument("--points", required=True, help="the measured links beside it")
-    p.add_argument("--tables", default=None, help="the tables' directory: one that flags "
-                   "most of its rows is said in the findings")
-    p.add_argument("--interference", type=json_arg, default={},
-                   help="the interference limits that flag a link's measurements")
-
-
-def _run(args: argparse.Namespace) -> None:
-    found = run(args.summary, args.links, args.toolchain, args.sweeps, args.anchors,
-                args.drift, args.contexts, args.baseline, args.workers, args.out,
-                args.whatif, args.points, args.tables, args.interference)
-    print(f"findings: {len(found)} written to {args.out}")
-
-
-STAGES = (Stage("findings", "what the run found, in sentences (findings.md)",
-                _arguments, _run),)
-

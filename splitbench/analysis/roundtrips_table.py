@@ -3,15 +3,12 @@
 
 from __future__ import annotations
 
-import argparse
 from typing import TypedDict
 
 import pandas as pd
 
 from splitbench.analysis import cell_summary, comparison
 from splitbench.cells.sweep_fit import fit
-from splitbench.infra import tables_io
-from splitbench.stage import Stage
 
 
 def table(files: list[str]) -> pd.DataFrame:
@@ -58,18 +55,3 @@ def _measured_range(frame: pd.DataFrame) -> MeasuredRange:
         "latency range (ms)": f"{measured['rr_ms'].min():.3f}–{measured['rr_ms'].max():.3f}",
         "delay by": measured.loc[measured["delay_ms"].idxmax(), "emulation_delay"],
     }
-
-
-# --- the `roundtrips-table` stage -----------------------------------------------------
-def _arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--sweeps", nargs="+", required=True)
-    p.add_argument("--out", required=True, help="table path without suffix")
-
-
-def _run(args: argparse.Namespace) -> None:
-    tables_io.write_table(table(args.sweeps), args.out,
-                          "Round trips per decoded token (median decode step against "
-                          "measured request-response latency)")
-
-
-STAGES = (Stage("roundtrips-table", "the round trips per token table", _arguments, _run),)

@@ -18,17 +18,14 @@ context; `predict` evaluates it for a link; `curve` for a range of latencies.
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from splitbench import results
 from splitbench.analysis import traffic
 from splitbench.analysis.comparison import COVERAGE, agrees
-from splitbench.stage import Stage
 
 # Below this share of the step, a link's round trips are "not felt": the latency at
 # which the link adds this much is where the sensitivity curve turns flat.
@@ -50,23 +47,23 @@ def model(summary: pd.DataFrame, links: pd.DataFrame, trips: pd.DataFrame,
     rows = []
     for _, cell in one.iterrows():
         link = facts[(facts["pair"] == cell["pair"]) & (facts["link"] == baseline)]
-        if link.empty or not np.isfinite(_num(link["rr64_p50_us"].iloc[0])):
+        if link.empty or not np.isfinite(number(link["rr64_p50_us"].iloc[0])):
             continue
         link = link.iloc[0]
         n, se, source = _round_trips(trips, cell["pair"], cell["model"],
                                      int(workers.get(cell["model"], 1)))
-        sizes = {way: _num(cell.get(f"rpc_bytes_per_token_{way}")) for way in
+        sizes = {way: number(cell.get(f"rpc_bytes_per_token_{way}")) for way in
                  traffic.DIRECTIONS}
-        wire = sum(traffic.transfer_ms(size, np.nan_to_num(_num(link.get(f"burst_bytes_{way}"))),
-                                       _num(link.get(f"{way}_gbps")))
+        wire = sum(traffic.transfer_ms(size, np.nan_to_num(number(link.get(f"burst_bytes_{way}"))),
+                                       number(link.get(f"{way}_gbps")))
                    for way, size in sizes.items()
-                   if np.isfinite(size) and np.isfinite(_num(link.get(f"{way}_gbps"))))
-        decode = _num(cell["decode_ms_per_token"])
-        rtt = _num(link["rr64_p50_us"])
+                   if np.isfinite(size) and np.isfinite(number(link.get(f"{way}_gbps"))))
+        decode = number(cell["decode_ms_per_token"])
+        rtt = number(link["rr64_p50_us"])
         rows.append({
             "pair": cell["pair"], "model": cell["model"], "ctx": cell["ctx"],
             "baseline": baseline, "decode_ms": decode,
-            "decode_ms_se": _num(cell.get("decode_ms_se")),
+            "decode_ms_se": number(cell.get("decode_ms_se")),
             "round_trips": n, "round_trips_se": se, "round_trips_from": source,
             "rtt_base_us": rtt, "bytes_a_to_b": sizes["a_to_b"],
             "bytes_b_to_a": sizes["b_to_a"], "wire_base_ms": wire,
@@ -81,15 +78,16 @@ def _round_trips(trips: pd.DataFrame, pair: str, model_name: str,
     mine = trips[(trips["pair"] == pair) & (trips["model"] == model_name)
                  & (trips["workers"] == workers)] if len(trips) else trips
     if len(mine):
-        return (float(mine["round_trips"].iloc[0]), _num(mine["round_trips_se"].iloc[0]),
+        return (float(mine["round_trips"].iloc[0]), number(mine["round_trips_se"].iloc[0]),
                 "the delay sweep")
     return float(workers), np.nan, (f"assumed: the floor of one per RPC worker ({workers}); "
                                     "no sweep resolved it")
 
 
-def _num(value: object) -> float:
-    number = pd.to_numeric(value, errors="coerce")
-    return float(number) if number is not None and np.isfinite(number) else np.nan
+def number(value: object) -> float:
+    """A value as a finite float, or NaN (missing, None, not a number)."""
+    parsed = pd.to_numeric(value, errors="coerce")
+    return float(parsed) if parsed is not None and np.isfinite(parsed) else np.nan
 
 
 def predict(rows: pd.DataFrame, rtt_us: float, gbps_a_to_b: float | None = None,
@@ -163,9 +161,9 @@ def measured_points(rows: pd.DataFrame, comparison: pd.DataFrame) -> pd.DataFram
                           & (comparison["status"] == "ok")
                           & (comparison["status_base"] == "ok")]
         for _, comp in mine.iterrows():
-            gap_us = _num(comp.get("latency_delta_us"))
-            predicted = _num(comp.get("predicted_decode_delta_ms"))
-            predicted_unc = _num(comp.get("predicted_decode_delta_unc_ms"))
+            gap_us = number(comp.get("latency_delta_us"))
+            predicted = number(comp.get("predicted_decode_delta_ms"))
+            predicted_unc = number(comp.get("predicted_decode_delta_unc_ms"))
             measured, unc = comp["decode_delta_ms"], comp["decode_delta_unc_ms"]
             agree = agrees(measured, unc, predicted, predicted_unc)
             out.append({"pair": row["pair"], "model": row["model"], "ctx": row["ctx"],
@@ -193,48 +191,6 @@ def write(rows: pd.DataFrame, points: pd.DataFrame, out: str | Path,
         frame.to_parquet(path, index=False)
 
 
-# --- the `whatif` command -------------------------------------------------------------
-def _arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--rtt-us", type=float, default=None,
-                   help="the link's request-response latency for a small message (µs): "
-                        "what sockperf ping-pong --full-rtt or the links table's 64 B "
-                        "round trip reads")
-    p.add_argument("--gbit", type=float, default=None,
-                   help="the link's rate A→B in Gbit/s (and B→A unless --gbit-b-to-a)")
-    p.add_argument("--gbit-b-to-a", type=float, default=None)
-    p.add_argument("--like", default=None,
-                   help="a link measured in this run: its latency and rates (the flags "
-                        "above override either)")
-    p.add_argument("--results", default=results.ROOT, help="the run's results directory")
-
-
-def _run(args: argparse.Namespace) -> int:
-    from splitbench.analysis.cell_summary import read_links  # only this command needs it
-
-    rows = pd.read_parquet(results.under(args.results, results.WHATIF))
-    rtt, a_to_b, b_to_a = args.rtt_us, args.gbit, args.gbit_b_to_a
-    burst = (0.0, 0.0)
-    if args.like:
-        found = sorted(Path(results.under(args.results, results.LINKS)).glob(
-            f"*/{args.like}.parquet"))
-        if not found:
-            raise SystemExit(f"error: --like {args.like}: no link of that name under "
-                             f"{results.under(args.results, results.LINKS)}")
-        link = read_links([str(p) for p in found]).iloc[0]
-        rtt = rtt if rtt is not None else _num(link.get("rr64_p50_us"))
-        a_to_b = a_to_b if a_to_b is not None else _num(link.get("a_to_b_gbps"))
-        b_to_a = b_to_a if b_to_a is not None else _num(link.get("b_to_a_gbps"))
-        burst = tuple(np.nan_to_num(_num(link.get(f"burst_bytes_{w}")))
-                      for w in traffic.DIRECTIONS)
-    if rtt is None or a_to_b is None:
-        raise SystemExit("error: give --rtt-us and --gbit, or --like <a link of this run>")
-    if rows.empty:
-        raise SystemExit("error: no baseline single-stream cell was measured ok: nothing "
-                         "to predict from")
-    print(text(predict(rows, rtt, a_to_b, b_to_a, *burst), rtt, a_to_b, b_to_a))
-    return 0
-
-
 def text(predicted: pd.DataFrame, rtt: float, a_to_b: float, b_to_a: float | None) -> str:
     """The prediction as a table a person reads in a terminal."""
     rates = f"{a_to_b:g} Gbit/s" + (f" A→B, {b_to_a:g} B→A" if b_to_a is not None else "")
@@ -253,6 +209,3 @@ def text(predicted: pd.DataFrame, rtt: float, a_to_b: float, b_to_a: float | Non
         lines.append("  ".join(str(x).ljust(w) for x, w in zip(line, widths, strict=True)))
     return "\n".join(lines)
 
-
-STAGES = (Stage("whatif", "predict decode for a link of given latency and bandwidth from "
-                "this run's measurements", _arguments, _run),)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import secrets
 import time
@@ -22,7 +21,6 @@ from splitbench.infra.hosts import HostError
 from splitbench.links import real, verify
 from splitbench.records import LaunchRecord, ModelInfo, ToolchainRecord
 from splitbench.slices import CellSlice, LinkSlice, ServerSettings
-from splitbench.stage import Stage, json_arg
 
 if TYPE_CHECKING:  # models imports gguf and numpy: not at a cell's start
     from splitbench.models import ModelHeader
@@ -140,7 +138,7 @@ def _not_launched(cell: CellSlice, model: ModelInfo, launch: LaunchRecord,
 
 
 Shot = tuple[list[client.Reply], telemetry.RpcTraffic | None]
-# Request-response samples per paired run (64 B, about 5-35 ms on the lab's links).
+# Request-response samples per paired run (64 B each).
 PAIRED_RR_SAMPLES = 50
 
 
@@ -471,30 +469,3 @@ def _hottest(sensors: telemetry.SamplerFigures, when: str) -> float | None:
     values = [sensors.get(f"temp_{side}_{when}_c") for side in ("a", "b")]
     values = [v for v in values if v is not None]
     return max(values) if values else None
-
-
-# --- the `cell` stage -----------------------------------------------------------------
-def _arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--cell", type=json_arg, required=True)
-    p.add_argument("--link-spec", type=json_arg, required=True)
-    p.add_argument("--model", required=True)
-    p.add_argument("--launch", required=True)
-    p.add_argument("--toolchain", required=True)
-    p.add_argument("--link-result", required=True)
-    p.add_argument("--reference-result", default="",
-                   help="a paired cell's reference: the baseline link's verification")
-    p.add_argument("--tokens-out", required=True)
-    p.add_argument("--requests-out", required=True)
-
-
-def _run(args: argparse.Namespace) -> None:
-    frame = run(args.cell, args.link_spec, json.loads(Path(args.model).read_text()),
-                json.loads(Path(args.launch).read_text()), args.toolchain, args.link_result,
-                args.tokens_out, args.requests_out, args.reference_result or None)
-    ok = frame[frame["status"] == "ok"]
-    print(f"cell: {frame['cell_status'].iloc[0]}; decode {ok['decode_tps'].median():.1f} "
-          f"tok/s, prefill {ok['prefill_tps'].median():.0f} tok/s over "
-          f"{len(ok)}/{len(frame)} ok requests")
-
-
-STAGES = (Stage("cell", "measure one cell", _arguments, _run, measuring=True),)

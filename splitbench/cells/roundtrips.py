@@ -16,11 +16,8 @@ cost and any emulation error are inside it.
 
 from __future__ import annotations
 
-import argparse
-import json
 import secrets
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypedDict
 
 import httpx
@@ -37,7 +34,6 @@ from splitbench.links import lab, verify
 from splitbench.links.link import Link
 from splitbench.records import ModelInfo, ToolchainRecord
 from splitbench.slices import LinkSlice, ServerSettings, SweepSlice
-from splitbench.stage import Stage, json_arg
 
 BACKEND = backends.get("llamacpp")
 # Index of the first sweep link: far from the configured links' indexes (1, 2, ...).
@@ -200,22 +196,3 @@ def _rounds(spec: SweepSlice, points: list[Point]) -> list[SweepRow]:
               f"step {np.median(steps) if steps else float('nan'):.3f} ms "
               f"({len(steps)}/{spec['requests']} requests decoded)", flush=True)
     return rows
-
-
-# --- the `roundtrips` stage -----------------------------------------------------------
-def _arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--spec", type=json_arg, required=True)
-    p.add_argument("--model", required=True)
-    p.add_argument("--toolchain", required=True)
-    p.add_argument("--out", required=True)
-
-
-def _run(args: argparse.Namespace) -> None:
-    result = sweep(args.spec, json.loads(Path(args.model).read_text()),
-                   json.loads(Path(args.toolchain).read_text()), args.out)
-    print(f"round trips per token with {args.spec['workers']} worker(s): "
-          f"{result['round_trips_per_token']} (R2 {result['r2']}, {result['points']} points)")
-
-
-STAGES = (Stage("roundtrips", "sweep link delay, fit round trips per token", _arguments, _run,
-                measuring=True),)

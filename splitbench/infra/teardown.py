@@ -5,7 +5,6 @@ cancelled cluster job left behind. Also the `teardown` command, for a person."""
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import subprocess
@@ -13,7 +12,6 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from splitbench.infra import files, procs
-from splitbench.stage import Stage
 
 
 def _undo_changes() -> list[str]:
@@ -159,13 +157,3 @@ def _delete_namespaces() -> list[str]:
 def _listed_namespaces() -> list[str]:
     listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     return [line.split()[0] for line in listed.splitlines() if line.split()]
-
-
-# --- the `teardown` stage -------------------------------------------------------------
-def _run(args: argparse.Namespace) -> None:
-    for line in teardown():
-        print(line)
-
-
-STAGES = (Stage("teardown", "stop every process and namespace this run started",
-                lambda p: None, _run),)

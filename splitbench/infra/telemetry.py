@@ -174,10 +174,10 @@ def _peak_pressure(readings: list[sensors.Reading]) -> float | None:
     return round(max(rates), 1) if rates else None
 
 
-# A sock_diag read takes ~10 us plus ~15 us per connection; one that took well over that
-# was interrupted. At the first token, where the read splits tokens from bytes, taking an
+# A sock_diag read is quick (docs/method.md); one that took well over that was
+# interrupted. At the first token, where the read splits tokens from bytes, taking an
 # interrupted read's middle as its time counted two tokens' bytes without the tokens
-# beside two busy loops (4,245 bytes per token for 4,104).
+# beside busy loops.
 TIGHT_READ_NS = 100_000
 TIGHT_READ_PER_CONNECTION_NS = 40_000
 FIRST_READ_TRIES = 20

@@ -226,10 +226,8 @@ def _shape(
 
 
 # tbf lets a full bucket through at the veth's own speed. A decode step's largest message
-# (a token's logits: 196 KB for a 49k vocabulary) must cross at the link's rate as on a
-# wire, so the bucket holds 0.25 ms at rate: measured, a 196 KB message then took
-# (size - burst) / rate longer than unshaped, and iperf3 reached 1.11 of 1.19 Gbit/s
-# (with 4 ms: 1.14 Gbit/s, but the logits crossed unshaped: no bandwidth cost at all).
+# (a token's logits) must cross at the link's rate as on a wire, so the bucket is small:
+# 0.25 ms at rate (why, measured: docs/method.md, "Measurement conditions").
 TBF_BURST_S = 0.00025
 TBF_MIN_BURST = 16384  # a few full-size segments (tbf splits larger GSO packets)
 
@@ -265,10 +263,8 @@ def _start_relay(link: Link, delay_ms: float, key: str) -> None:
     argv = relay.argv(delay_ms, mappings)
     procs.stop(relay_key(link.pair, link.name))
     # The relay stands for the wire: it lives in A's network namespace but runs on B's
-    # CPUs, which idle while B waits for A's commands. On A's it took the CPU from
-    # llama-server for every message it read or released: measured, a 20 us link then
-    # cost decode +0.26 ms/token against +0.03 ms on B's CPUs, where its measured
-    # latency predicted +0.04 ms.
+    # CPUs, which idle while B waits for A's commands; on A's it took the CPU from
+    # llama-server for every message it read or released (docs/method.md).
     wire = dataclasses.replace(link.host_a, cpus=link.host_b.cpus)
     wire.spawn(argv, role="relay", key=relay_key(link.pair, link.name), extra={"pair": link.pair},
                log_path=procs.state_dir() / "logs" / f"relay-{key}.log")

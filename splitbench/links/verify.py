@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import hashlib
 import json
@@ -27,7 +26,6 @@ from splitbench.links.figures import LinkFacts, LinkRow, SockperfFigures, Throug
 from splitbench.links.link import IPERF_PORT, PROBE_PORT, SOCKPERF_PORT, Emulation, Link
 from splitbench.remote import linkfacts, probe
 from splitbench.slices import LinkCheckSettings, LinkSlice
-from splitbench.stage import Stage, json_arg
 
 
 class LinkError(SplitbenchError):
@@ -464,30 +462,3 @@ def fixed_overhead(rtts: dict[str, list[float]]) -> dict[str, float]:
     p50 = np.array([np.median(rtts[str(s)]) for s in sizes])
     intercept, slope, r2 = fits.theil_sen(sizes / 1024, p50)
     return {"rr_fixed_us": intercept, "rr_us_per_kb": slope, "rr_fit_r2": r2}
-
-
-# --- the `link` stage -----------------------------------------------------------------
-def _arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--spec", type=json_arg, required=True)
-    p.add_argument("--settings", type=json_arg, required=True)
-    p.add_argument("--out", required=True)
-
-
-def _run(args: argparse.Namespace) -> None:
-    # One job drives a pair at a time: iperf3 next to a running cell would skew it.
-    with procs.locked(f"pair-{args.spec['pair']}"):
-        try:
-            row = verify(args.spec, args.settings, args.out).iloc[0]
-        except VERIFICATION_FAILURES as exc:
-            # A result, not a crash of the workflow: the link's blocks report it, the
-            # tables show it and the run's checks fail on it, after the report.
-            write_failure(args.spec, args.settings, exc, args.out)
-            print(f"link {args.spec['pair']}/{args.spec['link']} FAILED verification: "
-                  f"{exc}")
-            return
-    print(f"link {row['pair']}/{row['link']}: A->B {row['a_to_b_gbps']:.2f} Gbit/s, "
-          f"B->A {row['b_to_a_gbps']:.2f}, bidir {row['bidir_gbps']:.2f}, "
-          f"ping {row['ping_ms']:.3f} ms, RR16k p50 {row['rr16k_p50_us']:.0f} us")
-
-
-STAGES = (Stage("link", "set up and verify one link", _arguments, _run, measuring=True),)

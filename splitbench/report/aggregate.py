@@ -4,7 +4,6 @@ them."""
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -40,7 +39,6 @@ from splitbench.report.tables import (
     ttft_table,
 )
 from splitbench.slices import InterferenceLimits
-from splitbench.stage import Stage, json_arg
 
 
 def tables(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
@@ -204,30 +202,3 @@ def remeasured(archived: list[Path], summary: pd.DataFrame) -> pd.DataFrame:
                      rounded(now["prefill_tps"] if now is not None else None, 0),
                      old["cell_status"].iloc[0], now["status"] if now is not None else None])
     return pd.DataFrame(rows, columns=columns)
-
-
-# --- the `aggregate` stage ------------------------------------------------------------
-def _arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--contexts", type=json_arg, required=True)
-    p.add_argument("--interference", type=json_arg, default={},
-                   help="the config's interference: limits (JSON)")
-    p.add_argument("--baseline", default=None, help="the link others are compared with")
-    p.add_argument("--summary", required=True)
-    p.add_argument("--tables", required=True)
-    p.add_argument("--links", nargs="+", required=True)
-    p.add_argument("--requests", nargs="+", required=True)
-    p.add_argument("--anchors", nargs="*", default=[],
-                   help="drift anchors' request files: the machine's drift over time")
-    p.add_argument("--sweeps", nargs="*", default=[],
-                   help="round-trip sweeps: the prediction from measured latency")
-    p.add_argument("--workers", type=json_arg, default={},
-                   help="each model's RPC workers (JSON), to pick its sweep")
-
-
-def _run(args: argparse.Namespace) -> None:
-    aggregate(args.requests, args.links, args.contexts, args.summary, args.tables,
-              baseline_link=args.baseline, interference_limits=args.interference,
-              anchor_files=args.anchors, sweep_files=args.sweeps, workers=args.workers)
-
-
-STAGES = (Stage("aggregate", "summary Parquet and tables from cell files", _arguments, _run),)

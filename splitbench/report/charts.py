@@ -8,7 +8,6 @@ cannot draw, it says in a note instead of failing the workflow.
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -39,7 +38,6 @@ from splitbench.report.chart_parts import (
 )
 from splitbench.report.contents import CHARTS
 from splitbench.report.pair_charts import backends_chart, pairs_chart
-from splitbench.stage import Stage
 
 # The latency the decode-vs-latency fit uses, the mechanisms table's: the probe's fixed
 # request-response overhead (a decode step moves a few KB per transaction, where the
@@ -443,30 +441,3 @@ def render(summary_path: str, link_files: list[str], baseline: str, out_dir: str
                              whatif_points).items():
         written += save(chart, out_dir, name)
     return written
-
-
-# --- the `charts` stage ---------------------------------------------------------------
-def _arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--summary", required=True)
-    p.add_argument("--links", nargs="+", required=True)
-    p.add_argument("--baseline", required=True, help="the link others are compared with")
-    p.add_argument("--cells", default=results.CELLS, help="where the cell Parquet lies")
-    p.add_argument("--timeline", default="",
-                   help="the token timeline's cell as pair/link/model/ctx/conc "
-                        "(default: the baseline's shortest-context, most-concurrent ok cell)")
-    p.add_argument("--mechanisms", default="",
-                   help="the mechanisms table (CSV): the decode slopes the chart draws")
-    p.add_argument("--whatif", default="", help="the what-if model (Parquet)")
-    p.add_argument("--whatif-points", default="",
-                   help="the measured links beside their predictions (Parquet)")
-    p.add_argument("--out", required=True, help="directory for the chart files")
-
-
-def _run(args: argparse.Namespace) -> None:
-    written = render(args.summary, args.links, args.baseline, args.out, args.cells,
-                     args.timeline, args.mechanisms, args.whatif, args.whatif_points)
-    print(f"charts: {len(written)} files in {args.out}")
-
-
-STAGES = (Stage("charts", "charts (HTML, PNG, Vega-Lite spec) from the results", _arguments,
-                _run),)

@@ -16,7 +16,6 @@ any zoom, and text a reader can select and search.
 
 from __future__ import annotations
 
-import argparse
 import base64
 import json
 import re
@@ -35,7 +34,6 @@ from splitbench.report import contents, vega
 from splitbench.report.html_parts import esc, frame_html, markdown, script_json
 from splitbench.report.provenance import clock_text, provenance_section, request_facts
 from splitbench.slices import HostSlice, LinkSlice
-from splitbench.stage import Stage, json_arg
 
 if TYPE_CHECKING:  # plan imports pydantic, which the report does not load
     from splitbench.plan import PairView
@@ -303,33 +301,3 @@ def write(out: str, **inputs: Any) -> int:
 
 
 # --- the `report` stage -------------------------------------------------------------
-def _report_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--summary", required=True)
-    p.add_argument("--links", nargs="+", required=True)
-    p.add_argument("--toolchain", nargs="+", required=True)
-    p.add_argument("--requests", nargs="+", required=True)
-    p.add_argument("--cells", default=results.CELLS, help="where the cell Parquet lies")
-    p.add_argument("--tables", required=True, help="directory of the tables (.md, .csv)")
-    p.add_argument("--charts", required=True, help="directory of the charts (.vl.json)")
-    p.add_argument("--drift", default=None, help="the drift step's report.parquet")
-    p.add_argument("--pairs", type=json_arg, default={},
-                   help="where each pair's hosts are (JSON, pairs_slice of the config)")
-    p.add_argument("--findings", default=None,
-                   help="the run's findings (Markdown), the page's first section; a "
-                        "missing file gives a note that none were written")
-    p.add_argument("--out", required=True)
-
-
-def _report(args: argparse.Namespace) -> None:
-    size = write(args.out, summary_path=args.summary, link_files=args.links,
-                 toolchain_files=args.toolchain, tables_dir=args.tables,
-                 charts_dir=args.charts, request_files=args.requests, cells_dir=args.cells,
-                 drift_path=args.drift, config_pairs=args.pairs,
-                 findings_path=args.findings)
-    print(f"report: {args.out} ({size / 1e6:.2f} MB)")
-
-
-STAGES = (
-    Stage("report", "one offline HTML page: tables, charts, provenance", _report_arguments,
-          _report),
-)

@@ -1,5 +1,5 @@
-"""The command line: each stage declares itself, the rules call only declared stages,
-and a command imports only its own stage's module."""
+"""The command line: each command is a module of its own name, the rules call only
+declared commands, and a command imports only its own module."""
 
 from __future__ import annotations
 
@@ -7,10 +7,12 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
+import pandas as pd
 import pytest
 
-from splitbench import cli
+from splitbench import cli, commands, results
 from tests.conftest import ROOT
 
 # splitbench("link", ...) through the rules' helper, or a literal command (checks, whose
@@ -24,16 +26,23 @@ RULE_STAGES = {
 USER_COMMANDS = {"cells", "teardown", "whatif", "doctor"}  # run by a person, not a rule
 
 
-@pytest.mark.parametrize("name", list(cli.MODULES))
-def test_every_stage_is_declared_by_its_module(name):
-    declared = cli.stage(name)
-    assert declared.name == name and declared.help
-    assert callable(declared.arguments) and callable(declared.run)
+@pytest.mark.parametrize("name", commands.NAMES)
+def test_every_command_is_a_module_of_its_name(name):
+    command = commands.load(name)
+    assert command.__name__ == f"splitbench.commands.{name.replace('-', '_')}"
+    assert command.HELP and command.__doc__
+    assert callable(command.arguments) and callable(command.run)
+
+
+def test_every_module_in_the_commands_folder_is_a_listed_command():
+    folder = ROOT / "splitbench/commands"
+    modules = {p.stem.replace("_", "-") for p in folder.glob("*.py") if p.stem != "__init__"}
+    assert modules == set(commands.NAMES)
 
 
 def test_the_rules_call_every_declared_stage_and_nothing_else():
     assert RULE_STAGES, "no stage found in rules/*.smk: the pattern above is out of date"
-    assert set(cli.MODULES) - USER_COMMANDS == RULE_STAGES
+    assert set(commands.NAMES) - USER_COMMANDS == RULE_STAGES
 
 
 def rule_commands() -> list[tuple[str, set[str]]]:
@@ -51,9 +60,9 @@ def rule_commands() -> list[tuple[str, set[str]]]:
 def test_each_rule_passes_exactly_the_flags_its_stage_declares():
     """The flags are declared once, by the stage's parser: a rule that passes one it does
     not declare, or leaves out one it requires, fails here (not at its first job)."""
-    commands = rule_commands()
-    assert {stage for stage, _ in commands} == RULE_STAGES
-    for stage, flags in commands:
+    calls = rule_commands()
+    assert {stage for stage, _ in calls} == RULE_STAGES
+    for stage, flags in calls:
         parser = cli.parser([stage])._subparsers._group_actions[0].choices[stage]
         options = {o: a for a in parser._actions for o in a.option_strings}
         required = {a.option_strings[0] for a in parser._actions if a.required}
@@ -113,3 +122,16 @@ def test_every_error_splitbench_raises_shares_one_base():
                   guard.GuardError, real.SetupError, verify.LinkError,
                   configuration.ConfigError):
         assert issubclass(error, SplitbenchError), error
+
+
+
+def test_whatif_names_what_is_missing_with_status_2(tmp_path, capsys):
+    """A run without results, then a link this run did not measure: an error line each."""
+    assert cli.main(["whatif", "--like", "usb4", "--results", str(tmp_path)]) == 2
+    assert "no what-if model at" in capsys.readouterr().err
+    model = Path(results.under(tmp_path, results.WHATIF))
+    model.parent.mkdir(parents=True)
+    pd.DataFrame({"pair": ["lab"]}).to_parquet(model)
+    assert cli.main(["whatif", "--like", "nosuch", "--results", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --like nosuch: no link of that name") and "Traceback" not in err

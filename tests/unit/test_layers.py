@@ -1,6 +1,7 @@
 """The stage packages look down only: remote < infra < links < backends < cells <
-analysis < report < workflow (what the rules bind). A module imports from its own
-package or one below it, never one above; so no two packages import each other."""
+analysis < report < workflow (what the rules bind) < commands (what the rules run). A
+module imports from its own package or one below it, never one above; so no two packages
+import each other."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from pathlib import Path
 
 from tests.conftest import ROOT
 
-LAYERS = ("remote", "infra", "links", "backends", "cells", "analysis", "report", "workflow")
+LAYERS = ("remote", "infra", "links", "backends", "cells", "analysis", "report", "workflow",
+          "commands")
 
 
 def upward_imports(root: Path = ROOT) -> set[tuple[str, str]]:

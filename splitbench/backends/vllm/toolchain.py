@@ -5,17 +5,15 @@ the record says failed and why, and the pair's vLLM blocks are not launched."""
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
-from splitbench.backends.vllm.setup import DEFAULT_VENV, INSTALL, executable
+from splitbench.backends.vllm.setup import INSTALL, executable
 from splitbench.errors import SplitbenchError
 from splitbench.infra.hosts import Host, HostError, host_from_spec
 from splitbench.infra.ssh_errors import SSHError
 from splitbench.records import ToolchainRecord, VllmInstall
 from splitbench.slices import HostsSlice
-from splitbench.stage import Stage, json_arg
 
 
 class VllmMissing(SplitbenchError):
@@ -23,7 +21,7 @@ class VllmMissing(SplitbenchError):
 
 
 # Reads the installed distribution's version without importing vLLM: `vllm --version`
-# imports torch and vLLM, 10-30 s a host on 2 cores. A command that is there but cannot
+# imports torch and vLLM, which takes many seconds a host. A command that is there but cannot
 # start still fails its block's launch, which says why.
 VERSION_SCRIPT = ("import importlib.metadata as m, os, sys; "
                   "os.access(sys.argv[1], os.X_OK) or sys.exit('no ' + sys.argv[1]); "
@@ -70,24 +68,3 @@ def record(pair: str, hosts_spec: HostsSlice, default_venv: str,
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(json.dumps(data, indent=1))
     return data
-
-
-# --- the `toolchain-vllm` stage -------------------------------------------------------
-def _arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--pair", required=True)
-    p.add_argument("--hosts", type=json_arg, required=True)
-    p.add_argument("--venv", default=DEFAULT_VENV,
-                   help="the vLLM environment of hosts that name none")
-    p.add_argument("--out", required=True)
-
-
-def _run(args: argparse.Namespace) -> None:
-    data = record(args.pair, args.hosts, args.venv, args.out)
-    if data["status"] == "failed":
-        print(f"vLLM of pair {args.pair} FAILED: {data['error']}")
-    else:
-        print(f"vLLM of pair {args.pair}: {data['a']['vllm']['version']} on both hosts")
-
-
-STAGES = (Stage("toolchain-vllm", "record both hosts' vLLM", _arguments, _run),)
-

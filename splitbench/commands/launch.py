@@ -1,5 +1,5 @@
-"""The `launch` stage: one block's servers (pair x link x model), by the model's
-backend, or the record of why they could not be launched (a result its cells report)."""
+"""`launch`: one block's servers (pair x link x model), by the model's backend, or the
+record of why they could not be launched (a result its cells report)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,13 @@ import json
 from pathlib import Path
 
 from splitbench import backends
-from splitbench.stage import Stage, json_arg
+from splitbench.commands import json_arg
+
+HELP = "launch (or reuse) the servers of one block"
+MEASURING = True
 
 
-def _arguments(p: argparse.ArgumentParser) -> None:
+def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--link-spec", type=json_arg, required=True)
     p.add_argument("--settings", type=json_arg, required=True)
     p.add_argument("--model", required=True)
@@ -19,7 +22,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True)
 
 
-def _run(args: argparse.Namespace) -> None:
+def run(args: argparse.Namespace) -> None:
     model = json.loads(Path(args.model).read_text())
     tools = json.loads(Path(args.toolchain).read_text())
     backend = backends.get(args.settings.get("backend", "llamacpp"))
@@ -33,6 +36,3 @@ def _run(args: argparse.Namespace) -> None:
         print(f"launch {record['launch_id']} ({backend.name}): loaded in "
               f"{record.get('load_s')} s")
 
-
-STAGES = (Stage("launch", "launch (or reuse) the servers of one block", _arguments, _run,
-                measuring=True),)

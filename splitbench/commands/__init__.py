@@ -1,0 +1,30 @@
+"""The commands of `python -m splitbench <command>`: one module each, named as its command
+(`toolchain-vllm` is `toolchain_vllm.py`), listed once in `NAMES`.
+
+A command module holds only the command line: `HELP`, `arguments(parser)` (its flags,
+which the rules pass), `run(args)` (what it does, by calling its stage's package) and,
+when it drives servers on a pair, `MEASURING = True` (the run records its processes, so
+teardown stops what it started). `splitbench.cli` imports only the command asked for.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from types import ModuleType
+
+# In the order a run meets them; the last four are run by a person, not a rule.
+NAMES = ("toolchain", "toolchain-vllm", "model", "link", "launch", "cell", "roundtrips",
+         "roundtrips-table", "aggregate", "drift", "findings", "charts", "report", "checks",
+         "cells", "teardown", "whatif", "doctor")
+
+
+def load(name: str) -> ModuleType:
+    """The module of a command in NAMES."""
+    return importlib.import_module(f"{__name__}.{name.replace('-', '_')}")
+
+
+def json_arg(text: str) -> dict:
+    """An argument that is a JSON object (a config slice): rules pass slices as JSON
+    arguments, never as shell strings."""
+    return json.loads(text)

@@ -1,0 +1,37 @@
+"""`findings`: what the run found, in sentences (findings.md), each figure from the run's
+tables."""
+
+from __future__ import annotations
+
+import argparse
+
+from splitbench.analysis import findings
+from splitbench.commands import json_arg
+
+HELP = "what the run found, in sentences (findings.md)"
+
+
+def arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--summary", required=True)
+    p.add_argument("--links", nargs="+", required=True)
+    p.add_argument("--toolchain", nargs="*", default=[])
+    p.add_argument("--sweeps", nargs="*", default=[])
+    p.add_argument("--anchors", nargs="*", default=[])
+    p.add_argument("--drift", default=None, help="the drift step's report.parquet")
+    p.add_argument("--contexts", type=json_arg, required=True)
+    p.add_argument("--baseline", default=None)
+    p.add_argument("--workers", type=json_arg, default={})
+    p.add_argument("--out", required=True, help="findings.md")
+    p.add_argument("--whatif", required=True, help="the what-if model's Parquet")
+    p.add_argument("--points", required=True, help="the measured links beside it")
+    p.add_argument("--tables", default=None, help="the tables' directory: one that flags "
+                   "most of its rows is said in the findings")
+    p.add_argument("--interference", type=json_arg, default={},
+                   help="the interference limits that flag a link's measurements")
+
+
+def run(args: argparse.Namespace) -> None:
+    found = findings.run(args.summary, args.links, args.toolchain, args.sweeps, args.anchors,
+                         args.drift, args.contexts, args.baseline, args.workers, args.out,
+                         args.whatif, args.points, args.tables, args.interference)
+    print(f"findings: {len(found)} written to {args.out}")

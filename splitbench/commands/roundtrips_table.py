@@ -1,0 +1,21 @@
+"""`roundtrips-table`: the round trips per token table from the delay sweeps."""
+
+from __future__ import annotations
+
+import argparse
+
+from splitbench.analysis import roundtrips_table
+from splitbench.infra import tables_io
+
+HELP = "the round trips per token table"
+
+
+def arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--sweeps", nargs="+", required=True)
+    p.add_argument("--out", required=True, help="table path without suffix")
+
+
+def run(args: argparse.Namespace) -> None:
+    tables_io.write_table(roundtrips_table.table(args.sweeps), args.out,
+                          "Round trips per decoded token (median decode step against "
+                          "measured request-response latency)")

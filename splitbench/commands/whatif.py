@@ -1,0 +1,61 @@
+"""`whatif`: predict decode for a link of given latency and bandwidth (or like a link of
+this run) from this run's measurements."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from splitbench import results
+from splitbench.analysis import traffic, whatif
+from splitbench.errors import SplitbenchError
+
+HELP = "predict decode for a link of given latency and bandwidth from this run's measurements"
+
+
+def arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--rtt-us", type=float, default=None,
+                   help="the link's request-response latency for a small message (µs): "
+                        "what sockperf ping-pong --full-rtt or the links table's 64 B "
+                        "round trip reads")
+    p.add_argument("--gbit", type=float, default=None,
+                   help="the link's rate A→B in Gbit/s (and B→A unless --gbit-b-to-a)")
+    p.add_argument("--gbit-b-to-a", type=float, default=None)
+    p.add_argument("--like", default=None,
+                   help="a link measured in this run: its latency and rates (the flags "
+                        "above override either)")
+    p.add_argument("--results", default=results.ROOT, help="the run's results directory")
+
+
+def run(args: argparse.Namespace) -> int:
+    from splitbench.analysis.cell_summary import read_links  # only this command needs it
+
+    model = Path(results.under(args.results, results.WHATIF))
+    if not model.exists():
+        raise SplitbenchError(f"no what-if model at {model}: `snakemake --cores 1 all` "
+                              "writes it (or give --results)")
+    rows = pd.read_parquet(model)
+    rtt, a_to_b, b_to_a = args.rtt_us, args.gbit, args.gbit_b_to_a
+    burst = (0.0, 0.0)
+    if args.like:
+        links = results.under(args.results, results.LINKS)
+        found = sorted(Path(links).glob(f"*/{args.like}.parquet"))
+        if not found:
+            raise SplitbenchError(f"--like {args.like}: no link of that name under {links}")
+        link = read_links([str(p) for p in found]).iloc[0]
+        rtt = rtt if rtt is not None else whatif.number(link.get("rr64_p50_us"))
+        a_to_b = a_to_b if a_to_b is not None else whatif.number(link.get("a_to_b_gbps"))
+        b_to_a = b_to_a if b_to_a is not None else whatif.number(link.get("b_to_a_gbps"))
+        burst = tuple(np.nan_to_num(whatif.number(link.get(f"burst_bytes_{w}")))
+                      for w in traffic.DIRECTIONS)
+    if rtt is None or a_to_b is None:
+        raise SplitbenchError("give --rtt-us and --gbit, or --like <a link of this run>")
+    if rows.empty:
+        raise SplitbenchError("no baseline single-stream cell was measured ok: nothing to "
+                              "predict from")
+    predicted = whatif.predict(rows, rtt, a_to_b, b_to_a, *burst)
+    print(whatif.text(predicted, rtt, a_to_b, b_to_a))
+    return 0
