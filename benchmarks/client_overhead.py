@@ -3,7 +3,7 @@
 A synthetic streaming server (a separate, single-threaded process on loopback) emits
 tokens at known instants, 4 streams x 2,000 tokens/s, each event carrying its own send time (in the
 `tokens` field, where a real server puts the token id). The real client
-(`splitbench.client.run_concurrent`) reads them; the error is its arrival timestamp
+(`splitbench.backends.client.run_concurrent`) reads them; the error is its arrival timestamp
 minus the send time. Prints figures; asserts nothing.
 
     .venv/bin/python benchmarks/client_overhead.py [--streams 4] [--rate 2000] [--tokens 4000]
@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from splitbench.analysis import cell_summary
-from splitbench.backends.llamacpp import client
+from splitbench.backends.llamacpp import api
 from splitbench.backends.packet_clock import PacketClock
 from splitbench.links import lab
 
@@ -119,7 +119,7 @@ def measure(args: argparse.Namespace, starved: bool, packet_clock: bool) -> dict
         if stopper:
             stopper.start()
         usage0, wall0 = resource.getrusage(resource.RUSAGE_SELF), time.monotonic()
-        replies = client.run_concurrent(f"http://127.0.0.1:{port}", [[1]] * args.streams,
+        replies = api.run_concurrent(f"http://127.0.0.1:{port}", [[1]] * args.streams,
                                         args.tokens, timeout=120)
         usage, wall = resource.getrusage(resource.RUSAGE_SELF), time.monotonic() - wall0
     finally:

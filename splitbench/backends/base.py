@@ -119,13 +119,11 @@ class Backend(ABC):
 
 class ModuleBackend(Backend):
     """A backend whose parts are modules of its package, each with the function the
-    method of the same job calls: `servers` (ensure, launch_record), `client`
-    (run_concurrent), `metrics` (request_row) and `prompts` (token_pool)."""
+    method of the same job calls: `servers` (ensure, launch_record) and `api` (the
+    server's HTTP API: run_concurrent, request_row, token_pool)."""
 
     servers: ClassVar[ModuleType]
-    client: ClassVar[ModuleType]
-    metrics: ClassVar[ModuleType]
-    prompts: ClassVar[ModuleType]
+    api: ClassVar[ModuleType]
 
     def ensure(self, link: Link, settings: ServerSettings, model_path: str,
                model_sha: str, toolchain: ToolchainRecord, slot: str = "") -> Launch:
@@ -136,15 +134,15 @@ class ModuleBackend(Backend):
         return self.servers.launch_record(link_spec, settings, model, toolchain)
 
     def prompt_pool(self, url: str) -> list[int]:
-        return self.prompts.token_pool(url)
+        return self.api.token_pool(url)
 
     def stream(self, url: str, prompts: Sequence[list[int]], n_predict: int,
                timeout: float, on_first_token: Callable[..., Any] | None = None
                ) -> list[Reply]:
-        return self.client.run_concurrent(url, list(prompts), n_predict, timeout,
-                                          on_first_token)
+        return self.api.run_concurrent(url, list(prompts), n_predict, timeout,
+                                       on_first_token)
 
     def request_row(self, reply: Reply, prompt_tokens: int, n_predict: int,
                     server_alive: bool, crash_below_tps: float) -> RequestRow:
-        return self.metrics.request_row(reply, prompt_tokens, n_predict, server_alive,
-                                        crash_below_tps)
+        return self.api.request_row(reply, prompt_tokens, n_predict, server_alive,
+                                    crash_below_tps)

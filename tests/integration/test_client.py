@@ -18,7 +18,7 @@ from collections.abc import Callable
 import pytest
 
 from splitbench.backends import client as stream_client
-from splitbench.backends.llamacpp import client
+from splitbench.backends.llamacpp import api
 from splitbench.backends.packet_clock import PacketClock
 from tests.conftest import ROOT, needs_root
 from tests.synthetic_server import read_request
@@ -86,7 +86,7 @@ def test_tokens_that_queue_while_the_reader_waits_keep_their_own_arrival():
     # The first-token hook runs in the client's loop: for 200 ms nothing is read, so
     # tokens 1 and 2 queue in one TCP receive buffer; the packet clock still has each
     # segment's own arrival.
-    reply = client.run_concurrent(_serve(_paced(sent)), [[1]], 3, timeout=10,
+    reply = api.run_concurrent(_serve(_paced(sent)), [[1]], 3, timeout=10,
                                   on_first_token=lambda: time.sleep(0.2))[0]
     assert reply.arrival_clock == "segment"
     times = [t["t_ns"] for t in reply.tokens]
@@ -101,7 +101,7 @@ def test_without_a_packet_clock_queued_tokens_share_the_last_segment_s_stamp(mon
     # arrival, so tokens read together share it, and the row says which clock it was.
     monkeypatch.setattr(PacketClock, "open", classmethod(lambda *a: None))
     sent: list[tuple[int, int]] = []
-    reply = client.run_concurrent(_serve(_paced(sent)), [[1]], 3, timeout=10,
+    reply = api.run_concurrent(_serve(_paced(sent)), [[1]], 3, timeout=10,
                                   on_first_token=lambda: time.sleep(0.2))[0]
     assert reply.arrival_clock == "kernel"
     times = [t["t_ns"] for t in reply.tokens]
@@ -128,7 +128,7 @@ def test_without_any_stamp_a_token_gets_the_read_s_own_time(monkeypatch):
         time.sleep(0.2)
         woke.append(time.time_ns())
 
-    reply = client.run_concurrent(_serve(_paced(sent)), [[1]], 3, timeout=10,
+    reply = api.run_concurrent(_serve(_paced(sent)), [[1]], 3, timeout=10,
                                   on_first_token=busy)[0]
     assert reply.arrival_clock == "read"
     times = [t["t_ns"] for t in reply.tokens]
@@ -139,7 +139,7 @@ def test_without_any_stamp_a_token_gets_the_read_s_own_time(monkeypatch):
 def test_chunked_stream_is_timestamped_token_by_token():
     url = _serve(chunked_stream, requests=2)
     firsts = []
-    replies = client.run_concurrent(url, [[1, 2], [3, 4]], 3, timeout=10,
+    replies = api.run_concurrent(url, [[1, 2], [3, 4]], 3, timeout=10,
                                     on_first_token=lambda: firsts.append(time.time_ns()))
     assert len(firsts) == 1
     for reply in replies:
@@ -157,7 +157,7 @@ def test_plain_body_ends_at_close():
     def plain(conn: socket.socket, body: dict) -> None:
         conn.sendall(b"HTTP/1.0 200 OK\r\n\r\n" + _event(0) + _event(1) + FINAL)
 
-    reply = client.run_concurrent(_serve(plain), [[1]], 2, timeout=10)[0]
+    reply = api.run_concurrent(_serve(plain), [[1]], 2, timeout=10)[0]
     assert reply.error_type is None
     assert len(reply.tokens) == 2
 
@@ -169,7 +169,7 @@ def test_error_reply_keeps_status_and_type():
         conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: "
                      + str(len(payload)).encode() + b"\r\n\r\n" + payload)
 
-    reply = client.run_concurrent(_serve(refuse), [[1]], 4, timeout=10)[0]
+    reply = api.run_concurrent(_serve(refuse), [[1]], 4, timeout=10)[0]
     assert reply.http_status == 400
     assert reply.error_type == "exceed_context_size_error"
     assert reply.tokens == []
@@ -180,7 +180,7 @@ def test_stream_cut_short_is_an_error_with_its_tokens_kept():
         conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
                      + _chunk(_event(0)))
 
-    reply = client.run_concurrent(_serve(cut), [[1]], 4, timeout=10)[0]
+    reply = api.run_concurrent(_serve(cut), [[1]], 4, timeout=10)[0]
     assert reply.error_type == "ConnectionResetError"
     assert len(reply.tokens) == 1
 
@@ -190,7 +190,7 @@ def test_silent_server_times_out():
         time.sleep(3)
 
     started = time.monotonic()
-    reply = client.run_concurrent(_serve(silent), [[1]], 4, timeout=0.5)[0]
+    reply = api.run_concurrent(_serve(silent), [[1]], 4, timeout=0.5)[0]
     assert reply.error_type == "timeout"
     assert time.monotonic() - started < 2.5
 
@@ -199,7 +199,7 @@ def test_refused_connection_is_an_error_not_an_exception():
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    reply = client.run_concurrent(f"http://127.0.0.1:{port}", [[1]], 4, timeout=5)[0]
+    reply = api.run_concurrent(f"http://127.0.0.1:{port}", [[1]], 4, timeout=5)[0]
     assert reply.error_type == "ConnectionRefusedError"
 
 
@@ -211,7 +211,7 @@ def test_events_split_across_reads_are_reassembled(split):
         for k in range(0, len(stream), split):
             conn.sendall(stream[k:k + split])
 
-    conn_reply = client.run_concurrent(_serve(dribble), [[1]], 3, timeout=10)[0]
+    conn_reply = api.run_concurrent(_serve(dribble), [[1]], 3, timeout=10)[0]
     assert conn_reply.error_type is None
     assert [t["token_id"] for t in conn_reply.tokens] == [0, 1, 2]
 
@@ -224,7 +224,7 @@ def test_timeout_is_per_silence_not_per_request():
             conn.sendall(_chunk(_event(i)))
         conn.sendall(_chunk(FINAL) + b"0\r\n\r\n")
 
-    reply = client.run_concurrent(_serve(slow), [[1]], 4, timeout=0.8)[0]
+    reply = api.run_concurrent(_serve(slow), [[1]], 4, timeout=0.8)[0]
     assert reply.error_type is None
     assert len(reply.tokens) == 4
 
@@ -237,7 +237,7 @@ def test_a_malformed_stream_fails_alone():
         else:
             chunked_stream(conn, body)
 
-    replies = client.run_concurrent(_serve(broken, requests=2), [[1], [2]], 3, timeout=10)
+    replies = api.run_concurrent(_serve(broken, requests=2), [[1], [2]], 3, timeout=10)
     assert replies[0].error_type == "ProtocolError"
     assert replies[1].error_type is None and len(replies[1].tokens) == 3
 
@@ -246,7 +246,7 @@ def test_one_event_that_is_not_json_keeps_the_others():
     def odd(conn: socket.socket, body: dict) -> None:
         conn.sendall(b"HTTP/1.0 200 OK\r\n\r\n" + _event(0) + b"data: {cut\n\n" + _event(1))
 
-    reply = client.run_concurrent(_serve(odd), [[1]], 2, timeout=10)[0]
+    reply = api.run_concurrent(_serve(odd), [[1]], 2, timeout=10)[0]
     assert reply.error_type == "JSONDecodeError"
     assert [t["token_id"] for t in reply.tokens] == [0, 1]
 
@@ -255,10 +255,10 @@ def test_one_event_that_is_not_json_keeps_the_others():
 # the scheduler does not run: prints each reply's clock and token times as JSON.
 READER = """
 import json, sys
-from splitbench.backends.llamacpp import client
+from splitbench.backends.llamacpp import api
 url, streams, n_predict = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 prompts = json.loads(sys.argv[4]) if len(sys.argv) > 4 else [[1]] * streams
-replies = client.run_concurrent(url, prompts, n_predict, timeout=60)
+replies = api.run_concurrent(url, prompts, n_predict, timeout=60)
 print(json.dumps([{"clock": r.arrival_clock, "error": r.error_type, "final": r.final,
                    "times": [t["t_ns"] for t in r.tokens]} for r in replies]))
 """
@@ -338,7 +338,7 @@ def test_a_last_chunk_split_across_segments_read_together_ends_the_stream():
             time.sleep(0.005)
         time.sleep(0.3)
 
-    reply = client.run_concurrent(_serve(split_end), [[1]], 2, timeout=10,
+    reply = api.run_concurrent(_serve(split_end), [[1]], 2, timeout=10,
                                   on_first_token=lambda: time.sleep(0.2))[0]
     assert reply.error_type is None, reply.error_text
     assert [t["token_id"] for t in reply.tokens] == [0, 1]
@@ -348,6 +348,6 @@ def test_the_openai_closing_done_line_is_not_an_event():
     def closed(conn: socket.socket, body: dict) -> None:
         conn.sendall(b"HTTP/1.0 200 OK\r\n\r\n" + _event(0) + _event(1) + b"data: [DONE]\n\n")
 
-    reply = client.run_concurrent(_serve(closed), [[1]], 2, timeout=10)[0]
+    reply = api.run_concurrent(_serve(closed), [[1]], 2, timeout=10)[0]
     assert reply.error_type is None
     assert [t["token_id"] for t in reply.tokens] == [0, 1]

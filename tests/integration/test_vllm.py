@@ -17,10 +17,9 @@ import pytest
 from splitbench import models, plan
 from splitbench.backends import lifecycle
 from splitbench.backends.prompts import prompt
-from splitbench.backends.vllm import client, hf_model, metrics, servers
-from splitbench.backends.vllm import prompts as vllm_prompts
+from splitbench.backends.vllm import api, hf_model, servers
 from splitbench.backends.vllm import toolchain as vllm_toolchain
-from splitbench.backends.vllm.client import SERVED_NAME
+from splitbench.backends.vllm.api import SERVED_NAME
 from splitbench.backends.vllm.setup import executable
 from splitbench.configuration import parsed
 from splitbench.infra import procs, teardown, telemetry
@@ -136,12 +135,12 @@ def ask(link, server, length: int, n_predict: int = 32, nonce: int = 3) -> tuple
     """One request, its row and the traffic between the hosts during it (the reply
     carries its prompt as `prompt_ids`)."""
     with link.host_a.entered():
-        ids = prompt(vllm_prompts.token_pool(server.url), length, nonce)
+        ids = prompt(api.token_pool(server.url), length, nonce)
         traffic = telemetry.RpcTraffic(link.addr_b, None)
-        reply = client.run_concurrent(server.url, [ids], n_predict, 120,
+        reply = api.run_concurrent(server.url, [ids], n_predict, 120,
                                       traffic.at_first_token)[0]
         traffic.finish()
-    row = metrics.request_row(reply, length, n_predict, True, 1.0)
+    row = api.request_row(reply, length, n_predict, True, 1.0)
     reply.prompt_ids = ids
     return reply, row, traffic.figures([t["t_mono_ns"] for t in reply.tokens])
 
@@ -169,7 +168,7 @@ def single_host_tokens(setup: dict, link, ids: list[int], n_predict: int) -> lis
             while not lifecycle.healthy(url):
                 assert time.monotonic() < deadline, (setup["tmp"] / "single.log").read_text()
                 time.sleep(1)
-            reply = client.run_concurrent(url, [ids], n_predict, 120)[0]
+            reply = api.run_concurrent(url, [ids], n_predict, 120)[0]
         return [t["token_id"] for t in reply.tokens]
     finally:
         procs.stop("vllm-single")
@@ -242,10 +241,10 @@ def test_host_b_dying_mid_request_is_a_crash_and_stops_cleanly(setup, tp_plain):
         os.killpg(rank1["pid"], signal.SIGKILL)
 
     with link.host_a.entered():
-        ids = prompt(vllm_prompts.token_pool(server.url), 32, 9)
-        reply = client.run_concurrent(server.url, [ids], 500, 120, kill_b)[0]
+        ids = prompt(api.token_pool(server.url), 32, 9)
+        reply = api.run_concurrent(server.url, [ids], 500, 120, kill_b)[0]
     alive = server.alive() and lifecycle.healthy(server.url)
-    row = metrics.request_row(reply, 32, 500, alive, 1.0)
+    row = api.request_row(reply, 32, 500, alive, 1.0)
     assert 0 < row["generated_tokens"] < 500, (reply.http_status, reply.error_text)
     assert row["status"] == "crash", (row["status"], reply.error_type, reply.error_text)
     lifecycle.stop("vx")

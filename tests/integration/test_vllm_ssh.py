@@ -39,8 +39,7 @@ from pathlib import Path
 from splitbench import models, plan
 from splitbench.backends import lifecycle
 from splitbench.backends.prompts import prompt
-from splitbench.backends.vllm import client, hf_model, metrics, servers, toolchain
-from splitbench.backends.vllm import prompts as vllm_prompts
+from splitbench.backends.vllm import api, hf_model, servers, toolchain
 from splitbench.infra import procs, telemetry, teardown
 from splitbench.links import real
 from splitbench.configuration import parsed
@@ -69,11 +68,11 @@ try:
     result.update(connections=server.record["link_connections"],
                   rank1_remote=bool(rank1.get("remote")), rank1_host=rank1.get("host"),
                   cleanup=server.record["cleanup"])
-    ids = prompt(vllm_prompts.token_pool(server.url), 32, 3)
+    ids = prompt(api.token_pool(server.url), 32, 3)
     traffic = telemetry.RpcTraffic(link.addr_b, None)
-    reply = client.run_concurrent(server.url, [ids], 32, 120, traffic.at_first_token)[0]
+    reply = api.run_concurrent(server.url, [ids], 32, 120, traffic.at_first_token)[0]
     traffic.finish()
-    row = metrics.request_row(reply, 32, 32, True, 1.0)
+    row = api.request_row(reply, 32, 32, True, 1.0)
     result.update(status=row["status"], tokens=row["generated_tokens"],
                   bytes_a_to_b=traffic.figures([t["t_mono_ns"] for t in reply.tokens])[
                       "rpc_bytes_per_token_a_to_b"])

@@ -7,12 +7,10 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
-import pandas as pd
 import pytest
 
-from splitbench import cli, commands, results
+from splitbench import cli, commands
 from tests.conftest import ROOT
 
 # splitbench("link", ...) through the rules' helper, or a literal command (checks, whose
@@ -124,14 +122,3 @@ def test_every_error_splitbench_raises_shares_one_base():
         assert issubclass(error, SplitbenchError), error
 
 
-
-def test_whatif_names_what_is_missing_with_status_2(tmp_path, capsys):
-    """A run without results, then a link this run did not measure: an error line each."""
-    assert cli.main(["whatif", "--like", "usb4", "--results", str(tmp_path)]) == 2
-    assert "no what-if model at" in capsys.readouterr().err
-    model = Path(results.under(tmp_path, results.WHATIF))
-    model.parent.mkdir(parents=True)
-    pd.DataFrame({"pair": ["lab"]}).to_parquet(model)
-    assert cli.main(["whatif", "--like", "nosuch", "--results", str(tmp_path)]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("error: --like nosuch: no link of that name") and "Traceback" not in err

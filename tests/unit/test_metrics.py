@@ -2,7 +2,7 @@ import pytest
 
 from splitbench.backends import metrics
 from splitbench.backends.client import Reply
-from splitbench.backends.llamacpp import metrics as llamacpp_metrics
+from splitbench.backends.llamacpp import api as llamacpp_api
 
 
 def reply_with_tokens(times_ms, prompt_n=100, status=200, n_predict=None):
@@ -15,7 +15,7 @@ def reply_with_tokens(times_ms, prompt_n=100, status=200, n_predict=None):
 
 
 def test_request_figures_come_from_timestamps():
-    row = llamacpp_metrics.request_row(reply_with_tokens([100, 110, 120, 130, 140]), 100, 5, True,
+    row = llamacpp_api.request_row(reply_with_tokens([100, 110, 120, 130, 140]), 100, 5, True,
                                        1.0)
     assert row["status"] == "ok"
     assert row["ttft_ms"] == pytest.approx(100)
@@ -27,17 +27,17 @@ def test_request_figures_come_from_timestamps():
 
 def test_statuses():
     wall = Reply(request_id=0, http_status=400, error_type="exceed_context_size_error")
-    assert llamacpp_metrics.request_row(wall, 10, 5, True, 1.0)["status"] == "ctx_wall"
+    assert llamacpp_api.request_row(wall, 10, 5, True, 1.0)["status"] == "ctx_wall"
     full = Reply(request_id=0, http_status=500, error_type="server_error")
-    assert llamacpp_metrics.request_row(full, 10, 5, True, 1.0)["status"] == "overflow"
+    assert llamacpp_api.request_row(full, 10, 5, True, 1.0)["status"] == "overflow"
     short = reply_with_tokens([1, 2, 3])
-    assert llamacpp_metrics.request_row(short, 100, 5, True, 1.0)["status"] == "overflow"
+    assert llamacpp_api.request_row(short, 100, 5, True, 1.0)["status"] == "overflow"
     slow = reply_with_tokens([0, 2000, 4000, 6000, 8000])
-    assert llamacpp_metrics.request_row(slow, 100, 5, True, 1.0)["status"] == "crash"
+    assert llamacpp_api.request_row(slow, 100, 5, True, 1.0)["status"] == "crash"
     gone = Reply(request_id=0, http_status=200, error_type="RemoteProtocolError")
-    assert llamacpp_metrics.request_row(gone, 100, 5, False, 1.0)["status"] == "crash"
+    assert llamacpp_api.request_row(gone, 100, 5, False, 1.0)["status"] == "crash"
     late = Reply(request_id=0, error_type="timeout")
-    assert llamacpp_metrics.request_row(late, 100, 5, True, 1.0)["status"] == "timeout"
+    assert llamacpp_api.request_row(late, 100, 5, True, 1.0)["status"] == "timeout"
 
 
 def test_cell_status_is_the_worst():
@@ -66,16 +66,16 @@ def test_overlap_undefined_without_reference_or_for_one_stream():
 
 def test_decode_standard_error_is_the_gaps_spread_over_root_n():
     # Gaps 10, 20, 30, 40 ms: mean 25, sample std 12.91; 4 gaps -> 12.91 / 2 = 6.455 ms.
-    row = llamacpp_metrics.request_row(reply_with_tokens([100, 110, 130, 160, 200]), 100, 5, True,
+    row = llamacpp_api.request_row(reply_with_tokens([100, 110, 130, 160, 200]), 100, 5, True,
                                        1.0)
     assert row["decode_ms_per_token"] == pytest.approx(25.0)
     assert row["decode_ms_se"] == pytest.approx(12.909944 / 2, rel=1e-6)
     # Fewer than three tokens leave one gap at most: no spread to estimate.
-    assert llamacpp_metrics.request_row(reply_with_tokens([100, 110]), 100, 2, True, 1.0)[
+    assert llamacpp_api.request_row(reply_with_tokens([100, 110]), 100, 2, True, 1.0)[
         "decode_ms_se"] is None
 
 
 def test_the_arrival_clock_a_reply_used_is_recorded():
     reply = reply_with_tokens([100, 110, 120])
     reply.arrival_clock = "read"  # no packet clock, no kernel stamp: the read's own time
-    assert llamacpp_metrics.request_row(reply, 100, 3, True, 1.0)["arrival_clock"] == "read"
+    assert llamacpp_api.request_row(reply, 100, 3, True, 1.0)["arrival_clock"] == "read"

@@ -12,8 +12,8 @@ import yaml
 
 from splitbench import backends, configuration, models, plan
 from splitbench.backends.client import Reply
+from splitbench.backends.vllm import api, hf_model, setup
 from splitbench.backends.vllm import checks as vllm_checks
-from splitbench.backends.vllm import client, hf_model, metrics, setup
 from splitbench.configuration import parsed
 from tests.conftest import ROOT
 
@@ -126,15 +126,15 @@ def _event(**fields) -> dict:
 
 def test_each_event_adds_the_tokens_it_carries_and_the_usage_closes_the_reply():
     reply = Reply(request_id=0)
-    client.take_event(_event(choices=[{"text": "", "token_ids": [7]}]), 10, 1, reply)
-    client.take_event(_event(choices=[{"text": "ab", "token_ids": [8, 9]}]), 20, 2, reply)
-    client.take_event(_event(choices=[{"text": "", "token_ids": []}]), 25, 3, reply)
-    client.take_event(_event(choices=[{"text": "c", "token_ids": [4],
+    api.take_event(_event(choices=[{"text": "", "token_ids": [7]}]), 10, 1, reply)
+    api.take_event(_event(choices=[{"text": "ab", "token_ids": [8, 9]}]), 20, 2, reply)
+    api.take_event(_event(choices=[{"text": "", "token_ids": []}]), 25, 3, reply)
+    api.take_event(_event(choices=[{"text": "c", "token_ids": [4],
                                        "finish_reason": "length"}]), 30, 4, reply)
     final = _event(choices=[], usage={"prompt_tokens": 5, "completion_tokens": 4},
                    metrics={"time_to_first_token_ms": 3.0, "mean_itl_ms": 6.5,
                             "generation_time_ms": 19.5})
-    client.take_event(final, 40, 5, reply)
+    api.take_event(final, 40, 5, reply)
     assert [t["token_id"] for t in reply.tokens] == [7, 8, 9, 4]
     assert [t["t_ns"] for t in reply.tokens] == [10, 20, 20, 30]  # two in one event
     assert [t["chunk_tokens"] for t in reply.tokens] == [1, 2, 2, 1]
@@ -145,11 +145,11 @@ def test_each_event_adds_the_tokens_it_carries_and_the_usage_closes_the_reply():
 def test_the_request_row_takes_the_servers_own_figures():
     reply = Reply(request_id=0, t_send_ns=0, http_status=200)
     for i, t in enumerate([10_000_000, 16_000_000, 22_000_000, 29_000_000]):
-        client.take_event(_event(choices=[{"token_ids": [i]}]), t, t, reply)
-    client.take_event(_event(choices=[], usage={"prompt_tokens": 5, "completion_tokens": 4},
+        api.take_event(_event(choices=[{"token_ids": [i]}]), t, t, reply)
+    api.take_event(_event(choices=[], usage={"prompt_tokens": 5, "completion_tokens": 4},
                              metrics={"time_to_first_token_ms": 9.0, "mean_itl_ms": 6.2,
                                       "generation_time_ms": 18.6}), 30_000_000, 0, reply)
-    row = metrics.request_row(reply, 5, 4, True, 1.0)
+    row = api.request_row(reply, 5, 4, True, 1.0)
     assert row["status"] == "ok" and row["prompt_tokens"] == 5
     assert row["decode_ms_per_token"] == pytest.approx(19 / 3)
     assert row["server_decode_ms_per_token"] == 6.2 and row["server_ttft_ms"] == 9.0
@@ -161,16 +161,16 @@ def test_a_prompt_past_the_model_length_is_the_context_wall():
     reply = Reply(request_id=0, http_status=400, error_type="BadRequestError",
                   error_text='{"error": {"message": "This model\'s maximum context length '
                              'is 608 tokens. However, your prompt contains 700 input tokens"}}')
-    assert metrics.request_row(reply, 700, 32, True, 1.0)["status"] == "ctx_wall"
+    assert api.request_row(reply, 700, 32, True, 1.0)["status"] == "ctx_wall"
 
 
 def test_an_engine_that_says_it_died_is_a_crash_even_before_its_server_exits():
     reply = Reply(request_id=0, http_status=200)
-    client.take_event(_event(choices=[{"token_ids": [1]}]), 1, 1, reply)
-    client.take_event({"error": {"message": "EngineCore encountered an issue. See stack "
+    api.take_event(_event(choices=[{"token_ids": [1]}]), 1, 1, reply)
+    api.take_event({"error": {"message": "EngineCore encountered an issue. See stack "
                                             "trace (above) for the root cause.",
                                  "type": "InternalServerError", "code": 500}}, 2, 2, reply)
-    row = metrics.request_row(reply, 8, 32, True, 1.0)  # /health still answered
+    row = api.request_row(reply, 8, 32, True, 1.0)  # /health still answered
     assert row["status"] == "crash"
 
 

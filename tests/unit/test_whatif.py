@@ -86,5 +86,8 @@ def test_the_command_predicts_from_a_runs_results(tmp_path, capsys):
     assert "1.336 ±0.022" in out and "748.3" in out
     assert cli.main(["whatif", "--like", "slow", "--results", str(tmp_path)]) == 0
     assert "1.336" in capsys.readouterr().out
-    with pytest.raises(SystemExit, match="--like fast: no link of that name"):
-        cli.main(["whatif", "--like", "fast", "--results", str(tmp_path)])
+    # A link this run did not measure, and a run with no results: an error line each.
+    assert cli.main(["whatif", "--like", "fast", "--results", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.startswith("error: --like fast: no link of that name")
+    assert cli.main(["whatif", "--like", "slow", "--results", str(tmp_path / "no")]) == 2
+    assert capsys.readouterr().err.startswith("error: no what-if model at")

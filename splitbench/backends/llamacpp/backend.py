@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from splitbench.backends.base import Launch, ModuleBackend
-from splitbench.backends.llamacpp import client, metrics, prompts, servers
+from splitbench.backends.llamacpp import api, servers
 from splitbench.infra.telemetry import RpcTraffic
 from splitbench.links.link import RPC_PORT, Link
 from splitbench.slices import ModelSlice, ServerSettings
@@ -18,7 +18,7 @@ class LlamaCpp(ModuleBackend):
     """llama-server on host A, one ggml-rpc-server per worker on host B."""
 
     name = "llamacpp"
-    servers, client, metrics, prompts = servers, client, metrics, prompts
+    servers, api = servers, api
 
     def check_model(self, where: str, model: ModelSlice, config: Config) -> None:
         from splitbench.backends.llamacpp import checks  # the config model: planning only

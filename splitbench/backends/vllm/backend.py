@@ -7,7 +7,7 @@ from pathlib import Path
 
 from splitbench import configuration
 from splitbench.backends.base import ModuleBackend
-from splitbench.backends.vllm import client, metrics, prompts, servers
+from splitbench.backends.vllm import api, servers
 from splitbench.records import ModelInfo
 from splitbench.slices import ModelSlice, ServerSettings
 
@@ -16,7 +16,7 @@ class Vllm(ModuleBackend):
     """vLLM's API server and rank 0 on host A, rank 1 on host B."""
 
     name = "vllm"
-    servers, client, metrics, prompts = servers, client, metrics, prompts
+    servers, api = servers, api
 
     def check_model(self, where: str, model: ModelSlice, config: configuration.Config
                     ) -> None:

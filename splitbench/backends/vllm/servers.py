@@ -27,7 +27,7 @@ from splitbench import backends, results
 from splitbench.backends import lifecycle
 from splitbench.backends.lifecycle import LaunchError, Leftovers
 from splitbench.backends.llamacpp.toolchain import failure as toolchain_failure
-from splitbench.backends.vllm.client import SERVED_NAME
+from splitbench.backends.vllm.api import SERVED_NAME
 from splitbench.infra import procs, sockdiag
 from splitbench.infra.hosts import Host
 from splitbench.links.link import RENDEZVOUS_PORT, Link

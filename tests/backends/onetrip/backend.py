@@ -1,6 +1,6 @@
 """The onetrip backend (splitbench.backends.base.Backend): a worker on host B that
 echoes, a front end on host A that speaks llama-server's streaming API (server.py), so
-that llama.cpp's client, request row and prompts serve it as they are."""
+that llama.cpp's HTTP API (stream, request row, token pool) serves it as it is."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 from splitbench.backends import lifecycle
 from splitbench.backends.base import Launch, ModuleBackend
-from splitbench.backends.llamacpp import client, metrics, prompts
+from splitbench.backends.llamacpp import api
 from splitbench.configuration import ConfigError
 from splitbench.infra import procs
 from splitbench.infra.telemetry import RpcTraffic
@@ -77,7 +77,7 @@ class OneTrip(ModuleBackend):
     """One round trip to host B per decoded token."""
 
     name = "onetrip"
-    servers, client, metrics, prompts = Servers, client, metrics, prompts
+    servers, api = Servers, api
 
     def check_model(self, where: str, model: dict[str, Any], config: Any) -> None:
         if model.get("layers_on_b") is not None:
