@@ -29,7 +29,7 @@ LINKS = [
 SIZES = [64, 1024, 4096, 16384, 65536, 262144]
 
 
-def measure(spec: dict, samples: int) -> list[dict]:
+def measure(spec: dict, samples: int, sockperf_seconds: int) -> list[dict]:
     link = lab.ensure_link(spec)
     key = f"bench-{spec['link']}"
     verify.serve(link, "probe", key, [sys.executable, "-m", "splitbench.remote.probe", "serve",
@@ -45,7 +45,8 @@ def measure(spec: dict, samples: int) -> list[dict]:
     for size in (64, 16384):
         result = link.host_a.run(
             ["sockperf", "ping-pong", "--tcp", "-i", link.connect_addr, "-p",
-             str(SOCKPERF_PORT), "-m", str(size), "-t", "3", "--full-rtt"], timeout=60)
+             str(SOCKPERF_PORT), "-m", str(size), "-t", str(sockperf_seconds), "--full-rtt"],
+            timeout=60)
         sockperf_p50 = verify.parse_sockperf(result.stdout)["sockperf_p50_us"]
         probe_p50 = float(np.median(rtts[str(size)]))
         rows.append({"link": spec["link"], "emulation": link.emulation["delay"],
@@ -58,10 +59,12 @@ def measure(spec: dict, samples: int) -> list[dict]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=2000, help="round trips per size")
+    parser.add_argument("--sockperf-seconds", type=int, default=3,
+                        help="how long each sockperf ping-pong runs (after its warm-up)")
     args = parser.parse_args()
     os.environ.setdefault("SPLITBENCH_STATE", tempfile.mkdtemp(prefix="sb-bench-"))
     try:
-        rows = [row for spec in LINKS for row in measure(spec, args.samples)]
+        rows = [row for spec in LINKS for row in measure(spec, args.samples, args.sockperf_seconds)]
     finally:
         teardown.teardown()
     print(f"{'link':8} {'delay by':8} {'bytes':>6} {'probe p50':>10} {'sockperf p50':>13} "

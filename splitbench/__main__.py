@@ -1,3 +1,5 @@
+"""`python -m splitbench <command>`: see splitbench.cli."""
+
 import sys
 
 from splitbench.cli import main
