@@ -49,7 +49,7 @@ def cluster(tmp_path_factory):
 
 # On this one machine the two pairs share its CPUs by construction: each pair's cells
 # and anchors run beside the other pair's servers, and are rightly flagged for it (up to
-# "drift check FAILED: the anchor ran under interference", which fails the run). These
+# "drift check FAILED: the anchor ran under interference" among the run's checks). These
 # tests are about who runs when and what is kept, so the copies they run leave
 # interference unchecked; the quiet-run tests (test_workflow.py, test_cells_real.py)
 # hold the flag to account.
