@@ -48,7 +48,8 @@ def unresolvable(slope: float, unc: float, r2: float | None, what: str) -> list[
     it can."""
     reasons = []
     if unc is None or not np.isfinite(unc):
-        reasons.append(f"{slope:.2f} has no uncertainty (one point)")
+        # No parentheses: the findings quote a reason up to its first one.
+        reasons.append(f"one point only: its slope {slope:.2f} has no uncertainty")
     elif abs(slope) <= unc:
         reasons.append(f"{slope:+.2f} ±{unc:.2f} is not resolvable from zero")
     if r2 is not None and np.isfinite(r2) and r2 < 0.5:
