@@ -390,6 +390,3 @@ def pairs_slice(pairs: dict[str, configuration.Pair]) -> dict[str, PairView]:
             "links": list(spec.links),
         }
     return out
-
-
-# --- the `cells` stage ----------------------------------------------------------------

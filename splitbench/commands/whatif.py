@@ -11,6 +11,7 @@ import pandas as pd
 
 from splitbench import results
 from splitbench.analysis import traffic, whatif
+from splitbench.analysis.cell_summary import read_links
 from splitbench.errors import SplitbenchError
 
 HELP = "predict decode for a link of given latency and bandwidth from this run's measurements"
@@ -31,8 +32,6 @@ def arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from splitbench.analysis.cell_summary import read_links  # only this command needs it
-
     model = Path(results.under(args.results, results.WHATIF))
     if not model.exists():
         raise SplitbenchError(f"no what-if model at {model}: `snakemake --cores 1 all` "

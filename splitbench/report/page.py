@@ -298,6 +298,3 @@ def write(out: str, **inputs: Any) -> int:
     text = page(**inputs)
     files.write_text(Path(out), text)
     return len(text.encode())
-
-
-# --- the `report` stage -------------------------------------------------------------
