@@ -1,63 +1,42 @@
-"""The vLLM backend against real vLLM servers: TP=2 and PP=2 across the lab's namespaces,
-a shaped link, greedy output against a single-host server, a host B that dies mid-cell,
-a worker that never comes, and nothing left behind."""
+"""The vLLM backend against real vLLM servers: TP=2 with host B's rank started through a
+real sshd (host A and host B namespaces of their own, each with its own /dev/shm, as two
+machines have), a narrowed link and host B's worker killed mid-request; PP=2 across the lab's
+namespaces; greedy output against a single-host server; workers that never come; and
+nothing left behind. (TP=2 in the lab, through the workflow: test_backends_compared.py.)"""
 
 from __future__ import annotations
 
-import contextlib
+import json
 import os
-import signal
 import subprocess
+import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from splitbench import models, plan
 from splitbench.backends import lifecycle
-from splitbench.backends.prompts import prompt
 from splitbench.backends.vllm import api, hf_model, servers
 from splitbench.backends.vllm import toolchain as vllm_toolchain
 from splitbench.backends.vllm.api import SERVED_NAME
+from splitbench.backends.vllm.servers import PRIVATE_SHM
 from splitbench.backends.vllm.setup import executable
 from splitbench.configuration import parsed
-from splitbench.infra import procs, teardown, telemetry
+from splitbench.infra import procs, ssh, teardown
 from splitbench.links import lab
 from tests.conftest import ROOT, needs_root
-
-SHAPE = {"n_layer": 2, "n_embd": 128, "n_head": 4, "n_head_kv": 2, "n_ff": 256,
-         "n_vocab": 1024, "context_length": 8192, "seed": 5}
-VENV = str(ROOT / ".venv-vllm")
+from tests.integration.test_ssh import sh, start_sshd
+from tests.integration.vllm_pair import EAGER, SHAPE, VENV, ask, config
 
 pytestmark = [
-    pytest.mark.slow,  # vLLM's two ranks across the lab's namespaces
+    pytest.mark.slow,  # vLLM's two ranks across namespaces, sshd
     pytest.mark.timeout(600),
     needs_root(),
     pytest.mark.skipif(not executable(VENV).exists(),
                        reason="vLLM not installed (./bootstrap.sh vllm; ./bootstrap.sh test "
                               "installs it)"),
 ]
-
-
-# vLLM's graph compilation is left out of the TP launches here (about 34 s of every
-# start on 2 cores): what these tests prove is how the model is split, what crosses the
-# link, and how launches start, fail and stop, all the same in eager mode. PP=2 runs
-# compiled: in eager mode this vLLM's second stage fails its first request (an
-# AssertionError in Worker_PP1), and so is the suite's one compiled start; the backends
-# comparison (test_backends_compared.py) and the SSH pair (test_vllm_ssh.py) run eager.
-EAGER = ["--enforce-eager"]
-
-
-def config(split: dict, dtype: str = "float32") -> dict:
-    eager = EAGER if "pipeline_parallel" not in split else []
-    vllm = {**split, "dtype": dtype, "launch_timeout_s": 300, "extra_args": eager}
-    return {"pairs": {"vx": {"mode": "embedded", "hosts": {"a": {}, "b": {}},
-                             "links": {"plain": {}}}},
-            "models": {"m": {"synthetic": SHAPE, "backend": "vllm", "vllm": vllm}},
-            "contexts": {"short": 32, "long": 512}, "concurrency": [1],
-            "cell": {"n_predict": 32}, "measurement_version": 1, "baseline_link": "plain",
-            "toolchain": {"source": "pip"}}
 
 
 @pytest.fixture(scope="module")
@@ -131,20 +110,6 @@ def launch(setup: dict, split: dict, link: str = "plain", **tools_override):
     return the_link, server
 
 
-def ask(link, server, length: int, n_predict: int = 32, nonce: int = 3) -> tuple:
-    """One request, its row and the traffic between the hosts during it (the reply
-    carries its prompt as `prompt_ids`)."""
-    with link.host_a.entered():
-        ids = prompt(api.token_pool(server.url), length, nonce)
-        traffic = telemetry.RpcTraffic(link.addr_b, None)
-        reply = api.run_concurrent(server.url, [ids], n_predict, 120,
-                                      traffic.at_first_token)[0]
-        traffic.finish()
-    row = api.request_row(reply, length, n_predict, True, 1.0)
-    reply.prompt_ids = ids
-    return reply, row, traffic.figures([t["t_mono_ns"] for t in reply.tokens])
-
-
 def single_host_tokens(setup: dict, link, ids: list[int], n_predict: int) -> list[int]:
     """Greedy tokens of the same model served by one vLLM on host A alone."""
     host = link.host_a
@@ -174,52 +139,72 @@ def single_host_tokens(setup: dict, link, ids: list[int], n_predict: int) -> lis
         procs.stop("vllm-single")
 
 
-NARROW_GBIT = 0.05
+# Host A and host B of the pair over SSH: namespaces of their own joined by a veth, B's
+# sshd on its end. Host A is where splitbench runs, so the launch runs in a process inside
+# A's namespace: rank 0's rendezvous store, which listens on every address of host A,
+# then listens only inside it.
+NS_A, NS_B = "sb-vsa", "sb-vsb"
+IF_A, IF_B = "sbvs-a", "sbvs-b"
+ADDR_A, ADDR_B = "10.214.11.1", "10.214.11.2"
 
 
-@contextlib.contextmanager
-def narrowed(link) -> Iterator[None]:
-    """The link's both directions held to NARROW_GBIT by the lab's own shaper (tbf, its
-    bucket as the lab sizes it) while the launch runs on it, then unshaped again: the
-    same servers on a narrower wire, one vLLM start fewer than a second link."""
-    burst = str(lab.tbf_burst_bytes(NARROW_GBIT))
-    ends = ((link.host_a.netns, link.interface_a), (link.host_b.netns, link.interface_b))
-    for ns, ifname in ends:
-        subprocess.run(["tc", "-n", ns, "qdisc", "replace", "dev", ifname, "root", "tbf",
-                        "rate", f"{NARROW_GBIT * 1000:.0f}mbit", "burst", burst,
-                        "latency", "20ms"], check=True)
-    try:
-        yield
-    finally:
-        for ns, ifname in ends:
-            subprocess.run(["tc", "-n", ns, "qdisc", "del", "dev", ifname, "root"],
-                           check=True)
+def _pair_over_ssh(tmp: Path) -> dict:
+    """Both namespaces, the veth with B's end up, B's sshd: host B's SSH settings."""
+    for ns in (NS_A, NS_B):
+        subprocess.run(["ip", "netns", "delete", ns], capture_output=True)
+        sh("ip", "netns", "add", ns)
+        procs.record_namespace(ns)
+        sh("ip", "-n", ns, "link", "set", "lo", "up")
+    sh("ip", "-n", NS_A, "link", "add", IF_A, "type", "veth", "peer", "name", IF_B,
+       "netns", NS_B)
+    sh("ip", "-n", NS_B, "addr", "add", f"{ADDR_B}/30", "dev", IF_B)
+    sh("ip", "-n", NS_B, "link", "set", IF_B, "up")
+    return start_sshd(NS_B, ADDR_B, tmp, wrap=PRIVATE_SHM)
+
+
+def _commands_in(ns: str) -> list[str]:
+    pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True,
+                          text=True).stdout.split()
+    return [Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            for p in pids if p.isdigit()]
 
 
 @pytest.fixture(scope="module")
-def tp_plain(setup):
-    """vLLM TP=2 on the unshaped link, asked a 32-token prompt and a 512-token one, and
-    the 512-token one again with the link narrowed: the figures the other splits and
-    links are compared with (a fixture, so that every test runs alone and in any order)."""
-    link, server = launch(setup, {"tensor_parallel": 2})
-    reply, row, traffic = ask(link, server, 32)
-    _, long_row, _ = ask(link, server, 512, n_predict=8, nonce=4)
-    with narrowed(link):
-        _, narrow_row, narrow_traffic = ask(link, server, 512, n_predict=8, nonce=5)
-    return {"record": server.record, "reply": reply, "row": row, "traffic": traffic,
-            "tokens": [t["token_id"] for t in reply.tokens], "prompt": reply.prompt_ids,
-            "long_ttft": long_row["ttft_ms"], "narrow_row": narrow_row,
-            "narrow_traffic": narrow_traffic}
+def tp2(setup):
+    """vLLM TP=2 over SSH, run once by host A's side (tests/integration/vllm_pair.py):
+    a 32-token prompt, a 512-token one, the 512-token one again with the link narrowed,
+    then a request during which host B's worker is killed, and the stop. What it saw, and
+    what each host has left running after it (a fixture, so that every test runs alone
+    and in any order)."""
+    tmp = setup["tmp"] / "ssh"
+    tmp.mkdir()
+    host_b = {**_pair_over_ssh(tmp), "vllm_venv": VENV}
+    spec = {"pair": "sv", "link": "veth", "mode": "ssh", "hosts": {"a": {}, "b": host_b},
+            "interface_a": IF_A, "interface_b": IF_B, "addr_a": ADDR_A, "addr_b": ADDR_B,
+            "prefix": 30}
+    try:
+        run = subprocess.run(
+            ["ip", "netns", "exec", NS_A, *PRIVATE_SHM, sys.executable, "-m",
+             "tests.integration.vllm_pair", json.dumps(spec),
+             json.dumps(config({"tensor_parallel": 2})), str(tmp), NS_B],
+            capture_output=True, text=True, timeout=900, cwd=ROOT,
+            env={"SPLITBENCH_STATE": str(tmp / "state-a"), "PATH": "/usr/sbin:/usr/bin:/bin"})
+        left = {"a": _commands_in(NS_A), "b": _commands_in(NS_B)}
+    finally:
+        ssh.close_all()
+        procs.stop("sshd-test")
+    lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
+    assert lines, (run.stdout + run.stderr)[-4000:]
+    return {**json.loads(lines[-1][7:]), "left": left, "stderr": run.stderr[-3000:]}
 
 
-def test_tp2_splits_every_layer_over_the_link_and_its_figures_agree_with_the_server(
-        tp_plain):
-    record, reply, row, traffic = (tp_plain[k] for k in ("record", "reply", "row", "traffic"))
+def test_tp2_splits_every_layer_over_the_link_and_its_figures_agree_with_the_server(tp2):
+    record, row, traffic = tp2["record"], tp2["short"]["row"], tp2["short"]["traffic"]
     assert record["link_connections"] > 0  # every one between the link's addresses
     assert record["parallel"] == "tp2"
-    assert row["status"] == "ok", row
+    assert row["status"] == "ok", (row, tp2["stderr"])
     assert row["generated_tokens"] == 32 and row["prompt_tokens"] == 32
-    assert reply.arrival_clock == "segment"  # each event's own arrival
+    assert tp2["short"]["arrival_clock"] == "segment"  # each event's own arrival
     assert row["cache_n"] == 0
     # The harness's decode agrees with vLLM's own mean inter-token latency.
     gap = abs(row["decode_ms_per_token"] / row["server_decode_ms_per_token"] - 1)
@@ -231,53 +216,62 @@ def test_tp2_splits_every_layer_over_the_link_and_its_figures_agree_with_the_ser
     assert traffic["rpc_bytes_per_token_b_to_a"] > 1000, traffic
 
 
-def test_host_b_dying_mid_request_is_a_crash_and_stops_cleanly(setup, tp_plain):
-    """(Right after the TP=2 test: in file order the fixture's launch is still the
-    current one and is reused, one vLLM start fewer.)"""
-    link, server = launch(setup, {"tensor_parallel": 2})
-    rank1 = procs.find(server.record["proc_keys"][1])
+def test_rank_1_starts_through_host_bs_sshd_and_leaves_nothing_on_b(tp2):
+    assert tp2["tools"] == "ok", tp2["stderr"]
+    assert tp2["rank1_remote"] and tp2["rank1_host"] == "b"  # started through sshd
+    # Nothing of the launch is left running: on A nothing at all, on B only its sshd.
+    assert tp2["left"]["a"] == [], tp2["left"]
+    assert all("sshd" in c for c in tp2["left"]["b"]), tp2["left"]
+    # ...nor in B's scratch directory.
+    cleanup = tp2["record"]["cleanup"]
+    scratch = [p for c in cleanup for p in c["paths"]]
+    assert scratch and not any(Path(p).exists() for p in scratch), scratch
+    # /dev/shm: host A (not a namespace of the lab here, a host of its own) recorded the
+    # files its rank's processes mapped (vLLM's shared-memory broadcast); B's rank, a
+    # headless remote rank, maps none. On B nothing of the launch is left, and another
+    # program's file is still there.
+    mapped_a = [p for c in cleanup if not c["host"].get("ssh") for p in c["shm"]]
+    assert mapped_a and all(p.startswith("/dev/shm/psm_") for p in mapped_a), cleanup
+    assert tp2["shm_left_b"] == ["psm_other results"], tp2["shm_left_b"]
 
-    def kill_b() -> None:
-        os.killpg(rank1["pid"], signal.SIGKILL)
 
-    with link.host_a.entered():
-        ids = prompt(api.token_pool(server.url), 32, 9)
-        reply = api.run_concurrent(server.url, [ids], 500, 120, kill_b)[0]
-    alive = server.alive() and lifecycle.healthy(server.url)
-    row = api.request_row(reply, 32, 500, alive, 1.0)
-    assert 0 < row["generated_tokens"] < 500, (reply.http_status, reply.error_text)
-    assert row["status"] == "crash", (row["status"], reply.error_type, reply.error_text)
-    lifecycle.stop("vx")
-    assert not ours_running(setup["tmp"])
+def test_host_bs_worker_killed_mid_request_is_a_crash(tp2):
+    """Host B's worker killed at the first token of a 500-token request, as an
+    out-of-memory kill would (and the stop after it leaves nothing: the test above)."""
+    row = tp2["b_died"]
+    assert 0 < row["generated_tokens"] < 500, row
+    assert row["status"] == "crash", row
 
 
-def test_a_shaped_link_costs_tp2_its_bytes(tp_plain):
+def test_a_shaped_link_costs_tp2_its_bytes(tp2):
     """At 0.05 Gbit/s the 512-token prompt's activations take longer to cross: the time
     to first token grows by at least a third of what its bytes need on that link."""
-    row, traffic = tp_plain["narrow_row"], tp_plain["narrow_traffic"]
+    row, traffic = tp2["narrow"]["row"], tp2["narrow"]["traffic"]
     assert row["status"] == "ok", row
     prefill_bytes = traffic["rpc_prefill_a_to_b_bytes"] + traffic["rpc_prefill_b_to_a_bytes"]
     wire_ms = prefill_bytes * 8 / 0.05e9 * 1000 / 2  # both ways at once, each at 0.05
-    assert row["ttft_ms"] - tp_plain["long_ttft"] > wire_ms / 3, (
-        row["ttft_ms"], tp_plain["long_ttft"], wire_ms, prefill_bytes)
+    long_ttft = tp2["long"]["row"]["ttft_ms"]
+    assert row["ttft_ms"] - long_ttft > wire_ms / 3, (row["ttft_ms"], long_ttft, wire_ms,
+                                                      prefill_bytes)
 
 
-def test_pp2_puts_half_the_layers_on_each_host_and_both_splits_decode_alike(setup, tp_plain):
+def test_pp2_puts_half_the_layers_on_each_host_and_both_splits_decode_alike(setup, tp2):
     link, server = launch(setup, {"pipeline_parallel": 2})
     assert server.record["parallel"] == "pp2"
     reply, row, traffic = ask(link, server, 32)
     assert row["status"] == "ok", row
     # Pipeline parallel: one hidden state forward per token, the sampled token back.
     assert traffic["rpc_bytes_per_token_a_to_b"] > 128, traffic
-    assert reply.prompt_ids == tp_plain["prompt"]  # one tokenizer, one nonce
+    assert reply.prompt_ids == tp2["short"]["prompt"]  # one tokenizer, one nonce
     # float32: the split does not change the greedy output.
-    assert [t["token_id"] for t in reply.tokens] == tp_plain["tokens"]
+    assert [t["token_id"] for t in reply.tokens] == tp2["short"]["tokens"]
 
 
-def test_the_split_output_equals_a_single_host_servers(setup, tp_plain):
+def test_the_split_output_equals_a_single_host_servers(setup, tp2):
     link = lab.ensure_link(plan.link_slice(parsed(config({"tensor_parallel": 2})), "vx", "plain"))
     lifecycle.stop("vx")  # the single server gets host A's memory
-    assert single_host_tokens(setup, link, tp_plain["prompt"], 32) == tp_plain["tokens"]
+    short = tp2["short"]
+    assert single_host_tokens(setup, link, short["prompt"], 32) == short["tokens"]
 
 
 def test_a_worker_that_cannot_start_fails_the_launch_at_once(setup, tmp_path):
@@ -296,13 +290,13 @@ def test_a_worker_that_never_joins_fails_the_launch_within_its_deadline(setup, t
     silent.write_text("#!/bin/sh\nexec sleep 600\n")
     silent.chmod(0o755)
     cfg = config({"tensor_parallel": 2})
-    cfg["models"]["m"]["vllm"]["launch_timeout_s"] = 10
+    cfg["models"]["m"]["vllm"]["launch_timeout_s"] = 5
     link = lab.ensure_link(plan.link_slice(parsed(cfg), "vx", "plain"))
     tools = {**setup["tools"], "b": {"vllm": {**setup["tools"]["b"]["vllm"],
                                               "executable": str(silent)}}}
     started = time.monotonic()
-    with pytest.raises(servers.LaunchError, match="not healthy after 10 s"):
+    with pytest.raises(servers.LaunchError, match="not healthy after 5 s"):
         servers.ensure(link, plan.server_slice(parsed(cfg), "m"), setup["model"]["path"],
                        setup["model"]["sha256"], tools)
-    assert time.monotonic() - started < 10 + 40  # the deadline, and stopping
+    assert time.monotonic() - started < 5 + 40  # the deadline, and stopping
     assert not ours_running(setup["tmp"]) and lifecycle.current("vx") is None
