@@ -632,10 +632,32 @@ def test_forcing_one_cell_or_a_pattern_plans_exactly_those(finished):
     assert cells_in(planned(work, config, "--forcerun", *listed)) == set(listed)
 
 
+def kill_mid_cell(work: Path, cell_log: Path) -> int:
+    """Start `snakemake all` and kill it (kill -9) once the cell whose log is `cell_log`
+    has sent its second release's requests; when, in ns."""
+    cell_log.unlink(missing_ok=True)
+    run = subprocess.Popen([SNAKEMAKE, "--cores", "1", "all"], cwd=work,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and run.poll() is None:
+        if cell_log.exists() and "release 1, sending" in cell_log.read_text():
+            break
+        time.sleep(0.02)
+    assert cell_log.exists() and "release 1, sending" in cell_log.read_text(), \
+        "the cell never sent its requests"
+    killed_ns = time.time_ns()
+    run.kill()
+    run.wait()
+    return killed_ns
+
+
 @needs_root()
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_drift_apply_remeasures_exactly_the_flagged_cells_and_archives_them(finished):
+def test_drift_apply_remeasures_the_flagged_cells_and_a_killed_rerun_resumes(finished):
+    """`drift --apply` on two cells plans exactly those; the rerun, killed mid-cell,
+    leaves nothing running and resumes with only what it had not measured; each flagged
+    cell's earlier measurement is archived, nothing else is measured again."""
     work, config = finished
     flagged = [("t", "plain", "tiny", "short", 2), ("t", "slow", "tiny2", "mid", 1)]
     report = pd.DataFrame([dict(zip(["pair", "link", "model", "ctx", "conc"], cell,
@@ -651,73 +673,56 @@ def test_drift_apply_remeasures_exactly_the_flagged_cells_and_archives_them(fini
               for p in paths}
     untouched = work / "results/cells/t/plain/tiny/ctxshort_c1.parquet"
     untouched_mtime = untouched.stat().st_mtime_ns
-    rerun = snakemake(work, "all")
-    assert rerun.returncode == 0, rerun.stderr[-3000:]
-    assert untouched.stat().st_mtime_ns == untouched_mtime
-    archived = sorted((work / "results/archive").rglob("*.requests.parquet"))
-    assert len(archived) == 2
-    for path in archived:
-        cell = "results/" + str(path.relative_to(work / "results")).split("/", 2)[2]
-        old = pd.read_parquet(path)
-        assert old["t_send_ns"].tolist() == before[cell.replace(".requests", "")][
-            "t_send_ns"].tolist()
-        new = pd.read_parquet(work / cell)
-        assert new["t_send_ns"].min() > old["t_send_ns"].max()
-    table = (work / "results/tables/remeasured.md").read_text()
-    assert table.count("| t |") == 2
-    assert "Nothing to be done" in snakemake(work, "all", "-n").stdout
-
-
-@needs_root()
-@pytest.mark.slow
-@pytest.mark.timeout(600)
-def test_a_killed_run_resumes_with_only_the_interrupted_cell(finished):
-    work, config = finished
-    target = "results/cells/t/slow/tiny/ctxmid_c2.parquet"
-    spare = "results/cells/t/plain/tiny2/ctxshort_c1.parquet"
-    spare_mtime = (work / spare).stat().st_mtime_ns
     locks = work / ".snakemake/locks"
     locks.mkdir(parents=True, exist_ok=True)
     foreign = locks / "7.output.lock"  # another Snakemake's, on files this run never uses
     foreign.write_text("elsewhere/other.txt\n")
-    log = work / "results/logs/cells/t/slow/tiny/ctxmid_c2.log"
-    log.unlink(missing_ok=True)
-    run = subprocess.Popen([SNAKEMAKE, "--cores", "1", "all", "--forcerun", target],
-                           cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    # Wait for the state the test is about: the cell's requests are out.
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and run.poll() is None:
-        if log.exists() and "release 1, sending" in log.read_text():
-            break
-        time.sleep(0.02)
-    assert "release 1, sending" in log.read_text(), "the cell never sent its requests"
-    killed_ns = time.time_ns()
-    run.kill()  # kill -9 of Snakemake mid-cell
-    run.wait()
-    # The kill landed mid-cell: the cell wrote nothing (Snakemake had removed its old
-    # files before the job started).
-    assert not (work / target).exists()
+
+    # The concurrent flagged cell is where the rerun is killed.
+    target = "results/cells/t/plain/tiny/ctxshort_c2.parquet"
+    rerun_ns = time.time_ns()
+    killed_ns = kill_mid_cell(work, work / "results/logs/cells/t/plain/tiny/ctxshort_c2.log")
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and ("sb-t-" in _namespaces() or procs_left(work)
                                            or len(list(locks.glob("*.lock"))) > 1):
         time.sleep(0.5)
-    assert "sb-t-" not in _namespaces()  # the reaper tore the first run down
+    assert "sb-t-" not in _namespaces()  # the reaper tore the killed run down
     assert not procs_left(work)
     assert not list((work / ".splitbench/procs").glob("*.json"))  # jobs and servers
     # It removed the killed run's directory locks and left the other run's alone.
     assert [p.name for p in locks.glob("*.lock")] == [foreign.name]
     foreign.unlink()
+
     resumed = snakemake(work, "all")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    # Re-measured: every request of the cell was sent after the kill; nothing else was.
+    # Re-measured: the killed cell's every request after the kill (whatever the killed
+    # run's job wrote before the reaper ended it, Snakemake counts it incomplete); the
+    # flagged cells and nothing else since the rerun began.
     requests = pd.read_parquet(work / target.replace(".parquet", ".requests.parquet"))
     assert (requests["status"] == "ok").all()
     assert requests["t_send_ns"].min() > killed_ns
-    assert (work / spare).stat().st_mtime_ns == spare_mtime
-    measured_again = [p for p in (work / "results/cells").rglob("*.requests.parquet")
-                      if p.stat().st_mtime_ns > killed_ns]
-    assert [str(p.relative_to(work)) for p in measured_again] == [
-        target.replace(".parquet", ".requests.parquet")]
+    assert untouched.stat().st_mtime_ns == untouched_mtime
+    measured_again = {str(p.relative_to(work)).replace(".requests", "")
+                      for p in (work / "results/cells").rglob("*.requests.parquet")
+                      if p.stat().st_mtime_ns > rerun_ns}
+    assert measured_again == paths
+    # Each flagged cell's earlier measurement is in the archive, as it was, and only
+    # theirs. The killed cell's job outlives Snakemake until the reaper ends it: when it
+    # finished its measurement first, the resumed run archived that one too (nothing
+    # measured is lost).
+    archived: dict[str, list[list[int]]] = {}
+    for path in sorted((work / "results/archive").rglob("*.requests.parquet")):
+        cell = "results/" + str(path.relative_to(work / "results")).split("/", 2)[2]
+        archived.setdefault(cell.replace(".requests", ""), []).append(
+            pd.read_parquet(path)["t_send_ns"].tolist())
+    assert set(archived) == paths, archived.keys()
+    for cell, olds in archived.items():
+        assert before[cell]["t_send_ns"].tolist() in olds
+        new = pd.read_parquet(work / cell.replace(".parquet", ".requests.parquet"))
+        assert new["t_send_ns"].min() > max(max(old) for old in olds)
+    # The table has a row for each archived measurement against the current one.
+    table = (work / "results/tables/remeasured.md").read_text()
+    assert table.count("| t |") == sum(len(olds) for olds in archived.values())
     assert "Nothing to be done" in snakemake(work, "all", "-n").stdout
 
 
