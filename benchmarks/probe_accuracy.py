@@ -4,7 +4,7 @@ Builds embedded-lab links (namespaces as root, loopback otherwise), runs the pro
 probe and `sockperf ping-pong --full-rtt` on each, at 64 B and 16 KB, and fits the
 payload sweep. Prints figures; asserts nothing (machines here are shared and noisy).
 
-    .venv/bin/python benchmarks/probe_accuracy.py [--samples 2000]
+    .venv/bin/python benchmarks/probe_accuracy.py [--samples 2000] [--links direct,delayed]
 Goal (issue 3): probe p50 within 1.3x of sockperf's p50.
 """
 
@@ -61,10 +61,17 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=2000, help="round trips per size")
     parser.add_argument("--sockperf-seconds", type=int, default=3,
                         help="how long each sockperf ping-pong runs (after its warm-up)")
+    parser.add_argument("--links", default=",".join(spec["link"] for spec in LINKS),
+                        help="the links to measure, by name (default: all)")
     args = parser.parse_args()
+    wanted = args.links.split(",")
+    unknown = set(wanted) - {spec["link"] for spec in LINKS}
+    if unknown:
+        parser.error(f"--links: no link named {', '.join(sorted(unknown))}")
     os.environ.setdefault("SPLITBENCH_STATE", tempfile.mkdtemp(prefix="sb-bench-"))
     try:
-        rows = [row for spec in LINKS for row in measure(spec, args.samples, args.sockperf_seconds)]
+        rows = [row for spec in LINKS if spec["link"] in wanted
+                for row in measure(spec, args.samples, args.sockperf_seconds)]
     finally:
         teardown.teardown()
     print(f"{'link':8} {'delay by':8} {'bytes':>6} {'probe p50':>10} {'sockperf p50':>13} "

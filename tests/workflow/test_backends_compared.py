@@ -84,13 +84,18 @@ def test_one_shape_split_by_llama_cpp_and_vllm_is_measured_and_compared(finished
     # On a quiet machine no cell is flagged: vLLM's API server, engine and workers are
     # the measurement's own work, not interference (they once flagged every TP cell).
     assert summary["interference"].isna().all(), summary[["model", "conc", "interference"]]
-    # Every vLLM request's decode agrees with vLLM's own mean inter-token latency.
+    # The harness's decode agrees with the server's own mean inter-token latency, as in
+    # the tiny run (test_workflow.py): per request when alone; under concurrency the
+    # cell's median, as a stream's first token can reach the client late and its decode
+    # then looks faster (once, vLLM's second stream: first token 117 ms after vLLM's
+    # own, the rest caught up, -19% for that request, -0.3% the cell's median).
     for path in (work / "results/cells/lab").rglob("*.requests.parquet"):
         requests = pd.read_parquet(path)
         gap = (requests["decode_ms_per_token"] / requests["server_decode_ms_per_token"] - 1)
+        worst = gap.abs().max() if requests["conc"].iloc[0] == 1 else abs(gap.median())
         flagged = summary.set_index(["link", "model", "ctx", "conc"]).loc[
             tuple(requests[["link", "model", "ctx", "conc"]].iloc[0]), "interference"]
-        assert gap.abs().max() < 0.05 or pd.notna(flagged), (path, gap.tolist())
+        assert worst < 0.05 or pd.notna(flagged), (path, gap.tolist())
     table = (work / "results/tables/backends.md").read_text()
     for split in ("llama.cpp RPC", "vLLM TP=2"):
         assert table.count(f"| {split} |") == 2, split  # each level
