@@ -148,12 +148,21 @@ class Host:
                                        'done', "sh", *tools], check=False).stdout.split()
         return [tool for tool in tools if tool in absent]
 
-    def wait_listening(self, addr: str, port: int, timeout: float) -> None:
+    def wait_listening(self, addr: str, port: int, timeout: float,
+                       server: ProcRecord | None = None) -> None:
         """Wait until this host has a TCP listener on addr:port. It does not connect:
-        a ggml-rpc-server would take a probing connection for its one client."""
+        a ggml-rpc-server would take a probing connection for its one client.
+        `server`: the process that is to listen; if it ends first (an address this host
+        does not have, a port in use), the wait ends at once, saying so."""
         def listening() -> bool:
-            return bool(self.run(["ss", "-Hltn", f"src {addr}:{port}"],
-                                 check=False).stdout.strip())
+            if self.run(["ss", "-Hltn", f"src {addr}:{port}"], check=False).stdout.strip():
+                return True
+            if server is not None and not procs.is_alive(server):
+                how = procs.exit_status(server) or "ended"
+                log = f"; its log: {server['log']}" if server.get("log") else ""
+                raise HostError(f"host {self.name}: {server['role']} {how} before it "
+                                f"listened on {addr}:{port}{log}")
+            return False
 
         if poll_until(listening, timeout, 0.1):
             return

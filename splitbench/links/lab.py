@@ -266,7 +266,8 @@ def _start_relay(link: Link, delay_ms: float, key: str) -> None:
     # CPUs, which idle while B waits for A's commands; on A's it took the CPU from
     # llama-server for every message it read or released (docs/method.md).
     wire = dataclasses.replace(link.host_a, cpus=link.host_b.cpus)
-    wire.spawn(argv, role="relay", key=relay_key(link.pair, link.name), extra={"pair": link.pair},
-               log_path=procs.state_dir() / "logs" / f"relay-{key}.log")
-    link.host_a.wait_listening(link.addr_a, RPC_PORT, timeout=10)
+    started = wire.spawn(argv, role="relay", key=relay_key(link.pair, link.name),
+                         extra={"pair": link.pair},
+                         log_path=procs.state_dir() / "logs" / f"relay-{key}.log")
+    link.host_a.wait_listening(link.addr_a, RPC_PORT, timeout=10, server=started)
     link.emulation["relay_argv"] = argv

@@ -88,9 +88,10 @@ def _has(host: Host, tool: str) -> bool:
 def serve(link: Link, role: str, key: str, argv: list[str], port: int) -> None:
     """Start a measuring server on B (recorded as `{role}-{key}`) and wait until it
     listens on B's link address: a relay on A would accept before B is there."""
-    link.host_b.spawn(argv, role=role, key=f"{role}-{key}", extra={"pair": link.pair},
-                      log_path=procs.state_dir() / "logs" / f"{role}-{key}.log")
-    link.host_b.wait_listening(link.addr_b, port, timeout=10)
+    server = link.host_b.spawn(argv, role=role, key=f"{role}-{key}",
+                               extra={"pair": link.pair},
+                               log_path=procs.state_dir() / "logs" / f"{role}-{key}.log")
+    link.host_b.wait_listening(link.addr_b, port, timeout=10, server=server)
 
 
 @contextlib.contextmanager

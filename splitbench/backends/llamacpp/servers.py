@@ -104,9 +104,10 @@ def _start(
                 "-t", threads, *settings.get("worker_args", [])]
         key = f"rpc-{lifecycle.named(link.pair, slot)}-{i}"
         started.append(key)
-        link.host_b.spawn(argv, role="rpc-server", key=key, extra={"pair": link.pair},
-                          log_path=logs / f"{launch_id}-rpc{i}.log")
-        link.host_b.wait_listening(link.addr_b, worker_port, timeout=30)
+        worker = link.host_b.spawn(argv, role="rpc-server", key=key,
+                                   extra={"pair": link.pair},
+                                   log_path=logs / f"{launch_id}-rpc{i}.log")
+        link.host_b.wait_listening(link.addr_b, worker_port, timeout=30, server=worker)
         rpc_argvs.append(argv)
         proc_keys.append(key)
     port = lifecycle.http_port(link.host_a, slot)
