@@ -270,7 +270,10 @@ def test_the_workflow_runs_a_pair_over_ssh(host_b, tmp_path):
         "models": {"tiny": {"synthetic": {
             "n_layer": 2, "n_embd": 64, "n_head": 4, "n_head_kv": 2, "n_ff": 128,
             "n_vocab": 1024, "context_length": 4096, "seed": 1}, "layers_on_b": 1}},
-        "contexts": {"short": 32}, "concurrency": [1, 2], "cell": {"n_predict": 24},
+        # Brief cells (no time floor): the run's path over SSH is the question, and each
+        # cell and anchor would otherwise send requests for 2-3 s.
+        "contexts": {"short": 32}, "concurrency": [1, 2],
+        "cell": {"n_predict": 24, "single_stream_seconds": 0, "concurrent_seconds": 0},
         "link_check": {"iperf_seconds": 1, "rr_sizes": [64, 16384], "rr_samples": 40,
                        **NO_SOCKPERF},
     }
