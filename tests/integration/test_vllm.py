@@ -26,7 +26,7 @@ from splitbench.configuration import parsed
 from splitbench.infra import procs, ssh, teardown
 from splitbench.links import lab
 from tests.conftest import ROOT, needs_root
-from tests.integration.test_ssh import sh, start_sshd
+from tests.integration.test_ssh import commands_in, sh, start_sshd
 from tests.integration.vllm_pair import EAGER, SHAPE, VENV, ask, config
 
 pytestmark = [
@@ -162,13 +162,6 @@ def _pair_over_ssh(tmp: Path) -> dict:
     return start_sshd(NS_B, ADDR_B, tmp, wrap=PRIVATE_SHM)
 
 
-def _commands_in(ns: str) -> list[str]:
-    pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True,
-                          text=True).stdout.split()
-    return [Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-            for p in pids if p.isdigit()]
-
-
 @pytest.fixture(scope="module")
 def tp2(setup):
     """vLLM TP=2 over SSH, run once by host A's side (tests/integration/vllm_pair.py):
@@ -189,7 +182,7 @@ def tp2(setup):
              json.dumps(config({"tensor_parallel": 2})), str(tmp), NS_B],
             capture_output=True, text=True, timeout=900, cwd=ROOT,
             env={"SPLITBENCH_STATE": str(tmp / "state-a"), "PATH": "/usr/sbin:/usr/bin:/bin"})
-        left = {"a": _commands_in(NS_A), "b": _commands_in(NS_B)}
+        left = {"a": commands_in(NS_A), "b": commands_in(NS_B)}
     finally:
         ssh.close_all()
         procs.stop("sshd-test")

@@ -336,7 +336,6 @@ def test_a_fit_the_data_cannot_carry_gives_no_number():
     assert "not resolvable from zero" in verdict
 
 
-
 def test_one_link_at_one_context_says_its_fit_has_one_point():
     """Two links (the baseline and one other) at one context: the prefill fit has one
     point, and the findings quote why whole (beside busy loops it read "(0.03 has no
@@ -349,6 +348,7 @@ def test_one_link_at_one_context_says_its_fit_has_one_point():
     reason = prefill.split(": ", 1)[-1].split(" (")[0]  # as the findings quote it
     assert reason.startswith("one point only: its slope") and reason.endswith(
         "has no uncertainty"), reason
+
 
 def test_latency_figure_choice():
     assert cell_summary.latency_column(links(a=1.0)) == "rr_fixed_us"

@@ -634,7 +634,8 @@ def test_forcing_one_cell_or_a_pattern_plans_exactly_those(finished):
 
 def kill_mid_cell(work: Path, cell_log: Path) -> int:
     """Start `snakemake all` and kill it (kill -9) once the cell whose log is `cell_log`
-    has sent its second release's requests; when, in ns."""
+    has sent its first release's requests (the log counts releases from 1); when, in
+    ns."""
     cell_log.unlink(missing_ok=True)
     run = subprocess.Popen([SNAKEMAKE, "--cores", "1", "all"], cwd=work,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
