@@ -2,18 +2,145 @@
 
 from __future__ import annotations
 
+import ast
+import dataclasses
+import inspect
+import textwrap
+import typing
+from pathlib import Path
+
 import pytest
 
-from splitbench import backends
+from splitbench import backends, registry
+from splitbench.backends.base import Backend, Launch, ModuleBackend
+
+ROOT = Path(__file__).resolve().parents[2]
+CELLS = ROOT / "splitbench/cells"
+# Every backend a run can name: the two built in and the example a user registers.
+REGISTERED = ["llamacpp", "vllm", "onetrip"]
 
 
-@pytest.mark.parametrize("name", ["llamacpp", "vllm"])
-def test_each_backend_declares_everything_a_cell_uses(name):
-    backend = backends.get(name)
+@pytest.fixture
+def registered(monkeypatch):
+    monkeypatch.setenv(registry.VARIABLE, str(ROOT / "tests/backends/onetrip"))
+    return backends.get
+
+
+def seam() -> dict[str, typing.Any]:
+    """What a cell may ask of a backend: Backend's public methods, abstract or not."""
+    return {name: member for name, member in vars(Backend).items()
+            if callable(member) and not name.startswith("_")}
+
+
+def asked_by_the_cells() -> set[str]:
+    """Every attribute the cells' modules read off a backend (`backend.x`, `BACKEND.x`,
+    `backend_of(cell).x`)."""
+    asked = set()
+    for path in CELLS.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Attribute):
+                continue
+            owner = node.value
+            if isinstance(owner, ast.Call):
+                owner = owner.func
+            if isinstance(owner, ast.Name) and owner.id in ("backend", "BACKEND",
+                                                            "backend_of"):
+                asked.add(node.attr)
+    return asked
+
+
+def delegations() -> dict[str, tuple[str, str, int, tuple[str, ...]]]:
+    """ModuleBackend's methods, read from its source, each as the call it hands on:
+    method -> (module attribute, function, positional arguments, keyword names)."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(ModuleBackend)))
+    found = {}
+    for method in ast.walk(tree):
+        if not isinstance(method, ast.FunctionDef):
+            continue
+        for node in ast.walk(method):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and isinstance(node.func.value, ast.Attribute)
+                    and isinstance(node.func.value.value, ast.Name)
+                    and node.func.value.value.id == "self"):
+                found[method.name] = (node.func.value.attr, node.func.attr, len(node.args),
+                                      tuple(k.arg for k in node.keywords))
+    return found
+
+
+def accepts_every_call_of(implementation, declared) -> str | None:
+    """Why `implementation` cannot take a call that `declared`'s signature allows (all
+    arguments by position, all by name, only the required ones), or None."""
+    wanted = inspect.signature(declared)
+    given = inspect.signature(implementation)
+    params = list(wanted.parameters.values())
+    required = [p for p in params if p.default is inspect.Parameter.empty]
+    named = {p.name: None for p in params[1:]
+             if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    for shape, args, kwargs in (("by position", [None] * len(params), {}),
+                                ("by name", [None], named),
+                                ("required only", [None] * len(required), {})):
+        try:
+            given.bind(*args, **kwargs)
+        except TypeError as exc:
+            return f"{shape}: {exc} (declared {wanted}, given {given})"
+    return None
+
+
+def test_the_seam_covers_everything_the_cells_ask_of_a_backend():
+    asked = asked_by_the_cells()
+    assert {"ensure", "stream", "request_row"} <= asked  # the scan reads the cells
+    attributes = set(vars(Backend).get("__annotations__", {}))  # name, launch_errors
+    assert asked <= set(seam()) | attributes, asked - set(seam()) - attributes
+
+
+@pytest.mark.parametrize("name", REGISTERED)
+def test_each_backend_takes_every_call_the_seam_allows(name, registered):
+    backend = registered(name)
     assert backend.name == name
-    assert isinstance(backend, backends.Backend)  # an abstract method left out fails here
-    assert not getattr(type(backend), "__abstractmethods__", None)
     assert all(issubclass(e, Exception) for e in backend.launch_errors)
+    for method, declared in seam().items():
+        implementation = getattr(type(backend), method)
+        assert not getattr(implementation, "__isabstractmethod__", False), method
+        why = accepts_every_call_of(implementation, declared)
+        assert why is None, f"{name}.{method}: {why}"
+
+
+@pytest.mark.parametrize("name", REGISTERED)
+def test_what_a_module_backend_hands_on_exists_in_its_modules(name, registered):
+    """ModuleBackend answers each abstract method by calling a function of one of the
+    backend's modules: that function must be there and take the arguments passed."""
+    handed_on = delegations()
+    assert set(handed_on) == Backend.__abstractmethods__
+    backend = registered(name)
+    assert isinstance(backend, ModuleBackend)
+    for method, (module, function, positional, keywords) in handed_on.items():
+        if method in vars(type(backend)):
+            continue  # its own method: the seam's signature check holds it
+        target = getattr(getattr(backend, module), function, None)
+        assert callable(target), f"{name}: {module}.{function} is missing ({method})"
+        try:
+            inspect.signature(target).bind(*[None] * positional, **dict.fromkeys(keywords))
+        except TypeError as exc:
+            pytest.fail(f"{name}: {module}.{function} cannot take what {method} passes: "
+                        f"{exc}")
+
+
+@pytest.mark.parametrize("name", REGISTERED)
+def test_what_ensure_returns_is_a_launch(name, registered):
+    """The object `ensure` is declared to return has every member of the Launch
+    protocol the cells read: its fields, and `alive` as a method taking nothing."""
+    backend = registered(name)
+    module, function, _, _ = delegations()["ensure"]
+    target = getattr(getattr(backend, module), function)
+    returned = typing.get_type_hints(target)["return"]
+    fields = {field.name for field in dataclasses.fields(returned)}
+    assert set(Launch.__annotations__) <= fields, set(Launch.__annotations__) - fields
+    methods = [m for m, member in vars(Launch).items()
+               if callable(member) and not m.startswith("_")]
+    assert methods == ["alive"]
+    for method in methods:
+        why = accepts_every_call_of(getattr(returned, method), getattr(Launch, method))
+        assert why is None, f"{name}: {returned.__name__}.{method}: {why}"
 
 
 def test_a_backend_that_leaves_a_method_out_cannot_be_made():
