@@ -43,12 +43,20 @@ def test_a_server_that_never_answers_fails_at_its_deadline_naming_the_setting(st
     assert "rank 0:\nstill loading" in text
 
 
-def test_a_healthy_server_ends_the_wait(state_dir):
+def test_a_server_ends_the_wait_once_it_is_healthy_not_before(state_dir):
+    """A server that answers /health with 503 while it loads, then 200: the wait asks
+    while it loads, returns once it is healthy, and at once (not at the deadline)."""
     spawn(state_dir, "alive", "exec sleep 30")
+    loaded_at = time.monotonic() + 1.0
+    answers: list[tuple[float, int]] = []
 
     class Health(http.server.BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802  (the handler's own name)
-            self.send_response(200 if self.path == "/health" else 404)
+            code = 404
+            if self.path == "/health":
+                code = 200 if time.monotonic() >= loaded_at else 503
+                answers.append((time.monotonic(), code))
+            self.send_response(code)
             self.end_headers()
 
         def log_message(self, *args):
@@ -59,5 +67,13 @@ def test_a_healthy_server_ends_the_wait(state_dir):
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}"
         lifecycle.wait_healthy(url, {"server": lambda: procs.find("alive")}, 10, "server")
+        returned = time.monotonic()
     finally:
         server.shutdown()
+    codes = [code for _, code in answers]
+    assert 503 in codes, codes  # it asked while the server was loading
+    assert codes[-1] == 200 and codes.count(200) == 1, codes  # it stopped at the first 200
+    healthy_at = answers[-1][0]
+    assert loaded_at <= healthy_at <= returned
+    # One poll (0.2 s) after loading, with room for a busy machine: not the 10 s deadline.
+    assert returned - loaded_at < 2.0, returned - loaded_at
