@@ -5,6 +5,7 @@ merely looks like vLLM's, never a word split out of a name with a space in it.""
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import sys
 import time
@@ -16,6 +17,7 @@ import pytest
 
 from splitbench.backends import lifecycle
 from splitbench.infra.hosts import Host
+from tests.conftest import needs_root
 
 # A process in a session of its own that creates a shared-memory file and maps it (as
 # vLLM's ranks do), prints its path and waits.
@@ -55,22 +57,71 @@ def test_only_what_the_launchs_session_maps_is_removed(mapper, tmp_path, monkeyp
         leftover = {"host": asdict(Host("a")), "paths": [], "session": process.pid}
         seen = lifecycle.shm_of(leftover)
         assert seen == [mapped], seen
-        # A name that is not its user's to delete is kept even when listed.
-        foreign = Path(f"/dev/shm/psm_{tag}-foreign")
-        foreign.write_text("another user's")
-        if os.geteuid() == 0:
-            os.chown(foreign, 65534, 65534)
         process.kill()
         process.wait()
-        lifecycle.remove_leftovers({**leftover, "shm": [*seen, str(foreign)]})
+        lifecycle.remove_leftovers({**leftover, "shm": seen})
         assert not Path(mapped).exists()
         assert all(path.exists() for path in others)
         assert (tmp_path / "results").is_dir()
-        if os.geteuid() == 0:
-            assert foreign.exists()
     finally:
-        for path in [*others, Path(f"/dev/shm/psm_{tag}-foreign")]:
+        for path in others:
             path.unlink(missing_ok=True)
+
+
+@pytest.fixture
+def shm_names():
+    """Fresh /dev/shm names for one test, each removed after it, whatever it is."""
+    tag = uuid.uuid4().hex[:8]
+    names = []
+
+    def name(suffix: str) -> Path:
+        names.append(Path(f"/dev/shm/psm_{tag}-{suffix}"))
+        return names[-1]
+
+    yield name
+    for path in names:
+        if path.is_dir() and not path.is_symlink():
+            path.rmdir()
+        else:
+            path.unlink(missing_ok=True)
+
+
+def test_a_listed_name_that_is_not_a_regular_file_is_kept(shm_names, tmp_path):
+    """Listed beside a file of the launch's own, which goes: a link (and the file it
+    points to: a link in /dev/shm could point anywhere), a directory and a FIFO stay."""
+    own = shm_names("own")
+    own.write_text("the launch's")
+    precious = tmp_path / "precious"
+    precious.write_text("the user's")
+    link = shm_names("link")
+    link.symlink_to(precious)
+    directory = shm_names("dir")
+    directory.mkdir()
+    fifo = shm_names("fifo")
+    os.mkfifo(fifo)
+    lifecycle.remove_leftovers({"host": asdict(Host("a")),
+                                "shm": [str(p) for p in (own, link, directory, fifo)]})
+    assert not own.exists()
+    assert link.is_symlink() and precious.read_text() == "the user's"
+    assert directory.is_dir()
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
+
+
+NOBODY = 65534  # an owner other than root
+
+
+@needs_root()
+def test_another_users_file_is_kept_even_when_listed(shm_names):
+    """Root may delete anything: only its own files go, not a name another user made
+    that the session was seen mapping."""
+    own, foreign = shm_names("own"), shm_names("foreign")
+    own.write_text("the launch's")
+    foreign.write_text("another user's")
+    os.chown(foreign, NOBODY, NOBODY)
+    lifecycle.remove_leftovers({"host": asdict(Host("a")),
+                                "shm": [str(own), str(foreign)]})
+    assert not own.exists()
+    assert foreign.read_text() == "another user's" and foreign.stat().st_uid == NOBODY
 
 
 def test_a_session_that_has_ended_maps_nothing():
