@@ -1,5 +1,5 @@
-"""Where the README's set-up ran (CI=true, as root), a skipped test fails the run with its
-reason (tests/skips.py); elsewhere a skip stays a skip."""
+"""Under CI=true, root or not, a skipped test fails the run with its reason
+(tests/skips.py); elsewhere a skip stays a skip."""
 
 from __future__ import annotations
 
@@ -29,22 +29,33 @@ def test_expected_failure():
 '''
 
 
+# pytest in a process that is not root, whoever runs this test (os.geteuid and friends
+# say 1000), with only this plugin: its own rootdir and no ini file, not this project's
+# conftest.
+AS_USER = ("import os, sys, pytest\n"
+           "os.geteuid = os.getuid = lambda: 1000\n"
+           "os.getresuid = lambda: (1000, 1000, 1000)\n"
+           "sys.exit(pytest.main(sys.argv[1:]))\n")
+
+
 def run_sample(tmp_path, **env: str) -> subprocess.CompletedProcess:
     (tmp_path / "test_sample.py").write_text(SAMPLE)
     environ = {k: v for k, v in os.environ.items() if k not in ("CI", FORCE)}
-    # Its own rootdir and no ini file: only this plugin, not this project's conftest.
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "tests.skips", "-p",
-                           "no:cacheprovider", "-rs", str(tmp_path)], capture_output=True,
-                          text=True, cwd=ROOT, env={**environ, **env}, timeout=120)
+    return subprocess.run([sys.executable, "-c", AS_USER, "-p", "tests.skips", "-p",
+                           "no:cacheprovider", "-p", "no:randomly", "-rs", str(tmp_path)],
+                          capture_output=True, text=True, cwd=ROOT, env={**environ, **env},
+                          timeout=120)
 
 
-def test_skips_fail_only_under_ci_as_root_or_when_asked():
-    assert skips_fail({"CI": "true"}, euid=0)
-    assert not skips_fail({"CI": "true"}, euid=1000)  # no root: the set-up could not install
-    assert not skips_fail({}, euid=0)
-    assert not skips_fail({"CI": "1"}, euid=0)
-    assert skips_fail({FORCE: "1"}, euid=1000)
-    assert not skips_fail({FORCE: "0"}, euid=1000)
+def test_skips_fail_under_ci_whoever_runs_it_or_when_asked(monkeypatch):
+    # Not root: CI=true alone decides (a CI without root must fail on the root tests).
+    for name in ("geteuid", "getuid"):
+        monkeypatch.setattr(os, name, lambda: 1000)
+    assert skips_fail({"CI": "true"})
+    assert not skips_fail({})
+    assert not skips_fail({"CI": "1"})
+    assert skips_fail({FORCE: "1"})
+    assert not skips_fail({FORCE: "0"})
 
 
 def test_a_skip_fails_the_run_with_its_reason(tmp_path):
@@ -60,6 +71,13 @@ def test_a_skip_fails_the_run_with_its_reason(tmp_path):
     summary = out[out.index("2 skip(s) that fail the run"):]
     assert "test_sample.py::test_marked_skip: chromium not installed" in summary, out
     assert "test_sample.py::test_skips_itself: sshd not installed" in summary, out
+
+
+def test_under_ci_a_skip_fails_though_the_run_is_not_root(tmp_path):
+    result = run_sample(tmp_path, CI="true")
+    assert result.returncode == 1, result.stdout
+    assert "1 failed, 1 passed, 1 xfailed, 1 error" in result.stdout, result.stdout
+    assert f"{PREFIX}: sshd not installed" in result.stdout, result.stdout
 
 
 def test_elsewhere_a_skip_stays_a_skip(tmp_path):
