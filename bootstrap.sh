@@ -142,6 +142,40 @@ case "${1:-setup}" in
         "$VENV/bin/ruff" check .
         "$VENV/bin/snakefmt" --check Snakefile rules/
         "$VENV/bin/snakemake" --lint
-        exec "$VENV/bin/python" -m pytest -v -rs --durations=15 ;;
+        # Then the fast tier, which must end within FAST_LIMIT_S of wall time (measured
+        # around it, not enforced by killing it), then the rest; both run whatever the
+        # other did, and the command fails if either fails or the fast tier is late.
+        # Each tier runs in a random order (pytest-randomly) whose seed is printed, with
+        # the command that replays it. Any pytest status but 0 fails, 5 too: a tier that
+        # collects no test is a broken marker, not a pass.
+        FAST_LIMIT_S=120
+        failures=()
+        tier() {  # tier NAME MARKER PYTEST_ARGS...: runs it; sets $wall_ms
+            local name=$1 marker=$2 seed start_ns status=0
+            shift 2
+            seed=$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')
+            local replay="$VENV/bin/python -m pytest -m '$marker' -p randomly --randomly-seed=$seed"
+            say "$name: $replay"
+            start_ns=$(date +%s%N)
+            "$VENV/bin/python" -m pytest -m "$marker" -p randomly --randomly-seed="$seed" "$@" \
+                || status=$?
+            wall_ms=$(( ($(date +%s%N) - start_ns) / 1000000 ))
+            say "$name: pytest exit $status after $((wall_ms / 1000)).$((wall_ms % 1000 / 100)) s (seed $seed)"
+            case $status in
+                0) ;;
+                5) failures+=("$name collected no tests (pytest exit 5): $replay") ;;
+                *) failures+=("$name failed (pytest exit $status); its order again: $replay") ;;
+            esac
+        }
+        tier "fast tier" "not slow" -rs --durations=10
+        if [ "$wall_ms" -ge $((FAST_LIMIT_S * 1000)) ]; then
+            failures+=("fast tier took $((wall_ms / 1000)).$((wall_ms % 1000 / 100)) s, over its ${FAST_LIMIT_S} s limit")
+        fi
+        tier "slow tier" slow -v -rs --durations=15
+        if [ ${#failures[@]} -gt 0 ]; then
+            for failure in "${failures[@]}"; do say "FAILED: $failure"; done
+            exit 1
+        fi
+        say "both tiers passed" ;;
     *) echo "usage: $0 [setup|run|test|vllm]" >&2; exit 2 ;;
 esac
