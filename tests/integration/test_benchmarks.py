@@ -25,6 +25,8 @@ SMALL = {
     "plan_scale.py": (["--pairs", "2", "--links", "2", "--models", "1", "--contexts", "2",
                        "--concurrency", "2", "--repeats", "1"],
                       "listing every job (snakemake -n): 39 jobs, median", False),
+    "flakes.py": (["--runs", "2", "--dir", "{tmp}/junit", "--", "tests/unit/test_constraints.py"],
+                  "no test failed in 2 runs", False),
 }
 
 
@@ -48,3 +50,20 @@ def test_a_benchmark_runs_in_its_small_mode(script, tmp_path):
                             env=env)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert expected in result.stdout, result.stdout[-2000:]
+
+
+@pytest.mark.slow
+def test_flakes_counts_a_failing_test_in_every_run_and_a_passing_one_in_none(tmp_path):
+    (tmp_path / "test_sample.py").write_text(
+        "def test_always_fails():\n    assert 1 == 2\n\n"
+        "def test_always_passes():\n    pass\n")
+    flakes = [sys.executable, str(ROOT / "benchmarks/flakes.py")]
+    for argv in ([*flakes, "--runs", "2", "--dir", str(tmp_path / "junit"), "--",
+                  str(tmp_path / "test_sample.py")],
+                 [*flakes, "--from", str(tmp_path / "junit")]):
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=300,
+                                cwd=tmp_path)
+        assert result.returncode == 1, result.stdout + result.stderr
+        failed = result.stdout[result.stdout.index("tests that failed"):]
+        assert "2/2  test_sample::test_always_fails" in failed, result.stdout
+        assert "test_always_passes" not in failed, result.stdout
