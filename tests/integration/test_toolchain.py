@@ -1,3 +1,4 @@
+import hashlib
 import json
 import os
 import socket
@@ -43,9 +44,26 @@ def test_missing_binary_names_host_and_path(tmp_path):
         toolchain.describe(Host("a"), folder, "pair p")
 
 
-def test_the_pip_build_has_both_binaries():
-    described = toolchain.describe(Host("a"), toolchain.pip_bin_dir(), "pair p")
-    assert len(described["ggml-rpc-server_sha256"]) == 64
+def test_the_pip_build_holds_the_two_programs_only_and_the_record_hashes_them(tmp_path):
+    """The installed llama.cpp build (bootstrap.sh's lean build,
+    envs/llama-cpp-lean.cmake): its bin/ holds exactly the two programs splitbench
+    runs, each an executable file, and the toolchain record's hashes are theirs.
+    Beside them only the package's own empty placeholder (it ships bin/.gitkeep)."""
+    bin_dir = toolchain.pip_bin_dir()
+    held = sorted(path.name for path in bin_dir.iterdir())
+    assert held == sorted([*toolchain.BINARIES, ".gitkeep"]), held
+    assert (bin_dir / ".gitkeep").stat().st_size == 0
+    for name in toolchain.BINARIES:
+        path = bin_dir / name
+        assert path.is_file() and not path.is_symlink(), path
+        assert os.access(path, os.X_OK), path
+    recorded = toolchain.record("p", "pip", {"a": {}, "b": {}}, tmp_path / "toolchain.json")
+    assert recorded["status"] == "ok", recorded.get("error")
+    for host in ("a", "b"):
+        assert recorded[host]["bin_dir"] == str(bin_dir)
+        for name in toolchain.BINARIES:
+            digest = hashlib.sha256((bin_dir / name).read_bytes()).hexdigest()
+            assert recorded[host][f"{name}_sha256"] == digest, (host, name)
 
 
 def test_the_toolchain_stage_checks_both_hosts_first_and_a_failure_is_the_pairs_result(

