@@ -10,18 +10,20 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from splitbench import models
-from splitbench.analysis import cell_summary
+from splitbench.analysis import cell_summary, traffic
 from splitbench.backends import lifecycle
 from splitbench.backends.llamacpp import servers, toolchain
 from splitbench.backends.llamacpp.backend import BACKEND as LLAMACPP
 from splitbench.cells import measure
 from splitbench.infra import interference, procs, telemetry
 from splitbench.links import real
+from splitbench.links.link import RPC_PORT
 from tests.conftest import needs_root
 
 
@@ -36,6 +38,8 @@ def llamacpp_with(**methods):
 
 MODEL = {"n_layer": 2, "n_embd": 64, "n_head": 2, "n_head_kv": 1, "n_ff": 128,
          "n_vocab": 1024, "context_length": 8192, "seed": 5}
+# Each RPC reply's length field, before its bytes (ggml's RPC protocol).
+RPC_LENGTH_FIELD = 8
 SETTINGS = {"layers_on_b": 2, "threads": 1, "slots": 1, "ctx_per_slot": 4096, "n_ctx": 4096}
 LINK = {"pair": "st", "link": "plain", "index": 1, "mode": "embedded"}
 
@@ -50,11 +54,12 @@ def bench(state_dir, tmp_path):
     link_result = tmp_path / "link.parquet"
     pd.DataFrame([{"fingerprint": "lab-plain"}]).to_parquet(link_result)
 
-    def run(prompt_tokens: int, n_predict: int, name: str, **extra: int) -> pd.DataFrame:
+    def run(prompt_tokens: int, n_predict: int, name: str, settings: dict = SETTINGS,
+            **extra: int) -> pd.DataFrame:
         cell = {"measurement_version": 1, "prompt_tokens": prompt_tokens, "concurrency": 1,
                 "n_predict": n_predict, "request_timeout_s": 60, "crash_below_tps": 1.0,
                 **extra}
-        return measure.run(cell, LINK, model, {"settings": SETTINGS}, str(tools),
+        return measure.run(cell, LINK, model, {"settings": settings}, str(tools),
                          str(link_result), str(tmp_path / f"{name}.parquet"),
                          str(tmp_path / f"{name}.requests.parquet"))
 
@@ -117,12 +122,22 @@ def test_bytes_per_decoded_token_come_from_the_rpc_connection(bench):
     frame = bench(prompt_tokens=200, n_predict=120, name="bytes")
     row = frame.iloc[0]
     assert row["status"] == "ok"
-    # Each decode step sends activations to B and gets logits back: the output layer is
-    # on B (layers_on_b 2), so B returns the logits, n_vocab x 4 bytes, per token (give or
-    # take the token that arrives while a counter snapshot is read).
-    logits = MODEL["n_vocab"] * 4
-    per_token = row["rpc_bytes_per_token_b_to_a"]
-    assert 0.9 * logits <= per_token <= 1.5 * logits, (per_token, row["rpc_decode_tokens"])
+    # Each decode step sends activations to B and gets logits back. What B returns per
+    # token, as the product predicts it from where the launch put the layers (the
+    # output layer on B's one worker: the logits, n_vocab x 4 B), and each reply's
+    # 8-byte length field (ggml's RPC protocol: analysis/traffic.py's measured 8 B).
+    assert (row["output_on_b"], row["rpc_workers"]) == (True, 1)
+    reply = traffic.predicted_bytes(row["model_n_embd"], row["model_n_vocab"],
+                                    row["blocks_on_b"], row["output_on_b"],
+                                    row["rpc_workers"])[1] + RPC_LENGTH_FIELD
+    # Counted exactly but for one token: the read at the first token can fall between
+    # a token's arrival and its reply's bytes, so the bytes hold one reply more or fewer
+    # than the n tokens counted (the first token is prefill's): within 1/n per token.
+    n = row["rpc_decode_tokens"]
+    assert 100 <= n <= 120 - 1, n  # tokens 2-120 (a read that waited for the CPU: fewer)
+    total = row["rpc_decode_b_to_a_bytes"]
+    assert (n - 1) * reply <= total <= (n + 1) * reply, (total, n, reply)
+    assert row["rpc_bytes_per_token_b_to_a"] == total / n
     assert row["rpc_bytes_per_token_a_to_b"] >= MODEL["n_embd"] * 4
     # Prefill moved every prompt token's hidden state (n_embd x 4 bytes) from A to B.
     assert row["rpc_prefill_a_to_b_bytes"] >= 200 * MODEL["n_embd"] * 4
@@ -199,19 +214,32 @@ def test_a_cell_whose_every_repeat_fails_in_the_harness_fails_the_job(bench, tmp
 
 @needs_root()
 @pytest.mark.slow
-def test_a_launch_that_fails_on_host_b_is_a_row_stamped_when_it_failed(bench, monkeypatch):
-    def unreachable(*args, **kwargs):
-        raise measure.HostError("host b: no listener on 10.0.0.2:50052 after 30s")
-
-    monkeypatch.setattr(measure, "backend_of",
-                        lambda cell: llamacpp_with(ensure=unreachable))
+def test_a_launch_that_fails_on_host_b_is_a_row_stamped_when_it_failed(bench):
+    """B's worker really cannot start: its settings name a device B does not have. Every
+    request of the cell is a row saying so: the launch failed, on host B, how the
+    worker ended and where its log (with its own words) is; stamped when it failed."""
+    no_device = {**SETTINGS, "worker_args": ["-d", "NoSuchDevice"]}
     before = time.time_ns()
-    frame = bench(prompt_tokens=64, n_predict=8, name="nolaunch", concurrency=2)
+    frame = bench(prompt_tokens=64, n_predict=8, name="nolaunch", concurrency=2,
+                  settings=no_device)
+    after = time.time_ns()
     assert frame["error_type"].tolist() == ["launch_failed"] * 2
     assert frame["status"].tolist() == ["load"] * 2
-    assert frame["error_text"].str.contains("no listener").all()
-    assert (frame["t_send_ns"] >= before).all()  # not 1970
+    assert frame["error_text"].nunique() == 1
+    text = frame["error_text"].iloc[0]
+    addr_b = real.ensure(LINK).addr_b
+    said = re.fullmatch(rf"host b: rpc-server exited with code ([1-9]\d*) before it "
+                        rf"listened on {re.escape(addr_b)}:{RPC_PORT}; its log: (\S+)", text)
+    assert said, text
+    log = Path(said[2])
+    assert "unknown device: NoSuchDevice" in log.read_text(), log.read_text()
+    # Stamped when it failed: after the worker wrote its last words (not 1970), before
+    # the cell returned.
+    assert frame["t_send_ns"].between(max(before, log.stat().st_mtime_ns), after).all()
     assert frame["cell_wall_ms"].isna().all()  # nothing was sent: no wall time
+    # Nothing of the launch runs: no worker, and no llama-server was started for it.
+    assert procs.find("rpc-st-0") is None and procs.find("llama-st") is None
+    assert not lifecycle.current("st")
 
 
 @needs_root()
