@@ -42,6 +42,10 @@ LAYOUT = ["model_n_embd", "model_n_vocab", "blocks_on_b", "output_on_b", "rpc_wo
 CPU_FIGURES = interference.COLUMNS
 
 
+# The client's decode against the server's own, per request (metrics.request_row).
+WITNESS_COLUMNS = ["decode_vs_server", "first_token_late_ms", "last_token_late_ms"]
+
+
 # What the summary reads of a request file; older files lack some (those stay missing).
 SUMMARY_COLUMNS = ["request_id", "status", "cell_status", "generated_tokens", "n_predict",
                    "t_send_ns", "t_last_ns", "decode_ms_se", "cell_wall_ms",
@@ -49,8 +53,8 @@ SUMMARY_COLUMNS = ["request_id", "status", "cell_status", "generated_tokens", "n
                    "temp_after_c", "temp_peak_c", "repeat", "shot", "release_wall_ms",
                    "release_throughput_tps", "arrival_clock",
                    "coalesced_tokens", "reference", "round", "rr64_us", "error_text",
-                   "wakeup_latency_a",
-                   "wakeup_latency_b", *CPU_FIGURES, *FIGURES, *LAYOUT]
+                   "wakeup_latency_a", "wakeup_latency_b", *WITNESS_COLUMNS,
+                   *CPU_FIGURES, *FIGURES, *LAYOUT]
 
 
 def summarize(request_files: list[str], contexts: dict[str, int],
@@ -72,7 +76,8 @@ def summarize(request_files: list[str], contexts: dict[str, int],
     summary["temps"] = summary.apply(_temps_text, axis=1)
     summary = releases.with_releases(summary, requests)
     summary = summary.join(interference.flag(summary, interference_limits or {}))
-    summary["timing"] = _timing_flags(summary)
+    summary["timing"] = [joined(t, w) for t, w in zip(
+        _timing_flags(summary), _witness_flags(summary, ok), strict=True)]
     summary["flags"] = [joined(i, t, m) for i, t, m in zip(
         summary["interference"], summary["timing"], summary["interference_missing"],
         strict=True)]
@@ -92,6 +97,39 @@ def _timing_flags(summary: pd.DataFrame) -> list[str | None]:
         else:
             out.append(None)
     return out
+
+
+def _witness_flags(summary: pd.DataFrame, ok: pd.DataFrame) -> list[str | None]:
+    """Cells whose client and server disagree on decode beyond metrics.WITNESS_BOUND:
+    a single-stream cell by its worst request, a concurrent one by its median (under
+    concurrency a first token can leave late while another slot's prefill runs, which the
+    server's own timer does not count: that is the concurrency, not a fault). The text
+    names the request and which end of its decode window moved."""
+    if "decode_vs_server" not in ok or ok["decode_vs_server"].isna().all():
+        return [None] * len(summary)
+    texts = {}
+    for key, cell in ok.dropna(subset=["decode_vs_server"]).groupby(SUMMARY_KEYS):
+        gaps = cell["decode_vs_server"]
+        if key[SUMMARY_KEYS.index("conc")] == 1:
+            worst = cell.loc[gaps.abs().idxmax()]
+            if abs(worst["decode_vs_server"]) > metrics.WITNESS_BOUND:
+                texts[key] = (f"client and server disagree on decode: request "
+                              f"{worst['request_id']:.0f} {worst['decode_vs_server']:+.1%} "
+                              f"against the server's own{_late_end(worst)}")
+        elif abs(gaps.median()) > metrics.WITNESS_BOUND:
+            texts[key] = (f"client and server disagree on decode: the median request "
+                          f"{gaps.median():+.1%} against the server's own")
+    return [texts.get(tuple(row)) for row in summary[SUMMARY_KEYS].itertuples(index=False)]
+
+
+def _late_end(request: pd.Series) -> str:
+    """Which end of a request's decode window reached the client late, if one did."""
+    ends = [(request.get(f"{end}_token_late_ms"), end) for end in ("first", "last")]
+    late = [(ms, end) for ms, end in ends if isinstance(ms, float) and ms >= 0.5]
+    if not late:
+        return ""
+    ms, end = max(late)
+    return f" (its {end} token reached the client {ms:.1f} ms later than the others)"
 
 
 def joined(*reasons: Any) -> str | None:

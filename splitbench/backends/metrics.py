@@ -78,6 +78,9 @@ class RequestRow(ServerColumns):
     coalesced_tokens: int
     arrival_clock: str | None
     decode_ms_se: float | None
+    decode_vs_server: float | None
+    first_token_late_ms: float | None
+    last_token_late_ms: float | None
 
 
 def classify(reply: Reply, n_predict: int, server_alive: bool, crash_below_tps: float,
@@ -143,8 +146,48 @@ def request_row(reply: Reply, target_prompt: int, n_predict: int, server_alive: 
         # dispersion that tables use as uncertainty when there are no repeats.
         "decode_ms_se": float(np.std(gaps_ns, ddof=1) / 1e6 / np.sqrt(n - 1))
         if n > 2 else None,
+        # The second witness: the client's decode against the server's own, and where
+        # they part (a first or last token that reached the client late).
+        "decode_vs_server": _relative(decode_ms, server.get("server_decode_ms_per_token")),
+        **_end_tokens_late_ms(reply.tokens),
         **{column: server.get(column) for column in SERVER_COLUMNS},
     }
+
+
+# How far the client's decode may lie from the server's own before a request is marked
+# (analysis.cell_summary flags its cell): the two agree within 0.1% when nothing stands
+# between the server's stamp of a token and its arrival.
+WITNESS_BOUND = 0.05
+
+
+def _relative(measured: float | None, reference: float | None) -> float | None:
+    """measured / reference - 1; None where either is missing or the reference is 0."""
+    return measured / reference - 1 if measured and reference else None
+
+
+class EndTokensLate(TypedDict):
+    """How much later than the request's median token its first and last token reached
+    the client, against the server's own stamps of them (`_end_tokens_late_ms`)."""
+
+    first_token_late_ms: float | None
+    last_token_late_ms: float | None
+
+
+def _end_tokens_late_ms(tokens: list[dict]) -> EndTokensLate:
+    """The decode window runs from the first token's arrival to the last one's, so a
+    late first token shortens it and a late last one stretches it. Each token's arrival
+    less the server's stamp of it (its cumulative predicted_ms, from the first token)
+    is the same for every token but for how late it left the server or crossed to the
+    client; the median is the request's usual, and the two ends are read against it.
+    None where the server stamps no tokens (vLLM) or fewer than three came."""
+    stamps = [t.get("server_cum_predicted_ms") for t in tokens]
+    if len(tokens) < 3 or any(s is None for s in stamps):
+        return {"first_token_late_ms": None, "last_token_late_ms": None}
+    arrival_ms = (np.array([t["t_ns"] for t in tokens], dtype="int64") - tokens[0]["t_ns"]) / 1e6
+    offset = arrival_ms - (np.array(stamps, dtype="float64") - stamps[0])
+    usual = float(np.median(offset))
+    return {"first_token_late_ms": round(float(offset[0]) - usual, 3),
+            "last_token_late_ms": round(float(offset[-1]) - usual, 3)}
 
 
 # The server's own figures every backend reports in a request's row (None where its

@@ -50,3 +50,36 @@ def test_an_unreadable_cell_file_is_a_failed_cell_and_the_rest_is_summarized(tmp
     rows = cell_summary.read_requests([cut], ["status", "error_type", "error_text"])
     assert rows.iloc[0]["error_type"] == "unreadable"
     assert "its request file cannot be read" in rows.iloc[0]["error_text"]
+
+
+def test_a_request_whose_client_and_server_disagree_flags_its_cell(tmp_path):
+    """The second witness inside the product: beyond metrics.WITNESS_BOUND a single-stream
+    cell is flagged by its worst request, naming the request and the late end."""
+    agree = {"decode_vs_server": 0.0004, "first_token_late_ms": 0.0,
+             "last_token_late_ms": 0.01}
+    late_first = {"decode_vs_server": -0.061, "first_token_late_ms": 2.5,
+                  "last_token_late_ms": 0.0}
+    flagged = write_cell(tmp_path, "a", "short", 1, [
+        request(0, [1.0] * 10, **late_first), request(1, [1.0] * 10, **agree)])
+    quiet = write_cell(tmp_path, "b", "short", 1, [request(0, [1.0] * 10, **agree)])
+    summary = cell_summary.summarize([flagged, quiet], CONTEXTS).set_index("link")
+    assert summary.loc["a", "flags"] == (
+        "client and server disagree on decode: request 0 -6.1% against the server's own "
+        "(its first token reached the client 2.5 ms later than the others)")
+    assert pd.isna(summary.loc["b", "flags"])
+
+
+def test_a_concurrent_cell_is_held_to_its_median_disagreement(tmp_path):
+    """Under concurrency one stream's first token can wait for another's prefill, which
+    the server's timer does not count: one such request does not flag the cell, a
+    median beyond the bound does."""
+    one_late = [request(i, [1.0] * 10, decode_vs_server=g)
+                for i, g in enumerate([-0.19, 0.001, -0.002, 0.0])]
+    all_off = [request(i, [1.0] * 10, decode_vs_server=g)
+               for i, g in enumerate([0.08, 0.07, 0.09, 0.06])]
+    summary = cell_summary.summarize([write_cell(tmp_path, "a", "short", 4, one_late),
+                                      write_cell(tmp_path, "b", "short", 4, all_off)],
+                                     CONTEXTS).set_index("link")
+    assert pd.isna(summary.loc["a", "flags"])
+    assert summary.loc["b", "flags"] == ("client and server disagree on decode: the median "
+                                         "request +7.5% against the server's own")

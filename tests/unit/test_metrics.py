@@ -79,3 +79,49 @@ def test_the_arrival_clock_a_reply_used_is_recorded():
     reply = reply_with_tokens([100, 110, 120])
     reply.arrival_clock = "read"  # no packet clock, no kernel stamp: the read's own time
     assert llamacpp_api.request_row(reply, 100, 3, True, 1.0)["arrival_clock"] == "read"
+
+
+def stamped_reply(arrival_ms, server_ms):
+    """A reply whose tokens carry the server's cumulative stamps (llama.cpp's
+    timings_per_token), arriving at `arrival_ms`."""
+    reply = reply_with_tokens(arrival_ms)
+    for token, stamp in zip(reply.tokens, server_ms, strict=True):
+        token["server_cum_predicted_ms"] = stamp
+    reply.final["timings"]["predicted_ms"] = server_ms[-1] - server_ms[0]
+    return reply
+
+
+def test_client_and_server_agree_when_every_token_crosses_alike():
+    server = [0.0, 10.0, 20.0, 30.0, 40.0]
+    row = llamacpp_api.request_row(stamped_reply([100.2 + s for s in server], server),
+                                   100, 5, True, 1.0)
+    assert row["decode_vs_server"] == pytest.approx(0, abs=1e-9)
+    assert row["first_token_late_ms"] == pytest.approx(0, abs=1e-6)
+    assert row["last_token_late_ms"] == pytest.approx(0, abs=1e-6)
+
+
+def test_a_first_token_that_reached_the_client_late_is_named_and_shortens_decode():
+    server = [0.0, 10.0, 20.0, 30.0, 40.0]
+    arrival = [100 + s for s in server]
+    arrival[0] += 2.5  # sent 2.5 ms after the server stamped it; the rest on time
+    row = llamacpp_api.request_row(stamped_reply(arrival, server), 100, 5, True, 1.0)
+    assert row["decode_vs_server"] == pytest.approx(37.5 / 40 - 1)
+    assert row["first_token_late_ms"] == pytest.approx(2.5)
+    assert row["last_token_late_ms"] == pytest.approx(0)
+
+
+def test_a_late_last_token_stretches_decode_and_is_named():
+    server = [0.0, 10.0, 20.0, 30.0, 40.0]
+    arrival = [100 + s for s in server]
+    arrival[-1] += 4.0
+    row = llamacpp_api.request_row(stamped_reply(arrival, server), 100, 5, True, 1.0)
+    assert row["decode_vs_server"] == pytest.approx(44 / 40 - 1)
+    assert row["last_token_late_ms"] == pytest.approx(4.0)
+    assert row["first_token_late_ms"] == pytest.approx(0)
+
+
+def test_without_the_servers_token_stamps_only_the_decode_gap_is_known():
+    row = llamacpp_api.request_row(reply_with_tokens([100, 110, 120, 130, 140]), 100, 5, True,
+                                   1.0)
+    assert row["decode_vs_server"] == pytest.approx(0)
+    assert row["first_token_late_ms"] is None and row["last_token_late_ms"] is None
