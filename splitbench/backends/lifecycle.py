@@ -183,13 +183,14 @@ def record_path(pair: str, slot: str = "") -> Path:
 
 
 def current(pair: str, slot: str = "") -> Server | None:
-    record = files.read_json(record_path(pair, slot))
+    record = procs.read_record(record_path(pair, slot))
     if record is None:
         return None
     return Server(record["url"], record["launch_id"], record["fingerprint"], record)
 
 
 def save(record: LaunchRecord, pair: str, slot: str) -> Server:
+    procs.records_dir("servers")  # made private before a record is written there
     files.write_json(record_path(pair, slot), record)
     return Server(record["url"], record["launch_id"], record["fingerprint"], record)
 

@@ -19,14 +19,17 @@ import fcntl
 import hashlib
 import json
 import os
+import pwd
 import shlex
 import signal
+import stat
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
+from splitbench.errors import SplitbenchError
 from splitbench.infra import files
 from splitbench.infra.polling import poll_until
 
@@ -78,17 +81,67 @@ def state_dir() -> Path:
     return base
 
 
-def records_dir(kind: str) -> Path:
-    path = state_dir() / kind
-    path.mkdir(parents=True, exist_ok=True)
+class StateError(SplitbenchError):
+    """The state directory or one of its records is another user's."""
+
+
+def _owner(uid: int) -> str:
+    try:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def check_owned(path: Path) -> None:
+    """Refuse a state directory or record (the link itself, if it is one) that is not
+    the effective user's: teardown, perhaps as root, runs the commands records hold."""
+    owner = path.lstat().st_uid
+    if owner != os.geteuid():
+        raise StateError(
+            f"{path} belongs to {_owner(owner)}, not to {_owner(os.geteuid())}, who runs "
+            "splitbench: its records are not acted on. Run as its owner, or remove it if "
+            "no run of that user's is in it")
+
+
+def _private(path: Path) -> Path:
+    """`path` as a directory only its owner, this user, can enter (mode 0700): no other
+    user can put a record there."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=0o700)
+    check_owned(path)
+    if stat.S_IMODE(path.lstat().st_mode) != 0o700:
+        path.chmod(0o700)  # made by an earlier version with the default umask
     return path
+
+
+def private_state_dir() -> Path:
+    """The state directory, made (or narrowed to) mode 0700 and checked to be ours."""
+    base = Path(os.environ.get("SPLITBENCH_STATE", ".splitbench")).resolve()
+    folder = state_dir()
+    if folder != base:
+        _private(base)
+    return _private(folder)
+
+
+def records_dir(kind: str) -> Path:
+    return _private(private_state_dir() / kind)
+
+
+def read_record(path: Path) -> Any | None:
+    """A record's JSON (None when it is missing or torn); StateError when another user
+    owns it."""
+    try:
+        check_owned(path)
+    except FileNotFoundError:
+        return None
+    return files.read_json(path)
 
 
 @contextlib.contextmanager
 def locked(name: str) -> Iterator[None]:
     """An exclusive lock shared by every process of this run (file lock)."""
-    path = state_dir() / f"{name}.lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = private_state_dir() / f"{name}.lock"
     with open(path, "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
@@ -231,19 +284,12 @@ def _write(path: Path, data: ProcRecord | ChangeRecord | dict[str, str]) -> None
 
 
 def find(key: str) -> ProcRecord | None:
-    path = records_dir("procs") / f"{key}.json"
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
+    return read_record(records_dir("procs") / f"{key}.json")
 
 
 def all_procs() -> list[ProcRecord]:
-    out: list[ProcRecord] = []
-    for path in sorted(records_dir("procs").glob("*.json")):
-        with contextlib.suppress(OSError, ValueError):
-            out.append(json.loads(path.read_text()))
-    return out
+    return [record for path in sorted(records_dir("procs").glob("*.json"))
+            if (record := read_record(path)) is not None]
 
 
 def stop(key: str, timeout: float = 10.0) -> None:
@@ -389,7 +435,10 @@ def record_namespace(name: str) -> None:
 
 
 def namespaces() -> list[str]:
-    return [p.stem for p in sorted(records_dir("netns").glob("*.json"))]
+    paths = sorted(records_dir("netns").glob("*.json"))
+    for path in paths:
+        check_owned(path)  # its name is deleted as root
+    return [path.stem for path in paths]
 
 
 def record_cgroup(path: str, remote: SSHSettings | None = None) -> None:
@@ -417,7 +466,7 @@ def record_change(key: str, host: str, remote: SSHSettings | None, undo: list[st
 
 def change(key: str) -> ChangeRecord | None:
     """A recorded change to a host (record_change), None when there is none."""
-    return files.read_json(records_dir("changes") / f"{key}.json")
+    return read_record(records_dir("changes") / f"{key}.json")
 
 
 def ensure_job_reaper() -> None:

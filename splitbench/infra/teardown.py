@@ -11,14 +11,14 @@ import subprocess
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from splitbench.infra import files, procs
+from splitbench.infra import procs
 
 
 def _undo_changes() -> list[str]:
     """Undo every recorded change; one whose host cannot be reached, or whose undo
     fails, stays on record for the next teardown."""
     done = []
-    records = [(path, files.read_json(path))
+    records = [(path, procs.read_record(path))
                for path in procs.records_dir("changes").glob("*.json")]
     # Remote hosts' first: a change here (the link's address on host A) may be the path
     # to them.
