@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -232,6 +233,17 @@ def shm_of(leftover: Leftovers) -> list[str]:
     return [line for line in listed.splitlines() if line.startswith("/dev/shm/")]
 
 
+# The only directories a launch's cleanup removes: those `mktemp -d SCRATCH_TEMPLATE`
+# made on the host (GNU mktemp fills the X's with letters and digits).
+SCRATCH_TEMPLATE = "/tmp/sb-vllm-XXXXXXXX"
+SCRATCH_PATTERN = re.compile(r"/tmp/sb-vllm-[A-Za-z0-9]{8}")
+
+
+def is_scratch(path: str) -> bool:
+    """`path` is a launch's scratch directory by its name: nothing else is `rm -rf`ed."""
+    return SCRATCH_PATTERN.fullmatch(path) is not None
+
+
 # Removes each argument that is still a regular file (not a link) owned by this user.
 _REMOVE_OWN_FILES = ('for f in "$@"; do [ -f "$f" ] && [ ! -L "$f" ] && [ -O "$f" ] '
                      '&& rm -f -- "$f"; done; true')
@@ -241,9 +253,10 @@ def remove_leftovers(leftover: Leftovers) -> None:
     """Remove a stopped launch's files on one host (its `host` record: local, namespace
     or SSH): `paths`, the directories it made for itself, and `shm`, the shared-memory
     files its own processes were seen mapping (regular files of this user only). Every
-    path goes to the host as one argument: no name is split or expanded."""
+    path goes to the host as one argument: no name is split or expanded; a path that is
+    not a scratch directory's name (`is_scratch`) is never removed."""
     host = Host(**leftover["host"])
-    paths = [str(p) for p in leftover.get("paths", [])]
+    paths = [str(p) for p in leftover.get("paths", []) if is_scratch(str(p))]
     if paths:
         host.run(["rm", "-rf", "--", *paths], check=False)
     shm = [str(p) for p in leftover.get("shm", []) if str(p).startswith("/dev/shm/")]

@@ -130,3 +130,46 @@ def test_a_session_that_has_ended_maps_nothing():
     time.sleep(0.1)
     assert lifecycle.shm_of({"host": asdict(Host("a")),
                             "session": int(done.stdout)}) == []
+
+
+def test_only_a_scratch_directorys_name_is_removed_recursively(tmp_path):
+    """`paths` is read back from a record: only a name mktemp's template gives is
+    `rm -rf`ed; the user's directory, and one reached through `..` from a scratch-like
+    name, stay."""
+    scratch = subprocess.run(["mktemp", "-d", lifecycle.SCRATCH_TEMPLATE], capture_output=True,
+                             text=True, check=True).stdout.strip()
+    (Path(scratch) / "socket-dir").mkdir()
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "work").write_text("the user's")
+    through = f"{scratch}/../..{precious}"
+    try:
+        lifecycle.remove_leftovers({"host": asdict(Host("a")),
+                                    "paths": [str(precious), through, scratch]})
+        assert not Path(scratch).exists()
+        assert (precious / "work").read_text() == "the user's"
+    finally:
+        subprocess.run(["rm", "-rf", "--", scratch], check=False)
+
+
+class PrintingHost:
+    """A host whose login prints a banner before every command's output."""
+
+    name = "b"
+
+    def run(self, argv, **_):
+        made = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+        self.made = made.strip()
+        return subprocess.CompletedProcess(argv, 0, f"Welcome to B\n{made}", "")
+
+
+def test_a_scratch_path_not_of_the_template_fails_the_launch():
+    from splitbench.backends.vllm import servers
+
+    host = PrintingHost()
+    try:
+        with pytest.raises(lifecycle.LaunchError, match="host b: mktemp .* printed "
+                           "'Welcome to B.*not a directory of that form"):
+            servers._scratch(host)
+    finally:
+        Path(host.made).rmdir()

@@ -254,8 +254,14 @@ def _scratch(host: Host) -> str:
     """The rank's temporary directory, made now, new and its user's own (mktemp: a name
     no one could have made first). Short, under /tmp: vLLM binds its unix sockets there,
     and a socket's path holds at most 107 characters (a workdir's state directory can be
-    deeper than that leaves room for)."""
-    return host.run(["mktemp", "-d", "/tmp/sb-vllm-XXXXXXXX"]).stdout.strip()
+    deeper than that leaves room for). Its name is checked before it is recorded: it
+    is removed with `rm -rf` at stop."""
+    made = host.run(["mktemp", "-d", lifecycle.SCRATCH_TEMPLATE]).stdout.strip()
+    if not lifecycle.is_scratch(made):
+        raise LaunchError(f"host {host.name}: mktemp -d {lifecycle.SCRATCH_TEMPLATE} printed "
+                          f"{made[:200]!r}, not a directory of that form (does a login "
+                          "script there print to stdout?)")
+    return made
 
 
 # A command under this runs in a mount namespace of its own with a fresh /dev/shm, gone
