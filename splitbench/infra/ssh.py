@@ -44,6 +44,10 @@ KEEPALIVE_S = 15
 MAX_JUMPS = 8
 # The keys of a host block that say how to reach it (the rest is not the connection's).
 SETTINGS_KEYS = ("ssh", "ssh_port", "identity", "known_hosts")
+# How much of each stream `run` keeps (its end), so that a host that prints without end
+# cannot fill this machine's memory: far above any command's output here (the largest,
+# a remote log's kept tail, is procs.REMOTE_LOG_KEPT_BYTES, 256 KiB).
+OUTPUT_KEPT_BYTES = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -346,12 +350,12 @@ def run(spec: Mapping[str, Any], argv: Sequence[str], *,
         channel.exec_command(remote_command(argv))
         channel.shutdown_write()
         ready = channel.fileno()  # readable when either stream has data, or at the end
-        out, err = bytearray(), bytearray()
+        out, err = _Tail(), _Tail()
         while True:
             if channel.recv_ready():
-                out += channel.recv(65536)
+                out.add(channel.recv(65536))
             elif channel.recv_stderr_ready():
-                err += channel.recv_stderr(65536)
+                err.add(channel.recv_stderr(65536))
             elif (channel.closed or channel.eof_received) and channel.exit_status_ready():
                 break
             else:
@@ -368,8 +372,34 @@ def run(spec: Mapping[str, Any], argv: Sequence[str], *,
             from exc
     finally:
         channel.close()
-    return subprocess.CompletedProcess(list(argv), status, out.decode(errors="replace"),
-                                       err.decode(errors="replace"))
+    return subprocess.CompletedProcess(list(argv), status, out.text(), err.text())
+
+
+class _Tail:
+    """A stream's last OUTPUT_KEPT_BYTES, and how many bytes before them were cut."""
+
+    def __init__(self) -> None:
+        self.kept = bytearray()
+        self.cut = 0
+
+    def add(self, data: bytes) -> None:
+        self.kept += data
+        if len(self.kept) > 2 * OUTPUT_KEPT_BYTES:  # trimmed now and then, not every time
+            self._trim()
+
+    def _trim(self) -> None:
+        over = len(self.kept) - OUTPUT_KEPT_BYTES
+        if over > 0:
+            del self.kept[:over]
+            self.cut += over
+
+    def text(self) -> str:
+        self._trim()
+        kept = self.kept.decode(errors="replace")
+        if not self.cut:
+            return kept
+        return (f"[splitbench: the first {self.cut} bytes of this output were cut; its last "
+                f"{OUTPUT_KEPT_BYTES} are kept]\n{kept}")
 
 
 def remote_command(argv: Sequence[str]) -> str:
