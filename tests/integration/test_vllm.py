@@ -230,10 +230,16 @@ def test_rank_1_starts_through_host_bs_sshd_and_leaves_nothing_on_b(tp2):
 
 def test_host_bs_worker_killed_mid_request_is_a_crash(tp2):
     """Host B's worker killed at the first token of a 500-token request, as an
-    out-of-memory kill would (and the stop after it leaves nothing: the test above)."""
-    row = tp2["b_died"]
-    assert 0 < row["generated_tokens"] < 500, row
-    assert row["status"] == "crash", row
+    out-of-memory kill would, while host A's rank is held frozen (and the stop after it
+    leaves nothing: the test above)."""
+    died = tp2["b_died"]
+    row = died["row"]
+    # The kill came while the request was open: B's worker was gone before A went on,
+    # and no token came from the kill until A resumed (the freeze held).
+    assert died["worker_gone"], died
+    assert died["tokens_before_kill"] > 0 and died["tokens_during_kill"] == 0, died
+    assert 0 < row["generated_tokens"] < 500, died
+    assert row["status"] == "crash", died
 
 
 def test_a_shaped_link_costs_tp2_its_bytes(tp2):

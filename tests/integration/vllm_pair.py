@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +25,7 @@ from splitbench.backends.prompts import prompt
 from splitbench.backends.vllm import api, hf_model, servers, toolchain
 from splitbench.configuration import parsed
 from splitbench.infra import procs, teardown, telemetry
+from splitbench.infra.polling import poll_until
 from splitbench.links import lab, real
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -93,19 +97,46 @@ def _row(reply, row: dict, traffic: dict) -> dict:
 def _b_dies_mid_request(link, server) -> dict:
     """A 500-token request during which host B's worker is killed at the first token,
     as the kernel's out-of-memory killer would (SIGKILL to the largest process, the
-    worker, over SSH): the row it makes. Its rank then ends by itself, and its resource
-    tracker removes the semaphore the rank kept in /dev/shm (a file no process maps,
-    so not one splitbench could know as the launch's)."""
-    rank1 = procs.find(server.record["proc_keys"][1])
+    worker, over SSH): its row, and how its tokens fell around the kill. Its rank then
+    ends by itself, and its resource tracker removes the semaphore the rank kept in
+    /dev/shm (a file no process maps, so not one splitbench could know as the launch's).
+
+    The kill holds by construction, however fast the model decodes: host A's rank (its
+    API server, engine and worker: one process group) is frozen at the first token, B's
+    worker is killed and seen gone, and only then does A go on. The request cannot end
+    before the kill; A's rank finds its peer dead when it resumes."""
+    rank0, rank1 = (procs.find(key) for key in server.record["proc_keys"])
+    remote = rank1["remote"]
+    found = procs.remote_run(remote, ["pgrep", "-s", str(rank1["pid"]), "-f", "^VLLM::Worker"])
+    workers = [int(pid) for pid in (found.stdout.split() if found else [])]
+    if not workers:
+        raise RuntimeError(f"no vLLM worker in rank 1's session on host B: {found}")
+    kill: dict[str, int | bool] = {}
 
     def kill_b() -> None:
-        procs.remote_run(rank1["remote"], ["pkill", "-KILL", "-s", str(rank1["pid"]),
-                                           "-f", "^VLLM::Worker"])
+        # Slow for a first-token hook, on purpose: the client's reads wait, and so does
+        # everything of A's rank, frozen here.
+        os.killpg(rank0["pid"], signal.SIGSTOP)
+        try:
+            kill["sent_ns"] = time.monotonic_ns()
+            procs.remote_run(remote, ["kill", "-KILL", *map(str, workers)])
+            kill["gone"] = bool(poll_until(lambda: all(
+                procs.remote_start_time(remote, pid) is None for pid in workers), 30, 0.1))
+        finally:
+            kill["resumed_ns"] = time.monotonic_ns()
+            os.killpg(rank0["pid"], signal.SIGCONT)
 
     ids = prompt(api.token_pool(server.url), 32, 9)
     reply = api.run_concurrent(server.url, [ids], 500, 120, kill_b)[0]
     alive = server.alive() and lifecycle.healthy(server.url)
-    return api.request_row(reply, 32, 500, alive, 1.0)
+    arrivals = [t["t_mono_ns"] for t in reply.tokens]
+    sent, resumed = kill.get("sent_ns", 0), kill.get("resumed_ns", 0)
+    return {"row": api.request_row(reply, 32, 500, alive, 1.0), "error": reply.error_text,
+            "worker_gone": kill.get("gone", False), "kill_s": (resumed - sent) / 1e9,
+            "tokens_before_kill": sum(t < sent for t in arrivals),
+            # From the kill until A resumed: none, where the freeze held.
+            "tokens_during_kill": sum(sent <= t <= resumed for t in arrivals),
+            "tokens_after_resume": sum(t > resumed for t in arrivals)}
 
 
 def over_ssh(spec: dict, cfg: dict, out: Path, netns_b: str) -> dict:
