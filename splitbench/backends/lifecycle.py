@@ -47,11 +47,12 @@ SLOT_PORTS = {"": 0, "reference": 1, **{f"point{i}": 2 + i for i in range(MAX_SL
 class Leftovers(TypedDict, total=False):
     """What a launch leaves on one host (an entry of its record's `cleanup`): the host,
     the directories it made, the session whose shared-memory files it maps (its leading
-    rank's pid; real hosts only), and those files."""
+    rank's pid and start time; real hosts only), and those files."""
 
     host: HostJson
     paths: list[str]
     session: int
+    session_start: int | None
     shm: list[str]
 
 
@@ -224,11 +225,18 @@ _SHM_MAPPED = ('for pid in $(ps -o pid= -s "$1"); do cat "/proc/$pid/maps"; done
 def shm_of(leftover: Leftovers) -> list[str]:
     """The shared-memory files the leftover's session (`session`: the pid of the rank
     that leads it) maps on its host now. Only these are ever removed: a name another
-    program, or another user, put in /dev/shm is not splitbench's to delete."""
+    program, or another user, put in /dev/shm is not splitbench's to delete. A leader
+    that is not the recorded process (gone, its pid reused, its start time unknown)
+    leads no session of ours: nothing is listed."""
     session = leftover.get("session")
     if not session:
         return []
     host = Host(**leftover["host"])
+    leader: ProcRecord = {"pid": session, "start_time": leftover.get("session_start")}
+    if host.remote:
+        leader["remote"] = host.ssh_settings()
+    if not procs.is_alive(leader):
+        return []
     listed = host.run(["sh", "-c", _SHM_MAPPED, "sh", str(session)], check=False).stdout
     return [line for line in listed.splitlines() if line.startswith("/dev/shm/")]
 

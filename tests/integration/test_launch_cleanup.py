@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from splitbench.backends import lifecycle
+from splitbench.infra import procs
 from splitbench.infra.hosts import Host
 from tests.conftest import needs_root
 
@@ -54,7 +55,8 @@ def test_only_what_the_launchs_session_maps_is_removed(mapper, tmp_path, monkeyp
     (tmp_path / "results").mkdir()
     monkeypatch.chdir(tmp_path)
     try:
-        leftover = {"host": asdict(Host("a")), "paths": [], "session": process.pid}
+        leftover = {"host": asdict(Host("a")), "paths": [], "session": process.pid,
+                    "session_start": procs.start_time(process.pid)}
         seen = lifecycle.shm_of(leftover)
         assert seen == [mapped], seen
         process.kill()
@@ -122,6 +124,18 @@ def test_another_users_file_is_kept_even_when_listed(shm_names):
                                 "shm": [str(own), str(foreign)]})
     assert not own.exists()
     assert foreign.read_text() == "another user's" and foreign.stat().st_uid == NOBODY
+
+
+@pytest.mark.parametrize("recorded", ["another start", "no start time"])
+def test_a_session_led_by_another_process_than_the_recorded_one_maps_nothing(mapper,
+                                                                            recorded):
+    """The leader's pid is the live mapper's, but the record's start time is not its own
+    (the rank ended and its pid was reused) or is unknown: that session is not ours."""
+    process, mapped = mapper
+    start = None if recorded == "no start time" else procs.start_time(process.pid) - 1
+    assert lifecycle.shm_of({"host": asdict(Host("a")), "session": process.pid,
+                             "session_start": start}) == []
+    assert Path(mapped).exists()
 
 
 def test_a_session_that_has_ended_maps_nothing():

@@ -152,6 +152,7 @@ def _start(link: Link, settings: ServerSettings, model_path: str, wanted: str,
             # A real host's /dev/shm: the files the rank's session maps there (a killed
             # rank leaves them), read once it is up and again at stop.
             leftovers["session"] = rank["pid"]
+            leftovers["session_start"] = rank["start_time"]
         record["commands"][f"rank_{side}"] = argv
         record["environment"][f"rank_{side}"] = env
         lifecycle.save(record, link.pair, slot)
