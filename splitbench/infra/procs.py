@@ -160,20 +160,31 @@ def start_time(pid: int) -> int | None:
     return int(stat.rsplit(")", 1)[1].split()[19])
 
 
-def is_alive(record: ProcRecord) -> bool:
-    """Running, and the same process that was recorded (not a reused pid, not a zombie)."""
+class HostUnreachable(SplitbenchError):
+    """A remote process's host stopped answering while the process was being stopped:
+    whether it still runs cannot be told, so its record is kept."""
+
+
+def is_alive(record: ProcRecord, *, strict: bool = False) -> bool:
+    """Running, and the same process that was recorded (not a reused pid, not a zombie).
+    strict: a remote host that cannot be reached raises HostUnreachable (else: not
+    alive)."""
     pid = record["pid"]
     if record.get("start_time") is None:  # which process it was cannot be told
         return False
     if record.get("remote"):
-        return remote_start_time(record["remote"], pid) == record["start_time"]
+        return remote_start_time(record["remote"], pid, strict=strict) == record["start_time"]
     return start_time(pid) == record["start_time"] and not _is_zombie(pid)
 
 
-def remote_start_time(remote: SSHSettings | list[str], pid: int) -> int | None:
+def remote_start_time(remote: SSHSettings | list[str], pid: int, *,
+                      strict: bool = False) -> int | None:
     """A remote process's start time, None when it is gone, a zombie, or its host cannot
-    be reached. remote: the host's connection settings (Host.ssh_settings())."""
+    be reached (strict: HostUnreachable then). remote: the host's connection settings
+    (Host.ssh_settings())."""
     result = remote_run(remote, ["cat", f"/proc/{int(pid)}/stat"])
+    if result is None and strict:
+        raise HostUnreachable(f"lost the connection to the host of pid {int(pid)}")
     if result is None or result.returncode != 0 or ")" not in result.stdout:
         return None
     fields = result.stdout.rsplit(")", 1)[1].split()
@@ -199,11 +210,13 @@ def remote_run(remote: SSHSettings | list[str],
 def _signal(record: ProcRecord, sig: signal.Signals) -> None:
     """Signal the process, or its whole process group where the record says `group`
     (a server that starts its own workers: each was started in a session of its own, so
-    its group is its own and its children's)."""
+    its group is its own and its children's). HostUnreachable: its host did not answer."""
     pid = int(record["pid"])
     if record.get("remote"):
         target = ["--", f"-{pid}"] if record.get("group") else [str(pid)]
-        remote_run(record["remote"], ["kill", "-s", sig.name.removeprefix("SIG"), *target])
+        if remote_run(record["remote"],
+                      ["kill", "-s", sig.name.removeprefix("SIG"), *target]) is None:
+            raise HostUnreachable(f"lost the connection to the host of pid {pid}")
         return
     with contextlib.suppress(ProcessLookupError):
         if record.get("group"):
@@ -295,12 +308,16 @@ def all_procs() -> list[ProcRecord]:
 def stop(key: str, timeout: float = 10.0) -> None:
     """Stop one recorded process (SIGTERM, then SIGKILL) and forget it. A process on a
     host that cannot be reached now stays on record (the next teardown tries again):
-    forgotten, it would run on unrecorded."""
+    forgotten, it would run on unrecorded. So does one whose host stops answering while
+    it is being stopped."""
     record = find(key)
     if record is not None:
         if unreachable(record):
             return
-        terminate(record, timeout)
+        try:
+            terminate(record, timeout)
+        except HostUnreachable:
+            return
         forget_process(record)
     else:
         forget("procs", key)
@@ -343,12 +360,15 @@ def unreachable(record: ProcRecord) -> bool:
 
 
 def terminate(record: ProcRecord, timeout: float) -> None:
-    if not is_alive(record):
+    """SIGTERM, then SIGKILL after `timeout` s. HostUnreachable: a remote host stopped
+    answering on the way (whether the process has ended cannot be told: keep its
+    record)."""
+    if not is_alive(record, strict=True):
         _reap(record)
         _end_group(record)
         return
     _signal(record, signal.SIGTERM)
-    if poll_until(lambda: not is_alive(record), timeout,
+    if poll_until(lambda: not is_alive(record, strict=True), timeout,
                   0.05 if not record.get("remote") else 0.3):
         _reap(record)
         _end_group(record)
@@ -374,7 +394,7 @@ def _pid_reused(record: ProcRecord) -> bool:
         return True
     pid = int(record["pid"])
     if record.get("remote"):
-        now = remote_start_time(record["remote"], pid)
+        now = remote_start_time(record["remote"], pid, strict=True)
     else:
         now = None if _is_zombie(pid) else start_time(pid)
     return now is not None and now != record["start_time"]

@@ -74,9 +74,16 @@ def teardown(namespaces_first: bool = False, spare: Sequence[str] = ()) -> list[
                         "teardown tries again")
             continue
         if record["pid"] != os.getpid():  # the reaper does not stop itself
-            if procs.is_alive(record):
+            alive = procs.is_alive(record)
+            try:
+                procs.terminate(record, timeout=10.0)
+            except procs.HostUnreachable:
+                done.append(f"lost host {record.get('host')} while stopping "
+                            f"{record['role']} pid {record['pid']}: kept on record, the "
+                            "next teardown tries again")
+                continue
+            if alive:
                 done.append(f"stopped {record['role']} pid {record['pid']}")
-            procs.terminate(record, timeout=10.0)
         procs.forget_process(record)
     done += _delete_namespaces()
     done += _undo_changes()

@@ -1,0 +1,74 @@
+"""Stopping a process on host B whose connection fails part-way: its record is kept (the
+next teardown tries again), never forgotten while the process may still run. Host B is
+a fake here (procs.remote_run answered in-process); the real transport is tested
+against sshd in tests/integration/test_ssh.py."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from splitbench.infra import procs, teardown
+
+START = 777
+REMOTE = {"ssh": "bench@192.0.2.7", "ssh_port": None, "identity": None, "known_hosts": None}
+
+
+class FlakyHostB:
+    """Answers `true` and `kill`; answers `cat /proc/<pid>/stat` with a live process for
+    its first `answers` reads, then loses the connection (None) for every command."""
+
+    def __init__(self, answers: int) -> None:
+        self.answers = answers
+        self.lost = False
+        self.commands: list[list[str]] = []
+
+    def __call__(self, remote, argv):
+        self.commands.append(argv)
+        if argv[0] == "cat":
+            if self.answers == 0:
+                self.lost = True
+            self.answers -= 1
+        if self.lost:
+            return None
+        stdout = f"4242 (rpc-server) S {' '.join(['0'] * 18)} {START} 0\n" \
+            if argv[0] == "cat" else ""
+        return subprocess.CompletedProcess(argv, 0, stdout, "")
+
+
+def record_remote_worker() -> None:
+    procs.record_process({"pid": 4242, "start_time": START, "remote": REMOTE,
+                          "role": "rpc-server", "key": "far", "host": "b"})
+
+
+@pytest.mark.parametrize("answers", [0, 1], ids=["lost before its first check",
+                                                 "lost after SIGTERM"])
+def test_a_connection_lost_while_stopping_keeps_the_record(state_dir, monkeypatch, answers):
+    host_b = FlakyHostB(answers)
+    monkeypatch.setattr(procs, "remote_run", host_b)
+    record_remote_worker()
+    procs.stop("far", timeout=0.5)
+    assert procs.find("far") is not None, host_b.commands
+    if answers:
+        assert ["kill", "-s", "TERM", "4242"] in host_b.commands
+    procs.forget("procs", "far")  # the test's own fake record
+
+
+def test_teardown_says_it_lost_the_host_and_keeps_the_record(state_dir, monkeypatch):
+    monkeypatch.setattr(procs, "remote_run", FlakyHostB(1))
+    record_remote_worker()
+    done = teardown.teardown()
+    assert any("lost host b while stopping rpc-server pid 4242" in line
+               and "kept on record" in line for line in done), done
+    assert procs.find("far") is not None
+    procs.forget("procs", "far")
+
+
+def test_a_process_that_is_gone_is_forgotten(state_dir, monkeypatch):
+    """The host answers and the process is gone: forgotten, as before."""
+    monkeypatch.setattr(procs, "remote_run", lambda remote, argv: subprocess.CompletedProcess(
+        argv, 1 if argv[0] == "cat" else 0, "", "No such file or directory"))
+    record_remote_worker()
+    procs.stop("far", timeout=0.5)
+    assert procs.find("far") is None
