@@ -224,20 +224,26 @@ class Host:
         env: dict[str, str] | None,
         extra: ProcRecord | None,
     ) -> ProcRecord:
-        """Start a detached process on the SSH host; record its remote pid and start time."""
+        """Start a detached process on the SSH host; record its remote pid and start time,
+        both read by the script that starts it (a second call could fail, and a process
+        without a start time is one teardown cannot stop)."""
         assignments = [f"{k}={v}" for k, v in (env or {}).items()]
         # Its log: a new file of the user's own (mktemp), not a fixed name in /tmp that
-        # another user could have made first.
+        # another user could have made first. Its start time: field 22 of its stat, the
+        # 20th after the command name's ")" (empty if it has already gone).
         script = ('log=$(mktemp "/tmp/splitbench-$1.XXXXXXXX") || exit 1; shift; '
-                  'setsid "$@" > "$log" 2>&1 < /dev/null & echo "$! $log"')
+                  'setsid "$@" > "$log" 2>&1 < /dev/null & pid=$!; '
+                  'stat=$(cat "/proc/$pid/stat" 2>/dev/null); set -- ${stat##*)}; '
+                  'echo "$pid ${20} $log"')
         command = ["sh", "-c", script, "sh", key, *(["env", *assignments] if env else []),
                    *argv]
-        pid_text, log = self.run(command, timeout=30).stdout.splitlines()[-1].split(" ", 1)
+        pid_text, start, log = self.run(command, timeout=30).stdout.splitlines()[-1].split(
+            " ", 2)
         pid = int(pid_text)
         remote = self.ssh_settings()
         record: ProcRecord = {
             "pid": pid,
-            "start_time": procs.remote_start_time(remote, pid),
+            "start_time": int(start) if start.isdigit() else None,
             "remote": remote,
             "role": role,
             "key": key,

@@ -5,6 +5,8 @@ against sshd in tests/integration/test_ssh.py."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 
 import pytest
@@ -72,3 +74,26 @@ def test_a_process_that_is_gone_is_forgotten(state_dir, monkeypatch):
     record_remote_worker()
     procs.stop("far", timeout=0.5)
     assert procs.find("far") is None
+
+
+def test_a_remote_process_s_start_time_is_read_by_the_script_that_starts_it(
+        state_dir, monkeypatch):
+    """The spawn script runs here in place of host B (a local sh), and every later
+    command to B fails: the record still has the process's own start time, so teardown
+    can stop it."""
+    from splitbench.infra.hosts import Host
+
+    def run_here(self, argv, **_):
+        return subprocess.run(argv, capture_output=True, text=True, check=True)
+
+    monkeypatch.setattr(Host, "run", run_here)
+    monkeypatch.setattr(procs, "remote_run", lambda remote, argv: None)
+    record = Host("b", ssh="bench@192.0.2.7").spawn(
+        ["sleep", "30"], role="rpc-server", key="spawned", log_path=state_dir / "unused.log")
+    try:
+        assert record["start_time"] == procs.start_time(record["pid"]) is not None
+        assert procs.find("spawned")["start_time"] == record["start_time"]
+    finally:
+        os.kill(record["pid"], signal.SIGKILL)
+        procs.forget("procs", "spawned")
+        subprocess.run(["rm", "-f", "--", record["remote_log"]], check=True)
