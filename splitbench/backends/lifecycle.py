@@ -202,16 +202,54 @@ def stop(pair: str, slot: str = "") -> None:
     front end before its workers), then what it left behind (`cleanup`: per host, the
     paths it made and the shared-memory files its own processes mapped)."""
     server = current(pair, slot)
-    if server is None:
-        return
-    cleanup = server.record.get("cleanup", [])
+    if server is not None:
+        stop_recorded(server.record, record_path(pair, slot))
+
+
+def stop_recorded(record: LaunchRecord, path: Path) -> bool:
+    """Stop the launch `record` (saved at `path`), then remove what it left and its
+    record. A process of it that stays on record (its host could not be reached) keeps
+    the launch's record too, leftovers and all, for the next teardown: False then.
+    HostError: a host did not answer while its leftovers were listed or removed."""
+    cleanup = record.get("cleanup", [])
     for leftover in cleanup:  # what they map now, before they go
         leftover["shm"] = sorted({*leftover.get("shm", []), *shm_of(leftover)})
-    for key in server.record["proc_keys"]:
+    for key in record["proc_keys"]:
         procs.stop(key)
+    if any(procs.find(key) is not None for key in record["proc_keys"]):
+        files.write_json(path, record)  # with the files seen mapped, for the next try
+        return False
     for leftover in cleanup:
         remove_leftovers(leftover)
-    record_path(pair, slot).unlink(missing_ok=True)
+    path.unlink(missing_ok=True)
+    return True
+
+
+def stop_all(spare: Iterable[str] = ()) -> list[str]:
+    """Stop every recorded launch (teardown's), but one that holds a key in `spare`;
+    returns what it did. One whose host cannot be reached stays on record."""
+    done = []
+    for path in sorted((procs.state_dir() / "servers").glob("*.json")):
+        record = procs.read_record(path)
+        if record is None:  # torn: nothing to stop
+            path.unlink(missing_ok=True)
+            continue
+        if set(record.get("proc_keys", [])) & set(spare):
+            continue
+        running = [f"stopped {proc['role']} pid {proc['pid']}"
+                   for proc in map(procs.find, record.get("proc_keys", []))
+                   if proc is not None and procs.is_alive(proc)]
+        try:
+            stopped = stop_recorded(record, path)
+        except HostError as exc:
+            done.append(f"could not remove what launch {path.stem} left: {exc}; kept on "
+                        "record, the next teardown tries again")
+            continue
+        done += running if stopped else []
+        done.append(f"stopped launch {path.stem} and removed what it left" if stopped else
+                    f"could not stop every process of launch {path.stem}: kept on record, "
+                    "the next teardown tries again")
+    return done
 
 
 # The /dev/shm files mapped by the processes of one session on a host (a rank and the

@@ -64,8 +64,29 @@ def teardown(namespaces_first: bool = False, spare: Sequence[str] = ()) -> list[
     namespaces before waiting on anyone. spare: keys of records to leave alone.
     """
     done = _delete_namespaces() if namespaces_first else []
+    # The measuring jobs first, then each launch (its servers in their order, then the
+    # files they left: scratch directories, /dev/shm), then whatever else is recorded.
+    done += _stop([r for r in procs.all_procs() if r.get("role") == "job"], spare)
+    if any((procs.state_dir() / "servers").glob("*.json")):
+        # Only then: the backends' imports (httpx) are not a plain teardown's to pay.
+        from splitbench.backends import lifecycle
+
+        done += lifecycle.stop_all(spare)
+    done += _stop([r for r in procs.all_procs() if r.get("role") != "job"], spare)
+    done += _delete_namespaces()
+    done += _undo_changes()
+    for path in procs.records_dir("links").glob("*.json"):
+        path.unlink()
+    if not os.environ.get("SLURM_JOB_ID"):
+        done += sweep_ended_jobs()
+    return done
+
+
+def _stop(records: list[procs.ProcRecord], spare: Sequence[str]) -> list[str]:
+    """Stop these recorded processes in STOP_ORDER, but those keyed in `spare`."""
+    done = []
     rank = {role: i for i, role in enumerate(procs.STOP_ORDER)}
-    for record in sorted(procs.all_procs(), key=lambda r: rank.get(r.get("role"), len(rank))):
+    for record in sorted(records, key=lambda r: rank.get(r.get("role"), len(rank))):
         if record["key"] in spare:
             continue
         if procs.unreachable(record):
@@ -85,18 +106,12 @@ def teardown(namespaces_first: bool = False, spare: Sequence[str] = ()) -> list[
             if alive:
                 done.append(f"stopped {record['role']} pid {record['pid']}")
         procs.forget_process(record)
-    done += _delete_namespaces()
-    done += _undo_changes()
-    for path in procs.records_dir("links").glob("*.json"):
-        path.unlink()
-    if not os.environ.get("SLURM_JOB_ID"):
-        done += sweep_ended_jobs()
     return done
 
 
-# The folders of records a run keeps (procs, namespaces, changes, links), emptied by a
-# teardown; logs beside them are kept.
-RECORD_KINDS = ("procs", "netns", "changes", "links")
+# The folders of records a run keeps (procs, namespaces, changes, links, launches),
+# emptied by a teardown; logs beside them are kept.
+RECORD_KINDS = ("procs", "netns", "changes", "links", "servers")
 
 
 def sweep_ended_jobs(running: Callable[[str], bool | None] | None = None) -> list[str]:

@@ -187,3 +187,40 @@ def test_a_scratch_path_not_of_the_template_fails_the_launch():
             servers._scratch(host)
     finally:
         Path(host.made).rmdir()
+
+
+def test_teardown_stops_a_recorded_launch_and_removes_what_it_left(state_dir):
+    """A launch on record when the run is torn down (Snakemake killed mid-run): its
+    rank is stopped, its scratch directory and the /dev/shm file its session mapped are
+    removed, and its record goes; another program's /dev/shm file stays."""
+    from splitbench.infra import teardown
+
+    name = f"psm_sbtest{uuid.uuid4().hex[:8]}"
+    other = Path(f"/dev/shm/psm_{uuid.uuid4().hex[:8]}")
+    other.write_text("not splitbench's")
+    host = Host("a")
+    scratch = host.run(["mktemp", "-d", lifecycle.SCRATCH_TEMPLATE]).stdout.strip()
+    rank = host.spawn([sys.executable, "-c", MAPPER, name], role="vllm-rank0",
+                      key="vllm0-p", log_path=state_dir / "rank.log", extra={"group": True})
+    mapped = Path(f"/dev/shm/{name}")
+    try:
+        deadline = time.monotonic() + 10
+        while not mapped.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        lifecycle.save({"url": "http://127.0.0.1:1", "launch_id": "l", "fingerprint": "f",
+                        "proc_keys": ["vllm0-p"],
+                        "cleanup": [{"host": asdict(host), "paths": [scratch],
+                                     "session": rank["pid"],
+                                     "session_start": rank["start_time"]}]}, "p", "")
+        done = teardown.teardown()
+        assert f"stopped vllm-rank0 pid {rank['pid']}" in done, done
+        assert "stopped launch p and removed what it left" in done, done
+        assert procs.start_time(rank["pid"]) is None or not procs.is_alive(rank)
+        assert not Path(scratch).exists()
+        assert not mapped.exists()
+        assert lifecycle.current("p") is None
+        assert other.read_text() == "not splitbench's"
+    finally:
+        other.unlink(missing_ok=True)
+        mapped.unlink(missing_ok=True)
+        subprocess.run(["rm", "-rf", "--", scratch], check=False)
