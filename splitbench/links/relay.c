@@ -8,18 +8,27 @@
  * socket (the kernel's receive stamp, not when the loop read it); a timerfd wakes the
  * loop for the earliest release, and the thread's timer slack is 1 us.
  *
+ * No chunk ever leaves before it is due (netem's contract: an emulated link may be late
+ * by a bounded amount, never faster than the link it models). A read or a writable
+ * socket only sends chunks whose due time has come.
+ *
  * A timer on a virtual machine fires late: 20-50 us on the development VM, more the
  * longer the CPU slept (a 2 ms hold was released 46 us late on average, a 0.5 ms one
  * 25 us), and a busy CPU less. That lateness was part of every emulated round trip, so
  * a link's latency depended on how idle the machine was, not only on its delay. Each
- * direction therefore arms its timer earlier by how late its recent releases left (a
- * running mean, at most 100 us and half the delay): releases are then on time on
- * average, a single one early or late by the timer's jitter. Spinning to the exact time
- * instead would take host B's CPU, where the relay runs, while B works on an earlier
- * message.
- * On exit (SIGTERM) and for each connection that ends, the log gets, per direction, when
- * the chunks the timer released left against their due time, and when they would have
- * left without the early arming.
+ * direction therefore arms its timer early by the lateness its recent wake-ups showed
+ * (their running mean plus their running mean deviation, as TCP estimates a round
+ * trip's timeout; at most EARLY_MAX_NS and half the delay), and a loop that wakes
+ * before the chunk is due waits out the rest on the clock (a spin of at most
+ * EARLY_MAX_NS) and sends it at due. Only the rest is spun, not the whole hold: spinning
+ * from arrival would take host B's CPU, where the relay runs, while B works on an
+ * earlier message. What is learnt is the wake-up's lateness (ready to send, minus the
+ * time the timer was armed for), never the time after the spin, which the early arming
+ * itself sets.
+ * On exit (SIGTERM) and for each connection that ends, the log gets, per direction, the
+ * earliest any chunk left against its due time (never below +0), when the chunks the
+ * timer released left against their due time, when they would have left without the
+ * early arming, and how long the loop waited out before due on average.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -43,9 +52,9 @@
 #define CHUNK (256 * 1024)
 #define MAX_QUEUED (4 << 20) /* stop reading a direction while this much waits */
 #define MAX_LISTENERS 64
-/* The most a timer is armed early: no chunk leaves more than this before it is due.
- * Above the lateness a virtual machine's timer shows (docs/method.md), so the early
- * arming can make up for all of it; half the delay caps it too. */
+/* The most a timer is armed early, and so the longest the loop spins waiting out a
+ * chunk's due time. Above the lateness a virtual machine's timer shows (docs/method.md),
+ * so the early arming can make up for all of it; half the delay caps it too. */
 #define EARLY_MAX_NS 300000
 
 typedef struct chunk {
@@ -58,10 +67,14 @@ typedef struct chunk {
 typedef struct direction {
     int src, dst;
     int port; /* the target's port, for the statistics */
-    int64_t early_ns; /* how much earlier than due to arm the timer: its recent lateness */
+    int64_t early_ns; /* how much earlier than due to arm the timer: late_mean + late_dev */
+    int64_t late_mean_ns, late_dev_ns; /* the timer's wake-ups: running mean, deviation */
     uint64_t chunks, bytes;
+    uint64_t sends; /* chunks whose first byte was sent */
+    int64_t earliest_ns; /* the least of their (first send - due): never below 0 */
     uint64_t wakes; /* chunks the timer released (on time or not) */
     int64_t timer_late_sum_ns, left_sum_ns, left_max_ns; /* left: from due, at release */
+    uint64_t waited_sum_ns; /* spun before due, over the chunks the timer released */
     chunk *head, *tail; /* held or being written, in order */
     size_t queued;
     int src_done, closed, reading, writing;
@@ -94,12 +107,13 @@ static void die(const char *what) { perror(what); exit(1); }
 static void stats(direction *d, const char *way) {
     if (!d->chunks) return;
     double wakes = d->wakes ? (double)d->wakes : 1.0;
-    fprintf(stderr, "relay port %d %s: %llu chunks, %llu bytes; %llu released by the "
-            "timer, %+.1f us from due on average (worst %+.1f), %+.1f without arming it "
-            "early\n", d->port, way, (unsigned long long)d->chunks,
-            (unsigned long long)d->bytes, (unsigned long long)d->wakes,
+    fprintf(stderr, "relay port %d %s: %llu chunks, %llu bytes, earliest %+.1f us from due; "
+            "%llu released by the timer, %+.1f us from due on average (worst %+.1f), "
+            "%+.1f without arming it early, %.1f us waited out before due\n", d->port, way,
+            (unsigned long long)d->chunks, (unsigned long long)d->bytes,
+            d->sends ? d->earliest_ns / 1e3 : 0.0, (unsigned long long)d->wakes,
             d->left_sum_ns / 1e3 / wakes, d->left_max_ns / 1e3,
-            d->timer_late_sum_ns / 1e3 / wakes);
+            d->timer_late_sum_ns / 1e3 / wakes, d->waited_sum_ns / 1e3 / wakes);
 }
 
 static int parse(const char *text, struct sockaddr_in *addr) {
@@ -128,33 +142,39 @@ static listener *listener_of(void *ptr) {
     return l >= listeners && l < listeners + nlisteners ? l : NULL;
 }
 
-/* The timer is armed for one chunk at a time: the one whose release comes first. */
-static chunk *armed_chunk, *fired_chunk; /* fired: the timer woke the loop for it */
-static uint64_t armed_at, fired_armed_at;
+/* The timer is armed for one chunk at a time: the one whose wake-up comes first. A
+ * chunk is named by its direction and due time (a pointer to it could be freed and
+ * reused before the timer fires). `learn`: the timer slept (armed for a time still to
+ * come), so its lateness is a wake-up's, worth learning from. */
+typedef struct { direction *d; uint64_t due, at, ready, waited; int learn; } timer_mark;
+static timer_mark armed, fired; /* fired: the timer woke this pass of the loop (d set) */
 
-/* Wake the loop when the next held chunk is due, early by its direction's lateness. */
+/* When to wake the loop for a held chunk: early by its direction's learnt lateness. */
 static uint64_t release_at(direction *d, chunk *c) {
     return c->due_ns - (uint64_t)d->early_ns;
 }
 
+/* Arm the timer for the first chunk, over all directions, not yet due. One whose
+ * wake-up time has passed already (a read brought it in late) fires at once. */
 static void arm_timer(uint64_t now) {
-    uint64_t earliest = 0;
+    armed.d = NULL;
     for (size_t i = 0; i < ndirs; i++) {
         for (chunk *c = dirs[i]->head; c; c = c->next)
-            if (release_at(dirs[i], c) > now) {
-                if (!earliest || release_at(dirs[i], c) < earliest) {
-                    earliest = release_at(dirs[i], c);
-                    armed_chunk = c;
+            if (c->due_ns > now) {
+                if (!armed.d || release_at(dirs[i], c) < armed.at) {
+                    armed.d = dirs[i];
+                    armed.due = c->due_ns;
+                    armed.at = release_at(dirs[i], c);
                 }
                 break;
             }
     }
-    armed_at = earliest;
-    if (!earliest) armed_chunk = NULL;
     struct itimerspec its = {0};
-    if (earliest) {
-        its.it_value.tv_sec = earliest / 1000000000ull;
-        its.it_value.tv_nsec = earliest % 1000000000ull;
+    if (armed.d) {
+        armed.learn = armed.at > now;
+        uint64_t at = armed.learn ? armed.at : now; /* never 0, which would disarm it */
+        its.it_value.tv_sec = at / 1000000000ull;
+        its.it_value.tv_nsec = at % 1000000000ull;
     }
     timerfd_settime(timer, TFD_TIMER_ABSTIME, &its, NULL);
 }
@@ -200,29 +220,72 @@ static void accept_one(listener *l) {
     epoll_ctl(epfd, EPOLL_CTL_ADD, upstream, &e2);
 }
 
-/* The chunk the timer was armed for (at `armed`, `early` before it was due) leaves
- * now: learn how late it left against the armed time, the timer's lateness and the
- * loop's own time to send, and arm d's timer earlier by the running mean of that, so
- * that releases are on time on average. Only such chunks are learnt from: one that
- * waited behind a full link is late for another reason. */
-static void left(direction *d, chunk *c, uint64_t armed) {
-    uint64_t sent_at = now_ns();
-    int64_t late = (int64_t)(sent_at - armed);
-    int64_t off = (int64_t)(sent_at - c->due_ns);
-    d->wakes++;
-    d->timer_late_sum_ns += late;
-    d->left_sum_ns += off;
-    if (off > d->left_max_ns) d->left_max_ns = off;
-    int64_t early = d->early_ns + (late - d->early_ns) / 8;
+/* The timer woke the loop `late` ns after the time it was armed for: fold that into
+ * d's running mean and mean deviation of its wake-ups' lateness (1/8 of each new one,
+ * as TCP's round-trip estimator), and arm d's timer early by their sum from now on: the
+ * mean alone would leave half the wake-ups late by their jitter. A wake-up later than
+ * EARLY_MAX_NS counts as that: no arming can make up for it, and a single one (a CPU
+ * taken for milliseconds) must not set the spin of the releases after it. */
+static void learn(direction *d, int64_t late) {
+    if (late > EARLY_MAX_NS) late = EARLY_MAX_NS;
+    int64_t error = late - d->late_mean_ns;
+    d->late_mean_ns += error / 8;
+    d->late_dev_ns += ((error < 0 ? -error : error) - d->late_dev_ns) / 8;
+    int64_t early = d->late_mean_ns + d->late_dev_ns;
     if (early > (int64_t)delay_ns / 2) early = (int64_t)delay_ns / 2;
     if (early > EARLY_MAX_NS) early = EARLY_MAX_NS;
     d->early_ns = early < 0 ? 0 : early;
 }
 
-/* Write what is due from d's queue to d->dst; shut d->dst's sending side when done. */
+/* The earliest due time after `now` of a chunk next to leave its direction (its head,
+ * unsent, its socket not full); 0 if there is none. */
+static uint64_t next_due(uint64_t now) {
+    uint64_t first = 0;
+    for (size_t i = 0; i < ndirs; i++) {
+        chunk *c = dirs[i]->head;
+        if (c && !c->sent && !dirs[i]->writing && c->due_ns > now &&
+            (!first || c->due_ns < first))
+            first = c->due_ns;
+    }
+    return first;
+}
+
+/* The timer woke the loop for `fired`'s chunk and the loop is ready to send: learn the
+ * wake-up's lateness (now, not after the spin below, which the early arming sets), then
+ * spin on the clock until the first chunk next to leave is due, if that comes no later
+ * than the fired one (at most EARLY_MAX_NS: the timer is armed no earlier than that).
+ * The first, not the fired one: another direction's chunk due sooner must not wait
+ * out the fired one's time. */
+static void wait_out_fired(void) {
+    fired.ready = now_ns();
+    fired.waited = 0;
+    if (fired.learn) learn(fired.d, (int64_t)(fired.ready - fired.at));
+    uint64_t until = next_due(fired.ready);
+    if (!until || until > fired.due) return; /* due already, or waits behind a full link */
+    uint64_t t = fired.ready;
+    while (t < until && t - fired.ready < EARLY_MAX_NS) t = now_ns();
+    fired.waited = t - fired.ready;
+}
+
+/* Chunk c's first byte is being sent at `at`: the earliest against due, and for the
+ * chunk the timer woke the loop for, how it left (see the top). */
+static void leaving(direction *d, chunk *c, uint64_t at) {
+    int64_t off = (int64_t)(at - c->due_ns);
+    if (!d->sends++ || off < d->earliest_ns) d->earliest_ns = off;
+    if (d != fired.d || c->due_ns != fired.due || !fired.ready) return;
+    d->wakes++;
+    d->timer_late_sum_ns += (int64_t)(fired.ready - fired.at);
+    d->left_sum_ns += off;
+    if (off > d->left_max_ns) d->left_max_ns = off;
+    d->waited_sum_ns += fired.waited;
+}
+
+/* Write what is due by `now` from d's queue to d->dst (never a chunk not yet due);
+ * shut d->dst's sending side when done. */
 static void flush(direction *d, uint64_t now) {
-    while (d->head && release_at(d, d->head) <= now) {
+    while (d->head && d->head->due_ns <= now) {
         chunk *c = d->head;
+        uint64_t first_byte_at = c->sent ? 0 : now_ns(); /* 0: under way already */
         ssize_t n = send(d->dst, c->data + c->sent, c->len - c->sent, MSG_NOSIGNAL);
         if (n < 0) {
             if (errno == EAGAIN) { d->writing = 1; update(d->peer); return; }
@@ -233,7 +296,7 @@ static void flush(direction *d, uint64_t now) {
             if (d->reading) { d->reading = 0; update(d); }
             break;
         }
-        if (c == fired_chunk && c->sent == 0) left(d, c, fired_armed_at);
+        if (first_byte_at) leaving(d, c, first_byte_at);
         c->sent += n;
         if (c->sent < c->len) { d->writing = 1; update(d->peer); return; }
         d->head = c->next;
@@ -347,10 +410,19 @@ int main(int argc, char **argv) {
     }
     signal(SIGPIPE, SIG_IGN);
     signal(SIGTERM, on_term);
+    /* SIGTERM is let in only while the loop waits (epoll_pwait): one that came while
+     * the loop was busy would set `stopping` just after it was checked, and the next
+     * wait, with no traffic left, would never end. */
+    sigset_t term, waiting;
+    sigemptyset(&term);
+    sigaddset(&term, SIGTERM);
+    sigprocmask(SIG_BLOCK, &term, &waiting);
+    sigdelset(&waiting, SIGTERM);
     prctl(PR_SET_TIMERSLACK, 1, 0, 0, 0);
     /* The relay is the emulated wire: it must release a chunk when it is due, also when
      * other work keeps the CPUs busy. A real-time priority (where allowed: root) lets
-     * its timer preempt ordinary tasks; it never spins, so it takes little. */
+     * its timer preempt ordinary tasks; it spins only the rest of a wake-up before due
+     * (a few us on average, at most EARLY_MAX_NS), so it takes little. */
     struct sched_param rt = {.sched_priority = 10};
     const char *priority = sched_setscheduler(0, SCHED_FIFO, &rt) == 0 ? "real-time" : "normal";
     delay_ns = (uint64_t)(atof(argv[1]) * 1000.0);
@@ -381,7 +453,7 @@ int main(int argc, char **argv) {
     fflush(stdout);
     struct epoll_event events[64];
     for (;;) {
-        int n = epoll_wait(epfd, events, 64, -1);
+        int n = epoll_pwait(epfd, events, 64, -1, &waiting);
         if (stopping) {
             for (size_t i = 0; i + 1 < ndirs; i += 2) {
                 stats(dirs[i], "a_to_b");
@@ -396,9 +468,9 @@ int main(int argc, char **argv) {
             if (ptr == &timer_tag) {
                 uint64_t ticks;
                 (void)!read(timer, &ticks, sizeof(ticks));
-                if (armed_chunk && now >= armed_at) {
-                    fired_chunk = armed_chunk;
-                    fired_armed_at = armed_at;
+                if (armed.d && now >= armed.at) {
+                    fired = armed;
+                    fired.ready = 0; /* set once the loop is ready to send */
                 }
                 continue;
             }
@@ -416,9 +488,10 @@ int main(int argc, char **argv) {
             }
             if (ev & EPOLLOUT) flush(d->peer, now);
         }
+        if (fired.d) wait_out_fired();
         now = now_ns();
         for (size_t i = 0; i < ndirs; i++) flush(dirs[i], now);
-        fired_chunk = NULL;
+        fired.d = NULL;
         reap();
         arm_timer(now);
     }

@@ -3,9 +3,10 @@
 The relay holds every byte of a TCP connection back by a fixed delay in each direction,
 and keeps throughput (chunks are pipelined). It is C, not Python: the same single-
 threaded loop in Python released chunks 26 us late at the median and 93 us at p90 on the
-2-core development VM. It times each chunk from when it arrived at the socket and arms
-its timer early by the lateness its recent releases showed, so releases are on time on
-average however idle the machine is (relay.c says why and what it logs).
+2-core development VM. It times each chunk from when it arrived at the socket and never
+sends one before it is due, as netem would not: it arms its timer early by the lateness
+its recent wake-ups showed and waits out the rest on the clock, so releases are at due
+or a few us after however idle the machine is (relay.c says why and what it logs).
 
     argv(delay_ms, ["LISTEN_IP:PORT=TARGET_IP:PORT", ...])  -> the command to run
 """

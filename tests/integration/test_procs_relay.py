@@ -2,7 +2,9 @@
 
 import os
 import re
+import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -36,7 +38,7 @@ def start_probe(state_dir, port):
 def test_teardown_stops_exactly_what_was_recorded(state_dir):
     port = free_port()
     record = start_probe(state_dir, port)
-    bystander = __import__("subprocess").Popen(["sleep", "30"])
+    bystander = subprocess.Popen(["sleep", "30"])
     try:
         assert procs.is_alive(record)
         done = teardown.teardown()
@@ -58,7 +60,7 @@ def test_an_ended_cluster_jobs_records_are_torn_down_and_a_running_ones_left(sta
 
     def job_started(job: str) -> dict:
         """A process on record in job `job`'s folder, as that job would have left it."""
-        started.append(__import__("subprocess").Popen(["sleep", "300"]))
+        started.append(subprocess.Popen(["sleep", "300"]))
         with monkeypatch.context() as inside:
             inside.setenv("SLURM_JOB_ID", job)
             return procs.record_process({
@@ -94,21 +96,58 @@ def test_a_stopped_server_s_cpu_time_is_collected_when_it_stops(state_dir):
     procs.stop("burner")
     assert not Path(f"/proc/{record['pid']}").exists()  # collected, not a zombie
     before = sensors.cpu_counters([os.getpid()])["own_ticks"]
-    __import__("subprocess").run(["true"], check=True)  # would collect a left zombie
+    subprocess.run(["true"], check=True)  # would collect a left zombie
     after = sensors.cpu_counters([os.getpid()])["own_ticks"]
     assert after - before < 10  # not the burner's 30 ticks landing now
 
 
+def another_programs_process() -> int:
+    """A live process that neither the registry nor this process started as its child
+    (a shell starts it and exits: it is reparented away), as a pid reused by another
+    program would be. Its pid; the caller kills it."""
+    shell = subprocess.run(["sh", "-c", "sleep 60 >/dev/null 2>&1 & echo $!"],
+                           capture_output=True, text=True, check=True)
+    return int(shell.stdout)
+
+
 def test_a_reused_pid_is_not_killed(state_dir):
-    record = {"pid": 1, "start_time": -5, "role": "other", "key": "fake"}
-    assert not procs.is_alive(record)  # pid 1 exists but started at another time
+    """A record whose pid now belongs to another live process (the recorded one ended,
+    the kernel gave its pid to another program): stopping the record and tearing down
+    leave that process running, and forget the record."""
+    pid = another_programs_process()
+    started = procs.start_time(pid)
+    reused = {"pid": pid, "start_time": started - 1, "role": "other",
+              "key": "reused"}  # the recorded process started a tick before this one
+    try:
+        procs.record_process(reused)  # stopped by its key
+        procs.record_process({**reused, "key": "reused-again"})  # left to the teardown
+        assert not procs.is_alive(reused)
+        procs.stop("reused", timeout=0.5)
+        done = teardown.teardown()
+        time.sleep(0.2)  # a signal sent would have ended `sleep` by now
+        assert running(pid, started), "another program's process was killed"
+        assert not any(f"pid {pid}" in line for line in done), done
+        assert procs.find("reused") is None and procs.find("reused-again") is None
+    finally:
+        if running(pid, started):
+            os.kill(pid, signal.SIGKILL)
+
+
+def running(pid: int, started: int) -> bool:
+    """The process that started at `started` (clock ticks) holds `pid` and has not ended
+    (a zombie no one has collected yet has ended)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return False
+    return fields[0] not in ("Z", "X") and int(fields[19]) == started
 
 
 def test_a_group_whose_leaders_pid_was_reused_is_not_killed(state_dir):
     """A group record whose pid another process holds now (another program's session:
     its leader started at another time) is forgotten without a signal to that group; a
     record that cannot tell which process it was is never alive."""
-    other = __import__("subprocess").Popen(["sleep", "30"], start_new_session=True)
+    other = subprocess.Popen(["sleep", "30"], start_new_session=True)
     try:
         stale = {"pid": other.pid, "start_time": procs.start_time(other.pid) - 1,
                  "role": "other", "key": "stale", "group": True}
@@ -141,7 +180,7 @@ def test_a_group_whose_leader_has_gone_is_ended(state_dir):
 
 
 def test_reaper_tears_down_when_its_owner_dies(state_dir):
-    owner = __import__("subprocess").Popen(["sleep", "30"])
+    owner = subprocess.Popen(["sleep", "30"])
     port = free_port()
     record = start_probe(state_dir, port)
     reaper.start_reaper(owner.pid)
@@ -154,45 +193,48 @@ def test_reaper_tears_down_when_its_owner_dies(state_dir):
     assert not procs.is_alive(record)
 
 
-def test_relay_adds_the_configured_delay(state_dir):
+def test_relay_is_never_early_and_late_by_at_most_a_quarter_of_its_delay(state_dir):
+    """2 ms each way: no round trip under 4 ms (never early, as netem: the relay waits
+    out what is left when its early-armed timer wakes it before a chunk is due), and the
+    fastest under 5 ms (late by at most 25%: the delay is held once per direction, not
+    twice, and the relay and the two ends add little). The relay's own log agrees: no
+    chunk left before due, and its timer's releases left on time on average."""
     target, front = free_port(), free_port()
     start_probe(state_dir, target)
-    direct = probe.measure("127.0.0.1", target, [64], samples=100)["64"]
     LOCAL.spawn(relay.argv(2.0, [f"127.0.0.1:{front}=127.0.0.1:{target}"]), role="relay",
                 key="relay-t", log_path=state_dir / "relay.log")
     LOCAL.wait_listening("127.0.0.1", front, timeout=10)
     relayed = probe.measure("127.0.0.1", front, [64], samples=100)["64"]
-    # 2 ms each way, held once per direction, not twice (8 ms or more). The timer is
-    # armed early by its recent lateness: on time on average (the median round trip is
-    # 4 ms plus the ends' own time), a single chunk at most EARLY_MAX (relay.c) early.
-    # How little the relay adds beyond the delay is a speed figure, not a bound for a
-    # test on a shared machine (benchmarks/probe_accuracy.py prints it).
-    added_us = min(relayed) - min(direct)
-    assert min(relayed) >= 4000 - 2 * EARLY_MAX_US, min(relayed)
-    assert np.median(relayed) >= 4000, np.median(relayed)
-    assert added_us < 8000, added_us
+    assert min(relayed) >= 4000, sorted(relayed)[:5]
+    assert min(relayed) <= 5000, sorted(relayed)[:5]
     procs.stop("relay-t")
-    offsets = released_from_due(state_dir / "relay.log")
-    assert len(offsets) == 2, offsets  # a line per direction
-    # On time on average, where the timer alone fires 20-50 us late on a virtual machine.
-    assert all(abs(mean) <= 20 for mean, _ in offsets), offsets
+    released = released_from_due(state_dir / "relay.log")
+    assert len(released) == 2, released  # a line per direction
+    # Never early by the relay's own clock, and on time on average, where the timer
+    # alone fires 20-50 us late on a virtual machine.
+    assert all(earliest >= 0 for earliest, _, _ in released), released
+    assert all(0 <= mean <= 20 for _, mean, _ in released), released
 
 
-# The relay's own cap on arming its timer early (relay.c), in us.
-EARLY_MAX_US = int(re.search(r"#define EARLY_MAX_NS (\d+)",
-                             (ROOT / "splitbench/links/relay.c").read_text())[1]) // 1000
+# The relay's chunk: the most it reads, and holds, at a time (relay.c), in bytes.
+CHUNK = int(re.search(r"#define CHUNK \((\d+) \* 1024\)",
+                      (ROOT / "splitbench/links/relay.c").read_text())[1]) * 1024
 
 
-def released_from_due(log: Path) -> list[tuple[float, float]]:
-    """(mean, timer alone) us from due, per direction, from the relay's log."""
-    found = re.findall(r"released by the timer, ([+-][\d.]+) us from due on average .*, "
-                       r"([+-][\d.]+) without arming it early", log.read_text())
-    return [(float(mean), float(timer)) for mean, timer in found]
+def released_from_due(log: Path) -> list[tuple[float, float, float]]:
+    """Per direction, from the relay's log: the earliest any chunk left, the mean its
+    timer's releases left and the mean they would have left without the early arming,
+    in us from due."""
+    found = re.findall(r"earliest ([+-][\d.]+) us from due; \d+ released by the timer, "
+                       r"([+-][\d.]+) us from due on average .*, ([+-][\d.]+) without "
+                       r"arming it early", log.read_text())
+    return [(float(earliest), float(mean), float(timer)) for earliest, mean, timer in found]
 
 
-def test_a_burst_of_messages_each_keeps_its_own_delay(state_dir):
+def test_a_burst_of_messages_each_keeps_its_own_delay_never_less(state_dir):
     """Messages sent back to back, as a decode step sends them: each is held the delay
-    after it was sent, never less, and not until the whole burst has come.
+    after it was sent, never less (not one early), at the median at most 25% more, and
+    not until the whole burst has come.
 
     The burst is long (400 messages, about 50 ms) so that "not until it has come" has
     room: a relay that held it would deliver none before the last send, while a busy
@@ -228,9 +270,8 @@ def test_a_burst_of_messages_each_keeps_its_own_delay(state_dir):
     sent_ns, received_ns = np.array(sent), np.array(received[1:])
     assert len(received_ns) == count
     held_us = (received_ns - sent_ns) / 1000
-    # Never more than EARLY_MAX early, and on time on average.
-    assert held_us.min() >= 500 - EARLY_MAX_US, np.sort(held_us)[:10]
-    assert np.median(held_us) >= 500, np.median(held_us)
+    assert held_us.min() >= 500, np.sort(held_us)[:10]
+    assert np.median(held_us) <= 625, np.median(held_us)
     # Not held back until the burst is over: the messages sent 20 ms or more before the
     # last one mostly arrived before it was sent (the sink reads in this process, so a
     # busy machine can only make holds look longer, never shorter).
@@ -239,15 +280,43 @@ def test_a_burst_of_messages_each_keeps_its_own_delay(state_dir):
     assert np.median(received_ns[early]) < sent_ns[-1], np.median(held_us[early])
 
 
-def test_relay_keeps_bulk_throughput(state_dir):
-    target, front = free_port(), free_port()
-    start_probe(state_dir, target)
-    LOCAL.spawn(relay.argv(1.0, [f"127.0.0.1:{front}=127.0.0.1:{target}"]), role="relay",
-                key="relay-b", log_path=state_dir / "relay.log")
+def test_relay_pipelines_bulk_at_many_chunks_per_delay(state_dir):
+    """A bulk stream through a 4 ms relay keeps many chunks in flight: its rate is at
+    least 4 chunks per delay, where a relay that held one chunk at a time (stop and
+    wait) would carry one (CHUNK / delay, 62.5 MiB/s). The rate is the receiver's, from
+    its first byte to its last, so the first byte's delay is not counted. (On the 2-core
+    development VM: 680-1210 MiB/s, also beside a busy loop; 61 MiB/s through a relay
+    made to hold one chunk at a time.)"""
+    delay_s, total = 0.004, 64 << 20
+    front = free_port()
+    server = socket.create_server(("127.0.0.1", 0))  # listening before the relay connects
+    target = server.getsockname()[1]
+    arrivals: list[tuple[int, int]] = []  # (monotonic ns, bytes so far) per receive
+
+    def sink() -> None:
+        with server:
+            conn, _ = server.accept()
+            with conn:
+                got = 0
+                while got < total and (data := conn.recv(1 << 20)):
+                    got += len(data)
+                    arrivals.append((time.monotonic_ns(), got))
+
+    receiver = threading.Thread(target=sink, daemon=True)
+    receiver.start()
+    LOCAL.spawn(relay.argv(delay_s * 1000, [f"127.0.0.1:{front}=127.0.0.1:{target}"]),
+                role="relay", key="relay-b", log_path=state_dir / "relay.log")
     LOCAL.wait_listening("127.0.0.1", front, timeout=10)
-    rtt_us = np.median(probe.measure("127.0.0.1", front, [1 << 20], samples=5)["1048576"])
-    # 1 MiB each way through a 1 ms relay: pipelined, far below 1 ms per 256 KiB chunk.
-    assert rtt_us < 50_000, rtt_us
+    with socket.create_connection(("127.0.0.1", front)) as conn:
+        block = bytes(1 << 20)
+        for _ in range(total // len(block)):
+            conn.sendall(block)
+        receiver.join(timeout=60)
+    assert arrivals and arrivals[-1][1] == total, arrivals[-1:]
+    (first_ns, first_bytes), (last_ns, _) = arrivals[0], arrivals[-1]
+    rate = (total - first_bytes) / ((last_ns - first_ns) / 1e9)
+    stop_and_wait = CHUNK / delay_s
+    assert rate >= 4 * stop_and_wait, f"{rate / 2**20:.0f} MiB/s"
 
 
 def cpu_ticks(pid: int) -> int:
