@@ -37,6 +37,18 @@ def workflow_copy(tmp_path: Path, config: dict | None = None) -> Path:
     return work
 
 
+def run_copy(work: Path, tmp_path: Path) -> Path:
+    """A copy of a run's work directory, for a test that changes it: the run stays as it
+    was for the tests that read it, whatever their order. `cp -a` keeps what Snakemake
+    plans by (modification times; .snakemake's records name files relatively) and the
+    results' hard links (results/.kept); run state (.splitbench) is found relative to the
+    directory a job runs in. The model records keep the run's absolute GGUF paths: the
+    copy's servers load the run's model files, which nothing writes to."""
+    copied = tmp_path / "wf"
+    subprocess.run(["cp", "-a", str(work), str(copied)], check=True)
+    return copied
+
+
 def snakemake(work: Path, *args: str, timeout: float = 1800) -> subprocess.CompletedProcess:
     return subprocess.run([SNAKEMAKE, "--cores", "1", *args], cwd=work, capture_output=True,
                           text=True, timeout=timeout)
@@ -106,7 +118,8 @@ def test_an_own_config_file_does_not_silently_add_the_embedded_lab(tmp_path):
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
-    """The tiny matrix measured once for real; the tests below read and re-plan it."""
+    """The tiny matrix measured once for real; the tests below read and re-plan it, and
+    a test that measures more, or edits the directory, does so in its own `run_copy`."""
     if os.geteuid() != 0:
         pytest.skip("needs root (network namespaces)")
     config = tiny()
@@ -114,6 +127,43 @@ def finished(tmp_path_factory):
     first = snakemake(work, "all")
     assert first.returncode == 0, first.stderr[-3000:]
     return work, config
+
+
+# What a quiet run's link check reads beside its own processes (iperf3, the probe, the
+# relay, the job itself): other programs used under 0.2 cores, and their share of the CPU
+# pressure (the machine's less the check's own cgroup's) stayed under 5%. Measured on
+# the 2 cores: quiet, 0.0 cores and 0.5-0.8%; beside a little other work, 0.22 cores and
+# 2%; beside other tests and builds, 0.4-1.5 cores and 8-41%.
+QUIET_FOREIGN_CORES = 0.2
+QUIET_PRESSURE_PCT = 5.0
+
+
+def assert_checked_quietly(link: pd.Series, emulated_gbit: float) -> None:
+    """The link's check had the CPUs to itself: it carried the emulated rate A→B within
+    15% (the product flags a link below 85% of it), other programs used under
+    QUIET_FOREIGN_CORES, and their CPU pressure stayed under QUIET_PRESSURE_PCT (as root
+    the check's own processes have a cgroup of their own, so its pressure is known)."""
+    assert 0.85 * emulated_gbit <= link["a_to_b_gbps"] <= 1.15 * emulated_gbit, \
+        (link["a_to_b_gbps"], link["flags"])
+    assert link["foreign_cpu_a_cores"] < QUIET_FOREIGN_CORES, link["foreign_cpu_a_cores"]
+    own = link["own_cpu_pressure_a_pct"]
+    assert pd.notna(own), link["interference_a"]
+    assert link["cpu_pressure_a_pct"] - own < QUIET_PRESSURE_PCT, \
+        (link["cpu_pressure_a_pct"], own)
+
+
+def assert_fit_has_the_buckets_knee(shaped: pd.Series, unshaped: pd.Series) -> None:
+    """The fixed-overhead fit (a line through the request-response p50 at 64 B, 4, 16
+    and 64 KB) describes the unshaped link: each KB costs the same copying (R² 0.99-1).
+    On the shaped link it cannot: its tbf bucket (16 KB at 0.5 Gbit/s) lets the three
+    smaller sizes through unshaped, and 64 KB pays the rate beyond the bucket each way
+    (2 x 48 KB at 62.5 MB/s, 1.6 ms). The robust line through that knee explains 63-74%
+    of the variance (0-5 us/KB of copying), 77-81% as measured (16 KB just over the
+    bucket). Without the bucket, or with one over 64 KB, the points lie on a line again
+    (R² 0.99-1.0, measured): above 0.9 the knee is gone; below 0.6 the small sizes were
+    not flat."""
+    assert unshaped["rr_fit_r2"] > 0.95, unshaped["rr_fit_r2"]
+    assert 0.6 < shaped["rr_fit_r2"] < 0.9, shaped["rr_fit_r2"]
 
 
 @needs_root()
@@ -183,17 +233,13 @@ def test_end_to_end_on_the_embedded_lab(finished):
 
     links = pd.concat(pd.read_parquet(p) for p in (work / "results/links/t").glob("*.parquet"))
     slow = links.set_index("link").loc["slow"]
-    # Within 15% of the tbf rate, or the link says it did not get it (a contended CPU).
-    assert slow["a_to_b_gbps"] <= 0.5 * 1.15, slow["a_to_b_gbps"]
-    assert slow["a_to_b_gbps"] >= 0.5 * 0.85 or "A→B measured" in (slow["flags"] or ""), \
-        (slow["a_to_b_gbps"], slow["flags"])
+    assert_checked_quietly(slow, config["pairs"]["t"]["links"]["slow"]["rate_gbit"])
     assert slow["emulation_delay"] in ("netem", "relay")
-    assert slow["cpu_pressure_a_pct"] >= 0 and slow["foreign_cpu_a_cores"] >= 0
     assert slow["route_dev_a"] == slow["interface_a"]
     assert slow["interface_tx_bytes"] > 0
     assert slow["bidir_gbps"] > slow["a_to_b_gbps"]
     assert slow["rr_fixed_us"] > 1500, slow["rr_fixed_us"]
-    assert 0 < slow["rr_fit_r2"] <= 1, slow["rr_fit_r2"]
+    assert_fit_has_the_buckets_knee(slow, links.set_index("link").loc["plain"])
     # sockperf on the same path agrees with the project's probe (./bootstrap.sh installs
     # sockperf as root, and this test needs root: a missing one is a failure here).
     assert shutil.which("sockperf"), "sockperf is not installed (run ./bootstrap.sh)"
@@ -506,23 +552,21 @@ def test_re_verifying_a_link_re_measures_nothing(finished):
 @needs_root()
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_the_round_trip_sweep_runs_through_the_workflow(finished):
-    """The sweep's rules for real: links at two added delays, a launch at each, the fit
-    and its table, and nothing left running."""
+def test_the_round_trip_sweep_runs_through_the_workflow(finished, tmp_path):
+    """The sweep's rules for real, in a copy of the tiny run with a sweep added to its
+    config: links at two added delays, a launch at each, the fit and its table, every
+    file it writes declared, and nothing left running."""
     work, config = finished
+    work = run_copy(work, tmp_path)
     sweep = {**config, "roundtrips": {"models": ["tiny"], "workers": [1],
                                       "delays_ms": [0.0, 2.0], "requests": 2,
                                       "prompt_tokens": 16, "n_predict": 16,
                                       "rr_samples": 40}}
-    path = work / "config/config.yaml"
-    original = path.read_text()
-    path.write_text(yaml.safe_dump(sweep, sort_keys=False))
-    try:
-        run = snakemake(work, "results/roundtrips/t/tiny/w1.parquet",
-                        "results/tables/round_trips.csv")
-    finally:
-        path.write_text(original)
+    (work / "config/config.yaml").write_text(yaml.safe_dump(sweep, sort_keys=False))
+    run = snakemake(work, "results/roundtrips/t/tiny/w1.parquet",
+                    "results/tables/round_trips.csv")
     assert run.returncode == 0, run.stderr[-3000:]
+    assert undeclared(work) == []
     rows = pd.read_parquet(work / "results/roundtrips/t/tiny/w1.parquet")
     assert sorted(rows["delay_ms"].unique()) == [0.0, 2.0]
     assert rows["error"].isna().all() and rows["launch_id"].nunique() == 2
@@ -604,18 +648,19 @@ def test_changing_one_models_settings_plans_only_its_cells(finished, change):
 @needs_root()
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_editing_package_code_plans_nothing(finished):
-    work, config = finished
+def test_editing_package_code_plans_nothing(finished, tmp_path):
+    """The package's code is no rule's code: editing the cell's measurement, the
+    planning and the client (in a copy of the package beside the run, which the workflow
+    and its jobs import first) plans nothing."""
+    work = run_copy(finished[0], tmp_path)
     package = work / "splitbench"
-    shutil.copytree(ROOT / "splitbench", package)  # the workflow now imports this copy
-    try:
-        for module in ("cells.py", "plan.py", "client.py"):
-            with open(package / module, "a") as handle:
-                handle.write("\n# an edit that changes no measurement\n")
-        result = snakemake(work, "all", "-n")
-        assert "Nothing to be done" in result.stdout + result.stderr, result.stdout[-2000:]
-    finally:
-        shutil.rmtree(package)
+    shutil.copytree(ROOT / "splitbench", package)
+    for module in ("cells/measure.py", "plan.py", "backends/client.py"):
+        assert (package / module).is_file(), module  # an edit, not a new file
+        with open(package / module, "a") as handle:
+            handle.write("\n# an edit that changes no measurement\n")
+    result = snakemake(work, "all", "-n")
+    assert "Nothing to be done" in result.stdout + result.stderr, result.stdout[-2000:]
 
 
 @needs_root()
@@ -655,11 +700,14 @@ def kill_mid_cell(work: Path, cell_log: Path) -> int:
 @needs_root()
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_drift_apply_remeasures_the_flagged_cells_and_a_killed_rerun_resumes(finished):
+def test_drift_apply_remeasures_the_flagged_cells_and_a_killed_rerun_resumes(finished,
+                                                                              tmp_path):
     """`drift --apply` on two cells plans exactly those; the rerun, killed mid-cell,
     leaves nothing running and resumes with only what it had not measured; each flagged
-    cell's earlier measurement is archived, nothing else is measured again."""
+    cell's earlier measurement is archived, nothing else is measured again. (In a copy
+    of the tiny run: the other tests read it as it finished.)"""
     work, config = finished
+    work = run_copy(work, tmp_path)
     flagged = [("t", "plain", "tiny", "short", 2), ("t", "slow", "tiny2", "mid", 1)]
     report = pd.DataFrame([dict(zip(["pair", "link", "model", "ctx", "conc"], cell,
                                     strict=True), kind="rise", reason="test: rose 12 C")
