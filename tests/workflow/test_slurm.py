@@ -11,11 +11,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import time
 import tomllib
+from html import unescape
 from importlib import metadata
 from pathlib import Path
 
@@ -25,7 +25,7 @@ import yaml
 
 from tests.conftest import ROOT
 from tests.slurm_cluster import Cluster, ClusterUnavailable
-from tests.workflow.test_workflow import NO_SOCKPERF, SNAKEMAKE, workflow_copy
+from tests.workflow.test_workflow import NO_SOCKPERF, SNAKEMAKE, run_copy, workflow_copy
 
 PAIRS = ("north", "south")
 
@@ -228,9 +228,10 @@ def failed(cluster, tmp_path_factory):
     broken.parent.mkdir(parents=True)
     broken.write_text("in the way")
     code, out = run(cluster, work)
-    spare = tmp_path_factory.mktemp("interrupted") / "wf"
-    shutil.copytree(work, spare, symlinks=True)
+    spare = run_copy(work, tmp_path_factory.mktemp("interrupted"))
     return {"work": work, "spare": spare, "code": code, "out": out,
+            "files": {str(p.relative_to(work)) for p in (work / "results").rglob("*")
+                      if p.is_file()},
             "jobs": [j for j in slurm_jobs(cluster) if j.get("WorkDir") == str(work)],
             "untouched": broken.read_text() == "in the way",
             "relaunched": relaunched_cells(work), "times": job_times(work),
@@ -271,22 +272,49 @@ def test_two_pairs_run_side_by_side_one_job_at_a_time_each_on_its_node(failed, m
 
     # Once mended, one report compares the pairs.
     assert mended["code"] == 0, mended["out"][-4000:]
-    table = (mended["work"] / "results/tables/pairs.md").read_text()
-    assert "north" in table and "south" in table and "one pair in this run" not in table
-    report = (mended["work"] / "results/report.html").read_text()
+    assert_the_report_compares_the_pairs((mended["work"] / "results/report.html").read_text())
+
+
+def assert_the_report_compares_the_pairs(report: str) -> None:
+    """Each pair's run (its links and its four cells), and each of its cells beside the
+    other pair's, decode and the link's throughput measured."""
+    runs = {row["pair"]: row for row in table_after(report, '<h3 id="pairs">Pairs</h3>')}
+    side_by_side = table_after(report, '<section id="table-pairs">')
     for pair in PAIRS:
-        assert f"sb-{pair}-a" in report or pair in report
+        links = list(two_pairs()["pairs"][pair]["links"])
+        assert (runs[pair]["mode"], runs[pair]["links"], runs[pair]["cells"]) == (
+            "embedded", ", ".join(links), str(len(links) * 2)), runs[pair]
+        rows = [row for row in side_by_side if row["pair"] == pair]
+        assert sorted((row["link"], row["conc"]) for row in rows) == sorted(
+            (link, conc) for link in links for conc in ("1", "2")), rows
+        for row in rows:
+            assert re.match(r"\d+\.\d\d ±", row["decode (ms/token)"]), row
+            assert re.match(r"\d+\.\d\d", row["A→B (Gbit/s)"]), row
+
+
+def table_after(html: str, marker: str) -> list[dict[str, str]]:
+    """The rows of the report's first table after `marker`, by column title, as text."""
+    table = html.split(marker, 1)[1].split("</table>", 1)[0]
+
+    def texts(row: str, tag: str) -> list[str]:
+        return [unescape(re.sub(r"<[^>]+>", "", cell)).strip()
+                for cell in re.findall(rf"<{tag}[^>]*>(.*?)</{tag}>", row, re.S)]
+
+    rows = re.findall(r"<tr[^>]*>(.*?)</tr>", table, re.S)
+    titles = texts(rows[0], "th")
+    return [dict(zip(titles, texts(row, "td"), strict=True)) for row in rows[1:]]
 
 
 def test_a_failed_cell_keeps_the_pairs_measured_cells(failed, mended):
-    work = failed["work"]
+    """What the failed run left (before the mended run), and what the mended run planned."""
+    kept = failed["files"]
     assert failed["code"] != 0
-    measured = work / "results/cells/south/baseline/synth/ctxshort_c1.parquet"
-    assert measured.exists(), failed["out"][-3000:]
-    assert (work / "results/servers/south/baseline/synth.json").exists()
+    assert "results/cells/south/baseline/synth/ctxshort_c1.parquet" in kept, \
+        failed["out"][-3000:]
+    assert "results/servers/south/baseline/synth.json" in kept
     assert failed["untouched"]
     # The other pair is not touched by it.
-    assert (work / "results/cells/north/5gbe/synth/ctxshort_c1.parquet").exists()
+    assert "results/cells/north/5gbe/synth/ctxshort_c1.parquet" in kept
     # Once the disk is mended, the next run plans the failed cells and what follows
     # them, not the cells measured, and nothing of the other pair's.
     planned = mended["planned"]
