@@ -5,6 +5,8 @@ loading: test_workflow.py, in its run with failures.)"""
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -23,6 +25,42 @@ def per_link(verdict: str) -> dict[str, str]:
     """The mechanisms verdict's per-link parts: {"5gbe": "+1.2 ms/token measured; ..."}."""
     parts = verdict.split("; per link: ", 1)[1].split("; ")
     return dict(part.split(": ", 1) for part in parts if ": " in part)
+
+
+def decode_verdicts(results: Path) -> pd.Series:
+    """The mechanisms table's decode verdict per model."""
+    mechanisms = pd.read_csv(results / "tables/mechanisms.csv")
+    return mechanisms[mechanisms["mechanism"] == "decode"].set_index("model")["verdict"]
+
+
+# Why a sweep cannot count round trips (splitbench/cells/sweep_fit.py, infra/fits.py).
+SWEEP_REASON = re.compile(r"\d+ delay point\(s\) measured|round trips is below zero|is not "
+                          r"resolvable from zero|explains the differences poorly \(R² "
+                          r"|has no uncertainty")
+# A latency term not from the sweep: the cells' own fit, or none.
+LATENCY_NOT_SWEPT = re.compile(r"latency [+-]\d+\.\d\d(?: ±\d+\.\d\d)? \(\d+\.\d round "
+                               r"trips × [+-]?\d+\.\d\d ms\): |latency term unknown \(no "
+                               r"round trips resolved or measured\)")
+
+
+def assert_decode_verdict(results: Path, model: str, link: str, verdict: str) -> None:
+    """Where the model's sweep counted its round trips: the link's decode verdict, its
+    latency term predicted from the sweep. Where it could not (a machine whose speed
+    wandered during it): the round trips table says why, the verdict's latency term is
+    not the sweep's (the cells' own fit, or unknown), and the model's findings say that
+    why a link costs what it does is not resolvable."""
+    text = per_link(decode_verdicts(results)[model])[link]
+    why = pd.read_csv(results / "tables/round_trips.csv").set_index("model").loc[
+        model, "not resolvable"]
+    if why == "—":
+        assert "(the sweep's round trips × the latency difference): " in text, text
+        assert text.endswith(verdict), (model, text)
+        return
+    assert SWEEP_REASON.search(why), (model, why)
+    assert LATENCY_NOT_SWEPT.search(text), (model, text)
+    findings = (results / "findings.md").read_text().split(f"### {model}\n")[1]
+    assert "**Why a link costs what it does is not resolvable on this data**" in \
+        findings.split("\n### ")[0], findings
 
 
 @needs_root()
@@ -77,29 +115,12 @@ def test_a_real_model_from_pypi_beside_a_synthetic_one(tmp_path):
     assert all("| 196,608 | agrees" in row for row in smol_rows)
     assert all("14 blocks + output layer" in row for row in smol_rows)
 
-    mechanisms = pd.read_csv(results / "tables/mechanisms.csv")
-    decode = mechanisms[mechanisms["mechanism"] == "decode"].set_index("model")["verdict"]
-    sweeps = pd.read_csv(results / "tables/round_trips.csv").set_index("model")
-
-    def holds(model: str, link: str, verdict: str) -> None:
-        """The verdict where the model's sweep counted its round trips; where it could
-        not (a machine whose speed wandered during it: the round trips table says why),
-        nothing is predicted from it."""
-        text = per_link(decode[model])[link]
-        if sweeps.loc[model, "not resolvable"] == "—":
-            assert text.endswith(verdict), (model, text)
-        else:
-            assert "the sweep's round trips" not in text, (model, text)
-
     # The synthetic model's 8 KB of logits fit in the shaper's bucket: latency is all.
-    synth = per_link(decode["synth"])
-    assert set(synth) == {"5gbe"}
-    for link in synth:
-        holds("synth", link, "latency dominates")
+    assert set(per_link(decode_verdicts(results)["synth"])) == {"5gbe"}
+    assert_decode_verdict(results, "synth", "5gbe", "latency dominates")
     # SmolLM2's 196 KB of logits at 1.1 Gbit/s cost more than 5gbe's 42 us of delay.
-    smol_links = per_link(decode["smol"])
-    holds("smol", "5gbe", "bandwidth dominates")
-    assert "B→A 196.6 KB at" in smol_links["5gbe"]
+    assert_decode_verdict(results, "smol", "5gbe", "bandwidth dominates")
+    assert "B→A 196.6 KB at" in per_link(decode_verdicts(results)["smol"])["5gbe"]
     comparison = (results / "tables/link_comparison.md").read_text()
     assert "bandwidth +" in comparison
     page = (results / "report.html").read_text()
