@@ -226,10 +226,15 @@ def test_end_to_end_on_the_embedded_lab(finished):
         # A cell measured beside other work may disagree (the server's sends wait for a
         # CPU its own timer does not count); then the summary must say it was flagged.
         gap = (requests["decode_ms_per_token"] / requests["server_decode_ms_per_token"] - 1)
+        assert np.allclose(requests["decode_vs_server"], gap)  # the row's own witness
         worst = gap.abs().max() if conc == 1 else abs(gap.median())
         identity = requests[["link", "model", "ctx", "conc"]].iloc[0]
         flagged = flags.loc[tuple(identity)]
         assert worst < 0.05 or "other processes used" in (flagged or ""), (gap, flagged)
+        # Where the cell's own requests disagree, the product says so on the cell itself.
+        mine = gap[~requests["reference"]]
+        beyond = (mine.abs().max() if conc == 1 else abs(mine.median())) > 0.05
+        assert beyond == ("disagree on decode" in (flagged or "")), (mine, flagged)
 
     links = pd.concat(pd.read_parquet(p) for p in (work / "results/links/t").glob("*.parquet"))
     slow = links.set_index("link").loc["slow"]
