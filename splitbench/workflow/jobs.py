@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from snakemake.io import ancient
@@ -87,13 +86,13 @@ class Jobs:
 
     # --- input functions --------------------------------------------------------------
     def anchor_inputs(self, wildcards: Wildcards) -> dict[str, list[Any]]:
-        """The end anchor waits for every cell of its model on its pair: it marks the
-        end of the model's first pass, so once it exists, re-measuring a cell must not
-        re-run it. `ancient` alone does not hold that: a cell whose file is missing when
-        the run is planned (a rerun killed mid-cell, say) would re-run it as "updated by
-        another job". So an end anchor that exists waits for nothing."""
-        if wildcards.when != "end" or Path(results.anchor(
-                wildcards.pair, wildcards.model, "end")).exists():
+        """The end anchor waits for every cell of its model on its pair (ancient: it
+        marks the end of the model's first pass; re-measuring a cell later must not
+        re-run it). A cell whose file is missing when a run is planned (a rerun killed
+        mid-cell) does re-run it, as "updated by another job": Snakemake passes over an
+        ancient input only where the file exists. The anchor is then measured again
+        after that cell, and its earlier measurement archived."""
+        if wildcards.when != "end":
             return {}
         return {"cells": [ancient(c.path) for c in self.cells
                           if (c.pair, c.model) == (wildcards.pair, wildcards.model)]}
