@@ -21,12 +21,13 @@ import argparse
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tests.support import free_port
 
 PACKAGES = ("slurm-wlm", "munge")
 FREEZER = Path("/sys/fs/cgroup/freezer")
@@ -49,12 +50,6 @@ def install() -> None:
     if result.returncode != 0:
         raise ClusterUnavailable(f"apt-get install {' '.join(PACKAGES)} failed: "
                                  f"{result.stderr.strip()[-400:]}")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def memory_mb() -> int:

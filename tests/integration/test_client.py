@@ -21,6 +21,7 @@ from splitbench.backends import client as stream_client
 from splitbench.backends.llamacpp import api
 from splitbench.backends.packet_clock import PacketClock
 from tests.conftest import ROOT, needs_root
+from tests.support import free_port
 from tests.synthetic_server import read_request
 
 
@@ -196,9 +197,7 @@ def test_silent_server_times_out():
 
 
 def test_refused_connection_is_an_error_not_an_exception():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()  # a port nothing listens on
     reply = api.run_concurrent(f"http://127.0.0.1:{port}", [[1]], 4, timeout=5)[0]
     assert reply.error_type == "ConnectionRefusedError"
 

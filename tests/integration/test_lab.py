@@ -16,6 +16,7 @@ from splitbench.infra import procs, teardown
 from splitbench.links import lab
 from splitbench.links.link import IPERF_PORT, PROBE_PORT, Link
 from tests.conftest import needs_root
+from tests.support import namespaces
 
 SPEC = {"pair": "tl", "link": "x", "index": 7, "mode": "embedded"}
 # A link check's settings as planned for a config that sets none of `link_check:`.
@@ -87,8 +88,7 @@ def test_namespace_link_is_shaped_recorded_and_torn_down(state_dir):
     again = lab.ensure_link({**SPEC, "rate_gbit": 0.2, "delay_ms": 0.5})
     assert again.to_json() == link.to_json()
     teardown.teardown()
-    names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    assert "sb-tl-" not in names
+    assert not namespaces("sb-tl-")
     if link.emulation["delay"] == "relay":  # netem is never early by its own contract
         earliest = relay_earliest_us(state_dir)
         assert earliest and min(earliest) >= 0, earliest

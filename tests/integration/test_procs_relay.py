@@ -17,14 +17,9 @@ from splitbench.infra.hosts import Host
 from splitbench.links import relay
 from splitbench.remote import probe, sensors
 from tests.conftest import ROOT, ends_within
+from tests.support import free_port
 
 LOCAL = Host("local")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_probe(state_dir, port):

@@ -6,7 +6,6 @@ veth pair, reached only through a real OpenSSH server with a known host key.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -31,6 +30,7 @@ from splitbench.links import real, verify
 from tests.conftest import needs_root
 from tests.integration.test_lab import LINK_CHECK
 from tests.integration.test_sensors import nvml_says
+from tests.support import commands_in
 from tests.workflow.test_workflow import NO_SOCKPERF, SNAKEMAKE, workflow_copy
 
 NS = "sb-sshtest-b"
@@ -298,7 +298,7 @@ def test_the_workflow_runs_a_pair_over_ssh(host_b, tmp_path):
     assert link["route_dev_a"] == IF_A and link["emulation_mode"] == "real"
     assert (work / "results/report.html").stat().st_size > 0
     # The run stopped the worker it started on B over SSH.
-    assert not [c for c in commands_in() if "ggml-rpc-server" in c]
+    assert not [c for c in commands_in(NS) if "ggml-rpc-server" in c]
 
 
 # --- the paramiko transport: one connection, ~/.ssh/config, host keys ----------------
@@ -307,21 +307,10 @@ def accepted(tmp_path: Path) -> int:
     return (tmp_path / "sshd.log").read_text().count("Accepted publickey")
 
 
-def commands_in(ns: str = NS) -> list[str]:
-    """Command lines of the processes running in namespace `ns` (B's by default; one
-    that ends while they are read is left out)."""
-    left = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
-    out = []
-    for pid in left.stdout.split():
-        with contextlib.suppress(OSError):
-            out.append(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode())
-    return out
-
-
 def gone_from_b(marker: str, timeout: float = 10) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not any(marker in c for c in commands_in()):
+        if not any(marker in c for c in commands_in(NS)):
             return True
         time.sleep(0.1)
     return False
@@ -348,7 +337,7 @@ def test_one_connection_serves_every_command_process_check_and_sampler(host_b, t
     sampler = telemetry.Sampler({"a": Host("a"), "b": host}, every_s=0.2)
     with wakeup.low_latency({"b": host}) as held:
         time.sleep(1.5)
-        assert any("cpu_dma_latency" in c for c in commands_in())  # the holder runs on B
+        assert any("cpu_dma_latency" in c for c in commands_in(NS))  # the holder runs on B
     assert gone_from_b("cpu_dma_latency")  # and ended with the block
     assert held["wakeup_latency_b"] == wakeup.HELD  # root on B: the request is held
     figures = sampler.finish()

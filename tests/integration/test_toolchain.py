@@ -1,7 +1,6 @@
 import hashlib
 import json
 import os
-import socket
 import stat
 
 import pytest
@@ -9,6 +8,7 @@ import pytest
 from splitbench.backends.llamacpp import toolchain
 from splitbench.infra.hosts import Host
 from splitbench.links import readiness
+from tests.support import free_port
 
 
 def fake_build(folder, version: str):
@@ -83,9 +83,7 @@ def test_the_toolchain_stage_checks_both_hosts_first_and_a_failure_is_the_pairs_
     assert json.loads(out.read_text())["error"] == missing["error"]
     assert toolchain.failure(missing).startswith("pair p: toolchain failed: host checks")
 
-    with socket.socket() as closed:  # a port nothing listens on
-        closed.bind(("127.0.0.1", 0))
-        port = closed.getsockname()[1]
+    port = free_port()  # a port nothing listens on
     far = toolchain.record("p", "pip", {"a": {}, "b": {"ssh": "root@127.0.0.1",
                                                         "ssh_port": port}}, out)
     assert far["status"] == "failed"

@@ -26,8 +26,9 @@ from splitbench.configuration import parsed
 from splitbench.infra import procs, ssh, teardown
 from splitbench.links import lab
 from tests.conftest import ROOT, needs_root
-from tests.integration.test_ssh import commands_in, sh, start_sshd
+from tests.integration.test_ssh import sh, start_sshd
 from tests.integration.vllm_pair import EAGER, SHAPE, VENV, ask, config
+from tests.support import commands_in, processes
 
 pytestmark = [
     pytest.mark.slow,  # vLLM's two ranks across namespaces, sshd
@@ -76,19 +77,12 @@ def ours_running(tmp: Path) -> list[str]:
     its servers (their command lines name its model) and the vLLM engines and workers
     (VLLM::...) in the sessions it started."""
     ours = []
-    for proc in Path("/proc").iterdir():
-        try:
-            stat = (proc / "stat").read_text().rsplit(")", 1)[1].split()
-            args = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except (OSError, IndexError):  # not a process, or one that has just ended
-            continue
-        if stat[0] == "Z":  # not running
-            continue
+    for proc in processes():
         # The module's directory is named vllm0: a link relay started from it is not vLLM.
-        own_args = args.replace(str(tmp), "<tmp>").lower()
-        if ("vllm serve" in args and str(tmp) in args) or (
-                int(stat[3]) in SESSIONS and "vllm" in own_args):
-            ours.append(f"{proc.name} {args}")
+        own_args = proc.args.replace(str(tmp), "<tmp>").lower()
+        if ("vllm serve" in proc.args and str(tmp) in proc.args) or (
+                proc.session in SESSIONS and "vllm" in own_args):
+            ours.append(f"{proc.pid} {proc.args}")
     return ours
 
 

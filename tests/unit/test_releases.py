@@ -12,8 +12,6 @@ from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from splitbench import plan
@@ -23,6 +21,7 @@ from splitbench.backends.client import Reply
 from splitbench.cells import measure
 from splitbench.configuration import parsed
 from splitbench.report import charts, tables
+from tests.support import write_cell
 
 CONTEXTS = {"short": 128, "long": 4096}
 ORDER = ["short", "long"]
@@ -167,13 +166,6 @@ def request(request_id: int, *, shot: int, send_ms: float, wall_ms: float,
         "foreign_cpu_a_cores": 0.0, "foreign_cpu_b_cores": 0.0,
         "cpu_pressure_a_pct": 5.0, "cpu_pressure_b_pct": 5.0,
     } | extra
-
-
-def write_cell(root: Path, link: str, ctx: str, conc: int, rows: list[dict]) -> str:
-    path = root / "cells" / "lab" / link / "m" / f"ctx{ctx}_c{conc}.requests.parquet"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.Table.from_pylist(rows), path)
-    return str(path)
 
 
 def single_cell(tmp_path: Path, walls: list[float], link: str = "a") -> str:

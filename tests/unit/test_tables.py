@@ -3,8 +3,6 @@ generic concurrency levels, and the mechanisms' fits."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -14,6 +12,7 @@ import pytest
 from splitbench.analysis import cell_summary, comparison, mechanisms
 from splitbench.infra import fits, tables_io
 from splitbench.report import aggregate, contents, tables
+from tests.support import write_cell
 
 CONTEXTS = {"short": 128, "long": 4096}
 ORDER = ["short", "long"]
@@ -44,14 +43,6 @@ def request(request_id: int, gaps_ms: list[float], *, send_ns: int = 0, ttft_ms:
         "cpu_pressure_a_pct": 5.0, "cpu_pressure_b_pct": 5.0,
     }
     return row | extra
-
-
-def write_cell(root: Path, link: str, ctx: str, conc: int, rows: list[dict],
-               suffix: str = "") -> str:
-    path = root / "cells" / "lab" / link / "m" / f"ctx{ctx}_c{conc}{suffix}.requests.parquet"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.Table.from_pylist(rows), path)
-    return str(path)
 
 
 def test_summary_carries_per_token_dispersion(tmp_path):

@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT, needs_root
-from tests.workflow.test_workflow import NO_SOCKPERF, planned, procs_left, snakemake, workflow_copy
+from tests.support import procs_left
+from tests.workflow.test_workflow import NO_SOCKPERF, planned, snakemake, workflow_copy
 
 EXAMPLE = ["--configfile", "config/examples/backends.yaml", "--replace-workflow-config"]
 VENV = ROOT / ".venv-vllm"

@@ -15,7 +15,6 @@ import signal
 import subprocess
 import time
 import tomllib
-from html import unescape
 from importlib import metadata
 from pathlib import Path
 
@@ -25,7 +24,8 @@ import yaml
 
 from tests.conftest import ROOT
 from tests.slurm_cluster import Cluster, ClusterUnavailable
-from tests.workflow.test_workflow import NO_SOCKPERF, SNAKEMAKE, run_copy, workflow_copy
+from tests.support import namespaces, run_copy, table_after
+from tests.workflow.test_workflow import NO_SOCKPERF, SNAKEMAKE, workflow_copy
 
 PAIRS = ("north", "south")
 
@@ -170,9 +170,7 @@ def alive_servers(work: Path) -> list[dict]:
 
 
 def our_namespaces() -> list[str]:
-    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    return [line.split()[0] for line in listed.splitlines()
-            if line.split() and line.split()[0].startswith(tuple(f"sb-{p}-" for p in PAIRS))]
+    return namespaces(*(f"sb-{p}-" for p in PAIRS))
 
 
 def test_the_profile_runs_with_the_plugin_versions_it_relies_on():
@@ -290,19 +288,6 @@ def assert_the_report_compares_the_pairs(report: str) -> None:
         for row in rows:
             assert re.match(r"\d+\.\d\d ±", row["decode (ms/token)"]), row
             assert re.match(r"\d+\.\d\d", row["A→B (Gbit/s)"]), row
-
-
-def table_after(html: str, marker: str) -> list[dict[str, str]]:
-    """The rows of the report's first table after `marker`, by column title, as text."""
-    table = html.split(marker, 1)[1].split("</table>", 1)[0]
-
-    def texts(row: str, tag: str) -> list[str]:
-        return [unescape(re.sub(r"<[^>]+>", "", cell)).strip()
-                for cell in re.findall(rf"<{tag}[^>]*>(.*?)</{tag}>", row, re.S)]
-
-    rows = re.findall(r"<tr[^>]*>(.*?)</tr>", table, re.S)
-    titles = texts(rows[0], "th")
-    return [dict(zip(titles, texts(row, "td"), strict=True)) for row in rows[1:]]
 
 
 def test_a_failed_cell_keeps_the_pairs_measured_cells(failed, mended):
