@@ -89,7 +89,10 @@ def start_sshd(ns: str, addr: str, tmp_path: Path, wrap: tuple[str, ...] = ()) -
         f"HostKey {keys / 'host'}\n"
         f"AuthorizedKeysFile {keys / 'authorized_keys'}\nPasswordAuthentication no\n"
         "KbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\n"
-        "StrictModes no\nUsePAM no\nPidFile none\n")
+        "StrictModes no\nUsePAM no\nPidFile none\n"
+        # A session whose client is gone (its namespace deleted under it, so no FIN ever
+        # came) ends within seconds instead of lingering after the test.
+        "ClientAliveInterval 2\nClientAliveCountMax 2\n")
     Path("/run/sshd").mkdir(exist_ok=True)
     sshd = shutil.which("sshd") or "/usr/sbin/sshd"
     procs.spawn(["ip", "netns", "exec", ns, *wrap, sshd, "-D", "-e", "-f",
