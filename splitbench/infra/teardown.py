@@ -11,7 +11,7 @@ import subprocess
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from splitbench.infra import procs
+from splitbench.infra import leftovers, procs
 
 
 def _undo_changes() -> list[str]:
@@ -67,11 +67,7 @@ def teardown(namespaces_first: bool = False, spare: Sequence[str] = ()) -> list[
     # The measuring jobs first, then each launch (its servers in their order, then the
     # files they left: scratch directories, /dev/shm), then whatever else is recorded.
     done += _stop([r for r in procs.all_procs() if r.get("role") == "job"], spare)
-    if any((procs.state_dir() / "servers").glob("*.json")):
-        # Only then: the backends' imports (httpx) are not a plain teardown's to pay.
-        from splitbench.backends import lifecycle
-
-        done += lifecycle.stop_all(spare)
+    done += leftovers.stop_all(spare)
     done += _stop([r for r in procs.all_procs() if r.get("role") != "job"], spare)
     done += _delete_namespaces()
     done += _undo_changes()

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from splitbench.backends import lifecycle
-from splitbench.infra import procs
+from splitbench.infra import leftovers, procs
 from splitbench.infra.hosts import Host
 from tests.conftest import needs_root
 
@@ -57,11 +57,11 @@ def test_only_what_the_launchs_session_maps_is_removed(mapper, tmp_path, monkeyp
     try:
         leftover = {"host": asdict(Host("a")), "paths": [], "session": process.pid,
                     "session_start": procs.start_time(process.pid)}
-        seen = lifecycle.shm_of(leftover)
+        seen = leftovers.shm_of(leftover)
         assert seen == [mapped], seen
         process.kill()
         process.wait()
-        lifecycle.remove_leftovers({**leftover, "shm": seen})
+        leftovers.remove_leftovers({**leftover, "shm": seen})
         assert not Path(mapped).exists()
         assert all(path.exists() for path in others)
         assert (tmp_path / "results").is_dir()
@@ -101,7 +101,7 @@ def test_a_listed_name_that_is_not_a_regular_file_is_kept(shm_names, tmp_path):
     directory.mkdir()
     fifo = shm_names("fifo")
     os.mkfifo(fifo)
-    lifecycle.remove_leftovers({"host": asdict(Host("a")),
+    leftovers.remove_leftovers({"host": asdict(Host("a")),
                                 "shm": [str(p) for p in (own, link, directory, fifo)]})
     assert not own.exists()
     assert link.is_symlink() and precious.read_text() == "the user's"
@@ -120,7 +120,7 @@ def test_another_users_file_is_kept_even_when_listed(shm_names):
     own.write_text("the launch's")
     foreign.write_text("another user's")
     os.chown(foreign, NOBODY, NOBODY)
-    lifecycle.remove_leftovers({"host": asdict(Host("a")),
+    leftovers.remove_leftovers({"host": asdict(Host("a")),
                                 "shm": [str(own), str(foreign)]})
     assert not own.exists()
     assert foreign.read_text() == "another user's" and foreign.stat().st_uid == NOBODY
@@ -133,7 +133,7 @@ def test_a_session_led_by_another_process_than_the_recorded_one_maps_nothing(map
     (the rank ended and its pid was reused) or is unknown: that session is not ours."""
     process, mapped = mapper
     start = None if recorded == "no start time" else procs.start_time(process.pid) - 1
-    assert lifecycle.shm_of({"host": asdict(Host("a")), "session": process.pid,
+    assert leftovers.shm_of({"host": asdict(Host("a")), "session": process.pid,
                              "session_start": start}) == []
     assert Path(mapped).exists()
 
@@ -142,7 +142,7 @@ def test_a_session_that_has_ended_maps_nothing():
     done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True, check=True)
     time.sleep(0.1)
-    assert lifecycle.shm_of({"host": asdict(Host("a")),
+    assert leftovers.shm_of({"host": asdict(Host("a")),
                             "session": int(done.stdout)}) == []
 
 
@@ -150,7 +150,7 @@ def test_only_a_scratch_directorys_name_is_removed_recursively(tmp_path):
     """`paths` is read back from a record: only a name mktemp's template gives is
     `rm -rf`ed; the user's directory, and one reached through `..` from a scratch-like
     name, stay."""
-    scratch = subprocess.run(["mktemp", "-d", lifecycle.SCRATCH_TEMPLATE], capture_output=True,
+    scratch = subprocess.run(["mktemp", "-d", leftovers.SCRATCH_TEMPLATE], capture_output=True,
                              text=True, check=True).stdout.strip()
     (Path(scratch) / "socket-dir").mkdir()
     precious = tmp_path / "precious"
@@ -158,7 +158,7 @@ def test_only_a_scratch_directorys_name_is_removed_recursively(tmp_path):
     (precious / "work").write_text("the user's")
     through = f"{scratch}/../..{precious}"
     try:
-        lifecycle.remove_leftovers({"host": asdict(Host("a")),
+        leftovers.remove_leftovers({"host": asdict(Host("a")),
                                     "paths": [str(precious), through, scratch]})
         assert not Path(scratch).exists()
         assert (precious / "work").read_text() == "the user's"
@@ -199,7 +199,7 @@ def test_teardown_stops_a_recorded_launch_and_removes_what_it_left(state_dir):
     other = Path(f"/dev/shm/psm_{uuid.uuid4().hex[:8]}")
     other.write_text("not splitbench's")
     host = Host("a")
-    scratch = host.run(["mktemp", "-d", lifecycle.SCRATCH_TEMPLATE]).stdout.strip()
+    scratch = host.run(["mktemp", "-d", leftovers.SCRATCH_TEMPLATE]).stdout.strip()
     rank = host.spawn([sys.executable, "-c", MAPPER, name], role="vllm-rank0",
                       key="vllm0-p", log_path=state_dir / "rank.log", extra={"group": True})
     mapped = Path(f"/dev/shm/{name}")

@@ -25,11 +25,12 @@ from pathlib import Path
 
 from splitbench import backends, results
 from splitbench.backends import lifecycle
-from splitbench.backends.lifecycle import LaunchError, Leftovers
+from splitbench.backends.lifecycle import LaunchError
 from splitbench.backends.llamacpp.toolchain import failure as toolchain_failure
 from splitbench.backends.vllm.api import SERVED_NAME
 from splitbench.infra import procs, sockdiag
 from splitbench.infra.hosts import Host
+from splitbench.infra.leftovers import SCRATCH_TEMPLATE, Leftovers, is_scratch, shm_of
 from splitbench.links.link import RENDEZVOUS_PORT, Link
 from splitbench.records import LaunchRecord, ModelInfo, ToolchainRecord
 from splitbench.slices import LinkSlice, ServerSettings
@@ -162,7 +163,7 @@ def _start(link: Link, settings: ServerSettings, model_path: str, wanted: str,
                             lambda key=key: procs.find(key) for key in record["proc_keys"]},
             settings["launch_timeout_s"], "vLLM", "launch_timeout_s")
         for leftovers in record["cleanup"]:
-            leftovers["shm"] = lifecycle.shm_of(leftovers)
+            leftovers["shm"] = shm_of(leftovers)
         record["load_s"] = round(time.monotonic() - load_started, 3)
         record["link_connections"] = _connections_over(link)
         lifecycle.warm_up(record["url"], "/v1/completions", _WARM_UP,
@@ -257,9 +258,9 @@ def _scratch(host: Host) -> str:
     and a socket's path holds at most 107 characters (a workdir's state directory can be
     deeper than that leaves room for). Its name is checked before it is recorded: it
     is removed with `rm -rf` at stop."""
-    made = host.run(["mktemp", "-d", lifecycle.SCRATCH_TEMPLATE]).stdout.strip()
-    if not lifecycle.is_scratch(made):
-        raise LaunchError(f"host {host.name}: mktemp -d {lifecycle.SCRATCH_TEMPLATE} printed "
+    made = host.run(["mktemp", "-d", SCRATCH_TEMPLATE]).stdout.strip()
+    if not is_scratch(made):
+        raise LaunchError(f"host {host.name}: mktemp -d {SCRATCH_TEMPLATE} printed "
                           f"{made[:200]!r}, not a directory of that form (does a login "
                           "script there print to stdout?)")
     return made
