@@ -313,10 +313,13 @@ static void flush(direction *d, uint64_t now) {
 }
 
 /* When the last of the bytes read arrived at the socket (the kernel's receive stamp),
- * on the monotonic clock; `now` where there is none. A wire delays bytes from when they
- * were sent, not from when the relay got round to reading them: on a virtual machine
- * the relay woke 3-20 us after the bytes arrived. */
-static uint64_t arrival_ns(struct msghdr *msg, uint64_t now) {
+ * on the monotonic clock; `read_at`, the clock read once recvmsg returned, where there
+ * is none. A wire delays bytes from when they were sent, not from when the relay got
+ * round to reading them: on a virtual machine the relay woke 3-20 us after the bytes
+ * arrived. Neither may be a clock read before recvmsg (the loop's `now`): bytes that
+ * came after it, while the relay was held (a busy host, a hypervisor's steal), would be
+ * due that much early. */
+static uint64_t arrival_ns(struct msghdr *msg, uint64_t read_at) {
     for (struct cmsghdr *cm = CMSG_FIRSTHDR(msg); cm; cm = CMSG_NXTHDR(msg, cm)) {
         if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_TIMESTAMPNS) continue;
         struct timespec stamp, real;
@@ -325,13 +328,21 @@ static uint64_t arrival_ns(struct msghdr *msg, uint64_t now) {
         uint64_t mono = now_ns();
         int64_t age = ((int64_t)real.tv_sec - stamp.tv_sec) * 1000000000ll +
                       (real.tv_nsec - stamp.tv_nsec);
-        if (age >= 0 && (uint64_t)age < mono && mono - (uint64_t)age < now)
+        if (age >= 0 && (uint64_t)age < mono && mono - (uint64_t)age <= read_at)
             return mono - (uint64_t)age;
     }
-    return now;
+    return read_at;
 }
 
-static void read_one(direction *d, uint64_t now) {
+/* Only for the relay's own test: hold each read this long after the loop woke, as a
+ * busy host does, so that bytes arrive between the two (cc -DREAD_PAUSE_NS=...). */
+#ifndef READ_PAUSE_NS
+#define READ_PAUSE_NS 0
+#endif
+
+static void read_one(direction *d, uint64_t woke) {
+    if (READ_PAUSE_NS)
+        while (now_ns() - woke < (uint64_t)READ_PAUSE_NS) {}
     chunk *c = malloc(sizeof(chunk) + CHUNK);
     if (!c) die("malloc");
     char control[256];
@@ -339,7 +350,8 @@ static void read_one(direction *d, uint64_t now) {
     struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control,
                          .msg_controllen = sizeof(control)};
     ssize_t n = recvmsg(d->src, &msg, 0);
-    uint64_t arrived = n > 0 ? arrival_ns(&msg, now) : now;
+    uint64_t read_at = now_ns();
+    uint64_t arrived = n > 0 ? arrival_ns(&msg, read_at) : read_at;
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) { free(c); return; }
     if (n <= 0) {
         free(c);
