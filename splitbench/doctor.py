@@ -124,16 +124,17 @@ def _toolchain(config: Config, pair: str, spec: Pair) -> list[Line]:
     hosts = spec.hosts.given()
     where = f"pair '{pair}'"
     try:
-        described = [toolchain.describe(host_from_spec(side, hosts[side]),
-                                        toolchain.bin_dir_for(source, hosts[side]),
-                                        where) for side in ("a", "b")]
-        toolchain.check_same_build(*described, where)
+        a, b = toolchain.describe_pair(source, hosts, where)
     except toolchain.TOOLCHAIN_FAILURES as exc:
         return [Line(BAD, pair, str(exc).replace(f"{where}: ", ""),
                      "install the same llama.cpp build on both hosts (./bootstrap.sh, or "
                      "toolchain.source: path with each host's bin_dir)")]
+    if b.get("carried_from"):
+        return [Line(OK, pair, f"host B has no build of its own: host A's worker runs "
+                               f"there, copied by each run and removed after "
+                               f"({a['llama_server_version']}; tried on B just now)")]
     return [Line(OK, pair, f"the same llama.cpp build on both hosts "
-                           f"({described[0]['llama_server_version']})")]
+                           f"({a['llama_server_version']})")]
 
 
 def _interfaces(pair: str, name: str, link: LinkSpec, host_a: Host,

