@@ -16,7 +16,7 @@ from pathlib import Path
 
 from splitbench import configuration, plan, results
 from splitbench.configuration import Config, LinkSpec, Pair
-from splitbench.infra import files
+from splitbench.infra import files, privilege
 from splitbench.infra.hosts import Host, host_from_spec
 from splitbench.links import readiness
 from splitbench.links.readiness import BAD, NOTE, OK, Line
@@ -102,17 +102,31 @@ def ssh_pair(config: Config, pair: str, spec: Pair) -> list[Line]:
 
 
 def _rights(host: Host, pair: str, addressed: list[str], guarded: bool) -> Line:
-    needs = ([f"addresses for links {', '.join(addressed)}"] if addressed else []) + (
-        ["the firewall guard"] if guarded else [])
+    """Root on the host, or sudo -n for exactly the tools the pair needs as root there
+    (ip for links it addresses, nft for the guard); else ✗ with the sudoers line."""
+    needs = {}
+    if addressed:
+        needs[privilege.FOR_ADDRESSES] = f"addresses for links {', '.join(addressed)}"
+    if guarded:
+        needs[privilege.FOR_GUARD] = "the firewall guard"
     side = host.name.upper()
-    if host.is_root():
+    if privilege.is_root(host):
         return Line(OK, pair, f"root on host {side}")
     if not needs:
         return Line(OK, pair, f"not root on host {side}, and nothing needs it (every link "
                               "adopted, firewall: own)")
-    return Line(BAD, pair, f"not root on host {side}, which {' and '.join(needs)} need",
-                "run as root there, or set adopt: true on those links and firewall: own on "
-                "the pair (docs/two-machines.md)")
+    user = privilege.login_user(host)
+    refused = [tool for tool in needs if not privilege.sudo_allows(host, tool)]
+    if not refused:
+        return Line(OK, pair, f"host {side}: {', '.join(needs)} as root through sudo -n "
+                              f"for {user} (no root login); everything else runs as {user}")
+    line = privilege.sudoers_line(host, list(needs))
+    return Line(BAD, pair, f"not root on host {side}, and sudo -n does not run "
+                           f"{' or '.join(refused)} for {user}, which "
+                           f"{' and '.join(needs[tool] for tool in refused)} need",
+                f"allow it there (visudo -f /etc/sudoers.d/splitbench): {line} — or set "
+                "adopt: true on those links and firewall: own on the pair "
+                "(docs/two-machines.md)")
 
 
 def _toolchain(config: Config, pair: str, spec: Pair) -> list[Line]:

@@ -165,8 +165,11 @@ class Host:
         return self.run(["id", "-u"]).stdout.strip() == "0"
 
     def missing_tools(self, tools: Sequence[str]) -> list[str]:
-        """Those of `tools` this host's PATH does not have, asked in one command."""
-        absent = self.run(["sh", "-c", 'for t; do command -v "$t" >/dev/null || echo "$t"; '
+        """Those of `tools` this host has neither on its PATH nor in the system's sbin
+        directories (an ordinary user's PATH lacks them; Debian puts nft there), asked
+        in one command."""
+        absent = self.run(["sh", "-c", 'PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"; '
+                                       'for t; do command -v "$t" >/dev/null || echo "$t"; '
                                        'done', "sh", *tools], check=False).stdout.split()
         return [tool for tool in tools if tool in absent]
 

@@ -25,7 +25,7 @@ import shlex
 from collections.abc import Iterable
 
 from splitbench.errors import SplitbenchError
-from splitbench.infra import procs
+from splitbench.infra import privilege, procs
 from splitbench.infra.hosts import Host
 from splitbench.links.link import GUARDED_PORTS
 
@@ -76,18 +76,19 @@ def cover(host: Host, interface: str, address: str, firewall: str, where: str) -
     interfaces = sorted({*known["interfaces"], interface})
     addresses = sorted({*known["addresses"], address})
     commands = ruleset(interfaces, addresses)
-    if not host.is_root():
+    if not privilege.can(host, privilege.FOR_GUARD):
         raise GuardError(
-            f"{where}: splitbench is not root on host {host.name}, so it cannot make sure "
-            "its servers are reachable through the link only. Run there, as root: "
-            f"nft {shlex.quote(commands)} (and nft delete table inet {TABLE} when done), "
-            "then set the pair's firewall: own")
-    done = host.run(["nft", commands], check=False)
+            f"{where}: splitbench is neither root on host {host.name} nor allowed nft "
+            "there through sudo -n, so it cannot make sure its servers are reachable "
+            "through the link only. Allow it (python -m splitbench doctor prints the "
+            f"sudoers line), or run there, as root: nft {shlex.quote(commands)} (and nft "
+            f"delete table inet {TABLE} when done), then set the pair's firewall: own")
+    done = host.run(privilege.as_root(host, ["nft", commands]), check=False)
     if done.returncode != 0:
         raise GuardError(f"{where}: host {host.name}: nft could not apply the link guard "
                          f"({(done.stderr or done.stdout).strip()[-300:]}); is nftables "
                          "installed there?")
-    undo = ["nft", "delete", "table", "inet", TABLE]
+    undo = privilege.as_root(host, ["nft", "delete", "table", "inet", TABLE])
     procs.record_change(_key(host), host.name,
                         host.ssh_settings() if host.remote else None,
                         undo if host.remote else host.wrap(undo),

@@ -15,7 +15,7 @@ import ipaddress
 import json
 
 from splitbench.errors import SplitbenchError
-from splitbench.infra import files, procs
+from splitbench.infra import files, privilege, procs
 from splitbench.infra.hosts import Host, HostError, host_from_spec
 from splitbench.links import guard, lab
 from splitbench.links.link import Link
@@ -132,14 +132,19 @@ def _configure(host: Host, ifname: str, addr: str, prefix: int, mtu: int | None,
         steps.append((["ip", "link", "set", "dev", ifname, "mtu", str(mtu)],
                       ["ip", "link", "set", "dev", ifname, "mtu", str(before.get("mtu"))]))
     for argv, undo in steps:
-        result = host.run(argv, check=False)
+        try:
+            result = host.run(privilege.as_root(host, argv), check=False)
+        except privilege.PrivilegeError as exc:
+            raise SetupError(f"{where}: {exc}") from exc
         if result.returncode != 0:
             raise SetupError(f"{where}: host {host.name}: {' '.join(argv)} failed "
                              f"({result.stderr.strip()}); set it up by hand and use "
-                             "adopt: true, or run with the rights to change interfaces")
+                             "adopt: true, or allow the login user ip through sudo -n "
+                             "(python -m splitbench doctor prints the sudoers line)")
         applied.append([f"host {host.name}", *argv])
         if undo:
-            _record_undo(host, undo, f"{where} {host.name} {' '.join(argv[:-2])}")
+            _record_undo(host, privilege.as_root(host, undo),
+                         f"{where} {host.name} {' '.join(argv[:-2])}")
     return addr
 
 

@@ -146,18 +146,20 @@ class CpuCounters(TypedDict, total=False):
     own_cgroup_path: str | None
 
 
-def cpu_counters(pids: list[int] | None = None,
-                 trees: list[int] | None = None, cgroup: str | None = None) -> CpuCounters:
+def cpu_counters(pids: list[int] | None = None, trees: list[int] | None = None,
+                 cgroup: str | None = None, cpus: set[int] | None = None) -> CpuCounters:
     """Cumulative CPU counters: the machine's busy and steal time (/proc/stat, clock
     ticks), the time tasks waited for a CPU (PSI `some` total, us; None where the kernel
     has no PSI), that of the tasks in `cgroup` alone (`own_psi_some_us`, its
     cpu.pressure; own_cgroup) and, for `pids`, their own CPU time including their
-    reaped children's; for `trees`, that of their living descendants too."""
+    reaped children's; for `trees`, that of their living descendants too. `cpus`: the
+    host's CPUs where it is held to some (None: the machine's)."""
     out: CpuCounters = {"t_mono": time.monotonic(), "hz": os.sysconf("SC_CLK_TCK"),
-                        "ncpu": os.cpu_count(), "busy_ticks": None, "steal_ticks": None,
-                        "total_ticks": None, "psi_some_us": None, "own_psi_some_us": None}
+                        "ncpu": len(cpus) if cpus else os.cpu_count(), "busy_ticks": None,
+                        "steal_ticks": None, "total_ticks": None, "psi_some_us": None,
+                        "own_psi_some_us": None}
     with contextlib.suppress(OSError, ValueError, IndexError):
-        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+        fields = _cpu_fields(Path("/proc/stat").read_text(), cpus or set())
         user, nice, system, idle, iowait, irq, softirq, steal = fields[:8]
         # Interrupt time is left out: the kernel charges no process for it, so the
         # measurement's own network traffic would count as someone else's work.
@@ -177,6 +179,19 @@ def cpu_counters(pids: list[int] | None = None,
         # child's ticks move to its parent's when it ends, so the sum stays whole).
         out["own_found"] = sum(pid in ticks for pid in [*(pids or []), *(trees or [])])
     return out
+
+
+def _cpu_fields(stat: str, cpus: set[int]) -> list[int]:
+    """/proc/stat's time columns over the CPUs this host's processes may run on: the
+    whole machine's line, or, where the host is held to some of its CPUs (a cpuset, a
+    taskset: a test's second machine on one computer), the sum of those CPUs' lines, so
+    that work on the other CPUs is not counted as this host's."""
+    lines = [line.split() for line in stat.splitlines() if line.startswith("cpu")]
+    per_cpu = {int(f[0][3:]): [int(v) for v in f[1:]] for f in lines[1:]}
+    if not cpus or set(per_cpu) <= cpus:
+        return [int(v) for v in lines[0][1:]]
+    chosen = [per_cpu[cpu] for cpu in sorted(cpus) if cpu in per_cpu]
+    return [sum(column) for column in zip(*chosen)]  # noqa: B905 (B may run Python 3.8)
 
 
 def _psi_some_us(path: Path) -> int | None:
@@ -241,7 +256,7 @@ class Reading(TypedDict, total=False):
 
 
 def reading(pids: list[int] | None = None, trees: list[int] | None = None,
-            cgroup: str | None = None) -> Reading:
+            cgroup: str | None = None, cpus: set[int] | None = None) -> Reading:
     temps = temperatures_c()
     gpu_list, gpu_found = gpus()
     return {
@@ -251,7 +266,7 @@ def reading(pids: list[int] | None = None, trees: list[int] | None = None,
         "load1": os.getloadavg()[0],
         "gpus": gpu_list,
         "gpu_sources": gpu_found,
-        "cpu": cpu_counters(pids, trees, cgroup),
+        "cpu": cpu_counters(pids, trees, cgroup, cpus),
     }
 
 
@@ -267,7 +282,8 @@ def main(argv: list[str]) -> None:
     # A sampler outlives nothing: when its parent (the cell job, or the SSH session)
     # is gone, killed say, it stops instead of sampling forever.
     while os.getppid() == parent:
-        found = reading(pids, trees, cgroup)
+        # Read on the host itself (over SSH): the CPUs its processes may run on.
+        found = reading(pids, trees, cgroup, os.sched_getaffinity(0))
         if done:
             found["cpu"].update(own_cgroup=done, own_cgroup_path=cgroup)
         print(json.dumps(found), flush=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import pytest
 from splitbench.infra import interference, teardown, telemetry
 from splitbench.infra.hosts import Host
 from splitbench.remote import sensors
-from tests.conftest import ends_within, running
+from tests.conftest import ROOT, ends_within, running
 
 
 def test_reads_thermal_zones_and_hwmon(tmp_path):
@@ -197,3 +198,20 @@ def test_own_cpu_pressure_is_the_measurements_alone(tmp_path, monkeypatch):
                               {"max_cpu_pressure_pct": 15})
     assert pd.isna(flags.iloc[0]["interference"]), flags
     assert "from other programs" in flags.iloc[1]["interference"], flags
+
+
+def test_a_host_held_to_some_cpus_counts_those_cpus_alone():
+    """A host whose processes may run on CPUs 1 and 3 only (a test's second machine on
+    this one) counts their lines of /proc/stat, not the whole machine's: work on CPUs 0
+    and 2 is another machine's. A host on every CPU counts the machine's line."""
+    stat = ("cpu  100 0 50 1000 0 0 0 0 0 0\n"
+            "cpu0 40 0 20 200 0 0 0 0 0 0\ncpu1 10 0 5 300 0 0 0 0 0 0\n"
+            "cpu2 40 0 20 200 0 0 0 0 0 0\ncpu3 10 0 5 300 0 0 0 0 0 0\n"
+            "intr 12345\nctxt 678\n")
+    assert sensors._cpu_fields(stat, {1, 3}) == [20, 0, 10, 600, 0, 0, 0, 0, 0, 0]
+    assert sensors._cpu_fields(stat, {0, 1, 2, 3}) == [100, 0, 50, 1000, 0, 0, 0, 0, 0, 0]
+    # The reader a host runs over SSH counts the CPUs it may run on.
+    held = subprocess.run(["taskset", "-c", "0", sys.executable, "-m",
+                           "splitbench.remote.sensors"],
+                          capture_output=True, text=True, check=True, cwd=ROOT)
+    assert json.loads(held.stdout.splitlines()[-1])["cpu"]["ncpu"] == 1
