@@ -121,11 +121,13 @@ def _rights(host: Host, pair: str, addressed: list[str], guarded: bool) -> Line:
         return Line(OK, pair, f"host {side}: {', '.join(needs)} as root through sudo -n "
                               f"for {user} (no root login); everything else runs as {user}")
     line = privilege.sudoers_line(host, list(needs))
+    install = ("install sudo there (Debian: apt-get install sudo), then "
+               if privilege.tool_path(host, "sudo") is None else "")
     return Line(BAD, pair, f"not root on host {side}, and sudo -n does not run "
                            f"{' or '.join(refused)} for {user}, which "
                            f"{' and '.join(needs[tool] for tool in refused)} need",
-                f"allow it there (visudo -f /etc/sudoers.d/splitbench): {line} — or set "
-                "adopt: true on those links and firewall: own on the pair "
+                f"{install}allow it there (visudo -f /etc/sudoers.d/splitbench): {line} — "
+                "or set adopt: true on those links and firewall: own on the pair "
                 "(docs/two-machines.md)")
 
 
@@ -157,6 +159,8 @@ def _interfaces(pair: str, name: str, link: LinkSpec, host_a: Host,
 
     lines = []
     for host, side in ((host_a, "a"), (host_b, "b")):
+        if host.missing_tools(["ip"]):
+            continue  # its own ✗ says so; without ip no interface can be looked at
         ifname = getattr(link, f"interface_{side}")
         where = f"link {name}, host {side.upper()}"
         shown = host.run(["ip", "-j", "link", "show", "dev", ifname], check=False)

@@ -23,9 +23,10 @@ from splitbench.infra.hosts import Host, HostError
 
 WORKER = "ggml-rpc-server"
 # Loaded from B's own system, never carried: the C library and its loader must be the
-# ones B's kernel and B's other libraries were built with, and the vDSO is no file.
+# ones B's other libraries were built with, the GPU driver's must match B's kernel
+# module, and the vDSO is no file.
 SYSTEM_LIBRARIES = ("linux-vdso.so", "ld-linux", "libc.so", "libm.so", "libpthread.so",
-                    "libdl.so", "librt.so", "libresolv.so")
+                    "libdl.so", "librt.so", "libresolv.so", "libcuda.so", "libnvidia-")
 # The directory a copy lives in: the undo `rm -rf` of a record runs only on such a path.
 COPY_DIR = re.compile(r"^/[^\0]*/\.splitbench-worker\.[A-Za-z0-9]{8}$")
 

@@ -1,0 +1,178 @@
+"""A real pair whose host B is another machine: its own root filesystem (no venv, no
+llama.cpp build), reached as the unprivileged user `bench`, whose only rights are the
+sudoers line the doctor prints (tests/separate_host.py makes that B)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pandas as pd
+import pytest
+import yaml
+
+from splitbench.infra.hosts import host_from_spec
+from tests.conftest import needs_root
+from tests.separate_host import config_block, separate_host_b  # noqa: F401 (a fixture)
+from tests.workflow.test_workflow import NO_SOCKPERF, SNAKEMAKE, workflow_copy
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900), needs_root()]
+
+# A second cable between the two: a veth pair of its own, addressed by the run.
+SECOND = {"interface_a": "sbhb-a2", "interface_b": "sbhb-b2", "addr_a": "10.214.22.1",
+          "addr_b": "10.214.22.2", "prefix": 30}
+# Files of B's own user that are not the run's, though named like its own.
+PLANTED = ["/tmp/splitbench-rpc x\ny.log", "/tmp/keep me", "/dev/shm/vllm shm\nz",
+           "/dev/shm/psm_keep"]
+
+
+def rig(b: dict) -> dict:
+    first = {"interface_a": b["interface_a"], "interface_b": b["interface_b"],
+             "addr_a": b["addr_a"], "addr_b": b["addr_b"], "prefix": b["prefix"]}
+    return {
+        "measurement_version": 1, "toolchain": {"source": "pip"},
+        "pairs": {"rig": {"mode": "ssh", "hosts": {"a": {}, "b": config_block(b)},
+                          "links": {"cable1": first, "cable2": SECOND}}},
+        "baseline_link": "cable1",
+        "models": {"tiny": {"synthetic": {
+            "n_layer": 2, "n_embd": 64, "n_head": 4, "n_head_kv": 2, "n_ff": 128,
+            "n_vocab": 1024, "context_length": 4096, "seed": 1}, "layers_on_b": 1}},
+        "contexts": {"short": 32}, "concurrency": [1],
+        "cell": {"n_predict": 24, "single_stream_seconds": 0, "concurrent_seconds": 0},
+        "link_check": {"iperf_seconds": 1, "rr_sizes": [64, 16384], "rr_samples": 40,
+                       **NO_SOCKPERF},
+    }
+
+
+def second_cable(b: dict) -> None:
+    """The second link's veth pair, B's end in B's namespace, both ends down and bare."""
+    subprocess.run(["ip", "link", "del", SECOND["interface_a"]], capture_output=True)
+    subprocess.run(["ip", "link", "add", SECOND["interface_a"], "type", "veth", "peer",
+                    "name", SECOND["interface_b"], "netns", b["netns"]], check=True)
+
+
+class RootWatch(threading.Thread):
+    """Reads B's process table over SSH as bench, every 0.3 s, while the run goes on:
+    any process run as root there other than sshd and the sudo'd ip and nft."""
+
+    def __init__(self, b: dict) -> None:
+        super().__init__(daemon=True)
+        self.host = host_from_spec("b", config_block(b))
+        self.seen: set[str] = set()
+        self.reads = 0
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            table = self.host.run(["ps", "-eo", "uid=,args="], check=False).stdout
+            self.reads += 1
+            for line in table.splitlines():
+                uid, _, args = line.strip().partition(" ")
+                if uid == "0" and not args.startswith(("sshd", "/usr/sbin/sshd", "sudo ",
+                                                        "/usr/sbin/ip ", "/usr/sbin/nft ")):
+                    self.seen.add(args)
+            time.sleep(0.3)
+
+
+def test_a_run_on_another_machine_as_an_ordinary_user_reaches_the_report_and_leaves_b_as_it_was(
+        separate_host_b, tmp_path):  # noqa: F811 (the fixture)
+    b = separate_host_b()  # no sudo rights yet
+    host = host_from_spec("b", config_block(b))
+    second_cable(b)
+    for path in PLANTED:
+        host.run(["sh", "-c", 'echo planted > "$1"', "sh", path])
+    work = workflow_copy(tmp_path)
+    (work / "rig.yaml").write_text(yaml.safe_dump(rig(b), sort_keys=False))
+    env = {k: v for k, v in os.environ.items() if k != "SPLITBENCH_STATE"}  # its own
+    doctor = [sys.executable, "-m", "splitbench", "doctor", "--configfile", "rig.yaml"]
+
+    # Without rights the doctor names the missing ones and prints the line that grants
+    # them, and that line is all B needs.
+    refused = subprocess.run(doctor, cwd=work, env=env, capture_output=True, text=True,
+                             timeout=300)
+    assert refused.returncode == 1, refused.stdout
+    (bad,) = [line for line in refused.stdout.splitlines() if line.startswith("✗")]
+    assert "not root on host B, and sudo -n does not run ip or nft for bench" in bad, bad
+    sudoers = bad.split("visudo -f /etc/sudoers.d/splitbench): ", 1)[1].split(" — ")[0]
+    # The paths as B has them (Debian: ip on the PATH, nft in /usr/sbin).
+    assert sudoers == "bench ALL=(root) NOPASSWD: /usr/bin/ip, /usr/sbin/nft", sudoers
+    granted = f"{b['root']}/etc/sudoers.d/splitbench"
+    with open(granted, "w") as line:
+        line.write(sudoers + "\n")
+    os.chmod(granted, 0o440)
+    ready = subprocess.run(doctor, cwd=work, env=env, capture_output=True, text=True,
+                           timeout=300)
+    assert ready.returncode == 0, ready.stdout
+    for said in ("✓ rig: host B: ip, nft as root through sudo -n for bench",
+                 "✓ rig: host B has no build of its own: host A's worker runs there"):
+        assert said in ready.stdout, ready.stdout
+
+    watch = RootWatch(b)
+    watch.start()
+    # Host A's side on CPU 0, B's on CPU 1: two machines' CPUs, as the meters count them.
+    run = subprocess.run(["taskset", "-c", "0", SNAKEMAKE, "--cores", "1", "all",
+                          "--configfile", "rig.yaml", "--replace-workflow-config"],
+                         cwd=work, env=env, capture_output=True, text=True, timeout=900)
+    watch.done.set()
+    watch.join(timeout=30)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert watch.reads >= 10 and not watch.seen, (watch.reads, watch.seen)
+
+    summary = pd.read_parquet(work / "results/summary/cells.parquet")
+    assert sorted(summary["link"]) == ["cable1", "cable2"]
+    assert (summary["status"] == "ok").all(), summary[["link", "status"]]
+    assert summary["flags"].isna().all(), summary["flags"].tolist()
+    toolchain = (work / "results/toolchain/rig.json").read_text()
+    assert "carried from host A" in toolchain
+    assert (work / "results/report.html").stat().st_size > 0
+
+    # B as it was: no process of the run, no file of it (the carried worker included),
+    # no table, the second cable's address gone; the planted files untouched.
+    table = host.run(["ps", "-eo", "args="]).stdout.splitlines()
+    assert all(args.startswith(("sshd", "/usr/sbin/sshd", "ps ", "/bin/sh -c ps "))
+               for args in table), table
+    assert host.run(["ls", "-A", "/home/bench"]).stdout.split() == [".ssh"]
+    left = host.run(["find", "/tmp", "/dev/shm", "-mindepth", "1", "-print0"]).stdout
+    assert sorted(left.split("\0")[:-1]) == sorted(PLANTED)
+    for path in PLANTED:
+        assert host.run(["cat", path]).stdout == "planted\n"
+    tables = host.run(["sudo", "-n", "/usr/sbin/nft", "list", "tables"]).stdout
+    assert "splitbench" not in tables, tables
+    addresses = host.run(["ip", "-br", "addr", "show", "dev", SECOND["interface_b"]]).stdout
+    assert SECOND["addr_b"] not in addresses, addresses
+
+
+def test_a_b_without_the_tools_gets_one_line_per_missing_requirement(
+        separate_host_b, tmp_path):  # noqa: F811 (the fixture)
+    """A B with sshd and nothing else splitbench needs: the doctor names each missing
+    requirement once, each with its fix, and says nothing wrong about what it could not
+    look at."""
+    b = separate_host_b(variant="bare")
+    second_cable(b)
+    (tmp_path / "rig.yaml").write_text(yaml.safe_dump(rig(b), sort_keys=False))
+    done = subprocess.run([sys.executable, "-m", "splitbench", "doctor", "--configfile",
+                           str(tmp_path / "rig.yaml"), "--results", str(tmp_path / "r")],
+                          capture_output=True, text=True, timeout=300)
+    bad = [line for line in done.stdout.splitlines() if line.startswith("✗")]
+    assert done.returncode == 1
+    install = "install it there (Debian: apt-get install {})"
+    assert bad == [
+        f"✗ rig: host B has no ip — {install.format('iproute2')}",
+        f"✗ rig: host B has no ping — {install.format('iputils-ping')}",
+        f"✗ rig: host B has no iperf3 — {install.format('iperf3')}",
+        f"✗ rig: host B has no ss — {install.format('iproute2')}",
+        "✗ rig: host B has no Python 3.8 or later at python3 — install python3 there, or "
+        "set hosts.b.python to one",
+        f"✗ rig: host B has no nft — {install.format('nftables')}",
+        "✗ rig: not root on host B, and sudo -n does not run ip or nft for bench, which "
+        "addresses for links cable1, cable2 and the firewall guard need — install sudo "
+        "there (Debian: apt-get install sudo), then allow it there (visudo -f "
+        "/etc/sudoers.d/splitbench): bench ALL=(root) NOPASSWD: /usr/sbin/ip, "
+        "/usr/sbin/nft — or set adopt: true on those links and firewall: own on the pair "
+        "(docs/two-machines.md)",
+    ], "\n".join(bad)
+    # The worker needs nothing of B but its C library: A's, carried, runs there.
+    assert "✓ rig: host B has no build of its own: host A's worker runs there" in done.stdout
