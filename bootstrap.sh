@@ -35,10 +35,11 @@ missing_packages() {
                      [g++]=g++ [cc]=gcc [make]=make [taskset]=util-linux
                      [ssh]=openssh-client [nft]=nftables)
     if [ "$MODE" = test ]; then
-        # sshd: the SSH tests' host B; chromium: the report page's browser test;
-        # slurmctld, munged: the throwaway cluster of tests/workflow/test_slurm.py
-        wanted+=([sshd]=openssh-server [chromium]=chromium [slurmctld]=slurm-wlm
-                 [munged]=munge)
+        # sshd: the SSH tests' host B; mmdebstrap: the root filesystem of the host B
+        # that is another machine (tests/separate_host.py); chromium: the report page's
+        # browser test; slurmctld, munged: the throwaway cluster of test_slurm.py
+        wanted+=([sshd]=openssh-server [mmdebstrap]=mmdebstrap [chromium]=chromium
+                 [slurmctld]=slurm-wlm [munged]=munge)
     fi
     local missing=()
     for tool in "${!wanted[@]}"; do
