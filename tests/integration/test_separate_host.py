@@ -1,0 +1,197 @@
+"""Host B as another machine (tests/separate_host.py): its own root filesystem, processes,
+hostname, /tmp, CPUs and network, a fresh copy at every start, reached over SSH as an
+unprivileged user with only the sudo rights a test grants."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from splitbench.backends.llamacpp import toolchain
+from splitbench.infra.hosts import Host, HostError, host_from_spec
+from tests import separate_host
+from tests.conftest import ends_within, needs_root, running
+from tests.separate_host import SECOND_NETWORK, config_block, host_b, rootfs
+
+pytestmark = [
+    pytest.mark.slow,  # builds a root filesystem once, starts sshd in namespaces
+    pytest.mark.timeout(300),  # the first start builds both variants (about 20 s each)
+    needs_root(),
+]
+
+separate_host_b = separate_host.separate_host_b  # the fixture, for this module's tests
+
+SUDOERS = "bench ALL=(root) NOPASSWD: /usr/sbin/ip, /usr/sbin/nft"
+SPLITBENCH_NEEDS = ("python3", "iperf3", "sockperf", "nft", "sudo", "ip", "ping")
+
+
+def on_b(settings: dict, *argv: str) -> subprocess.CompletedProcess[str]:
+    return host_from_spec("b", config_block(settings)).run(list(argv), check=False)
+
+
+def out(settings: dict, *argv: str) -> str:
+    result = on_b(settings, *argv)
+    assert result.returncode == 0, (argv, result.stderr)
+    return result.stdout.strip()
+
+
+def has(settings: dict, tool: str) -> bool:
+    """On B, as a path search that includes sbin (bench's own PATH leaves it out)."""
+    return on_b(settings, "sh", "-c",
+                f"PATH=$PATH:/usr/sbin:/sbin command -v {tool}").returncode == 0
+
+
+def test_b_is_another_machine(separate_host_b):
+    b = separate_host_b()
+    assert out(b, "id", "-un") == "bench" and out(b, "id", "-u") == "1000"
+    assert out(b, "hostname") == "hostb" != socket.gethostname()
+
+    # Only B's processes: sshd is its PID 1, then the sessions and this command.
+    processes = [line.split(None, 1) for line in
+                 out(b, "ps", "-e", "-o", "pid=,comm=").splitlines()]
+    assert ["1", "sshd"] in processes, processes
+    assert {comm for _, comm in processes} <= {"sshd", "sh", "bash", "ps"}, processes
+    assert len(processes) <= 8, processes
+
+    # B's own /tmp and /dev/shm, empty at start; neither side sees the other's files.
+    assert out(b, "find", "/tmp", "/dev/shm", "-mindepth", "1") == ""
+    with tempfile.NamedTemporaryFile(dir="/tmp", prefix="sb-on-a-") as on_a:
+        assert on_b(b, "test", "-e", on_a.name).returncode == 1
+    made_on_b = out(b, "mktemp", "/tmp/sb-on-b-XXXXXX")
+    assert not Path(made_on_b).exists()
+    # ...and B's files are readable from A while it runs.
+    assert (Path(b["root"]) / made_on_b.lstrip("/")).exists()
+    assert (Path(b["root"]) / "etc/hostname").read_text() == "hostb\n"
+
+    # Not this machine's build: A's venv and llama.cpp programs are absent on B.
+    for path in (Path(sys.prefix), toolchain.pip_bin_dir()):
+        assert path.exists()
+        assert on_b(b, "test", "-e", str(path)).returncode == 1, path
+
+    # B's own CPU, for its first process and for what a session runs.
+    status = out(b, "cat", "/proc/1/status", "/proc/self/status")
+    assert [line.split()[1] for line in status.splitlines()
+            if line.startswith("Cpus_allowed_list:")] == [b["cpus"]] * 2
+    assert b["cpus"] == "1"
+
+    # B's network: its end of the veth and its loopback, nothing of A's.
+    assert out(b, "ls", "/sys/class/net").split() == ["lo", "sbhb-b"]
+    # The full variant has what splitbench runs on B.
+    for tool in SPLITBENCH_NEEDS:
+        assert has(b, tool), tool
+
+
+def test_sudo_grants_exactly_the_sudoers_line_and_root_cannot_log_in(separate_host_b):
+    b = separate_host_b(sudoers=SUDOERS)
+    addresses = out(b, "sudo", "-n", "/usr/sbin/ip", "-br", "addr")
+    assert "sbhb-b" in addresses and "10.214.20.2/30" in addresses, addresses
+    refused = on_b(b, "sudo", "-n", "/usr/bin/id")
+    assert refused.returncode != 0 and "a password is required" in refused.stderr, refused
+
+    # Root's login is refused by sshd even with an authorized key (written from A).
+    root_ssh = Path(b["root"]) / "root/.ssh"
+    root_ssh.mkdir(mode=0o700)
+    (root_ssh / "authorized_keys").write_text(Path(b["identity"] + ".pub").read_text())
+    root = Host("b", ssh=f"root@{b['addr_b']}", ssh_port=22, identity=b["identity"],
+                known_hosts=b["known_hosts"])
+    with pytest.raises(HostError, match="Authentication failed"):
+        root.run(["true"])
+
+    # A second B beside the first, with no sudoers line: no rights at all.
+    second = separate_host_b(net=SECOND_NETWORK)
+    assert out(second, "ls", "/sys/class/net").split() == ["lo", "sbhb2-b"]
+    refused = on_b(second, "sudo", "-n", "/usr/sbin/ip", "-br", "addr")
+    assert refused.returncode != 0 and "a password is required" in refused.stderr, refused
+
+
+def tree_listing(root: Path) -> dict[str, tuple[int, int, int, int, int]]:
+    """Every entry's mode, owner, group, size and modification time."""
+    listing = {}
+    for folder, dirs, files in os.walk(root):
+        for name in dirs + files:
+            stat = os.lstat(os.path.join(folder, name))
+            listing[os.path.relpath(os.path.join(folder, name), root)] = (
+                stat.st_mode, stat.st_uid, stat.st_gid, stat.st_size, stat.st_mtime_ns)
+    return listing
+
+
+def test_each_start_is_fresh_and_the_cached_tree_untouched(state_dir, tmp_path):
+    cached = rootfs("full")
+    before = tree_listing(cached)
+    with host_b(tmp_path / "first") as b:
+        print(f"host B started in {b['start_s']} s")
+        out(b, "sh", "-c", "mkdir -p ~/.cache/build && echo left > ~/.cache/build/x "
+                           "&& echo left > ~/x && rm -f /tmp/* && touch /tmp/y")
+        assert (Path(b["upper"]) / "home/bench/x").read_text() == "left\n"
+    with host_b(tmp_path / "second") as b:
+        print(f"host B started in {b['start_s']} s")
+        assert on_b(b, "ls", "/home/bench").stdout.split() == []
+        assert on_b(b, "test", "-e", "/home/bench/.cache").returncode == 1
+    assert tree_listing(cached) == before
+    assert not (cached / "home/bench").exists()
+
+
+def test_bare_b_logs_in_without_splitbench_tools(separate_host_b):
+    b = separate_host_b(variant="bare")
+    assert out(b, "id", "-un") == "bench"
+    assert has(b, "sh") and has(b, "sshd")
+    missing = [tool for tool in SPLITBENCH_NEEDS if not has(b, tool)]
+    assert missing == list(SPLITBENCH_NEEDS)
+
+
+def pid_namespace(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:  # ended, or a process this sandbox hides (its init)
+        return None
+
+
+def processes_in(namespace: str) -> list[int]:
+    return [int(p.name) for p in Path("/proc").iterdir()
+            if p.name.isdigit() and pid_namespace(int(p.name)) == namespace]
+
+
+def mounted_anywhere(path: str) -> list[str]:
+    """The processes (of any mount namespace) whose mounts include `path`."""
+    holders = []
+    for mountinfo in Path("/proc").glob("[0-9]*/mountinfo"):
+        try:
+            if f" {path} " in mountinfo.read_text():
+                holders.append(mountinfo.parent.name)
+        except OSError:  # ended, or a zombie (EINVAL)
+            continue
+    return holders
+
+
+def listed_namespaces() -> list[str]:
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
+    return [line.split()[0] for line in listed.stdout.splitlines() if line.strip()]
+
+
+def test_nothing_of_b_is_left_once_it_ends(state_dir, tmp_path):
+    with host_b(tmp_path) as b:
+        print(f"host B started in {b['start_s']} s")
+        out(b, "sh", "-c", "sleep 300 >/dev/null 2>&1 &")  # a process B keeps
+        b_processes = processes_in(pid_namespace(b["init_pid"]))
+        assert len(b_processes) >= 3, b_processes  # sshd, its session's, the sleep
+        unshare_pid = int(Path(f"/proc/{b['init_pid']}/stat").read_text().split()[3])
+        merged = b["merged"]
+        assert mounted_anywhere(merged), "the check cannot see B's overlay"
+        assert b["netns"] in listed_namespaces()
+    # Within the wait the test allows: a pid namespace ends once its init is reaped.
+    assert [pid for pid in [unshare_pid, *b_processes] if not ends_within(pid, 5)] == []
+    assert not any(running(pid) for pid in b_processes)
+    assert b["netns"] not in listed_namespaces()
+    assert subprocess.run(["ip", "link", "show", b["interface_a"]],
+                          capture_output=True).returncode != 0
+    deadline = time.monotonic() + 5
+    while mounted_anywhere(merged) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert mounted_anywhere(merged) == []
