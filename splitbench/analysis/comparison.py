@@ -178,11 +178,19 @@ def _anchor_medians(requests: pd.DataFrame | None) -> dict[str, float] | None:
     return {"decode": float(decode), "prefill": float(prefill)}
 
 
-def round_trips(sweep_files: Sequence[str]) -> pd.DataFrame:
-    """Per (pair, model, workers): the measured round trips per decoded token and its
-    standard error, from the round-trip sweeps whose figure is resolvable (a sweep that
-    is not has no row: nothing is predicted from it)."""
+TRIPS_COLUMNS = ["pair", "model", "workers", "round_trips", "round_trips_se",
+                 "round_trips_from"]
+SWEEP, COUNTED = "the delay sweep", "counted from the RPC packets"
 
+
+def round_trips(sweep_files: Sequence[str],
+                summary: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per (pair, model, workers): the round trips per decoded token, its standard
+    error and where it comes from. From the round-trip sweeps whose figure is resolvable
+    (a sweep that is not has no row); where no sweep resolved it, from the request-
+    response turns counted in the cells' own RPC packets (`rpc_turns_per_token`: the
+    pair's ok single-stream cells of that model), which needs no delay and works on any
+    pair. Neither: no row, and nothing is predicted from a guess here."""
     rows = []
     for path in sweep_files:
         frame = pd.read_parquet(path)
@@ -195,9 +203,31 @@ def round_trips(sweep_files: Sequence[str]) -> pd.DataFrame:
         rows.append({"pair": first["pair"], "model": first["model"],
                      "workers": int(first["workers"]),
                      "round_trips": fit["round_trips_per_token"],
-                     "round_trips_se": fit.get("round_trips_se")})
-    return pd.DataFrame(rows, columns=["pair", "model", "workers", "round_trips",
-                                       "round_trips_se"])
+                     "round_trips_se": fit.get("round_trips_se"), "round_trips_from": SWEEP})
+    swept = {(r["pair"], r["model"], r["workers"]) for r in rows}
+    rows += [row for row in _counted(summary) if
+             (row["pair"], row["model"], row["workers"]) not in swept]
+    return pd.DataFrame(rows, columns=TRIPS_COLUMNS)
+
+
+def _counted(summary: pd.DataFrame | None) -> list[dict]:
+    """Round trips per token counted in the cells: the median over a (pair, model,
+    workers)'s ok single-stream cells, with its standard error."""
+    needed = {"rpc_turns_per_token", "rpc_workers", "conc", "status"}
+    if summary is None or not needed <= set(summary.columns):
+        return []
+    one = summary[(summary["conc"] == 1) & (summary["status"] == "ok")].copy()
+    one["turns"] = pd.to_numeric(one["rpc_turns_per_token"], errors="coerce")
+    one = one[np.isfinite(one["turns"]) & one["rpc_workers"].notna()]
+    rows = []
+    for (pair, model, workers), cells in one.groupby(["pair", "model", "rpc_workers"]):
+        turns = cells["turns"]
+        se = (MEDIAN_SE * turns.std() / np.sqrt(len(turns)) if len(turns) > 1
+              else np.nan)
+        rows.append({"pair": pair, "model": model, "workers": int(workers),
+                     "round_trips": float(turns.median()), "round_trips_se": se,
+                     "round_trips_from": COUNTED})
+    return rows
 
 
 def predicted_decode_delta(comp: pd.DataFrame, links: pd.DataFrame, trips: pd.DataFrame,

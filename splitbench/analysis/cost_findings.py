@@ -204,8 +204,10 @@ def round_trip_floor(trips: pd.DataFrame, model_rows: pd.DataFrame, section: str
                       "protocol could save" if gap > 0
                  else f"{-gap:.2f} below the floor: the sweep's latency figure reads more "
                       "than a decode step pays")
+        source = getattr(r, "round_trips_from", comparison.SWEEP)
         parts.append((f"{figure} round trips per token with {r.workers} RPC worker"
-                      f"{'s' if r.workers > 1 else ''}", f"the floor is {r.workers}: {where}"))
+                      f"{'s' if r.workers > 1 else ''}",
+                      f"{source}; the floor is {r.workers}: {where}"))
     text = ""
     if parts:
         text = f"**{parts[0][0]}** ({parts[0][1]})"
@@ -215,15 +217,18 @@ def round_trip_floor(trips: pd.DataFrame, model_rows: pd.DataFrame, section: str
     short = model_rows.iloc[0] if len(model_rows) else None
     felt = whatif.felt_above_us(short) if short is not None else np.nan
     if np.isfinite(felt):
+        assumed = "assumed " if not parts else ""
         text += (f" Below ~{felt:.0f} µs of request-response latency this model's decode "
-                 f"does not feel the link (its {short['round_trips']:.2f} round trips add "
+                 f"does not feel the link (its {assumed}{short['round_trips']:.2f} round "
+                 "trips add "
                  f"under {whatif.FELT_ABOVE:.0%} to the {short['compute_ms']:.2f} ms of "
                  f"compute at {short['ctx']}).")
     if not parts:
         text = ("**Why a link costs what it does is not resolvable on this data**: no round "
-                "trips per token were measured for this model (the round-trip sweep, "
-                "`roundtrips:`), so its decode cost cannot be split into round trips × "
-                "latency and bandwidth." + text)
+                "trips per token were measured for this model (neither a round-trip sweep, "
+                "`roundtrips:`, nor the cells' RPC packets, which host A counts where it "
+                "may open a packet socket: root or CAP_NET_RAW), so its decode cost cannot "
+                "be split into round trips × latency and bandwidth." + text)
     return Finding(section, text.strip(), (ROUND_TRIPS, SENSITIVITY))
 
 

@@ -376,7 +376,7 @@ def run(summary_path: str, link_files: list[str], toolchain_files: list[str],
     order = by_length(contexts)
     base = comparison.pick_baseline(summary, baseline_link)
     drift = comparison.machine_drift(anchor_files, summary, base)
-    trips = comparison.round_trips(sweep_files)
+    trips = comparison.round_trips(sweep_files, summary)
 
     def prediction(rows: pd.DataFrame) -> pd.DataFrame:
         return comparison.predicted_decode_delta(rows, links, trips, workers, drift)

@@ -24,6 +24,8 @@ def table(files: list[str]) -> pd.DataFrame:
             "±": cell_summary.rounded(comparison.COVERAGE * result["round_trips_se"], 2)
             if result["round_trips_se"] is not None else None,
             "R²": cell_summary.rounded(result["r2"], 3),
+            # The second witness, which needs no delay: turns counted from the packets.
+            "turns per token (packets)": cell_summary.rounded(result["turns_per_token"], 2),
             "points": result["points"],
             **_measured_range(frame),
             # Where the figure cannot be used: the mechanisms table does not use it.

@@ -79,9 +79,9 @@ def _round_trips(trips: pd.DataFrame, pair: str, model_name: str,
                  & (trips["workers"] == workers)] if len(trips) else trips
     if len(mine):
         return (float(mine["round_trips"].iloc[0]), number(mine["round_trips_se"].iloc[0]),
-                "the delay sweep")
+                str(mine["round_trips_from"].iloc[0]))
     return float(workers), np.nan, (f"assumed: the floor of one per RPC worker ({workers}); "
-                                    "no sweep resolved it")
+                                    "neither a sweep nor the cells' packets counted them")
 
 
 def number(value: object) -> float:

@@ -29,12 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any, NotRequired, TypedDict
 from urllib.parse import urlsplit
 
-from splitbench.backends.packet_clock import (
-    SO_TIMESTAMPNS,
-    STAMP_SPACE,
-    TIMESPEC,
-    PacketClock,
-)
+from splitbench.backends.packet_clock import PacketClock
+from splitbench.infra.packets import SO_TIMESTAMPNS, STAMP_SPACE, TIMESPEC
 
 # A kernel stamp is trusted when it lies at most this far before the read returned
 # (data can wait in the socket while the client is busy, but not for a minute).

@@ -19,36 +19,33 @@ of the segment that carried it. A packet socket needs CAP_NET_RAW: without it,
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import ipaddress
 import socket
 import struct
 from collections import deque
 
-ETH_P_IP = 0x0800
-ETH_P_ALL = 0x0003
-SO_ATTACH_FILTER = 26  # asm-generic/socket.h; the socket module does not name these
-SO_TIMESTAMPNS = 35
-SO_RCVBUFFORCE = 33
-SOL_PACKET = 263
-PACKET_STATISTICS = 6
-# Classic BPF ancillary load: the packet's type (PACKET_HOST = addressed to this host;
-# loopback also shows each packet once more as PACKET_OUTGOING).
-SKF_AD_PROTOCOL = -0x1000 + 0
-SKF_AD_PKTTYPE = -0x1000 + 4
-PACKET_HOST = 0
+from splitbench.infra import packets
+from splitbench.infra.packets import (
+    ETH_P_IP,
+    JEQ,
+    LD_B_ABS,
+    LD_H_ABS,
+    LD_H_IND,
+    LD_W_ABS,
+    LDX_B_MSH,
+    PACKET_HOST,
+    RET,
+    SKF_AD_PKTTYPE,
+    SKF_AD_PROTOCOL,
+    STAMP_SPACE,
+)
+
 # IPv4 header (up to 60 bytes) plus TCP header (up to 60): all a stamp needs.
 SNAP_BYTES = 120
-# Classic BPF opcodes (linux/bpf_common.h).
-LD_W_ABS, LD_H_ABS, LD_B_ABS, LD_H_IND = 0x20, 0x28, 0x30, 0x48
-LDX_B_MSH, JEQ, RET = 0xB1, 0x15, 0x06
 # Packets wait here until the client reads them; tokens are a few hundred bytes, but
 # each queued packet is charged its whole buffer. 8 MiB holds thousands.
 RECEIVE_BUFFER = 8 << 20
-# Ancillary room for one timespec, and its layout (shared with the client's reads).
-STAMP_SPACE = socket.CMSG_SPACE(16)
-TIMESPEC = struct.Struct("qq")
 _IP_HEAD = struct.Struct("!BxH")  # version/header length, (TOS), total length
 _TCP_HEAD = struct.Struct("!xxHI4xBB")  # (source port), destination port, seq, offset, flags
 SYN = 0x02
@@ -69,17 +66,9 @@ def _merged(ranges: list[list[int]], start: int, end: int, t_ns: int) -> list[li
     return sorted(out)
 
 
-def _instruction(code: int, jump_true: int, jump_false: int, k: int) -> bytes:
-    return struct.pack("HBBI", code, jump_true, jump_false, k & 0xFFFFFFFF)
-
-
 def filter_program(server_ip: str, server_port: int) -> bytes:
     """Classic BPF: keep incoming IPv4 TCP packets from server_ip:server_port, truncated
-    to SNAP_BYTES; drop everything else in the kernel (this process never sees it).
-
-    The socket listens to every protocol (ETH_P_ALL: the device's taps, which see a
-    packet before any protocol does); bound to ETH_P_IP instead, it sat beside IP's
-    own handler and missed segments that TCP had already received."""
+    to SNAP_BYTES; drop everything else in the kernel (this process never sees it)."""
     address = int(ipaddress.IPv4Address(server_ip))
     # (code, k) in order; a JEQ that fails jumps to the final drop.
     steps = [
@@ -90,9 +79,10 @@ def filter_program(server_ip: str, server_port: int) -> bytes:
         (LDX_B_MSH, 0), (LD_H_IND, 0), (JEQ, server_port),  # from the server's port
     ]
     drop = len(steps) + 1  # after the steps and the "keep" return
-    program = b"".join(_instruction(code, 0, drop - i - 1 if code == JEQ else 0, k)
+    program = b"".join(packets.instruction(code, 0, drop - i - 1 if code == JEQ else 0, k)
                        for i, (code, k) in enumerate(steps))
-    return program + _instruction(RET, 0, 0, SNAP_BYTES) + _instruction(RET, 0, 0, 0)
+    return program + packets.instruction(RET, 0, 0, SNAP_BYTES) + packets.instruction(
+        RET, 0, 0, 0)
 
 
 class PacketClock:
@@ -117,22 +107,11 @@ class PacketClock:
             ipaddress.IPv4Address(server_ip)
         except ValueError:
             return None
-        try:
-            sock = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(ETH_P_ALL))
-        except OSError:  # no CAP_NET_RAW, or no packet sockets here: per-read stamps
+        opened = packets.open_filtered(filter_program(server_ip, server_port),
+                                       RECEIVE_BUFFER)
+        if opened is None:  # no CAP_NET_RAW, or no packet sockets here: per-read stamps
             return None
-        code = filter_program(server_ip, server_port)
-        program = ctypes.create_string_buffer(code, len(code))
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER,
-                            struct.pack("HL", len(code) // 8, ctypes.addressof(program)))
-            sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-            with contextlib.suppress(PermissionError):
-                sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RECEIVE_BUFFER)
-            sock.setblocking(False)
-        except OSError:
-            sock.close()  # without its filter the socket would see every packet: none
-            return None
+        sock, program = opened
         clock = cls(sock, program)
         # Packets that came in before the filter was attached are not the server's.
         clock.drain(keep=False)
@@ -147,9 +126,9 @@ class PacketClock:
                 packet, ancillary, _, _ = receive(SNAP_BYTES, STAMP_SPACE)
             except BlockingIOError:
                 return
-            if keep and ancillary:
-                seconds, nanos = TIMESPEC.unpack_from(ancillary[0][2])
-                self._record(packet, seconds * 1_000_000_000 + nanos)
+            t_ns = packets.stamp_ns(ancillary)
+            if keep and t_ns is not None:
+                self._record(packet, t_ns)
 
     def _record(self, packet: bytes, t_ns: int) -> None:
         version_length, total = _IP_HEAD.unpack_from(packet)
@@ -203,8 +182,7 @@ class PacketClock:
     def drops(self) -> int:
         """Packets the kernel dropped for this socket since the last call (a full
         buffer): their bytes fall back to the read's stamp."""
-        stats = self.sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8)
-        return struct.unpack("II", stats)[1]
+        return packets.drops(self.sock)
 
     def close(self) -> None:
         self.sock.close()

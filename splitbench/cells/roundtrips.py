@@ -75,6 +75,7 @@ class RequestFigures(TypedDict):
     decode_ms_per_token: float | None
     step_ms_median: float | None
     server_decode_ms_per_token: float | None
+    turns_per_token: float | None  # request-response turns counted on A (rpc_turns.py)
 
 
 class SweepRow(PointFacts, RequestFigures, total=False):
@@ -89,8 +90,12 @@ def one_request(server: Launch, link: Link, sweep: SweepSlice, pool: Any,
     """One single-stream request of a round; its row."""
     with link.host_a.entered():
         ids = BACKEND.prompt(pool, sweep["prompt_tokens"], secrets.randbits(63))
+        # The second witness: the RPC connections' turns, counted from their packets.
+        rpc = BACKEND.traffic(link, server)
         reply = BACKEND.stream(server.url, [ids], sweep["n_predict"],
-                               sweep["request_timeout_s"])[0]
+                               sweep["request_timeout_s"], rpc.at_first_token)[0]
+        rpc.finish()
+    traffic = rpc.figures([t["t_mono_ns"] for t in reply.tokens])
     figures = BACKEND.request_row(reply, sweep["prompt_tokens"], sweep["n_predict"], True, 0.0)
     gaps = np.diff([t["t_ns"] for t in reply.tokens])
     return {
@@ -103,6 +108,7 @@ def one_request(server: Launch, link: Link, sweep: SweepSlice, pool: Any,
         # read as a fraction of a round trip.
         "step_ms_median": float(np.median(gaps) / 1e6) if gaps.size else None,
         "server_decode_ms_per_token": figures["server_decode_ms_per_token"],
+        "turns_per_token": traffic["rpc_turns_per_token"],
     }
 
 

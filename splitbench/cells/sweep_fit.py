@@ -26,6 +26,9 @@ class SweepFit(TypedDict):
     r2: float | None
     points: int
     not_resolvable: str | None
+    # The second witness: the median of every request's turns per token, counted from
+    # the RPC connections' packets (None where none were counted: no CAP_NET_RAW).
+    turns_per_token: float | None
 
 
 def fit(frame: pd.DataFrame) -> SweepFit:
@@ -41,10 +44,13 @@ def fit(frame: pd.DataFrame) -> SweepFit:
     ok = frame[frame["error"].isna() & frame[step].notna()]
     points = ok.groupby("delay_ms").agg(rr_ms=("rr_ms", "first"), decode=(step, "median"),
                                         spread=(step, "std"), n=(step, "size")).sort_index()
+    turns = _number(pd.to_numeric(ok.get("turns_per_token", pd.Series(dtype=float)),
+                                  errors="coerce").median())
     if len(points) < 2:
         return {"round_trips_per_token": None, "round_trips_se": None, "intercept_ms": None,
                 "r2": None, "points": len(points),
-                "not_resolvable": f"{len(points)} delay point(s) measured"}
+                "not_resolvable": f"{len(points)} delay point(s) measured",
+                "turns_per_token": turns}
     rounds = "round" in ok and ok["round"].notna().all() and ok["round"].nunique() >= 2
     differences = _within_rounds(ok, step) if rounds else _between_points(points)
     ref = points.iloc[0]
@@ -55,7 +61,8 @@ def fit(frame: pd.DataFrame) -> SweepFit:
     return {"round_trips_per_token": _number(slope), "round_trips_se": _number(line["slope_se"]),
             "intercept_ms": _number(ref["decode"] - slope * ref["rr_ms"]),
             "r2": _number(line["r2"]), "points": len(points),
-            "not_resolvable": _why_not(slope, line["slope_se"], line["r2"])}
+            "not_resolvable": _why_not(slope, line["slope_se"], line["r2"]),
+            "turns_per_token": turns}
 
 
 def _within_rounds(ok: pd.DataFrame, step: str) -> pd.DataFrame:

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any, TypedDict
 
-from splitbench.infra import sockdiag
+from splitbench.infra import rpc_turns, sockdiag
 from splitbench.infra.hosts import Host, HostError
 from splitbench.remote import sensors
 
@@ -198,6 +198,8 @@ class RpcFigures(TypedDict):
     rpc_connections: int
     rpc_bytes_per_token_a_to_b: float | None
     rpc_bytes_per_token_b_to_a: float | None
+    rpc_decode_turns: int | None  # request-response turns in decode (rpc_turns.py)
+    rpc_turns_per_token: float | None
 
 
 class RpcTraffic:
@@ -219,6 +221,8 @@ class RpcTraffic:
         self.connections = (sockdiag.connections_with(addr) if ports is None else
                             [c for port in ports for c in sockdiag.connections_to(addr, port)])
         self.first_reads: list[tuple[int, int, dict | None]] = []
+        # Turns need the workers' ports (vLLM's ranks use ports of their own choosing).
+        self.turns = rpc_turns.TurnCounter.open(addr, ports) if ports else None
         self.start = self._middle(self._read())
         self.end: tuple[int, dict | None] = (0, None)
 
@@ -253,6 +257,8 @@ class RpcTraffic:
 
     def finish(self) -> None:
         self.end = self._middle(self._read())
+        if self.turns is not None:
+            self.turns.finish()
 
     def _first_edge(self, token_times_mono: list[int]) -> tuple[int, dict | None, bool]:
         """The first read that splits the tokens cleanly: a quick one (at its middle), or
@@ -282,6 +288,10 @@ class RpcTraffic:
             total = decode[f"{way}_bytes"]
             out[f"rpc_bytes_per_token_{way}"] = (total / decoded if total and decoded and sure
                                                  else None)
+        # Turns over the tokens after the first, between the same two edges as the bytes.
+        turns = self.turns.turns(t_first, t_end) if self.turns and sure else None
+        out["rpc_decode_turns"] = turns
+        out["rpc_turns_per_token"] = turns / decoded if turns is not None and decoded else None
         return out
 
 

@@ -243,6 +243,10 @@ def test_a_cell_runs_with_its_worker_started_over_ssh(host_b, tmp_path):
     assert row["status"] == "ok", row[["status", "error_type", "error_text"]].to_dict()
     assert row["generated_tokens"] == 64 and row["prompt_tokens"] == 100
     assert row["rpc_bytes_per_token_b_to_a"] >= synthetic["n_vocab"] * 4 * 0.9
+    # One worker: one request-response turn per decoded token, counted from the RPC
+    # connection's packets on host A (no delay, no sweep, nothing asked of B).
+    assert abs(row["rpc_turns_per_token"] - 1) <= 0.1, row[
+        ["rpc_decode_turns", "rpc_decode_tokens", "rpc_turns_per_token"]].to_dict()
     worker = procs.find("rpc-rig-0")
     assert worker["remote"] and worker["host"] == "b"  # started through sshd on B
     assert worker["argv"][worker["argv"].index("-H"):][:2] == ["-H", ADDR_B]

@@ -5,6 +5,8 @@ tiny pair; an SSH pair that cannot be reached)."""
 
 from __future__ import annotations
 
+import subprocess
+
 from splitbench import doctor
 from splitbench.configuration import parsed
 from tests.conftest import tiny_config as tiny
@@ -33,18 +35,52 @@ def test_the_doctors_own_fault_is_a_line_not_the_runs_end(tmp_path, capsys, monk
 
 
 class NotRoot:
-    """A host whose user is not root (the SSH lab pair logs in as root)."""
+    """A host B whose login user, bench, is not root (the SSH lab pair logs in as root;
+    tests/workflow/test_another_machine.py asks a real B): its sudo as given, None for a
+    host without sudo."""
+
     name = "b"
+
+    def __init__(self, sudo: bool | None) -> None:
+        self.sudo = sudo
 
     def is_root(self) -> bool:
         return False
 
+    def run(self, argv, check=True, **_):
+        def done(code: int, out: str = "") -> subprocess.CompletedProcess:
+            return subprocess.CompletedProcess(argv, code, out, "")
 
-def test_a_link_host_b_may_not_address_is_its_own_line_with_the_fix():
-    said = doctor._rights(NotRoot(), "rig", ["veth"], guarded=True)
+        if argv == ["id", "-un"]:
+            return done(0, "bench\n")
+        if argv[0] == "sh":  # privilege.tool_path: where a tool is
+            tool = argv[-1]
+            if tool == "sudo" and self.sudo is None:
+                return done(1)
+            return done(0, {"ip": "/usr/bin/ip"}.get(tool, f"/usr/sbin/{tool}") + "\n")
+        if argv[:3] == ["sudo", "-n", "-l"]:
+            return done(0 if self.sudo else 1)
+        raise AssertionError(f"unexpected command {argv}")
+
+
+def test_a_link_host_b_may_not_address_is_its_own_line_with_the_sudoers_line():
+    said = doctor._rights(NotRoot(sudo=False), "rig", ["veth"], guarded=True)
     assert str(said) == (
-        "✗ rig: not root on host B, which addresses for links veth and the firewall guard "
-        "need — run as root there, or set adopt: true on those links and firewall: own on "
-        "the pair (docs/two-machines.md)")
+        "✗ rig: not root on host B, and sudo -n does not run ip or nft for bench, which "
+        "addresses for links veth and the firewall guard need — allow it there (visudo -f "
+        "/etc/sudoers.d/splitbench): bench ALL=(root) NOPASSWD: /usr/bin/ip, /usr/sbin/nft "
+        "— or set adopt: true on those links and firewall: own on the pair "
+        "(docs/two-machines.md)")
+    # Only what is needed: the guard alone asks for nft alone.
+    said = doctor._rights(NotRoot(sudo=False), "rig", [], guarded=True)
+    assert "does not run nft for bench" in str(said)
+    assert str(said).count("NOPASSWD: /usr/sbin/nft —") == 1
+    # No sudo at all: installing it comes first.
+    said = doctor._rights(NotRoot(sudo=None), "rig", ["veth"], guarded=False)
+    assert "install sudo there (Debian: apt-get install sudo), then allow it" in str(said)
+    # sudo -n allows them: ready, and it says so.
+    said = doctor._rights(NotRoot(sudo=True), "rig", ["veth"], guarded=True)
+    assert str(said) == ("✓ rig: host B: ip, nft as root through sudo -n for bench (no root "
+                         "login); everything else runs as bench")
     # Every link adopted and the firewall the user's own: nothing needs root.
-    assert doctor._rights(NotRoot(), "rig", [], guarded=False).mark == doctor.OK
+    assert doctor._rights(NotRoot(sudo=False), "rig", [], guarded=False).mark == doctor.OK

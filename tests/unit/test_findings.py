@@ -255,14 +255,18 @@ def test_round_trips_against_the_topological_floor():
         {"pair": "lab", "model": "m", "workers": 2, "round_trips": 3.10, "round_trips_se": 0.05}])
     model = pd.DataFrame([{"pair": "lab", "model": "m", "ctx": "short", "round_trips": 1.02,
                            "compute_ms": 0.40}])
+    trips["round_trips_from"] = ["the delay sweep", "counted from the RPC packets"]
     text = findings.round_trip_floor(trips, model, "m").text
     assert text.startswith("**1.02 ±0.04 round trips per token with 1 RPC worker** "
-                           "(the floor is 1: at the floor)")
-    assert "3.10 ±0.10 round trips per token with 2 RPC workers (the floor is 2: +1.10 " \
-           "above the floor" in text
+                           "(the delay sweep; the floor is 1: at the floor)")
+    assert "3.10 ±0.10 round trips per token with 2 RPC workers (counted from the RPC " \
+           "packets; the floor is 2: +1.10 above the floor" in text
     assert "Below ~20 µs of request-response latency" in text  # 5% of 0.40 ms / 1.02
-    none = findings.round_trip_floor(trips.iloc[0:0], model.iloc[0:0], "m").text
+    assert "(its 1.02 round trips add" in text
+    none = findings.round_trip_floor(trips.iloc[0:0], model, "m").text
     assert none.startswith("**Why a link costs what it does is not resolvable on this data**")
+    # What the what-if then used is the floor, and the finding says it was assumed.
+    assert "(its assumed 1.02 round trips add" in none
 
 
 def test_a_link_measured_faster_than_the_baseline_is_flagged_never_a_saving():

@@ -27,7 +27,7 @@ def summary_and_links() -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 TRIPS = pd.DataFrame([{"pair": "lab", "model": "m", "workers": 1, "round_trips": 1.0,
-                       "round_trips_se": 0.02}])
+                       "round_trips_se": 0.02, "round_trips_from": "the delay sweep"}])
 
 
 def test_the_prediction_is_compute_plus_round_trips_times_latency_plus_wire_time():
@@ -91,3 +91,31 @@ def test_the_command_predicts_from_a_runs_results(tmp_path, capsys):
     assert capsys.readouterr().err.startswith("error: --like fast: no link of that name")
     assert cli.main(["whatif", "--like", "slow", "--results", str(tmp_path / "no")]) == 2
     assert capsys.readouterr().err.startswith("error: no what-if model at")
+
+
+def test_without_a_sweep_the_cells_counted_round_trips_are_used_and_named():
+    """A pair with no sweep (any real pair): the turns counted in its own single-stream
+    cells' RPC packets stand in, named as such; a resolvable sweep wins where there is
+    concurrent and failed cells count for nothing."""
+    from splitbench.analysis import comparison
+
+    summary = pd.DataFrame([
+        {"pair": "rig", "model": "m", "rpc_workers": 1, "conc": 1, "status": "ok",
+         "rpc_turns_per_token": turns} for turns in (1.0, 1.02, 0.98)] + [
+        {"pair": "rig", "model": "m", "rpc_workers": 1, "conc": 4, "status": "ok",
+         "rpc_turns_per_token": 0.3},
+        {"pair": "rig", "model": "m", "rpc_workers": 1, "conc": 1, "status": "crash",
+         "rpc_turns_per_token": 9.0},
+        {"pair": "lab", "model": "m", "rpc_workers": 1, "conc": 1, "status": "ok",
+         "rpc_turns_per_token": 1.5}])
+    trips = comparison.round_trips([], summary)
+    rig = trips[trips["pair"] == "rig"].iloc[0]
+    assert rig["round_trips"] == pytest.approx(1.0)
+    assert rig["round_trips_from"] == "counted from the RPC packets"
+    assert 0 < rig["round_trips_se"] < 0.05
+    assert trips[trips["pair"] == "lab"].iloc[0]["round_trips"] == 1.5
+    # The what-if names where its round trips came from.
+    cells, links = summary_and_links()
+    rows = whatif.model(cells, links, trips, {"m": 1}, "base")
+    assert rows.loc[0, "round_trips"] == 1.5
+    assert rows.loc[0, "round_trips_from"] == "counted from the RPC packets"

@@ -1,0 +1,76 @@
+"""Packet sockets with a classic BPF filter and a kernel stamp on every packet: what the
+packet clock (backends/packet_clock.py) and the RPC turn counter (rpc_turns.py) read.
+
+A packet socket needs CAP_NET_RAW; `open_filtered` returns None without it. It listens
+to every protocol (ETH_P_ALL: the device's taps, which see a packet before any protocol
+does): bound to ETH_P_IP instead, it sat beside IP's own handler and missed segments
+that TCP had already received.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import socket
+import struct
+
+ETH_P_IP = 0x0800
+ETH_P_ALL = 0x0003
+SO_ATTACH_FILTER = 26  # asm-generic/socket.h; the socket module does not name these
+SO_TIMESTAMPNS = 35
+SO_RCVBUFFORCE = 33
+SOL_PACKET = 263
+PACKET_STATISTICS = 6
+# Classic BPF ancillary loads: the packet's protocol, and its type (PACKET_HOST =
+# addressed to this host; loopback also shows each packet once more as PACKET_OUTGOING).
+SKF_AD_PROTOCOL = -0x1000 + 0
+SKF_AD_PKTTYPE = -0x1000 + 4
+PACKET_HOST, PACKET_OUTGOING = 0, 4
+# Classic BPF opcodes (linux/bpf_common.h).
+LD_W_ABS, LD_H_ABS, LD_B_ABS, LD_H_IND = 0x20, 0x28, 0x30, 0x48
+LDX_B_MSH, JEQ, RET = 0xB1, 0x15, 0x06
+# Ancillary room for one timespec, and its layout.
+STAMP_SPACE = socket.CMSG_SPACE(16)
+TIMESPEC = struct.Struct("qq")
+
+
+def instruction(code: int, jump_true: int, jump_false: int, k: int) -> bytes:
+    return struct.pack("HBBI", code, jump_true, jump_false, k & 0xFFFFFFFF)
+
+
+def open_filtered(code: bytes, receive_buffer: int) -> tuple[socket.socket,
+                                                             ctypes.Array] | None:
+    """A non-blocking packet socket that keeps only what `code` (a classic BPF program)
+    returns, stamps each packet (SO_TIMESTAMPNS) and queues up to `receive_buffer`
+    bytes; with the program's buffer, which must outlive nothing (the kernel copies it)
+    but is kept beside the socket for clarity. None where this process may not open one
+    or the filter is refused (without its filter the socket would see every packet)."""
+    try:
+        sock = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(ETH_P_ALL))
+    except OSError:  # no CAP_NET_RAW, or no packet sockets here
+        return None
+    program = ctypes.create_string_buffer(code, len(code))
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER,
+                        struct.pack("HL", len(code) // 8, ctypes.addressof(program)))
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        with contextlib.suppress(PermissionError):
+            sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, receive_buffer)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        return None
+    return sock, program
+
+
+def stamp_ns(ancillary: list) -> int | None:
+    """A packet's kernel stamp (CLOCK_REALTIME, ns) from recvmsg's ancillary data."""
+    if not ancillary:
+        return None
+    seconds, nanos = TIMESPEC.unpack_from(ancillary[0][2])
+    return seconds * 1_000_000_000 + nanos
+
+
+def drops(sock: socket.socket) -> int:
+    """Packets the kernel dropped for this socket since the last call (a full buffer)."""
+    return struct.unpack("II", sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8))[1]
