@@ -125,6 +125,12 @@ def test_a_run_on_another_machine_as_an_ordinary_user_reaches_the_report_and_lea
     assert sorted(summary["link"]) == ["cable1", "cable2"]
     assert (summary["status"] == "ok").all(), summary[["link", "status"]]
     assert summary["flags"].isna().all(), summary["flags"].tolist()
+    # The round trips behind the verdicts were counted on this pair, in its own cells'
+    # RPC packets (one worker: one per token), and the what-if says so.
+    turns = summary["rpc_turns_per_token"]
+    assert ((turns - 1).abs() <= 0.2).all(), turns.tolist()
+    model = pd.read_parquet(work / "results/summary/whatif.parquet")
+    assert (model["round_trips_from"] == "counted from the RPC packets").all(), model
     toolchain = (work / "results/toolchain/rig.json").read_text()
     assert "carried from host A" in toolchain
     assert (work / "results/report.html").stat().st_size > 0
