@@ -43,6 +43,12 @@ def login_user(host: Host) -> str:
     return host.run(["id", "-un"]).stdout.strip()
 
 
+@functools.lru_cache(maxsize=64)
+def login_uid(host: Host) -> int:
+    """The uid splitbench's processes run as on the host."""
+    return int(host.run(["id", "-u"]).stdout.strip())
+
+
 def sudo_allows(host: Host, tool: str) -> bool:
     """Whether `sudo -n` runs the tool as root for the login user, without a password."""
     path = tool_path(host, tool)

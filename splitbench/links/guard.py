@@ -4,11 +4,13 @@ through the link's cable only, never from the hosts' other networks.
 The RPC worker has no authentication; vLLM's rendezvous store listens on every address
 of host A, and its ranks' collective sockets on the link's addresses, which Linux also
 accepts on any other interface. So, before a real link carries anything, each host gets
-one nftables table of splitbench's own (`inet splitbench`, both address families):
-packets that arrive on an interface other than loopback and the pair's link interfaces
-are dropped when they are for a link address, or for the worker and rendezvous ports on
-any address. The table only ever drops; it is replaced whole when a link of the pair is
-added, recorded like a process, and deleted at teardown.
+one nftables table of this run's own (`inet splitbench_<10 hex of the run's state
+directory>`, both address families): packets that arrive on an interface other than
+loopback and the pair's link interfaces are dropped when they are for a link address,
+or for the worker and rendezvous ports on any address, and another user's connections
+to those ports over loopback are dropped (`meta skuid`). The table only ever drops; it
+is replaced whole when a link of the pair is added, recorded (with its undo) before it
+is applied, and deleted at teardown. Another run's table is never touched.
 
 Where splitbench is not root on a host it cannot apply it: the link is refused with the
 exact command to run there, unless the pair says `firewall: own` (the user's firewall
@@ -29,72 +31,102 @@ from splitbench.infra import privilege, procs
 from splitbench.infra.hosts import Host
 from splitbench.links.link import GUARDED_PORTS
 
-TABLE = "splitbench"
+TABLE_PREFIX = "splitbench"
 
 
 class GuardError(SplitbenchError):
     """The guard could not be applied; the message says where and how to do it by hand."""
 
 
+def table_name() -> str:
+    """This run's table: named after its state directory, so that another run (another
+    directory, another user) never rebuilds or deletes it."""
+    run = hashlib.sha256(str(procs.state_dir()).encode()).hexdigest()[:10]
+    return f"{TABLE_PREFIX}_{run}"
+
+
 def _ports() -> str:
     return ", ".join(f"{low}-{high}" for low, high in GUARDED_PORTS)
 
 
-def ruleset(interfaces: Iterable[str], addresses: Iterable[str]) -> str:
-    """The nft commands that (re)make the table, as one atomic batch."""
+def ruleset(interfaces: Iterable[str], addresses: Iterable[str], table: str,
+            uid: int | None = None) -> str:
+    """The nft commands that (re)make the run's table, as one atomic batch: packets
+    from interfaces other than loopback and the links' are dropped when they are for a
+    link address or a port the run serves on; with `uid`, connections over loopback to
+    those ports from any other user are dropped too (the worker has no authentication,
+    and every local user can reach a link address through loopback)."""
     names = ", ".join(json.dumps(name) for name in ["lo", *sorted(set(interfaces))])
     by_family: dict[int, list[str]] = {4: [], 6: []}
     for addr in sorted(set(addresses)):
         by_family[ipaddress.ip_address(addr.split("%")[0]).version].append(addr.split("%")[0])
     commands = [
-        f"add table inet {TABLE}", f"delete table inet {TABLE}", f"add table inet {TABLE}",
-        f"add chain inet {TABLE} input {{ type filter hook input priority filter - 10; "
+        f"add table inet {table}", f"delete table inet {table}", f"add table inet {table}",
+        f"add chain inet {table} input {{ type filter hook input priority filter - 10; "
         "policy accept; }",
-        f"add rule inet {TABLE} input iifname {{ {names} }} accept",
+        f"add rule inet {table} input iifname {{ {names} }} accept",
     ]
     for version, family in ((4, "ip"), (6, "ip6")):
         if by_family[version]:
-            commands.append(f"add rule inet {TABLE} input {family} daddr "
+            commands.append(f"add rule inet {table} input {family} daddr "
                             f"{{ {', '.join(by_family[version])} }} drop")
-    commands.append(f"add rule inet {TABLE} input tcp dport {{ {_ports()} }} drop")
+    commands.append(f"add rule inet {table} input tcp dport {{ {_ports()} }} drop")
+    if uid is not None:
+        # Locally made packets carry their socket's owner (the output hook): another
+        # user's connection to the run's ports over loopback ends at its first packet.
+        commands += [
+            f"add chain inet {table} output {{ type filter hook output priority filter - "
+            "10; policy accept; }",
+            f'add rule inet {table} output oifname "lo" tcp dport {{ {_ports()} }} '
+            f"meta skuid != {uid} drop"]
     return "; ".join(commands)
 
 
 def _key(host: Host) -> str:
-    """The host's change record: one table per host, whichever pair or link made it."""
+    """The host's change record: one table per host and run, whichever link made it."""
     identity = json.dumps(host.ssh_settings() if host.remote else host.netns, sort_keys=True)
     return f"nft-{hashlib.sha256(identity.encode()).hexdigest()[:16]}"
 
 
 def cover(host: Host, interface: str, address: str, firewall: str, where: str) -> None:
-    """Make `interface` (and `address` on it) one of the host's link ends in its table,
-    applied now as root; with the pair's `firewall: own`, left to the user. Raises
-    GuardError when it cannot, with the command that would."""
+    """Make `interface` (and `address` on it) one of the host's link ends in the run's
+    table, recorded (with its undo) before it is applied; with the pair's `firewall:
+    own`, left to the user. Raises GuardError when it cannot, with the command that
+    would."""
     if firewall == "own":
         return
+    table = table_name()
     known = procs.change(_key(host)) or {"interfaces": [], "addresses": []}
     interfaces = sorted({*known["interfaces"], interface})
     addresses = sorted({*known["addresses"], address})
-    commands = ruleset(interfaces, addresses)
+    uid = privilege.login_uid(host)
+    commands = ruleset(interfaces, addresses, table, uid)
     if not privilege.can(host, privilege.FOR_GUARD):
         raise GuardError(
             f"{where}: splitbench is neither root on host {host.name} nor allowed nft "
             "there through sudo -n, so it cannot make sure its servers are reachable "
             "through the link only. Allow it (python -m splitbench doctor prints the "
             f"sudoers line), or run there, as root: nft {shlex.quote(commands)} (and nft "
-            f"delete table inet {TABLE} when done), then set the pair's firewall: own")
-    done = host.run(privilege.as_root(host, ["nft", commands]), check=False)
-    if done.returncode != 0:
-        raise GuardError(f"{where}: host {host.name}: nft could not apply the link guard "
-                         f"({(done.stderr or done.stdout).strip()[-300:]}); is nftables "
-                         "installed there?")
-    undo = privilege.as_root(host, ["nft", "delete", "table", "inet", TABLE])
+            f"delete table inet {table} when done), then set the pair's firewall: own")
+    undo = privilege.as_root(host, ["nft", "delete", "table", "inet", table])
+    # Recorded first: a run killed between the two still has it deleted at teardown.
     procs.record_change(_key(host), host.name,
                         host.ssh_settings() if host.remote else None,
                         undo if host.remote else host.wrap(undo),
                         # nft's word for a table that is not there
                         gone_if="No such file or directory",
-                        interfaces=interfaces, addresses=addresses)
+                        interfaces=known["interfaces"], addresses=known["addresses"],
+                        table=table)
+    done = host.run(privilege.as_root(host, ["nft", commands]), check=False)
+    if done.returncode != 0:
+        raise GuardError(f"{where}: host {host.name}: nft could not apply the link guard "
+                         f"({(done.stderr or done.stdout).strip()[-300:]}); is nftables "
+                         "installed there?")
+    procs.record_change(_key(host), host.name,
+                        host.ssh_settings() if host.remote else None,
+                        undo if host.remote else host.wrap(undo),
+                        gone_if="No such file or directory",
+                        interfaces=interfaces, addresses=addresses, table=table)
 
 
 # A listener on every address: `0.0.0.0:port`, `*:port`, `[::]:port`.

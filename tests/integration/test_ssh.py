@@ -546,15 +546,18 @@ def lan_beside(side: str) -> str:
     return ns
 
 
-def reaches(ns: str | None, addr: str, port: int) -> str:
-    """What a TCP connection from namespace `ns` (None: this machine) to addr:port meets:
-    "accepted", "refused" (nothing listens) or "dropped" (no answer in 0.75 s: over a
-    veth the kernel answers a connection in microseconds, whatever the CPUs are doing)."""
+def reaches(ns: str | None, addr: str, port: int, uid: int | None = None) -> str:
+    """What a TCP connection from namespace `ns` (None: this machine; `uid`: as that
+    user) to addr:port meets: "accepted", "refused" (nothing listens) or "dropped" (no
+    answer in 0.75 s: over a veth the kernel answers a connection in microseconds,
+    whatever the CPUs are doing)."""
     code = ("import socket,sys\ns=socket.socket();s.settimeout(0.75)\n"
             "try:\n s.connect((sys.argv[1],int(sys.argv[2])));print('accepted')\n"
             "except ConnectionRefusedError:\n print('refused')\n"
             "except OSError:\n print('dropped')\n")
     argv = [sys.executable, "-c", code, addr, str(port)]
+    if uid is not None:
+        argv = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", *argv]
     if ns:
         argv = ["ip", "netns", "exec", ns, *argv]
     return subprocess.run(argv, capture_output=True, text=True, timeout=10).stdout.strip()
@@ -594,6 +597,11 @@ def test_what_splitbench_serves_is_reachable_through_the_link_only(host_b, tmp_p
         assert reaches(None, ADDR_B, port) == "accepted", port  # over the link
         assert reaches(lan_b, ADDR_B, port) == "dropped", port
     assert reaches(lan_b, f"{LAN['b'][2]}.1", 29502) == "dropped"  # B's LAN address too
+    # On B itself, the run's user reaches the worker through loopback; another user
+    # (nobody) does not: the worker has no authentication.
+    assert reaches(NS, ADDR_B, 50052) == "accepted"
+    assert reaches(NS, ADDR_B, 50052, uid=65534) == "dropped"
+    assert reaches(NS, ADDR_B, 41000, uid=65534) == "accepted"  # not the run's port
     assert reaches(lan_a, f"{LAN['a'][2]}.1", 29501) == "dropped"
     assert reaches(lan_a, ADDR_A, 29501) == "dropped"
     assert reaches(None, ADDR_A, 29501) == "accepted"
@@ -724,3 +732,23 @@ def test_vllm_caches_on_host_b_are_private_to_its_user(host_b):
     finally:
         if fresh:
             host.run(["rmdir", planted])
+
+
+def test_two_runs_guards_are_each_their_own(host_b, tmp_path, monkeypatch):
+    """Two runs (two state directories) against the same B: each has its table, and the
+    one that ends first deletes its own only: the other's traffic stays guarded."""
+    from splitbench.links import guard
+
+    def tables() -> set[str]:
+        listed = subprocess.run(["ip", "netns", "exec", NS, "nft", "list", "tables"],
+                                capture_output=True, text=True, check=True).stdout
+        return {line.split()[-1] for line in listed.splitlines() if "splitbench" in line}
+
+    real.ensure(link_spec(host_b))
+    first = guard.table_name()
+    monkeypatch.setenv("SPLITBENCH_STATE", str(tmp_path / "second-run"))
+    real.ensure(link_spec(host_b))
+    second = guard.table_name()
+    assert first != second and tables() == {first, second}
+    teardown.teardown()  # the second run's end
+    assert tables() == {first}

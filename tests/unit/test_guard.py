@@ -9,17 +9,31 @@ from splitbench.links import guard
 
 
 def test_the_table_drops_the_link_addresses_and_the_ports_off_other_interfaces():
-    rules = guard.ruleset(["sbssh-a", "eth1", "eth1"], ["10.0.0.1", "fe80::1%eth1"])
+    rules = guard.ruleset(["sbssh-a", "eth1", "eth1"], ["10.0.0.1", "fe80::1%eth1"],
+                          "splitbench_0123456789", uid=1000)
     commands = rules.split("; ")
-    # Replaced whole, in one batch: made if missing, deleted, made again.
-    assert commands[:3] == ["add table inet splitbench", "delete table inet splitbench",
-                            "add table inet splitbench"]
+    # The run's own table, replaced whole in one batch: made if missing, deleted, made.
+    assert commands[:3] == ["add table inet splitbench_0123456789",
+                            "delete table inet splitbench_0123456789",
+                            "add table inet splitbench_0123456789"]
     assert 'iifname { "lo", "eth1", "sbssh-a" } accept' in rules
     assert "ip daddr { 10.0.0.1 } drop" in rules
     assert "ip6 daddr { fe80::1 } drop" in rules
     assert "tcp dport { 50052-50055, 29501-29518 } drop" in rules
-    assert "policy accept" in rules  # it only ever drops
-    assert "ip6 daddr" not in guard.ruleset(["eth1"], ["10.0.0.1"])
+    # Other users' connections over loopback to the run's ports, and only those.
+    assert ('output oifname "lo" tcp dport { 50052-50055, 29501-29518 } meta skuid != 1000 '
+            "drop") in rules
+    assert rules.count("policy accept") == 2  # it only ever drops
+    assert "ip6 daddr" not in guard.ruleset(["eth1"], ["10.0.0.1"], "t")
+    assert "skuid" not in guard.ruleset(["eth1"], ["10.0.0.1"], "t")
+
+
+def test_each_run_has_a_table_of_its_own(tmp_path, monkeypatch):
+    names = set()
+    for run in ("one", "two", "one"):
+        monkeypatch.setenv("SPLITBENCH_STATE", str(tmp_path / run))
+        names.add(guard.table_name())
+    assert len(names) == 2 and all(n.startswith("splitbench_") for n in names)
 
 
 class _Host:
