@@ -121,14 +121,18 @@ def log_tail(proc: ProcRecord | None, lines: int = 25) -> str:
 
 
 def wait_healthy(url: str, processes: dict[str, Callable[[], ProcRecord | None]],
-                 timeout_s: float, what: str, setting: str | None = None) -> None:
+                 timeout_s: float, what: str, setting: str | None = None,
+                 meanwhile: Callable[[], None] | None = None) -> None:
     """Until the launch's server answers /health, each of its processes alive (either
     backend). `processes`: each one's name in an error ("llama-server", "vLLM rank 1 on
     host B") and how to find its record now. A process that ends fails the launch at
     once; a server not healthy after `timeout_s` (a rank 0 whose peer never joins waits
     forever by itself) fails it then, naming the `setting` that gives it. Either error
-    carries the logs' last lines."""
+    carries the logs' last lines. `meanwhile`: a check made while waiting, which ends
+    the wait by raising (the launch's listeners, say)."""
     def up() -> bool:
+        if meanwhile is not None:
+            meanwhile()
         for name, find in processes.items():
             proc = find()
             if proc is None or not procs.is_alive(proc):
@@ -194,15 +198,41 @@ def stop(pair: str, slot: str = "") -> None:
 
 
 def open_listeners(link: Link, keys: list[str]) -> list[str]:
-    """On a real link, the launch's listeners on every address of a host at a port its
-    firewall guard does not cover, as "host b: *:41771 (VLLM::Worker_TP)": reachable
-    from every network that host is on. (The lab's namespaces reach nothing else.)"""
+    """On a real link, the launch's listeners on every address of a host, TCP or UDP, at
+    a port its firewall guard does not cover (with `firewall: own` nothing is covered:
+    the user's firewall is not splitbench's to trust), as "host b: *:41771
+    (VLLM::Worker_TP)": reachable from every network that host is on. (The lab's
+    namespaces reach nothing else.)"""
     if link.emulation.get("mode") != "real":
         return []
+    guarded = link.emulation.get("firewall", "guard") == "guard"
     found = []
     for host in (link.host_a, link.host_b):
         sessions = [record["pid"] for record in map(procs.find, keys)
                     if record is not None and record.get("host") == host.name]
         found += [f"host {host.name}: {listener}"
-                  for listener in guard.uncovered_listeners(host, sessions)]
+                  for listener in guard.uncovered_listeners(host, sessions, guarded)]
     return found
+
+
+def refuse_open_listeners(link: Link, keys: list[str]) -> None:
+    """A launch with a listener beyond the link fails (a result: it is then stopped)."""
+    wide = open_listeners(link, keys)
+    if wide:
+        raise LaunchError(f"link {link.pair}/{link.name}: the launch listens on every "
+                          f"address of a host at ports the firewall guard does not cover: "
+                          f"{'; '.join(wide)}")
+
+
+def listeners_checked(link: Link, keys: list[str], every_s: float = 2.0
+                      ) -> Callable[[], None]:
+    """refuse_open_listeners, made at most every `every_s` while a launch waits for
+    health: a server listening on every address is refused while it loads, not after."""
+    last = [-every_s]
+
+    def check() -> None:
+        if time.monotonic() - last[0] >= every_s:
+            last[0] = time.monotonic()
+            refuse_open_listeners(link, keys)
+
+    return check

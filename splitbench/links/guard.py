@@ -135,10 +135,13 @@ _WILDCARD = re.compile(r"^(?:0\.0\.0\.0|\*|\[::\]|::):(\d+)$")
 _PROCESS_NAME = re.compile(r'"([^"]+)",pid=')
 
 
-def uncovered_listeners(host: Host, sessions: Iterable[int]) -> list[str]:
+def uncovered_listeners(host: Host, sessions: Iterable[int], guarded: bool = True
+                        ) -> list[str]:
     """The listeners on every address that processes of `sessions` (each launch process
-    starts a session of its own, and its children stay in it) hold on `host` and whose
-    port the guard does not cover: reachable from any network the host is on."""
+    starts a session of its own, and its children stay in it) hold on `host`, TCP and
+    UDP, whose port the guard does not cover (`guarded` False: the pair's firewall is
+    its own, and nothing is covered by splitbench): reachable from any network the
+    host is on. UDP is never covered: the guard's port rule is TCP's."""
     sessions = {int(s) for s in sessions}
     if not sessions:
         return []
@@ -146,15 +149,20 @@ def uncovered_listeners(host: Host, sessions: Iterable[int]) -> list[str]:
     ours = {int(pid) for pid, sid in zip(ps[::2], ps[1::2], strict=False)
             if int(sid) in sessions}
     found = []
-    for line in host.run(["ss", "-Hltnp"]).stdout.splitlines():
+    for line in host.run(["ss", "-Hltunp"]).stdout.splitlines():
         fields = line.split()
-        if len(fields) < 4:
+        if len(fields) < 5:
             continue
-        match = _WILDCARD.match(fields[3])
+        protocol, local = fields[0], fields[4]
+        match = _WILDCARD.match(local)
         pids = {int(p) for p in re.findall(r"pid=(\d+)", line)}
-        if match and pids & ours and not _guarded(int(match.group(1))):
-            names = ", ".join(_PROCESS_NAME.findall(line))
-            found.append(f"{fields[3]} ({names})")
+        if not (match and pids & ours):
+            continue
+        if guarded and protocol == "tcp" and _guarded(int(match.group(1))):
+            continue
+        names = ", ".join(_PROCESS_NAME.findall(line))
+        found.append(f"{local}{'' if protocol == 'tcp' else ' ' + protocol.upper()} "
+                     f"({names})")
     return found
 
 

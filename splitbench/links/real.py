@@ -60,7 +60,8 @@ def _set_up(spec: LinkSlice) -> Link:
         spec["pair"], spec["link"], host_a, host_b, ends["a"], ends["b"], ends["b"],
         spec["interface_a"], spec["interface_b"],
         {"mode": "real", "rate": "none", "delay": "none", "rate_gbit_a_to_b": None,
-         "rate_gbit_b_to_a": None, "delay_ms": 0.0, "applied": applied},
+         "rate_gbit_b_to_a": None, "delay_ms": 0.0, "applied": applied,
+         "firewall": spec.get("firewall", "guard")},
     )
     reply = host_a.run(["ping", "-n", "-c", "3", "-i", "0.2", "-W", "2", "-I",
                         link.interface_a, link.addr_b], check=False, timeout=30)

@@ -745,10 +745,32 @@ def test_two_runs_guards_are_each_their_own(host_b, tmp_path, monkeypatch):
         return {line.split()[-1] for line in listed.splitlines() if "splitbench" in line}
 
     real.ensure(link_spec(host_b))
-    first = guard.table_name()
+    first, state = guard.table_name(), os.environ["SPLITBENCH_STATE"]
     monkeypatch.setenv("SPLITBENCH_STATE", str(tmp_path / "second-run"))
-    real.ensure(link_spec(host_b))
-    second = guard.table_name()
-    assert first != second and tables() == {first, second}
-    teardown.teardown()  # the second run's end
+    try:
+        real.ensure(link_spec(host_b))
+        second = guard.table_name()
+        assert first != second and tables() == {first, second}
+        teardown.teardown()  # the second run's end
+    finally:
+        monkeypatch.setenv("SPLITBENCH_STATE", state)  # the first run's, torn down after
     assert tables() == {first}
+
+
+def test_a_listener_beyond_the_link_fails_the_launch_while_it_waits_for_health(
+        host_b, tmp_path):
+    """A process of the launch that binds UDP on every address of host B (which the
+    guard, TCP's, does not cover) ends the health wait at its next check, long before
+    the wait's own limit, naming the socket."""
+    from splitbench.backends import lifecycle
+
+    link = real.ensure(link_spec(host_b))
+    b = host_from_spec("b", host_b)
+    code = ("import socket,time\ns=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n"
+            "s.bind(('0.0.0.0',47001));time.sleep(600)\n")
+    b.spawn([b.python, "-c", code], role="other", key="sb-udp", log_path=tmp_path / "u.log")
+    started = time.monotonic()
+    with pytest.raises(lifecycle.LaunchError, match=r"host b: 0\.0\.0\.0:47001 UDP \(python3\)"):
+        lifecycle.wait_healthy("http://127.0.0.1:9", {}, 60, "test server",
+                               meanwhile=lifecycle.listeners_checked(link, ["sb-udp"]))
+    assert time.monotonic() - started < 10

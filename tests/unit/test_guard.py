@@ -47,17 +47,24 @@ class _Host:
 
 
 SS = """\
-LISTEN 0 4096 *:29501 *:* users:(("VLLM::Worker_TP",pid=20,fd=13))
-LISTEN 0 4096 10.0.0.1:41771 0.0.0.0:* users:(("VLLM::Worker_TP",pid=20,fd=73))
-LISTEN 0 100 0.0.0.0:41000 0.0.0.0:* users:(("VLLM::EngineCor",pid=21,fd=24))
-LISTEN 0 100 [::]:41001 [::]:* users:(("other",pid=30,fd=3))
-LISTEN 0 100 [::]:41002 [::]:* users:(("VLLM::Worker_TP",pid=20,fd=9),("x",pid=22,fd=1))
+tcp LISTEN 0 4096 *:29501 *:* users:(("VLLM::Worker_TP",pid=20,fd=13))
+tcp LISTEN 0 4096 10.0.0.1:41771 0.0.0.0:* users:(("VLLM::Worker_TP",pid=20,fd=73))
+tcp LISTEN 0 100 0.0.0.0:41000 0.0.0.0:* users:(("VLLM::EngineCor",pid=21,fd=24))
+tcp LISTEN 0 100 [::]:41001 [::]:* users:(("other",pid=30,fd=3))
+tcp LISTEN 0 100 [::]:41002 [::]:* users:(("VLLM::Worker_TP",pid=20,fd=9),("x",pid=22,fd=1))
+udp UNCONN 0 0 0.0.0.0:50053 0.0.0.0:* users:(("VLLM::Worker_TP",pid=20,fd=30))
+udp UNCONN 0 0 10.0.0.1:5353 0.0.0.0:* users:(("VLLM::Worker_TP",pid=20,fd=31))
 """
 
 
 def test_only_the_launchs_own_wildcard_listeners_outside_the_guard_are_named():
     # pids 20, 21, 22 are in session 10 (the launch's); 30 is another program's.
     host = _Host("10 10\n20 10\n21 10\n22 10\n30 30\n", SS)
+    # UDP on every address is never covered (the guard's port rule is TCP's).
     assert guard.uncovered_listeners(host, [10]) == [
-        "0.0.0.0:41000 (VLLM::EngineCor)", "[::]:41002 (VLLM::Worker_TP, x)"]
+        "0.0.0.0:41000 (VLLM::EngineCor)", "[::]:41002 (VLLM::Worker_TP, x)",
+        "0.0.0.0:50053 UDP (VLLM::Worker_TP)"]
     assert guard.uncovered_listeners(host, []) == []
+    # firewall: own: splitbench covers nothing, so the rendezvous port is named too.
+    assert guard.uncovered_listeners(host, [10], guarded=False)[0] == (
+        "*:29501 (VLLM::Worker_TP)")

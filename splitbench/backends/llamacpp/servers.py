@@ -162,16 +162,14 @@ def _start(
     }
     with link.host_a.entered():
         lifecycle.wait_healthy(url, {"llama-server": lambda: procs.find(llama_key)},
-                              HEALTH_TIMEOUT_S, "llama-server")
+                               HEALTH_TIMEOUT_S, "llama-server", meanwhile=lifecycle.
+                               listeners_checked(link, record["proc_keys"]))
         record["load_s"] = round(time.monotonic() - load_started, 3)
         record["placement"] = placement(Path(llama["log"]).read_text(errors="replace"))
         _warm_up(url)
-    # Nothing of it may listen beyond the link (a result: the launch fails, and stops).
-    wide = lifecycle.open_listeners(link, record["proc_keys"])
-    if wide:
-        raise LaunchError(f"link {link.pair}/{link.name}: the launch listens on every "
-                          f"address of a host at ports the firewall guard does not cover: "
-                          f"{'; '.join(wide)}")
+    # Nothing of it may listen beyond the link (a result: the launch fails, and stops):
+    # checked while it loaded, and once more now that it serves.
+    lifecycle.refuse_open_listeners(link, record["proc_keys"])
     record["memory"] = {key: memory_mib(host, procs.find(key)["pid"]) for key, host in
                         [(llama_key, link.host_a)] + [(k, link.host_b) for k in proc_keys]}
     record["sensors_after_load"] = telemetry.snapshot(link.host_a)

@@ -161,19 +161,17 @@ def _start(link: Link, settings: ServerSettings, model_path: str, wanted: str,
         lifecycle.wait_healthy(
             record["url"], {f"vLLM rank {_rank(key)} on host {_host_of(key)}":
                             lambda key=key: procs.find(key) for key in record["proc_keys"]},
-            settings["launch_timeout_s"], "vLLM", "launch_timeout_s")
+            settings["launch_timeout_s"], "vLLM", "launch_timeout_s",
+            meanwhile=lifecycle.listeners_checked(link, record["proc_keys"]))
         for leftovers in record["cleanup"]:
             leftovers["shm"] = shm_of(leftovers)
         record["load_s"] = round(time.monotonic() - load_started, 3)
         record["link_connections"] = _connections_over(link)
         lifecycle.warm_up(record["url"], "/v1/completions", _WARM_UP,
                           settings["launch_timeout_s"])
-    # Nothing of it may listen beyond the link (a result: the launch fails, and stops).
-    wide = lifecycle.open_listeners(link, record["proc_keys"])
-    if wide:
-        raise LaunchError(f"link {link.pair}/{link.name}: the launch listens on every "
-                          f"address of a host at ports the firewall guard does not cover: "
-                          f"{'; '.join(wide)}")
+    # Nothing of it may listen beyond the link (a result: the launch fails, and stops):
+    # checked while it loaded, and once more now that it serves.
+    lifecycle.refuse_open_listeners(link, record["proc_keys"])
     return lifecycle.save(record, link.pair, slot)
 
 
