@@ -78,8 +78,10 @@ def _round_trips(trips: pd.DataFrame, pair: str, model_name: str,
     mine = trips[(trips["pair"] == pair) & (trips["model"] == model_name)
                  & (trips["workers"] == workers)] if len(trips) else trips
     if len(mine):
+        source = (mine["round_trips_from"].iloc[0] if "round_trips_from" in mine
+                  else "the delay sweep")  # a frame from before the count existed
         return (float(mine["round_trips"].iloc[0]), number(mine["round_trips_se"].iloc[0]),
-                str(mine["round_trips_from"].iloc[0]))
+                str(source))
     return float(workers), np.nan, (f"assumed: the floor of one per RPC worker ({workers}); "
                                     "neither a sweep nor the cells' packets counted them")
 
