@@ -181,6 +181,7 @@ def _anchor_medians(requests: pd.DataFrame | None) -> dict[str, float] | None:
 TRIPS_COLUMNS = ["pair", "model", "workers", "round_trips", "round_trips_se",
                  "round_trips_from"]
 SWEEP, COUNTED = "the delay sweep", "counted from the RPC packets"
+FLOOR = "assumed: the floor of one per RPC worker, nothing measured them"
 
 
 def round_trips(sweep_files: Sequence[str],
@@ -237,8 +238,9 @@ def predicted_decode_delta(comp: pd.DataFrame, links: pd.DataFrame, trips: pd.Da
     difference predicted from the links' measured 64 B request-response latency and the
     model's measured round trips per token, and its uncertainty (COVERAGE standard
     errors: the round trips' and, where `drift` (machine_drift) is known, the machine's
-    drift between when the latency and the cell were measured). NaN where the latency or
-    the round trips were not measured."""
+    drift between when the latency and the cell were measured). NaN where the latency was
+    not measured; where the round trips were not, the floor of one per worker, named as
+    assumed in `round_trips_from`."""
     latency = links.reindex(columns=["pair", "link", "rr64_p50_us"]).rename(
         columns={"rr64_p50_us": "rr64_us"})
     rows = comp[["pair", "link", "baseline", "model"]].copy()
@@ -252,6 +254,13 @@ def predicted_decode_delta(comp: pd.DataFrame, links: pd.DataFrame, trips: pd.Da
                           on=["pair", "model"], how="left")
     else:
         rows["drift_decode_rel"] = np.nan
+    # Where nothing measured the round trips: the protocol's floor, one per worker, said
+    # to be assumed wherever it is used (the latency term then is a lower bound).
+    assumed = pd.to_numeric(rows["round_trips"]).isna()
+    rows["round_trips"] = pd.to_numeric(rows["round_trips"]).where(~assumed, rows["workers"])
+    rows["round_trips_se"] = pd.to_numeric(rows["round_trips_se"]).where(~assumed, 0.0)
+    source = rows.get("round_trips_from", SWEEP)
+    rows["round_trips_from"] = pd.Series(source, index=rows.index).where(~assumed, FLOOR)
     trips_n = pd.to_numeric(rows["round_trips"])
     trips_se = pd.to_numeric(rows["round_trips_se"])
     # Latency from the link checks, minutes before the cells: the machine's drift.
@@ -282,6 +291,7 @@ def predicted_decode_delta(comp: pd.DataFrame, links: pd.DataFrame, trips: pd.Da
         "predicted_bandwidth_ms": bandwidth["bandwidth_ms"].to_numpy(),
         "predicted_bandwidth_unc_ms": bandwidth["bandwidth_unc_ms"].to_numpy(),
         "round_trips": trips_n.to_numpy(),
+        "round_trips_from": rows["round_trips_from"].to_numpy(),
         # The latency difference the prediction used (paired rounds' or the links').
         "latency_delta_us": 1000 * np.asarray(delta_ms, dtype=float),
     }, index=comp.index)

@@ -161,8 +161,11 @@ def _why(row: pd.Series) -> str:
     trips, gap_us = as_number(row.get("round_trips")), as_number(row.get("latency_delta_us"))
     if not np.isfinite(latency):
         return ""  # said once for the model (round_trip_floor)
-    text = (f"That is {trips:.2f} round trips per token × {gap_us:+.0f} µs of extra "
-            f"request-response latency = {pm_text(latency, latency_unc)}")
+    source = row.get("round_trips_from")
+    assumed = f" ({source})" if isinstance(source, str) and source.startswith("assumed") \
+        else ""
+    text = (f"That is {trips:.2f} round trips per token{assumed} × {gap_us:+.0f} µs of "
+            f"extra request-response latency = {pm_text(latency, latency_unc)}")
     if np.isfinite(bandwidth):
         text += (f"; the link's bandwidth adds {pm_text(bandwidth, bandwidth_unc)}: "
                  f"{_dominance_words(bandwidth, bandwidth_unc, latency, latency_unc)}")

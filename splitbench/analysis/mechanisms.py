@@ -14,7 +14,7 @@ import pandas as pd
 
 from splitbench.analysis import traffic
 from splitbench.analysis.cell_summary import latency_by_pair, latency_column
-from splitbench.analysis.comparison import COVERAGE, compare_links
+from splitbench.analysis.comparison import COVERAGE, SWEEP, compare_links
 from splitbench.infra.fits import fit_through_origin, unresolvable
 
 # Prefill's elasticity to one-way bandwidth: within +-INSENSITIVE_BELOW prefill counts as
@@ -78,6 +78,7 @@ def table(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
         predicted = prediction(points)
         points["predicted_latency_ms"] = predicted["predicted_latency_ms"]
         points["predicted_latency_unc_ms"] = predicted["predicted_latency_unc_ms"]
+        points["round_trips_from"] = predicted["round_trips_from"]
     rows = []
     for (pair, model), _ in summary.groupby(["pair", "model"]):
         mine = points[(points["pair"] == pair) & (points["model"] == model)]
@@ -85,7 +86,7 @@ def table(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
         decode = mine.reindex(columns=["link", "ctx", "latency_delta_ms", "decode_delta_ms",
                                        "decode_latency_ms", "bandwidth_ms", "bandwidth_what",
                                        "predicted_latency_ms", "predicted_latency_unc_ms",
-                                       "bandwidth_unc_ms",
+                                       "round_trips_from", "bandwidth_unc_ms",
                                        "decode_delta_unc_ms", "decode_lower_bound",
                                        "drift_decode_rel"]).dropna(
             subset=["latency_delta_ms", "decode_delta_ms"])
@@ -197,7 +198,10 @@ def _dominant_terms(fit: MechanismFit, points: pd.DataFrame) -> str:
             else np.nan
         if np.isfinite(swept):
             latency, latency_unc = swept, group["predicted_latency_unc_ms"].median()
-            how = "the sweep's round trips × the latency difference"
+            source = (group["round_trips_from"].dropna().iloc[0] if "round_trips_from" in
+                      group and group["round_trips_from"].notna().any() else SWEEP)
+            how = ("the sweep's round trips × the latency difference" if source == SWEEP
+                   else f"round trips {source} × the latency difference")
         elif resolvable:
             latency, latency_unc = fit["slope"] * gap, COVERAGE * fit["slope_se"] * abs(gap)
             how = f"{fit['slope']:.1f} round trips × {gap:.2f} ms"

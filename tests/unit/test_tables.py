@@ -581,3 +581,24 @@ def test_drift_reads_a_summary_without_paired_cells_back_from_parquet(tmp_path):
     assert back["paired_reference_decode_ms"].dtype == object
     drift = comparison.machine_drift([], back, "base")
     assert drift.iloc[0]["drift_samples"] == 1 and np.isnan(drift.iloc[0]["drift_decode_rel"])
+
+
+def test_without_any_measured_round_trips_the_prediction_uses_the_floor_and_says_so():
+    """Nothing counted the round trips (no sweep, no packet socket on A): the latency
+    term is the floor of one per worker, named as assumed, instead of no verdict."""
+    summary = frame(cell("baseline", "short", decode_ms=1.0, se=0.01,
+                         uncertainty_from="requests"),
+                    cell("x", "short", decode_ms=1.5, se=0.01, uncertainty_from="requests"))
+    links = pd.DataFrame({"pair": ["lab"] * 2, "link": ["baseline", "x"],
+                          "rr64_p50_us": [50.0, 500.0]})
+    nothing = comparison.round_trips([])
+    comp = comparison.compare_links(summary, "baseline")
+    guess = comparison.predicted_decode_delta(comp, links, nothing, {"m": 2}).iloc[0]
+    assert guess["round_trips"] == 2
+    assert guess["round_trips_from"].startswith("assumed: the floor of one per RPC worker")
+    assert guess["predicted_latency_ms"] == pytest.approx(2 * 0.45)
+    row = pd.concat([comp, comparison.predicted_decode_delta(comp, links, nothing,
+                                                             {"m": 2})], axis=1).iloc[0]
+    from splitbench.analysis import cost_findings
+
+    assert "2.00 round trips per token (assumed: the floor" in cost_findings._why(row)
