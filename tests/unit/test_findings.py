@@ -355,3 +355,15 @@ def test_a_value_that_rounds_to_zero_carries_no_sign():
     assert finding_text.fixed(-0.004) == "0.00"
     assert finding_text.fixed(-0.006) == "-0.01"
     assert finding_text.fixed(0.53) == "0.53"
+
+
+def test_counted_round_trips_at_the_floor_read_so_without_a_spread():
+    """One cell counted exactly one turn per token (no ± from one cell): at the floor,
+    not "-0.00 below" it; one counted below the floor says why a count can be."""
+    trips = pd.DataFrame([{"pair": "rig", "model": "m", "workers": 1, "round_trips": 1.0,
+                           "round_trips_se": np.nan,
+                           "round_trips_from": "counted from the RPC packets"}])
+    text = findings.round_trip_floor(trips, trips.iloc[0:0], "m").text
+    assert "(counted from the RPC packets; the floor is 1: at the floor)" in text, text
+    low = findings.round_trip_floor(trips.assign(round_trips=0.9), trips.iloc[0:0], "m").text
+    assert "0.10 below the floor: fewer turns than tokens were counted" in low, low
