@@ -96,8 +96,10 @@ def ssh_pair(config: Config, pair: str, spec: Pair) -> list[Line]:
     if not reached:
         return lines
     lines += _toolchain(config, pair, spec)
+    # A host without ip has its own ✗ line; none of its interfaces can be looked at.
+    with_ip = [host for host in (host_a, host_b) if not host.missing_tools(["ip"])]
     for name, link in spec.links.items():
-        lines += _interfaces(pair, name, link, host_a, host_b)
+        lines += _interfaces(pair, name, link, with_ip)
     return lines
 
 
@@ -153,14 +155,12 @@ def _toolchain(config: Config, pair: str, spec: Pair) -> list[Line]:
                            f"({a['llama_server_version']})")]
 
 
-def _interfaces(pair: str, name: str, link: LinkSpec, host_a: Host,
-                host_b: Host) -> list[Line]:
+def _interfaces(pair: str, name: str, link: LinkSpec, hosts: list[Host]) -> list[Line]:
     from splitbench.links import real
 
     lines = []
-    for host, side in ((host_a, "a"), (host_b, "b")):
-        if host.missing_tools(["ip"]):
-            continue  # its own ✗ says so; without ip no interface can be looked at
+    for host in hosts:
+        side = host.name
         ifname = getattr(link, f"interface_{side}")
         where = f"link {name}, host {side.upper()}"
         shown = host.run(["ip", "-j", "link", "show", "dev", ifname], check=False)

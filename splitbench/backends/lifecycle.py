@@ -228,11 +228,12 @@ def listeners_checked(link: Link, keys: list[str], every_s: float = 2.0
                       ) -> Callable[[], None]:
     """refuse_open_listeners, made at most every `every_s` while a launch waits for
     health: a server listening on every address is refused while it loads, not after."""
-    last = [-every_s]
+    last = -every_s
 
     def check() -> None:
-        if time.monotonic() - last[0] >= every_s:
-            last[0] = time.monotonic()
+        nonlocal last
+        if time.monotonic() - last >= every_s:
+            last = time.monotonic()
             refuse_open_listeners(link, keys)
 
     return check

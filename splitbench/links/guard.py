@@ -109,24 +109,19 @@ def cover(host: Host, interface: str, address: str, firewall: str, where: str) -
             f"sudoers line), or run there, as root: nft {shlex.quote(commands)} (and nft "
             f"delete table inet {table} when done), then set the pair's firewall: own")
     undo = privilege.as_root(host, ["nft", "delete", "table", "inet", table])
-    # Recorded first: a run killed between the two still has it deleted at teardown.
+    # Recorded before it is applied: a run killed between the two still has the table
+    # deleted at teardown (the batch is atomic: a failed one leaves the table as it was).
     procs.record_change(_key(host), host.name,
                         host.ssh_settings() if host.remote else None,
                         undo if host.remote else host.wrap(undo),
                         # nft's word for a table that is not there
                         gone_if="No such file or directory",
-                        interfaces=known["interfaces"], addresses=known["addresses"],
-                        table=table)
+                        interfaces=interfaces, addresses=addresses, table=table)
     done = host.run(privilege.as_root(host, ["nft", commands]), check=False)
     if done.returncode != 0:
         raise GuardError(f"{where}: host {host.name}: nft could not apply the link guard "
                          f"({(done.stderr or done.stdout).strip()[-300:]}); is nftables "
                          "installed there?")
-    procs.record_change(_key(host), host.name,
-                        host.ssh_settings() if host.remote else None,
-                        undo if host.remote else host.wrap(undo),
-                        gone_if="No such file or directory",
-                        interfaces=interfaces, addresses=addresses, table=table)
 
 
 # A listener on every address: `0.0.0.0:port`, `*:port`, `[::]:port`.

@@ -11,6 +11,7 @@ byte for byte A's, so the same-build check holds by construction.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -67,8 +68,7 @@ def carry(host: Host, bin_dir: Path, where: str) -> str:
     """A's worker on B, ready to run: the directory it is in there. Made once per run
     and pair of hosts (a launch after the first finds it on record and checks its hashes
     again), recorded before the first byte is sent so that teardown removes it."""
-    files = carried_files(bin_dir)
-    sums = digests(files)
+    files, sums = _local_build(bin_dir)
     key = "worker-copy-" + hashlib.sha256(
         json.dumps([host.ssh_settings(), sums], sort_keys=True).encode()).hexdigest()[:16]
     known = procs.change(key)
@@ -94,7 +94,15 @@ def remove(host: Host, copy_dir: str) -> None:
     for record in procs.records_dir("changes").glob("worker-copy-*.json"):
         if (procs.read_record(record) or {}).get("dir") == copy_dir:
             host.run(["rm", "-rf", "--", copy_dir])
-            record.unlink()
+            procs.forget("changes", record.stem)
+
+
+@functools.lru_cache(maxsize=8)
+def _local_build(bin_dir: Path) -> tuple[dict[str, Path], dict[str, str]]:
+    """The files to carry and their sha256, read once per process: each launch of a
+    cell job asks again, and the files (megabytes) do not change during a run."""
+    files = carried_files(bin_dir)
+    return files, digests(files)
 
 
 def _send(host: Host, files: dict[str, Path], copy_dir: str) -> None:
