@@ -179,7 +179,7 @@ def _anchor_medians(requests: pd.DataFrame | None) -> dict[str, float] | None:
 
 
 TRIPS_COLUMNS = ["pair", "model", "workers", "round_trips", "round_trips_se",
-                 "round_trips_from"]
+                 "round_trips_from", "turns_counted"]
 SWEEP, COUNTED = "the delay sweep", "counted from the RPC packets"
 FLOOR = "assumed: the floor of one per RPC worker, nothing measured them"
 
@@ -204,7 +204,9 @@ def round_trips(sweep_files: Sequence[str],
         rows.append({"pair": first["pair"], "model": first["model"],
                      "workers": int(first["workers"]),
                      "round_trips": fit["round_trips_per_token"],
-                     "round_trips_se": fit.get("round_trips_se"), "round_trips_from": SWEEP})
+                     "round_trips_se": fit.get("round_trips_se"), "round_trips_from": SWEEP,
+                     # The same sweep's requests, their turns counted from the packets.
+                     "turns_counted": fit.get("turns_per_token")})
     swept = {(r["pair"], r["model"], r["workers"]) for r in rows}
     rows += [row for row in _counted(summary) if
              (row["pair"], row["model"], row["workers"]) not in swept]
@@ -227,7 +229,7 @@ def _counted(summary: pd.DataFrame | None) -> list[dict]:
               else np.nan)
         rows.append({"pair": pair, "model": model, "workers": int(workers),
                      "round_trips": float(turns.median()), "round_trips_se": se,
-                     "round_trips_from": COUNTED})
+                     "round_trips_from": COUNTED, "turns_counted": float(turns.median())})
     return rows
 
 

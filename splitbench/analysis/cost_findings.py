@@ -209,9 +209,13 @@ def round_trip_floor(trips: pd.DataFrame, model_rows: pd.DataFrame, section: str
                  "the count's first edge)")
         # Within its ± of the floor, or (no ±: one cell) where it rounds to it.
         at_floor = abs(gap) <= unc if np.isfinite(unc) else abs(gap) < 0.005
+        counted = as_number(getattr(r, "turns_counted", np.nan))
+        above = ("blocking transactions a better protocol could save"
+                 if not np.isfinite(counted) or counted - r.workers > 0.05 else
+                 f"yet the packets count {counted:.2f} turns per token, so the extra is no "
+                 "transaction of its own but a cost each turn pays beyond the added latency")
         where = ("at the floor" if at_floor
-                 else f"{gap:+.2f} above the floor: blocking transactions a better "
-                      "protocol could save" if gap > 0
+                 else f"{gap:+.2f} above the floor: {above}" if gap > 0
                  else f"{-gap:.2f} below the floor: {below}")
         parts.append((f"{figure} round trips per token with {r.workers} RPC worker"
                       f"{'s' if r.workers > 1 else ''}",

@@ -367,3 +367,17 @@ def test_counted_round_trips_at_the_floor_read_so_without_a_spread():
     assert "(counted from the RPC packets; the floor is 1: at the floor)" in text, text
     low = findings.round_trip_floor(trips.assign(round_trips=0.9), trips.iloc[0:0], "m").text
     assert "0.10 below the floor: fewer turns than tokens were counted" in low, low
+
+
+def test_a_sweep_above_the_floor_whose_packets_count_the_floor_is_no_extra_transaction():
+    """The lab's sweep read 1.07 ±0.03 where the same requests' packets counted 1.00
+    turns: the finding may not call the 0.07 a transaction a protocol could save."""
+    trips = pd.DataFrame([{"pair": "lab", "model": "m", "workers": 1, "round_trips": 1.07,
+                           "round_trips_se": 0.015, "round_trips_from": "the delay sweep",
+                           "turns_counted": 1.0}])
+    text = findings.round_trip_floor(trips, trips.iloc[0:0], "m").text
+    assert "+0.07 above the floor: yet the packets count 1.00 turns per token" in text, text
+    assert "could save" not in text
+    more = findings.round_trip_floor(trips.assign(turns_counted=2.0), trips.iloc[0:0],
+                                     "m").text
+    assert "blocking transactions a better protocol could save" in more
