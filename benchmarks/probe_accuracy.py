@@ -20,7 +20,6 @@ import numpy as np
 
 from splitbench.infra import teardown
 from splitbench.links import lab, verify
-from splitbench.links.link import PROBE_PORT, SOCKPERF_PORT
 
 LINKS = [
     {"pair": "bench", "link": "direct", "index": 1, "mode": "embedded"},
@@ -33,11 +32,11 @@ def measure(spec: dict, samples: int, sockperf_seconds: int) -> list[dict]:
     link = lab.ensure_link(spec)
     key = f"bench-{spec['link']}"
     verify.serve(link, "probe", key, [sys.executable, "-m", "splitbench.remote.probe", "serve",
-                                      link.addr_b, str(PROBE_PORT)], PROBE_PORT)
+                                      link.addr_b, str(link.ports.probe)], link.ports.probe)
     verify.serve(link, "sockperf", key, ["sockperf", "server", "--tcp", "-i", link.addr_b,
-                                         "-p", str(SOCKPERF_PORT)], SOCKPERF_PORT)
+                                         "-p", str(link.ports.sockperf)], link.ports.sockperf)
     client = [sys.executable, "-m", "splitbench.remote.probe", "client", link.connect_addr,
-              str(PROBE_PORT), "--sizes", ",".join(map(str, SIZES)),
+              str(link.ports.probe), "--sizes", ",".join(map(str, SIZES)),
               "--samples", str(samples)]
     rtts = json.loads(link.host_a.run(client, timeout=900).stdout)
     fit = verify.fixed_overhead(rtts)
@@ -45,7 +44,7 @@ def measure(spec: dict, samples: int, sockperf_seconds: int) -> list[dict]:
     for size in (64, 16384):
         result = link.host_a.run(
             ["sockperf", "ping-pong", "--tcp", "-i", link.connect_addr, "-p",
-             str(SOCKPERF_PORT), "-m", str(size), "-t", str(sockperf_seconds), "--full-rtt"],
+             str(link.ports.sockperf), "-m", str(size), "-t", str(sockperf_seconds), "--full-rtt"],
             timeout=60)
         sockperf_p50 = verify.parse_sockperf(result.stdout)["sockperf_p50_us"]
         probe_p50 = float(np.median(rtts[str(size)]))

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from splitbench.errors import SplitbenchError
-from splitbench.infra import files, procs
-from splitbench.infra.hosts import Host, HostError
+from splitbench.infra import files, procs, turns
+from splitbench.infra.hosts import HostError
 from splitbench.infra.leftovers import stop_recorded
 from splitbench.infra.polling import poll_until
 from splitbench.links import guard
@@ -31,16 +31,13 @@ from splitbench.slices import LinkSlice, ServerSettings
 if TYPE_CHECKING:
     from splitbench.infra.procs import ProcRecord
 
-HTTP_PORT = 8080
-
-
 class LaunchError(SplitbenchError):
     """A block's servers did not come up (either backend); the message says which and
     carries its log's tail."""
 
 
-# Each slot's offset from a launch's base ports (the HTTP port, vLLM's rendezvous port).
-SLOT_PORTS = {"": 0, "reference": 1, **{f"point{i}": 2 + i for i in range(MAX_SLOTS - 2)}}
+# Each slot's index among a run's per-slot ports (the HTTP port, vLLM's rendezvous port).
+SLOT_INDEX = {"": 0, "reference": 1, **{f"point{i}": 2 + i for i in range(MAX_SLOTS - 2)}}
 
 
 @dataclass(frozen=True)
@@ -81,7 +78,7 @@ def launch_block(link_spec: LinkSlice, settings: ServerSettings,
         verify.verification_failure(pair, name)
     if why:
         return {**failed, "error": why}
-    with procs.locked(f"pair-{pair}"):
+    with turns.turn_of(link_spec):
         link = real.ensure(link_spec)
         try:
             return start(link)
@@ -160,10 +157,9 @@ def fingerprint(link: Any, settings: ServerSettings, model_sha: str, build_id: s
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def http_port(host_a: Host, slot: str) -> int:
-    """The launch's HTTP port on host A (beside the lab's own ports when A is this
-    machine's loopback)."""
-    return (HTTP_PORT if host_a.netns else HTTP_PORT + 10000) + SLOT_PORTS[slot]
+def http_port(link: Link, slot: str) -> int:
+    """The launch's HTTP port on host A: in the run's block (links/link.py's Ports)."""
+    return link.ports.http(SLOT_INDEX[slot])
 
 
 def named(pair: str, slot: str) -> str:
@@ -211,7 +207,8 @@ def open_listeners(link: Link, keys: list[str]) -> list[str]:
         sessions = [record["pid"] for record in map(procs.find, keys)
                     if record is not None and record.get("host") == host.name]
         found += [f"host {host.name}: {listener}"
-                  for listener in guard.uncovered_listeners(host, sessions, guarded)]
+                  for listener in guard.uncovered_listeners(host, sessions,
+                                                             link.ports if guarded else None)]
     return found
 
 

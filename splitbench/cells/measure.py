@@ -16,7 +16,14 @@ from rich.console import Console
 
 from splitbench import backends, results
 from splitbench.backends import Launch, client, metrics
-from splitbench.infra import archive, interference, parquet_io, procs, telemetry, wakeup
+from splitbench.infra import (
+    archive,
+    interference,
+    parquet_io,
+    telemetry,
+    turns,
+    wakeup,
+)
 from splitbench.infra.hosts import HostError
 from splitbench.links import real, verify
 from splitbench.records import LaunchRecord, ModelInfo, ToolchainRecord
@@ -113,7 +120,7 @@ def _measured(cell: CellSlice, link_spec: LinkSlice, model: ModelInfo,
     measured = []
     # One job at a time drives a pair: another would relaunch its servers mid-cell.
     hosts = {"a": link.host_a, "b": link.host_b}
-    with procs.locked(f"pair-{link.pair}"), wakeup.during(cell, hosts) as held:
+    with turns.turn(link.pair, link.host_b), wakeup.during(cell, hosts) as held:
         for repeat in range(cell.get("repeats", 1)):
             measured.append(_measure(cell, link, reference, model, launch, toolchain,
                                      fingerprint, repeat, held))

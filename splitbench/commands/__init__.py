@@ -17,6 +17,8 @@ from types import ModuleType
 NAMES = ("toolchain", "toolchain-vllm", "model", "link", "launch", "cell", "roundtrips",
          "roundtrips-table", "aggregate", "drift", "findings", "charts", "report", "checks",
          "cells", "teardown", "whatif", "doctor")
+# The commands a workflow's rules run (the others are a person's).
+BY_A_RULE = NAMES[:-4]
 
 
 def load(name: str) -> ModuleType:

@@ -232,9 +232,9 @@ class Model(Section):
     worker_args: list[str] = key(description="extra ggml-rpc-server arguments (e.g. [-c] "
                                              "for its cache); -H, -p and -t are "
                                              "splitbench's")
-    workers: int = key(1, "ggml-rpc-server processes on host B (ports 50052, 50053, ...); "
-                          "B's layers are split evenly across them and A hands activations "
-                          "from one to the next", ge=1, le=4)
+    workers: int = key(1, "ggml-rpc-server processes on host B (a port each, from the "
+                          "run's first); B's layers are split evenly across them and A "
+                          "hands activations from one to the next", ge=1, le=4)
 
 
 class Paired(Section):

@@ -7,8 +7,10 @@ accepts on any other interface. So, before a real link carries anything, each ho
 one nftables table of this run's own (`inet splitbench_<10 hex of the run's state
 directory>`, both address families): packets that arrive on an interface other than
 loopback and the pair's link interfaces are dropped when they are for a link address,
-or for the worker and rendezvous ports on any address, and another user's connections
-to those ports over loopback are dropped (`meta skuid`). The table only ever drops; it
+or for the run's own block of ports (link.py's `Ports`: its workers, probes, vLLM's
+rendezvous store and HTTP front) on any address, and another user's connections to
+those ports over loopback are dropped (`meta skuid`). Other ports, other interfaces'
+addresses and other runs' blocks are left alone. The table only ever drops; it
 is replaced whole when a link of the pair is added, recorded (with its undo) before it
 is applied, and deleted at teardown. Another run's table is never touched.
 
@@ -29,7 +31,7 @@ from collections.abc import Iterable
 from splitbench.errors import SplitbenchError
 from splitbench.infra import privilege, procs
 from splitbench.infra.hosts import Host
-from splitbench.links.link import GUARDED_PORTS
+from splitbench.links.link import Ports
 
 TABLE_PREFIX = "splitbench"
 
@@ -45,23 +47,24 @@ def table_name() -> str:
     return f"{TABLE_PREFIX}_{run}"
 
 
-def _ports() -> str:
-    return ", ".join(f"{low}-{high}" for low, high in GUARDED_PORTS)
-
-
-def ruleset(interfaces: Iterable[str], addresses: Iterable[str], table: str,
-            uid: int | None = None) -> str:
+def ruleset(interfaces: Iterable[str], addresses: Iterable[str], blocks: Iterable[int],
+            table: str, uid: int | None = None, made: Iterable[str] = ()) -> str:
     """The nft commands that (re)make the run's table, as one atomic batch: packets
     from interfaces other than loopback and the links' are dropped when they are for a
     link address or a port the run serves on; with `uid`, connections over loopback to
     those ports from any other user are dropped too (the worker has no authentication,
     and every local user can reach a link address through loopback)."""
     names = ", ".join(json.dumps(name) for name in ["lo", *sorted(set(interfaces))])
+    served = ", ".join(f"{base}-{Ports(base).last}" for base in sorted(set(blocks)))
     by_family: dict[int, list[str]] = {4: [], 6: []}
     for addr in sorted(set(addresses)):
         by_family[ipaddress.ip_address(addr.split("%")[0]).version].append(addr.split("%")[0])
+    # The table's comment names the interface changes the run holds on this host
+    # (`token`): another run on the same link shares them (`shared_undo`).
+    comment = "".join(sorted(set(made)))
     commands = [
-        f"add table inet {table}", f"delete table inet {table}", f"add table inet {table}",
+        f"add table inet {table}", f"delete table inet {table}",
+        f"add table inet {table}" + (f' {{ comment "{comment}"; }}' if comment else ""),
         f"add chain inet {table} input {{ type filter hook input priority filter - 10; "
         "policy accept; }",
         f"add rule inet {table} input iifname {{ {names} }} accept",
@@ -70,16 +73,57 @@ def ruleset(interfaces: Iterable[str], addresses: Iterable[str], table: str,
         if by_family[version]:
             commands.append(f"add rule inet {table} input {family} daddr "
                             f"{{ {', '.join(by_family[version])} }} drop")
-    commands.append(f"add rule inet {table} input tcp dport {{ {_ports()} }} drop")
+    commands.append(f"add rule inet {table} input tcp dport {{ {served} }} drop")
     if uid is not None:
         # Locally made packets carry their socket's owner (the output hook): another
         # user's connection to the run's ports over loopback ends at its first packet.
         commands += [
             f"add chain inet {table} output {{ type filter hook output priority filter - "
             "10; policy accept; }",
-            f'add rule inet {table} output oifname "lo" tcp dport {{ {_ports()} }} '
+            f'add rule inet {table} output oifname "lo" tcp dport {{ {served} }} '
             f"meta skuid != {uid} drop"]
     return "; ".join(commands)
+
+
+def token(change: str, interface: str, value: str = "") -> str:
+    """An interface change as the run's table names it: `[up:eth1]` (it was down),
+    `[addr:eth1:10.0.0.2/30]`, `[mtu:eth1:1500]` (the MTU it had)."""
+    return f"[{change}:{interface}{':' + value if value else ''}]"
+
+
+def made_elsewhere(host: Host) -> set[str]:
+    """The interface changes other runs' tables on `host` hold (their `token`s): a
+    change already so on an interface may be another run's, for which this run then
+    shares the undo. Empty where splitbench may not read the host's tables."""
+    if not privilege.can(host, privilege.FOR_GUARD):
+        return set()
+    nft = privilege.as_root(host, ["nft"])
+    listed = host.run([*nft, "list", "tables"], check=False).stdout
+    held: set[str] = set()
+    for name in re.findall(rf"^table inet ({TABLE_PREFIX}_[0-9a-f]+)$", listed, re.M):
+        if name != table_name():
+            shown = host.run([*nft, "list", "table", "inet", name], check=False).stdout
+            for comment in re.findall(r'^\s*comment "([^"]*)"', shown, re.M):
+                held |= set(re.findall(r"\[[^\]]+\]", comment))
+    return held
+
+
+# Runs `undo` unless another run's table on the host still holds `token`: two runs on
+# one link each record the change, and whichever ends last undoes it.
+_UNLESS_HELD = r"""own=$1 token=$2 nft=$3; shift 3
+for t in $($nft list tables | sed -n 's/^table inet \(splitbench_[0-9a-f]*\)$/\1/p'); do
+  [ "$t" = "$own" ] && continue
+  $nft list table inet "$t" | grep -qF -- "$token" && exit 0
+done
+exec "$@"
+"""
+
+
+def shared_undo(host: Host, change: str, undo: list[str]) -> list[str]:
+    """`undo` (as root on the host already) made only where no other run's table holds
+    `change`: the command teardown records for an interface change of a guarded link."""
+    nft = " ".join(privilege.as_root(host, ["nft"]))
+    return ["sh", "-c", _UNLESS_HELD, "sh", table_name(), change, nft, *undo]
 
 
 def _key(host: Host) -> str:
@@ -88,19 +132,24 @@ def _key(host: Host) -> str:
     return f"nft-{hashlib.sha256(identity.encode()).hexdigest()[:16]}"
 
 
-def cover(host: Host, interface: str, address: str, firewall: str, where: str) -> None:
+def cover(host: Host, interface: str, address: str, ports: Ports, firewall: str,
+          where: str, made: Iterable[str] = ()) -> None:
     """Make `interface` (and `address` on it) one of the host's link ends in the run's
-    table, recorded (with its undo) before it is applied; with the pair's `firewall:
-    own`, left to the user. Raises GuardError when it cannot, with the command that
-    would."""
+    table, and `ports` (the run's block for the pair) among the ports it keeps off
+    other interfaces, recorded (with its undo) before it is applied; with the pair's
+    `firewall: own`, left to the user. `made`: the tokens of the interface changes the
+    run holds there (named in the table's comment). Raises GuardError when it cannot,
+    with the command that would."""
     if firewall == "own":
         return
     table = table_name()
-    known = procs.change(_key(host)) or {"interfaces": [], "addresses": []}
+    known = procs.change(_key(host)) or {"interfaces": [], "addresses": [], "blocks": []}
     interfaces = sorted({*known["interfaces"], interface})
     addresses = sorted({*known["addresses"], address})
+    blocks = sorted({*known.get("blocks", []), ports.base})
+    held = sorted({*known.get("made", []), *made})
     uid = privilege.login_uid(host)
-    commands = ruleset(interfaces, addresses, table, uid)
+    commands = ruleset(interfaces, addresses, blocks, table, uid, held)
     if not privilege.can(host, privilege.FOR_GUARD):
         raise GuardError(
             f"{where}: splitbench is neither root on host {host.name} nor allowed nft "
@@ -116,7 +165,8 @@ def cover(host: Host, interface: str, address: str, firewall: str, where: str) -
                         undo if host.remote else host.wrap(undo),
                         # nft's word for a table that is not there
                         gone_if="No such file or directory",
-                        interfaces=interfaces, addresses=addresses, table=table)
+                        interfaces=interfaces, addresses=addresses, blocks=blocks,
+                        made=held, table=table)
     done = host.run(privilege.as_root(host, ["nft", commands]), check=False)
     if done.returncode != 0:
         raise GuardError(f"{where}: host {host.name}: nft could not apply the link guard "
@@ -130,13 +180,13 @@ _WILDCARD = re.compile(r"^(?:0\.0\.0\.0|\*|\[::\]|::):(\d+)$")
 _PROCESS_NAME = re.compile(r'"([^"]+)",pid=')
 
 
-def uncovered_listeners(host: Host, sessions: Iterable[int], guarded: bool = True
+def uncovered_listeners(host: Host, sessions: Iterable[int], covered: Ports | None
                         ) -> list[str]:
     """The listeners on every address that processes of `sessions` (each launch process
     starts a session of its own, and its children stay in it) hold on `host`, TCP and
-    UDP, whose port the guard does not cover (`guarded` False: the pair's firewall is
-    its own, and nothing is covered by splitbench): reachable from any network the
-    host is on. UDP is never covered: the guard's port rule is TCP's."""
+    UDP, whose port the guard does not cover (`covered`: the run's block; None where the
+    pair's firewall is its own, and nothing is covered by splitbench): reachable from
+    any network the host is on. UDP is never covered: the guard's port rule is TCP's."""
     sessions = {int(s) for s in sessions}
     if not sessions:
         return []
@@ -153,13 +203,9 @@ def uncovered_listeners(host: Host, sessions: Iterable[int], guarded: bool = Tru
         pids = {int(p) for p in re.findall(r"pid=(\d+)", line)}
         if not (match and pids & ours):
             continue
-        if guarded and protocol == "tcp" and _guarded(int(match.group(1))):
+        if covered is not None and protocol == "tcp" and int(match.group(1)) in covered:
             continue
         names = ", ".join(_PROCESS_NAME.findall(line))
         found.append(f"{local}{'' if protocol == 'tcp' else ' ' + protocol.upper()} "
                      f"({names})")
     return found
-
-
-def _guarded(port: int) -> bool:
-    return any(low <= port <= high for low, high in GUARDED_PORTS)

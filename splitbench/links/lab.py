@@ -16,12 +16,7 @@ import subprocess
 from splitbench.infra import files, procs
 from splitbench.infra.hosts import Host, HostError
 from splitbench.links import relay
-from splitbench.links.link import (
-    RPC_PORT,
-    SERVICE_PORTS,
-    Emulation,
-    Link,
-)
+from splitbench.links.link import Emulation, Link
 from splitbench.slices import LinkSlice
 
 
@@ -259,7 +254,7 @@ def relay_key(pair: str, link: str) -> str:
 
 
 def _start_relay(link: Link, delay_ms: float, key: str) -> None:
-    mappings = [f"{link.addr_a}:{port}={link.addr_b}:{port}" for port in SERVICE_PORTS]
+    mappings = [f"{link.addr_a}:{port}={link.addr_b}:{port}" for port in link.ports.relayed()]
     argv = relay.argv(delay_ms, mappings)
     procs.stop(relay_key(link.pair, link.name))
     # The relay stands for the wire: it lives in A's network namespace but runs on B's
@@ -269,5 +264,5 @@ def _start_relay(link: Link, delay_ms: float, key: str) -> None:
     started = wire.spawn(argv, role="relay", key=relay_key(link.pair, link.name),
                          extra={"pair": link.pair},
                          log_path=procs.state_dir() / "logs" / f"relay-{key}.log")
-    link.host_a.wait_listening(link.addr_a, RPC_PORT, timeout=10, server=started)
+    link.host_a.wait_listening(link.addr_a, link.ports.worker(0), timeout=10, server=started)
     link.emulation["relay_argv"] = argv

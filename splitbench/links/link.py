@@ -11,19 +11,64 @@ from typing import TypedDict
 
 from splitbench.infra.hosts import Host, HostJson
 
-RPC_PORT = 50052
-IPERF_PORT = 5201
-PROBE_PORT = 7777
-SOCKPERF_PORT = 11111
-MAX_WORKERS = 4  # RPC workers per launch, on ports RPC_PORT, RPC_PORT + 1, ...
-# vLLM's rendezvous store (host A, every address): one port per launch slot of a pair.
-RENDEZVOUS_PORT = 29501
-MAX_SLOTS = 18
-# What the firewall guard of a real pair keeps off every other network (links/guard.py).
-GUARDED_PORTS = ((RPC_PORT, RPC_PORT + MAX_WORKERS - 1),
-                 (RENDEZVOUS_PORT, RENDEZVOUS_PORT + MAX_SLOTS - 1))
-# Ports the delay relay forwards (iperf3 measures the link itself, past the relay).
-SERVICE_PORTS = (*range(RPC_PORT, RPC_PORT + MAX_WORKERS), PROBE_PORT, SOCKPERF_PORT)
+MAX_WORKERS = 4  # RPC workers per launch
+MAX_SLOTS = 18  # launches of a pair at once: the default, the reference and 16 sweep points
+# A run's ports are one block of this many, from a base; the first block starts at
+# ggml-rpc-server's own default port.
+PORT_BLOCK = 64
+FIRST_PORT = 50052
+PORT_BLOCKS = 140  # 50052-59011: below the end of Linux's usual ephemeral range
+
+
+@dataclass(frozen=True)
+class Ports:
+    """The ports one run serves on, all within one block from `base`: the RPC workers
+    (B), iperf3, the latency probe and sockperf (B), vLLM's rendezvous store and the
+    HTTP front (A), a port per launch slot. Two runs against the same host B, or on the
+    same host A, take two blocks (links/ports.py), so they never share one; the firewall
+    guard covers exactly the run's block."""
+
+    base: int = FIRST_PORT
+
+    def worker(self, index: int) -> int:
+        if not 0 <= index < MAX_WORKERS:
+            raise ValueError(f"at most {MAX_WORKERS} RPC workers per launch")
+        return self.base + index
+
+    @property
+    def iperf(self) -> int:
+        return self.base + MAX_WORKERS
+
+    @property
+    def probe(self) -> int:
+        return self.base + MAX_WORKERS + 1
+
+    @property
+    def sockperf(self) -> int:
+        return self.base + MAX_WORKERS + 2
+
+    def rendezvous(self, slot: int) -> int:
+        return self.base + 8 + self._slot(slot)
+
+    def http(self, slot: int) -> int:
+        return self.base + 8 + MAX_SLOTS + self._slot(slot)
+
+    @property
+    def last(self) -> int:
+        return self.base + PORT_BLOCK - 1
+
+    def __contains__(self, port: object) -> bool:
+        return isinstance(port, int) and self.base <= port <= self.last
+
+    def relayed(self) -> list[int]:
+        """What the delay relay forwards (iperf3 measures the link itself, past it)."""
+        return [*(self.worker(i) for i in range(MAX_WORKERS)), self.probe, self.sockperf]
+
+    @staticmethod
+    def _slot(slot: int) -> int:
+        if not 0 <= slot < MAX_SLOTS:
+            raise ValueError(f"at most {MAX_SLOTS} launch slots per pair")
+        return slot
 
 
 class Emulation(TypedDict, total=False):
@@ -58,6 +103,7 @@ class LinkJson(TypedDict):
     interface_a: str | None
     interface_b: str | None
     emulation: Emulation
+    port_base: int
 
 
 @dataclass
@@ -75,11 +121,13 @@ class Link:
     interface_a: str | None
     interface_b: str | None
     emulation: Emulation = field(default_factory=dict)
+    ports: Ports = field(default_factory=Ports)
 
     def to_json(self) -> LinkJson:
         data = asdict(self)
         data["host_a"] = asdict(self.host_a)
         data["host_b"] = asdict(self.host_b)
+        data["port_base"] = data.pop("ports")["base"]
         return data
 
     @classmethod
@@ -87,4 +135,5 @@ class Link:
         data = dict(data)
         data["host_a"] = Host(**data["host_a"])
         data["host_b"] = Host(**data["host_b"])
+        data["ports"] = Ports(data.pop("port_base", FIRST_PORT))
         return cls(**data)

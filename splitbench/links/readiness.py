@@ -13,14 +13,14 @@ import time
 from dataclasses import dataclass
 
 from splitbench.infra.hosts import Host, HostError, host_from_spec
-from splitbench.links.link import GUARDED_PORTS, IPERF_PORT, PROBE_PORT, SOCKPERF_PORT
+from splitbench.links import ports
 from splitbench.slices import HostsSlice
 
 OK, BAD, NOTE = "✓", "✗", "·"
 
 # What each host of a real pair runs (docs/two-machines.md, "What each host needs").
 TOOLS_A = ("ip", "ping", "iperf3", "ss", "sha256sum")
-TOOLS_B = ("ip", "ping", "iperf3", "ss", "sha256sum", "setsid", "mktemp")
+TOOLS_B = ("ip", "ping", "iperf3", "ss", "sha256sum", "setsid", "mktemp", "flock")
 TOOLS_EMBEDDED = ("ip", "ping", "iperf3", "ss", "taskset", "cc")
 
 
@@ -57,7 +57,8 @@ def pair_hosts(pair: str, hosts_spec: HostsSlice) -> list[Line]:
     lines.append(Line(OK, pair, f"host B reached over SSH ({host_b.ssh}), its host key "
                                 "known"))
     lines += tools(host_b, pair, TOOLS_B)
-    lines += [python(host_b, pair), ports_free(host_b, pair), clock(host_a, host_b, pair)]
+    lines += [python(host_b, pair), ports_free(host_a, host_b, pair),
+              clock(host_a, host_b, pair)]
     return lines + [wakeup(host, pair) for host in (host_a, host_b)]
 
 
@@ -82,7 +83,7 @@ def tools(host: Host, pair: str, wanted: tuple[str, ...]) -> list[Line]:
 def _package(tool: str) -> str:
     return {"ip": "iproute2", "ss": "iproute2", "ping": "iputils-ping", "nft": "nftables",
             "sha256sum": "coreutils", "mktemp": "coreutils", "setsid": "util-linux",
-            "taskset": "util-linux", "cc": "gcc"}.get(tool, tool)
+            "flock": "util-linux", "taskset": "util-linux", "cc": "gcc"}.get(tool, tool)
 
 
 def python(host: Host, pair: str) -> Line:
@@ -94,21 +95,17 @@ def python(host: Host, pair: str) -> Line:
                 "install python3 there, or set hosts.b.python to one")
 
 
-def ports_free(host_b: Host, pair: str) -> Line:
-    wanted = {IPERF_PORT, PROBE_PORT, SOCKPERF_PORT,
-              *range(GUARDED_PORTS[0][0], GUARDED_PORTS[0][1] + 1)}
-    taken = []
-    for line in host_b.run(["ss", "-Hltn"], check=False).stdout.splitlines():
-        fields = line.split()
-        if len(fields) >= 4 and fields[3].rsplit(":", 1)[-1].isdigit() and \
-                int(fields[3].rsplit(":", 1)[-1]) in wanted:
-            taken.append(fields[3])
-    if taken:
-        return Line(BAD, pair, f"host B: ports splitbench serves on are taken: "
-                               f"{', '.join(sorted(taken))}",
+def ports_free(host_a: Host, host_b: Host, pair: str) -> Line:
+    """The block of ports this run's servers would take (links/ports.py): one where
+    neither host listens."""
+    block = ports.free_block([host_a, host_b])
+    if block is None:
+        return Line(BAD, pair, "every block of ports splitbench can serve on has a "
+                               "listener on host A or host B",
                     "stop what listens there (a run left behind: python -m splitbench "
                     "teardown)")
-    return Line(OK, pair, "host B: the worker, iperf3, probe and sockperf ports are free")
+    return Line(OK, pair, f"ports {block.base}-{block.last} are free on both hosts for "
+                          "this run's servers")
 
 
 def clock(host_a: Host, host_b: Host, pair: str) -> Line:

@@ -17,7 +17,7 @@ import json
 from splitbench.errors import SplitbenchError
 from splitbench.infra import files, privilege, procs
 from splitbench.infra.hosts import Host, HostError, host_from_spec
-from splitbench.links import guard, lab
+from splitbench.links import guard, lab, ports
 from splitbench.links.link import Link
 from splitbench.slices import LinkSlice
 
@@ -45,23 +45,30 @@ def _set_up(spec: LinkSlice) -> Link:
     where = f"pair '{spec['pair']}', link '{spec['link']}'"
     host_a = host_from_spec("a", spec["hosts"]["a"])
     host_b = host_from_spec("b", spec["hosts"]["b"])
+    try:
+        run_ports = ports.for_pair(spec["pair"], host_a, host_b)
+    except (ports.PortsError, HostError) as exc:
+        raise SetupError(str(exc)) from exc
     applied: list[list[str]] = []
-    ends = {}
+    guarded = spec.get("firewall", "guard") == "guard"
+    ends, held = {}, {}
     for side, host in (("a", host_a), ("b", host_b)):
         ifname = spec[f"interface_{side}"]
         _require_interface(host, ifname, where)
         refuse_default_route(host, ifname, where)
         if spec.get("adopt"):
-            ends[side] = _existing_address(host, ifname, where)
+            ends[side], held[side] = _existing_address(host, ifname, where), []
         else:
-            ends[side] = _configure(host, ifname, spec[f"addr_{side}"], spec.get("prefix", 30),
-                                    spec.get("mtu"), where, applied)
+            ends[side], held[side] = _configure(
+                host, ifname, spec[f"addr_{side}"], spec.get("prefix", 30), spec.get("mtu"),
+                where, applied, guarded)
     link = Link(
         spec["pair"], spec["link"], host_a, host_b, ends["a"], ends["b"], ends["b"],
         spec["interface_a"], spec["interface_b"],
         {"mode": "real", "rate": "none", "delay": "none", "rate_gbit_a_to_b": None,
          "rate_gbit_b_to_a": None, "delay_ms": 0.0, "applied": applied,
          "firewall": spec.get("firewall", "guard")},
+        run_ports,
     )
     reply = host_a.run(["ping", "-n", "-c", "3", "-i", "0.2", "-W", "2", "-I",
                         link.interface_a, link.addr_b], check=False, timeout=30)
@@ -69,10 +76,11 @@ def _set_up(spec: LinkSlice) -> Link:
         raise SetupError(f"{where}: host a cannot reach host b at {link.addr_b} over "
                          f"{link.interface_a}: {(reply.stdout + reply.stderr).strip()[-300:]}")
     # Before anything listens on the link: reachable through its cable only.
-    for host, ifname, addr in ((host_a, link.interface_a, link.addr_a),
-                               (host_b, link.interface_b, link.addr_b)):
+    for side, host, ifname, addr in (("a", host_a, link.interface_a, link.addr_a),
+                                     ("b", host_b, link.interface_b, link.addr_b)):
         try:
-            guard.cover(host, ifname, addr, spec.get("firewall", "guard"), where)
+            guard.cover(host, ifname, addr, run_ports, spec.get("firewall", "guard"),
+                        where, held[side])
         except (guard.GuardError, HostError) as exc:
             raise SetupError(str(exc)) from exc
     return link
@@ -114,25 +122,38 @@ def _existing_address(host: Host, ifname: str, where: str) -> str:
 
 
 def _configure(host: Host, ifname: str, addr: str, prefix: int, mtu: int | None, where: str,
-               applied: list) -> str:
+               applied: list, guarded: bool) -> tuple[str, list[str]]:
     """Bring the interface up, give it the link's address and MTU; each change that was
     not already so is recorded with its undo, which the run's teardown makes (the address
     removed, the MTU and the down state restored), so the user's interface is left as it
-    was found."""
+    was found. On a guarded link, a change already so that another run's table holds
+    (a second run on the same link) is recorded too, and each undo is made only by the
+    last run holding it. Returns the address and the tokens of the changes held."""
     ipaddress.ip_interface(f"{addr}/{prefix}")  # a typo fails here, before any change
     before = json.loads(host.run(["ip", "-j", "addr", "show", "dev", ifname]).stdout)[0]
     had = {f"{a['local']}/{a['prefixlen']}" for a in before.get("addr_info", [])}
-    steps = []  # (command, its undo or None where nothing changes)
-    if "UP" not in before.get("flags", []):
+    elsewhere = guard.made_elsewhere(host) if guarded else set()
+    # (command, its undo or None where nothing changes, the change's token)
+    steps: list[tuple[list[str], list[str] | None, str]] = []
+    up = guard.token("up", ifname)
+    if "UP" not in before.get("flags", []) or up in elsewhere:
         steps.append((["ip", "link", "set", "dev", ifname, "up"],
-                      ["ip", "link", "set", "dev", ifname, "down"]))
+                      ["ip", "link", "set", "dev", ifname, "down"], up))
+    address = guard.token("addr", ifname, f"{addr}/{prefix}")
     steps.append((["ip", "addr", "replace", f"{addr}/{prefix}", "dev", ifname],
-                  None if f"{addr}/{prefix}" in had
-                  else ["ip", "addr", "del", f"{addr}/{prefix}", "dev", ifname]))
-    if mtu and mtu != before.get("mtu"):
-        steps.append((["ip", "link", "set", "dev", ifname, "mtu", str(mtu)],
-                      ["ip", "link", "set", "dev", ifname, "mtu", str(before.get("mtu"))]))
-    for argv, undo in steps:
+                  None if f"{addr}/{prefix}" in had and address not in elsewhere
+                  else ["ip", "addr", "del", f"{addr}/{prefix}", "dev", ifname], address))
+    if mtu:
+        found = before.get("mtu")
+        # Another run set the MTU already: its token names the one the interface had.
+        shared = [t for t in elsewhere if t.startswith(f"[mtu:{ifname}:")]
+        if mtu != found or shared:
+            original = shared[0][len(f"[mtu:{ifname}:"):-1] if shared else str(found)
+            steps.append((["ip", "link", "set", "dev", ifname, "mtu", str(mtu)],
+                          ["ip", "link", "set", "dev", ifname, "mtu", original],
+                          guard.token("mtu", ifname, original)))
+    held = []
+    for argv, undo, change in steps:
         try:
             result = host.run(privilege.as_root(host, argv), check=False)
         except privilege.PrivilegeError as exc:
@@ -144,9 +165,11 @@ def _configure(host: Host, ifname: str, addr: str, prefix: int, mtu: int | None,
                              "(python -m splitbench doctor prints the sudoers line)")
         applied.append([f"host {host.name}", *argv])
         if undo:
-            _record_undo(host, privilege.as_root(host, undo),
-                         f"{where} {host.name} {' '.join(argv[:-2])}")
-    return addr
+            held.append(change)
+            as_root = privilege.as_root(host, undo)
+            _record_undo(host, guard.shared_undo(host, change, as_root) if guarded
+                         else as_root, f"{where} {host.name} {' '.join(argv[:-2])}")
+    return addr, held
 
 
 def _record_undo(host: Host, undo: list[str], what: str) -> None:

@@ -23,7 +23,7 @@ from splitbench.infra.hosts import Host, HostError
 from splitbench.infra.ssh_errors import SSHError
 from splitbench.links import history, lab, real
 from splitbench.links.figures import LinkFacts, LinkRow, SockperfFigures, ThroughputFigures
-from splitbench.links.link import IPERF_PORT, PROBE_PORT, SOCKPERF_PORT, Emulation, Link
+from splitbench.links.link import Emulation, Link
 from splitbench.remote import linkfacts, probe
 from splitbench.slices import LinkCheckSettings, LinkSlice
 
@@ -101,12 +101,12 @@ def latency_probe(link: Link) -> Iterator[Callable[[int], float]]:
     name = f"{link.pair}__{link.name}"
     try:
         serve(link, "probe", name,
-              probe.server_argv(link.host_b.python, link.addr_b, PROBE_PORT),
-              PROBE_PORT)
+              probe.server_argv(link.host_b.python, link.addr_b, link.ports.probe),
+              link.ports.probe)
 
         def measure(samples: int) -> float:
             with link.host_a.entered():
-                rtts = probe.measure(link.connect_addr, PROBE_PORT, [64], samples)
+                rtts = probe.measure(link.connect_addr, link.ports.probe, [64], samples)
             return float(np.median(rtts["64"]))
 
         yield measure
@@ -125,14 +125,14 @@ def verify(spec: LinkSlice, settings: LinkCheckSettings, out: str | Path) -> pd.
     with_sockperf = (settings.get("sockperf", True) and _has(link.host_a, "sockperf")
                      and _has(link.host_b, "sockperf"))
     servers = {
-        "iperf3": (["iperf3", "-s", "-B", link.addr_b, "-p", str(IPERF_PORT)],
-                   IPERF_PORT),
-        "probe": (probe.server_argv(link.host_b.python, link.addr_b, PROBE_PORT),
-                   PROBE_PORT),
+        "iperf3": (["iperf3", "-s", "-B", link.addr_b, "-p", str(link.ports.iperf)],
+                   link.ports.iperf),
+        "probe": (probe.server_argv(link.host_b.python, link.addr_b, link.ports.probe),
+                   link.ports.probe),
     }
     if with_sockperf:
         servers["sockperf"] = (["sockperf", "server", "--tcp", "-i", link.addr_b, "-p",
-                                str(SOCKPERF_PORT)], SOCKPERF_PORT)
+                                str(link.ports.sockperf)], link.ports.sockperf)
     commands: list[list[str]] = [argv for argv, _ in servers.values()]
     row: LinkRow = {"route_dev_a": _check_route(link, where)}
     try:
@@ -251,7 +251,7 @@ def _throughput(link: Link, settings: LinkCheckSettings, commands: list,
     iperf3 talks to B's own address, past any delay relay: the rate is set by the link
     (and its shaping), and a userspace relay would measure itself instead.
     """
-    base = ["iperf3", "-c", link.addr_b, "-p", str(IPERF_PORT),
+    base = ["iperf3", "-c", link.addr_b, "-p", str(link.ports.iperf),
             "-t", str(settings["iperf_seconds"]), "-O", str(settings["iperf_omit"]),
             "-P", str(settings["iperf_streams"]), "-J"]
     if settings.get("iperf_block"):
@@ -328,7 +328,7 @@ def _request_response(link: Link, settings: LinkCheckSettings, commands: list) -
     payload = settings["rr_payload_bytes"]
     sizes = sorted({*settings["rr_sizes"], payload})
     client = [sys.executable, "-m", "splitbench.remote.probe", "client", link.connect_addr,
-              str(PROBE_PORT), "--sizes", ",".join(map(str, sizes)),
+              str(link.ports.probe), "--sizes", ",".join(map(str, sizes)),
               "--samples", str(settings["rr_samples"])]
     commands.append(client)
     rtts = json.loads(link.host_a.run(client, timeout=600).stdout)
@@ -358,7 +358,7 @@ def _sockperf(link: Link, settings: LinkCheckSettings, commands: list) -> Sockpe
     out: SockperfFigures = {}
     for size, prefix in ((64, "sockperf64"), (settings["rr_payload_bytes"], "sockperf16k")):
         argv = ["sockperf", "ping-pong", "--tcp", "-i", link.connect_addr, "-p",
-                str(SOCKPERF_PORT), "-m", str(size), "-t", "2", "--full-rtt"]
+                str(link.ports.sockperf), "-m", str(size), "-t", "2", "--full-rtt"]
         commands.append(argv)
         result = link.host_a.run(argv, timeout=60, check=False)
         parsed = parse_sockperf(result.stdout + result.stderr)

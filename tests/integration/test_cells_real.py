@@ -23,7 +23,6 @@ from splitbench.backends.llamacpp.backend import BACKEND as LLAMACPP
 from splitbench.cells import measure
 from splitbench.infra import interference, procs, telemetry
 from splitbench.links import real
-from splitbench.links.link import RPC_PORT
 from tests.conftest import needs_root
 
 
@@ -227,9 +226,10 @@ def test_a_launch_that_fails_on_host_b_is_a_row_stamped_when_it_failed(bench):
     assert frame["status"].tolist() == ["load"] * 2
     assert frame["error_text"].nunique() == 1
     text = frame["error_text"].iloc[0]
-    addr_b = real.ensure(LINK).addr_b
-    said = re.fullmatch(rf"host b: rpc-server exited with code ([1-9]\d*) before it "
-                        rf"listened on {re.escape(addr_b)}:{RPC_PORT}; its log: (\S+)", text)
+    link = real.ensure(LINK)
+    said = re.fullmatch(rf"host b: rpc-server exited with code ([1-9]\d*) before it listened "
+                        rf"on {re.escape(link.addr_b)}:{link.ports.worker(0)}; its log: (\S+)",
+                        text)
     assert said, text
     log = Path(said[2])
     assert "unknown device: NoSuchDevice" in log.read_text(), log.read_text()

@@ -14,7 +14,7 @@ import pytest
 from splitbench.configuration import LinkCheck, defaults
 from splitbench.infra import procs, teardown
 from splitbench.links import lab
-from splitbench.links.link import IPERF_PORT, PROBE_PORT, Link
+from splitbench.links.link import Link
 from tests.conftest import needs_root
 from tests.support import namespaces
 
@@ -28,7 +28,7 @@ def probe_min_us(link: Link, size: int = 64) -> float:
     machine only adds to a round trip, so the minimum is the link's property, where a
     median would also measure the machine's load."""
     client = [sys.executable, "-m", "splitbench.remote.probe", "client", link.connect_addr,
-              str(PROBE_PORT), "--sizes", str(size), "--samples", "60"]
+              str(link.ports.probe), "--sizes", str(size), "--samples", "60"]
     return min(json.loads(link.host_a.run(client).stdout)[str(size)])
 
 
@@ -41,10 +41,10 @@ def relay_earliest_us(state_dir) -> list[float]:
 
 def serve_probe(link: Link, state_dir) -> None:
     link.host_b.spawn([sys.executable, "-m", "splitbench.remote.probe", "serve", link.addr_b,
-                       str(PROBE_PORT)], role="probe", key="probe-test",
+                       str(link.ports.probe)], role="probe", key="probe-test",
                       log_path=state_dir / "probe.log")
     # Wait on B itself: the relay on A accepts before B listens.
-    link.host_b.wait_listening(link.addr_b, PROBE_PORT, timeout=10)
+    link.host_b.wait_listening(link.addr_b, link.ports.probe, timeout=10)
 
 
 def test_loopback_lab_adds_delay_with_the_relay_never_early_at_most_25_percent_late(
@@ -173,7 +173,7 @@ def test_traffic_that_bypasses_the_link_stops_its_verification(state_dir, tmp_pa
     # Past the route check: iperf3 reaches B, but not over the link's interface.
     key = "tl__detour"
     verify.serve(link, "iperf3", key, ["iperf3", "-s", "-B", link.addr_b, "-p",
-                                      str(IPERF_PORT)], IPERF_PORT)
+                                      str(link.ports.iperf)], link.ports.iperf)
     with pytest.raises(verify.LinkError, match=rf"iperf3 traffic did not cross "
                                               rf"{link.interface_a} on host a"):
         verify._throughput(link, settings, [], "pair 'tl', link 'detour'")

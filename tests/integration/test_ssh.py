@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -27,6 +28,7 @@ from splitbench.configuration import parsed
 from splitbench.infra import parquet_io, procs, ssh, teardown, telemetry, wakeup
 from splitbench.infra.hosts import Host, HostError, host_from_spec
 from splitbench.links import real, verify
+from splitbench.links.link import PORT_BLOCK
 from tests.conftest import needs_root
 from tests.integration.test_lab import LINK_CHECK
 from tests.integration.test_sensors import nvml_says
@@ -583,32 +585,38 @@ def test_what_splitbench_serves_is_reachable_through_the_link_only(host_b, tmp_p
     lan_a, lan_b = lan_beside("a"), lan_beside("b")
     # Without the guard the neighbours reach both hosts: B's sshd on its link address
     # answers from B's LAN side, and A answers (nothing listens yet) on its LAN address.
-    assert reaches(lan_b, ADDR_B, PORT) == "accepted"
-    assert reaches(lan_a, f"{LAN['a'][2]}.1", 29501) == "refused"
-    real.ensure(link_spec(host_b))  # the link, proved, and its guard on both hosts
+    link = real.ensure(link_spec(host_b))  # the link, proved, and its guard on both hosts
+    ports = link.ports  # the run's block: its worker, rendezvous and other ports
+    store, elsewhere = ports.rendezvous(0), ports.last + 1  # the latter another run's
     assert reaches(lan_b, ADDR_B, PORT) == "dropped"  # every port of the link address
     b = host_from_spec("b", host_b)
     a = Host("a")
-    listeners = [listen(b, ADDR_B, 50052, "sb-w", tmp_path),  # the RPC worker's
-                 listen(b, "0.0.0.0", 29502, "sb-store-b", tmp_path),
+    listeners = [listen(b, ADDR_B, ports.worker(0), "sb-w", tmp_path),  # the RPC worker
+                 listen(b, "0.0.0.0", ports.rendezvous(1), "sb-store-b", tmp_path),
                  listen(b, ADDR_B, 41000, "sb-gloo", tmp_path),  # a rank's own port
-                 listen(a, "0.0.0.0", 29501, "sb-store-a", tmp_path)]
-    for port in (50052, 29502, 41000):
+                 listen(a, "0.0.0.0", store, "sb-store-a", tmp_path),
+                 listen(a, "0.0.0.0", elsewhere, "sb-other-a", tmp_path)]
+    for port in (ports.worker(0), ports.rendezvous(1), 41000):
         assert reaches(None, ADDR_B, port) == "accepted", port  # over the link
         assert reaches(lan_b, ADDR_B, port) == "dropped", port
-    assert reaches(lan_b, f"{LAN['b'][2]}.1", 29502) == "dropped"  # B's LAN address too
+    assert reaches(lan_b, f"{LAN['b'][2]}.1", ports.rendezvous(1)) == "dropped"  # B's LAN
     # On B itself, the run's user reaches the worker through loopback; another user
     # (nobody) does not: the worker has no authentication.
-    assert reaches(NS, ADDR_B, 50052) == "accepted"
-    assert reaches(NS, ADDR_B, 50052, uid=65534) == "dropped"
+    assert reaches(NS, ADDR_B, ports.worker(0)) == "accepted"
+    assert reaches(NS, ADDR_B, ports.worker(0), uid=65534) == "dropped"
     assert reaches(NS, ADDR_B, 41000, uid=65534) == "accepted"  # not the run's port
-    assert reaches(lan_a, f"{LAN['a'][2]}.1", 29501) == "dropped"
-    assert reaches(lan_a, ADDR_A, 29501) == "dropped"
-    assert reaches(None, ADDR_A, 29501) == "accepted"
+    assert reaches(lan_a, f"{LAN['a'][2]}.1", store) == "dropped"
+    assert reaches(lan_a, ADDR_A, store) == "dropped"
+    assert reaches(None, ADDR_A, store) == "accepted"
+    # A port outside the run's block (another run's, or another program's) on A's LAN
+    # address is left alone: the guard filters the run's own ports only.
+    assert reaches(lan_a, f"{LAN['a'][2]}.1", elsewhere) == "accepted"
     # A wildcard listener the guard covers is fine; one it does not is named.
-    assert guard.uncovered_listeners(b, [r["pid"] for r in listeners[:3]]) == []
+    assert guard.uncovered_listeners(b, [r["pid"] for r in listeners[:3]], ports) == []
     wide = listen(b, "0.0.0.0", 41001, "sb-wide", tmp_path)
-    assert guard.uncovered_listeners(b, [wide["pid"]]) == ["0.0.0.0:41001 (python3)"]
+    assert guard.uncovered_listeners(b, [wide["pid"]], ports) == ["0.0.0.0:41001 (python3)"]
+    for record in listeners[3:]:
+        procs.stop(record["key"])
 
     teardown.teardown()
     for ns in (NS, None):
@@ -619,7 +627,7 @@ def test_what_splitbench_serves_is_reachable_through_the_link_only(host_b, tmp_p
     # machine: its rendezvous port now refuses its LAN neighbour (nothing listens).
     lan_a = lan_beside("a")
     try:
-        assert reaches(lan_a, f"{LAN['a'][2]}.1", 29501) == "refused"
+        assert reaches(lan_a, f"{LAN['a'][2]}.1", store) == "refused"
     finally:
         subprocess.run(["ip", "netns", "delete", lan_a], capture_output=True)
 
@@ -644,6 +652,12 @@ def problems(config: dict, tmp_path: Path) -> list[str]:
 
     return [str(line) for line in doctor.check(parsed(config), tmp_path / "results")
             if line.mark == doctor.BAD]
+
+
+def doctor_lines(config: dict, tmp_path: Path) -> str:
+    from splitbench import doctor
+
+    return "\n".join(map(str, doctor.check(parsed(config), tmp_path / "results")))
 
 
 def test_doctor_passes_a_ready_pair_and_names_each_broken_requirement(host_b, tmp_path):
@@ -688,11 +702,13 @@ def test_doctor_passes_a_ready_pair_and_names_each_broken_requirement(host_b, tm
     (found,) = problems(rig_config(host_b, interface_b="sbssh-none"), tmp_path)
     assert found == ("✗ rig: link veth, host B: no interface sbssh-none — name the "
                      "interface of the cable (interface_b)")
-    # A port splitbench serves on, taken on B.
-    listen(host_from_spec("b", host_b), ADDR_B, 5201, "sb-taken", tmp_path)
-    (found,) = problems(ready, tmp_path)
-    assert found.startswith(f"✗ rig: host B: ports splitbench serves on are taken: "
-                            f"{ADDR_B}:5201"), found
+    # The block of ports this run would take, taken on B: the doctor names the next.
+    said = doctor_lines(ready, tmp_path)
+    first = int(re.search(r"✓ rig: ports (\d+)-\d+ are free on both hosts", said)[1])
+    listen(host_from_spec("b", host_b), ADDR_B, first + 4, "sb-taken", tmp_path)
+    said = doctor_lines(ready, tmp_path)
+    second = int(re.search(r"✓ rig: ports (\d+)-\d+ are free on both hosts", said)[1])
+    assert second != first and not first <= second < first + PORT_BLOCK, (first, second)
 
 
 def test_a_vllm_model_missing_on_host_b_is_refused_before_any_rank_starts(host_b, tmp_path):

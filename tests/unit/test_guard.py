@@ -6,11 +6,12 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from splitbench.links import guard
+from splitbench.links.link import Ports
 
 
 def test_the_table_drops_the_link_addresses_and_the_ports_off_other_interfaces():
     rules = guard.ruleset(["sbssh-a", "eth1", "eth1"], ["10.0.0.1", "fe80::1%eth1"],
-                          "splitbench_0123456789", uid=1000)
+                          [50116, 50052, 50116], "splitbench_0123456789", uid=1000)
     commands = rules.split("; ")
     # The run's own table, replaced whole in one batch: made if missing, deleted, made.
     assert commands[:3] == ["add table inet splitbench_0123456789",
@@ -19,13 +20,14 @@ def test_the_table_drops_the_link_addresses_and_the_ports_off_other_interfaces()
     assert 'iifname { "lo", "eth1", "sbssh-a" } accept' in rules
     assert "ip daddr { 10.0.0.1 } drop" in rules
     assert "ip6 daddr { fe80::1 } drop" in rules
-    assert "tcp dport { 50052-50055, 29501-29518 } drop" in rules
+    # The run's blocks of ports (one per pair on this host), and no other port.
+    assert "tcp dport { 50052-50115, 50116-50179 } drop" in rules
     # Other users' connections over loopback to the run's ports, and only those.
-    assert ('output oifname "lo" tcp dport { 50052-50055, 29501-29518 } meta skuid != 1000 '
+    assert ('output oifname "lo" tcp dport { 50052-50115, 50116-50179 } meta skuid != 1000 '
             "drop") in rules
     assert rules.count("policy accept") == 2  # it only ever drops
-    assert "ip6 daddr" not in guard.ruleset(["eth1"], ["10.0.0.1"], "t")
-    assert "skuid" not in guard.ruleset(["eth1"], ["10.0.0.1"], "t")
+    assert "ip6 daddr" not in guard.ruleset(["eth1"], ["10.0.0.1"], [50052], "t")
+    assert "skuid" not in guard.ruleset(["eth1"], ["10.0.0.1"], [50052], "t")
 
 
 def test_each_run_has_a_table_of_its_own(tmp_path, monkeypatch):
@@ -47,7 +49,7 @@ class _Host:
 
 
 SS = """\
-tcp LISTEN 0 4096 *:29501 *:* users:(("VLLM::Worker_TP",pid=20,fd=13))
+tcp LISTEN 0 4096 *:50060 *:* users:(("VLLM::Worker_TP",pid=20,fd=13))
 tcp LISTEN 0 4096 10.0.0.1:41771 0.0.0.0:* users:(("VLLM::Worker_TP",pid=20,fd=73))
 tcp LISTEN 0 100 0.0.0.0:41000 0.0.0.0:* users:(("VLLM::EngineCor",pid=21,fd=24))
 tcp LISTEN 0 100 [::]:41001 [::]:* users:(("other",pid=30,fd=3))
@@ -61,10 +63,13 @@ def test_only_the_launchs_own_wildcard_listeners_outside_the_guard_are_named():
     # pids 20, 21, 22 are in session 10 (the launch's); 30 is another program's.
     host = _Host("10 10\n20 10\n21 10\n22 10\n30 30\n", SS)
     # UDP on every address is never covered (the guard's port rule is TCP's).
-    assert guard.uncovered_listeners(host, [10]) == [
+    # The run's block is 50052-50115: the rendezvous store's port 50060 is covered.
+    assert guard.uncovered_listeners(host, [10], Ports(50052)) == [
         "0.0.0.0:41000 (VLLM::EngineCor)", "[::]:41002 (VLLM::Worker_TP, x)",
         "0.0.0.0:50053 UDP (VLLM::Worker_TP)"]
-    assert guard.uncovered_listeners(host, []) == []
+    assert guard.uncovered_listeners(host, [], Ports(50052)) == []
+    # Another run's block covers none of them.
+    assert guard.uncovered_listeners(host, [10], Ports(50116))[0] == (
+        "*:50060 (VLLM::Worker_TP)")
     # firewall: own: splitbench covers nothing, so the rendezvous port is named too.
-    assert guard.uncovered_listeners(host, [10], guarded=False)[0] == (
-        "*:29501 (VLLM::Worker_TP)")
+    assert guard.uncovered_listeners(host, [10], None)[0] == "*:50060 (VLLM::Worker_TP)"

@@ -4,6 +4,7 @@ sudoers line the doctor prints (tests/separate_host.py makes that B)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -182,3 +183,55 @@ def test_a_b_without_the_tools_gets_one_line_per_missing_requirement(
     ], "\n".join(bad)
     # The worker needs nothing of B but its C library: A's, carried, runs there.
     assert "✓ rig: host B has no build of its own: host A's worker runs there" in done.stdout
+
+
+def test_two_runs_against_one_b_at_once_take_turns_and_both_end_clean(
+        separate_host_b, tmp_path):  # noqa: F811 (the fixture)
+    """Two work directories, one config, one B, started together: each run serves on a
+    block of ports of its own and guards them with a table of its own; their jobs take
+    turns on the pair (so neither reads the other as interference); the link's address,
+    which both use, stays until the last of them ends; and B ends as it was."""
+    b = separate_host_b(sudoers="bench ALL=(root) NOPASSWD: /usr/bin/ip, /usr/sbin/nft")
+    host = host_from_spec("b", config_block(b))
+    second_cable(b)  # bare: both runs address it
+    config = rig(b)
+    del config["pairs"]["rig"]["links"]["cable1"]
+    config["baseline_link"] = "cable2"
+    env = {k: v for k, v in os.environ.items() if k != "SPLITBENCH_STATE"}
+    runs = {}
+    for name in ("one", "two"):
+        work = workflow_copy(tmp_path / name)
+        (work / "rig.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+        runs[name] = (work, subprocess.Popen(
+            ["taskset", "-c", "0", SNAKEMAKE, "--cores", "1", "all", "--configfile",
+             "rig.yaml", "--replace-workflow-config"], cwd=work, env=env,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    logs = {name: proc.communicate(timeout=900)[0] for name, (_, proc) in runs.items()}
+    for name, (work, proc) in runs.items():
+        assert proc.returncode == 0, (name, logs[name][-4000:])
+        checks = (work / "results/checks.md").read_text()
+        assert "⚠" not in checks and "✗" not in checks, (name, checks)
+        summary = pd.read_parquet(work / "results/summary/cells.parquet")
+        assert (summary["status"] == "ok").all() and summary["flags"].isna().all(), \
+            (name, summary[["status", "flags"]])
+    # Each served on ports of its own (each run's launch records say which).
+    blocks = {name: json.loads((work / ".splitbench/ports.json").read_text())["rig"]
+              for name, (work, _) in runs.items()}
+    assert blocks["one"] != blocks["two"], blocks
+    # They took turns: some job of one waited for the other, and said so in its log.
+    said = "".join(log.read_text() for work, _ in runs.values()
+                   for log in (work / "results/logs").rglob("*.log"))
+    assert "waiting for its turn" in said
+    # B as it was: no process, table or address of either run.
+    table = host.run(["ps", "-eo", "args="]).stdout.splitlines()
+    assert all(args.startswith(("sshd", "/usr/sbin/sshd", "ps ", "/bin/sh -c ps "))
+               for args in table), table
+    tables = host.run(["sudo", "-n", "/usr/sbin/nft", "list", "tables"]).stdout
+    assert "splitbench" not in tables, tables
+    # The second cable's addresses, made by whichever run came first and used by both,
+    # were removed by the last to end, on both hosts.
+    addresses = host.run(["ip", "-br", "addr", "show", "dev", SECOND["interface_b"]]).stdout
+    assert SECOND["addr_b"] not in addresses, addresses
+    on_a = subprocess.run(["ip", "-br", "addr", "show", "dev", SECOND["interface_a"]],
+                          capture_output=True, text=True).stdout
+    assert SECOND["addr_a"] not in on_a, on_a

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from splitbench.backends.base import Launch, ModuleBackend
 from splitbench.backends.llamacpp import api, servers
 from splitbench.infra.telemetry import RpcTraffic
-from splitbench.links.link import RPC_PORT, Link
+from splitbench.links.link import Link
 from splitbench.slices import ModelSlice, ServerSettings
 
 if TYPE_CHECKING:
@@ -51,7 +51,8 @@ class LlamaCpp(ModuleBackend):
     def traffic(self, link: Link, launch: Launch) -> RpcTraffic:
         """A's connections to the RPC workers (through a delay relay where there is
         one): exactly the split's traffic."""
-        return RpcTraffic(link.connect_addr, launch.record.get("worker_ports", [RPC_PORT]))
+        ports = launch.record.get("worker_ports", [link.ports.worker(0)])
+        return RpcTraffic(link.connect_addr, ports)
 
 
 BACKEND = LlamaCpp()

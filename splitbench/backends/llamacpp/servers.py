@@ -19,7 +19,7 @@ from splitbench.backends.llamacpp import worker_copy
 from splitbench.backends.llamacpp.toolchain import failure as toolchain_failure
 from splitbench.infra import procs, telemetry
 from splitbench.infra.hosts import Host
-from splitbench.links.link import RPC_PORT, Link
+from splitbench.links.link import Link
 from splitbench.records import LaunchRecord, ModelInfo, ToolchainRecord
 from splitbench.slices import LinkSlice, ServerSettings
 
@@ -112,7 +112,7 @@ def _start(
     bin_b, worker_env = _worker_build(link, toolchain)
     threads = str(settings["threads"])
     workers = settings.get("workers", 1)
-    worker_ports = [RPC_PORT + i for i in range(workers)]
+    worker_ports = [link.ports.worker(i) for i in range(workers)]
     rpc_argvs, proc_keys = [], []
     for i, worker_port in enumerate(worker_ports):
         # The worker has no authentication: bind it to B's link address, never 0.0.0.0.
@@ -126,7 +126,7 @@ def _start(
         link.host_b.wait_listening(link.addr_b, worker_port, timeout=30, server=worker)
         rpc_argvs.append(argv)
         proc_keys.append(key)
-    port = lifecycle.http_port(link.host_a, slot)
+    port = lifecycle.http_port(link, slot)
     server_argv = [
         str(bin_a / "llama-server"), "-m", str(Path(model_path).resolve()),
         "--rpc", ",".join(f"{link.connect_addr}:{port}" for port in worker_ports),

@@ -31,7 +31,7 @@ from splitbench.backends.vllm.api import SERVED_NAME
 from splitbench.infra import procs, sockdiag
 from splitbench.infra.hosts import Host
 from splitbench.infra.leftovers import SCRATCH_TEMPLATE, Leftovers, is_scratch, shm_of
-from splitbench.links.link import RENDEZVOUS_PORT, Link
+from splitbench.links.link import Link
 from splitbench.records import LaunchRecord, ModelInfo, ToolchainRecord
 from splitbench.slices import LinkSlice, ServerSettings
 
@@ -118,8 +118,8 @@ def _start(link: Link, settings: ServerSettings, model_path: str, wanted: str,
     _require_model_on_b(link, model_path)
     launch_id = uuid.uuid4().hex[:12]
     logs = procs.state_dir() / "logs"
-    port = lifecycle.http_port(link.host_a, slot)
-    master_port = RENDEZVOUS_PORT + lifecycle.SLOT_PORTS[slot]
+    port = lifecycle.http_port(link, slot)
+    master_port = link.ports.rendezvous(lifecycle.SLOT_INDEX[slot])
     name = lifecycle.named(link.pair, slot)
     common = _serve_args(settings, model_path, link.addr_a, master_port)
     ranks = [

@@ -15,7 +15,7 @@ from splitbench.backends.llamacpp import api
 from splitbench.configuration import ConfigError
 from splitbench.infra import procs
 from splitbench.infra.telemetry import RpcTraffic
-from splitbench.links.link import RPC_PORT, Link
+from splitbench.links.link import Link
 
 SERVER = Path(__file__).with_name("server.py")
 
@@ -48,13 +48,13 @@ def _start(link: Link, settings: dict[str, Any], wanted: str, slot: str
     logs = procs.state_dir() / "logs"
     launch_id = uuid.uuid4().hex[:12]
     name = lifecycle.named(link.pair, slot)
-    worker = [link.host_b.python, str(SERVER), "worker", link.addr_b, str(RPC_PORT)]
+    worker = [link.host_b.python, str(SERVER), "worker", link.addr_b, str(link.ports.worker(0))]
     link.host_b.spawn(worker, role="rpc-server", key=f"onetrip-worker-{name}",
                       extra={"pair": link.pair}, log_path=logs / f"{launch_id}-worker.log")
-    link.host_b.wait_listening(link.addr_b, RPC_PORT, timeout=30)
-    port = lifecycle.http_port(link.host_a, slot)
+    link.host_b.wait_listening(link.addr_b, link.ports.worker(0), timeout=30)
+    port = lifecycle.http_port(link, slot)
     front = [link.host_a.python, str(SERVER), "front", str(port), link.connect_addr,
-             str(RPC_PORT)]
+             str(link.ports.worker(0))]
     front_key = f"onetrip-front-{name}"
     link.host_a.spawn(front, role="llama-server", key=front_key, extra={"pair": link.pair},
                       log_path=logs / f"{launch_id}-front.log")
@@ -66,7 +66,7 @@ def _start(link: Link, settings: dict[str, Any], wanted: str, slot: str
     record = {
         "launch_id": launch_id, "fingerprint": wanted, "url": url, "pair": link.pair,
         "link": link.name, "proc_keys": [front_key, f"onetrip-worker-{name}"],
-        "worker_ports": [RPC_PORT], "commands": {"front": front, "worker": worker},
+        "worker_ports": [link.ports.worker(0)], "commands": {"front": front, "worker": worker},
         "settings": settings, "started_at": time.time(),
         "load_s": round(time.monotonic() - started, 3),
     }

@@ -1,0 +1,110 @@
+"""One job at a time drives a pair, across runs too.
+
+Within a run, a file lock in its state directory keeps its jobs apart (a link check's
+iperf3 beside a cell would skew it). Another run against the same host B (another work
+directory, another user on A, another host A) has another state directory; without
+more, its cells would measure while this run's do, and each would read the other as
+interference. So a job that drives a pair with a remote host B also holds exclusive
+locks on both machines for as long as it runs: flock on host A's /tmp directory, and
+flock(1) on host B's, over one SSH channel. Every run of every user takes turns, and no
+file is made for it. The other jobs a workflow runs on host A (models, tables, charts,
+the report) hold A's lock shared (`beside_measurements`): they run side by side, never
+during another run's measurement. A lock ends with its process or channel: a job
+killed on A lets the next run go on at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import select
+import subprocess
+import time
+from collections.abc import Iterator
+
+from splitbench.infra import procs
+from splitbench.infra.hosts import Host, HostError, host_from_spec
+from splitbench.slices import LinkSlice
+
+# What B's lock holds while the job runs: it says so, then waits for its input to end.
+_HOLD = ["flock", "/tmp", "sh", "-c", "echo held; exec cat >/dev/null"]
+# How long a job waits quietly before it says that it waits for another run.
+_QUIET_S = 2.0
+
+
+@contextlib.contextmanager
+def turn(pair: str, host_b: Host | None) -> Iterator[None]:
+    """This job's turn on `pair`: this run's lock, then, where host B is reached over
+    SSH, B's (waiting, and saying so in the job's log, while another run drives B)."""
+    with procs.locked(f"pair-{pair}"):
+        if host_b is None or not host_b.remote:
+            yield
+            return
+        with _this_machine(fcntl.LOCK_EX):
+            held = _take(host_b)
+            try:
+                yield
+            finally:
+                _release(held)
+
+
+def beside_measurements() -> contextlib.AbstractContextManager[None]:
+    """A workflow job that drives no pair: never while another run measures here."""
+    return _this_machine(fcntl.LOCK_SH)
+
+
+@contextlib.contextmanager
+def _this_machine(mode: int) -> Iterator[None]:
+    handle = os.open("/tmp", os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(handle, mode | fcntl.LOCK_NB)
+        except BlockingIOError:
+            started = time.monotonic()
+            print("host a: another run " + ("measures" if mode == fcntl.LOCK_SH else
+                                            "works") + " here; waiting for its turn",
+                  flush=True)
+            fcntl.flock(handle, mode)
+            print(f"host a: its turn came after {time.monotonic() - started:.0f} s",
+                  flush=True)
+        yield
+    finally:
+        os.close(handle)  # the lock ends with the descriptor
+
+
+def turn_of(spec: LinkSlice) -> contextlib.AbstractContextManager[None]:
+    """`turn` for a link slice: its pair, and host B where the pair is real."""
+    real = spec.get("mode") == "real"
+    return turn(spec["pair"], host_from_spec("b", spec["hosts"]["b"]) if real else None)
+
+
+def _take(host_b: Host):  # noqa: ANN202 (a RemoteProcess)
+    held = host_b.popen(_HOLD, stdout=subprocess.PIPE, stdin=True)
+    started = time.monotonic()
+    said = False
+    while True:
+        ready, _, _ = select.select([held.stdout], [], [], 1.0)
+        if ready:
+            line = held.stdout.readline()
+            if line.strip() == "held":
+                if said:
+                    print(f"host b: its turn came after {time.monotonic() - started:.0f} s",
+                          flush=True)
+                return held
+            _release(held)
+            raise HostError(f"host b ({host_b.ssh}): could not take its turn lock "
+                            f"(flock /tmp): {line.strip() or 'flock ended'}; is util-linux "
+                            "installed there?")
+        if not said and time.monotonic() - started >= _QUIET_S:
+            print(f"host b ({host_b.ssh}): another run drives it; waiting for its turn",
+                  flush=True)
+            said = True
+
+
+def _release(held) -> None:  # noqa: ANN001 (a RemoteProcess)
+    with contextlib.suppress(OSError, EOFError, subprocess.TimeoutExpired):
+        held.stdin.close()
+        held.wait(timeout=10)
+    with contextlib.suppress(OSError, EOFError):
+        held.kill()
