@@ -92,7 +92,9 @@ def ssh_pair(config: Config, pair: str, spec: Pair) -> list[Line]:
     hosts = (host_a, host_b) if reached else (host_a,)
     if guarded:
         lines += [line for host in hosts for line in readiness.tools(host, pair, ("nft",))]
-    lines += [_rights(host, pair, addressed, guarded) for host in hosts]
+    # Host A holds the request itself (as root) or not at all; B's goes through sudo.
+    lines += [_rights(host, pair, addressed, guarded,
+                      config.hold_wakeup_latency and host.remote) for host in hosts]
     if not reached:
         return lines
     lines += _toolchain(config, pair, spec)
@@ -103,14 +105,18 @@ def ssh_pair(config: Config, pair: str, spec: Pair) -> list[Line]:
     return lines
 
 
-def _rights(host: Host, pair: str, addressed: list[str], guarded: bool) -> Line:
+def _rights(host: Host, pair: str, addressed: list[str], guarded: bool,
+            wakeup: bool = False) -> Line:
     """Root on the host, or sudo -n for exactly the tools the pair needs as root there
-    (ip for links it addresses, nft for the guard); else ✗ with the sudoers line."""
+    (ip for links it addresses, nft for the guard, tee of the wake-up latency request
+    where the config holds it); else ✗ with the sudoers line."""
     needs = {}
     if addressed:
         needs[privilege.FOR_ADDRESSES] = f"addresses for links {', '.join(addressed)}"
     if guarded:
         needs[privilege.FOR_GUARD] = "the firewall guard"
+    if wakeup:
+        needs[privilege.FOR_WAKEUP] = "holding the CPUs' wake-up latency"
     side = host.name.upper()
     if privilege.is_root(host):
         return Line(OK, pair, f"root on host {side}")
@@ -126,11 +132,17 @@ def _rights(host: Host, pair: str, addressed: list[str], guarded: bool) -> Line:
     install = ("install sudo there (Debian: apt-get install sudo), then "
                if privilege.tool_path(host, "sudo") is None else "")
     return Line(BAD, pair, f"not root on host {side}, and sudo -n does not run "
-                           f"{' or '.join(refused)} for {user}, which "
-                           f"{' and '.join(needs[tool] for tool in refused)} need",
+                           f"{_listed(refused, 'or')} for {user}, which "
+                           f"{_listed([needs[tool] for tool in refused], 'and')} need",
                 f"{install}allow it there (visudo -f /etc/sudoers.d/splitbench): {line} — "
-                "or set adopt: true on those links and firewall: own on the pair "
-                "(docs/two-machines.md)")
+                "or set adopt: true on those links and firewall: own on the pair"
+                + (", hold_wakeup_latency: false" if wakeup else "")
+                + " (docs/two-machines.md)")
+
+
+def _listed(items: list[str], last: str) -> str:
+    """"a", "a or b", "a, b or c"."""
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} {last} {items[-1]}"
 
 
 def _toolchain(config: Config, pair: str, spec: Pair) -> list[Line]:

@@ -306,6 +306,9 @@ def _machine_argv(lower: Path, layers: dict[str, Path], ns: str, cpus: str) -> l
         f"mount -t overlay overlay -o {q(overlay)} {q(str(merged))}",
         f"mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs {q(str(merged / 'tmp'))}",
         f"mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs {q(str(merged / 'dev/shm'))}",
+        # The kernel's wake-up latency request, as every machine has it (root only).
+        f"touch {q(str(merged / 'dev/cpu_dma_latency'))}",
+        f"mount --bind /dev/cpu_dma_latency {q(str(merged / 'dev/cpu_dma_latency'))}",
         # Mounted in B's network namespace: /sys/class/net lists B's interfaces.
         f"mount -t sysfs sysfs {q(str(merged / 'sys'))}",
         "exec unshare --mount --pid --uts --fork --kill-child "

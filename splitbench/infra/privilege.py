@@ -1,8 +1,8 @@
 """The few commands that need root on a host (a link's address and MTU, the firewall
-guard): run as they are where the login user is root, else through `sudo -n` with the
-tool's full path, which one sudoers line allows exactly (the doctor prints it). Nothing
-else splitbench runs on a host needs root: the worker, iperf3, sockperf, the probe and
-vLLM's ranks run as the login user.
+guard, the wake-up latency request): run as they are where the login user is root,
+else through `sudo -n` with the tool's full path, which one sudoers line allows
+exactly (the doctor prints it). Nothing else splitbench runs on a host needs root: the
+worker, iperf3, sockperf, the probe and vLLM's ranks run as the login user.
 """
 
 from __future__ import annotations
@@ -16,8 +16,10 @@ from splitbench.infra.hosts import Host
 # Where system tools live: an ordinary user's PATH (over SSH too) often lacks the sbin
 # directories, where Debian puts nft.
 SYSTEM_PATH = "/usr/local/sbin:/usr/sbin:/sbin:/usr/local/bin:/usr/bin:/bin"
-# The privileged tools, by what needs them.
+# The privileged tools, by what needs them; a command with its arguments where sudoers
+# allows only those (tee only ever writes the wake-up latency request).
 FOR_ADDRESSES, FOR_GUARD = "ip", "nft"
+FOR_WAKEUP = "tee /dev/cpu_dma_latency"
 
 
 class PrivilegeError(SplitbenchError):
@@ -49,12 +51,14 @@ def login_uid(host: Host) -> int:
     return int(host.run(["id", "-u"]).stdout.strip())
 
 
-def sudo_allows(host: Host, tool: str) -> bool:
-    """Whether `sudo -n` runs the tool as root for the login user, without a password."""
+def sudo_allows(host: Host, command: str) -> bool:
+    """Whether `sudo -n` runs the tool (with the arguments `command` gives it, where it
+    gives any) as root for the login user, without a password."""
+    tool, *arguments = command.split()
     path = tool_path(host, tool)
     if path is None or tool_path(host, "sudo") is None:
         return False
-    return host.run(["sudo", "-n", "-l", path], check=False).returncode == 0
+    return host.run(["sudo", "-n", "-l", path, *arguments], check=False).returncode == 0
 
 
 def can(host: Host, tool: str) -> bool:
@@ -72,7 +76,9 @@ def as_root(host: Host, argv: Sequence[str]) -> list[str]:
     return ["sudo", "-n", path, *argv[1:]]
 
 
-def sudoers_line(host: Host, tools: Sequence[str]) -> str:
-    """The line that allows the login user exactly these tools as root, no password."""
-    paths = [tool_path(host, tool) or f"/usr/sbin/{tool}" for tool in tools]
+def sudoers_line(host: Host, commands: Sequence[str]) -> str:
+    """The line that allows the login user exactly these tools (with their arguments,
+    where a command gives them) as root, no password."""
+    paths = [" ".join([tool_path(host, tool) or f"/usr/sbin/{tool}", *arguments])
+             for tool, *arguments in (command.split() for command in commands)]
     return f"{login_user(host)} ALL=(root) NOPASSWD: {', '.join(paths)}"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from splitbench.infra import privilege
 from splitbench.infra.hosts import Host, HostError, host_from_spec
 from splitbench.links import ports
 from splitbench.slices import HostsSlice
@@ -117,7 +118,8 @@ def clock(host_a: Host, host_b: Host, pair: str) -> Line:
 
 
 def wakeup(host: Host, pair: str) -> Line:
-    held = host.run(["test", "-w", "/dev/cpu_dma_latency"], check=False).returncode == 0
+    held = host.run(["test", "-w", "/dev/cpu_dma_latency"], check=False).returncode == 0 \
+        or (host.remote and privilege.sudo_allows(host, privilege.FOR_WAKEUP))
     governor = host.run(["cat", "/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor"],
                         check=False).stdout.strip() or "not reported"
     side = host.name.upper()

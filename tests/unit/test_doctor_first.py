@@ -71,6 +71,15 @@ def test_a_link_host_b_may_not_address_is_its_own_line_with_the_sudoers_line():
         "/etc/sudoers.d/splitbench): bench ALL=(root) NOPASSWD: /usr/bin/ip, /usr/sbin/nft "
         "— or set adopt: true on those links and firewall: own on the pair "
         "(docs/two-machines.md)")
+    # Holding the wake-up latency adds tee of that one file, and nothing more.
+    said = doctor._rights(NotRoot(sudo=False), "rig", ["veth"], guarded=True, wakeup=True)
+    assert str(said).startswith(
+        "✗ rig: not root on host B, and sudo -n does not run ip, nft or tee "
+        "/dev/cpu_dma_latency for bench, which addresses for links veth, the firewall guard "
+        "and holding the CPUs' wake-up latency need"), said
+    assert ("NOPASSWD: /usr/bin/ip, /usr/sbin/nft, /usr/sbin/tee /dev/cpu_dma_latency — or "
+            "set adopt: true on those links and firewall: own on the pair, "
+            "hold_wakeup_latency: false") in str(said), said
     # Only what is needed: the guard alone asks for nft alone.
     said = doctor._rights(NotRoot(sudo=False), "rig", [], guarded=True)
     assert "does not run nft for bench" in str(said)
