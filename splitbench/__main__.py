@@ -2,6 +2,12 @@
 
 import sys
 
-from splitbench.cli import main
+from splitbench.infra import turns
 
-sys.exit(main())
+# Before the command's imports: a job's start-up is CPU another run's measurement
+# would count (infra/turns.py).
+with turns.job_turn(sys.argv[1:]):
+    from splitbench.cli import main
+
+    code = main()
+sys.exit(code)

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 
 from splitbench import commands
 from splitbench.errors import SplitbenchError
-from splitbench.infra import procs, turns
+from splitbench.infra import procs
 
 
 def parser(names: list[str]) -> argparse.ArgumentParser:
@@ -39,9 +39,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if getattr(command, "MEASURING", False):
             with procs.job(args.command), stamped(args.command):
-                return command.run(args) or 0
-        if args.command in commands.BY_A_RULE:
-            with turns.beside_measurements():
                 return command.run(args) or 0
         return command.run(args) or 0
     except SplitbenchError as error:

@@ -17,8 +17,10 @@ from types import ModuleType
 NAMES = ("toolchain", "toolchain-vllm", "model", "link", "launch", "cell", "roundtrips",
          "roundtrips-table", "aggregate", "drift", "findings", "charts", "report", "checks",
          "cells", "teardown", "whatif", "doctor")
-# The commands a workflow's rules run (the others are a person's).
+# The commands a workflow's rules run (the others are a person's), and those of them
+# that drive a pair (`MEASURING` in their modules).
 BY_A_RULE = NAMES[:-4]
+DRIVING = ("link", "launch", "cell", "roundtrips")
 
 
 def load(name: str) -> ModuleType:

@@ -8,15 +8,17 @@ interference. So a job that drives a pair with a remote host B also holds exclus
 locks on both machines for as long as it runs: flock on host A's /tmp directory, and
 flock(1) on host B's, over one SSH channel. Every run of every user takes turns, and no
 file is made for it. The other jobs a workflow runs on host A (models, tables, charts,
-the report) hold A's lock shared (`beside_measurements`): they run side by side, never
-during another run's measurement. A lock ends with its process or channel: a job
-killed on A lets the next run go on at once.
+the report) hold A's lock shared: they run side by side, never during another run's
+measurement. Each job takes A's lock before its imports (`job_turn`): a job's start-up
+alone is a second of CPU. A lock ends with its process or channel: a job killed on A
+lets the next run go on at once.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import select
 import subprocess
@@ -33,25 +35,45 @@ _HOLD = ["flock", "/tmp", "sh", "-c", "echo held; exec cat >/dev/null"]
 _QUIET_S = 2.0
 
 
+def job_turn(argv: list[str]) -> contextlib.AbstractContextManager[None]:
+    """A workflow job's hold on host A, taken before its imports: exclusive for a job
+    that drives a pair with a remote host B, shared for the workflow's other jobs, none
+    for a person's commands (teardown must never wait)."""
+    from splitbench import commands
+
+    command = argv[0] if argv else ""
+    if command in commands.DRIVING and _drives_remote_pair(argv):
+        return _this_machine(fcntl.LOCK_EX)
+    if command in commands.BY_A_RULE and command not in commands.DRIVING:
+        return _this_machine(fcntl.LOCK_SH)
+    return contextlib.nullcontext()
+
+
+def _drives_remote_pair(argv: list[str]) -> bool:
+    for index, word in enumerate(argv):
+        flag, _, value = word.partition("=")
+        if flag in ("--spec", "--link-spec"):
+            text = value or (argv[index + 1] if index + 1 < len(argv) else "")
+            with contextlib.suppress(ValueError, AttributeError, KeyError, TypeError):
+                spec = json.loads(text)
+                return spec.get("mode") != "embedded" and bool(spec["hosts"]["b"].get("ssh"))
+    return False
+
+
 @contextlib.contextmanager
 def turn(pair: str, host_b: Host | None) -> Iterator[None]:
     """This job's turn on `pair`: this run's lock, then, where host B is reached over
-    SSH, B's (waiting, and saying so in the job's log, while another run drives B)."""
+    SSH, B's (waiting, and saying so in the job's log, while another run drives B).
+    Host A's is the job process's own (`job_turn`)."""
     with procs.locked(f"pair-{pair}"):
         if host_b is None or not host_b.remote:
             yield
             return
-        with _this_machine(fcntl.LOCK_EX):
-            held = _take(host_b)
-            try:
-                yield
-            finally:
-                _release(held)
-
-
-def beside_measurements() -> contextlib.AbstractContextManager[None]:
-    """A workflow job that drives no pair: never while another run measures here."""
-    return _this_machine(fcntl.LOCK_SH)
+        held = _take(host_b)
+        try:
+            yield
+        finally:
+            _release(held)
 
 
 @contextlib.contextmanager
@@ -75,7 +97,7 @@ def _this_machine(mode: int) -> Iterator[None]:
 
 def turn_of(spec: LinkSlice) -> contextlib.AbstractContextManager[None]:
     """`turn` for a link slice: its pair, and host B where the pair is real."""
-    real = spec.get("mode") == "real"
+    real = spec.get("mode") != "embedded"
     return turn(spec["pair"], host_from_spec("b", spec["hosts"]["b"]) if real else None)
 
 
