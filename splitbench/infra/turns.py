@@ -23,7 +23,7 @@ import os
 import select
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from splitbench.infra import procs
 from splitbench.infra.hosts import Host, HostError, host_from_spec
@@ -35,16 +35,16 @@ _HOLD = ["flock", "/tmp", "sh", "-c", "echo held; exec cat >/dev/null"]
 _QUIET_S = 2.0
 
 
-def job_turn(argv: list[str]) -> contextlib.AbstractContextManager[None]:
+def job_turn(argv: list[str], by_a_rule: Iterable[str], driving: Iterable[str]
+             ) -> contextlib.AbstractContextManager[None]:
     """A workflow job's hold on host A, taken before its imports: exclusive for a job
-    that drives a pair with a remote host B, shared for the workflow's other jobs, none
-    for a person's commands (teardown must never wait)."""
-    from splitbench import commands
-
+    that drives a pair (a command of `driving`) with a remote host B, shared for the
+    workflow's other jobs (`by_a_rule`), none for a person's commands (teardown must
+    never wait)."""
     command = argv[0] if argv else ""
-    if command in commands.DRIVING and _drives_remote_pair(argv):
+    if command in driving and _drives_remote_pair(argv):
         return _this_machine(fcntl.LOCK_EX)
-    if command in commands.BY_A_RULE and command not in commands.DRIVING:
+    if command in by_a_rule and command not in driving:
         return _this_machine(fcntl.LOCK_SH)
     return contextlib.nullcontext()
 

@@ -10,10 +10,15 @@ import os
 
 import pytest
 
+from splitbench import commands
 from splitbench.infra import turns
 
 SSH = json.dumps({"pair": "rig", "mode": "ssh", "hosts": {"a": {}, "b": {"ssh": "bench@b"}}})
 EMBEDDED = json.dumps({"pair": "lab", "mode": "embedded", "hosts": {"a": {}, "b": {}}})
+
+
+def job_turn(argv: list[str]) -> contextlib.AbstractContextManager[None]:
+    return turns.job_turn(argv, commands.BY_A_RULE, commands.DRIVING)
 
 
 def held_by_another(mode: int) -> bool:
@@ -30,20 +35,20 @@ def held_by_another(mode: int) -> bool:
 
 def test_a_job_driving_an_ssh_pair_holds_host_a_alone():
     for argv in (["cell", "--link-spec", SSH], ["link", f"--spec={SSH}"]):
-        with turns.job_turn(argv):
+        with job_turn(argv):
             assert held_by_another(fcntl.LOCK_SH), argv
         assert not held_by_another(fcntl.LOCK_EX)
 
 
 def test_other_workflow_jobs_share_host_a_and_a_persons_commands_take_nothing():
-    with turns.job_turn(["report", "--out", "x"]):
+    with job_turn(["report", "--out", "x"]):
         assert held_by_another(fcntl.LOCK_EX)
         assert not held_by_another(fcntl.LOCK_SH)
     # A job driving the embedded lab holds nothing of host A: its pair is its own.
-    with turns.job_turn(["cell", "--link-spec", EMBEDDED]):
+    with job_turn(["cell", "--link-spec", EMBEDDED]):
         assert not held_by_another(fcntl.LOCK_EX)
     for person in ("teardown", "doctor", "cells", "whatif"):
-        assert isinstance(turns.job_turn([person]), contextlib.nullcontext), person
+        assert isinstance(job_turn([person]), contextlib.nullcontext), person
 
 
 @pytest.mark.parametrize("text", ["not json", "[]", '{"mode": "ssh"}'])
