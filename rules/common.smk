@@ -5,11 +5,15 @@ import os
 import sys
 
 from splitbench import doctor, plan, results
-from splitbench.infra import archive, reaper, teardown
+from splitbench.infra import archive, reaper, teardown, turns
 from splitbench.links import lab
 from splitbench.report import contents
 from splitbench.workflow import jobs, preflight, snakemake_internals
 
+# Snakemake's own start-up (the DAG, the doctor's checks) is CPU another run's
+# measurement on this machine would count: it waits for that run's job, and holds this
+# machine's turn lock shared until its own jobs begin (onstart).
+STARTUP_HOLD = None if preflight.in_cluster_job(sys.argv) else turns.hold_this_machine()
 preflight.merged_config(config, workflow)
 # The typed config (splitbench/configuration): every planning function and rule reads it.
 CONFIG = preflight.checked(config)
@@ -80,6 +84,8 @@ onstart:
     reaper.start_reaper(os.getpid(), locks=snakemake_internals.own_locks(workflow))
     # Measurements from before the archive existed are kept too, before any re-run.
     archive.keep_existing("results")
+    if STARTUP_HOLD is not None:
+        turns.let_go(STARTUP_HOLD)
 
 
 onsuccess:

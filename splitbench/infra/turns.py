@@ -78,21 +78,33 @@ def turn(pair: str, host_b: Host | None) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _this_machine(mode: int) -> Iterator[None]:
-    handle = os.open("/tmp", os.O_RDONLY)
+    handle = hold_this_machine(mode)
     try:
-        try:
-            fcntl.flock(handle, mode | fcntl.LOCK_NB)
-        except BlockingIOError:
-            started = time.monotonic()
-            print("host a: another run " + ("measures" if mode == fcntl.LOCK_SH else
-                                            "works") + " here; waiting for its turn",
-                  flush=True)
-            fcntl.flock(handle, mode)
-            print(f"host a: its turn came after {time.monotonic() - started:.0f} s",
-                  flush=True)
         yield
     finally:
-        os.close(handle)  # the lock ends with the descriptor
+        let_go(handle)
+
+
+def hold_this_machine(mode: int = fcntl.LOCK_SH) -> int:
+    """Host A's lock in `mode`, waited for (and said so) while another run holds it the
+    other way; the open descriptor it lives on. A workflow's own start-up (its DAG, the
+    doctor's checks) holds it shared until its jobs begin (rules/common.smk)."""
+    handle = os.open("/tmp", os.O_RDONLY)
+    try:
+        fcntl.flock(handle, mode | fcntl.LOCK_NB)
+    except BlockingIOError:
+        started = time.monotonic()
+        print("host a: another run " + ("measures" if mode == fcntl.LOCK_SH else "works")
+              + " here; waiting for its turn", flush=True)
+        fcntl.flock(handle, mode)
+        print(f"host a: its turn came after {time.monotonic() - started:.0f} s", flush=True)
+    return handle
+
+
+def let_go(handle: int) -> None:
+    """End a hold of `hold_this_machine`: the lock ends with its descriptor."""
+    with contextlib.suppress(OSError):
+        os.close(handle)
 
 
 def turn_of(spec: LinkSlice) -> contextlib.AbstractContextManager[None]:

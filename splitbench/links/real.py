@@ -111,14 +111,21 @@ def refuse_default_route(host: Host, ifname: str, where: str) -> None:
 
 
 def _existing_address(host: Host, ifname: str, where: str) -> str:
-    """The interface's IPv4 address as it is (link-local ones included)."""
-    shown = json.loads(host.run(["ip", "-j", "-4", "addr", "show", "dev", ifname]).stdout)
-    for entry in shown:
-        for info in entry.get("addr_info", []):
-            if info.get("family") == "inet":
-                return info["local"]
+    """The interface's IPv4 address as it is (link-local ones included). One with only
+    IPv6 (thunderbolt-net comes up with fe80:: alone) is refused with why: the RPC
+    worker binds IPv4 only."""
+    shown = json.loads(host.run(["ip", "-j", "addr", "show", "dev", ifname]).stdout)
+    infos = [info for entry in shown for info in entry.get("addr_info", [])]
+    for info in infos:
+        if info.get("family") == "inet":
+            return info["local"]
+    ipv6 = [info["local"] for info in infos if info.get("family") == "inet6"]
+    only = (f" (it has only IPv6 {', '.join(ipv6)}; llama.cpp's ggml-rpc-server binds "
+            "IPv4 only)" if ipv6 else "")
     raise SetupError(f"{where}: host {host.name}'s interface {ifname} has no IPv4 address "
-                     "to adopt: give addr_a/addr_b instead of adopt")
+                     f"to adopt{only}: give addr_a/addr_b instead of adopt (the run adds "
+                     "them and removes them at its end), or add one by hand (ip addr add "
+                     f"169.254.10.1/16 dev {ifname})")
 
 
 def _configure(host: Host, ifname: str, addr: str, prefix: int, mtu: int | None, where: str,
