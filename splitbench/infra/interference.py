@@ -121,7 +121,11 @@ def _counters(host: Host, pids: list[int], trees: list[int],
         path, done = sensors.own_cgroup(cgroup, pids, trees) if cgroup else (None, None)
         if path:
             procs.record_cgroup(path)
-        return {**sensors.cpu_counters(pids, trees, path), "own_cgroup": done}
+        # Over the CPUs this job may run on, as B's reader counts B's: where the run is
+        # held to some CPUs (a second machine's test on one computer), the others are
+        # another machine's, not this host's foreign work.
+        return {**sensors.cpu_counters(pids, trees, path, os.sched_getaffinity(0)),
+                "own_cgroup": done}
     argv = [host.python, "-c", SENSORS_SOURCE, "--pids", ",".join(map(str, pids)),
             "--trees", ",".join(map(str, trees)), *(["--cgroup", cgroup] if cgroup else [])]
     try:
