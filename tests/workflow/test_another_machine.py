@@ -74,8 +74,64 @@ class RootWatch(threading.Thread):
                 uid, _, args = line.strip().partition(" ")
                 if uid == "0" and not args.startswith((
                         "sshd", "/usr/sbin/sshd", "sudo ", "/usr/sbin/ip ", "/usr/sbin/nft ",
-                        "/usr/bin/tee /dev/cpu_dma_latency")):
+                        "/usr/bin/tee /dev/cpu_dma_latency",
+                        # the same, ended, before sudo has reaped them
+                        "[nft] <defunct>", "[ip] <defunct>", "[sudo] <defunct>")):
                     self.seen.add(args)
+            time.sleep(0.3)
+
+
+NEIGHBOUR = "sb-lanhb"  # a machine on B's other network ("the LAN")
+
+
+def neighbour_beside(b: dict) -> str:
+    """A third namespace on B's other side: a veth into B's namespace, and routes to both
+    cables' subnets through B, as a neighbour on B's LAN would have."""
+    subprocess.run(["ip", "netns", "delete", NEIGHBOUR], capture_output=True)
+    for argv in (["netns", "add", NEIGHBOUR],
+                 ["link", "add", "sbhb-lan", "type", "veth", "peer", "name", "lan0",
+                  "netns", NEIGHBOUR],
+                 ["link", "set", "sbhb-lan", "netns", b["netns"]],
+                 ["-n", b["netns"], "addr", "add", "10.214.31.1/24", "dev", "sbhb-lan"],
+                 ["-n", b["netns"], "link", "set", "sbhb-lan", "up"],
+                 ["-n", NEIGHBOUR, "addr", "add", "10.214.31.2/24", "dev", "lan0"],
+                 ["-n", NEIGHBOUR, "link", "set", "lan0", "up"],
+                 ["-n", NEIGHBOUR, "route", "add", "10.214.20.0/30", "via", "10.214.31.1"],
+                 ["-n", NEIGHBOUR, "route", "add", "10.214.22.0/30", "via", "10.214.31.1"]):
+        subprocess.run(["ip", *argv], check=True)
+    return NEIGHBOUR
+
+
+def reaches(ns: str, addr: str, port: int) -> str:
+    """What a TCP connection from `ns` to addr:port meets: accepted, refused, dropped."""
+    code = ("import socket,sys\ns=socket.socket();s.settimeout(0.5)\n"
+            "try:\n s.connect((sys.argv[1],int(sys.argv[2])));print('accepted')\n"
+            "except ConnectionRefusedError:\n print('refused')\n"
+            "except OSError:\n print('dropped')\n")
+    return subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", code, addr,
+                           str(port)], capture_output=True, text=True).stdout.strip()
+
+
+class NeighbourWatch(threading.Thread):
+    """From B's LAN, tries the run's RPC worker port on both link addresses every 0.3 s
+    while the run goes on, and notes each try made while B's worker listened there."""
+
+    def __init__(self, b: dict, work, addresses: list[str]) -> None:
+        super().__init__(daemon=True)
+        self.b, self.work, self.addresses = b, work, addresses
+        self.met: list[str] = []  # what each try made while the worker listened met
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        blocks = self.work / ".splitbench/ports.json"
+        while not self.done.is_set():
+            if blocks.exists():
+                port = json.loads(blocks.read_text())["rig"]  # the first worker's
+                listening = subprocess.run(["ip", "netns", "exec", self.b["netns"], "ss",
+                                            "-Hltn"], capture_output=True, text=True).stdout
+                for addr in self.addresses:
+                    if f"{addr}:{port} " in listening:
+                        self.met.append(reaches(NEIGHBOUR, addr, port))
             time.sleep(0.3)
 
 
@@ -120,16 +176,25 @@ def test_a_run_on_another_machine_as_an_ordinary_user_reaches_the_report_and_lea
                  "✓ rig: host B has no build of its own: host A's worker runs there"):
         assert said in ready.stdout, ready.stdout
 
+    # B's LAN neighbour reaches B before the run (its sshd on the link address)...
+    neighbour_beside(b)
+    assert reaches(NEIGHBOUR, b["addr_b"], 22) == "accepted"
+    lan = NeighbourWatch(b, work, [b["addr_b"], SECOND["addr_b"]])
+    lan.start()
     watch = RootWatch(b)
     watch.start()
     # Host A's side on CPU 0, B's on CPU 1: two machines' CPUs, as the meters count them.
     run = subprocess.run(["taskset", "-c", "0", SNAKEMAKE, "--cores", "1", "all",
                           "--configfile", "rig.yaml", "--replace-workflow-config"],
                          cwd=work, env=env, capture_output=True, text=True, timeout=900)
-    watch.done.set()
-    watch.join(timeout=30)
+    for thread in (watch, lan):
+        thread.done.set()
+        thread.join(timeout=30)
+    subprocess.run(["ip", "netns", "delete", NEIGHBOUR], capture_output=True)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert watch.reads >= 10 and not watch.seen, (watch.reads, watch.seen)
+    # ... but never the RPC worker while it listened on either cable.
+    assert len(lan.met) >= 3 and set(lan.met) == {"dropped"}, lan.met
 
     assert_every_check_ok(work)
     summary = pd.read_parquet(work / "results/summary/cells.parquet")
