@@ -45,10 +45,6 @@ def _set_up(spec: LinkSlice) -> Link:
     where = f"pair '{spec['pair']}', link '{spec['link']}'"
     host_a = host_from_spec("a", spec["hosts"]["a"])
     host_b = host_from_spec("b", spec["hosts"]["b"])
-    try:
-        run_ports = ports.for_pair(spec["pair"], host_a, host_b)
-    except (ports.PortsError, HostError) as exc:
-        raise SetupError(str(exc)) from exc
     applied: list[list[str]] = []
     guarded = spec.get("firewall", "guard") == "guard"
     ends, held = {}, {}
@@ -62,6 +58,11 @@ def _set_up(spec: LinkSlice) -> Link:
             ends[side], held[side] = _configure(
                 host, ifname, spec[f"addr_{side}"], spec.get("prefix", 30), spec.get("mtu"),
                 where, applied, guarded)
+    # Once the interfaces are up: B may be reached through this very link.
+    try:
+        run_ports = ports.for_pair(spec["pair"], host_a, host_b)
+    except (ports.PortsError, HostError) as exc:
+        raise SetupError(str(exc)) from exc
     link = Link(
         spec["pair"], spec["link"], host_a, host_b, ends["a"], ends["b"], ends["b"],
         spec["interface_a"], spec["interface_b"],
