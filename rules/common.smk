@@ -38,6 +38,7 @@ all_anchor_results = JOBS.anchor_results
 roundtrip_targets = JOBS.roundtrip_targets
 anchor_inputs = JOBS.anchor_inputs
 reference_link_result = JOBS.reference_link_result
+sweep_link_result = JOBS.sweep_link_result
 model_file = JOBS.model_file
 vllm_toolchain = JOBS.vllm_toolchain
 cell_epoch = JOBS.cell_epoch

@@ -1,11 +1,13 @@
-# Round trips per token: a delay sweep per (embedded pair, model, worker count), then
-# one table. Each sweep launches its own servers on its own emulated links.
+# Round trips per token: a delay sweep per (pair, model, worker count), then one table.
+# Each sweep launches its own servers: on an embedded pair's emulated links of its own,
+# on a real pair's baseline link behind delay relays on host A.
 
 
 rule roundtrips:
     input:
         model=results.MODEL_INFO,
         toolchain=results.TOOLCHAIN,
+        link=sweep_link_result,
     output:
         results.ROUNDTRIPS,
     log:

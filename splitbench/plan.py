@@ -317,12 +317,13 @@ def roundtrip_settings(config: Config) -> SweepSettings | None:
 
 
 def roundtrip_sweeps(config: Config) -> list[tuple[str, str, int]]:
-    """(pair, model, workers) of every sweep: embedded pairs only (it emulates delay)."""
+    """(pair, model, workers) of every sweep, on every pair: an embedded one emulates
+    each delay on a link of its own, a real one puts it on its baseline link through a
+    relay on host A."""
     settings = roundtrip_settings(config)
     if settings is None:
         return []
-    return [(pair, model, workers)
-            for pair, spec in config.pairs.items() if spec.mode == "embedded"
+    return [(pair, model, workers) for pair in config.pairs
             for model in settings["models"] for workers in settings["workers"]]
 
 
@@ -336,7 +337,11 @@ def roundtrips_slice(config: Config, pair: str, model: str,
     server = backends.get("llamacpp").server_settings(
         {**model_slice(config, model), "workers": workers}, 1,
         sweep["prompt_tokens"] + sweep["n_predict"])
-    return {"pair": pair, "model": model, "workers": workers, **sweep, "server": server}
+    out: SweepSlice = {"pair": pair, "model": model, "workers": workers, **sweep,
+                       "server": server}
+    if config.pairs[pair].mode != "embedded":
+        out["link"] = link_slice(config, pair, config.baseline_link)
+    return out
 
 
 # --- re-measurement epochs (python -m splitbench drift --apply) ------------------------

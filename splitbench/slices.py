@@ -169,6 +169,7 @@ class SweepSlice(SweepPoints, total=False):
     model: str
     workers: int
     server: ServerSettings
+    link: LinkSlice  # on a real pair: its baseline link, which the points share
 
 
 class SweepSettings(SweepPoints, total=False):

@@ -3,15 +3,16 @@ ms/token against the measured request-response latency. The slope is the number 
 blocking round trips A makes to its workers per decode step.
 
 The decode figure is each request's median inter-token gap (the typical step).
-Each sweep point is its own emulated link on the embedded pair (a veth with that delay),
-its request-response latency measured with the probe through exactly the path the RPC
-traffic takes (relay included), and its own launch with `workers` RPC workers on B
-(chained: A hands the activations from one to the next). Every point's launch stays up
-while the sweep runs in rounds: each round sends one single-stream request to every
-point, seconds apart, so that a machine that slows down (another process, steal) slows
-every point of the round alike and the fit takes each point's difference from the
-lowest delay within a round. The x axis is measured, not configured, so the relay's own
-cost and any emulation error are inside it.
+Each sweep point is its own emulated link on the embedded pair (a veth with that delay)
+or, on a real pair, the pair's baseline link behind a delay relay on host A (no netem,
+no root: lab.relayed); its request-response latency measured with the probe through
+exactly the path the RPC traffic takes (relay included), and its own launch with
+`workers` RPC workers on B (chained: A hands the activations from one to the next).
+Every point's launch stays up while the sweep runs in rounds: each round sends one
+single-stream request to every point, seconds apart, so that a machine that slows down
+(another process, steal) slows every point of the round alike and the fit takes each
+point's difference from the lowest delay within a round. The x axis is measured, not
+configured, so the relay's own cost and any emulation error are inside it.
 """
 
 from __future__ import annotations
@@ -28,9 +29,9 @@ from splitbench import backends
 from splitbench.backends import Launch
 from splitbench.backends.llamacpp.toolchain import failure as toolchain_failure
 from splitbench.cells import sweep_fit
-from splitbench.infra import parquet_io, procs, wakeup
-from splitbench.infra.hosts import HostError
-from splitbench.links import lab, verify
+from splitbench.infra import parquet_io, procs, turns, wakeup
+from splitbench.infra.hosts import HostError, host_from_spec
+from splitbench.links import lab, real, relay, verify
 from splitbench.links.link import Link
 from splitbench.records import ModelInfo, ToolchainRecord
 from splitbench.slices import LinkSlice, ServerSettings, SweepSlice
@@ -129,9 +130,10 @@ def sweep(spec: SweepSlice, model: ModelInfo, toolchain: ToolchainRecord,
     settings = spec["server"]
     rows: list[SweepRow] = []
     slots = [f"point{index}" for index in range(len(spec["delays_ms"]))]
-    unusable = toolchain_failure(toolchain)
+    unusable = toolchain_failure(toolchain) or _relay_failure(spec)
     if unusable:
-        # No llama.cpp on the pair: nothing to count, and the row says why.
+        # No llama.cpp on the pair (or no relay for a real one's delays): nothing to
+        # count, and the row says why.
         rows.append({"pair": spec["pair"], "model": spec["model"],
                      "workers": spec["workers"], "delay_ms": None, "rr_ms": None,
                      "launch_id": None, "request": 0, "round": None, "tokens": 0,
@@ -139,7 +141,9 @@ def sweep(spec: SweepSlice, model: ModelInfo, toolchain: ToolchainRecord,
                      "decode_ms_per_token": None, "step_ms_median": None,
                      "server_decode_ms_per_token": None})
     else:
-        with procs.locked(f"pair-{spec['pair']}"):
+        on_real = "link" in spec  # a real pair: its baseline link, behind relays
+        host_b = host_from_spec("b", spec["link"]["hosts"]["b"]) if on_real else None
+        with turns.turn(spec["pair"], host_b):
             try:
                 points = [_point(spec, settings, model, toolchain, index, delay, rows)
                           for index, delay in enumerate(spec["delays_ms"])]
@@ -147,10 +151,24 @@ def sweep(spec: SweepSlice, model: ModelInfo, toolchain: ToolchainRecord,
             finally:
                 for slot in slots:
                     BACKEND.stop(spec["pair"], slot=slot)
+                if on_real:  # the lab's relays are its links'; these were the sweep's
+                    for index in range(len(slots)):
+                        procs.stop(lab.relay_key(spec["pair"], f"rt{index}"))
     frame = pd.DataFrame(rows)
     result = sweep_fit.fit(frame)
     parquet_io.write(frame, out, {"config": spec, "settings": settings, "fit": result})
     return result
+
+
+def _relay_failure(spec: SweepSlice) -> str | None:
+    """Why a real pair's sweep cannot add its delays (no C compiler for the relay)."""
+    if "link" not in spec:
+        return None  # the lab makes its own links, relays included
+    try:
+        relay.binary()
+    except relay.RelayBuildError as exc:
+        return str(exc)
+    return None
 
 
 def _point(spec: SweepSlice, settings: ServerSettings, model: ModelInfo,
@@ -158,7 +176,10 @@ def _point(spec: SweepSlice, settings: ServerSettings, model: ModelInfo,
            rows: list[SweepRow]) -> Point:
     """One delay: its link, its measured latency and its launch (kept up for the
     rounds). A launch that fails adds the row that says why."""
-    link = lab.ensure_link(point_spec(spec["pair"], index, delay))
+    if "link" in spec:
+        link = lab.relayed(real.ensure(spec["link"]), index, delay)
+    else:
+        link = lab.ensure_link(point_spec(spec["pair"], index, delay))
     with wakeup.during(spec, {"a": link.host_a, "b": link.host_b}) as held:
         rr_ms = measure_rr_ms(link, spec["rr_samples"])
     point = Point(link, {"pair": spec["pair"], "model": spec["model"],

@@ -138,8 +138,6 @@ def _check_roundtrips(config: Config) -> None:
         for workers in sweep.workers:
             check_workers("roundtrips.workers", workers, f"models.{model}",
                           config.models[model].given())
-    if not any(spec.mode == "embedded" for spec in config.pairs.values()):
-        raise ConfigError("roundtrips", "the sweep emulates delay: it needs an embedded pair")
 
 
 def llamacpp_models(config: Config) -> list[str]:

@@ -298,9 +298,10 @@ class LinkCheck(Section):
 
 
 class Roundtrips(Section):
-    """Round trips per decoded token, measured on each embedded pair: sweep the link's
-    added delay, fit decode ms/token against the measured request-response latency.
-    Omit the key to skip the sweep."""
+    """Round trips per decoded token, measured on each pair: sweep the link's added
+    delay (an embedded pair: emulated links of its own; a real pair: its baseline link
+    behind a delay relay on host A, no netem or root needed), fit decode ms/token
+    against the measured request-response latency. Omit the key to skip the sweep."""
 
     models: list[str] = key(description="models to sweep (default: all)")
     workers: list[Annotated[int, Field(ge=1, le=4)]] = key(

@@ -56,6 +56,7 @@ def _drives_remote_pair(argv: list[str]) -> bool:
             text = value or (argv[index + 1] if index + 1 < len(argv) else "")
             with contextlib.suppress(ValueError, AttributeError, KeyError, TypeError):
                 spec = json.loads(text)
+                spec = spec.get("link", spec)  # a sweep's: its real pair's baseline link
                 return spec.get("mode") != "embedded" and bool(spec["hosts"]["b"].get("ssh"))
     return False
 
@@ -69,14 +70,19 @@ def turn(pair: str, host_b: Host | None) -> Iterator[None]:
         if host_b is None or not host_b.remote:
             yield
             return
-        if _same_tmp(host_b):  # host A's lock, which this job holds, is B's too
-            yield
-            return
-        held = _take(host_b)
+        try:
+            # Where B's /tmp is this machine's, host A's lock (this job's) is B's too.
+            held = None if _same_tmp(host_b) else _take(host_b)
+        except HostError as exc:
+            # B unreachable: nothing runs there to take turns with, and the job's own
+            # step meets the same error and makes it its result.
+            print(f"host b: no turn lock ({exc})", flush=True)
+            held = None
         try:
             yield
         finally:
-            _release(held)
+            if held is not None:
+                _release(held)
 
 
 @contextlib.contextmanager

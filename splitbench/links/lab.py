@@ -253,8 +253,24 @@ def relay_key(pair: str, link: str) -> str:
     return f"relay-{pair}__{link}"
 
 
+def relayed(base: Link, index: int, delay_ms: float) -> Link:
+    """A delay sweep's point `index` on a real link: the link itself, reached through a
+    delay relay on host A (on a loopback address of its own) that holds every byte
+    `delay_ms` each way; the point's launch takes its own set of worker ports on B's
+    one address. No netem and no root on either host: the relay is a process of A's
+    login user (links/relay.py)."""
+    name = f"rt{index}"
+    link = dataclasses.replace(
+        base, name=name, connect_addr=f"127.0.{200 + index}.3",
+        ports=dataclasses.replace(base.ports, worker_set=2 + index),
+        emulation={**base.emulation, "delay": "relay", "delay_ms": delay_ms})
+    _start_relay(link, delay_ms, relay_key(link.pair, name))
+    return link
+
+
 def _start_relay(link: Link, delay_ms: float, key: str) -> None:
-    mappings = [f"{link.addr_a}:{port}={link.addr_b}:{port}" for port in link.ports.relayed()]
+    mappings = [f"{link.connect_addr}:{port}={link.addr_b}:{port}"
+                for port in link.ports.relayed()]
     argv = relay.argv(delay_ms, mappings)
     procs.stop(relay_key(link.pair, link.name))
     # The relay stands for the wire: it lives in A's network namespace but runs on B's
@@ -264,5 +280,6 @@ def _start_relay(link: Link, delay_ms: float, key: str) -> None:
     started = wire.spawn(argv, role="relay", key=relay_key(link.pair, link.name),
                          extra={"pair": link.pair},
                          log_path=procs.state_dir() / "logs" / f"relay-{key}.log")
-    link.host_a.wait_listening(link.addr_a, link.ports.worker(0), timeout=10, server=started)
+    link.host_a.wait_listening(link.connect_addr, link.ports.worker(0), timeout=10,
+                               server=started)
     link.emulation["relay_argv"] = argv

@@ -15,9 +15,15 @@ MAX_WORKERS = 4  # RPC workers per launch
 MAX_SLOTS = 18  # launches of a pair at once: the default, the reference and 16 sweep points
 # A run's ports are one block of this many, from a base; the first block starts at
 # ggml-rpc-server's own default port.
-PORT_BLOCK = 64
+PORT_BLOCK = 128
 FIRST_PORT = 50052
-PORT_BLOCKS = 140  # 50052-59011: below the end of Linux's usual ephemeral range
+PORT_BLOCKS = 70  # 50052-59011: below the end of Linux's usual ephemeral range
+# The block's layout: RPC workers (a set of MAX_WORKERS for each launch slot, where the
+# slots' workers share one address: a delay sweep over a real link), then iperf3, the
+# probe and sockperf, then a rendezvous port and an HTTP port per slot.
+_SERVICES = MAX_WORKERS * MAX_SLOTS
+_RENDEZVOUS = _SERVICES + 4
+_HTTP = _RENDEZVOUS + MAX_SLOTS
 
 
 @dataclass(frozen=True)
@@ -29,29 +35,32 @@ class Ports:
     guard covers exactly the run's block."""
 
     base: int = FIRST_PORT
+    # Which slot's set of worker ports this link's launches use (0: the first; a sweep
+    # point on a real link: its own, as every point's workers listen on B's one address).
+    worker_set: int = 0
 
     def worker(self, index: int) -> int:
         if not 0 <= index < MAX_WORKERS:
             raise ValueError(f"at most {MAX_WORKERS} RPC workers per launch")
-        return self.base + index
+        return self.base + MAX_WORKERS * self._slot(self.worker_set) + index
 
     @property
     def iperf(self) -> int:
-        return self.base + MAX_WORKERS
+        return self.base + _SERVICES
 
     @property
     def probe(self) -> int:
-        return self.base + MAX_WORKERS + 1
+        return self.base + _SERVICES + 1
 
     @property
     def sockperf(self) -> int:
-        return self.base + MAX_WORKERS + 2
+        return self.base + _SERVICES + 2
 
     def rendezvous(self, slot: int) -> int:
-        return self.base + 8 + self._slot(slot)
+        return self.base + _RENDEZVOUS + self._slot(slot)
 
     def http(self, slot: int) -> int:
-        return self.base + 8 + MAX_SLOTS + self._slot(slot)
+        return self.base + _HTTP + self._slot(slot)
 
     @property
     def last(self) -> int:
@@ -103,7 +112,7 @@ class LinkJson(TypedDict):
     interface_a: str | None
     interface_b: str | None
     emulation: Emulation
-    port_base: int
+    ports: dict[str, int]  # Ports: base, worker_set
 
 
 @dataclass
@@ -127,7 +136,6 @@ class Link:
         data = asdict(self)
         data["host_a"] = asdict(self.host_a)
         data["host_b"] = asdict(self.host_b)
-        data["port_base"] = data.pop("ports")["base"]
         return data
 
     @classmethod
@@ -135,5 +143,5 @@ class Link:
         data = dict(data)
         data["host_a"] = Host(**data["host_a"])
         data["host_b"] = Host(**data["host_b"])
-        data["ports"] = Ports(data.pop("port_base", FIRST_PORT))
+        data["ports"] = Ports(**data["ports"]) if "ports" in data else Ports()
         return cls(**data)

@@ -106,6 +106,13 @@ class Jobs:
             return []
         return [ancient(results.link(wildcards.pair, self.config.baseline_link))]
 
+    def sweep_link_result(self, wildcards: Wildcards) -> list[Any]:
+        """A real pair's sweep runs on its baseline link: that link's verification
+        (ancient, as a cell's); nothing for an embedded pair's (its links are its own)."""
+        if self.config.pairs[wildcards.pair].mode == "embedded":
+            return []
+        return [ancient(results.link(wildcards.pair, self.config.baseline_link))]
+
     def model_file(self, wildcards: Wildcards) -> str:
         spec = self.config.models[wildcards.model]
         kind = model_kind(spec)

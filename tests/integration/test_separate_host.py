@@ -12,6 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from splitbench.backends.llamacpp import toolchain
@@ -195,3 +196,55 @@ def test_nothing_of_b_is_left_once_it_ends(state_dir, tmp_path):
     while mounted_anywhere(merged) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert mounted_anywhere(merged) == []
+
+
+SWEPT = {"n_layer": 2, "n_embd": 64, "n_head": 2, "n_head_kv": 1, "n_ff": 128,
+         "n_vocab": 1024, "context_length": 4096, "seed": 3}
+
+
+def test_the_delay_sweep_counts_round_trips_on_a_real_pair_without_netem_or_root(
+        separate_host_b, state_dir, tmp_path):
+    """A pair in mode: ssh, B another machine reached as bench: the sweep puts each delay
+    on the pair's own link through a relay on host A (no netem, no root on B), and reads
+    one round trip per token with one worker, as the packets count; B ends with nothing
+    of it."""
+    from splitbench import models, plan
+    from splitbench.cells import roundtrips
+    from splitbench.configuration import parsed
+    from splitbench.infra import teardown
+
+    b = separate_host_b(sudoers="bench ALL=(root) NOPASSWD: /usr/bin/ip, /usr/sbin/nft, "
+                                "/usr/bin/tee /dev/cpu_dma_latency")
+    cable = {key: b[key] for key in ("interface_a", "interface_b", "addr_a", "addr_b",
+                                     "prefix")}
+    config = parsed({
+        "pairs": {"rig": {"mode": "ssh", "hosts": {"a": {}, "b": config_block(b)},
+                          "links": {"cable": cable}}},
+        "models": {"m": {"synthetic": SWEPT, "layers_on_b": 2, "threads": 1}},
+        "contexts": {"short": 64}, "concurrency": [1],
+        "roundtrips": {"workers": [1], "delays_ms": [0.0, 1.0, 2.0], "requests": 3,
+                       "n_predict": 32, "rr_samples": 100},
+        "baseline_link": "cable", "toolchain": {"source": "pip"},
+        "measurement_version": 1})
+    gguf = tmp_path / "m.gguf"
+    models.write_synthetic(SWEPT, gguf)
+    model = models.describe({"synthetic": SWEPT}, gguf)
+    tools = toolchain.record("rig", "pip", {"a": {}, "b": config_block(b)},
+                             tmp_path / "toolchain.json")
+    spec = plan.roundtrips_slice(config, "rig", "m", 1)
+    assert spec["link"]["mode"] == "ssh"  # the sweep's points are this pair's link
+    out_path = tmp_path / "w1.parquet"
+    result = roundtrips.sweep(spec, model, tools, str(out_path))
+    rows = pd.read_parquet(out_path)
+    assert rows["error"].isna().all(), rows[["delay_ms", "error"]]
+    assert (rows["emulation_delay"] == "relay").all()
+    slope, se = result["round_trips_per_token"], result["round_trips_se"]
+    assert se < 0.3 and abs(slope - 1) <= 0.2, result
+    assert abs(result["turns_per_token"] - 1) <= 0.1, result  # the packets' count
+    latency = rows.groupby("delay_ms")["rr_ms"].first()
+    for delay in (1.0, 2.0):  # the relay's delay, measured on the pair: never early
+        assert latency[delay] >= 2 * delay, latency
+        assert latency[delay] - latency[0.0] <= 1.25 * 2 * delay, latency
+    teardown.teardown()
+    left = out(b, "ps", "-eo", "args=").splitlines()
+    assert all(args.startswith(("sshd", "/usr/sbin/sshd", "ps ")) for args in left), left

@@ -11,7 +11,7 @@ from splitbench.links.link import Ports
 
 def test_the_table_drops_the_link_addresses_and_the_ports_off_other_interfaces():
     rules = guard.ruleset(["sbssh-a", "eth1", "eth1"], ["10.0.0.1", "fe80::1%eth1"],
-                          [50116, 50052, 50116], "splitbench_0123456789", uid=1000)
+                          [50180, 50052, 50180], "splitbench_0123456789", uid=1000)
     commands = rules.split("; ")
     # The run's own table, replaced whole in one batch: made if missing, deleted, made.
     assert commands[:3] == ["add table inet splitbench_0123456789",
@@ -21,9 +21,9 @@ def test_the_table_drops_the_link_addresses_and_the_ports_off_other_interfaces()
     assert "ip daddr { 10.0.0.1 } drop" in rules
     assert "ip6 daddr { fe80::1 } drop" in rules
     # The run's blocks of ports (one per pair on this host), and no other port.
-    assert "tcp dport { 50052-50115, 50116-50179 } drop" in rules
+    assert "tcp dport { 50052-50179, 50180-50307 } drop" in rules
     # Other users' connections over loopback to the run's ports, and only those.
-    assert ('output oifname "lo" tcp dport { 50052-50115, 50116-50179 } meta skuid != 1000 '
+    assert ('output oifname "lo" tcp dport { 50052-50179, 50180-50307 } meta skuid != 1000 '
             "drop") in rules
     assert rules.count("policy accept") == 2  # it only ever drops
     assert "ip6 daddr" not in guard.ruleset(["eth1"], ["10.0.0.1"], [50052], "t")
@@ -63,13 +63,13 @@ def test_only_the_launchs_own_wildcard_listeners_outside_the_guard_are_named():
     # pids 20, 21, 22 are in session 10 (the launch's); 30 is another program's.
     host = _Host("10 10\n20 10\n21 10\n22 10\n30 30\n", SS)
     # UDP on every address is never covered (the guard's port rule is TCP's).
-    # The run's block is 50052-50115: the rendezvous store's port 50060 is covered.
+    # The run's block is 50052-50179: the rendezvous store's port 50060 is covered.
     assert guard.uncovered_listeners(host, [10], Ports(50052)) == [
         "0.0.0.0:41000 (VLLM::EngineCor)", "[::]:41002 (VLLM::Worker_TP, x)",
         "0.0.0.0:50053 UDP (VLLM::Worker_TP)"]
     assert guard.uncovered_listeners(host, [], Ports(50052)) == []
     # Another run's block covers none of them.
-    assert guard.uncovered_listeners(host, [10], Ports(50116))[0] == (
+    assert guard.uncovered_listeners(host, [10], Ports(50180))[0] == (
         "*:50060 (VLLM::Worker_TP)")
     # firewall: own: splitbench covers nothing, so the rendezvous port is named too.
     assert guard.uncovered_listeners(host, [10], None)[0] == "*:50060 (VLLM::Worker_TP)"

@@ -42,7 +42,9 @@ def rig(b: dict) -> dict:
             "n_layer": 2, "n_embd": 64, "n_head": 4, "n_head_kv": 2, "n_ff": 128,
             "n_vocab": 1024, "context_length": 4096, "seed": 1}, "layers_on_b": 1}},
         "contexts": {"short": 32}, "concurrency": [1],
-        "cell": {"n_predict": 24, "single_stream_seconds": 0, "concurrent_seconds": 0},
+        # Requests of 96 tokens: at 24 (15 ms each) one anchor's five requests spread
+        # 13%, and a fresh clone's run read that as a 12-14% drift of the block.
+        "cell": {"n_predict": 96, "single_stream_seconds": 0, "concurrent_seconds": 0},
         "link_check": {"iperf_seconds": 1, "rr_sizes": [64, 16384], "rr_samples": 40,
                        **NO_SOCKPERF},
     }
