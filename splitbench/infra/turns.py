@@ -56,7 +56,8 @@ def _drives_remote_pair(argv: list[str]) -> bool:
             text = value or (argv[index + 1] if index + 1 < len(argv) else "")
             with contextlib.suppress(ValueError, AttributeError, KeyError, TypeError):
                 spec = json.loads(text)
-                spec = spec.get("link", spec)  # a sweep's: its real pair's baseline link
+                if isinstance(spec.get("link"), dict):  # a sweep's: its baseline link
+                    spec = spec["link"]
                 return spec.get("mode") != "embedded" and bool(spec["hosts"]["b"].get("ssh"))
     return False
 

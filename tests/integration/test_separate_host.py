@@ -211,7 +211,7 @@ def test_the_delay_sweep_counts_round_trips_on_a_real_pair_without_netem_or_root
     from splitbench import models, plan
     from splitbench.cells import roundtrips
     from splitbench.configuration import parsed
-    from splitbench.infra import teardown
+    from splitbench.infra import procs
 
     b = separate_host_b(sudoers="bench ALL=(root) NOPASSWD: /usr/bin/ip, /usr/sbin/nft, "
                                 "/usr/bin/tee /dev/cpu_dma_latency")
@@ -245,6 +245,9 @@ def test_the_delay_sweep_counts_round_trips_on_a_real_pair_without_netem_or_root
     for delay in (1.0, 2.0):  # the relay's delay, measured on the pair: never early
         assert latency[delay] >= 2 * delay, latency
         assert latency[delay] - latency[0.0] <= 1.25 * 2 * delay, latency
-    teardown.teardown()
+    # The sweep stopped what it started on B (its points' workers) and on A (their
+    # relays) itself: the rest of the run's jobs find the pair as it was.
     left = out(b, "ps", "-eo", "args=").splitlines()
-    assert all(args.startswith(("sshd", "/usr/sbin/sshd", "ps ")) for args in left), left
+    assert not [p for p in procs.all_procs() if p.get("role") in ("relay", "rpc-server")]
+    assert all(args.startswith(("sshd", "/usr/sbin/sshd", "ps ", "/bin/sh -c ps "))
+               for args in left), left

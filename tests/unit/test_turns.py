@@ -13,7 +13,9 @@ import pytest
 from splitbench import commands
 from splitbench.infra import turns
 
-SSH = json.dumps({"pair": "rig", "mode": "ssh", "hosts": {"a": {}, "b": {"ssh": "bench@b"}}})
+SSH = json.dumps({"pair": "rig", "link": "cable", "mode": "ssh",
+                  "hosts": {"a": {}, "b": {"ssh": "bench@b"}}})
+SWEEP = json.dumps({"pair": "rig", "model": "m", "workers": 1, "link": json.loads(SSH)})
 EMBEDDED = json.dumps({"pair": "lab", "mode": "embedded", "hosts": {"a": {}, "b": {}}})
 
 
@@ -34,7 +36,8 @@ def held_by_another(mode: int) -> bool:
 
 
 def test_a_job_driving_an_ssh_pair_holds_host_a_alone():
-    for argv in (["cell", "--link-spec", SSH], ["link", f"--spec={SSH}"]):
+    for argv in (["cell", "--link-spec", SSH], ["link", f"--spec={SSH}"],
+                 ["roundtrips", "--spec", SWEEP]):
         with job_turn(argv):
             assert held_by_another(fcntl.LOCK_SH), argv
         assert not held_by_another(fcntl.LOCK_EX)
