@@ -101,7 +101,7 @@ def ssh_pair(config: Config, pair: str, spec: Pair) -> list[Line]:
     # A host without ip has its own ✗ line; none of its interfaces can be looked at.
     with_ip = [host for host in (host_a, host_b) if not host.missing_tools(["ip"])]
     for name, link in spec.links.items():
-        lines += _interfaces(pair, name, link, with_ip)
+        lines += _interfaces(pair, name, link, with_ip, spec.firewall)
     return lines
 
 
@@ -167,7 +167,8 @@ def _toolchain(config: Config, pair: str, spec: Pair) -> list[Line]:
                            f"({a['llama_server_version']})")]
 
 
-def _interfaces(pair: str, name: str, link: LinkSpec, hosts: list[Host]) -> list[Line]:
+def _interfaces(pair: str, name: str, link: LinkSpec, hosts: list[Host],
+                firewall: str) -> list[Line]:
     from splitbench.links import real
 
     lines = []
@@ -181,7 +182,7 @@ def _interfaces(pair: str, name: str, link: LinkSpec, hosts: list[Host]) -> list
                               f"name the interface of the cable (interface_{side})"))
             continue
         try:
-            real.refuse_default_route(host, ifname, f"link {name}")
+            on_lan = real.lan_interface(host, ifname, f"link {name}", link.adopt, firewall)
         except real.SetupError as exc:
             lines.append(Line(BAD, pair, f"{where}: {exc}"))
             continue
@@ -189,7 +190,9 @@ def _interfaces(pair: str, name: str, link: LinkSpec, hosts: list[Host]) -> list
         speed = host.run(["cat", f"/sys/class/net/{ifname}/speed"], check=False).stdout.strip()
         rate = f"{speed} Mbit/s" if speed.isdigit() and int(speed) > 0 else "speed not reported"
         said = (f"{where}: {ifname} {info.get('operstate', '?').lower()}, "
-                f"MTU {info.get('mtu')}, {rate}")
+                f"MTU {info.get('mtu')}, {rate}" + (
+                    "; the LAN (it holds the default route): compared as it is, only the "
+                    "other host let through to the run's ports on it" if on_lan else ""))
         if link.mtu and info.get("mtu") != link.mtu and link.adopt:
             lines.append(Line(BAD, pair, f"{said}; the config says MTU {link.mtu}",
                               "set it there, or drop mtu (an adopted link is not changed)"))

@@ -245,6 +245,34 @@ def round_trip_floor(trips: pd.DataFrame, model_rows: pd.DataFrame, section: str
 
 
 # --- prefill ----------------------------------------------------------------------------
+def one_link(model_rows: pd.DataFrame, link: str, section: str) -> Finding | None:
+    """A pair measured on one link: what that cannot answer, and the seed's links
+    predicted from this run's own step, round trips and bytes per token at the shortest
+    context (model_rows: whatif.model's rows of one pair and model, shortest first)."""
+    if model_rows.empty:
+        return None
+    row = model_rows.iloc[:1]
+    first = row.iloc[0]
+    guesses = []
+    for name, rtt_us, a_to_b, b_to_a in whatif.SEED_LINKS:
+        seen = whatif.predict(row, rtt_us, a_to_b, b_to_a).iloc[0]
+        guesses.append(f"{name} ({rtt_us:.0f} µs, {a_to_b:g}/{b_to_a:g} Gbit/s) "
+                       f"{seen['predicted_ms']:.2f}" + (
+                           f" ±{seen['predicted_unc_ms']:.2f}"
+                           if np.isfinite(seen["predicted_unc_ms"]) else "")
+                       + f" ms/token ({seen['predicted_tps']:.1f} tok/s)")
+    assumed = "assumed " if str(first["round_trips_from"]).startswith("assumed") else ""
+    return Finding(section, (
+        f"**One link measured ({link}), so no link is compared with another**: this run "
+        "cannot say from measurement what another cable costs, nor whether this one "
+        "limits concurrency. From its own step at "
+        f"{first['ctx']} ({first['decode_ms']:.2f} ms/token), its {assumed}"
+        f"{first['round_trips']:.2f} round trips per token and its bytes per token, the "
+        f"seed's links would decode at: {listed(guesses)} (each link's idle ping taken as "
+        "its request-response latency, which a TCP turn pays at least: a lower bound). "
+        "Add a second link to measure one."), (SENSITIVITY,))
+
+
 def prefill(rows: pd.DataFrame, links: pd.DataFrame, fit: pd.Series | None, section: str
             ) -> Finding | None:
     """Prefill's elasticity to one-way bandwidth and each link's example (rows: the link

@@ -28,6 +28,7 @@ from splitbench.analysis.comparison import COVERAGE
 from splitbench.analysis.cost_findings import (
     decode_across_models,
     decode_cost,
+    one_link,
     prefill,
     prefill_across_models,
     round_trip_floor,
@@ -313,6 +314,15 @@ def collect(summary: pd.DataFrame, links: pd.DataFrame, comp: pd.DataFrame,
             .assign(_order=lambda f: f["ctx"].map(order)).sort_values("_order"), section)
         if floor:
             out.append(floor)
+        measured_links = cells["link"].unique()
+        if len(measured_links) == 1:
+            alone = one_link(model_rows[(model_rows["pair"] == pair)
+                                        & (model_rows["model"] == model)]
+                             .assign(_order=lambda f: f["ctx"].map(order))
+                             .sort_values("_order"), str(measured_links[0]), section)
+            if alone:
+                out.append(marked(alone, flags_of(cells[cells["conc"] == 1], ("flags",)),
+                                  among=int((cells["conc"] == 1).sum())))
         fit = _mechanism_row(mechanism_rows, pair, model, "prefill")
         found = prefill(mine, links[links["pair"] == pair] if "pair" in links else links,
                         fit, section)

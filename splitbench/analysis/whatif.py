@@ -31,6 +31,15 @@ from splitbench.analysis.comparison import COVERAGE, agrees
 # which the link adds this much is where the sensitivity curve turns flat.
 FELT_ABOVE = 0.05
 
+# The links of the write-up this tool reproduces, as it measured them: name, idle ping
+# (µs, taken as the request-response latency: a TCP turn pays at least that) and
+# one-way throughput A→B, B→A (Gbit/s). A run with one link predicts these.
+SEED_LINKS: tuple[tuple[str, float, float, float], ...] = (
+    ("5GbE", 84.0, 4.71, 4.71),
+    ("USB 10GbE", 136.0, 7.28, 7.28),
+    ("USB4 (TB5 cable)", 224.0, 4.38, 4.76),
+)
+
 MODEL_COLUMNS = ["pair", "model", "ctx", "baseline", "decode_ms", "decode_ms_se",
                  "round_trips", "round_trips_se", "round_trips_from", "rtt_base_us",
                  "bytes_a_to_b", "bytes_b_to_a", "wire_base_ms", "compute_ms"]

@@ -128,7 +128,8 @@ class LinkSpec(Section):
     prefix: int = key(30, "mode ssh: the addresses' prefix length", ge=8, le=31)
     mtu: int = key(description="mode ssh: the interfaces' MTU", ge=576, le=65535)
     adopt: bool = key(False, "mode ssh: use the interfaces' existing (e.g. link-local) "
-                             "addresses as they are")
+                             "addresses as they are; the LAN (an interface holding the "
+                             "default route) is a link only so, behind the guard")
 
 
 class Hosts(Section):

@@ -26,7 +26,7 @@ import ipaddress
 import json
 import re
 import shlex
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from splitbench.errors import SplitbenchError
 from splitbench.infra import privilege, procs
@@ -48,17 +48,19 @@ def table_name() -> str:
 
 
 def ruleset(interfaces: Iterable[str], addresses: Iterable[str], blocks: Iterable[int],
-            table: str, uid: int | None = None, made: Iterable[str] = ()) -> str:
+            table: str, uid: int | None = None, made: Iterable[str] = (),
+            lan_peers: Mapping[str, Iterable[str]] | None = None) -> str:
     """The nft commands that (re)make the run's table, as one atomic batch: packets
     from interfaces other than loopback and the links' are dropped when they are for a
     link address or a port the run serves on; with `uid`, connections over loopback to
     those ports from any other user are dropped too (the worker has no authentication,
-    and every local user can reach a link address through loopback)."""
+    and every local user can reach a link address through loopback). `lan_peers`: a
+    link over the LAN (interface -> the other host's addresses on it): there only the
+    other host reaches the run's ports, and everything else on that interface (the
+    user's SSH, the neighbours' traffic to other ports) is left alone."""
     names = ", ".join(json.dumps(name) for name in ["lo", *sorted(set(interfaces))])
     served = ", ".join(f"{base}-{Ports(base).last}" for base in sorted(set(blocks)))
-    by_family: dict[int, list[str]] = {4: [], 6: []}
-    for addr in sorted(set(addresses)):
-        by_family[ipaddress.ip_address(addr.split("%")[0]).version].append(addr.split("%")[0])
+    by_family = _by_family(addresses)
     # The table's comment names the interface changes the run holds on this host
     # (`token`): another run on the same link shares them (`shared_undo`).
     comment = "".join(sorted(set(made)))
@@ -69,6 +71,13 @@ def ruleset(interfaces: Iterable[str], addresses: Iterable[str], blocks: Iterabl
         "policy accept; }",
         f"add rule inet {table} input iifname {{ {names} }} accept",
     ]
+    for interface, peers in sorted((lan_peers or {}).items()):
+        for version, family in ((4, "ip"), (6, "ip6")):
+            if _by_family(peers)[version]:
+                commands.append(
+                    f"add rule inet {table} input iifname {json.dumps(interface)} {family} "
+                    f"saddr {{ {', '.join(_by_family(peers)[version])} }} tcp dport "
+                    f"{{ {served} }} accept")
     for version, family in ((4, "ip"), (6, "ip6")):
         if by_family[version]:
             commands.append(f"add rule inet {table} input {family} daddr "
@@ -83,6 +92,14 @@ def ruleset(interfaces: Iterable[str], addresses: Iterable[str], blocks: Iterabl
             f'add rule inet {table} output oifname "lo" tcp dport {{ {served} }} '
             f"meta skuid != {uid} drop"]
     return "; ".join(commands)
+
+
+def _by_family(addresses: Iterable[str]) -> dict[int, list[str]]:
+    """Addresses by IP version, without an IPv6 scope (`%eth0`), sorted."""
+    out: dict[int, list[str]] = {4: [], 6: []}
+    for addr in sorted({a.split("%")[0] for a in addresses}):
+        out[ipaddress.ip_address(addr).version].append(addr)
+    return out
 
 
 def token(change: str, interface: str, value: str = "") -> str:
@@ -133,23 +150,30 @@ def _key(host: Host) -> str:
 
 
 def cover(host: Host, interface: str, address: str, ports: Ports, firewall: str,
-          where: str, made: Iterable[str] = ()) -> None:
+          where: str, made: Iterable[str] = (), peer: str | None = None) -> None:
     """Make `interface` (and `address` on it) one of the host's link ends in the run's
     table, and `ports` (the run's block for the pair) among the ports it keeps off
     other interfaces, recorded (with its undo) before it is applied; with the pair's
     `firewall: own`, left to the user. `made`: the tokens of the interface changes the
-    run holds there (named in the table's comment). Raises GuardError when it cannot,
-    with the command that would."""
+    run holds there (named in the table's comment). `peer`: the interface is the LAN
+    (real.lan_interface) and this the other host's address on it, the one address let
+    through to the run's ports there; the interface and its address stay open to
+    everything else. Raises GuardError when it cannot, with the command that would."""
     if firewall == "own":
         return
     table = table_name()
     known = procs.change(_key(host)) or {"interfaces": [], "addresses": [], "blocks": []}
-    interfaces = sorted({*known["interfaces"], interface})
-    addresses = sorted({*known["addresses"], address})
+    lan_peers = {name: list(peers) for name, peers in known.get("lan_peers", {}).items()}
+    if peer is None:
+        interfaces = sorted({*known["interfaces"], interface})
+        addresses = sorted({*known["addresses"], address})
+    else:
+        interfaces, addresses = sorted(known["interfaces"]), sorted(known["addresses"])
+        lan_peers[interface] = sorted({*lan_peers.get(interface, []), peer})
     blocks = sorted({*known.get("blocks", []), ports.base})
     held = sorted({*known.get("made", []), *made})
     uid = privilege.login_uid(host)
-    commands = ruleset(interfaces, addresses, blocks, table, uid, held)
+    commands = ruleset(interfaces, addresses, blocks, table, uid, held, lan_peers)
     if not privilege.can(host, privilege.FOR_GUARD):
         raise GuardError(
             f"{where}: splitbench is neither root on host {host.name} nor allowed nft "
@@ -166,7 +190,7 @@ def cover(host: Host, interface: str, address: str, ports: Ports, firewall: str,
                         # nft's word for a table that is not there
                         gone_if="No such file or directory",
                         interfaces=interfaces, addresses=addresses, blocks=blocks,
-                        made=held, table=table)
+                        made=held, table=table, lan_peers=lan_peers)
     done = host.run(privilege.as_root(host, ["nft", commands]), check=False)
     if done.returncode != 0:
         raise GuardError(f"{where}: host {host.name}: nft could not apply the link guard "

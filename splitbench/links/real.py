@@ -46,12 +46,17 @@ def _set_up(spec: LinkSlice) -> Link:
     host_a = host_from_spec("a", spec["hosts"]["a"])
     host_b = host_from_spec("b", spec["hosts"]["b"])
     applied: list[list[str]] = []
-    guarded = spec.get("firewall", "guard") == "guard"
-    ends, held = {}, {}
-    for side, host in (("a", host_a), ("b", host_b)):
+    firewall = spec.get("firewall", "guard")
+    guarded = firewall == "guard"
+    hosts = {"a": host_a, "b": host_b}
+    on_lan = {}
+    for side, host in hosts.items():  # both interfaces checked before either is changed
         ifname = spec[f"interface_{side}"]
         _require_interface(host, ifname, where)
-        refuse_default_route(host, ifname, where)
+        on_lan[side] = lan_interface(host, ifname, where, bool(spec.get("adopt")), firewall)
+    ends, held = {}, {}
+    for side, host in hosts.items():
+        ifname = spec[f"interface_{side}"]
         if spec.get("adopt"):
             ends[side], held[side] = _existing_address(host, ifname, where), []
         else:
@@ -77,11 +82,12 @@ def _set_up(spec: LinkSlice) -> Link:
         raise SetupError(f"{where}: host a cannot reach host b at {link.addr_b} over "
                          f"{link.interface_a}: {(reply.stdout + reply.stderr).strip()[-300:]}")
     # Before anything listens on the link: reachable through its cable only.
-    for side, host, ifname, addr in (("a", host_a, link.interface_a, link.addr_a),
-                                     ("b", host_b, link.interface_b, link.addr_b)):
+    for side, host, ifname, addr, peer in (
+            ("a", host_a, link.interface_a, link.addr_a, link.addr_b),
+            ("b", host_b, link.interface_b, link.addr_b, link.addr_a)):
         try:
-            guard.cover(host, ifname, addr, run_ports, spec.get("firewall", "guard"),
-                        where, held[side])
+            guard.cover(host, ifname, addr, run_ports, firewall, where, held[side],
+                        peer=peer if on_lan[side] else None)
         except (guard.GuardError, HostError) as exc:
             raise SetupError(str(exc)) from exc
     return link
@@ -97,18 +103,34 @@ def _require_interface(host: Host, ifname: str, where: str) -> None:
                          f"({result.stderr.strip()})")
 
 
-def refuse_default_route(host: Host, ifname: str, where: str) -> None:
-    """A link interface is the cable between the two hosts, never the one that leads to
-    the LAN: the RPC worker (no authentication) would listen where every neighbour on
-    that network can reach it, and addressing it would change the user's network."""
+def lan_interface(host: Host, ifname: str, where: str, adopt: bool = False,
+                  firewall: str = "guard") -> bool:
+    """Whether a link interface is the host's LAN (it holds the default route). A link is
+    normally the cable between the two hosts; the LAN is one only as it is (`adopt`:
+    addressing it would change the user's network) and behind the run's guard, which
+    lets only the other host reach the run's ports on it (the RPC worker has no
+    authentication, and every neighbour on the LAN could reach it). Otherwise refused,
+    naming the host, the interface and both ways on."""
     for family in ("-4", "-6"):
         shown = host.run(["ip", "-j", family, "route", "show", "default"], check=False)
         routes = json.loads(shown.stdout or "[]") if shown.returncode == 0 else []
-        if any(route.get("dev") == ifname for route in routes):
+        if not any(route.get("dev") == ifname for route in routes):
+            continue
+        said = (f"{where}: host {host.name}'s interface {ifname} holds the default route "
+                f"(IPv{family[1]}): it leads to the LAN")
+        if not adopt:
             raise SetupError(
-                f"{where}: host {host.name}'s interface {ifname} holds the default route "
-                f"(IPv{family[1]}): it leads to the LAN, not to the other host; name the "
-                "interface of the cable between the two hosts (interface_a/interface_b)")
+                f"{said}, not to the other host; name the interface of the cable between "
+                "the two hosts (interface_a/interface_b), or set adopt: true to compare "
+                "the LAN itself (nothing on it is changed, and the run's guard lets only "
+                "the other host reach the run's ports on it)")
+        if firewall != "guard":
+            raise SetupError(
+                f"{said}, where every neighbour could reach the run's servers: a LAN link "
+                "needs the pair's firewall: guard, which lets only the other host reach "
+                "the run's ports on it")
+        return True
+    return False
 
 
 def _existing_address(host: Host, ifname: str, where: str) -> str:

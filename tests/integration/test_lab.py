@@ -214,10 +214,11 @@ def test_a_link_that_fails_verification_is_a_result_its_launch_reports(state_dir
 
 
 @needs_root()
-def test_an_interface_that_holds_the_default_route_is_never_a_link():
+def test_an_interface_that_holds_the_default_route_is_a_link_only_as_it_is():
     """A host (a namespace of its own) with a LAN interface that holds its default route
     (IPv4, then IPv6) and a cable interface that does not: the LAN one is refused,
-    naming host and interface, before any address is set; the cable one passes."""
+    naming host and interface, before any address is set, unless adopted behind the
+    run's guard; the cable one passes."""
     from splitbench.infra.hosts import Host
     from splitbench.links import real
 
@@ -232,17 +233,22 @@ def test_an_interface_that_holds_the_default_route_is_never_a_link():
                      ["addr", "add", "10.252.0.1/30", "dev", "cable0"]):
             subprocess.run(["ip", "-n", ns, *argv], check=True)
         host = Host("b", netns=ns)
-        real.refuse_default_route(host, "lan0", "pair 'p', link 'l'")  # no default yet
+        where = "pair 'p', link 'l'"
+        assert real.lan_interface(host, "lan0", where) is False  # no default yet
         subprocess.run(["ip", "-n", ns, "route", "add", "default", "via", "10.251.0.1"],
                        check=True)
         with pytest.raises(real.SetupError, match=r"pair 'p', link 'l': host b's interface "
                                                   r"lan0 holds the default route \(IPv4\)"):
-            real.refuse_default_route(host, "lan0", "pair 'p', link 'l'")
-        real.refuse_default_route(host, "cable0", "pair 'p', link 'l'")
+            real.lan_interface(host, "lan0", where)
+        # As it is, behind the run's guard: the LAN compared as a link.
+        assert real.lan_interface(host, "lan0", where, adopt=True) is True
+        with pytest.raises(real.SetupError, match="needs the pair's firewall: guard"):
+            real.lan_interface(host, "lan0", where, adopt=True, firewall="own")
+        assert real.lan_interface(host, "cable0", where) is False
         subprocess.run(["ip", "-n", ns, "route", "del", "default"], check=True)
         subprocess.run(["ip", "-n", ns, "-6", "route", "add", "default", "dev", "lan0"],
                        check=True)
         with pytest.raises(real.SetupError, match=r"holds the default route \(IPv6\)"):
-            real.refuse_default_route(host, "lan0", "pair 'p', link 'l'")
+            real.lan_interface(host, "lan0", where)
     finally:
         subprocess.run(["ip", "netns", "del", ns], check=False)

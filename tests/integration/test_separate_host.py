@@ -253,3 +253,59 @@ def test_the_delay_sweep_counts_round_trips_on_a_real_pair_without_netem_or_root
     assert not [p for p in procs.all_procs() if p.get("role") in ("relay", "rpc-server")]
     assert all(args.startswith(("sshd", "/usr/sbin/sshd", "ps ", "/bin/sh -c ps "))
                for args in left), left
+
+
+def _reaches(source: str, addr: str, port: int) -> str:
+    """From host A, source address `source`: 'open' (a listener answered), 'refused'
+    (B's stack answered with a reset: nothing listens, but the packet got there) or
+    'dropped' (no answer in 2 s)."""
+    with socket.socket() as sock:
+        sock.bind((source, 0))
+        sock.settimeout(2)
+        try:
+            sock.connect((addr, port))
+        except ConnectionRefusedError:
+            return "refused"
+        except (TimeoutError, socket.timeout):
+            return "dropped"
+        return "open"
+
+
+def test_the_lan_is_a_link_as_it_is_with_only_the_other_host_let_through(
+        separate_host_b, state_dir):
+    """The one network a pair may have is the LAN: the interface holding the default
+    route. It is a link only with adopt: true (nothing on it changed) and the run's
+    guard; on it, the run's ports answer host A's address alone, while everything else
+    on that interface (B's sshd here) stays open to every address."""
+    from splitbench.infra import teardown
+    from splitbench.links import real
+
+    b = separate_host_b(sudoers=SUDOERS)
+    # B's only network leads to host A and beyond it: its default route, as a LAN's.
+    subprocess.run(["ip", "-n", b["netns"], "route", "add", "default", "via", b["addr_a"],
+                    "dev", b["interface_b"]], check=True)
+    spec = {"pair": "rig", "link": "lan", "mode": "ssh",
+            "hosts": {"a": {}, "b": config_block(b)},
+            "interface_a": b["interface_a"], "interface_b": b["interface_b"]}
+    with pytest.raises(real.SetupError, match=rf"host b's interface {b['interface_b']} "
+                       r"holds the default route \(IPv4\).*set adopt: true"):
+        real.ensure({**spec, "addr_a": b["addr_a"], "addr_b": b["addr_b"], "prefix": 30})
+    with pytest.raises(real.SetupError, match=r"needs the pair's firewall: guard"):
+        real.ensure({**spec, "adopt": True, "firewall": "own"})
+    before = out(b, "ip", "-j", "addr", "show", "dev", b["interface_b"])
+
+    link = real.ensure({**spec, "adopt": True})
+    assert (link.addr_a, link.addr_b) == (b["addr_a"], b["addr_b"])  # as they were
+    assert out(b, "ip", "-j", "addr", "show", "dev", b["interface_b"]) == before
+    worker = link.ports.worker(0)
+    # Another machine on the LAN: a second address on A's side, routed by B's default.
+    stranger = "10.214.30.5"
+    subprocess.run(["ip", "addr", "add", f"{stranger}/32", "dev", b["interface_a"]],
+                   check=True)
+    assert _reaches(b["addr_a"], b["addr_b"], worker) == "refused"  # the other host
+    assert _reaches(stranger, b["addr_b"], worker) == "dropped"  # the run's port: not it
+    assert _reaches(stranger, b["addr_b"], b["ssh_port"]) == "open"  # the rest: as it was
+
+    teardown.teardown()
+    assert "splitbench" not in out(b, "sudo", "-n", "/usr/sbin/nft", "list", "tables")
+    assert _reaches(stranger, b["addr_b"], worker) == "refused"  # the guard went with it

@@ -381,3 +381,43 @@ def test_a_sweep_above_the_floor_whose_packets_count_the_floor_is_no_extra_trans
     more = findings.round_trip_floor(trips.assign(turns_counted=2.0), trips.iloc[0:0],
                                      "m").text
     assert "blocking transactions a better protocol could save" in more
+
+
+def test_a_pair_of_one_link_predicts_the_seeds_links_from_its_own_figures():
+    """One link (the LAN, say): nothing compared, and the seed's three links predicted
+    from this run's step, round trips and bytes; a second link measured ends it."""
+    model = pd.DataFrame([{
+        "pair": "lab", "model": "m", "ctx": "short", "baseline": "lan", "decode_ms": 10.0,
+        "decode_ms_se": 0.01, "round_trips": 1.0, "round_trips_se": 0.02,
+        "round_trips_from": "counted from the RPC packets", "rtt_base_us": 400.0,
+        "bytes_a_to_b": 4096.0, "bytes_b_to_a": 4096.0, "wire_base_ms": 0.0139,
+        "compute_ms": 10.0 - 0.400 - 0.0139}])
+    text = findings.one_link(model, "lan", "m").text
+    assert text.startswith("**One link measured (lan), so no link is compared with another**")
+    # compute 9.5861 + 84 µs + 4096 B each way at 4.71 Gbit/s (0.0070 ms each): 9.684,
+    # ± 2 x hypot(0.01, 0.02 x (400 - 84) µs) = 0.024
+    assert "5GbE (84 µs, 4.71/4.71 Gbit/s) 9.68 ±0.02 ms/token (103.3 tok/s)" in text
+    # + 224 µs + 4096 B at 4.38 (0.0075) and at 4.76 (0.0069): 9.825
+    assert "USB4 (TB5 cable) (224 µs, 4.38/4.76 Gbit/s) 9.82 ±0.02 ms/token" in text
+    assert "its 1.00 round trips" in text
+    floor = model.assign(round_trips_from="assumed: the floor of one per RPC worker (1)")
+    assert "its assumed 1.00 round trips" in findings.one_link(floor, "lan", "m").text
+    assert findings.one_link(model.iloc[0:0], "lan", "m") is None
+
+
+def test_only_a_pair_measured_on_one_link_gets_the_seeds_links(seed_findings):
+    assert not any("One link measured" in f.text for f in seed_findings)  # three links
+    summary = pd.read_csv(FIXTURES / "seed_002_summary.csv").query("link == '5gbe'")
+    links = pd.read_csv(FIXTURES / "seed_002_links.csv").query("link == '5gbe'").assign(
+        rr64_p50_us=120.0)
+    trips = pd.DataFrame(columns=["pair", "model", "workers", "round_trips", "round_trips_se"])
+    comp = comparison.compare_links(summary, "5gbe")
+    comp = pd.concat([comp, comparison.predicted_decode_delta(comp, links, trips, {})], axis=1)
+    found = findings.collect(summary, links, comp, trips,
+                             mechanisms.table(summary, links, SEED_CONTEXTS, "5gbe"),
+                             whatif.model(summary, links, trips, {}, "5gbe"), SEED_CONTEXTS,
+                             "5gbe")
+    alone = [f for f in found if f.text.startswith("**One link measured (5gbe)")]
+    assert len(alone) == summary["model"].nunique() == 6
+    glm = next(f for f in alone if f.section == "GLM-4.5-Air Q4_K_M")
+    assert "From its own step at short (19.69 ms/token), its assumed 1.00 round trips" in glm.text

@@ -30,6 +30,22 @@ def test_the_table_drops_the_link_addresses_and_the_ports_off_other_interfaces()
     assert "skuid" not in guard.ruleset(["eth1"], ["10.0.0.1"], [50052], "t")
 
 
+def test_on_the_lan_only_the_other_host_reaches_the_runs_ports():
+    rules = guard.ruleset(["eth1"], ["10.0.0.1"], [50052], "t",
+                          lan_peers={"eno1": ["192.168.1.20", "fe80::2%eno1"]})
+    commands = rules.split("; ")
+    allow_v4 = 'add rule inet t input iifname "eno1" ip saddr { 192.168.1.20 } tcp dport ' \
+        "{ 50052-50179 } accept"
+    allow_v6 = 'add rule inet t input iifname "eno1" ip6 saddr { fe80::2 } tcp dport ' \
+        "{ 50052-50179 } accept"
+    assert allow_v4 in commands and allow_v6 in commands
+    # Before the port rule that drops everyone else; the LAN interface is not let
+    # through whole, and its own address is not among those dropped.
+    drop = commands.index("add rule inet t input tcp dport { 50052-50179 } drop")
+    assert commands.index(allow_v4) < drop and commands.index(allow_v6) < drop
+    assert '"eno1" }' not in rules and "192.168.1.20 } drop" not in rules
+
+
 def test_each_run_has_a_table_of_its_own(tmp_path, monkeypatch):
     names = set()
     for run in ("one", "two", "one"):
