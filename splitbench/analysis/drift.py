@@ -17,7 +17,9 @@ anchor  the (pair, model) block's anchor (a short single-stream cell on the base
           measured outside the anchors' temperature range (widened by anchor_margin_c)
           are flagged: the anchors bracket the others;
         - the anchors' temperatures did not move: the cause is not thermal (load, clocks),
-          temperature cannot localise it, so every cell of the block is flagged;
+          temperature cannot localise it, so every cell of the block is flagged, and the
+          reason says that no other work was on the CPUs during the anchors (which
+          would have failed the check): nothing measured explains the drift;
         - no anchor temperatures ("none found" sensors): every cell of the block is
           flagged; a cell without temperatures in a block whose anchors have them is
           flagged too (nothing shows it was inside the range).
@@ -194,9 +196,15 @@ def _anchor(cells: pd.DataFrame, cfg: DriftSettings) -> pd.DataFrame:
     no_temps = span_high.isna()
     flag = drifted & (~known | ~thermal | outside | no_temps)
     where = pd.Series(None, index=cells.index, dtype=object)
-    where[drifted & ~known] = "the anchors have no temperatures to localise it"
+    # Anchors measured under interference fail the check before this (anchor_check):
+    # a drift here had no other work on the CPUs behind it, and the text says so.
+    unexplained = ("no other work used the CPUs while the anchors ran, so nothing "
+                   "measured here explains it (the machine's own pace: clocks, a virtual "
+                   "machine's host)")
+    where[drifted & ~known] = f"the anchors have no temperatures to localise it, and {unexplained}"
     where[drifted & known & ~thermal] = (
-        "the anchors' temperatures did not move, so temperature cannot localise it")
+        f"the anchors' temperatures did not move, so temperature cannot localise it, and "
+        f"{unexplained}")
     where[drifted & known & thermal & no_temps] = "the cell has no temperatures"
     out = drifted & known & thermal & outside
     where[out] = [f"cell at {a:.1f}-{b:.1f} C, outside the anchors' {lo:.1f}-{hi:.1f} C"
