@@ -141,7 +141,7 @@ def sweep(spec: SweepSlice, model: ModelInfo, toolchain: ToolchainRecord,
                      "decode_ms_per_token": None, "step_ms_median": None,
                      "server_decode_ms_per_token": None})
     else:
-        on_real = "link" in spec  # a real pair: its baseline link, behind relays
+        on_real = _on_real_pair(spec)
         host_b = host_from_spec("b", spec["link"]["hosts"]["b"]) if on_real else None
         with turns.turn(spec["pair"], host_b):
             try:
@@ -160,9 +160,15 @@ def sweep(spec: SweepSlice, model: ModelInfo, toolchain: ToolchainRecord,
     return result
 
 
+def _on_real_pair(spec: SweepSlice) -> bool:
+    """A real pair's sweep: its points are its baseline link (`link`) behind relays; the
+    embedded lab's make links of their own."""
+    return "link" in spec
+
+
 def _relay_failure(spec: SweepSlice) -> str | None:
     """Why a real pair's sweep cannot add its delays (no C compiler for the relay)."""
-    if "link" not in spec:
+    if not _on_real_pair(spec):
         return None  # the lab makes its own links, relays included
     try:
         relay.binary()
@@ -176,7 +182,7 @@ def _point(spec: SweepSlice, settings: ServerSettings, model: ModelInfo,
            rows: list[SweepRow]) -> Point:
     """One delay: its link, its measured latency and its launch (kept up for the
     rounds). A launch that fails adds the row that says why."""
-    if "link" in spec:
+    if _on_real_pair(spec):
         link = lab.relayed(real.ensure(spec["link"]), index, delay)
     else:
         link = lab.ensure_link(point_spec(spec["pair"], index, delay))

@@ -25,7 +25,7 @@ import subprocess
 import time
 from collections.abc import Iterable, Iterator
 
-from splitbench.infra import procs
+from splitbench.infra import files, procs
 from splitbench.infra.hosts import Host, HostError, host_from_spec
 from splitbench.slices import LinkSlice
 
@@ -126,13 +126,24 @@ def turn_of(spec: LinkSlice) -> contextlib.AbstractContextManager[None]:
 def _same_tmp(host_b: Host) -> bool:
     """Whether B's /tmp is this machine's (B a namespace of A reached over SSH, or A
     itself): the same kernel and the same directory. Its lock is then the one this job
-    holds already, and asking for it again from B would wait for ever."""
+    holds already, and asking for it again from B would wait for ever. Asked of B once
+    per boot of A, not by every job: kept in the run's state under A's boot id and B's
+    address (a B that shares A's /tmp shares its boots; another machine never does)."""
     here = os.stat("/tmp")
     with open("/proc/sys/kernel/random/boot_id") as boot:
         mine = [boot.read().strip(), f"{here.st_dev}:{here.st_ino}"]
-    said = host_b.run(["sh", "-c", "cat /proc/sys/kernel/random/boot_id; stat -c %d:%i /tmp"],
-                      check=False).stdout.split()
-    return said == mine
+    known_path = procs.state_dir() / "hosts" / "same-tmp.json"
+    known = files.read_json(known_path) or {}
+    key = json.dumps([mine, host_b.ssh_settings()], sort_keys=True)
+    if key not in known:
+        said = host_b.run(["sh", "-c",
+                           "cat /proc/sys/kernel/random/boot_id; stat -c %d:%i /tmp"],
+                          check=False)
+        if said.returncode != 0:
+            return False  # not known: asked again by the next job
+        known[key] = said.stdout.split() == mine
+        files.write_json(known_path, known)
+    return bool(known[key])
 
 
 def _take(host_b: Host):  # noqa: ANN202 (a RemoteProcess)

@@ -57,3 +57,29 @@ def test_other_workflow_jobs_share_host_a_and_a_persons_commands_take_nothing():
 @pytest.mark.parametrize("text", ["not json", "[]", '{"mode": "ssh"}'])
 def test_a_spec_it_cannot_read_takes_no_exclusive_hold(text):
     assert not turns._drives_remote_pair(["cell", "--link-spec", text])
+
+
+class FakeB:
+    """A host B that answers the /tmp question as `boot` and `tmp` say, and counts it."""
+
+    def __init__(self, ssh: str, boot: str, tmp: str) -> None:
+        self.ssh, self.asked, self.said = ssh, 0, f"{boot}\n{tmp}\n"
+
+    def ssh_settings(self) -> dict:
+        return {"ssh": self.ssh}
+
+    def run(self, argv, check=True):  # noqa: ANN001, ANN201 (Host.run's shape)
+        self.asked += 1
+        return type("Done", (), {"returncode": 0, "stdout": self.said})()
+
+
+def test_whether_b_shares_a_tmp_is_asked_once_per_boot_not_by_every_job(state_dir):
+    with open("/proc/sys/kernel/random/boot_id") as boot:
+        here = boot.read().strip()
+    tmp = os.stat("/tmp")
+    namespace = FakeB("bench@10.0.0.2", here, f"{tmp.st_dev}:{tmp.st_ino}")
+    other = FakeB("bench@10.0.0.6", "another-boot", f"{tmp.st_dev}:{tmp.st_ino}")
+    for _ in range(3):  # three jobs of the run
+        assert turns._same_tmp(namespace) is True
+        assert turns._same_tmp(other) is False
+    assert (namespace.asked, other.asked) == (1, 1)
