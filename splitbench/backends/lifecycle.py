@@ -108,9 +108,20 @@ def warm_up(url: str, path: str, body: dict[str, Any], timeout_s: float) -> None
 
 
 def log_tail(proc: ProcRecord | None, lines: int = 25) -> str:
-    """The last lines of a launch process's log, for the error that names it."""
+    """The last lines of a launch process's log, for the error that names it: on this
+    machine, or on host B for a remote one (read there while its record stands, from
+    the copy kept here once it is forgotten: procs.forget_process)."""
     if proc is None or not proc.get("log"):
         return "(no log)"
+    if proc.get("remote"):
+        kept = procs.remote_logs_dir() / f"{proc['key']}.log"
+        if kept.exists():
+            return "\n".join(kept.read_text(errors="replace").splitlines()[-lines:])
+        read = procs.remote_run(proc["remote"], ["tail", "-n", str(lines), "--",
+                                                 str(proc.get("remote_log"))])
+        if read is None or read.returncode != 0:
+            return f"(its log on host b, {proc['log']}, could not be read)"
+        return read.stdout.rstrip()[-8000:]  # lines of a runaway log are capped too
     try:
         return "\n".join(Path(proc["log"]).read_text(errors="replace").splitlines()[-lines:])
     except OSError:

@@ -266,7 +266,7 @@ def _reaches(source: str, addr: str, port: int) -> str:
             sock.connect((addr, port))
         except ConnectionRefusedError:
             return "refused"
-        except (TimeoutError, socket.timeout):
+        except TimeoutError:
             return "dropped"
         return "open"
 
@@ -309,3 +309,52 @@ def test_the_lan_is_a_link_as_it_is_with_only_the_other_host_let_through(
     teardown.teardown()
     assert "splitbench" not in out(b, "sudo", "-n", "/usr/sbin/nft", "list", "tables")
     assert _reaches(stranger, b["addr_b"], worker) == "refused"  # the guard went with it
+
+
+def test_a_process_that_failed_on_b_is_named_with_its_log_from_b(separate_host_b, state_dir):
+    """A worker that ends on B during start-up: the error carries the last lines of its
+    log from B while its record stands, and from the copy kept on A once forgotten."""
+    from splitbench.backends import lifecycle
+    from splitbench.infra import procs
+
+    b = separate_host_b()
+    host = host_from_spec("b", config_block(b))
+    record = host.spawn(["sh", "-c", "for i in 1 2 3; do echo line $i; done; "
+                               "echo 'cannot open shared object file' >&2; exit 127"],
+                        role="rpc-server", key="failing-worker", log_path=state_dir / "unused")
+    deadline = time.monotonic() + 10
+    while procs.is_alive(record) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not procs.is_alive(record)
+    tail = lifecycle.log_tail(record)
+    assert tail.splitlines()[-4:] == ["line 1", "line 2", "line 3",
+                                      "cannot open shared object file"], tail
+    procs.forget_process(record)  # B's copy removed, A keeps what it said
+    assert out(b, "sh", "-c", "ls /tmp | grep -c splitbench- || true") == "0"
+    assert lifecycle.log_tail(record).splitlines()[-1] == "cannot open shared object file"
+
+
+def test_the_worker_is_copied_to_b_once_per_run(separate_host_b, state_dir, tmp_path):
+    """The doctor's trial takes its copy off B; the run's toolchain job leaves its own
+    for the launches, which find it by its hashes instead of copying again; teardown
+    removes it."""
+    from splitbench.backends.llamacpp import worker_copy
+    from splitbench.infra import teardown
+
+    b = separate_host_b()
+    hosts = {"a": {}, "b": config_block(b)}
+
+    def copies() -> list[str]:
+        return out(b, "sh", "-c", "ls -d $HOME/.splitbench-worker.* 2>/dev/null || true"
+                   ).split()
+
+    toolchain.describe_pair("pip", hosts, "pair 'rig'")  # the doctor's way
+    assert copies() == []
+    tools = toolchain.record("rig", "pip", hosts, tmp_path / "toolchain.json")
+    assert tools["status"] == "ok", tools
+    (kept,) = copies()
+    launch_dir = worker_copy.carry(host_from_spec("b", config_block(b)),
+                                   Path(tools["a"]["bin_dir"]), "pair 'rig'")
+    assert launch_dir == kept and copies() == [kept]
+    teardown.teardown()
+    assert copies() == []

@@ -93,17 +93,20 @@ def describe(host: Host, bin_dir: Path, where: str) -> HostBuild:
     return out
 
 
-def carried(a: HostBuild, host_b: Host, where: str) -> HostBuild:
-    """Host B's build where it has none of its own: A's worker, carried there at each
-    launch (worker_copy.py). Tried now, once, on B (copied, checked by hash, run with
-    --help, removed), so that a B it cannot run on fails here rather than at a cell."""
+def carried(a: HostBuild, host_b: Host, where: str, keep: bool = False) -> HostBuild:
+    """Host B's build where it has none of its own: A's worker, carried there for the
+    run's launches (worker_copy.py). Tried now, once, on B (copied, checked by hash, run
+    with --help), so that a B it cannot run on fails here rather than at a cell. `keep`:
+    the run's own toolchain job leaves the copy on record for its launches (teardown
+    removes it); a check outside a run (the doctor) takes it off B at once."""
     from splitbench.backends.llamacpp import worker_copy
 
     try:
         trial = worker_copy.carry(host_b, Path(a["bin_dir"]), where)
     except worker_copy.WorkerCopyError as exc:
         raise ToolchainError(str(exc)) from exc
-    worker_copy.remove(host_b, trial)
+    if not keep:
+        worker_copy.remove(host_b, trial)
     return {"host": host_b.name, "bin_dir": "carried from host A at each launch",
             "carried_from": a["bin_dir"],
             "ggml-rpc-server_sha256": a["ggml-rpc-server_sha256"],
@@ -111,14 +114,16 @@ def carried(a: HostBuild, host_b: Host, where: str) -> HostBuild:
             "build_id": a["build_id"]}
 
 
-def describe_pair(source: str, hosts_spec: HostsSlice, where: str
+def describe_pair(source: str, hosts_spec: HostsSlice, where: str, keep_copy: bool = False
                   ) -> tuple[HostBuild, HostBuild]:
-    """Both hosts' builds, the same one or refused (ToolchainError naming both)."""
+    """Both hosts' builds, the same one or refused (ToolchainError naming both).
+    `keep_copy`: a worker carried to B stays for the run's launches (`carried`)."""
     a = describe(host_from_spec("a", hosts_spec["a"]),
                  bin_dir_for(source, hosts_spec["a"]), where)
     host_b = host_from_spec("b", hosts_spec["b"])
     bin_b = bin_dir_for(source, hosts_spec["b"])
-    b = carried(a, host_b, where) if bin_b is None else describe(host_b, bin_b, where)
+    b = (carried(a, host_b, where, keep_copy) if bin_b is None
+         else describe(host_b, bin_b, where))
     check_same_build(a, b, where)
     return a, b
 
@@ -164,7 +169,7 @@ def record(pair: str, source: str, hosts_spec: HostsSlice, out: str | Path
         files.write_json(Path(out), data)
         return data
     try:
-        a, b = describe_pair(source, hosts_spec, where)
+        a, b = describe_pair(source, hosts_spec, where, keep_copy=True)
         data = {"pair": pair, "source": source, "status": "ok", "readiness": said,
                 "a": a, "b": b}
     except TOOLCHAIN_FAILURES as exc:
