@@ -239,7 +239,7 @@ def round_trip_floor(trips: pd.DataFrame, model_rows: pd.DataFrame, section: str
         text = ("**Why a link costs what it does is not resolvable on this data**: no round "
                 "trips per token were measured for this model (neither a round-trip sweep, "
                 "`roundtrips:`, nor the cells' RPC packets, which host A counts where it "
-                "may open a packet socket: root or CAP_NET_RAW), so its decode cost cannot "
+                "may open a packet socket: root, or the packet helper), so its decode cost cannot "
                 "be split into round trips × latency and bandwidth." + text)
     return Finding(section, text.strip(), (ROUND_TRIPS, SENSITIVITY))
 

@@ -1,7 +1,9 @@
 """Packet sockets with a classic BPF filter and a kernel stamp on every packet: what the
 packet clock (backends/packet_clock.py) and the RPC turn counter (rpc_turns.py) read.
 
-A packet socket needs CAP_NET_RAW; `open_filtered` returns None without it. It listens
+A packet socket needs CAP_NET_RAW: root has it; a user who is not gets the socket from
+the packet helper where root installed one (packet_helper.py); `open_filtered` returns
+None with neither. It listens
 to every protocol (ETH_P_ALL: the device's taps, which see a packet before any protocol
 does): bound to ETH_P_IP instead, it sat beside IP's own handler and missed segments
 that TCP had already received.
@@ -45,9 +47,8 @@ def open_filtered(code: bytes, receive_buffer: int) -> tuple[socket.socket,
     bytes; with the program's buffer, which must outlive nothing (the kernel copies it)
     but is kept beside the socket for clarity. None where this process may not open one
     or the filter is refused (without its filter the socket would see every packet)."""
-    try:
-        sock = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(ETH_P_ALL))
-    except OSError:  # no CAP_NET_RAW, or no packet sockets here
+    sock = opened_socket(receive_buffer)
+    if sock is None:
         return None
     program = ctypes.create_string_buffer(code, len(code))
     try:
@@ -61,6 +62,20 @@ def open_filtered(code: bytes, receive_buffer: int) -> tuple[socket.socket,
         sock.close()
         return None
     return sock, program
+
+
+def opened_socket(receive_buffer: int) -> socket.socket | None:
+    """A packet socket for every protocol: this process's own where it may open one, else
+    the packet helper's (sized already: it may, this process may not); None with
+    neither."""
+    try:
+        return socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(ETH_P_ALL))
+    except PermissionError:  # no CAP_NET_RAW: the helper's, if root installed one
+        from splitbench.infra import packet_helper
+
+        return packet_helper.open_socket(receive_buffer)
+    except OSError:  # no packet sockets here
+        return None
 
 
 def stamp_ns(ancillary: list) -> int | None:

@@ -9,6 +9,7 @@ pair's builds, and a ✗ there is the pair's result (its blocks are not launched
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 
@@ -48,7 +49,7 @@ def pair_hosts(pair: str, hosts_spec: HostsSlice) -> list[Line]:
     host_b = host_from_spec("b", hosts_spec["b"])
     if not host_b.ssh:
         return tools(host_a, pair, TOOLS_EMBEDDED)
-    lines = tools(host_a, pair, TOOLS_A)
+    lines = [*tools(host_a, pair, TOOLS_A), packet_socket(pair)]
     try:
         host_b.run(["true"], timeout=30)
     except HostError as exc:
@@ -115,6 +116,26 @@ def clock(host_a: Host, host_b: Host, pair: str) -> Line:
     offset = remote - (before + time.time()) / 2
     return Line(NOTE, pair, f"host B's clock is {offset:+.3f} s from host A's (every figure "
                             "is timed on host A; B's clock only dates its log lines)")
+
+
+def packet_socket(pair: str) -> Line:
+    """Whether host A (this process) has a packet socket: its own as root, the packet
+    helper's (infra/packet_helper.py), or none, and what a run measures without it."""
+    from splitbench.infra import packet_helper, packets
+
+    if os.geteuid() == 0:
+        how = "its own (root)"
+    else:
+        sock = packets.opened_socket(0)
+        if sock is None:
+            return Line(NOTE, pair, "host A: no packet socket (not root, no packet helper): "
+                        "each token is stamped when it is read, and round trips per token "
+                        "are not counted (the findings take the floor, said to be assumed)",
+                        "sudo .venv/bin/python -m splitbench packet-helper")
+        sock.close()
+        how = f"the packet helper's ({packet_helper.path()})"
+    return Line(OK, pair, f"host A has a packet socket, {how}: tokens stamped as their "
+                          "segments arrive, round trips per token counted from the packets")
 
 
 def wakeup(host: Host, pair: str) -> Line:

@@ -23,7 +23,7 @@ from splitbench.backends.llamacpp.backend import BACKEND as LLAMACPP
 from splitbench.cells import measure
 from splitbench.infra import interference, procs, telemetry
 from splitbench.links import real
-from tests.conftest import needs_root
+from tests.conftest import needs_root, running
 
 
 def llamacpp_with(**methods):
@@ -339,17 +339,10 @@ def test_a_quiet_cell_is_not_flagged(bench):
     assert pd.isna(verdict["interference"].iloc[0]), verdict["interference"].iloc[0]
 
 
-def running(name: str, args: str = "") -> list[int]:
-    """Process ids of running processes whose command name is `name` (and, with `args`,
-    whose command line has `name args`)."""
-    pattern = ["-f", f"{name} {args}"] if args else ["-x", name]
-    out = subprocess.run(["pgrep", *pattern], capture_output=True, text=True).stdout
-    return [int(p) for p in out.split()]
-
-
 @needs_root()
 @pytest.mark.slow
-def test_a_server_that_dies_loading_says_how_and_leaves_nothing_running(state_dir, tmp_path):
+def test_a_server_that_dies_loading_says_how_and_leaves_nothing_running(state_dir, tmp_path,
+                                                                        monkeypatch):
     """A model that kills llama-server while it loads (here: a GGUF cut in half): the
     launch record names how it ended and the log's last lines, and the worker already
     started for it is stopped at once."""
@@ -359,16 +352,24 @@ def test_a_server_that_dies_loading_says_how_and_leaves_nothing_running(state_di
     gguf.write_bytes(data[: len(data) // 2])
     model = models.describe({"synthetic": MODEL}, gguf)
     tools = toolchain.record("st", "pip", {"a": {}, "b": {}}, tmp_path / "toolchain.json")
-    # Workers on this pair's B address: another run on the machine may start its own.
-    ours = f"-H {real.ensure(LINK).addr_b} "
-    workers_before = set(running("ggml-rpc-server", ours))
+    real.ensure(LINK)
+    # Every process the launch starts, by its id (another run's are none of this test's).
+    started: list[procs.ProcRecord] = []
+    spawn = procs.spawn
+
+    def recorded(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202 (procs.spawn's)
+        started.append(spawn(*args, **kwargs))
+        return started[-1]
+
+    monkeypatch.setattr(procs, "spawn", recorded)
     record = servers.launch_record(LINK, SETTINGS, model, tools)
     assert record["status"] == "failed"
     assert re.search(r"llama-server (exited with code \d+|killed by SIG\w+) during start-up",
                      record["error"]), record["error"]
     assert "the last lines of its log" in record["error"]
     assert procs.find("rpc-st-0") is None and procs.find("llama-st") is None
-    assert set(running("ggml-rpc-server", ours)) <= workers_before  # none of ours is left
+    workers = [p for p in started if p["role"] == "rpc-server"]
+    assert workers and not [p["pid"] for p in workers if running(p["pid"])]  # none is left
     assert not lifecycle.current("st")
 
 

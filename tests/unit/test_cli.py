@@ -21,7 +21,7 @@ RULE_STAGES = {
                         path.read_text())
     for m in m if m
 }
-USER_COMMANDS = {"cells", "teardown", "whatif", "doctor"}  # run by a person, not a rule
+USER_COMMANDS = {"cells", "teardown", "whatif", "doctor", "packet-helper"}  # a person's
 
 
 @pytest.mark.parametrize("name", commands.NAMES)

@@ -27,7 +27,7 @@ REAL_PAIR_MESSAGES = [
     "different llama.cpp builds", "has no executable", "offers no SFTP",
     "nft could not apply the link guard", "listens on every address",
     "sudo -n does not run", "has a listener on host A or host B", "waiting for its turn",
-    "before it listened on", "does not run on host",
+    "before it listened on", "does not run on host", "no packet socket (not root, no packet",
 ]
 
 
