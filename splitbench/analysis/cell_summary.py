@@ -31,7 +31,7 @@ SUMMARY_KEYS = results.CELL_KEYS
 FIGURES = ["prefill_tps", "decode_tps", "decode_ms_per_token", "ttft_ms",
            "server_prefill_tps", "server_decode_ms_per_token", "prompt_tokens",
            "rpc_bytes_per_token_a_to_b", "rpc_bytes_per_token_b_to_a", "server_ttft_ms",
-           "generated_tokens", "rpc_turns_per_token"]
+           "generated_tokens", "rpc_turns_per_token", "rpc_turn_wait_us"]
 
 
 LAYOUT = ["model_n_embd", "model_n_vocab", "blocks_on_b", "output_on_b", "rpc_workers",

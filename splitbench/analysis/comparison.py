@@ -73,21 +73,23 @@ def paired_deltas(requests: pd.DataFrame) -> pd.DataFrame:
     columns = ["paired_decode_delta_ms", "paired_decode_delta_se", "paired_prefill_change_pct",
                "paired_prefill_change_se", "paired_reference_decode_ms",
                "paired_reference_prefill_tps", "paired_rr64_delta_us", "paired_rr64_delta_se",
-               "paired_rounds"]
+               "paired_turn_wait_delta_us", "paired_turn_wait_delta_se", "paired_rounds"]
     if "reference" not in requests or not requests["reference"].fillna(False).any():
         return pd.DataFrame(columns=columns, index=pd.MultiIndex.from_tuples([], names=KEYS))
     ok = requests[requests["status"] == "ok"].assign(
         reference=lambda f: f["reference"].fillna(False).astype(bool))
     paired_cells = ok[ok["reference"]].groupby(KEYS).size().index
     ok = ok.set_index(KEYS).loc[lambda f: f.index.isin(paired_cells)].reset_index()
-    if "rr64_us" not in ok:
-        ok = ok.assign(rr64_us=np.nan)
-    by_round = ok.groupby([*KEYS, "repeat", "round", "reference"])[
-        ["decode_ms_per_token", "prefill_tps", "rr64_us"]].median().unstack("reference")
+    latencies = ["rr64_us", "rpc_turn_wait_us"]  # older files lack them: no latency then
+    ok = ok.assign(**{c: pd.to_numeric(ok[c], errors="coerce") if c in ok else np.nan
+                      for c in latencies})
+    figures = ["decode_ms_per_token", "prefill_tps", *latencies]
+    by_round = ok.groupby([*KEYS, "repeat", "round", "reference"])[figures].median().unstack(
+        "reference")
     # Both sides of every figure, also where one side never had an ok request (a
     # reference that failed to launch, a link that failed in round 0): no round then.
     by_round = by_round.reindex(columns=pd.MultiIndex.from_product(
-        [["decode_ms_per_token", "prefill_tps", "rr64_us"], [False, True]])).dropna(
+        [figures, [False, True]])).dropna(
         subset=[(f, side) for f in ("decode_ms_per_token", "prefill_tps")
                 for side in (False, True)])
     rounds = pd.DataFrame({
@@ -98,10 +100,13 @@ def paired_deltas(requests: pd.DataFrame) -> pd.DataFrame:
         "ref_decode": by_round[("decode_ms_per_token", True)],
         "ref_prefill": by_round[("prefill_tps", True)],
         "rr64": by_round[("rr64_us", False)] - by_round[("rr64_us", True)],
+        "turn_wait": by_round[("rpc_turn_wait_us", False)]
+        - by_round[("rpc_turn_wait_us", True)],
     }).groupby(level=KEYS)
     n = rounds["decode"].count()
     spread = rounds[["decode", "prefill"]].std(ddof=1).mul(MEDIAN_SE).div(np.sqrt(n), axis=0)
     n_rr = rounds["rr64"].count()  # rounds whose latency was measured (older files: none)
+    n_wait = rounds["turn_wait"].count()  # rounds whose turns were timed (no packet socket)
     out = pd.DataFrame({
         "paired_decode_delta_ms": rounds["decode"].median(),
         "paired_decode_delta_se": spread["decode"].where(n >= 2),
@@ -112,6 +117,9 @@ def paired_deltas(requests: pd.DataFrame) -> pd.DataFrame:
         "paired_rr64_delta_us": rounds["rr64"].median(),
         "paired_rr64_delta_se": (MEDIAN_SE * rounds["rr64"].std(ddof=1) / np.sqrt(n_rr)
                                  ).where(n_rr >= 2),
+        "paired_turn_wait_delta_us": rounds["turn_wait"].median(),
+        "paired_turn_wait_delta_se": (MEDIAN_SE * rounds["turn_wait"].std(ddof=1)
+                                      / np.sqrt(n_wait)).where(n_wait >= 2),
         "paired_rounds": n,
     })
     return out.reindex(columns=columns)
@@ -329,7 +337,7 @@ def compare_links(summary: pd.DataFrame, baseline_link: str | None = None,
     paired = ["paired_decode_delta_ms", "paired_decode_delta_se", "paired_prefill_change_pct",
               "paired_prefill_change_se", "paired_reference_decode_ms",
               "paired_reference_prefill_tps", "paired_rr64_delta_us", "paired_rr64_delta_se",
-              "paired_rounds"]
+              "paired_turn_wait_delta_us", "paired_turn_wait_delta_se", "paired_rounds"]
     columns = ["status", "prefill_tps", "prefill_tps_se", "decode_ms_per_token",
                "decode_ms_se", "decode_tps", "ttft_ms", "uncertainty_from", "flags",
                "rpc_bytes_per_token_a_to_b", "rpc_bytes_per_token_b_to_a", *paired]

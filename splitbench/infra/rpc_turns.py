@@ -121,15 +121,26 @@ class TurnCounter:
         """Turns whose answer from B arrived after start_ns and by end_ns (monotonic),
         among the packets read so far (`finish`); None where the kernel dropped packets
         (a turn could be missing)."""
+        waits = self.waits_ns(start_ns, end_ns)
+        return None if waits is None else len(waits)
+
+    def waits_ns(self, start_ns: int, end_ns: int) -> list[int] | None:
+        """What each of those turns waited: from A's last segment with data to B's first
+        with data in answer, on the same connection (ns). The wire both ways and B's own
+        work on it: between two links of one pair, B's work is the same, and the
+        difference is what a turn pays on each link's wire, as decode's own messages
+        cross it. None where the kernel dropped packets."""
         if self.dropped:
             return None
-        last: dict[int, int] = {}
-        count = 0
+        last: dict[int, tuple[int, int]] = {}  # port -> (direction, its last time)
+        waits = []
         for t_ns, port, direction in sorted(self.events):
-            if direction == FROM_B and last.get(port) == TO_B and start_ns < t_ns <= end_ns:
-                count += 1
-            last[port] = direction
-        return count
+            before = last.get(port)
+            if direction == FROM_B and before and before[0] == TO_B and \
+                    start_ns < t_ns <= end_ns:
+                waits.append(t_ns - before[1])
+            last[port] = (direction, t_ns)
+        return waits
 
     def finish(self) -> None:
         """Read what the release left in the socket, and close it."""

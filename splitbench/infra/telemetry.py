@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -200,6 +201,7 @@ class RpcFigures(TypedDict):
     rpc_bytes_per_token_b_to_a: float | None
     rpc_decode_turns: int | None  # request-response turns in decode (rpc_turns.py)
     rpc_turns_per_token: float | None
+    rpc_turn_wait_us: float | None  # a decode turn's median wait, A's send to B's answer
 
 
 class RpcTraffic:
@@ -289,9 +291,11 @@ class RpcTraffic:
             out[f"rpc_bytes_per_token_{way}"] = (total / decoded if total and decoded and sure
                                                  else None)
         # Turns over the tokens after the first, between the same two edges as the bytes.
-        turns = self.turns.turns(t_first, t_end) if self.turns and sure else None
+        waits = self.turns.waits_ns(t_first, t_end) if self.turns and sure else None
+        turns = None if waits is None else len(waits)
         out["rpc_decode_turns"] = turns
         out["rpc_turns_per_token"] = turns / decoded if turns is not None and decoded else None
+        out["rpc_turn_wait_us"] = statistics.median(waits) / 1000 if waits else None
         return out
 
 
