@@ -1,0 +1,33 @@
+"""The RPC turns and their waits, from packet events as the counter keeps them (the real
+packets: tests/integration/test_packet_helper.py and the SSH and sweep tests)."""
+
+from __future__ import annotations
+
+from splitbench.infra.rpc_turns import FROM_B, TO_B, TurnCounter
+
+
+def counter(events: list[tuple[int, int, int]], dropped: int = 0) -> TurnCounter:
+    made = TurnCounter.__new__(TurnCounter)  # no socket: the events are given
+    made.events, made.dropped = events, dropped
+    return made
+
+
+def test_a_turn_waits_from_as_last_segment_to_bs_first_answer():
+    events = [
+        (100, 5000, TO_B), (130, 5000, TO_B),  # A's request in two segments
+        (530, 5000, FROM_B), (560, 5000, FROM_B),  # B's answer in two: one turn, 400 ns
+        (600, 6000, TO_B), (1600, 6000, FROM_B),  # another connection's turn: 1000 ns
+        (2000, 5000, FROM_B),  # B speaks again unasked: no turn
+        (3000, 5000, TO_B), (3250, 5000, FROM_B),  # 250 ns, but after the window
+    ]
+    assert counter(events).waits_ns(0, 2500) == [400, 1000]
+    assert counter(events).turns(0, 2500) == 2
+    assert counter(events).waits_ns(0, 5000) == [400, 1000, 250]
+    # A turn is placed by its answer: one answered inside the window counts whole.
+    assert counter(events).waits_ns(500, 2500) == [400, 1000]
+
+
+def test_a_dropped_packet_makes_the_turns_unknown_not_fewer():
+    events = [(100, 5000, TO_B), (500, 5000, FROM_B)]
+    assert counter(events, dropped=1).waits_ns(0, 1000) is None
+    assert counter(events, dropped=1).turns(0, 1000) is None
