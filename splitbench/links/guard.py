@@ -29,7 +29,7 @@ import shlex
 from collections.abc import Iterable, Mapping
 
 from splitbench.errors import SplitbenchError
-from splitbench.infra import privilege, procs
+from splitbench.infra import listeners, privilege, procs
 from splitbench.infra.hosts import Host
 from splitbench.links.link import Ports
 
@@ -200,8 +200,6 @@ def cover(host: Host, interface: str, address: str, ports: Ports, firewall: str,
 
 # A listener on every address: `0.0.0.0:port`, `*:port`, `[::]:port`.
 _WILDCARD = re.compile(r"^(?:0\.0\.0\.0|\*|\[::\]|::):(\d+)$")
-# ss -p's users:(("name",pid=1,fd=3),...)
-_PROCESS_NAME = re.compile(r'"([^"]+)",pid=')
 
 
 def uncovered_listeners(host: Host, sessions: Iterable[int], covered: Ports | None
@@ -218,18 +216,11 @@ def uncovered_listeners(host: Host, sessions: Iterable[int], covered: Ports | No
     ours = {int(pid) for pid, sid in zip(ps[::2], ps[1::2], strict=False)
             if int(sid) in sessions}
     found = []
-    for line in host.run(["ss", "-Hltunp"]).stdout.splitlines():
-        fields = line.split()
-        if len(fields) < 5:
+    for listener in listeners.listening(host, processes=True):
+        if not (_WILDCARD.match(listener.local) and listener.pids & ours):
             continue
-        protocol, local = fields[0], fields[4]
-        match = _WILDCARD.match(local)
-        pids = {int(p) for p in re.findall(r"pid=(\d+)", line)}
-        if not (match and pids & ours):
+        if covered is not None and listener.protocol == "tcp" and listener.port in covered:
             continue
-        if covered is not None and protocol == "tcp" and int(match.group(1)) in covered:
-            continue
-        names = ", ".join(_PROCESS_NAME.findall(line))
-        found.append(f"{local}{'' if protocol == 'tcp' else ' ' + protocol.upper()} "
-                     f"({names})")
+        kind = "" if listener.protocol == "tcp" else " " + listener.protocol.upper()
+        found.append(f"{listener.local}{kind} ({', '.join(listener.names)})")
     return found

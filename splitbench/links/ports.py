@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 
 from splitbench.errors import SplitbenchError
-from splitbench.infra import files, procs
+from splitbench.infra import files, listeners, procs
 from splitbench.infra.hosts import Host
 from splitbench.links.link import FIRST_PORT, PORT_BLOCK, PORT_BLOCKS, Ports
 
@@ -24,12 +24,7 @@ class PortsError(SplitbenchError):
 
 def listened(host: Host) -> set[int]:
     """The ports anything listens on at `host`, TCP or UDP, on any address."""
-    ports = set()
-    for line in host.run(["ss", "-Hltun"], check=False).stdout.splitlines():
-        fields = line.split()
-        if len(fields) >= 5 and fields[4].rsplit(":", 1)[-1].isdigit():
-            ports.add(int(fields[4].rsplit(":", 1)[-1]))
-    return ports
+    return {listener.port for listener in listeners.listening(host, check=False)}
 
 
 def free_block(hosts: list[Host]) -> Ports | None:

@@ -60,7 +60,7 @@ class _Host:
     def __init__(self, ps: str, ss: str):
         self.out = {"ps": ps, "ss": ss}
 
-    def run(self, argv):
+    def run(self, argv, check=True):
         return SimpleNamespace(stdout=self.out[argv[0]])
 
 
