@@ -24,7 +24,7 @@ from splitbench.infra.hosts import HostError
 from splitbench.infra.leftovers import stop_recorded
 from splitbench.infra.polling import poll_until
 from splitbench.links import guard
-from splitbench.links.link import MAX_SLOTS, Link
+from splitbench.links.link import FIRST_POINT_SLOT, MAX_SLOTS, Link
 from splitbench.records import LaunchRecord
 from splitbench.slices import LinkSlice, ServerSettings
 
@@ -37,7 +37,8 @@ class LaunchError(SplitbenchError):
 
 
 # Each slot's index among a run's per-slot ports (the HTTP port, vLLM's rendezvous port).
-SLOT_INDEX = {"": 0, "reference": 1, **{f"point{i}": 2 + i for i in range(MAX_SLOTS - 2)}}
+SLOT_INDEX = {"": 0, "reference": 1, **{f"point{i}": FIRST_POINT_SLOT + i
+                                         for i in range(MAX_SLOTS - FIRST_POINT_SLOT)}}
 
 
 @dataclass(frozen=True)

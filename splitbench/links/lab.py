@@ -16,7 +16,7 @@ import subprocess
 from splitbench.infra import files, procs
 from splitbench.infra.hosts import Host, HostError
 from splitbench.links import relay
-from splitbench.links.link import Emulation, Link
+from splitbench.links.link import FIRST_POINT_SLOT, Emulation, Link
 from splitbench.slices import LinkSlice
 
 
@@ -262,7 +262,7 @@ def relayed(base: Link, index: int, delay_ms: float) -> Link:
     name = f"rt{index}"
     link = dataclasses.replace(
         base, name=name, connect_addr=f"127.0.{200 + index}.3",
-        ports=dataclasses.replace(base.ports, worker_set=2 + index),
+        ports=dataclasses.replace(base.ports, worker_set=FIRST_POINT_SLOT + index),
         emulation={**base.emulation, "delay": "relay", "delay_ms": delay_ms})
     _start_relay(link, delay_ms, relay_key(link.pair, name))
     return link

@@ -13,6 +13,7 @@ from splitbench.infra.hosts import Host, HostJson
 
 MAX_WORKERS = 4  # RPC workers per launch
 MAX_SLOTS = 18  # launches of a pair at once: the default, the reference and 16 sweep points
+FIRST_POINT_SLOT = 2  # slot 0: a cell's launch, 1: its paired reference, 2...: sweep points
 # A run's ports are one block of this many, from a base; the first block starts at
 # ggml-rpc-server's own default port.
 PORT_BLOCK = 128
