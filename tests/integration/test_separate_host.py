@@ -4,12 +4,15 @@ unprivileged user with only the sudo rights a test grants."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import socket
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -255,6 +258,44 @@ def test_the_delay_sweep_counts_round_trips_on_a_real_pair_without_netem_or_root
                for args in left), left
 
 
+@contextlib.contextmanager
+def a_run(tmp_path: Path) -> Iterator[None]:
+    """A run's own state directory, apart from the test's (which holds host B itself:
+    a run's teardown must not end B); torn down on the way out whatever happened."""
+    from splitbench.infra import teardown
+
+    test_state = os.environ["SPLITBENCH_STATE"]
+    os.environ["SPLITBENCH_STATE"] = str(tmp_path / "run-state")
+    try:
+        yield
+    finally:
+        teardown.teardown()
+        os.environ["SPLITBENCH_STATE"] = test_state
+
+
+def ipv4_of(b: dict) -> list[tuple[str, int]]:
+    """B's link interface's IPv4 addresses, as (address, prefix)."""
+    shown = json.loads(out(b, "ip", "-j", "-4", "addr", "show", "dev", b["interface_b"]))
+    return sorted((a["local"], a["prefixlen"]) for e in shown for a in e["addr_info"])
+
+
+def doctor_text(b: dict, tmp_path: Path, adopt: bool) -> str:
+    """The doctor's lines for a pair whose one link is B's LAN interface."""
+    from splitbench import doctor
+    from splitbench.configuration import parsed
+
+    link = {"interface_a": b["interface_a"], "interface_b": b["interface_b"]}
+    link.update({"adopt": True} if adopt else
+                {"addr_a": b["addr_a"], "addr_b": b["addr_b"], "prefix": 30})
+    config = parsed({
+        "pairs": {"rig": {"mode": "ssh", "hosts": {"a": {}, "b": config_block(b)},
+                          "links": {"lan": link}}},
+        "models": {"m": {"synthetic": SWEPT, "layers_on_b": 2, "threads": 1}},
+        "contexts": {"short": 64}, "concurrency": [1], "baseline_link": "lan",
+        "toolchain": {"source": "pip"}, "measurement_version": 1})
+    return "\n".join(map(str, doctor.check(config, tmp_path / "results")))
+
+
 def _reaches(source: str, addr: str, port: int) -> str:
     """From host A, source address `source`: 'open' (a listener answered), 'refused'
     (B's stack answered with a reset: nothing listens, but the packet got there) or
@@ -272,12 +313,11 @@ def _reaches(source: str, addr: str, port: int) -> str:
 
 
 def test_the_lan_is_a_link_as_it_is_with_only_the_other_host_let_through(
-        separate_host_b, state_dir):
+        separate_host_b, state_dir, tmp_path):
     """The one network a pair may have is the LAN: the interface holding the default
     route. It is a link only with adopt: true (nothing on it changed) and the run's
     guard; on it, the run's ports answer host A's address alone, while everything else
     on that interface (B's sshd here) stays open to every address."""
-    from splitbench.infra import teardown
     from splitbench.links import real
 
     b = separate_host_b(sudoers=SUDOERS)
@@ -292,23 +332,30 @@ def test_the_lan_is_a_link_as_it_is_with_only_the_other_host_let_through(
         real.ensure({**spec, "addr_a": b["addr_a"], "addr_b": b["addr_b"], "prefix": 30})
     with pytest.raises(real.SetupError, match=r"needs the pair's firewall: guard"):
         real.ensure({**spec, "adopt": True, "firewall": "own"})
-    before = out(b, "ip", "-j", "addr", "show", "dev", b["interface_b"])
+    before = ipv4_of(b)
+    # The doctor says the same, before anything starts.
+    said = doctor_text(b, tmp_path, adopt=False)
+    assert f"✗ rig: link lan, host B: link lan: host b's interface {b['interface_b']} holds " \
+           "the default route" in said, said
+    said = doctor_text(b, tmp_path, adopt=True)
+    assert "the LAN (it holds the default route): compared as it is, only the other host " \
+           "let through to the run's ports on it" in said, said
 
-    link = real.ensure({**spec, "adopt": True})
-    assert (link.addr_a, link.addr_b) == (b["addr_a"], b["addr_b"])  # as they were
-    assert out(b, "ip", "-j", "addr", "show", "dev", b["interface_b"]) == before
-    worker = link.ports.worker(0)
     # Another machine on the LAN: a second address on A's side, routed by B's default.
     stranger = "10.214.30.5"
     subprocess.run(["ip", "addr", "add", f"{stranger}/32", "dev", b["interface_a"]],
                    check=True)
-    assert _reaches(b["addr_a"], b["addr_b"], worker) == "refused"  # the other host
-    assert _reaches(stranger, b["addr_b"], worker) == "dropped"  # the run's port: not it
-    assert _reaches(stranger, b["addr_b"], b["ssh_port"]) == "open"  # the rest: as it was
-
-    teardown.teardown()
+    with a_run(tmp_path):
+        link = real.ensure({**spec, "adopt": True})
+        assert (link.addr_a, link.addr_b) == (b["addr_a"], b["addr_b"])  # as they were
+        assert ipv4_of(b) == before
+        worker = link.ports.worker(0)
+        assert _reaches(b["addr_a"], b["addr_b"], worker) == "refused"  # the other host
+        assert _reaches(stranger, b["addr_b"], worker) == "dropped"  # not the run's ports
+        assert _reaches(stranger, b["addr_b"], b["ssh_port"]) == "open"  # the rest: open
     assert "splitbench" not in out(b, "sudo", "-n", "/usr/sbin/nft", "list", "tables")
     assert _reaches(stranger, b["addr_b"], worker) == "refused"  # the guard went with it
+    assert ipv4_of(b) == before
 
 
 def test_a_process_that_failed_on_b_is_named_with_its_log_from_b(separate_host_b, state_dir):
@@ -339,7 +386,6 @@ def test_the_worker_is_copied_to_b_once_per_run(separate_host_b, state_dir, tmp_
     for the launches, which find it by its hashes instead of copying again; teardown
     removes it."""
     from splitbench.backends.llamacpp import worker_copy
-    from splitbench.infra import teardown
 
     b = separate_host_b()
     hosts = {"a": {}, "b": config_block(b)}
@@ -348,13 +394,13 @@ def test_the_worker_is_copied_to_b_once_per_run(separate_host_b, state_dir, tmp_
         return out(b, "sh", "-c", "ls -d $HOME/.splitbench-worker.* 2>/dev/null || true"
                    ).split()
 
-    toolchain.describe_pair("pip", hosts, "pair 'rig'")  # the doctor's way
-    assert copies() == []
-    tools = toolchain.record("rig", "pip", hosts, tmp_path / "toolchain.json")
-    assert tools["status"] == "ok", tools
-    (kept,) = copies()
-    launch_dir = worker_copy.carry(host_from_spec("b", config_block(b)),
-                                   Path(tools["a"]["bin_dir"]), "pair 'rig'")
-    assert launch_dir == kept and copies() == [kept]
-    teardown.teardown()
-    assert copies() == []
+    with a_run(tmp_path):
+        toolchain.describe_pair("pip", hosts, "pair 'rig'")  # the doctor's way
+        assert copies() == []
+        tools = toolchain.record("rig", "pip", hosts, tmp_path / "toolchain.json")
+        assert tools["status"] == "ok", tools
+        (kept,) = copies()
+        launch_dir = worker_copy.carry(host_from_spec("b", config_block(b)),
+                                       Path(tools["a"]["bin_dir"]), "pair 'rig'")
+        assert launch_dir == kept and copies() == [kept]
+    assert copies() == []  # the run's teardown took it off
