@@ -164,8 +164,11 @@ def _why(row: pd.Series) -> str:
     source = row.get("round_trips_from")
     assumed = f" ({source})" if isinstance(source, str) and source.startswith("assumed") \
         else ""
-    text = (f"That is {trips:.2f} round trips per token{assumed} × {gap_us:+.0f} µs of "
-            f"extra request-response latency = {pm_text(latency, latency_unc)}")
+    what = ("more that each decode turn waited (A's send to B's answer, from the packets)"
+            if row.get("latency_from") == comparison.LATENCY_FROM_TURNS
+            else "of extra request-response latency")
+    text = (f"That is {trips:.2f} round trips per token{assumed} × {gap_us:+.0f} µs "
+            f"{what} = {pm_text(latency, latency_unc)}")
     if np.isfinite(bandwidth):
         text += (f"; the link's bandwidth adds {pm_text(bandwidth, bandwidth_unc)}: "
                  f"{_dominance_words(bandwidth, bandwidth_unc, latency, latency_unc)}")

@@ -388,8 +388,11 @@ def _facts(link: Link, spec: LinkSlice, row: LinkRow,
                 if facts.get("thunderbolt") else None
             flags += linkfacts.flags(facts, row["a_to_b_gbps"],
                                      expected_gbps=spec.get("expected_gbps"))
-    asym = linkfacts.asymmetry(row["a_to_b_gbps"], row["b_to_a_gbps"],
-                               settings["asymmetry_threshold"])
+    ranges = {way: (row.get(f"{way}_gbps_min"), row.get(f"{way}_gbps_max"))
+              for way in ("a_to_b", "b_to_a")}
+    asym = linkfacts.asymmetry(
+        row["a_to_b_gbps"], row["b_to_a_gbps"], settings["asymmetry_threshold"],
+        *(r if None not in r else None for r in (ranges["a_to_b"], ranges["b_to_a"])))
     if asym:
         flags.append(asym)
     flags += emulation_shortfall(link.emulation, row)

@@ -174,3 +174,12 @@ def test_veth_reporting_a_made_up_speed_claims_no_negotiated_rate(sysfs: Path) -
     assert facts["speed_mbps"] == 10000
     assert facts["negotiated_gbps"] is None
     assert flags(facts, 1.05) == []
+
+
+def test_an_asymmetry_inside_the_repeats_spread_is_not_told_apart() -> None:
+    # An unshaped link on a busy 2-core machine: 25.1 (20.0-30.3) against 14.3 (6.5-22.2).
+    assert asymmetry(25.13, 14.34, 0.25, (20.0, 30.26), (6.46, 22.22)) is None
+    # The slower direction's best repeat below the faster one's worst: a one-sided link.
+    message = asymmetry(25.13, 14.34, 0.25, (24.0, 26.0), (13.9, 14.8))
+    assert message is not None and message.startswith("direction asymmetry: A->B 25.1")
+    assert asymmetry(14.34, 25.13, 0.25, (13.9, 14.8), (24.0, 26.0)) is not None

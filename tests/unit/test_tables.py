@@ -473,6 +473,37 @@ def test_a_paired_cell_gives_the_median_of_its_round_differences(tmp_path):
     comp = comparison.compare_links(summary, "baseline")
     guess = comparison.predicted_decode_delta(comp, stale, trips, {})
     assert guess["predicted_decode_delta_ms"].iloc[0] == pytest.approx(0.202)
+    assert guess["latency_from"].iloc[0] == comparison.LATENCY_FROM_PROBE
+
+
+def test_what_the_decode_turns_waited_in_each_round_comes_before_the_probe(tmp_path):
+    """A cell whose packets timed its decode turns: each round's difference of their
+    median waits (link minus baseline) is the latency difference the prediction takes,
+    not the 64 B probe's (which read 200 us less, as it may for messages of its size)."""
+    rows = paired_rows([0.40, 0.42, 0.38, 0.41, 0.39])
+    for row in rows:  # the baseline's turns waited 300 us; the link's 700-704 us
+        row["rpc_turn_wait_us"] = 300.0 if row["reference"] else 700.0 + row["round"]
+    paths = [write_cell(tmp_path, "baseline", "short", 1, [request(0, [1.5] * 8)]),
+             write_cell(tmp_path, "x", "short", 1, rows)]
+    summary = cell_summary.summarize(paths, CONTEXTS)
+    x = summary.set_index("link").loc["x"]
+    assert x["paired_turn_wait_delta_us"] == pytest.approx(402.0)
+    assert x["paired_rr64_delta_us"] == pytest.approx(202.0)
+    trips = pd.DataFrame({"pair": ["lab"], "model": ["m"], "workers": [1],
+                          "round_trips": [1.0], "round_trips_se": [0.0]})
+    links = pd.DataFrame({"pair": ["lab", "lab"], "link": ["baseline", "x"],
+                          "rr64_p50_us": [50.0, 250.0]})
+    table = tables.link_comparison(
+        summary, ORDER, "baseline",
+        prediction=lambda comp: comparison.predicted_decode_delta(comp, links, trips, {}))
+    row = comparison_row(table, "x", "short")
+    assert row["predicted Δ (ms/token)"] == ("+0.40 ±0.00 (latency only by the turns' "
+                                             "waits: the bandwidth term is unknown)")
+    assert row["measured vs predicted"].startswith("agrees")
+    comp = comparison.compare_links(summary, "baseline")
+    guess = comparison.predicted_decode_delta(comp, links, trips, {}).iloc[0]
+    assert guess["latency_from"] == comparison.LATENCY_FROM_TURNS
+    assert guess["latency_delta_us"] == pytest.approx(402.0)
 
 
 def test_the_prediction_from_measured_latency_is_checked():
