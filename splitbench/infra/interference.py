@@ -280,10 +280,21 @@ def settings(given: InterferenceLimits | None) -> dict[str, float | None]:
     return {**configuration.defaults(configuration.Interference), **(given or {})}
 
 
-LIMITS = [("cpu_pressure", "max_cpu_pressure_pct", "CPU pressure {v:.0f}%", "%"),
-          ("foreign_cpu", "max_foreign_cpu_cores", "other processes used {v:.2f} cores",
+# (figure, its limit's key, its text with the value's places, the unit)
+LIMITS = [("cpu_pressure", "max_cpu_pressure_pct", "CPU pressure {v}%", 0, "%"),
+          ("foreign_cpu", "max_foreign_cpu_cores", "other processes used {v} cores", 2,
            " cores"),
-          ("steal", "max_steal_pct", "steal {v:.0f}%", "%")]
+          ("steal", "max_steal_pct", "steal {v}%", 0, "%")]
+
+
+def above(value: float, limit: float, places: int) -> str:
+    """`value` to `places` decimals, or to as many more as it takes not to read as the
+    limit it exceeds (0.254 cores against a limit of 0.25, not "0.25")."""
+    for digits in range(places, places + 4):
+        text = f"{value:.{digits}f}"
+        if float(text) != limit:
+            return text
+    return f"{value:.{places + 4}f}"
 
 
 def flag(cells: pd.DataFrame, thresholds: InterferenceLimits) -> pd.DataFrame:
@@ -297,7 +308,7 @@ def flag(cells: pd.DataFrame, thresholds: InterferenceLimits) -> pd.DataFrame:
     missing: list[str | None] = []
     for _, row in cells.iterrows():
         parts = []
-        for figure, key, text, unit in LIMITS:
+        for figure, key, text, places, unit in LIMITS:
             values = {side: (others_pressure(row, side) if figure == "cpu_pressure" else
                              row.get(f"{figure}_{side}_{UNITS[figure]}")) for side in SIDES}
             values = {side: v for side, v in values.items() if v is not None and not pd.isna(v)}
@@ -309,7 +320,7 @@ def flag(cells: pd.DataFrame, thresholds: InterferenceLimits) -> pd.DataFrame:
                 by_value.setdefault(value, []).append(side.upper())
             for value, sides in by_value.items():
                 hosts = f"host {sides[0]}" if len(sides) == 1 else f"hosts {' and '.join(sides)}"
-                said = text.format(v=value)
+                said = text.format(v=above(value, limit, places))
                 own = row.get(f"own_cpu_pressure_{sides[0].lower()}_pct")
                 if figure == "cpu_pressure" and own is not None and not pd.isna(own):
                     said += f" from other programs (the measurement's own {own:.0f}% aside)"

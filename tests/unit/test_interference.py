@@ -92,3 +92,12 @@ def test_a_repeat_under_others_pressure_flags_its_cell(tmp_path):
     # A drift anchor is judged the same way.
     requests = pd.read_parquet(path)
     assert "from other programs" in anchor_check.interference_verdict(requests, {})["interference"]
+
+
+def test_a_figure_just_over_its_limit_never_reads_as_the_limit():
+    # 0.254 cores over a limit of 0.25 read "0.25 cores (limit 0.25 cores)" on a real pair.
+    assert interference.above(0.254, 0.25, 2) == "0.254"
+    assert interference.above(0.31, 0.25, 2) == "0.31"
+    assert interference.above(50.4, 50, 0) == "50.4"
+    flags = interference.flag(pd.DataFrame([telemetry(5.0, 5.0, foreign=0.254)]), LIMITS)
+    assert "other processes used 0.254 cores (limit 0.25 cores)" in flags["interference"][0]
