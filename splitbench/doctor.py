@@ -131,13 +131,16 @@ def _rights(host: Host, pair: str, addressed: list[str], guarded: bool,
     line = privilege.sudoers_line(host, list(needs))
     install = ("install sudo there (Debian: apt-get install sudo), then "
                if privilege.tool_path(host, "sudo") is None else "")
+    # The other way round each refusal: only those that apply to this config.
+    instead = [text for tool, text in (
+        (privilege.FOR_ADDRESSES, f"adopt: true on links {', '.join(addressed)}"),
+        (privilege.FOR_GUARD, "firewall: own on the pair"),
+        (privilege.FOR_WAKEUP, "hold_wakeup_latency: false (top level)")) if tool in refused]
     return Line(BAD, pair, f"not root on host {side}, and sudo -n does not run "
                            f"{_listed(refused, 'or')} for {user}, which "
                            f"{_listed([needs[tool] for tool in refused], 'and')} need",
                 f"{install}allow it there (visudo -f /etc/sudoers.d/splitbench): {line} — "
-                "or set adopt: true on those links and firewall: own on the pair"
-                + (", hold_wakeup_latency: false" if wakeup else "")
-                + " (docs/two-machines.md)")
+                f"or set {_listed(instead, 'and')} (docs/two-machines.md)")
 
 
 def _listed(items: list[str], last: str) -> str:

@@ -194,6 +194,11 @@ def link_facts(links: pd.DataFrame, baseline: str | None) -> list[tuple[Finding,
         if not (np.isfinite(a) and np.isfinite(b)):
             continue
         text = f"**{r['link']}: {a:.2f} Gbit/s A→B and {b:.2f} B→A**"
+        lan = r.get("lan_hosts")
+        if isinstance(lan, str) and lan:
+            text += (f" (the LAN of host{'s' * (' and ' in lan)} {lan}, compared as it is: "
+                     "nothing on it changed, "
+                     "only the other host let through to the run's ports)")
         spread = max(as_number(r.get("a_to_b_gbps_max")) - as_number(r.get("a_to_b_gbps_min")),
                      as_number(r.get("b_to_a_gbps_max")) - as_number(r.get("b_to_a_gbps_min")))
         allowed = spread if np.isfinite(spread) and spread > 0 else ON_PAR * max(a, b)

@@ -95,6 +95,7 @@ class Emulation(TypedDict, total=False):
     burst_bytes_b_to_a: int
     applied: list[list[str]]  # the commands that made it
     qdiscs: dict[str, str]  # per namespace: `tc qdisc show` of its end
+    lan: list[str]  # a real link's hosts ("a", "b") whose interface is their LAN, as it is
     cpus_a: str | None  # the embedded hosts' CPUs (taskset lists)
     cpus_b: str | None
     relay_argv: list[str]  # the delay relay's command line

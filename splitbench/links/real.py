@@ -73,7 +73,8 @@ def _set_up(spec: LinkSlice) -> Link:
         spec["interface_a"], spec["interface_b"],
         {"mode": "real", "rate": "none", "delay": "none", "rate_gbit_a_to_b": None,
          "rate_gbit_b_to_a": None, "delay_ms": 0.0, "applied": applied,
-         "firewall": spec.get("firewall", "guard")},
+         "firewall": spec.get("firewall", "guard"),
+         "lan": [side for side in hosts if on_lan[side]]},
         run_ports,
     )
     reply = host_a.run(["ping", "-n", "-c", "3", "-i", "0.2", "-W", "2", "-I",

@@ -167,6 +167,8 @@ def verify(spec: LinkSlice, settings: LinkCheckSettings, out: str | Path) -> pd.
         burst_bytes_a_to_b=link.emulation.get("burst_bytes_a_to_b", 0),
         burst_bytes_b_to_a=link.emulation.get("burst_bytes_b_to_a", 0),
         ping_includes_delay=link.emulation["delay"] != "relay",
+        # The hosts whose link interface is their LAN, compared as it is (links/real.py).
+        lan_hosts=" and ".join(s.upper() for s in link.emulation.get("lan", [])) or None,
         iperf3_version=_version(link.host_a, ["iperf3", "--version"]),
         sockperf_version=_version(link.host_a, ["sockperf", "--version"]) if with_sockperf
         else None,

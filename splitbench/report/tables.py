@@ -439,7 +439,8 @@ def links_table(links: pd.DataFrame,
              for s in ("", "_min", "_max")]
     links = links.reindex(columns=list(dict.fromkeys([
         *links.columns, "pair", "link", *rates, "ping_ms", "rr16k_p50_us", "rr_fixed_us",
-        "rr_us_per_kb", "negotiated_gbps", "emulation_rate", "emulation_delay", "flags"])))
+        "rr_us_per_kb", "negotiated_gbps", "emulation_rate", "emulation_delay", "lan_hosts",
+        "flags"])))
     links[rates] = links[rates].apply(pd.to_numeric, errors="coerce")
     links[["emulation_rate", "emulation_delay"]] = links[
         ["emulation_rate", "emulation_delay"]].astype(object).fillna("none")
@@ -462,7 +463,9 @@ def links_table(links: pd.DataFrame,
         "fixed overhead (µs)": pd.to_numeric(links["rr_fixed_us"]).round(0),
         "µs per KB": pd.to_numeric(links["rr_us_per_kb"]).round(2),
         "negotiated (Gbit/s)": links["negotiated_gbps"],
-        "emulation": [" + ".join(x for x in (r, d) if x) or "none"
-                      for r, d in zip(emulated, delay, strict=True)],
+        "emulation": [f"none: the LAN of host{'s' * (' and ' in lan)} {lan}, as it is"
+                      if isinstance(lan, str) and lan
+                      else " + ".join(x for x in (r, d) if x) or "none"
+                      for r, d, lan in zip(emulated, delay, links["lan_hosts"], strict=True)],
         "flags": link_flags(links, interference_limits, mark=f"{FLAG_MARK} "),
     })

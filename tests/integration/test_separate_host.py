@@ -348,6 +348,7 @@ def test_the_lan_is_a_link_as_it_is_with_only_the_other_host_let_through(
     with a_run(tmp_path):
         link = real.ensure({**spec, "adopt": True})
         assert (link.addr_a, link.addr_b) == (b["addr_a"], b["addr_b"])  # as they were
+        assert link.emulation["lan"] == ["b"]  # what the links table and finding say
         assert ipv4_of(b) == before
         worker = link.ports.worker(0)
         assert _reaches(b["addr_a"], b["addr_b"], worker) == "refused"  # the other host

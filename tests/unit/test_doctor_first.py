@@ -69,7 +69,7 @@ def test_a_link_host_b_may_not_address_is_its_own_line_with_the_sudoers_line():
         "✗ rig: not root on host B, and sudo -n does not run ip or nft for bench, which "
         "addresses for links veth and the firewall guard need — allow it there (visudo -f "
         "/etc/sudoers.d/splitbench): bench ALL=(root) NOPASSWD: /usr/bin/ip, /usr/sbin/nft "
-        "— or set adopt: true on those links and firewall: own on the pair "
+        "— or set adopt: true on links veth and firewall: own on the pair "
         "(docs/two-machines.md)")
     # Holding the wake-up latency adds tee of that one file, and nothing more.
     said = doctor._rights(NotRoot(sudo=False), "rig", ["veth"], guarded=True, wakeup=True)
@@ -78,12 +78,15 @@ def test_a_link_host_b_may_not_address_is_its_own_line_with_the_sudoers_line():
         "/dev/cpu_dma_latency for bench, which addresses for links veth, the firewall guard "
         "and holding the CPUs' wake-up latency need"), said
     assert ("NOPASSWD: /usr/bin/ip, /usr/sbin/nft, /usr/sbin/tee /dev/cpu_dma_latency — or "
-            "set adopt: true on those links and firewall: own on the pair, "
-            "hold_wakeup_latency: false") in str(said), said
-    # Only what is needed: the guard alone asks for nft alone.
+            "set adopt: true on links veth, firewall: own on the pair and "
+            "hold_wakeup_latency: false (top level)") in str(said), said
+    # Only what is needed: the guard alone asks for nft alone, and every link adopted
+    # already is not told to adopt (a new user's walk read "set adopt: true on those
+    # links" with every link adopted).
     said = doctor._rights(NotRoot(sudo=False), "rig", [], guarded=True)
     assert "does not run nft for bench" in str(said)
     assert str(said).count("NOPASSWD: /usr/sbin/nft —") == 1
+    assert "adopt" not in str(said) and "or set firewall: own on the pair (" in str(said)
     # No sudo at all: installing it comes first.
     said = doctor._rights(NotRoot(sudo=None), "rig", ["veth"], guarded=False)
     assert "install sudo there (Debian: apt-get install sudo), then allow it" in str(said)

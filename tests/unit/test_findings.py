@@ -421,3 +421,14 @@ def test_only_a_pair_measured_on_one_link_gets_the_seeds_links(seed_findings):
     assert len(alone) == summary["model"].nunique() == 6
     glm = next(f for f in alone if f.section == "GLM-4.5-Air Q4_K_M")
     assert "From its own step at short (19.69 ms/token), its assumed 1.00 round trips" in glm.text
+
+
+def test_a_lan_link_says_so_in_its_finding():
+    links = pd.DataFrame([{"pair": "rig", "link": "lan", "a_to_b_gbps": 0.94,
+                           "b_to_a_gbps": 0.93, "lan_hosts": "A and B"},
+                          {"pair": "rig", "link": "cable", "a_to_b_gbps": 9.4,
+                           "b_to_a_gbps": 9.3, "lan_hosts": None}])
+    (lan, _), (cable, _) = findings.link_facts(links, "lan")
+    assert lan.text.startswith("**lan: 0.94 Gbit/s A→B and 0.93 B→A** (the LAN of hosts A "
+                               "and B, compared as it is: nothing on it changed")
+    assert "LAN" not in cable.text
