@@ -49,14 +49,12 @@ def _set_up(spec: LinkSlice) -> Link:
     firewall = spec.get("firewall", "guard")
     guarded = firewall == "guard"
     hosts = {"a": host_a, "b": host_b}
-    on_lan = {}
-    for side, host in hosts.items():  # both interfaces checked before either is changed
+    ends, held, on_lan = {}, {}, {}
+    # A's end first, checked and set up: B may be reachable only through this very link.
+    for side, host in hosts.items():
         ifname = spec[f"interface_{side}"]
         _require_interface(host, ifname, where)
         on_lan[side] = lan_interface(host, ifname, where, bool(spec.get("adopt")), firewall)
-    ends, held = {}, {}
-    for side, host in hosts.items():
-        ifname = spec[f"interface_{side}"]
         if spec.get("adopt"):
             ends[side], held[side] = _existing_address(host, ifname, where), []
         else:
