@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -15,6 +16,25 @@ from tests.skips import (  # noqa: F401  (hooks: skips fail where nothing may sk
 )
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+# The networks the tests' namespaces and hosts B are numbered from (and the embedded
+# lab's, 10.213). For the session they are blackholed in this machine's own routing
+# table: a connection to one of them before its veth is up (a set-up that asks host B
+# too early did) fails here, at once, instead of leaving by the default route.
+TEST_NETWORKS = ("10.213.0.0/16", "10.214.0.0/16", "10.250.0.0/15", "10.252.0.0/16")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def test_addresses_stay_on_this_machine():
+    if os.geteuid() != 0:  # no namespaces either: nothing of the kind is reached
+        yield
+        return
+    added = [net for net in TEST_NETWORKS if subprocess.run(
+        ["ip", "route", "add", "blackhole", net], capture_output=True).returncode == 0]
+    yield
+    for net in added:  # only what this session added (another may hold its own)
+        subprocess.run(["ip", "route", "del", "blackhole", net], capture_output=True)
 
 
 def tiny_config() -> dict:
