@@ -242,7 +242,6 @@ def _counted(summary: pd.DataFrame | None) -> list[dict]:
 
 
 # Where a prediction's latency difference was measured (predicted_decode_delta).
-LATENCY_FROM_TURNS = "the decode turns' own waits"
 LATENCY_FROM_PROBE = "the probe in the cell's rounds"
 LATENCY_FROM_LINKS = "the link checks' probe"
 
@@ -255,9 +254,10 @@ def predicted_decode_delta(comp: pd.DataFrame, links: pd.DataFrame, trips: pd.Da
     round trips per token, plus the bandwidth term, and its uncertainty (COVERAGE
     standard errors: the round trips' and, where `drift` (machine_drift) is known, the
     machine's drift between when the latency and the cell were measured). The latency
-    difference is, best first, what the paired cell's decode turns waited on each link
-    (from the packets), the 64 B probe in its rounds, or the link checks' probe
-    (`latency_from` says which). NaN where no latency was measured; where the round
+    difference is the 64 B probe's in the paired cell's own rounds, else the link
+    checks' (`latency_from` says which); beside it, what the paired cell's decode turns
+    waited more on the link (`turn_wait_delta_us`, from the packets), a witness and not
+    the figure. NaN where no latency was measured; where the round
     trips were not, the floor of one per worker, named as assumed in
     `round_trips_from`."""
     latency = links.reindex(columns=["pair", "link", "rr64_p50_us"]).rename(
@@ -289,21 +289,20 @@ def predicted_decode_delta(comp: pd.DataFrame, links: pd.DataFrame, trips: pd.Da
                       pd.to_numeric(rows["drift_decode_rel"]).fillna(0) * predicted.abs())
     source = pd.Series(LATENCY_FROM_LINKS, index=rows.index).where(delta_ms.notna(), None)
     # A paired cell measured both links' latency in its own rounds: that, with its
-    # spread. Best, what its decode turns themselves waited on each link (A's send to
-    # B's answer, from the packets): the wire as decode's own messages cross it, where
-    # the 64 B probe's differed from it by a share that moved with the machine's state.
-    for delta_column, se_column, name in (
-            ("paired_rr64_delta_us", "paired_rr64_delta_se", LATENCY_FROM_PROBE),
-            ("paired_turn_wait_delta_us", "paired_turn_wait_delta_se", LATENCY_FROM_TURNS)):
-        if delta_column not in comp:
-            continue
-        paired_ms = pd.to_numeric(comp[delta_column]).to_numpy() / 1000
-        paired_se = pd.to_numeric(comp[se_column]).to_numpy() / 1000
+    # spread. (What its decode turns waited, from the packets, is a witness beside it,
+    # not the prediction's figure: it holds B's own work on each message, whose spread
+    # on a real model is milliseconds: SmolLM2's ±1.1 ms against the probe's µs.)
+    if "paired_rr64_delta_us" in comp:
+        paired_ms = pd.to_numeric(comp["paired_rr64_delta_us"]).to_numpy() / 1000
+        paired_se = pd.to_numeric(comp["paired_rr64_delta_se"]).to_numpy() / 1000
         has = np.isfinite(paired_ms)
         delta_ms = delta_ms.where(~has, paired_ms)
         predicted = trips_n * delta_ms
         spread = spread.where(~has, np.hypot(trips_se * delta_ms.abs(), trips_n * paired_se))
-        source = source.where(~has, name)
+        source = source.where(~has, LATENCY_FROM_PROBE)
+    waits = {column: pd.to_numeric(comp[column]).to_numpy() if column in comp else
+             np.full(len(comp), np.nan)
+             for column in ("paired_turn_wait_delta_us", "paired_turn_wait_delta_se")}
     # The bandwidth term: the token's bytes above each link's burst at its throughput.
     bandwidth = traffic.bandwidth_delta(comp, links)
     latency_ms, latency_unc = predicted.to_numpy(), COVERAGE * np.asarray(spread)
@@ -323,6 +322,9 @@ def predicted_decode_delta(comp: pd.DataFrame, links: pd.DataFrame, trips: pd.Da
         # The latency difference the prediction used, and where it was measured.
         "latency_delta_us": 1000 * np.asarray(delta_ms, dtype=float),
         "latency_from": source.to_numpy(),
+        # The witness beside it: what the decode turns waited more on the link.
+        "turn_wait_delta_us": waits["paired_turn_wait_delta_us"],
+        "turn_wait_delta_unc_us": COVERAGE * waits["paired_turn_wait_delta_se"],
     }, index=comp.index)
 
 

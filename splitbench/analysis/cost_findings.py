@@ -164,11 +164,14 @@ def _why(row: pd.Series) -> str:
     source = row.get("round_trips_from")
     assumed = f" ({source})" if isinstance(source, str) and source.startswith("assumed") \
         else ""
-    what = ("more that each decode turn waited (A's send to B's answer, from the packets)"
-            if row.get("latency_from") == comparison.LATENCY_FROM_TURNS
-            else "of extra request-response latency")
-    text = (f"That is {trips:.2f} round trips per token{assumed} × {gap_us:+.0f} µs "
-            f"{what} = {pm_text(latency, latency_unc)}")
+    text = (f"That is {trips:.2f} round trips per token{assumed} × {gap_us:+.0f} µs of "
+            f"extra request-response latency = {pm_text(latency, latency_unc)}")
+    wait, wait_unc = (as_number(row.get(c)) for c in ("turn_wait_delta_us",
+                                                      "turn_wait_delta_unc_us"))
+    if np.isfinite(wait):
+        text += (f" (its decode turns themselves waited {wait:+.0f}"
+                 + (f" ±{wait_unc:.0f}" if np.isfinite(wait_unc) else "")
+                 + " µs more, from the packets)")
     if np.isfinite(bandwidth):
         text += (f"; the link's bandwidth adds {pm_text(bandwidth, bandwidth_unc)}: "
                  f"{_dominance_words(bandwidth, bandwidth_unc, latency, latency_unc)}")

@@ -219,12 +219,10 @@ def _prediction_text(guess: pd.Series | None) -> str:
     unc = guess["predicted_decode_delta_unc_ms"]
     text += f" ±{unc:.2f}" if np.isfinite(unc) else ""
     parts = guess.get("predicted_latency_ms"), guess.get("predicted_bandwidth_ms")
-    by_turns = " by the turns' waits" if guess.get(
-        "latency_from") == comparison.LATENCY_FROM_TURNS else ""
     if all(p is not None and np.isfinite(p) for p in parts):
-        text += f" (latency {parts[0]:+.2f}{by_turns}, bandwidth {parts[1]:+.2f})"
+        text += f" (latency {parts[0]:+.2f}, bandwidth {parts[1]:+.2f})"
     elif parts[1] is not None and not np.isfinite(parts[1]):
-        text += f" (latency only{by_turns}: the bandwidth term is unknown)"
+        text += " (latency only: the bandwidth term is unknown)"
     return text
 
 

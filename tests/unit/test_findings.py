@@ -54,6 +54,18 @@ def test_a_latency_dominated_fixed_cost():
     assert "agrees with that prediction" in text
 
 
+def test_the_decode_turns_own_waits_stand_beside_the_probes_latency():
+    rows = comp_rows("usb4", [(0.70, 0.06)], latency=(0.64, 0.03), bandwidth=(0.00, 0.00),
+                     trips=1.05, gap_us=610).assign(turn_wait_delta_us=624.0,
+                                                    turn_wait_delta_unc_us=17.0)
+    text = findings.decode_cost(rows, "usb4", "m").text
+    assert ("1.05 round trips per token × +610 µs of extra request-response latency = "
+            "+0.64 ±0.03 (its decode turns themselves waited +624 ±17 µs more, from the "
+            "packets)") in text, text
+    without = findings.decode_cost(rows.drop(columns=["turn_wait_delta_us"]), "usb4", "m")
+    assert "waited" not in without.text
+
+
 def test_a_bandwidth_dominated_cost_that_grows_with_context():
     rows = comp_rows("slow", [(0.30, 0.02), (1.50, 0.05), (6.00, 0.20)],
                      latency=(0.05, 0.01), bandwidth=(0.26, 0.02), trips=1.0, gap_us=50)

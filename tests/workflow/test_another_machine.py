@@ -262,9 +262,9 @@ def test_a_b_without_the_tools_gets_one_line_per_missing_requirement(
         "firewall guard and holding the CPUs' wake-up latency need — install sudo there "
         "(Debian: apt-get install sudo), then allow it there (visudo -f "
         "/etc/sudoers.d/splitbench): bench ALL=(root) NOPASSWD: /usr/sbin/ip, "
-        "/usr/sbin/nft, /usr/bin/tee /dev/cpu_dma_latency — or set adopt: true on those "
-        "links and firewall: own on the pair, hold_wakeup_latency: false "
-        "(docs/two-machines.md)",
+        "/usr/sbin/nft, /usr/bin/tee /dev/cpu_dma_latency — or set adopt: true on links "
+        "cable1, cable2, firewall: own on the pair and hold_wakeup_latency: false (top "
+        "level) (docs/two-machines.md)",
     ], "\n".join(bad)
     # The worker needs nothing of B but its C library: A's, carried, runs there.
     assert "✓ rig: host B has no build of its own: host A's worker runs there" in done.stdout
