@@ -65,15 +65,27 @@ def agreement_allowance(unc: float, predicted_unc: float) -> float:
     return float(np.hypot(unc, np.nan_to_num(predicted_unc))) * AGREEMENT_SIGMAS / COVERAGE
 
 
+# A paired cell's figures (paired_deltas), as the summary carries them.
+PAIRED_COLUMNS = ["paired_decode_delta_ms", "paired_decode_delta_se",
+                  "paired_prefill_change_pct", "paired_prefill_change_se",
+                  "paired_reference_decode_ms", "paired_reference_prefill_tps",
+                  "paired_rr64_delta_us", "paired_rr64_delta_se", "paired_turn_wait_delta_us",
+                  "paired_turn_wait_delta_se", "paired_rounds"]
+
+
+def _median_and_se(rounds: Any) -> tuple[pd.Series, pd.Series]:
+    """Per cell, the median of its rounds' values and that median's standard error
+    (none from fewer than two rounds: a figure older files or no packet socket lack)."""
+    n = rounds.count()
+    return rounds.median(), (MEDIAN_SE * rounds.std(ddof=1) / np.sqrt(n)).where(n >= 2)
+
+
 def paired_deltas(requests: pd.DataFrame) -> pd.DataFrame:
     """Per paired cell (index: KEYS): the median over its rounds of the round's decode
     difference (link - baseline, ms/token) and relative prefill change (%), their
     standard errors, the baseline's median decode and prefill measured alongside, and
     the number of rounds with both sides ok."""
-    columns = ["paired_decode_delta_ms", "paired_decode_delta_se", "paired_prefill_change_pct",
-               "paired_prefill_change_se", "paired_reference_decode_ms",
-               "paired_reference_prefill_tps", "paired_rr64_delta_us", "paired_rr64_delta_se",
-               "paired_turn_wait_delta_us", "paired_turn_wait_delta_se", "paired_rounds"]
+    columns = PAIRED_COLUMNS
     if "reference" not in requests or not requests["reference"].fillna(False).any():
         return pd.DataFrame(columns=columns, index=pd.MultiIndex.from_tuples([], names=KEYS))
     ok = requests[requests["status"] == "ok"].assign(
@@ -105,8 +117,8 @@ def paired_deltas(requests: pd.DataFrame) -> pd.DataFrame:
     }).groupby(level=KEYS)
     n = rounds["decode"].count()
     spread = rounds[["decode", "prefill"]].std(ddof=1).mul(MEDIAN_SE).div(np.sqrt(n), axis=0)
-    n_rr = rounds["rr64"].count()  # rounds whose latency was measured (older files: none)
-    n_wait = rounds["turn_wait"].count()  # rounds whose turns were timed (no packet socket)
+    rr64, rr64_se = _median_and_se(rounds["rr64"])
+    wait, wait_se = _median_and_se(rounds["turn_wait"])
     out = pd.DataFrame({
         "paired_decode_delta_ms": rounds["decode"].median(),
         "paired_decode_delta_se": spread["decode"].where(n >= 2),
@@ -114,12 +126,10 @@ def paired_deltas(requests: pd.DataFrame) -> pd.DataFrame:
         "paired_prefill_change_se": spread["prefill"].where(n >= 2),
         "paired_reference_decode_ms": rounds["ref_decode"].median(),
         "paired_reference_prefill_tps": rounds["ref_prefill"].median(),
-        "paired_rr64_delta_us": rounds["rr64"].median(),
-        "paired_rr64_delta_se": (MEDIAN_SE * rounds["rr64"].std(ddof=1) / np.sqrt(n_rr)
-                                 ).where(n_rr >= 2),
-        "paired_turn_wait_delta_us": rounds["turn_wait"].median(),
-        "paired_turn_wait_delta_se": (MEDIAN_SE * rounds["turn_wait"].std(ddof=1)
-                                      / np.sqrt(n_wait)).where(n_wait >= 2),
+        "paired_rr64_delta_us": rr64,
+        "paired_rr64_delta_se": rr64_se,
+        "paired_turn_wait_delta_us": wait,
+        "paired_turn_wait_delta_se": wait_se,
         "paired_rounds": n,
     })
     return out.reindex(columns=columns)
@@ -355,10 +365,7 @@ def compare_links(summary: pd.DataFrame, baseline_link: str | None = None,
     """
     base_name = pick_baseline(summary, baseline_link)
     one = summary[summary["conc"] == 1]
-    paired = ["paired_decode_delta_ms", "paired_decode_delta_se", "paired_prefill_change_pct",
-              "paired_prefill_change_se", "paired_reference_decode_ms",
-              "paired_reference_prefill_tps", "paired_rr64_delta_us", "paired_rr64_delta_se",
-              "paired_turn_wait_delta_us", "paired_turn_wait_delta_se", "paired_rounds"]
+    paired = PAIRED_COLUMNS
     columns = ["status", "prefill_tps", "prefill_tps_se", "decode_ms_per_token",
                "decode_ms_se", "decode_tps", "ttft_ms", "uncertainty_from", "flags",
                "rpc_bytes_per_token_a_to_b", "rpc_bytes_per_token_b_to_a", *paired]

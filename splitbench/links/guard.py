@@ -73,11 +73,10 @@ def ruleset(interfaces: Iterable[str], addresses: Iterable[str], blocks: Iterabl
     ]
     for interface, peers in sorted((lan_peers or {}).items()):
         for version, family in ((4, "ip"), (6, "ip6")):
-            if _by_family(peers)[version]:
+            if listed := _by_family(peers)[version]:
                 commands.append(
                     f"add rule inet {table} input iifname {json.dumps(interface)} {family} "
-                    f"saddr {{ {', '.join(_by_family(peers)[version])} }} tcp dport "
-                    f"{{ {served} }} accept")
+                    f"saddr {{ {', '.join(listed)} }} tcp dport {{ {served} }} accept")
     for version, family in ((4, "ip"), (6, "ip6")):
         if by_family[version]:
             commands.append(f"add rule inet {table} input {family} daddr "
