@@ -15,7 +15,7 @@ _PROCESS = re.compile(r'"([^"]+)",pid=(\d+)')
 @dataclass(frozen=True)
 class Listener:
     """One listening socket: "tcp" or "udp", its local address as ss prints it
-    ("0.0.0.0:8080", "[::]:22", "*:5353", "10.0.0.1:50052"), its port, and with
+    ("0.0.0.0:8080", "[::]:22", "*:5353", "10.0.0.1:20480"), its port, and with
     `processes`, who holds it (pids and command names)."""
 
     protocol: str

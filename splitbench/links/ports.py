@@ -1,6 +1,8 @@
 """Which block of ports a run serves on (links/link.py's `Ports`): one that neither
 host of the pair listens on, so that two runs against the same host B, or on the same
-host A (two work directories, two users), never take each other's ports.
+host A (two work directories, two users), never take each other's ports; and one that
+neither host's kernel gives outgoing connections (its ephemeral range), whose closed
+connections would hold a port in TIME_WAIT, where no server can bind it, for a minute.
 
 The block is chosen once per run and pair, at its first real link, and recorded in the
 state directory; every later stage reads it from the link. The search starts at a block
@@ -27,16 +29,63 @@ def listened(host: Host) -> set[int]:
     return {listener.port for listener in listeners.listening(host, check=False)}
 
 
-def free_block(hosts: list[Host]) -> Ports | None:
-    """The first block, from the run's own starting block on, where none of `hosts`
-    listens; None when every block is taken."""
-    taken = set().union(*(listened(host) for host in hosts))
+RANGE_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
+RESERVED_FILE = "/proc/sys/net/ipv4/ip_local_reserved_ports"
+
+
+def ephemeral(host: Host) -> set[int]:
+    """The ports `host`'s kernel may give an outgoing connection, IPv4 or IPv6: its
+    net.ipv4.ip_local_port_range less its net.ipv4.ip_local_reserved_ports (none when
+    they cannot be read)."""
+    done = host.run(["cat", RANGE_FILE, RESERVED_FILE], check=False)
+    lines = done.stdout.splitlines()
+    if done.returncode or not lines:
+        return set()
+    low, high = map(int, lines[0].split())
+    return set(range(low, high + 1)) - port_list(lines[1] if len(lines) > 1 else "")
+
+
+def port_list(text: str) -> set[int]:
+    """The ports of a sysctl port list: "20480-29439,30000"."""
+    ports: set[int] = set()
+    for item in filter(None, text.strip().split(",")):
+        low, _, high = item.partition("-")
+        ports.update(range(int(low), int(high or low) + 1))
+    return ports
+
+
+def blocks() -> list[Ports]:
+    """Every block, from the run's own starting block on."""
     start = int(hashlib.sha256(str(procs.state_dir()).encode()).hexdigest(), 16)
-    for step in range(PORT_BLOCKS):
-        ports = Ports(FIRST_PORT + PORT_BLOCK * ((start + step) % PORT_BLOCKS))
-        if not any(port in ports for port in taken):
+    return [Ports(FIRST_PORT + PORT_BLOCK * ((start + step) % PORT_BLOCKS))
+            for step in range(PORT_BLOCKS)]
+
+
+def free_block(hosts: list[Host]) -> Ports | None:
+    """The first block where none of `hosts` listens and none gives outgoing
+    connections a port; None when there is none."""
+    taken = set().union(*(listened(host) for host in hosts))
+    outgoing = set().union(*(ephemeral(host) for host in hosts))
+    for ports in blocks():
+        if not any(port in ports for port in taken | outgoing):
             return ports
     return None
+
+
+def why_none_free(hosts: list[Host]) -> str:
+    """Why free_block found none, and what to do about it."""
+    first, last = FIRST_PORT, FIRST_PORT + PORT_BLOCK * PORT_BLOCKS - 1
+    crowded = [host.name for host in hosts
+               if all(any(port in ports for port in ephemeral(host)) for ports in blocks())]
+    if crowded:
+        return (f"ports {first}-{last}, where splitbench serves, lie in the ephemeral port "
+                f"range of host {' and host '.join(crowded)} (net.ipv4.ip_local_port_range), "
+                "where a closed outgoing connection holds its port for a minute and a server "
+                f"cannot bind it; reserve them there: sudo sysctl -w "
+                f"net.ipv4.ip_local_reserved_ports={first}-{last}")
+    return (f"every block of {PORT_BLOCK} ports from {first} to {last} has a listener on "
+            "host A or host B; stop what listens there (a run left behind: python -m "
+            "splitbench teardown)")
 
 
 def for_pair(pair: str, host_a: Host, host_b: Host) -> Ports:
@@ -48,9 +97,6 @@ def for_pair(pair: str, host_a: Host, host_b: Host) -> Ports:
         return Ports(known[pair])
     ports = free_block([host_a, host_b])
     if ports is None:
-        raise PortsError(f"pair '{pair}': every block of {PORT_BLOCK} ports from "
-                         f"{FIRST_PORT} to {FIRST_PORT + PORT_BLOCK * PORT_BLOCKS - 1} has a "
-                         "listener on host A or host B; stop what listens there (a run left "
-                         "behind: python -m splitbench teardown)")
+        raise PortsError(f"pair '{pair}': {why_none_free([host_a, host_b])}")
     files.write_json(path, {**known, pair: ports.base})
     return ports

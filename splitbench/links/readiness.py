@@ -99,15 +99,13 @@ def python(host: Host, pair: str) -> Line:
 
 def ports_free(host_a: Host, host_b: Host, pair: str) -> Line:
     """The block of ports this run's servers would take (links/ports.py): one where
-    neither host listens."""
+    neither host listens, outside both hosts' ephemeral ranges."""
     block = ports.free_block([host_a, host_b])
     if block is None:
-        return Line(BAD, pair, "every block of ports splitbench can serve on has a "
-                               "listener on host A or host B",
-                    "stop what listens there (a run left behind: python -m splitbench "
-                    "teardown)")
+        why, _, fix = ports.why_none_free([host_a, host_b]).partition("; ")
+        return Line(BAD, pair, why, fix)
     return Line(OK, pair, f"ports {block.base}-{block.last} are free on both hosts for "
-                          "this run's servers")
+                          "this run's servers, outside their ephemeral port ranges")
 
 
 def clock(host_a: Host, host_b: Host, pair: str) -> Line:

@@ -223,7 +223,7 @@ def placement(log: str) -> Placement:
         "output_on_b": "offloading output layer to GPU" in log,
     }
     for device, kind, mib in _BUFFER.findall(log):
-        # RPC0[10.0.0.2:50052], RPC1[...]: the workers on B; CPU, CPU_Mapped, ...: A.
+        # RPC0[10.0.0.2:20480], RPC1[...]: the workers on B; CPU, CPU_Mapped, ...: A.
         key = f"{kind.lower()}_mib_{'b' if device.startswith('RPC') else 'a'}"
         found[key] = round(found.get(key, 0.0) + float(mib), 2)
     return found
