@@ -40,9 +40,12 @@ rule roundtrips_table:
         results.log("roundtrips_table"),
     conda:
         "../envs/splitbench.yaml"
+    params:
+        interference=as_json(plan.written(CONFIG.interference)),
     shell:
         splitbench(
             "roundtrips-table",
             "--sweeps {input:q}",
             f"--out {results.TABLES}/round_trips",
+            "--interference {params.interference:q}",
         )

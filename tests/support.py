@@ -9,6 +9,8 @@ import os
 import re
 import socket
 import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from html import unescape
@@ -16,6 +18,19 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+
+@contextlib.contextmanager
+def cpu_hogs(count: int = 2) -> Iterator[None]:
+    """`count` busy-loop processes beside the measurement, as on a busy machine."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        time.sleep(0.5)  # let them take the CPUs
+        yield
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
 
 
 def free_port() -> int:

@@ -38,6 +38,7 @@ from splitbench import results
 from splitbench.analysis import traffic
 from splitbench.cells import sweep_fit
 from splitbench.infra.fits import COVERAGE, MEDIAN_SE
+from splitbench.slices import InterferenceLimits
 
 # Cells that a link comparison sets side by side: same pair, model and context.
 COMPARE_KEYS = ["pair", "model", "ctx"]
@@ -197,19 +198,21 @@ def _anchor_medians(requests: pd.DataFrame | None) -> dict[str, float] | None:
 
 
 TRIPS_COLUMNS = ["pair", "model", "workers", "round_trips", "round_trips_se",
-                 "round_trips_from", "turns_counted"]
+                 "round_trips_from", "turns_counted", "flags"]
 SWEEP, COUNTED = "the delay sweep", "counted from the RPC packets"
 FLOOR = "assumed: the floor of one per RPC worker, nothing measured them"
 
 
-def round_trips(sweep_files: Sequence[str],
-                summary: pd.DataFrame | None = None) -> pd.DataFrame:
+def round_trips(sweep_files: Sequence[str], summary: pd.DataFrame | None = None,
+                limits: InterferenceLimits | None = None) -> pd.DataFrame:
     """Per (pair, model, workers): the round trips per decoded token, its standard
-    error and where it comes from. From the round-trip sweeps whose figure is resolvable
-    (a sweep that is not has no row); where no sweep resolved it, from the request-
-    response turns counted in the cells' own RPC packets (`rpc_turns_per_token`: the
-    pair's ok single-stream cells of that model), which needs no delay and works on any
-    pair. Neither: no row, and nothing is predicted from a guess here."""
+    error, where it comes from and a sweep's `flags` (sweep_fit.flags, with the
+    interference `limits`; a count's cells carry their own). From the round-trip
+    sweeps whose figure is resolvable (a sweep that is not has no row); where no sweep
+    resolved it, from the request-response turns counted in the cells' own RPC packets
+    (`rpc_turns_per_token`: the pair's ok single-stream cells of that model), which
+    needs no delay and works on any pair. Neither: no row, and nothing is predicted
+    from a guess here."""
     rows = []
     for path in sweep_files:
         frame = pd.read_parquet(path)
@@ -224,7 +227,8 @@ def round_trips(sweep_files: Sequence[str],
                      "round_trips": fit["round_trips_per_token"],
                      "round_trips_se": fit.get("round_trips_se"), "round_trips_from": SWEEP,
                      # The same sweep's requests, their turns counted from the packets.
-                     "turns_counted": fit.get("turns_per_token")})
+                     "turns_counted": fit.get("turns_per_token"),
+                     "flags": sweep_fit.flags(frame, limits)})
     swept = {(r["pair"], r["model"], r["workers"]) for r in rows}
     rows += [row for row in _counted(summary) if
              (row["pair"], row["model"], row["workers"]) not in swept]
@@ -247,7 +251,8 @@ def _counted(summary: pd.DataFrame | None) -> list[dict]:
               else np.nan)
         rows.append({"pair": pair, "model": model, "workers": int(workers),
                      "round_trips": float(turns.median()), "round_trips_se": se,
-                     "round_trips_from": COUNTED, "turns_counted": float(turns.median())})
+                     "round_trips_from": COUNTED, "turns_counted": float(turns.median()),
+                     "flags": None})
     return rows
 
 

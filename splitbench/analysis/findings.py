@@ -309,16 +309,19 @@ def collect(summary: pd.DataFrame, links: pd.DataFrame, comp: pd.DataFrame,
     for (pair, model), cells in summary.groupby(["pair", "model"], sort=False):
         section = f"{model} on {pair}" if pairs else str(model)
         mine = comp[(comp["pair"] == pair) & (comp["model"] == model)]
+        my_trips = trips[(trips["pair"] == pair) & (trips["model"] == model)]
+        # A verdict that splits a cost into round trips and bytes rests on the sweep too.
+        swept = sweep_flags(my_trips)
         for link, rows in mine.groupby("link", sort=False):
             used = rows[(rows["status"] == "ok") & (rows["status_base"] == "ok")]
-            out.append(marked(decode_cost(rows, str(link), section), flags_of(used),
-                              among=len(used)))
+            out.append(marked(decode_cost(rows, str(link), section),
+                              flags_of(used) + swept, among=len(used)))
         floor = round_trip_floor(
-            trips[(trips["pair"] == pair) & (trips["model"] == model)],
+            my_trips,
             model_rows[(model_rows["pair"] == pair) & (model_rows["model"] == model)]
             .assign(_order=lambda f: f["ctx"].map(order)).sort_values("_order"), section)
         if floor:
-            out.append(floor)
+            out.append(marked(floor, swept, "round-trip sweeps"))
         measured_links = cells["link"].unique()
         if len(measured_links) == 1:
             alone = one_link(model_rows[(model_rows["pair"] == pair)
@@ -348,6 +351,15 @@ def collect(summary: pd.DataFrame, links: pd.DataFrame, comp: pd.DataFrame,
                 f.section = f"The links of {pair}"
         out += found
     return out + trust(check_lines, comp)
+
+
+def sweep_flags(trips: pd.DataFrame) -> list[tuple[str, str]]:
+    """(where, why) for each flagged round-trip sweep among `trips`
+    (comparison.round_trips' rows)."""
+    if "flags" not in trips:
+        return []
+    return [(f"the {int(r.workers)}-worker sweep", str(r.flags).split("; ")[0])
+            for r in trips.itertuples() if isinstance(r.flags, str) and r.flags]
 
 
 def _mechanism_row(rows: pd.DataFrame, pair: str, model: str, mechanism: str
@@ -391,7 +403,7 @@ def run(summary_path: str, link_files: list[str], toolchain_files: list[str],
     order = by_length(contexts)
     base = comparison.pick_baseline(summary, baseline_link)
     drift = comparison.machine_drift(anchor_files, summary, base)
-    trips = comparison.round_trips(sweep_files, summary)
+    trips = comparison.round_trips(sweep_files, summary, interference_limits)
 
     def prediction(rows: pd.DataFrame) -> pd.DataFrame:
         return comparison.predicted_decode_delta(rows, links, trips, workers, drift)

@@ -8,11 +8,14 @@ from typing import TypedDict
 import pandas as pd
 
 from splitbench.analysis import cell_summary, comparison
-from splitbench.cells.sweep_fit import fit
+from splitbench.analysis.marks import FLAG_MARK
+from splitbench.cells.sweep_fit import fit, flags
+from splitbench.slices import InterferenceLimits
 
 
-def table(files: list[str]) -> pd.DataFrame:
-    """One row per (pair, model, workers): the measured round trips per token."""
+def table(files: list[str], limits: InterferenceLimits | None = None) -> pd.DataFrame:
+    """One row per (pair, model, workers): the measured round trips per token, flagged
+    where other work used the machines while its rounds ran (`limits`)."""
     rows = []
     for path in files:
         frame = pd.read_parquet(path)
@@ -30,6 +33,7 @@ def table(files: list[str]) -> pd.DataFrame:
             **_measured_range(frame),
             # Where the figure cannot be used: the mechanisms table does not use it.
             "not resolvable": result["not_resolvable"] or "—",
+            "flags": f"{FLAG_MARK} {flagged}" if (flagged := flags(frame, limits)) else None,
         })
     return pd.DataFrame(rows)
 

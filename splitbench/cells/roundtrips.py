@@ -29,7 +29,7 @@ from splitbench import backends
 from splitbench.backends import Launch
 from splitbench.backends.llamacpp.toolchain import failure as toolchain_failure
 from splitbench.cells import sweep_fit
-from splitbench.infra import parquet_io, procs, turns, wakeup
+from splitbench.infra import interference, parquet_io, procs, turns, wakeup
 from splitbench.infra.hosts import HostError, host_from_spec
 from splitbench.links import lab, real, relay, verify
 from splitbench.links.link import Link
@@ -79,8 +79,9 @@ class RequestFigures(TypedDict):
     turns_per_token: float | None  # request-response turns counted on A (rpc_turns.py)
 
 
-class SweepRow(PointFacts, RequestFigures, total=False):
-    """A row of the sweep's Parquet: its point, launch and request, or why none was sent."""
+class SweepRow(PointFacts, RequestFigures, interference.InterferenceFigures, total=False):
+    """A row of the sweep's Parquet: its point, launch and request, or why none was sent;
+    and what else used the machines while the rounds ran (the same on every row)."""
 
     launch_id: str | None
     error_text: str
@@ -215,13 +216,19 @@ def _rounds(spec: SweepSlice, points: list[Point]) -> list[SweepRow]:
     if not points:
         return rows
     hosts = {"a": points[0].link.host_a, "b": points[0].link.host_b}
-    with wakeup.during(spec, hosts) as held:
+    # Every point's launch and relay is recorded under the pair: the meter counts them
+    # as the sweep's own, and everything else on the machines as interference.
+    meter = interference.Meter(hosts)
+    with wakeup.during(spec, hosts) as held, \
+            meter.stretch(interference.own_processes(spec["pair"], [])):
         for round_ in range(spec["requests"]):
             turn = round_ % len(points)
             for point in points[turn:] + points[:turn]:
                 row = one_request(point.server, point.link, spec, point.pool, round_)
                 rows.append({**point.base, **held, "launch_id": point.server.launch_id,
                              **row})
+    metered = meter.figures()
+    rows = [{**row, **metered} for row in rows]
     for point in points:
         steps = [r["step_ms_median"] for r in rows if r["delay_ms"] == point.base["delay_ms"]
                  and r["step_ms_median"] is not None]

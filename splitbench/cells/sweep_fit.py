@@ -14,7 +14,8 @@ from typing import TypedDict
 import numpy as np
 import pandas as pd
 
-from splitbench.infra import fits
+from splitbench.infra import fits, interference
+from splitbench.slices import InterferenceLimits
 
 
 class SweepFit(TypedDict):
@@ -63,6 +64,17 @@ def fit(frame: pd.DataFrame) -> SweepFit:
             "r2": _number(line["r2"]), "points": len(points),
             "not_resolvable": _why_not(slope, line["slope_se"], line["r2"]),
             "turns_per_token": turns}
+
+
+def flags(frame: pd.DataFrame, limits: InterferenceLimits | None) -> str | None:
+    """Why a sweep's figure may hold the machine as well as the link (None where
+    nothing says so): other work on either host above `limits` while its rounds ran, or
+    none of that measured (a sweep from before the meter: not checked, never clean).
+    Every row of a sweep carries the same figures."""
+    verdict = interference.flag(frame.iloc[:1], limits or {}, "the sweep's rounds").iloc[0]
+    parts = [x for x in (verdict["interference"], verdict["interference_missing"])
+             if isinstance(x, str)]
+    return "; ".join(parts) or None
 
 
 def _within_rounds(ok: pd.DataFrame, step: str) -> pd.DataFrame:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from splitbench.analysis import roundtrips_table
+from splitbench.commands import json_arg
 from splitbench.infra import tables_io
 
 HELP = "the round trips per token table"
@@ -13,9 +14,11 @@ HELP = "the round trips per token table"
 def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sweeps", nargs="+", required=True)
     p.add_argument("--out", required=True, help="table path without suffix")
+    p.add_argument("--interference", type=json_arg, default={},
+                   help="the config's interference: limits (JSON), which flag a sweep")
 
 
 def run(args: argparse.Namespace) -> None:
-    tables_io.write_table(roundtrips_table.table(args.sweeps), args.out,
+    tables_io.write_table(roundtrips_table.table(args.sweeps, args.interference), args.out,
                           "Round trips per decoded token (median decode step against "
                           "measured request-response latency)")

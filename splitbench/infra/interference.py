@@ -297,8 +297,10 @@ def above(value: float, limit: float, places: int) -> str:
     return f"{value:.{places + 4}f}"
 
 
-def flag(cells: pd.DataFrame, thresholds: InterferenceLimits) -> pd.DataFrame:
-    """Per cell (one row each, the summary's figures): `interference` (why the cell is
+def flag(cells: pd.DataFrame, thresholds: InterferenceLimits,
+         during: str = "the cell") -> pd.DataFrame:
+    """Per cell (one row each, the summary's figures; `during`: what a row measured):
+    `interference` (why the cell is
     suspect, or None), and `interference_checked` with `interference_missing` (why
     not): a cell counts as checked only when every host's foreign CPU was measured (the
     figure that tells others' work from the measurement's own); otherwise it is
@@ -325,7 +327,7 @@ def flag(cells: pd.DataFrame, thresholds: InterferenceLimits) -> pd.DataFrame:
                 if figure == "cpu_pressure" and own is not None and not pd.isna(own):
                     said += f" from other programs (the measurement's own {own:.0f}% aside)"
                 parts.append(f"{hosts}: {said} (limit {limit:g}{unit})")
-        reasons.append("; ".join(parts) + " during the cell" if parts else None)
+        reasons.append("; ".join(parts) + f" during {during}" if parts else None)
         unmeasured = [side for side in SIDES if pd.isna(row.get(f"foreign_cpu_{side}_cores"))]
         missing.append("interference not measured on " + ", ".join(
             f"host {side.upper()} ({_why(row.get(f'interference_{side}'))})"

@@ -142,7 +142,7 @@ def aggregate(request_files: list[str], link_files: list[str], contexts: dict[st
     links = read_links(link_files)
     drift = comparison.machine_drift(anchor_files, summary,
                                      pick_baseline(summary, baseline_link))
-    trips = comparison.round_trips(sweep_files, summary)
+    trips = comparison.round_trips(sweep_files, summary, interference_limits)
 
     def prediction(rows: pd.DataFrame) -> pd.DataFrame:
         return comparison.predicted_decode_delta(rows, links, trips, workers or {}, drift)

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 import shutil
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -24,6 +21,7 @@ from splitbench.cells import measure
 from splitbench.infra import interference, procs, telemetry
 from splitbench.links import real
 from tests.conftest import needs_root, running
+from tests.support import cpu_hogs
 
 
 def llamacpp_with(**methods):
@@ -272,19 +270,6 @@ def test_a_stopped_client_keeps_each_token_s_arrival_against_llama_server(state_
     # The reader really was stopped while tokens came.
     during = sum(any(a <= t <= b for a, b in pauses) for t in times)
     assert len(pauses) >= 4 and during >= 20, (len(pauses), during)
-
-
-@contextlib.contextmanager
-def cpu_hogs(count: int = 2):
-    """`count` busy-loop processes beside the measurement, as on a busy machine."""
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
-    try:
-        time.sleep(0.5)  # let them take the CPUs
-        yield
-    finally:
-        for hog in hogs:
-            hog.kill()
-            hog.wait()
 
 
 @needs_root()

@@ -7,9 +7,10 @@ import pytest
 
 from splitbench import configuration, models, plan
 from splitbench.backends.llamacpp import toolchain
-from splitbench.cells import roundtrips
+from splitbench.cells import roundtrips, sweep_fit
 from splitbench.configuration import parsed
 from tests.conftest import needs_root
+from tests.support import cpu_hogs
 
 MODEL = {"n_layer": 2, "n_embd": 64, "n_head": 2, "n_head_kv": 1, "n_ff": 128,
          "n_vocab": 1024, "context_length": 4096, "seed": 3}
@@ -65,6 +66,11 @@ def test_one_worker_costs_one_round_trip_per_token(sweep):
     turns = result["turns_per_token"]
     assert abs(turns - 1) <= 0.1, result
     assert rows["turns_per_token"].notna().all(), rows["turns_per_token"]
+    # What else used the machine while the rounds ran was read (the lab's two hosts are
+    # one machine): the points' servers are the sweep's own.
+    assert rows["interference_a"].str.startswith("read over").all(), rows["interference_a"]
+    assert (rows["own_cpu_a_cores"] > 0.05).all(), rows["own_cpu_a_cores"]
+    assert rows["foreign_cpu_a_cores"].notna().all()
     # The x axis is measured, and is what was configured: each point's round trip is
     # never under its 2 x delay (never early), and adds at most 25% more than that to
     # the zero-delay point's (the delay is applied once per direction).
@@ -83,6 +89,28 @@ def test_two_chained_workers_cost_two(sweep):
     turns = result["turns_per_token"]  # one turn per worker per token, counted
     assert abs(turns - 2) <= 0.2, result
     assert rows["launch_id"].nunique() == 3  # a fresh launch per point
+
+
+@needs_root()
+@pytest.mark.slow
+def test_a_sweep_beside_two_busy_loops_is_flagged(state_dir, tmp_path):
+    """Beside two busy loops on two cores, the round-trip line of a run was the one
+    figure that carried no flag."""
+    gguf = tmp_path / "m.gguf"
+    models.write_synthetic(MODEL, gguf)
+    model = models.describe({"synthetic": MODEL}, gguf)
+    tools = toolchain.record("rt", "pip", {"a": {}, "b": {}}, tmp_path / "toolchain.json")
+    config = _config([1])
+    config["roundtrips"].update(delays_ms=[0.0, 1.0], requests=2, rr_samples=20)
+    spec = plan.roundtrips_slice(parsed(config), "rt", "m", 1)
+    out = tmp_path / "busy.parquet"
+    with cpu_hogs():
+        roundtrips.sweep(spec, model, tools, str(out))
+    rows = pd.read_parquet(out)
+    assert rows["error"].isna().all(), rows["error_text"]
+    assert (rows["foreign_cpu_a_cores"] > 0.5).all(), rows["foreign_cpu_a_cores"]
+    flagged = sweep_fit.flags(rows, {})
+    assert flagged and "other processes used" in flagged and "sweep's rounds" in flagged
 
 
 def test_sweep_settings_need_layers_for_each_worker():

@@ -332,6 +332,36 @@ def test_a_finding_drawn_from_flagged_cells_carries_the_flag_in_its_headline():
     assert "usb4 short 2-way" in overlap and "usb4 short," not in overlap
 
 
+def test_a_flagged_sweep_flags_the_round_trips_and_the_verdicts_that_rest_on_them():
+    """Beside two CPU hogs the cells were flagged and the round-trip line was not,
+    though its sweep ran beside the same hogs."""
+    levels = {("short", 1): "ok"}
+    links = pd.DataFrame([{"pair": "lab", "link": link, "a_to_b_gbps": 5.0,
+                           "b_to_a_gbps": 5.0, "flags": None} for link in ("base", "usb4")])
+    cells = summary_cells({"base": levels, "usb4": levels}, {}).assign(flags=None)
+    comp = comp_rows("usb4", [(0.70, 0.06)]).assign(flags=None, flags_base=None)
+    busy = ("host A: other processes used 1.41 cores (limit 0.25 cores) during the "
+            "sweep's rounds")
+    trips = pd.DataFrame([{"pair": "lab", "model": "m", "workers": 1, "round_trips": 1.02,
+                           "round_trips_se": 0.02, "round_trips_from": "the delay sweep",
+                           "turns_counted": 1.0, "flags": flags}
+                          for flags in (None, busy)])
+    model = pd.DataFrame(columns=whatif.MODEL_COLUMNS)
+
+    def heads(trips: pd.DataFrame) -> list[str]:
+        found = findings.collect(cells, links, comp, trips, pd.DataFrame(), model,
+                                 ["short"], "base")
+        return checks.headlines(findings.markdown(found))
+
+    quiet = heads(trips.iloc[:1])
+    assert "m: 1.02 ±0.04 round trips per token with 1 RPC worker" in quiet
+    assert not any("⚠" in line for line in quiet)
+    flagged = heads(trips.iloc[1:])
+    assert "m: ⚠ 1.02 ±0.04 round trips per token with 1 RPC worker" in flagged
+    assert any(line.startswith("m: ⚠ usb4 costs decode +0.70") for line in flagged), flagged
+    assert findings.sweep_flags(trips) == [("the 1-worker sweep", busy)]
+
+
 def test_many_flagged_cells_are_counted_not_named():
     """Under CPU hogs every cell is flagged; the concurrency findings then listed about
     thirty cell names in one sentence. Up to NAMED_MAX are named, more are counted."""

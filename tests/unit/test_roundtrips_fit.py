@@ -44,3 +44,18 @@ def test_a_round_with_a_failed_request_still_pairs_the_rest():
         ["timeout", None]
     result = sweep_fit.fit(frame)
     assert abs(result["round_trips_per_token"] - 2) < 0.05 and result["points"] == 3
+
+
+def test_a_sweep_is_flagged_by_what_else_used_the_machines_during_its_rounds():
+    quiet = {"foreign_cpu_a_cores": 0.02, "foreign_cpu_b_cores": 0.02,
+             "cpu_pressure_a_pct": 1.0, "cpu_pressure_b_pct": 1.0,
+             "interference_a": "read over 30.0 s: PSI, /proc/stat",
+             "interference_b": "read over 30.0 s: PSI, /proc/stat"}
+    frame = sweep([0.0, 0.0]).assign(**quiet)
+    assert sweep_fit.flags(frame, {}) is None
+    busy = sweep_fit.flags(frame.assign(foreign_cpu_b_cores=1.41), {})
+    assert busy == ("host B: other processes used 1.41 cores (limit 0.25 cores) during "
+                    "the sweep's rounds"), busy
+    # A sweep written before the meter: not checked, never clean.
+    unmetered = sweep_fit.flags(sweep([0.0, 0.0]), {})
+    assert unmetered is not None and unmetered.startswith("interference not measured on host A")
