@@ -186,7 +186,10 @@ def read_requests(request_files: Sequence[str],
             [np.searchsorted(old, file_of[rows]), frame["request_id"].to_numpy()[rows]])
         values[rows] = se.reindex(at).to_numpy() if len(se) else np.nan
         frame["decode_ms_se"] = values
-    return frame
+    # A column no file has (a run whose every cell failed before it measured) is
+    # missing in every row, not absent: the stages after read it by name.
+    absent = [] if columns is None else [c for c in dict.fromkeys(columns) if c not in frame]
+    return frame.reindex(columns=[*frame.columns, *absent])
 
 
 def _unreadable(path: str, exc: Exception) -> pa.Table:

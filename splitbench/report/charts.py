@@ -160,11 +160,16 @@ def links_chart(links: pd.DataFrame, **_: Any) -> alt.TopLevelMixin:
     latency = {"ping_ms": "idle ping", "rr_fixed_us": "RR fixed part",
                "rr16k_p50_us": "16 KB RR p50"}
     where = where_title(links)
-    left = _grouped_bars(_links_long(links, bandwidth, {}), "Gbit/s (iperf3, median)",
-                         list(bandwidth.values()), where)
-    right = _grouped_bars(_links_long(links, latency, {"ping_ms": 1000.0}), "µs",
-                          list(latency.values()), where)
-    return alt.hconcat(left, right, title=chart_title(
+    rates = _links_long(links, bandwidth, {})
+    latencies = _links_long(links, latency, {"ping_ms": 1000.0})
+    # A half with nothing measured (every link failed verification) has no size to draw.
+    halves = [_grouped_bars(long, axis, list(measures.values()), where)
+              for long, axis, measures in ((rates, "Gbit/s (iperf3, median)", bandwidth),
+                                           (latencies, "µs", latency)) if not long.empty]
+    if not halves:
+        return note_chart(CHARTS[name][0], "no link was measured (the links table says "
+                                           "why each failed)")
+    return alt.hconcat(*halves, title=chart_title(
         name, "ICMP ping does not see a userspace delay relay; the RR probe does")
     ).resolve_scale(color="independent")
 

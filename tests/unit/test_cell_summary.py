@@ -53,6 +53,19 @@ def test_an_unreadable_cell_file_is_a_failed_cell_and_the_rest_is_summarized(tmp
     assert "its request file cannot be read" in rows.iloc[0]["error_text"]
 
 
+def test_a_run_whose_every_cell_failed_before_it_measured_is_summarized(tmp_path):
+    """Host B unreachable: every cell is one launch failure, with none of a measured
+    cell's columns (temperatures, interference), and the summary named them missing."""
+    failed = {"request_id": 0, "status": "load", "error_type": "launch_failed",
+              "error_text": "the block's launch failed: host B cannot be reached",
+              "reference": False, "round": 0, "cell_status": "load"}
+    files = [write_cell(tmp_path, link, "short", 1, [failed]) for link in ("a", "b")]
+    summary = cell_summary.summarize(files, CONTEXTS)
+    assert list(summary["status"]) == ["load", "load"]
+    assert summary["temp_before_c"].isna().all() and summary["temps"].isna().all()
+    assert summary["interference_checked"].eq(False).all()
+
+
 def test_a_request_whose_client_and_server_disagree_flags_its_cell(tmp_path):
     """The second witness inside the product: beyond metrics.WITNESS_BOUND a single-stream
     cell is flagged by its worst request, naming the request and the late end."""

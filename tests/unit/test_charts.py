@@ -102,6 +102,17 @@ def test_empty_run_draws_notes():
         rendered(chart)
 
 
+def test_links_that_all_failed_verification_draw_a_note():
+    failed = links_frame().assign(**{c: None for c in ("a_to_b_gbps", "b_to_a_gbps",
+                                                        "bidir_gbps", "ping_ms",
+                                                        "rr16k_p50_us", "rr_fixed_us")})
+    assert "no link was measured" in rendered(charts.links_chart(failed))
+    # Latency measured, bandwidth not: the latency half alone.
+    half = failed.assign(rr_fixed_us=100.0)
+    assert len(charts.links_chart(half).to_dict()["hconcat"]) == 1
+    vlc.vegalite_to_png(charts.links_chart(half).to_dict())
+
+
 def test_delta_against_the_baseline():
     delta = charts.delta_vs_baseline(summary_frame(), "baseline")
     assert set(delta["link"]) == {"slow"}
