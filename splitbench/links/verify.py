@@ -18,7 +18,7 @@ import pandas as pd
 
 from splitbench import results
 from splitbench.errors import SplitbenchError
-from splitbench.infra import fits, interference, parquet_io, procs, wakeup
+from splitbench.infra import fits, interference, parquet_io, privilege, procs, wakeup
 from splitbench.infra.hosts import Host, HostError
 from splitbench.infra.ssh_errors import SSHError
 from splitbench.links import history, lab, real
@@ -436,9 +436,11 @@ def _read(host: Host, path: str) -> str | None:
 
 
 def _offloads(host: Host, ifname: str | None) -> str | None:
-    if ifname is None or not _has(host, "ethtool"):
+    # By its full path: Debian puts ethtool in /usr/sbin, off an ordinary user's PATH.
+    ethtool = privilege.tool_path(host, "ethtool") if ifname is not None else None
+    if ethtool is None:
         return None
-    result = host.run(["ethtool", "-k", ifname], check=False)
+    result = host.run([ethtool, "-k", ifname], check=False)
     wanted = ("tcp-segmentation-offload", "generic-segmentation-offload",
               "generic-receive-offload", "large-receive-offload")
     found = dict(re.findall(r"^(\S+): (on|off)", result.stdout, flags=re.M))
