@@ -92,9 +92,10 @@ def ssh_pair(config: Config, pair: str, spec: Pair) -> list[Line]:
     hosts = (host_a, host_b) if reached else (host_a,)
     if guarded:
         lines += [line for host in hosts for line in readiness.tools(host, pair, ("nft",))]
-    # Host A holds the request itself (as root) or not at all; B's goes through sudo.
-    lines += [_rights(host, pair, addressed, guarded,
-                      config.hold_wakeup_latency and host.remote) for host in hosts]
+    # Each host holds the wake-up latency request as root or through sudo -n (A's
+    # too, where splitbench runs as an ordinary user).
+    lines += [_rights(host, pair, addressed, guarded, config.hold_wakeup_latency)
+              for host in hosts]
     if not reached:
         return lines
     lines += _toolchain(config, pair, spec)

@@ -10,7 +10,9 @@ Holding the kernel's CPU wake-up latency request (PM QoS, /dev/cpu_dma_latency) 
 while measuring keeps idle CPUs in their shallowest state (polling), as latency
 benchmarks (cyclictest, tuned's latency-performance profile) do. The request holds
 while the file stays open and ends when it is closed or its process dies. It needs root
-on each host; where it cannot be held, the rows say so (`wakeup_latency_{a,b}`).
+on each host, or `tee /dev/cpu_dma_latency` through sudo -n (host A's too, where
+splitbench runs as an ordinary user); where it cannot be held, the rows say so
+(`wakeup_latency_{a,b}`).
 """
 
 from __future__ import annotations
@@ -53,25 +55,43 @@ def _hold_here() -> tuple[int | None, str]:
     return fd, HELD
 
 
-def _hold_remote(host: Host) -> tuple[Any | None, str]:
-    """The holder on an SSH host (a channel on its connection; Popen-like), or None:
-    Python as the login user where it is root; else, where sudoers allows it, `tee
-    /dev/cpu_dma_latency` through sudo -n (it writes the request, "0" in hex, and holds
-    the file open while its input is), and nothing else runs as root."""
+def _through_sudo(host: Host) -> bool:
+    """The login user is not root on the host, and sudoers lets it hold the request."""
     from splitbench.infra import privilege
 
-    through_sudo = not privilege.is_root(host) and privilege.sudo_allows(
-        host, privilege.FOR_WAKEUP)
+    return not privilege.is_root(host) and privilege.sudo_allows(host, privilege.FOR_WAKEUP)
+
+
+def _tee_through_sudo(host: Host) -> Any:
+    """`tee /dev/cpu_dma_latency` through sudo -n on the host (a channel on an SSH
+    host's connection, a child process here; Popen-like): it writes the request, "0"
+    in hex, and holds the file open while its input is; nothing else runs as root."""
+    from splitbench.infra import privilege
+
+    argv = ["sudo", "-n", privilege.tool_path(host, "tee") or "tee", DEVICE]
+    if host.remote:
+        process = host.popen(argv, stdin=True, stdout=subprocess.PIPE)
+    else:
+        process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                   stderr=subprocess.DEVNULL, text=True)
+    process.stdin.write("0\n")  # tee echoes it once the request is written
+    if not host.remote:
+        process.stdin.flush()
+    return process
+
+
+def _hold_process(host: Host) -> tuple[Any | None, str]:
+    """The holder as a process of its own, or None: through sudo -n where the login
+    user is not root (`_tee_through_sudo`); else, on an SSH host, Python as its root
+    login."""
+    through_sudo = _through_sudo(host)
     try:
         if through_sudo:
-            tee = privilege.tool_path(host, "tee") or "tee"
-            process = host.popen(["sudo", "-n", tee, DEVICE], stdin=True,
-                                 stdout=subprocess.PIPE)
-            process.stdin.write("0\n")  # tee echoes it once the request is written
+            process = _tee_through_sudo(host)
         else:
             process = host.popen([host.python, "-c", REMOTE_HOLDER], stdin=True,
                                  stdout=subprocess.PIPE)
-    except HostError as exc:
+    except (HostError, OSError) as exc:
         return None, f"not held: {str(exc)[-200:]}"
     # The answer, or none after ANSWER_TIMEOUT_S (a stalled SSH must not stall the cell).
     ready, _, _ = select.select([process.stdout], [], [], ANSWER_TIMEOUT_S)
@@ -93,23 +113,23 @@ def low_latency(hosts: Mapping[str, Host]) -> Iterator[dict[str, str]]:
     machine_of = {side: host.ssh or "local" for side, host in hosts.items()}
     states: dict[str, str] = {}
     local_fd: int | None = None
-    remotes: list[Any] = []
+    holders: list[Any] = []  # processes that hold it (B's, or A's through sudo)
     try:
         for side, host in hosts.items():
             machine = machine_of[side]
             if machine in states:
                 continue
-            if host.remote:
-                process, states[machine] = _hold_remote(host)
+            if host.remote or _through_sudo(host):
+                process, states[machine] = _hold_process(host)
                 if process is not None:
-                    remotes.append(process)
+                    holders.append(process)
             else:
                 local_fd, states[machine] = _hold_here()
         yield {f"wakeup_latency_{side}": states[machine_of[side]] for side in hosts}
     finally:
         if local_fd is not None:
             os.close(local_fd)
-        for process in remotes:
+        for process in holders:
             with contextlib.suppress(OSError):
                 process.stdin.close()  # the holder ends, and with it the request
             try:
