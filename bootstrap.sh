@@ -36,10 +36,13 @@ missing_packages() {
                      [ssh]=openssh-client [nft]=nftables)
     if [ "$MODE" = test ]; then
         # sshd: the SSH tests' host B; mmdebstrap: the root filesystem of the host B
-        # that is another machine (tests/separate_host.py); chromium: the report page's
-        # browser test; slurmctld, munged: the throwaway cluster of test_slurm.py
-        wanted+=([sshd]=openssh-server [mmdebstrap]=mmdebstrap [chromium]=chromium
-                 [slurmctld]=slurm-wlm [munged]=munge)
+        # that is another machine (tests/separate_host.py); sudo, setcap: host A's
+        # ordinary user (tests/ordinary_user.py) and its packet helper; chromium: the
+        # report page's browser test; slurmctld, munged: the throwaway cluster of
+        # test_slurm.py
+        wanted+=([sshd]=openssh-server [mmdebstrap]=mmdebstrap [sudo]=sudo
+                 [setcap]=libcap2-bin [chromium]=chromium [slurmctld]=slurm-wlm
+                 [munged]=munge)
     fi
     local missing=()
     for tool in "${!wanted[@]}"; do

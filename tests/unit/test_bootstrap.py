@@ -14,7 +14,8 @@ import pytest
 from tests.conftest import ROOT
 
 BOOTSTRAP = (ROOT / "bootstrap.sh").read_text()
-TEST_ONLY = {"openssh-server", "mmdebstrap", "chromium", "slurm-wlm", "munge"}
+TEST_ONLY = {"openssh-server", "mmdebstrap", "sudo", "libcap2-bin", "chromium", "slurm-wlm",
+             "munge"}
 
 
 def wanted_packages(mode: str, tmp: Path) -> set[str]:

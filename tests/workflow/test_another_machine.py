@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -17,6 +20,7 @@ import yaml
 
 from splitbench.infra.hosts import host_from_spec
 from tests.conftest import needs_root
+from tests.ordinary_user import OrdinaryUser
 from tests.separate_host import config_block, separate_host_b  # noqa: F401 (a fixture)
 from tests.workflow.test_workflow import NO_SOCKPERF, SNAKEMAKE, workflow_copy
 
@@ -233,6 +237,116 @@ def test_a_run_on_another_machine_as_an_ordinary_user_reaches_the_report_and_lea
     assert "splitbench" not in tables, tables
     addresses = host.run(["ip", "-br", "addr", "show", "dev", SECOND["interface_b"]]).stdout
     assert SECOND["addr_b"] not in addresses, addresses
+
+
+class RootOnA(threading.Thread):
+    """Reads host A's process table every 0.3 s while the run goes on: any process as
+    root (effective uid 0) that the user's run started, other than sudo and what the
+    sudoers line allows; and the user's servers, seen running as the user."""
+
+    ALLOWED = ("sudo ", "/usr/bin/ip ", "/usr/sbin/ip ", "/usr/sbin/nft ",
+               "/usr/bin/tee /dev/cpu_dma_latency")
+
+    def __init__(self, uid: int) -> None:
+        super().__init__(daemon=True)
+        self.uid = uid
+        self.seen: set[str] = set()
+        self.servers: set[str] = set()  # what the user's llama.cpp processes were
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            table = {}
+            for proc in Path("/proc").iterdir():
+                try:
+                    status = (proc / "status").read_text()
+                    args = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+                except (OSError, ValueError):
+                    continue
+                fields = dict(line.split(":\t", 1) for line in status.splitlines()
+                              if ":\t" in line)
+                table[proc.name] = (fields["PPid"].strip(), int(fields["Uid"].split()[1]),
+                                    args.strip())
+            for parent, euid, args in table.values():
+                if euid == self.uid and "llama-server" in args:
+                    self.servers.add("llama-server")
+                if euid != 0 or args.startswith(self.ALLOWED) or not args:
+                    continue
+                while parent in table:  # started, at some remove, by the user's run?
+                    parent, owner, _ = table[parent]
+                    if owner == self.uid:
+                        self.seen.add(args)
+                        break
+            time.sleep(0.3)
+
+
+def test_a_run_by_an_ordinary_user_on_host_a_reaches_the_report_with_every_check_ok(
+        separate_host_b, tmp_path):  # noqa: F811 (the fixture)
+    """No root on either host: host A's user has the sudoers line its doctor prints and
+    the packet helper root installed for it, no more; the run reaches the report with
+    every check ok, the wake-up latency held and the round trips counted on both
+    hosts, and no process of the run was root on A but what that line allows."""
+    b = separate_host_b(sudoers="bench ALL=(root) NOPASSWD: /usr/bin/ip, /usr/sbin/nft, "
+                                "/usr/bin/tee /dev/cpu_dma_latency")
+    second_cable(b)
+    user = OrdinaryUser.make(Path(tempfile.mkdtemp(prefix="sb-user-a-", dir="/tmp")))
+    try:
+        work = workflow_copy(user.base)
+        keys = user.base / "keys"  # the user's copy of what reaches B
+        keys.mkdir()
+        for key in ("identity", "known_hosts"):
+            b[key] = str(shutil.copy(b[key], keys))
+        (work / "rig.yaml").write_text(yaml.safe_dump(rig(b), sort_keys=False))
+        user.own(work, keys)
+        doctor = ["python", "-m", "splitbench", "doctor", "--configfile", "rig.yaml"]
+        refused = user.run(doctor, work)
+        assert refused.returncode == 1, refused.stdout + refused.stderr
+        (bad,) = [line for line in refused.stdout.splitlines() if line.startswith("✗")]
+        assert "not root on host A, and sudo -n does not run ip, nft or tee " \
+               "/dev/cpu_dma_latency for alice" in bad, bad
+        assert "· rig: host A: no packet socket (not root, no packet helper)" \
+            in refused.stdout
+        user.grant(bad.split("visudo -f /etc/sudoers.d/splitbench): ", 1)[1]
+                   .split(" — ")[0])
+        helper = [[sys.executable, "-m", "splitbench", "packet-helper", "--user", user.name]]
+        ready = user.run(doctor, work, as_root_first=helper)
+        assert ready.returncode == 0, ready.stdout + ready.stderr
+        for said in ("✓ rig: host A: ip, nft, tee /dev/cpu_dma_latency as root through "
+                     "sudo -n for alice (no root login); everything else runs as alice",
+                     "✓ rig: host A has a packet socket, the packet helper's",
+                     "· rig: host A: CPU wake-up latency can be held at 0 us"):
+            assert said in ready.stdout, ready.stdout
+
+        watch = RootOnA(user.uid)
+        watch.start()
+        run = user.run(["taskset", "-c", "0", "snakemake", "--cores", "1", "all",
+                        "--configfile", "rig.yaml", "--replace-workflow-config"], work,
+                       as_root_first=helper)
+        watch.done.set()
+        watch.join(timeout=30)
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+        assert not watch.seen, watch.seen
+        assert watch.servers == {"llama-server"}  # it was watching the user's run
+
+        assert_every_check_ok(work)
+        summary = pd.read_parquet(work / "results/summary/cells.parquet")
+        assert (summary["status"] == "ok").all(), summary[["link", "status"]]
+        assert (summary["wakeup_latency_a"] == "held at 0 us").all(), summary
+        assert (summary["arrival_clock"] == "segment").all()  # the helper's socket
+        turns = summary["rpc_turns_per_token"]
+        assert ((turns - 1).abs() <= 0.2).all(), turns.tolist()
+        assert (work / "results/report.html").stat().st_size > 0
+        # Nothing of the run is left on A: no process of the user's (a server its run
+        # ended may wait, a zombie, for this machine's init to collect it), no guard.
+        table = subprocess.run(["ps", "-u", str(user.uid), "-o", "stat=,args="],
+                               capture_output=True, text=True).stdout.splitlines()
+        assert [line for line in table if not line.lstrip().startswith("Z")] == [], table
+        tables = subprocess.run(["nft", "list", "tables"], capture_output=True,
+                                text=True).stdout
+        assert "splitbench" not in tables, tables
+    finally:
+        user.run(["python", "-m", "splitbench", "teardown"], work)
+        shutil.rmtree(user.base, ignore_errors=True)
 
 
 def test_a_b_without_the_tools_gets_one_line_per_missing_requirement(
