@@ -186,10 +186,7 @@ def read_requests(request_files: Sequence[str],
             [np.searchsorted(old, file_of[rows]), frame["request_id"].to_numpy()[rows]])
         values[rows] = se.reindex(at).to_numpy() if len(se) else np.nan
         frame["decode_ms_se"] = values
-    # A column no file has (a run whose every cell failed before it measured) is
-    # missing in every row, not absent: the stages after read it by name.
-    absent = [] if columns is None else [c for c in dict.fromkeys(columns) if c not in frame]
-    return frame.reindex(columns=[*frame.columns, *absent])
+    return frame
 
 
 def _unreadable(path: str, exc: Exception) -> pa.Table:
@@ -341,7 +338,8 @@ def _uncertainty(ok: pd.DataFrame) -> pd.DataFrame:
 
 
 def _temps_text(row: pd.Series) -> str | None:
-    if pd.isna(row["temp_before_c"]):
+    # No cell of the run measured (every one failed before it could): no temperatures.
+    if pd.isna(row.get("temp_before_c")):
         return None
     return f"{row['temp_before_c']:.1f}->{row['temp_after_c']:.1f} C"
 

@@ -58,11 +58,13 @@ def test_a_run_whose_every_cell_failed_before_it_measured_is_summarized(tmp_path
     cell's columns (temperatures, interference), and the summary named them missing."""
     failed = {"request_id": 0, "status": "load", "error_type": "launch_failed",
               "error_text": "the block's launch failed: host B cannot be reached",
-              "reference": False, "round": 0, "cell_status": "load"}
+              "reference": False, "round": 0, "cell_status": "load", "generated_tokens": 0,
+              "t_send_ns": 10**18, "t_first_ns": None, "t_last_ns": None,
+              "t_end_ns": 10**18}
     files = [write_cell(tmp_path, link, "short", 1, [failed]) for link in ("a", "b")]
     summary = cell_summary.summarize(files, CONTEXTS)
     assert list(summary["status"]) == ["load", "load"]
-    assert summary["temp_before_c"].isna().all() and summary["temps"].isna().all()
+    assert summary["temps"].isna().all()
     assert summary["interference_checked"].eq(False).all()
 
 
