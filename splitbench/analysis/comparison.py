@@ -275,6 +275,41 @@ def predicted_decode_delta(comp: pd.DataFrame, links: pd.DataFrame, trips: pd.Da
     the figure. NaN where no latency was measured; where the round
     trips were not, the floor of one per worker, named as assumed in
     `round_trips_from`."""
+    rows = _with_round_trips(comp, links, trips, workers, drift)
+    delta_ms, predicted, spread, source = _latency_term(rows, comp)
+    waits = {column: pd.to_numeric(comp[column]).to_numpy() if column in comp else
+             np.full(len(comp), np.nan)
+             for column in ("paired_turn_wait_delta_us", "paired_turn_wait_delta_se")}
+    # The bandwidth term: the token's bytes above each link's burst at its throughput.
+    bandwidth = traffic.bandwidth_delta(comp, links)
+    latency_ms, latency_unc = predicted.to_numpy(), COVERAGE * np.asarray(spread)
+    # Unknown (no bytes or throughput measured): latency alone, which the text says.
+    total = latency_ms + bandwidth["bandwidth_ms"].fillna(0).to_numpy()
+    spread = np.hypot(spread.to_numpy(),
+                      bandwidth["bandwidth_unc_ms"].fillna(0).to_numpy() / COVERAGE)
+    return pd.DataFrame({
+        "predicted_decode_delta_ms": total,
+        "predicted_decode_delta_unc_ms": COVERAGE * spread,
+        "predicted_latency_ms": latency_ms,
+        "predicted_latency_unc_ms": latency_unc,
+        "predicted_bandwidth_ms": bandwidth["bandwidth_ms"].to_numpy(),
+        "predicted_bandwidth_unc_ms": bandwidth["bandwidth_unc_ms"].to_numpy(),
+        "round_trips": pd.to_numeric(rows["round_trips"]).to_numpy(),
+        "round_trips_from": rows["round_trips_from"].to_numpy(),
+        # The latency difference the prediction used, and where it was measured.
+        "latency_delta_us": 1000 * np.asarray(delta_ms, dtype=float),
+        "latency_from": source.to_numpy(),
+        # The witness beside it: what the decode turns waited more on the link.
+        "turn_wait_delta_us": waits["paired_turn_wait_delta_us"],
+        "turn_wait_delta_unc_us": COVERAGE * waits["paired_turn_wait_delta_se"],
+    }, index=comp.index)
+
+
+def _with_round_trips(comp: pd.DataFrame, links: pd.DataFrame, trips: pd.DataFrame,
+                      workers: dict[str, int], drift: pd.DataFrame | None) -> pd.DataFrame:
+    """Per comparison row: both links' probe latency, the model's round trips (the
+    floor of one per worker where nothing measured them, said to be assumed) and the
+    machine's drift."""
     latency = links.reindex(columns=["pair", "link", "rr64_p50_us"]).rename(
         columns={"rr64_p50_us": "rr64_us"})
     rows = comp[["pair", "link", "baseline", "model"]].copy()
@@ -295,6 +330,14 @@ def predicted_decode_delta(comp: pd.DataFrame, links: pd.DataFrame, trips: pd.Da
     rows["round_trips_se"] = pd.to_numeric(rows["round_trips_se"]).where(~assumed, 0.0)
     source = rows.get("round_trips_from", SWEEP)
     rows["round_trips_from"] = pd.Series(source, index=rows.index).where(~assumed, FLOOR)
+    return rows
+
+
+def _latency_term(rows: pd.DataFrame, comp: pd.DataFrame
+                  ) -> tuple[pd.Series, pd.Series, pd.Series, pd.Series]:
+    """The latency difference (ms), the term it predicts (round trips x it), that term's
+    standard error and where the difference was measured: the paired cell's own probe
+    rounds where it has them, else the link checks'."""
     trips_n = pd.to_numeric(rows["round_trips"])
     trips_se = pd.to_numeric(rows["round_trips_se"])
     # Latency from the link checks, minutes before the cells: the machine's drift.
@@ -315,32 +358,7 @@ def predicted_decode_delta(comp: pd.DataFrame, links: pd.DataFrame, trips: pd.Da
         predicted = trips_n * delta_ms
         spread = spread.where(~has, np.hypot(trips_se * delta_ms.abs(), trips_n * paired_se))
         source = source.where(~has, LATENCY_FROM_PROBE)
-    waits = {column: pd.to_numeric(comp[column]).to_numpy() if column in comp else
-             np.full(len(comp), np.nan)
-             for column in ("paired_turn_wait_delta_us", "paired_turn_wait_delta_se")}
-    # The bandwidth term: the token's bytes above each link's burst at its throughput.
-    bandwidth = traffic.bandwidth_delta(comp, links)
-    latency_ms, latency_unc = predicted.to_numpy(), COVERAGE * np.asarray(spread)
-    # Unknown (no bytes or throughput measured): latency alone, which the text says.
-    total = latency_ms + bandwidth["bandwidth_ms"].fillna(0).to_numpy()
-    spread = np.hypot(spread.to_numpy(),
-                      bandwidth["bandwidth_unc_ms"].fillna(0).to_numpy() / COVERAGE)
-    return pd.DataFrame({
-        "predicted_decode_delta_ms": total,
-        "predicted_decode_delta_unc_ms": COVERAGE * spread,
-        "predicted_latency_ms": latency_ms,
-        "predicted_latency_unc_ms": latency_unc,
-        "predicted_bandwidth_ms": bandwidth["bandwidth_ms"].to_numpy(),
-        "predicted_bandwidth_unc_ms": bandwidth["bandwidth_unc_ms"].to_numpy(),
-        "round_trips": trips_n.to_numpy(),
-        "round_trips_from": rows["round_trips_from"].to_numpy(),
-        # The latency difference the prediction used, and where it was measured.
-        "latency_delta_us": 1000 * np.asarray(delta_ms, dtype=float),
-        "latency_from": source.to_numpy(),
-        # The witness beside it: what the decode turns waited more on the link.
-        "turn_wait_delta_us": waits["paired_turn_wait_delta_us"],
-        "turn_wait_delta_unc_us": COVERAGE * waits["paired_turn_wait_delta_se"],
-    }, index=comp.index)
+    return delta_ms, predicted, spread, source
 
 
 def pick_baseline(summary: pd.DataFrame, baseline_link: str | None = None) -> str | None:
