@@ -10,6 +10,7 @@ rule aggregate:
         sweeps=all_roundtrip_results(),
     output:
         summary=results.SUMMARY,
+        percentiles=results.PERCENTILES,
         tables=expand(results.TABLE, stem=contents.TABLE_STEMS, ext=["md", "csv"]),
     log:
         results.log("aggregate"),

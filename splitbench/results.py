@@ -49,6 +49,8 @@ REPORT = f"{ROOT}/report.html"
 FINDINGS = f"{ROOT}/findings.md"
 # The measured decode model each what-if prediction starts from (analysis/whatif.py).
 WHATIF = f"{ROOT}/summary/whatif.parquet"
+# Every cell's distributions: count, mean, p50, p90, p99 (±), max per metric.
+PERCENTILES = f"{ROOT}/summary/percentiles.parquet"
 # Each measured link beside its prediction (the what-if chart's points).
 WHATIF_POINTS = f"{ROOT}/summary/whatif.points.parquet"
 CHECKS = f"{ROOT}/checks.txt"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from splitbench import results
-from splitbench.analysis import comparison, mechanisms, traffic
+from splitbench.analysis import comparison, mechanisms, percentiles, traffic
 from splitbench.analysis.cell_summary import (
     SUMMARY_KEYS,
     by_length,
@@ -23,6 +23,7 @@ from splitbench.analysis.comparison import COVERAGE, pick_baseline
 from splitbench.analysis.releases import OVERLAP_MAX, OVERLAP_MIN, PREFILL_SHARE_MAX
 from splitbench.infra import interference, parquet_io
 from splitbench.infra.tables_io import write_table
+from splitbench.report import tails
 from splitbench.report.side_by_side import backends_table, pairs_note, pairs_table
 from splitbench.report.tables import (
     FLAG_MARK,
@@ -161,6 +162,12 @@ def aggregate(request_files: list[str], link_files: list[str], contexts: dict[st
         else:
             below = note if marks else ""
         write_table(frame, Path(tables_dir) / stem, title, below)
+    dist = percentiles.table(request_files)
+    parquet_io.write(dist, str(Path(summary_out).with_name("percentiles.parquet")),
+                     {"tail_min_samples": percentiles.TAIL_MIN_SAMPLES,
+                      "bootstrap_draws": percentiles.BOOTSTRAP_DRAWS})
+    write_table(tails.table(dist, by_length(contexts)), Path(tables_dir) / "percentiles",
+                tails.title())
     root = Path(summary_out).parent.parent  # <root>/summary/cells.parquet
     write_table(remeasured(results.archived_requests(root), summary),
                 Path(tables_dir) / "remeasured",

@@ -7,8 +7,8 @@ every `snakemake` call a second.
 
 # The tables splitbench.report.aggregate writes, each as markdown and CSV.
 TABLE_STEMS = ["links", "link_comparison", "link_traffic", "single_stream_decode",
-               "single_stream_prefill", "ttft", "concurrency_boundary", "overlap",
-               "pairs", "mechanisms", "backends", "remeasured"]
+               "single_stream_prefill", "ttft", "percentiles", "concurrency_boundary",
+               "overlap", "pairs", "mechanisms", "backends", "remeasured"]
 
 
 # name -> (title, the question it answers); the report shows them in this order.
@@ -107,6 +107,9 @@ TABLE_READING: dict[str, str] = {
     "backends": (
         "one model shape under each split on the same link: decode and prefill say which "
         "split is faster, bytes/token how much each moves across the link."),
+    "percentiles": (
+        "the p99 columns against the p50s: how long the slowest 1% of tokens, first "
+        "tokens and requests take, beside the typical one."),
     "remeasured": (
         "the decode Δ column: how far a re-measured cell moved from its archived "
         "measurement to the current one."),

@@ -40,7 +40,8 @@ if TYPE_CHECKING:  # plan imports pydantic, which the report does not load
 
 # Tables in the seed write-up's order; stems that match none come after, by name.
 TABLE_ORDER = ["links", "link_comparison", "link_traffic", "single_stream_decode",
-               "single_stream_prefill", "single_stream", "ttft", "concurrency", "boundary",
+               "single_stream_prefill", "single_stream", "ttft", "percentiles",
+               "concurrency", "boundary",
                "overlap", "pairs", "mechanism", "round_trips"]
 STYLE = """
 body { font: 15px/1.45 system-ui, sans-serif; margin: 0 auto; max-width: 1280px;

@@ -386,6 +386,40 @@ def test_every_figure_is_what_its_definition_gives(finished):
             assert np.isfinite(cell["overlap_unc"])
 
 
+def test_the_percentiles_table_is_what_the_token_files_give(finished):
+    """Every percentile the report shows, recomputed from the token arrivals and send
+    times of the cell's own ok requests, agrees to the last digit shown; a p99 from
+    fewer than 100 values says so."""
+    work, _ = finished
+    shown = pd.read_csv(work / "results/tables/percentiles.csv").set_index(
+        ["model", "link", "ctx", "conc"])
+    checked = 0
+    for path in sorted((work / "results/cells/t").rglob("*.requests.parquet")):
+        requests = pd.read_parquet(path)
+        tokens = pd.read_parquet(str(path).replace(".requests", ""))
+        own = requests[~requests["reference"] & (requests["status"] == "ok")]
+        keys = set(zip(own["repeat"], own["request_id"], strict=True))
+        mine = tokens[[k in keys for k in zip(tokens["repeat"], tokens["request_id"],
+                                              strict=True)]]
+        gaps = np.concatenate([np.diff(one.sort_values("token_index")["t_ns"]) / 1e6
+                               for _, one in mine.groupby(["repeat", "request_id"])])
+        firsts = mine.groupby(["repeat", "request_id"])["t_ns"].min()
+        sends = own.set_index(["repeat", "request_id"])["t_send_ns"]
+        ttft = ((firsts - sends.reindex(firsts.index)) / 1e6).to_numpy()
+        row = shown.loc[(own["model"].iloc[0], own["link"].iloc[0], own["ctx"].iloc[0],
+                         int(own["conc"].iloc[0]))]
+        for column, values, q in (("ITL (ms) p50", gaps, 50), ("ITL (ms) p90", gaps, 90),
+                                  ("ITL (ms) p99", gaps, 99), ("TTFT (ms) p50", ttft, 50),
+                                  ("TTFT (ms) p99", ttft, 99)):
+            text = str(row[column])
+            assert text.split(" ")[0] == f"{np.percentile(values, q):.2f}", (column, text)
+            if q == 99:
+                assert text.endswith(f"(n={len(values)}: too few)") == (len(values) < 100)
+        assert str(row["ITL (ms) max"]) == f"{gaps.max():.2f}"
+        checked += 1
+    assert checked == len(shown)
+
+
 def undeclared(work: Path, *args: str) -> list[str]:
     """Files under results/ that no job declares (as an output or a log), less those kept
     across re-runs on purpose (link history, the archive and its hard links) and the

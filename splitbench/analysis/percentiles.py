@@ -1,0 +1,140 @@
+"""The tail of every distribution a cell measured, not only its median.
+
+Per cell and metric, from the ok requests of the cell's own link (a paired cell's
+reference rows are the baseline's) and their tokens as each arrived: count, mean, p50,
+p90, p99, max (numpy's linear percentiles), and the p99's standard error from a
+bootstrap over requests (the gaps of one request are not independent of each other, so
+requests, not gaps, are resampled). A p99 from fewer than TAIL_MIN_SAMPLES values has no
+value beyond it to stand on: it is marked as too few, with no ±.
+
+The metrics and their names follow NVIDIA AIPerf's where it has one:
+
+time_to_first_token_ms       per request: first token's arrival less the send
+inter_token_latency_ms       every gap between two consecutive tokens of a stream
+time_per_output_token_ms     per request: its decode time per token (vLLM's TPOT)
+request_latency_ms           per request: the end of its response less the send
+output_token_throughput_per_user  per request: its decode tokens per second
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from splitbench import results
+from splitbench.analysis.cell_summary import read_requests
+
+# The metrics in the order the table shows them, with their units.
+METRICS = {
+    "time_to_first_token_ms": "ms",
+    "inter_token_latency_ms": "ms",
+    "time_per_output_token_ms": "ms",
+    "request_latency_ms": "ms",
+    "output_token_throughput_per_user": "tokens/s",
+}
+STATS = ["count", "mean", "p50", "p90", "p99", "max", "p99_se"]
+# Below this many values no value lies beyond a p99: it is the maximum, not a tail.
+TAIL_MIN_SAMPLES = 100
+BOOTSTRAP_DRAWS = 200
+COLUMNS = [*results.CELL_KEYS, "metric", "unit", *STATS, "p99_too_few"]
+REQUEST_COLUMNS = ["request_id", "repeat", "status", "reference", "t_send_ns", "t_first_ns",
+                   "t_last_ns", "t_end_ns", "ttft_ms", "decode_ms_per_token", "decode_tps"]
+
+
+def tokens_path(requests_path: str) -> str:
+    """A cell's token file, beside its requests file (results.CELL and CELL_REQUESTS)."""
+    return requests_path.replace(".requests.parquet", ".parquet")
+
+
+def table(request_files: Sequence[str]) -> pd.DataFrame:
+    """One row per cell and metric (COLUMNS), for every cell with ok requests."""
+    rows = []
+    for path in request_files:
+        requests = read_requests([path], REQUEST_COLUMNS)
+        mine = _own_ok(requests)
+        if mine.empty:
+            continue
+        key = {k: mine.iloc[0][k] for k in results.CELL_KEYS}
+        gaps = _gaps(tokens_path(path), set(_request_keys(mine)))
+        for metric, values in per_request_values(mine, gaps).items():
+            rows.append({**key, "metric": metric, "unit": METRICS[metric],
+                         **stats(values)})
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _own_ok(requests: pd.DataFrame) -> pd.DataFrame:
+    reference = requests["reference"].fillna(False).astype(bool) \
+        if "reference" in requests else False
+    return requests[(requests["status"] == "ok") & ~reference]
+
+
+def _request_keys(frame: pd.DataFrame) -> list[tuple[int, int]]:
+    """Each row's request: (repeat, request_id); a cell's repeats number their requests
+    from 0 each."""
+    repeat = frame["repeat"].fillna(0) if "repeat" in frame else pd.Series(0, frame.index)
+    return list(zip(repeat.astype(int), frame["request_id"].astype(int), strict=True))
+
+
+def _gaps(tokens_file: str, wanted: set[tuple[int, int]]
+          ) -> dict[tuple[int, int], np.ndarray]:
+    """Each request's gaps between consecutive tokens (ms), in arrival order."""
+    if not Path(tokens_file).exists():
+        return {}
+    tokens = pd.read_parquet(tokens_file)
+    tokens = tokens.assign(_key=_request_keys(tokens))
+    tokens = tokens[tokens["_key"].isin(wanted)]
+    return {key: np.diff(one.sort_values("token_index")["t_ns"].to_numpy(dtype=np.int64))
+            / 1e6 for key, one in tokens.groupby("_key")}
+
+
+def per_request_values(requests: pd.DataFrame, gaps: dict[tuple[int, int], np.ndarray]
+                       ) -> dict[str, list[np.ndarray]]:
+    """Per metric, one array of values per request (a request's gaps, or its one
+    figure): the bootstrap resamples these arrays."""
+    def one(column: pd.Series) -> list[np.ndarray]:
+        values = pd.to_numeric(column, errors="coerce").to_numpy(dtype=float)
+        return [np.array([v]) for v in values if np.isfinite(v)]
+
+    def ns(column: str) -> pd.Series:
+        return pd.to_numeric(requests.get(column, pd.Series(index=requests.index,
+                                                            dtype=float)), errors="coerce")
+
+    # The response's end; its last token where a row predates the end's stamp.
+    latency = (ns("t_end_ns").fillna(ns("t_last_ns")) - ns("t_send_ns")) / 1e6
+    return {
+        "time_to_first_token_ms": one(requests["ttft_ms"]),
+        "inter_token_latency_ms": [gaps[k] for k in _request_keys(requests)
+                                   if k in gaps and len(gaps[k])],
+        "time_per_output_token_ms": one(requests["decode_ms_per_token"]),
+        "request_latency_ms": one(latency),
+        "output_token_throughput_per_user": one(requests["decode_tps"]),
+    }
+
+
+def stats(per_request: list[np.ndarray], seed: int = 0) -> dict[str, float | bool | None]:
+    """count, mean, p50, p90, p99, max of every value; the p99's bootstrap standard
+    error over requests; and whether the p99 stands on too few values."""
+    values = np.concatenate(per_request) if per_request else np.array([])
+    if values.size == 0:
+        return {**dict.fromkeys(STATS), "count": 0, "p99_too_few": True}
+    p50, p90, p99 = np.percentile(values, [50, 90, 99])
+    too_few = values.size < TAIL_MIN_SAMPLES
+    return {"count": int(values.size), "mean": float(values.mean()), "p50": float(p50),
+            "p90": float(p90), "p99": float(p99), "max": float(values.max()),
+            "p99_se": None if too_few else _bootstrap_se(per_request, seed),
+            "p99_too_few": bool(too_few)}
+
+
+def _bootstrap_se(per_request: list[np.ndarray], seed: int) -> float | None:
+    """The p99's standard error: its spread over resamples of the requests."""
+    if len(per_request) < 2:
+        return None
+    rng = np.random.default_rng(seed)
+    draws = [np.percentile(np.concatenate([per_request[i] for i in
+                                           rng.integers(0, len(per_request),
+                                                        len(per_request))]), 99)
+             for _ in range(BOOTSTRAP_DRAWS)]
+    return float(np.std(draws, ddof=1))

@@ -1,0 +1,66 @@
+"""The percentiles table: per cell, the tail of its time to first token, inter-token
+latency and request latency beside their medians (analysis/percentiles.py gives every
+figure; the summary's percentiles Parquet holds them all)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from splitbench.infra.fits import COVERAGE
+
+# (metric, the statistics shown, its label in the column titles, decimals)
+SHOWN = [("time_to_first_token_ms", ("p50", "p99"), "TTFT (ms)", 2),
+         ("inter_token_latency_ms", ("p50", "p90", "p99", "max"), "ITL (ms)", 2),
+         ("time_per_output_token_ms", ("p50", "p99"), "TPOT (ms)", 2),
+         ("request_latency_ms", ("p50", "p99"), "request latency (ms)", 1),
+         ("output_token_throughput_per_user", ("p50",), "tokens/s per user", 1)]
+
+
+def title() -> str:
+    return ("Percentiles per cell: time to first token, inter-token latency (every gap "
+            "between two tokens of a stream), time per output token, request latency and "
+            f"tokens per second per user over the cell's ok requests; a p99's ± is "
+            f"{COVERAGE:g} standard errors of a bootstrap over requests, and a p99 from "
+            "fewer than 100 values says so (too few for a tail)")
+
+
+def table(dist: pd.DataFrame, contexts: Sequence[str]) -> pd.DataFrame:
+    """One row per cell (the pair only where there are several), a column per metric
+    and statistic shown."""
+    if dist.empty:
+        return pd.DataFrame({"percentiles": ["no cell has ok requests"]})
+    keys = (["pair"] if dist["pair"].nunique() > 1 else []) + ["model", "link", "ctx",
+                                                                 "conc"]
+    order = {c: i for i, c in enumerate(contexts)}
+    rows = []
+    for key, cell in dist.groupby(keys, sort=False):
+        by_metric = cell.set_index("metric")
+        row = dict(zip(keys, key, strict=True))
+        for metric, shown, label, places in SHOWN:
+            for stat in shown:
+                row[f"{label} {stat}"] = (stat_text(by_metric.loc[metric], stat, places)
+                                          if metric in by_metric.index else "—")
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    frame["_ctx"] = frame["ctx"].map(order)
+    return frame.sort_values([k for k in keys if k not in ("ctx", "conc")]
+                             + ["_ctx", "conc"]).drop(columns="_ctx").reset_index(drop=True)
+
+
+def stat_text(figures: pd.Series, stat: str, places: int) -> str:
+    """A statistic as the table shows it: a p99 with its ±, or the count it stands on
+    where that is too few for a tail."""
+    value = figures[stat]
+    if value is None or not np.isfinite(value):
+        return "—"
+    text = f"{value:.{places}f}"
+    if stat != "p99":
+        return text
+    if figures["p99_too_few"]:
+        return f"{text} (n={int(figures['count'])}: too few)"
+    se = figures["p99_se"]
+    return text + (f" ±{COVERAGE * se:.{places}f}" if se is not None and np.isfinite(se)
+                   else "")
