@@ -81,8 +81,9 @@ class RootWatch(threading.Thread):
                 if uid == "0" and not args.startswith((
                         "sshd", "/usr/sbin/sshd", "sudo ", "/usr/sbin/ip ", "/usr/sbin/nft ",
                         "/usr/bin/tee /dev/cpu_dma_latency",
-                        # the same, ended, before sudo has reaped them
-                        "[nft] <defunct>", "[ip] <defunct>", "[sudo] <defunct>")):
+                        # the same, ended, before sudo (or sshd) has reaped them
+                        "[nft] <defunct>", "[ip] <defunct>", "[sudo] <defunct>",
+                        "[sshd] <defunct>")):
                     self.seen.add(args)
             time.sleep(0.3)
 
