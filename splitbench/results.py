@@ -107,6 +107,12 @@ def launch(pair: str, link: str, model: str) -> str:
     return LAUNCH.format(pair=pair, link=link, model=model)
 
 
+def tokens_of(requests_path: str | Path) -> Path:
+    """A cell's (or anchor's) token file, beside its requests file."""
+    path = Path(requests_path)
+    return path.with_name(path.name.replace(".requests.parquet", ".parquet"))
+
+
 def anchor(pair: str, model: str, when: str, requests: bool = False) -> str:
     return (ANCHOR_REQUESTS if requests else ANCHOR).format(pair=pair, model=model, when=when)
 

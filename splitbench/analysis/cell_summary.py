@@ -176,8 +176,7 @@ def read_requests(request_files: Sequence[str],
     frame = pa.concat_tables(pieces, promote_options="permissive").to_pandas()
     file_of = np.repeat(np.arange(len(pieces)), [t.num_rows for t in pieces])
     if old:
-        token_files = [Path(request_files[i]).with_name(
-            Path(request_files[i]).name.replace(".requests", "")) for i in old]
+        token_files = [results.tokens_of(request_files[i]) for i in old]
         se = _token_se(token_files)
         rows = np.isin(file_of, old)
         values = (frame["decode_ms_se"].to_numpy(dtype="float64", na_value=np.nan, copy=True)

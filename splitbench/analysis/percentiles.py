@@ -44,11 +44,6 @@ REQUEST_COLUMNS = ["request_id", "repeat", "status", "reference", "t_send_ns", "
                    "t_last_ns", "t_end_ns", "ttft_ms", "decode_ms_per_token", "decode_tps"]
 
 
-def tokens_path(requests_path: str) -> str:
-    """A cell's token file, beside its requests file (results.CELL and CELL_REQUESTS)."""
-    return requests_path.replace(".requests.parquet", ".parquet")
-
-
 def table(request_files: Sequence[str]) -> pd.DataFrame:
     """One row per cell and metric (COLUMNS), for every cell with ok requests."""
     rows = []
@@ -58,7 +53,7 @@ def table(request_files: Sequence[str]) -> pd.DataFrame:
         if mine.empty:
             continue
         key = {k: mine.iloc[0][k] for k in results.CELL_KEYS}
-        gaps = _gaps(tokens_path(path), set(_request_keys(mine)))
+        gaps = _gaps(results.tokens_of(path), set(_request_keys(mine)))
         for metric, values in per_request_values(mine, gaps).items():
             rows.append({**key, "metric": metric, "unit": METRICS[metric],
                          **stats(values)})
@@ -78,10 +73,10 @@ def _request_keys(frame: pd.DataFrame) -> list[tuple[int, int]]:
     return list(zip(repeat.astype(int), frame["request_id"].astype(int), strict=True))
 
 
-def _gaps(tokens_file: str, wanted: set[tuple[int, int]]
+def _gaps(tokens_file: Path, wanted: set[tuple[int, int]]
           ) -> dict[tuple[int, int], np.ndarray]:
     """Each request's gaps between consecutive tokens (ms), in arrival order."""
-    if not Path(tokens_file).exists():
+    if not tokens_file.exists():
         return {}
     tokens = pd.read_parquet(tokens_file)
     tokens = tokens.assign(_key=_request_keys(tokens))

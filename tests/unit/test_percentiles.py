@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from splitbench import results
 from splitbench.analysis import percentiles
 from splitbench.report import tails
 from tests.support import write_cell
@@ -28,7 +29,7 @@ def cell_with_tokens(root: Path, gaps: dict[int, list[float]], extra: list[dict]
         steps = np.cumsum([0.0, *gaps.get(row["request_id"], [5.0, 5.0])]) * 1e6
         tokens += [{"request_id": row["request_id"], "token_index": i,
                     "t_ns": first + int(step)} for i, step in enumerate(steps)]
-    pd.DataFrame(tokens).to_parquet(percentiles.tokens_path(path))
+    pd.DataFrame(tokens).to_parquet(results.tokens_of(path))
     return path
 
 

@@ -386,6 +386,9 @@ def test_every_figure_is_what_its_definition_gives(finished):
             assert np.isfinite(cell["overlap_unc"])
 
 
+@needs_root()
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_the_percentiles_table_is_what_the_token_files_give(finished):
     """Every percentile the report shows, recomputed from the token arrivals and send
     times of the cell's own ok requests, agrees to the last digit shown; a p99 from
