@@ -11,6 +11,7 @@ rule aggregate:
     output:
         summary=results.SUMMARY,
         percentiles=results.PERCENTILES,
+        tail_shift=results.TAIL_SHIFT,
         tables=expand(results.TABLE, stem=contents.TABLE_STEMS, ext=["md", "csv"]),
     log:
         results.log("aggregate"),
@@ -47,6 +48,7 @@ rule findings:
         sweeps=all_roundtrip_results(),
         anchors=all_anchor_results(),
         drift=results.DRIFT_REPORT,
+        tail_shift=results.TAIL_SHIFT,
         tables=expand(results.TABLE, stem=contents.TABLE_STEMS, ext="csv"),
     output:
         findings=results.FINDINGS,
@@ -70,6 +72,7 @@ rule findings:
             "--sweeps {input.sweeps:q}",
             "--anchors {input.anchors:q}",
             "--drift {input.drift:q}",
+            "--tails {input.tail_shift:q}",
             "--contexts {params.contexts:q}",
             "--baseline {params.baseline:q}",
             "--workers {params.workers:q}",

@@ -51,6 +51,8 @@ FINDINGS = f"{ROOT}/findings.md"
 WHATIF = f"{ROOT}/summary/whatif.parquet"
 # Every cell's distributions: count, mean, p50, p90, p99 (±), max per metric.
 PERCENTILES = f"{ROOT}/summary/percentiles.parquet"
+# Per cell of a link: its inter-token latency's p50 and p99 against the baseline's.
+TAIL_SHIFT = f"{ROOT}/summary/tail_shift.parquet"
 # Each measured link beside its prediction (the what-if chart's points).
 WHATIF_POINTS = f"{ROOT}/summary/whatif.points.parquet"
 CHECKS = f"{ROOT}/checks.txt"

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from splitbench.analysis import checks, comparison, mechanisms, whatif
+from splitbench.analysis import checks, comparison, mechanisms, tail_shift, whatif
 from splitbench.analysis.cell_summary import by_length, link_flags, read_links
 from splitbench.analysis.comparison import COVERAGE
 from splitbench.analysis.cost_findings import (
@@ -297,10 +297,12 @@ def common_offset(comp: pd.DataFrame) -> Finding | None:
 def collect(summary: pd.DataFrame, links: pd.DataFrame, comp: pd.DataFrame,
             trips: pd.DataFrame, mechanism_rows: pd.DataFrame, model_rows: pd.DataFrame,
             contexts: Sequence[str], baseline: str | None,
-            check_lines: Sequence[tuple[str, str]] = ()) -> list[Finding]:
+            check_lines: Sequence[tuple[str, str]] = (),
+            tails: pd.DataFrame | None = None) -> list[Finding]:
     """Every finding of a run, in the order they are read. `comp`: compare_links rows
     with predicted_decode_delta's columns beside them; `trips`: comparison.round_trips;
-    `mechanism_rows`: mechanisms.table; `model_rows`: whatif.model."""
+    `mechanism_rows`: mechanisms.table; `model_rows`: whatif.model; `tails`:
+    tail_shift.table."""
     out = failures(check_lines)
     pairs = summary["pair"].nunique() > 1
     order = {c: i for i, c in enumerate(contexts)}
@@ -316,6 +318,10 @@ def collect(summary: pd.DataFrame, links: pd.DataFrame, comp: pd.DataFrame,
             used = rows[(rows["status"] == "ok") & (rows["status_base"] == "ok")]
             out.append(marked(decode_cost(rows, str(link), section),
                               flags_of(used) + swept, among=len(used)))
+        for link, rows in _tail_rows(tails, pair, model, order):
+            out.append(marked(tail_shift.finding(rows, link, section),
+                              flags_of(cells[(cells["link"] == link) & (cells["conc"] == 1)],
+                                       ("flags",))))
         floor = round_trip_floor(
             my_trips,
             model_rows[(model_rows["pair"] == pair) & (model_rows["model"] == model)]
@@ -351,6 +357,16 @@ def collect(summary: pd.DataFrame, links: pd.DataFrame, comp: pd.DataFrame,
                 f.section = f"The links of {pair}"
         out += found
     return out + trust(check_lines, comp)
+
+
+def _tail_rows(tails: pd.DataFrame | None, pair: str, model: str, order: dict[str, int]
+               ) -> list[tuple[str, pd.DataFrame]]:
+    """tail_shift's rows of one pair and model, per link, shortest context first."""
+    if tails is None or tails.empty:
+        return []
+    mine = tails[(tails["pair"] == pair) & (tails["model"] == model)]
+    mine = mine.assign(_order=mine["ctx"].map(order)).sort_values("_order")
+    return [(str(link), rows) for link, rows in mine.groupby("link", sort=False)]
 
 
 def sweep_flags(trips: pd.DataFrame) -> list[tuple[str, str]]:
@@ -395,8 +411,11 @@ def run(summary_path: str, link_files: list[str], toolchain_files: list[str],
         sweep_files: list[str], anchor_files: list[str], drift_path: str | None,
         contexts: dict[str, int], baseline_link: str | None, workers: dict[str, int],
         out: str, whatif_out: str, points_out: str, tables_dir: str | None = None,
-        interference_limits: InterferenceLimits | None = None) -> list[Finding]:
+        interference_limits: InterferenceLimits | None = None,
+        tails_path: str | None = None) -> list[Finding]:
     summary = pq.read_table(summary_path).to_pandas()
+    tails = (pd.read_parquet(tails_path) if tails_path and Path(tails_path).exists()
+             else None)
     links = read_links(link_files)
     # A link measured while other work used the CPUs is flagged as its table flags it.
     links["flags"] = link_flags(links, interference_limits)
@@ -419,7 +438,7 @@ def run(summary_path: str, link_files: list[str], toolchain_files: list[str],
     if tables_dir:
         lines += [line for line in checks.flagged_tables(tables_dir) if line[0] != "ok"]
     found = collect(summary, links, comp, trips, mechanism_rows, model_rows, order, base,
-                    lines)
+                    lines, tails)
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(markdown(found))
     return found

@@ -49,37 +49,37 @@ def table(request_files: Sequence[str]) -> pd.DataFrame:
     rows = []
     for path in request_files:
         requests = read_requests([path], REQUEST_COLUMNS)
-        mine = _own_ok(requests)
+        mine = own_ok(requests)
         if mine.empty:
             continue
         key = {k: mine.iloc[0][k] for k in results.CELL_KEYS}
-        gaps = _gaps(results.tokens_of(path), set(_request_keys(mine)))
+        gaps = gaps_of(results.tokens_of(path), set(request_keys(mine)))
         for metric, values in per_request_values(mine, gaps).items():
             rows.append({**key, "metric": metric, "unit": METRICS[metric],
                          **stats(values)})
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def _own_ok(requests: pd.DataFrame) -> pd.DataFrame:
+def own_ok(requests: pd.DataFrame) -> pd.DataFrame:
     reference = requests["reference"].fillna(False).astype(bool) \
         if "reference" in requests else False
     return requests[(requests["status"] == "ok") & ~reference]
 
 
-def _request_keys(frame: pd.DataFrame) -> list[tuple[int, int]]:
+def request_keys(frame: pd.DataFrame) -> list[tuple[int, int]]:
     """Each row's request: (repeat, request_id); a cell's repeats number their requests
     from 0 each."""
     repeat = frame["repeat"].fillna(0) if "repeat" in frame else pd.Series(0, frame.index)
     return list(zip(repeat.astype(int), frame["request_id"].astype(int), strict=True))
 
 
-def _gaps(tokens_file: Path, wanted: set[tuple[int, int]]
+def gaps_of(tokens_file: Path, wanted: set[tuple[int, int]]
           ) -> dict[tuple[int, int], np.ndarray]:
     """Each request's gaps between consecutive tokens (ms), in arrival order."""
     if not tokens_file.exists():
         return {}
     tokens = pd.read_parquet(tokens_file)
-    tokens = tokens.assign(_key=_request_keys(tokens))
+    tokens = tokens.assign(_key=request_keys(tokens))
     tokens = tokens[tokens["_key"].isin(wanted)]
     return {key: np.diff(one.sort_values("token_index")["t_ns"].to_numpy(dtype=np.int64))
             / 1e6 for key, one in tokens.groupby("_key")}
@@ -101,7 +101,7 @@ def per_request_values(requests: pd.DataFrame, gaps: dict[tuple[int, int], np.nd
     latency = (ns("t_end_ns").fillna(ns("t_last_ns")) - ns("t_send_ns")) / 1e6
     return {
         "time_to_first_token_ms": one(requests["ttft_ms"]),
-        "inter_token_latency_ms": [gaps[k] for k in _request_keys(requests)
+        "inter_token_latency_ms": [gaps[k] for k in request_keys(requests)
                                    if k in gaps and len(gaps[k])],
         "time_per_output_token_ms": one(requests["decode_ms_per_token"]),
         "request_latency_ms": one(latency),
@@ -125,11 +125,16 @@ def stats(per_request: list[np.ndarray], seed: int = 0) -> dict[str, float | boo
 
 def _bootstrap_se(per_request: list[np.ndarray], seed: int) -> float | None:
     """The p99's standard error: its spread over resamples of the requests."""
+    draws = bootstrap(per_request, seed)
+    return None if draws is None else float(np.std(draws[:, 1], ddof=1))
+
+
+def bootstrap(per_request: list[np.ndarray], seed: int = 0) -> np.ndarray | None:
+    """(p50, p99) of BOOTSTRAP_DRAWS resamples of the requests, with replacement (None
+    from fewer than two requests: nothing to resample)."""
     if len(per_request) < 2:
         return None
     rng = np.random.default_rng(seed)
-    draws = [np.percentile(np.concatenate([per_request[i] for i in
-                                           rng.integers(0, len(per_request),
-                                                        len(per_request))]), 99)
-             for _ in range(BOOTSTRAP_DRAWS)]
-    return float(np.std(draws, ddof=1))
+    return np.array([np.percentile(np.concatenate(
+        [per_request[i] for i in rng.integers(0, len(per_request), len(per_request))]),
+        [50, 99]) for _ in range(BOOTSTRAP_DRAWS)])

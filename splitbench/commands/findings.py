@@ -18,6 +18,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sweeps", nargs="*", default=[])
     p.add_argument("--anchors", nargs="*", default=[])
     p.add_argument("--drift", default=None, help="the drift step's report.parquet")
+    p.add_argument("--tails", default=None, help="the tail shift's Parquet (aggregate's)")
     p.add_argument("--contexts", type=json_arg, required=True)
     p.add_argument("--baseline", default=None)
     p.add_argument("--workers", type=json_arg, default={})
@@ -33,5 +34,6 @@ def arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> None:
     found = findings.run(args.summary, args.links, args.toolchain, args.sweeps, args.anchors,
                          args.drift, args.contexts, args.baseline, args.workers, args.out,
-                         args.whatif, args.points, args.tables, args.interference)
+                         args.whatif, args.points, args.tables, args.interference,
+                         args.tails)
     print(f"findings: {len(found)} written to {args.out}")

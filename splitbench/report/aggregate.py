@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from splitbench import results
-from splitbench.analysis import comparison, mechanisms, percentiles, traffic
+from splitbench.analysis import comparison, mechanisms, percentiles, tail_shift, traffic
 from splitbench.analysis.cell_summary import (
     SUMMARY_KEYS,
     by_length,
@@ -168,6 +168,9 @@ def aggregate(request_files: list[str], link_files: list[str], contexts: dict[st
                       "bootstrap_draws": percentiles.BOOTSTRAP_DRAWS})
     write_table(tails.table(dist, by_length(contexts)), Path(tables_dir) / "percentiles",
                 tails.title())
+    parquet_io.write(tail_shift.table(request_files, pick_baseline(summary, baseline_link)),
+                     str(Path(summary_out).with_name("tail_shift.parquet")),
+                     {"bootstrap_draws": percentiles.BOOTSTRAP_DRAWS})
     root = Path(summary_out).parent.parent  # <root>/summary/cells.parquet
     write_table(remeasured(results.archived_requests(root), summary),
                 Path(tables_dir) / "remeasured",

@@ -394,8 +394,8 @@ def test_the_percentiles_table_is_what_the_token_files_give(finished):
     times of the cell's own ok requests, agrees to the last digit shown; a p99 from
     fewer than 100 values says so."""
     work, _ = finished
-    shown = pd.read_csv(work / "results/tables/percentiles.csv").set_index(
-        ["model", "link", "ctx", "conc"])
+    shown = pd.read_csv(work / "results/tables/percentiles.csv", dtype=str).set_index(
+        ["model", "link", "ctx", "conc"])  # as written: "0.70" stays "0.70"
     checked = 0
     for path in sorted((work / "results/cells/t").rglob("*.requests.parquet")):
         requests = pd.read_parquet(path)
@@ -410,7 +410,7 @@ def test_the_percentiles_table_is_what_the_token_files_give(finished):
         sends = own.set_index(["repeat", "request_id"])["t_send_ns"]
         ttft = ((firsts - sends.reindex(firsts.index)) / 1e6).to_numpy()
         row = shown.loc[(own["model"].iloc[0], own["link"].iloc[0], own["ctx"].iloc[0],
-                         int(own["conc"].iloc[0]))]
+                         str(own["conc"].iloc[0]))]
         for column, values, q in (("ITL (ms) p50", gaps, 50), ("ITL (ms) p90", gaps, 90),
                                   ("ITL (ms) p99", gaps, 99), ("TTFT (ms) p50", ttft, 50),
                                   ("TTFT (ms) p99", ttft, 99)):
