@@ -97,6 +97,8 @@ rule charts:
         # The what-if chart: the decode model and the measured links beside it.
         whatif=results.WHATIF,
         whatif_points=results.WHATIF_POINTS,
+        # The token-gaps chart: every cell's inter-token latency percentiles.
+        percentiles=results.PERCENTILES,
     output:
         html=expand(results.CHART, name=CHART_NAMES, ext="html"),
         # Each PNG with its caption, for `snakemake --report`.
@@ -127,6 +129,7 @@ rule charts:
             "--mechanisms {input.mechanisms:q}",
             "--whatif {input.whatif:q}",
             "--whatif-points {input.whatif_points:q}",
+            "--percentiles {input.percentiles:q}",
             f"--out {results.CHARTS}",
         )
 

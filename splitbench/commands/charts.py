@@ -23,10 +23,13 @@ def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--whatif", default="", help="the what-if model (Parquet)")
     p.add_argument("--whatif-points", default="",
                    help="the measured links beside their predictions (Parquet)")
+    p.add_argument("--percentiles", default="",
+                   help="every cell's distributions (Parquet): the token-gaps chart")
     p.add_argument("--out", required=True, help="directory for the chart files")
 
 
 def run(args: argparse.Namespace) -> None:
     written = charts.render(args.summary, args.links, args.baseline, args.out, args.cells,
-                            args.timeline, args.mechanisms, args.whatif, args.whatif_points)
+                            args.timeline, args.mechanisms, args.whatif, args.whatif_points,
+                            args.percentiles)
     print(f"charts: {len(written)} files in {args.out}")

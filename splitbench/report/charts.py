@@ -30,6 +30,7 @@ from splitbench.report.chart_parts import (
     ctx_axis,
     ctx_order,
     finite,
+    link_colours,
     note_chart,
     single_stream_chart,
     single_stream_rows,
@@ -172,6 +173,37 @@ def links_chart(links: pd.DataFrame, **_: Any) -> alt.TopLevelMixin:
     return alt.hconcat(*halves, title=chart_title(
         name, "ICMP ping does not see a userspace delay relay; the RR probe does")
     ).resolve_scale(color="independent")
+
+
+def token_gaps(summary: pd.DataFrame, percentiles: pd.DataFrame | None = None,
+               **_: Any) -> alt.TopLevelMixin:
+    """Per link at concurrency 1: the inter-token gaps' median to p99, p90 and max, per
+    context, one panel per model (analysis/percentiles.py's rows)."""
+    name = "token_gaps"
+    rows = (percentiles[(percentiles["metric"] == "inter_token_latency_ms")
+                        & (percentiles["conc"] == 1)] if percentiles is not None
+            else pd.DataFrame())
+    if rows.empty:
+        return note_chart(CHARTS[name][0], "no single-stream cell has gaps between tokens")
+    data = with_where(rows)
+    order = [c for c in ctx_order(summary) if c in set(data["ctx"])]
+    base = alt.Chart(data).encode(
+        x=alt.X("where:N", title=where_title(data), axis=alt.Axis(labelAngle=0)),
+        color=alt.Color("link:N", scale=link_colours(data), legend=None))
+    scale = alt.Scale(type="log")
+    bar = base.mark_bar(size=14, opacity=0.7).encode(
+        y=alt.Y("p50:Q", title="gap between tokens (ms, log)", scale=scale), y2="p99:Q",
+        tooltip=["where:N", "ctx:N", alt.Tooltip("p50:Q", format=".3f"),
+                 alt.Tooltip("p90:Q", format=".3f"), alt.Tooltip("p99:Q", format=".3f"),
+                 alt.Tooltip("max:Q", format=".3f"), "count:Q"])
+    tick = base.mark_tick(color="#222", thickness=2, size=18).encode(y=alt.Y("p90:Q",
+                                                                             scale=scale))
+    dot = base.mark_point(filled=True, size=30).encode(y=alt.Y("max:Q", scale=scale))
+    return alt.layer(bar, tick, dot).properties(
+        width=60 * data["where"].nunique() + 40, height=HEIGHT).facet(
+        row=alt.Row("model:N", title="model"),
+        column=alt.Column("ctx:N", sort=order, title="context")).properties(
+        title=chart_title(name, "single streams; bar: p50 to p99, tick: p90, dot: max"))
 
 
 def timeline_cell(summary: pd.DataFrame, baseline: str, choice: str = "") -> pd.Series | None:
@@ -390,6 +422,7 @@ BUILDERS: dict[str, Callable[..., alt.TopLevelMixin]] = {
     "decode_ms_per_token": decode_ms_per_token,
     "decode_delta": decode_delta,
     "prefill_tps": prefill_tps,
+    "token_gaps": token_gaps,
     "overlap": overlap,
     "links": links_chart,
     "token_timeline": token_timeline,
@@ -404,13 +437,15 @@ BUILDERS: dict[str, Callable[..., alt.TopLevelMixin]] = {
 def build(summary: pd.DataFrame, links: pd.DataFrame, baseline: str,
           tokens: pd.DataFrame | None = None, cell: pd.Series | None = None,
           mechanisms: pd.DataFrame | None = None, whatif_rows: pd.DataFrame | None = None,
-          whatif_points: pd.DataFrame | None = None) -> dict[str, alt.TopLevelMixin]:
+          whatif_points: pd.DataFrame | None = None,
+          percentiles: pd.DataFrame | None = None) -> dict[str, alt.TopLevelMixin]:
     """Every chart, by name, in the report's order. `mechanisms`: the mechanisms table,
     whose decode slopes the decode-vs-latency chart draws; `whatif_*`: the what-if
-    model and the measured links beside it (analysis.whatif)."""
+    model and the measured links beside it (analysis.whatif); `percentiles`: every
+    cell's distributions (analysis.percentiles)."""
     inputs = {"summary": summary, "links": links, "baseline": baseline, "tokens": tokens,
               "cell": cell, "mechanisms": mechanisms, "whatif_rows": whatif_rows,
-              "whatif_points": whatif_points}
+              "whatif_points": whatif_points, "percentiles": percentiles}
     return {name: BUILDERS[name](**inputs) for name in CHARTS}
 
 
@@ -432,9 +467,10 @@ def save(chart: alt.TopLevelMixin, out_dir: str | Path, name: str) -> list[Path]
 def render(summary_path: str, link_files: list[str], baseline: str, out_dir: str,
            cells_dir: str = results.CELLS, timeline: str = "",
            mechanisms_path: str = "", whatif_path: str = "",
-           whatif_points_path: str = "") -> list[Path]:
+           whatif_points_path: str = "", percentiles_path: str = "") -> list[Path]:
     """Build and save every chart; returns the files written."""
     summary = pq.read_table(summary_path).to_pandas()
+    percentiles = pd.read_parquet(percentiles_path) if percentiles_path else None
     mechanisms = pd.read_csv(mechanisms_path) if mechanisms_path else None
     whatif_rows = pd.read_parquet(whatif_path) if whatif_path else None
     whatif_points = pd.read_parquet(whatif_points_path) if whatif_points_path else None
@@ -443,6 +479,6 @@ def render(summary_path: str, link_files: list[str], baseline: str, out_dir: str
     tokens = read_timeline(cells_dir, cell) if cell is not None else None
     written = []
     for name, chart in build(summary, links, baseline, tokens, cell, mechanisms, whatif_rows,
-                             whatif_points).items():
+                             whatif_points, percentiles).items():
         written += save(chart, out_dir, name)
     return written

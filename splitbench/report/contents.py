@@ -33,6 +33,12 @@ CHARTS: dict[str, tuple[str, str]] = {
         "How fast is the prompt processed on each link? Prefill moves large activations "
         "one way, so bandwidth shows here if anywhere.",
     ),
+    "token_gaps": (
+        "Gaps between tokens: median to p99 per link",
+        "Does a link shift every token's time alike, or widen the tail (jitter)? Each "
+        "bar runs from a single stream's median gap between tokens to its p99; the tick "
+        "is the p90, the dot the longest gap.",
+    ),
     "overlap": (
         "Overlap (true concurrency) by context and concurrency",
         "Do N streams really decode at the same time? 1 = fully concurrent, 0 = serial, "

@@ -113,6 +113,20 @@ def test_links_that_all_failed_verification_draw_a_note():
     vlc.vegalite_to_png(charts.links_chart(half).to_dict())
 
 
+def test_the_token_gaps_chart_draws_each_single_streams_median_to_p99():
+    summary = summary_frame()
+    dist = pd.DataFrame([{"pair": "lab", "link": link, "model": "m", "ctx": ctx, "conc": conc,
+                          "metric": "inter_token_latency_ms", "count": 200, "p50": 1.0,
+                          "p90": 1.5, "p99": 4.0 if link == "slow" else 2.0, "max": 9.0}
+                         for link in ("baseline", "slow") for ctx in ("short", "5k")
+                         for conc in (1, 2)])
+    chart = charts.token_gaps(summary, percentiles=dist)
+    drawn = next(iter(chart.to_dict()["datasets"].values()))
+    assert len(drawn) == 4 and {r["conc"] for r in drawn} == {1}  # single streams only
+    assert "Gaps between tokens" in rendered(chart)
+    assert "no single-stream cell" in rendered(charts.token_gaps(summary, percentiles=None))
+
+
 def test_delta_against_the_baseline():
     delta = charts.delta_vs_baseline(summary_frame(), "baseline")
     assert set(delta["link"]) == {"slow"}
