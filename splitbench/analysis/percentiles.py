@@ -89,23 +89,23 @@ def per_request_values(requests: pd.DataFrame, gaps: dict[tuple[int, int], np.nd
                        ) -> dict[str, list[np.ndarray]]:
     """Per metric, one array of values per request (a request's gaps, or its one
     figure): the bootstrap resamples these arrays."""
-    def one(column: pd.Series) -> list[np.ndarray]:
-        values = pd.to_numeric(column, errors="coerce").to_numpy(dtype=float)
-        return [np.array([v]) for v in values if np.isfinite(v)]
+    def column(name: str) -> pd.Series:
+        """The column as numbers (missing where a file predates it)."""
+        return pd.to_numeric(requests.get(name, pd.Series(index=requests.index,
+                                                          dtype=float)), errors="coerce")
 
-    def ns(column: str) -> pd.Series:
-        return pd.to_numeric(requests.get(column, pd.Series(index=requests.index,
-                                                            dtype=float)), errors="coerce")
+    def one(values: pd.Series) -> list[np.ndarray]:
+        return [np.array([v]) for v in values.to_numpy(dtype=float) if np.isfinite(v)]
 
     # The response's end; its last token where a row predates the end's stamp.
-    latency = (ns("t_end_ns").fillna(ns("t_last_ns")) - ns("t_send_ns")) / 1e6
+    latency = (column("t_end_ns").fillna(column("t_last_ns")) - column("t_send_ns")) / 1e6
     return {
-        "time_to_first_token_ms": one(requests["ttft_ms"]),
+        "time_to_first_token_ms": one(column("ttft_ms")),
         "inter_token_latency_ms": [gaps[k] for k in request_keys(requests)
                                    if k in gaps and len(gaps[k])],
-        "time_per_output_token_ms": one(requests["decode_ms_per_token"]),
+        "time_per_output_token_ms": one(column("decode_ms_per_token")),
         "request_latency_ms": one(latency),
-        "output_token_throughput_per_user": one(requests["decode_tps"]),
+        "output_token_throughput_per_user": one(column("decode_tps")),
     }
 
 

@@ -26,7 +26,7 @@ import pandas as pd
 import pytest
 
 from splitbench import cli, configuration, plan, results, version
-from splitbench.analysis import cell_summary, checks, comparison, drift, whatif
+from splitbench.analysis import cell_summary, checks, comparison, drift, percentiles, whatif
 from splitbench.infra import parquet_io, tables_io
 from splitbench.report import charts, html_parts, page, provenance, side_by_side
 from splitbench.report.html_parts import LONG_CELL
@@ -175,6 +175,8 @@ def write_results(root: Path) -> dict[str, Any]:
                                                               {"m": 1})], axis=1)
     whatif.write(model_rows, whatif.measured_points(model_rows, comp),
                  results.under(res, results.WHATIF), results.under(res, results.WHATIF_POINTS))
+    # Every cell's distributions, as the aggregate stage writes them.
+    percentiles.table(request_files).to_parquet(results.under(res, results.PERCENTILES))
     # The pairs table as the aggregate stage writes it.
     frame = side_by_side.pairs_table(pd.DataFrame(rows), cell_summary.read_links(link_files),
                                       list(CONTEXTS), "baseline")
@@ -184,7 +186,8 @@ def write_results(root: Path) -> dict[str, Any]:
             "tables": str(tables), "charts": str(res / "charts"),
             "findings": str(res / "findings.md"), "page": str(res / "page.html"),
             "whatif": results.under(res, results.WHATIF),
-            "whatif_points": results.under(res, results.WHATIF_POINTS)}
+            "whatif_points": results.under(res, results.WHATIF_POINTS),
+            "percentiles": results.under(res, results.PERCENTILES)}
 
 
 @pytest.fixture(scope="module")
@@ -194,7 +197,7 @@ def built(tmp_path_factory) -> dict[str, Any]:
     assert cli.main(["charts", "--summary", paths["summary"], "--links", *paths["links"],
                      "--baseline", "baseline", "--cells", paths["cells"],
                      "--whatif", paths["whatif"], "--whatif-points", paths["whatif_points"],
-                     "--out", paths["charts"]]) == 0
+                     "--percentiles", paths["percentiles"], "--out", paths["charts"]]) == 0
     assert cli.main(["report", "--summary", paths["summary"], "--links", *paths["links"],
                      "--toolchain", *paths["toolchain"], "--requests", *paths["requests"],
                      "--cells", paths["cells"], "--tables", paths["tables"],
