@@ -12,6 +12,7 @@ rule aggregate:
         summary=results.SUMMARY,
         percentiles=results.PERCENTILES,
         tail_shift=results.TAIL_SHIFT,
+        service_levels=results.SERVICE_LEVELS,
         tables=expand(results.TABLE, stem=contents.TABLE_STEMS, ext=["md", "csv"]),
     log:
         results.log("aggregate"),
@@ -22,6 +23,7 @@ rule aggregate:
         baseline=CONFIG.baseline_link,
         interference=as_json(plan.written(CONFIG.interference)),
         workers=as_json({m: s.workers for m, s in CONFIG.models.items()}),
+        slo=as_json(plan.written(CONFIG.slo)),
     shell:
         splitbench(
             "aggregate",
@@ -31,6 +33,7 @@ rule aggregate:
             "--anchors {input.anchors:q}",
             "--sweeps {input.sweeps:q}",
             "--workers {params.workers:q}",
+            "--slo {params.slo:q}",
             "--summary {output.summary:q}",
             f"--tables {results.TABLES}",
             "--links {input.links:q}",
@@ -49,6 +52,7 @@ rule findings:
         anchors=all_anchor_results(),
         drift=results.DRIFT_REPORT,
         tail_shift=results.TAIL_SHIFT,
+        service_levels=results.SERVICE_LEVELS,
         tables=expand(results.TABLE, stem=contents.TABLE_STEMS, ext="csv"),
     output:
         findings=results.FINDINGS,
@@ -63,6 +67,7 @@ rule findings:
         baseline=CONFIG.baseline_link,
         workers=as_json({m: s.workers for m, s in CONFIG.models.items()}),
         interference=as_json(plan.written(CONFIG.interference)),
+        slo=as_json(plan.written(CONFIG.slo)),
     shell:
         splitbench(
             "findings",
@@ -73,6 +78,8 @@ rule findings:
             "--anchors {input.anchors:q}",
             "--drift {input.drift:q}",
             "--tails {input.tail_shift:q}",
+            "--service-levels {input.service_levels:q}",
+            "--slo {params.slo:q}",
             "--contexts {params.contexts:q}",
             "--baseline {params.baseline:q}",
             "--workers {params.workers:q}",

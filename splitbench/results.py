@@ -53,6 +53,8 @@ WHATIF = f"{ROOT}/summary/whatif.parquet"
 PERCENTILES = f"{ROOT}/summary/percentiles.parquet"
 # Per cell of a link: its inter-token latency's p50 and p99 against the baseline's.
 TAIL_SHIFT = f"{ROOT}/summary/tail_shift.parquet"
+# Per cell: the requests that met the config's service level (slo:) and its goodput.
+SERVICE_LEVELS = f"{ROOT}/summary/service_levels.parquet"
 # Each measured link beside its prediction (the what-if chart's points).
 WHATIF_POINTS = f"{ROOT}/summary/whatif.points.parquet"
 CHECKS = f"{ROOT}/checks.txt"

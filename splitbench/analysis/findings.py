@@ -22,7 +22,14 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from splitbench.analysis import checks, comparison, mechanisms, tail_shift, whatif
+from splitbench.analysis import (
+    checks,
+    comparison,
+    mechanisms,
+    service_levels,
+    tail_shift,
+    whatif,
+)
 from splitbench.analysis.cell_summary import by_length, link_flags, read_links
 from splitbench.analysis.comparison import COVERAGE
 from splitbench.analysis.cost_findings import (
@@ -298,11 +305,12 @@ def collect(summary: pd.DataFrame, links: pd.DataFrame, comp: pd.DataFrame,
             trips: pd.DataFrame, mechanism_rows: pd.DataFrame, model_rows: pd.DataFrame,
             contexts: Sequence[str], baseline: str | None,
             check_lines: Sequence[tuple[str, str]] = (),
-            tails: pd.DataFrame | None = None) -> list[Finding]:
+            tails: pd.DataFrame | None = None,
+            service: tuple[pd.DataFrame | None, dict] = (None, {})) -> list[Finding]:
     """Every finding of a run, in the order they are read. `comp`: compare_links rows
     with predicted_decode_delta's columns beside them; `trips`: comparison.round_trips;
     `mechanism_rows`: mechanisms.table; `model_rows`: whatif.model; `tails`:
-    tail_shift.table."""
+    tail_shift.table; `service`: service_levels.table and the config's slo:."""
     out = failures(check_lines)
     pairs = summary["pair"].nunique() > 1
     order = {c: i for i, c in enumerate(contexts)}
@@ -347,6 +355,12 @@ def collect(summary: pd.DataFrame, links: pd.DataFrame, comp: pd.DataFrame,
             # The overlap rests on the concurrent cells; the boundary on every level.
             rests_on = cells[cells["conc"] > 1] if found.refs[0] == OVERLAP else cells
             out.append(marked(found, flags_of(rests_on, ("flags",)), among=len(rests_on)))
+        levels, slo = service
+        if levels is not None and not levels.empty:
+            mine_levels = levels[(levels["pair"] == pair) & (levels["model"] == model)]
+            out += [marked(found, flags_of(cells[cells["ctx"] == ctx], ("flags",)))
+                    for ctx, found in service_levels.findings(mine_levels, contexts, slo,
+                                                              section, baseline)]
     out += [f for f in (decode_across_models(comp), prefill_across_models(comp, links)) if f]
     for pair, facts in links.groupby("pair", sort=False) if "pair" in links else []:
         found = [marked(f, flags_of(facts[facts["link"] == link], ("flags",)),
@@ -412,10 +426,11 @@ def run(summary_path: str, link_files: list[str], toolchain_files: list[str],
         contexts: dict[str, int], baseline_link: str | None, workers: dict[str, int],
         out: str, whatif_out: str, points_out: str, tables_dir: str | None = None,
         interference_limits: InterferenceLimits | None = None,
-        tails_path: str | None = None) -> list[Finding]:
+        tails_path: str | None = None, levels_path: str | None = None,
+        slo: dict | None = None) -> list[Finding]:
     summary = pq.read_table(summary_path).to_pandas()
-    tails = (pd.read_parquet(tails_path) if tails_path and Path(tails_path).exists()
-             else None)
+    tails, levels = (pd.read_parquet(path) if path and Path(path).exists() else None
+                     for path in (tails_path, levels_path))
     links = read_links(link_files)
     # A link measured while other work used the CPUs is flagged as its table flags it.
     links["flags"] = link_flags(links, interference_limits)
@@ -438,7 +453,7 @@ def run(summary_path: str, link_files: list[str], toolchain_files: list[str],
     if tables_dir:
         lines += [line for line in checks.flagged_tables(tables_dir) if line[0] != "ok"]
     found = collect(summary, links, comp, trips, mechanism_rows, model_rows, order, base,
-                    lines, tails)
+                    lines, tails, (levels, slo or {}))
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(markdown(found))
     return found

@@ -26,10 +26,12 @@ def arguments(p: argparse.ArgumentParser) -> None:
                    help="round-trip sweeps: the prediction from measured latency")
     p.add_argument("--workers", type=json_arg, default={},
                    help="each model's RPC workers (JSON), to pick its sweep")
+    p.add_argument("--slo", type=json_arg, default={},
+                   help="the config's service level, slo: (JSON)")
 
 
 def run(args: argparse.Namespace) -> None:
     aggregate.aggregate(args.requests, args.links, args.contexts, args.summary, args.tables,
                         baseline_link=args.baseline, interference_limits=args.interference,
                         anchor_files=args.anchors, sweep_files=args.sweeps,
-                        workers=args.workers)
+                        workers=args.workers, slo=args.slo)

@@ -19,6 +19,10 @@ def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--anchors", nargs="*", default=[])
     p.add_argument("--drift", default=None, help="the drift step's report.parquet")
     p.add_argument("--tails", default=None, help="the tail shift's Parquet (aggregate's)")
+    p.add_argument("--service-levels", default=None,
+                   help="the service levels' Parquet (aggregate's)")
+    p.add_argument("--slo", type=json_arg, default={},
+                   help="the config's service level, slo: (JSON)")
     p.add_argument("--contexts", type=json_arg, required=True)
     p.add_argument("--baseline", default=None)
     p.add_argument("--workers", type=json_arg, default={})
@@ -35,5 +39,5 @@ def run(args: argparse.Namespace) -> None:
     found = findings.run(args.summary, args.links, args.toolchain, args.sweeps, args.anchors,
                          args.drift, args.contexts, args.baseline, args.workers, args.out,
                          args.whatif, args.points, args.tables, args.interference,
-                         args.tails)
+                         args.tails, args.service_levels, args.slo)
     print(f"findings: {len(found)} written to {args.out}")

@@ -356,6 +356,22 @@ class Interference(Section):
         ge=0)
 
 
+class Slo(Section):
+    """A service level each request is held to (time to first token at most, decode
+    tokens per second of its own stream at least; a target left out is not held), and
+    the share of a cell's requests that must meet it. The findings say, per link and
+    context, the most concurrent streams that hold it; each cell's goodput is in the
+    summary."""
+
+    ttft_ms: float | None = key(description="time to first token at most this, ms",
+                                nullable=True, gt=0)
+    tokens_per_s: float | None = key(description="each stream's decode tokens per "
+                                                 "second at least this", nullable=True,
+                                     gt=0)
+    share_pct: float = key(90.0, "the share of a cell's requests that must meet every "
+                                 "target, %", gt=0, le=100)
+
+
 class Report(Section):
     timeline_cell: str = key(description="the token timeline chart's cell as "
                                          "pair/link/model/ctx/conc (default: the baseline "
@@ -389,6 +405,7 @@ class Config(Section):
     roundtrips: Roundtrips = key(description=Roundtrips.__doc__)
     drift: Drift = key(description=Drift.__doc__)
     interference: Interference = key(description=Interference.__doc__)
+    slo: Slo = key(description=Slo.__doc__)
     report: Report = key(description="the report page")
 
     @model_validator(mode="after")

@@ -10,7 +10,14 @@ from pathlib import Path
 import pandas as pd
 
 from splitbench import results
-from splitbench.analysis import comparison, mechanisms, percentiles, tail_shift, traffic
+from splitbench.analysis import (
+    comparison,
+    mechanisms,
+    percentiles,
+    service_levels,
+    tail_shift,
+    traffic,
+)
 from splitbench.analysis.cell_summary import (
     SUMMARY_KEYS,
     by_length,
@@ -132,7 +139,8 @@ def aggregate(request_files: list[str], link_files: list[str], contexts: dict[st
               summary_out: str, tables_dir: str, *, baseline_link: str | None = None,
               interference_limits: InterferenceLimits | None = None,
               anchor_files: Sequence[str] = (), sweep_files: Sequence[str] = (),
-              workers: dict[str, int] | None = None) -> pd.DataFrame:
+              workers: dict[str, int] | None = None,
+              slo: dict | None = None) -> pd.DataFrame:
     """Summary Parquet and every table (Markdown and CSV) under tables_dir. The drift
     anchors give sequential comparisons the machine's drift; the round-trip sweeps
     (and each model's `workers`) the prediction from measured latency."""
@@ -171,6 +179,11 @@ def aggregate(request_files: list[str], link_files: list[str], contexts: dict[st
     parquet_io.write(tail_shift.table(request_files, pick_baseline(summary, baseline_link)),
                      str(Path(summary_out).with_name("tail_shift.parquet")),
                      {"bootstrap_draws": percentiles.BOOTSTRAP_DRAWS})
+    levels = service_levels.table(request_files, slo)
+    parquet_io.write(levels, str(Path(summary_out).with_name("service_levels.parquet")),
+                     {"slo": slo or {}})
+    write_table(tails.service_levels_table(levels, by_length(contexts)),
+                Path(tables_dir) / "service_levels", tails.service_levels_title(slo or {}))
     root = Path(summary_out).parent.parent  # <root>/summary/cells.parquet
     write_table(remeasured(results.archived_requests(root), summary),
                 Path(tables_dir) / "remeasured",

@@ -7,8 +7,9 @@ every `snakemake` call a second.
 
 # The tables splitbench.report.aggregate writes, each as markdown and CSV.
 TABLE_STEMS = ["links", "link_comparison", "link_traffic", "single_stream_decode",
-               "single_stream_prefill", "ttft", "percentiles", "concurrency_boundary",
-               "overlap", "pairs", "mechanisms", "backends", "remeasured"]
+               "single_stream_prefill", "ttft", "percentiles", "service_levels",
+               "concurrency_boundary", "overlap", "pairs", "mechanisms", "backends",
+               "remeasured"]
 
 
 # name -> (title, the question it answers); the report shows them in this order.
@@ -116,6 +117,9 @@ TABLE_READING: dict[str, str] = {
     "percentiles": (
         "the p99 columns against the p50s: how long the slowest 1% of tokens, first "
         "tokens and requests take, beside the typical one."),
+    "service_levels": (
+        "the holds column: which cells meet the config's service level for the share of "
+        "requests it asks; the findings name each link's most streams that hold it."),
     "remeasured": (
         "the decode Δ column: how far a re-measured cell moved from its archived "
         "measurement to the current one."),

@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # plan imports pydantic, which the report does not load
 # Tables in the seed write-up's order; stems that match none come after, by name.
 TABLE_ORDER = ["links", "link_comparison", "link_traffic", "single_stream_decode",
                "single_stream_prefill", "single_stream", "ttft", "percentiles",
+               "service_levels",
                "concurrency", "boundary",
                "overlap", "pairs", "mechanism", "round_trips"]
 STYLE = """

@@ -64,3 +64,35 @@ def stat_text(figures: pd.Series, stat: str, places: int) -> str:
     se = figures["p99_se"]
     return text + (f" ±{COVERAGE * se:.{places}f}" if se is not None and np.isfinite(se)
                    else "")
+
+
+def service_levels_title(slo: dict) -> str:
+    from splitbench.analysis import service_levels
+
+    if not service_levels.targets_set(slo):
+        return "Service levels: none set (`slo:` in the config)"
+    return (f"Service levels per cell, {service_levels.level_text(slo)}: the requests that "
+            "met every target, whether the cell holds the level, and its goodput (the "
+            "requests that met it per second of measuring)")
+
+
+def service_levels_table(levels: pd.DataFrame, contexts: Sequence[str]) -> pd.DataFrame:
+    """One row per cell: requests, met, met %, holds (✓/✗) and goodput."""
+    if levels.empty:
+        return pd.DataFrame({"service levels": [
+            "no service level set: add `slo:` to the config (ttft_ms, tokens_per_s, "
+            "share_pct), or no cell was measured"]})
+    keys = (["pair"] if levels["pair"].nunique() > 1 else []) + ["model", "link", "ctx",
+                                                                   "conc"]
+    order = {c: i for i, c in enumerate(contexts)}
+    frame = levels.assign(_ctx=levels["ctx"].map(order)).sort_values(
+        [k for k in keys if k not in ("ctx", "conc")] + ["_ctx", "conc"])
+    return pd.DataFrame({
+        **{k: frame[k] for k in keys},
+        "requests": frame["requests"],
+        "met": frame["met"],
+        "met (%)": [f"{v:.0f}" for v in frame["met_pct"]],
+        "holds": ["✓" if h else "✗" for h in frame["holds"]],
+        "goodput (req/s)": [f"{v:.2f}" if v is not None and np.isfinite(v) else "—"
+                            for v in frame["goodput_rps"]],
+    }).reset_index(drop=True)

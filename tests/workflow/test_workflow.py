@@ -423,6 +423,35 @@ def test_the_percentiles_table_is_what_the_token_files_give(finished):
     assert checked == len(shown)
 
 
+@needs_root()
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_service_levels_are_what_the_requests_give_and_the_findings_say_them(finished):
+    """Each cell's requests that met `slo:` counted from its own rows, its share and
+    whether it holds; and per model and context one sentence naming both links."""
+    work, config = finished
+    slo = config["slo"]
+    table = pd.read_parquet(work / "results/summary/service_levels.parquet").set_index(
+        ["link", "model", "ctx", "conc"])
+    for path in sorted((work / "results/cells/t").rglob("*.requests.parquet")):
+        requests = pd.read_parquet(path)
+        own = requests[~requests["reference"]]
+        met = ((own["status"] == "ok") & (own["ttft_ms"] <= slo["ttft_ms"])
+               & (own["decode_tps"] >= slo["tokens_per_s"])).sum()
+        row = table.loc[(own["link"].iloc[0], own["model"].iloc[0], own["ctx"].iloc[0],
+                         int(own["conc"].iloc[0]))]
+        assert (row["requests"], row["met"]) == (len(own), met)
+        assert row["holds"] == (100 * met / len(own) >= slo["share_pct"])
+    text = (work / "results/findings.md").read_text()
+    level = ("within 5000 ms to first token and 50 tokens/s per stream for 90% of "
+             "requests: plain holds")
+    for model in config["models"]:
+        section = text.split(f"### {model}\n")[1].split("\n### ")[0]
+        for ctx in config["contexts"]:
+            assert f"- **At {ctx}, {level}" in section and " and slow holds" in section, \
+                section
+
+
 def undeclared(work: Path, *args: str) -> list[str]:
     """Files under results/ that no job declares (as an output or a log), less those kept
     across re-runs on purpose (link history, the archive and its hard links) and the
