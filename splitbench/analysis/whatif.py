@@ -136,6 +136,52 @@ def predict(rows: pd.DataFrame, rtt_us: float, gbps_a_to_b: float | None = None,
     return out
 
 
+def latency_bound(rows: pd.DataFrame, tokens_per_s: float,
+                  gbps_a_to_b: float | None = None, gbps_b_to_a: float | None = None
+                  ) -> pd.DataFrame:
+    """Each model row's largest request-response latency (µs) at which a stream still
+    decodes at `tokens_per_s`: the step it allows, less the compute and the wire time
+    (at the given rates, else the baseline link's), over the round trips. `bound_us`
+    NaN where no latency is slow enough to matter (no round trips) and negative where
+    even no latency holds it; its ± (COVERAGE standard errors) carries the baseline
+    step's and the round trips' errors."""
+    out = predict(rows, 0.0, gbps_a_to_b, gbps_b_to_a)
+    budget = 1000 / tokens_per_s - out["compute_ms"] - out["wire_ms"]
+    trips = rows["round_trips"].to_numpy(dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        bound = np.where(trips > 0, budget / trips * 1000, np.nan)
+        se = np.hypot(np.nan_to_num(rows["decode_ms_se"].to_numpy(dtype=float)) / trips,
+                      bound / 1000 * np.nan_to_num(rows["round_trips_se"].to_numpy(
+                          dtype=float)) / trips) * 1000
+    out["tokens_per_s"] = tokens_per_s
+    out["bound_us"] = bound
+    out["bound_unc_us"] = COVERAGE * se
+    return out
+
+
+def bound_text(bounds: pd.DataFrame) -> str:
+    """latency_bound's rows as a table a person reads in a terminal."""
+    tps = bounds["tokens_per_s"].iloc[0]
+    lines = [f"The largest request-response latency at which one stream still decodes "
+             f"{tps:g} tokens/s (± is {COVERAGE:g} standard errors; time to first token "
+             "is not predicted here):", ""]
+    header = ["pair", "model", "ctx", "compute (ms/token)", "wire (ms)", "latency at most",
+              "round trips from"]
+    body = []
+    for _, r in bounds.iterrows():
+        bound = r["bound_us"]
+        said = ("any (no round trips)" if not np.isfinite(bound) else
+                "none: compute and wire alone are slower" if bound < 0 else
+                f"{bound:.0f} ±{r['bound_unc_us']:.0f} µs")
+        body.append([r["pair"], r["model"], r["ctx"], f"{r['compute_ms']:.3f}",
+                     f"{r['wire_ms']:.3f}", said,
+                     f"{r['round_trips']:.2f} ({r['round_trips_from']})"])
+    widths = [max(len(str(x)) for x in column) for column in zip(header, *body, strict=True)]
+    for line in [header, *body]:
+        lines.append("  ".join(str(x).ljust(w) for x, w in zip(line, widths, strict=True)))
+    return "\n".join(lines)
+
+
 def curve(rows: pd.DataFrame, rtts_us: Sequence[float]) -> pd.DataFrame:
     """predict() over a range of latencies at each row's baseline bandwidth."""
     return pd.concat([predict(rows, rtt) for rtt in rtts_us], ignore_index=True)

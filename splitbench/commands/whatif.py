@@ -28,6 +28,10 @@ def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--like", default=None,
                    help="a link measured in this run: its latency and rates (the flags "
                         "above override either)")
+    p.add_argument("--tokens-per-s", type=float, default=None,
+                   help="instead of a prediction: the largest latency at which one stream "
+                        "still decodes this many tokens per second (at --gbit, else the "
+                        "baseline link's rate)")
     p.add_argument("--results", default=results.ROOT, help="the run's results directory")
 
 
@@ -37,6 +41,15 @@ def run(args: argparse.Namespace) -> int:
         raise SplitbenchError(f"no what-if model at {model}: `snakemake --cores 1 all` "
                               "writes it (or give --results)")
     rows = pd.read_parquet(model)
+    if args.tokens_per_s is not None:
+        if args.tokens_per_s <= 0:
+            raise SplitbenchError("--tokens-per-s must be above 0")
+        if rows.empty:
+            raise SplitbenchError("no baseline single-stream cell was measured ok: "
+                                  "nothing to predict from")
+        print(whatif.bound_text(whatif.latency_bound(rows, args.tokens_per_s, args.gbit,
+                                                     args.gbit_b_to_a)))
+        return 0
     rtt, a_to_b, b_to_a = args.rtt_us, args.gbit, args.gbit_b_to_a
     burst = (0.0, 0.0)
     if args.like:

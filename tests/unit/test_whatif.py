@@ -119,3 +119,25 @@ def test_without_a_sweep_the_cells_counted_round_trips_are_used_and_named():
     rows = whatif.model(cells, links, trips, {"m": 1}, "base")
     assert rows.loc[0, "round_trips"] == 1.5
     assert rows.loc[0, "round_trips_from"] == "counted from the RPC packets"
+
+
+def test_the_latency_bound_is_where_the_predicted_stream_meets_the_target(tmp_path, capsys):
+    summary, links = summary_and_links()
+    rows = whatif.model(summary, links, TRIPS, {"m": 1}, "base")
+    bound = whatif.latency_bound(rows, 800.0).iloc[0]
+    # 1.25 ms a token allowed, less 0.9404 compute and the baseline's 0.0096 wire: 300 µs.
+    assert bound["bound_us"] == pytest.approx(300.0)
+    at_bound = whatif.predict(rows, bound["bound_us"]).iloc[0]["predicted_tps"]
+    assert at_bound == pytest.approx(800.0)
+    # ± = 2 x hypot(0.01 ms / 1, 300 µs x 0.02 / 1)
+    assert bound["bound_unc_us"] == pytest.approx(2 * np.hypot(10.0, 6.0))
+    # At 1 Gbit/s the wire takes 0.096 ms of the budget; a target compute alone misses.
+    assert whatif.latency_bound(rows, 800.0, 1.0).iloc[0]["bound_us"] == \
+        pytest.approx(300.0 - 86.4)
+    assert whatif.latency_bound(rows, 2000.0).iloc[0]["bound_us"] < 0
+    whatif.write(rows, pd.DataFrame(), results.under(tmp_path, results.WHATIF),
+                 results.under(tmp_path, results.WHATIF_POINTS))
+    assert cli.main(["whatif", "--tokens-per-s", "800", "--results", str(tmp_path)]) == 0
+    assert "300 ±23 µs" in capsys.readouterr().out
+    assert cli.main(["whatif", "--tokens-per-s", "2000", "--results", str(tmp_path)]) == 0
+    assert "none: compute and wire alone are slower" in capsys.readouterr().out
