@@ -13,13 +13,13 @@ import importlib
 import json
 from types import ModuleType
 
-# In the order a run meets them; the last five are run by a person, not a rule.
+# In the order a run meets them; the last six are run by a person, not a rule.
 NAMES = ("toolchain", "toolchain-vllm", "model", "link", "launch", "cell", "roundtrips",
          "roundtrips-table", "aggregate", "drift", "findings", "charts", "report", "checks",
-         "cells", "teardown", "whatif", "doctor", "packet-helper")
+         "cells", "teardown", "whatif", "doctor", "packet-helper", "compare")
 # The commands a workflow's rules run (the others are a person's), and those of them
 # that drive a pair (`MEASURING` in their modules).
-BY_A_RULE = NAMES[:-5]
+BY_A_RULE = NAMES[:-6]
 DRIVING = ("link", "launch", "cell", "roundtrips")
 
 

@@ -1,0 +1,63 @@
+"""`compare`: two results directories side by side (analysis/run_compare.py), as
+Markdown on the terminal and, with --out, compare.md and compare.html there."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from splitbench.analysis import run_compare
+from splitbench.errors import SplitbenchError
+from splitbench.infra.tables_io import to_markdown
+from splitbench.report.html_parts import markdown
+
+HELP = "two results directories side by side: each figure's change with its ±"
+
+
+def arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("a", help="the first run's results directory (A)")
+    p.add_argument("b", help="the second run's results directory (B)")
+    p.add_argument("--out", default=None,
+                   help="a directory for compare.md and compare.html (one page)")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        a, b = run_compare.read_summary(args.a), run_compare.read_summary(args.b)
+    except FileNotFoundError as exc:
+        raise SplitbenchError(str(exc)) from exc
+    text = page_markdown(args.a, args.b, a, b)
+    print(text)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "compare.md").write_text(text)
+        (out / "compare.html").write_text(
+            "<!doctype html><meta charset=utf-8><title>splitbench: two runs</title>"
+            "<style>body{font:15px/1.45 system-ui,sans-serif;max-width:1280px;margin:0 "
+            "auto;padding:0 24px}.table-wrap{overflow-x:auto}td,th{padding:2px 8px;"
+            "white-space:nowrap}td.long{white-space:normal}</style>" + markdown(text))
+    return 0
+
+
+def page_markdown(path_a: str, path_b: str, a, b) -> str:
+    compared = run_compare.cells(a, b)
+    lines = ["# Two runs compared", "", f"A: `{path_a}`, B: `{path_b}`. "
+             f"{run_compare.summary_line(compared)} A change is B's figure less A's; ± is "
+             f"{run_compare.COVERAGE:g} standard errors of that difference (the two "
+             "measurements' combined); ⚠ marks a change beyond it.", ""]
+    setup = run_compare.provenance_changed(path_a, path_b)
+    lines += ["## What differs in their setup", ""]
+    lines += [f"- {line}" for line in setup] or ["- nothing recorded differs (builds, "
+                                                  "link facts)"]
+    lines += ["", "## Cells in both", "", to_markdown(run_compare.cells_table(compared))
+              if len(compared) else "none", ""]
+    alone = run_compare.only_in(a, b)
+    lines += ["## Cells in one run only", "",
+              to_markdown(alone) if len(alone) else "none: both measured the same cells",
+              ""]
+    gone, new = run_compare.findings_changed(path_a, path_b)
+    lines += ["## Findings that changed", ""]
+    lines += [f"- A only: {h}" for h in gone] + [f"- B only: {h}" for h in new] or \
+        ["- none: every headline reads the same"]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,74 @@
+"""Two results directories side by side (`python -m splitbench compare`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from splitbench import cli, results
+
+
+def a_run(root: Path, usb4_decode: float, mtu: int = 1500, headline: str = "usb4 costs "
+          "decode +0.50 ±0.05 ms/token at short", extra_cell: bool = False,
+          with_se: bool = True) -> Path:
+    """A results directory with what compare reads: the summary, a toolchain, the links
+    and the findings."""
+    cells = [{"pair": "lab", "link": link, "model": "m", "ctx": "short", "conc": 1,
+              "status": "ok", "decode_ms_per_token": decode, "prefill_tps": 900.0,
+              "ttft_ms": 30.0,
+              **({"decode_ms_se": 0.01, "prefill_tps_se": 10.0, "ttft_ms_se": 0.5}
+                 if with_se else {})}
+             for link, decode in (("baseline", 1.00), ("usb4", usb4_decode))]
+    if extra_cell:
+        cells.append({**cells[0], "ctx": "5k"})
+    summary = Path(results.under(root, results.SUMMARY))
+    summary.parent.mkdir(parents=True)
+    pd.DataFrame(cells).to_parquet(summary)
+    toolchain = Path(results.under(root, results.TOOLCHAIN.format(pair="lab")))
+    toolchain.parent.mkdir(parents=True)
+    toolchain.write_text(json.dumps({"pair": "lab", "a": {"build_id": "4242"},
+                                     "b": {"build_id": "4242"}}))
+    link = Path(results.under(root, results.link("lab", "usb4")))
+    link.parent.mkdir(parents=True)
+    pd.DataFrame([{"pair": "lab", "link": "usb4", "mtu_a": mtu, "mtu_b": mtu,
+                   "kernel_a": "6.1.0"}]).to_parquet(link)
+    Path(results.under(root, results.FINDINGS)).write_text(
+        f"## Findings\n\n### m\n\n- **{headline}**. More.\n")
+    return root
+
+
+def test_two_runs_one_changed_cable_and_one_cell_only_in_b(tmp_path, capsys):
+    a = a_run(tmp_path / "a", 1.50)
+    b = a_run(tmp_path / "b", 1.70, mtu=9000, extra_cell=True,
+              headline="usb4 costs decode +0.70 ±0.05 ms/token at short")
+    assert cli.main(["compare", str(a), str(b), "--out", str(tmp_path / "out")]) == 0
+    text = capsys.readouterr().out
+    assert "2 cells in both runs; 1 of 6 figures with a ± changed beyond it (83% within" \
+        in text
+    # usb4's decode rose 0.2 ms against a ± of 2 x hypot(0.01, 0.01): beyond it.
+    usb4 = next(line for line in text.splitlines() if "| usb4 |" in line)
+    assert "⚠ +0.200 ±0.028" in usb4 and "+0.0 ±28.3" in usb4
+    baseline = next(line for line in text.splitlines() if "| baseline | m | short" in line)
+    assert "⚠" not in baseline and "+0.000 ±0.028" in baseline
+    assert "- link lab/usb4 mtu_a: 1500 → 9000" in text
+    assert "| lab | baseline | m | 5k | 1 | B |" in text
+    assert "- A only: m: usb4 costs decode +0.50 ±0.05 ms/token at short" in text
+    assert "- B only: m: usb4 costs decode +0.70 ±0.05 ms/token at short" in text
+    page = (tmp_path / "out/compare.html").read_text()
+    assert "<table>" in page and "Two runs compared" in page
+    assert (tmp_path / "out/compare.md").read_text().strip() == text.strip()
+
+
+def test_a_run_from_before_the_standard_errors_compares_without_a_plus_minus(tmp_path,
+                                                                           capsys):
+    a = a_run(tmp_path / "a", 1.50, with_se=False)
+    b = a_run(tmp_path / "b", 1.50)
+    assert cli.main(["compare", str(a), str(b)]) == 0
+    text = capsys.readouterr().out
+    assert "0 of 0 figures with a ± changed beyond it" in text
+    assert "+0.000 (no ±)" in text
+    assert "- nothing recorded differs (builds, link facts)" in text
+    assert cli.main(["compare", str(a), str(tmp_path / "nothing")]) == 2
+    assert "no summary/cells.parquet" in capsys.readouterr().err
