@@ -27,6 +27,7 @@ from splitbench.analysis import (
     comparison,
     mechanisms,
     service_levels,
+    splits,
     tail_shift,
     whatif,
 )
@@ -312,6 +313,8 @@ def collect(summary: pd.DataFrame, links: pd.DataFrame, comp: pd.DataFrame,
     `mechanism_rows`: mechanisms.table; `model_rows`: whatif.model; `tails`:
     tail_shift.table; `service`: service_levels.table and the config's slo:."""
     out = failures(check_lines)
+    # A shape split two or more ways opens with how the splits compare.
+    out += splits.findings(summary, comp, list(contexts), baseline)
     pairs = summary["pair"].nunique() > 1
     order = {c: i for i, c in enumerate(contexts)}
     comp = comp.assign(_order=comp["ctx"].map(order)).sort_values(

@@ -54,3 +54,36 @@ def test_different_verdicts_are_each_said_once():
     note = table.attrs["note"]
     assert f"- rpc: {rpc}\n" in note and f"- tp, pp: {VERDICT}\n" in note
     assert note.count(VERDICT) == 1
+
+
+def decode(frame: pd.DataFrame, ms: dict[str, float], se: float = 0.01) -> pd.DataFrame:
+    """The summary with each split's decode at `ms[split]` on every cell."""
+    return frame.assign(decode_ms_per_token=frame["split"].map(ms), decode_ms_se=se)
+
+
+def test_the_findings_open_with_the_fastest_split_and_what_each_moves_and_pays():
+    """The backends example's table showed RPC at 0.51 against TP=2's 10.40 and PP=2's
+    8.38 with no sentence saying so."""
+    from splitbench.analysis import comparison, splits
+
+    cells = decode(summary(), {"rpc": 0.51, "tp2": 10.40, "pp2": 8.38})
+    cells.loc[cells["link"] == "narrow", "decode_ms_per_token"] += cells["split"].map(
+        {"rpc": 0.5, "tp2": 3.0, "pp2": 1.0})
+    comp = comparison.compare_links(cells, "plain")
+    found = splits.findings(cells, comp, ["short", "mid"], "plain")
+    assert [f.section for f in found] == ["Backends: the shape 2x128 h4/2 v1024"] * 2
+    short = found[0].text
+    assert short.startswith("**At short on plain, llama.cpp RPC decodes fastest**: "
+                            "llama.cpp RPC 0.51 ±0.02, vLLM PP=2 8.38 ±0.02 and vLLM TP=2 "
+                            "10.40 ±0.02 ms/token."), short
+    assert "Per decoded token across the link: llama.cpp RPC 2,064 A→B and 4,104 B→A" \
+        in short
+    assert "on narrow llama.cpp RPC +0.50" in short and "vLLM TP=2 +3.00" in short
+    # Within the ±: none is said to be faster.
+    close = decode(summary(), {"rpc": 1.00, "tp2": 1.01, "pp2": 1.50}, se=0.05)
+    text = splits.findings(close, comparison.compare_links(close, "plain"), ["short"],
+                           "plain")[0].text
+    assert text.startswith("**At short on plain, no split decodes faster than the next "
+                           "beyond its ±**"), text
+    # One split alone: no such finding.
+    assert splits.findings(summary().query("split == 'rpc'"), comp, ["short"], "plain") == []

@@ -21,7 +21,7 @@ RULE_STAGES = {
                         path.read_text())
     for m in m if m
 }
-USER_COMMANDS = {"cells", "teardown", "whatif", "doctor", "packet-helper"}  # a person's
+USER_COMMANDS = {"cells", "teardown", "whatif", "doctor", "packet-helper", "compare"}  # a person's
 
 
 @pytest.mark.parametrize("name", commands.NAMES)
