@@ -107,8 +107,7 @@ def finding(rows: pd.DataFrame, link: str, section: str) -> Finding | None:
         return None
     said = [(row, _verdict(row)) for _, row in single.iterrows()]
     resolvable = [(row, verdict) for row, verdict in said if verdict != "too few"]
-    against = ("its paired baseline requests" if single["paired"].all()
-               else "the baseline link's cells")
+    against = _against(single)
     if not resolvable:
         fewest = int(single[["gaps", "gaps_base"]].min(axis=1).max())
         return Finding(section, (
@@ -127,6 +126,18 @@ def finding(rows: pd.DataFrame, link: str, section: str) -> Finding | None:
 
 
 PERCENTILES_REF = "[percentiles](#table-percentiles)"
+
+
+def _against(single: pd.DataFrame) -> str:
+    """What the link's gaps were held to: its paired cells' own baseline requests, the
+    baseline link's cells, or each where it was."""
+    paired = single["paired"].astype(bool)
+    if paired.all():
+        return "its paired baseline requests"
+    if not paired.any():
+        return "the baseline link's cells"
+    return (f"its paired baseline requests at {', '.join(single.loc[paired, 'ctx'])}, the "
+            "baseline link's cells elsewhere")
 
 
 def _verdict(row: pd.Series) -> str:

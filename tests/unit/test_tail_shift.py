@@ -69,6 +69,10 @@ def test_too_few_gaps_for_a_p99_is_said_not_guessed():
                          rows([a + 0.5 for a in base], base, ctx="5k")])
     text = tail_shift.finding(both, "usb4", "m").text
     assert "At 5k its p99 rests on too few gaps (40)." in text, text
+    # Short paired, 5k not: each said where it holds.
+    mixed = tail_shift.finding(both.assign(paired=[True, False]), "usb4", "m").text
+    assert "(against its paired baseline requests at short, the baseline link's cells " \
+        "elsewhere)" in mixed, mixed
 
 
 def write(root: Path, link: str, arrays: list[np.ndarray], reference: list[np.ndarray] = ()
