@@ -61,22 +61,26 @@ def blocks() -> list[Ports]:
             for step in range(PORT_BLOCKS)]
 
 
+def _meets(ports: Ports, unusable: set[int]) -> bool:
+    """Whether any port of the block is in `unusable` (a block's 128 lookups, not a
+    walk over a kernel's 28,000 ephemeral ports)."""
+    return any(port in unusable for port in range(ports.base, ports.last + 1))
+
+
 def free_block(hosts: list[Host]) -> Ports | None:
     """The first block where none of `hosts` listens and none gives outgoing
     connections a port; None when there is none."""
-    taken = set().union(*(listened(host) for host in hosts))
-    outgoing = set().union(*(ephemeral(host) for host in hosts))
-    for ports in blocks():
-        if not any(port in ports for port in taken | outgoing):
-            return ports
-    return None
+    unusable = set().union(*(listened(host) for host in hosts),
+                           *(ephemeral(host) for host in hosts))
+    return next((ports for ports in blocks() if not _meets(ports, unusable)), None)
 
 
 def why_none_free(hosts: list[Host]) -> str:
     """Why free_block found none, and what to do about it."""
     first, last = FIRST_PORT, FIRST_PORT + PORT_BLOCK * PORT_BLOCKS - 1
-    crowded = [host.name for host in hosts
-               if all(any(port in ports for port in ephemeral(host)) for ports in blocks())]
+    outgoing = {host.name: ephemeral(host) for host in hosts}  # one read per host
+    crowded = [name for name, ports_out in outgoing.items()
+               if all(_meets(ports, ports_out) for ports in blocks())]
     if crowded:
         return (f"ports {first}-{last}, where splitbench serves, lie in the ephemeral port "
                 f"range of host {' and host '.join(crowded)} (net.ipv4.ip_local_port_range), "

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from splitbench.analysis import service_levels
 from splitbench.infra.fits import COVERAGE
 
 # (metric, the statistics shown, its label in the column titles, decimals)
@@ -67,8 +68,6 @@ def stat_text(figures: pd.Series, stat: str, places: int) -> str:
 
 
 def service_levels_title(slo: dict) -> str:
-    from splitbench.analysis import service_levels
-
     if not service_levels.targets_set(slo):
         return "Service levels: none set (`slo:` in the config)"
     return (f"Service levels per cell, {service_levels.level_text(slo)}: the requests that "
