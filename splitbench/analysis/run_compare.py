@@ -13,13 +13,14 @@ older results directory did not record is said, not invented.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from splitbench import results
-from splitbench.analysis import checks
+from splitbench.analysis import checks, comparison
 from splitbench.analysis.cell_summary import read_links
 from splitbench.infra.fits import COVERAGE
 
@@ -76,14 +77,83 @@ def only_in(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=[*KEYS, "only in"])
 
 
-def findings_changed(root_a: str | Path, root_b: str | Path) -> tuple[list[str], list[str]]:
-    """The findings' headlines in A alone and in B alone (figures included: a headline
-    whose number moved is in both lists)."""
+def link_costs(root: str | Path) -> pd.DataFrame:
+    """What each link costs decode in one run: its single-stream cells against the
+    baseline link's (comparison.compare_links, the anchors' drift included), as the
+    run's link comparison table reads them. The baseline is the one the run's what-if
+    model names, else comparison.pick_baseline's."""
+    summary = read_summary(root)
+    model = Path(results.under(root, results.WHATIF))
+    named = pd.read_parquet(model)["baseline"] if model.exists() else pd.Series([])
+    base = comparison.pick_baseline(summary, named.iloc[0] if len(named) else None)
+    anchors = sorted(str(p) for p in Path(results.under(root, f"{results.ROOT}/anchors"))
+                     .glob("*/*/*.requests.parquet"))
+    drift = comparison.machine_drift(anchors, summary, base)
+    comp = comparison.compare_links(summary, base, drift)
+    return comp.reindex(columns=COST_COLUMNS)
+
+
+COST_COLUMNS = ["pair", "model", "link", "ctx", "baseline", "compared", "status",
+                "status_base", "decode_delta_ms", "decode_delta_unc_ms",
+                "decode_lower_bound"]
+
+
+def costs(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
+    """Each link's decode cost (link_costs) in both runs, and its change: B's less A's,
+    ± the two uncertainties combined. `beyond` is NA where either side's ± is only a
+    lower bound and the change exceeds it (exceeding a lower bound proves nothing)."""
+    keys = ["pair", "model", "link", "ctx"]
+    both = a.merge(b, on=keys, suffixes=("_a", "_b"))
+    ok = both[["status_a", "status_base_a", "status_b", "status_base_b"]].eq("ok").all(axis=1)
+    out = both[keys].copy()
+    for side in "ab":
+        out[f"cost_{side}"] = _number(both, f"decode_delta_ms_{side}").where(ok)
+        out[f"unc_{side}"] = _number(both, f"decode_delta_unc_ms_{side}").where(ok)
+        out[f"compared_{side}"] = both[f"compared_{side}"]
+    out["change"] = out["cost_b"] - out["cost_a"]
+    out["unc"] = np.hypot(out["unc_a"], out["unc_b"])
+    lower = both["decode_lower_bound_a"].fillna(True).astype(bool) | both[
+        "decode_lower_bound_b"].fillna(True).astype(bool)
+    outside = out["change"].abs() > out["unc"]
+    known = out["change"].notna() & out["unc"].notna()
+    out["beyond"] = outside.where(known & ~(outside & lower)).astype("boolean")
+    return out
+
+
+def costs_table(changed: pd.DataFrame) -> pd.DataFrame:
+    """costs() as a person reads it: ⚠ where the change lies beyond its ±."""
+    out = changed[["pair", "model", "link", "ctx"]].copy()
+    for side in "ab":
+        out[f"decode cost {side.upper()} (ms/token)"] = [
+            _change(c, u, None, 2) for c, u in zip(changed[f"cost_{side}"],
+                                                  changed[f"unc_{side}"], strict=True)]
+    out["change"] = [
+        _change(c, u, beyond, 2) + (" (± a lower bound)" if pd.isna(beyond)
+                                    and np.isfinite(c) else "")
+        for c, u, beyond in zip(changed["change"], changed["unc"], changed["beyond"],
+                                strict=True)]
+    out["compared (A; B)"] = [a if a == b else f"{a}; {b}" for a, b in zip(
+        changed["compared_a"], changed["compared_b"], strict=True)]
+    return out
+
+
+# A figure in a headline: a signed or unsigned number, with its decimals.
+_FIGURE = re.compile(r"[+\-−]?\d+(?:[.,]\d+)*")
+
+
+def findings_changed(root_a: str | Path, root_b: str | Path
+                     ) -> tuple[list[str], list[str], int]:
+    """The findings' headlines that say something else in A than in B: those whose
+    words (figures aside) appear in A alone, those in B alone, and how many read the
+    same but for their figures (the tables above say which figures moved beyond ±)."""
     said = []
     for root in (root_a, root_b):
         path = Path(results.under(root, results.FINDINGS))
         said.append(checks.headlines(path.read_text()) if path.exists() else [])
-    return ([h for h in said[0] if h not in said[1]], [h for h in said[1] if h not in said[0]])
+    words = [{_FIGURE.sub("#", h) for h in run} for run in said]
+    moved = sum(1 for h in said[0] if _FIGURE.sub("#", h) in words[1] and h not in said[1])
+    return ([h for h in said[0] if _FIGURE.sub("#", h) not in words[1]],
+            [h for h in said[1] if _FIGURE.sub("#", h) not in words[0]], moved)
 
 
 def provenance_changed(root_a: str | Path, root_b: str | Path) -> list[str]:

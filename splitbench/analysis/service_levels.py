@@ -100,12 +100,16 @@ def held_streams(cells: pd.DataFrame) -> str:
     nxt = cells[cells["conc"] > held].iloc[0]
     if nxt["status"] not in (None, "ok") and not (isinstance(nxt["status"], float)
                                                    and np.isnan(nxt["status"])):
-        why = f"at {nxt['conc']} it ended {nxt['status']}"
+        why = f"at {_streams(nxt['conc'])} it ended {nxt['status']}"
     else:
-        why = f"at {nxt['conc']} {nxt['met_pct']:.0f}% of requests meet it"
+        why = f"at {_streams(nxt['conc'])}, {nxt['met_pct']:.0f}% of requests meet it"
     if held == 0:
         return f"holds none ({why})"
-    return f"holds {held} stream{'s' if held > 1 else ''} ({why})"
+    return f"holds {_streams(held)} ({why})"
+
+
+def _streams(count: int) -> str:
+    return f"{count} stream{'s' if count != 1 else ''}"
 
 
 def findings(levels: pd.DataFrame, contexts: Sequence[str], slo: dict[str, Any],

@@ -8,11 +8,19 @@ and their difference, the widening: how much more the p99 moved than the median.
 comes from independent bootstraps of the two sides' requests (percentiles.bootstrap):
 COVERAGE standard deviations of the difference over the draws. A side with fewer than
 TAIL_MIN_SAMPLES gaps has no tail to compare (`too_few`).
+
+A run judges the widening of every link at every context at once (a default run: three
+links, three contexts), and at COVERAGE standard deviations one comparison in twenty
+crosses its ± by chance alone: over nine, a third of quiet runs would report jitter
+somewhere. So a verdict needs the widening beyond `widening_allowance_ms`, the ± widened
+to hold all the run's single-stream comparisons together at COVERAGE's confidence
+(Šidák: each at 1 - (1 - confidence)^(1/m)).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from statistics import NormalDist
 
 import numpy as np
 import pandas as pd
@@ -25,7 +33,8 @@ from splitbench.infra.fits import COVERAGE
 
 COLUMNS = [*results.CELL_KEYS, "baseline", "paired", "gaps", "gaps_base", "too_few",
            "p50_ms", "p99_ms", "p50_delta_ms", "p50_delta_unc_ms", "p99_delta_ms",
-           "p99_delta_unc_ms", "widening_ms", "widening_unc_ms"]
+           "p99_delta_unc_ms", "widening_ms", "widening_unc_ms", "comparisons",
+           "widening_allowance_ms"]
 
 
 def table(request_files: Sequence[str], baseline: str | None) -> pd.DataFrame:
@@ -52,7 +61,29 @@ def table(request_files: Sequence[str], baseline: str | None) -> pd.DataFrame:
             continue
         rows.append({"pair": pair, "link": link, "model": model, "ctx": ctx, "conc": conc,
                      "baseline": baseline, "paired": paired, **shift(own, base)})
-    return pd.DataFrame(rows, columns=COLUMNS)
+    return with_allowance(pd.DataFrame(rows, columns=COLUMNS))
+
+
+def with_allowance(rows: pd.DataFrame) -> pd.DataFrame:
+    """`rows` with `comparisons` (the single-stream cells whose widening is judged) and
+    each widening's ± widened to hold them all together (`widening_allowance_ms`)."""
+    judged = (rows["conc"] == 1) & ~rows["too_few"].astype(bool) & np.isfinite(
+        pd.to_numeric(rows["widening_unc_ms"], errors="coerce"))
+    count = max(int(judged.sum()), 1)
+    out = rows.copy()
+    out["comparisons"] = count
+    out["widening_allowance_ms"] = (pd.to_numeric(rows["widening_unc_ms"], errors="coerce")
+                                    * joint_sigmas(count) / COVERAGE)
+    return out
+
+
+def joint_sigmas(count: int) -> float:
+    """Standard deviations that hold `count` independent comparisons together at the
+    confidence COVERAGE standard deviations give one (COVERAGE itself for one)."""
+    normal = NormalDist()
+    confidence = 2 * normal.cdf(COVERAGE) - 1
+    each = confidence ** (1 / count)
+    return normal.inv_cdf(0.5 + each / 2)
 
 
 def _key(path: str) -> tuple | None:
@@ -143,7 +174,8 @@ def _against(single: pd.DataFrame) -> str:
 def _verdict(row: pd.Series) -> str:
     if row["too_few"]:
         return "too few"
-    widening, unc = row["widening_ms"], row["widening_unc_ms"]
+    widening = row["widening_ms"]
+    unc = row.get("widening_allowance_ms", row["widening_unc_ms"])  # older tables: plain ±
     if not np.isfinite(unc):
         return "unknown"
     return "widens" if widening > unc else "narrows" if widening < -unc else "shifts"
@@ -156,7 +188,7 @@ def _pm(value: float, unc: float) -> str:
 def _headline(row: pd.Series, verdict: str, link: str) -> str:
     p50 = _pm(row["p50_delta_ms"], row["p50_delta_unc_ms"])
     p99 = _pm(row["p99_delta_ms"], row["p99_delta_unc_ms"])
-    more = _pm(row["widening_ms"], row["widening_unc_ms"])
+    more = _pm(row["widening_ms"], row.get("widening_allowance_ms", row["widening_unc_ms"]))
     at = row["ctx"]
     if verdict == "widens":
         return (f"{link} adds jitter at {at}: its median gap between tokens moves {p50} ms "
@@ -167,8 +199,13 @@ def _headline(row: pd.Series, verdict: str, link: str) -> str:
     if verdict == "shifts":
         return (f"{link} shifts every gap between tokens alike at {at}: its median moves "
                 f"{p50} ms and its p99 {p99} ms, no added jitter (the difference, {more} "
-                "ms, is within its ±)")
+                f"ms, is within its ±{_joint(row)})")
     return f"{link} moves its median gap between tokens {p50} ms and its p99 {p99} ms at {at}"
+
+
+def _joint(row: pd.Series) -> str:
+    count = int(row.get("comparisons", 1) or 1)
+    return f", which holds the run's {count} such comparisons together" if count > 1 else ""
 
 
 def _short(row: pd.Series, verdict: str) -> str:

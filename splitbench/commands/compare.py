@@ -52,12 +52,23 @@ def page_markdown(path_a: str, path_b: str, a, b) -> str:
                                                   "link facts)"]
     lines += ["", "## Cells in both", "", to_markdown(run_compare.cells_table(compared))
               if len(compared) else "none", ""]
+    lines += ["## What each link costs decode, in each run", "",
+              "Each link's single-stream decode against the baseline link's, as each "
+              "run's link comparison measured it (paired rounds where the cell was "
+              "paired), and how that cost changed.", ""]
+    changed = run_compare.costs(run_compare.link_costs(path_a),
+                                run_compare.link_costs(path_b))
+    lines += [to_markdown(run_compare.costs_table(changed)) if len(changed) else
+              "none: no link was compared with the baseline in both runs", ""]
     alone = run_compare.only_in(a, b)
     lines += ["## Cells in one run only", "",
               to_markdown(alone) if len(alone) else "none: both measured the same cells",
               ""]
-    gone, new = run_compare.findings_changed(path_a, path_b)
-    lines += ["## Findings that changed", ""]
+    gone, new, moved = run_compare.findings_changed(path_a, path_b)
+    lines += ["## Findings that changed", "",
+              f"{moved} headline{' reads' if moved == 1 else 's read'} the same but for "
+              "their figures (the tables above say which moved beyond their ±); these say "
+              "something else:", ""]
     lines += [f"- A only: {h}" for h in gone] + [f"- B only: {h}" for h in new] or \
-        ["- none: every headline reads the same"]
+        ["- none: every headline says the same"]
     return "\n".join(lines) + "\n"

@@ -43,12 +43,13 @@ def test_held_at_every_level_at_none_and_up_to_a_crash():
                                                      cell(4, True)])) == \
         "holds all 4 measured streams"
     assert service_levels.held_streams(pd.DataFrame([cell(1, False), cell(2, False)])) == \
-        "holds none (at 1 60% of requests meet it)"
+        "holds none (at 1 stream, 60% of requests meet it)"
     crashed = pd.DataFrame([cell(1, True), cell(2, True), cell(4, False, status="crash")])
-    assert service_levels.held_streams(crashed) == "holds 2 streams (at 4 it ended crash)"
+    assert service_levels.held_streams(crashed) == "holds 2 streams (at 4 streams it ended crash)"
     # A level that holds above one that does not: the streams that hold are those below.
     gap = pd.DataFrame([cell(1, True), cell(2, False), cell(4, True)])
-    assert service_levels.held_streams(gap) == "holds 1 stream (at 2 60% of requests meet it)"
+    assert service_levels.held_streams(gap) == \
+        "holds 1 stream (at 2 streams, 60% of requests meet it)"
 
 
 def test_the_finding_names_each_link_per_context_baseline_first():
@@ -58,7 +59,7 @@ def test_the_finding_names_each_link_per_context_baseline_first():
     assert ctx == "5k"
     assert found.text == ("**At 5k, within 500 ms to first token and 20 tokens/s per stream "
                           "for 90% of requests: 5gbe holds all 4 measured streams and usb4 "
-                          "holds 2 streams (at 4 60% of requests meet it)**.")
+                          "holds 2 streams (at 4 streams, 60% of requests meet it)**.")
 
 
 def test_a_service_level_out_of_bounds_is_refused_by_its_key():

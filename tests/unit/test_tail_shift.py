@@ -56,6 +56,29 @@ def test_a_link_that_stalls_now_and_then_adds_jitter():
                                  "tokens moves +0.5"), found.text
 
 
+def test_a_run_of_many_comparisons_needs_a_wider_margin_before_it_calls_jitter():
+    """Nine quiet comparisons at 2σ each would call jitter somewhere in a third of runs:
+    the joint allowance holds them together, so a widening just past one comparison's
+    ± stays 'no added jitter' in a run of nine, and is called in a run of one."""
+    assert tail_shift.joint_sigmas(1) == 2.0
+    assert 2.7 < tail_shift.joint_sigmas(9) < 2.9
+    row = rows([a + 0.5 for a in gaps()], gaps()).copy()
+    row["widening_unc_ms"], row["widening_ms"] = 0.20, 0.25
+    alone = tail_shift.with_allowance(pd.DataFrame([row]))
+    assert alone["comparisons"].iloc[0] == 1
+    assert tail_shift.finding(alone, "usb4", "m").text.startswith("**usb4 adds jitter")
+    nine = tail_shift.with_allowance(pd.DataFrame([row] * 9))
+    assert nine["comparisons"].iloc[0] == 9
+    assert nine["widening_allowance_ms"].iloc[0] > 0.25
+    text = tail_shift.finding(nine.iloc[:1], "usb4", "m").text
+    assert "no added jitter (the difference, +0.25 ±0.28 ms, is within its ±, which " \
+        "holds the run's 9 such comparisons together)" in text, text
+    # A p99 from too few gaps is not judged and does not widen the others' margin.
+    few = pd.DataFrame([row, row.copy()])
+    few.loc[1, "too_few"] = True
+    assert tail_shift.with_allowance(few)["comparisons"].iloc[0] == 1
+
+
 def test_too_few_gaps_for_a_p99_is_said_not_guessed():
     base = gaps(requests=2, per=20)
     row = rows(with_spikes([a + 0.5 for a in base]), base)
