@@ -159,23 +159,52 @@ def latency_bound(rows: pd.DataFrame, tokens_per_s: float,
     return out
 
 
+def at_share(rows: pd.DataFrame, levels: pd.DataFrame) -> pd.DataFrame:
+    """The model's rows held to a service level's share instead of the median: each
+    row's step becomes the baseline single-stream cell's step that the level's share of
+    its requests stay within (service_levels' `step_at_share_ms`, with its error), and
+    its compute that step less the baseline's latency and wire terms. Rows whose
+    baseline cell has no such figure are left out; the level's targets ride along."""
+    wanted = levels[levels["conc"] == 1].rename(columns={"link": "baseline"})
+    keys = ["pair", "model", "ctx", "baseline"]
+    merged = rows.merge(wanted[[*keys, "step_at_share_ms", "step_at_share_se",
+                                "ttft_at_share_ms", "tokens_per_s_target",
+                                "ttft_ms_target", "share_pct"]], on=keys, how="inner")
+    merged = merged[np.isfinite(pd.to_numeric(merged["step_at_share_ms"],
+                                              errors="coerce"))].copy()
+    merged["decode_ms"] = merged["step_at_share_ms"]
+    merged["decode_ms_se"] = merged["step_at_share_se"]
+    merged["compute_ms"] = (merged["decode_ms"] - merged["round_trips"]
+                            * merged["rtt_base_us"] / 1000 - merged["wire_base_ms"])
+    return merged.reset_index(drop=True)
+
+
 def bound_text(bounds: pd.DataFrame) -> str:
     """latency_bound's rows as a table a person reads in a terminal."""
     tps = bounds["tokens_per_s"].iloc[0]
-    lines = [f"The largest request-response latency at which one stream still decodes "
-             f"{tps:g} tokens/s (± is {COVERAGE:g} standard errors; time to first token "
-             "is not predicted here):", ""]
+    share = bounds["share_pct"].iloc[0] if "share_pct" in bounds else None
+    who = (f"{share:g}% of one stream's requests still decode" if share is not None
+           else "one stream still decodes")
+    lines = [f"The largest request-response latency at which {who} {tps:g} tokens/s "
+             f"(± is {COVERAGE:g} standard errors; time to first token is not predicted "
+             "here):", ""]
     header = ["pair", "model", "ctx", "compute (ms/token)", "wire (ms)", "latency at most",
               "round trips from"]
+    waits = "ttft_at_share_ms" in bounds and bounds["ttft_ms_target"].notna().any()
+    if waits:
+        header.insert(-1, f"TTFT on the baseline (p{share:g}, target)")
     body = []
     for _, r in bounds.iterrows():
         bound = r["bound_us"]
         said = ("any (no round trips)" if not np.isfinite(bound) else
                 "none: compute and wire alone are slower" if bound < 0 else
                 f"{bound:.0f} ±{r['bound_unc_us']:.0f} µs")
-        body.append([r["pair"], r["model"], r["ctx"], f"{r['compute_ms']:.3f}",
-                     f"{r['wire_ms']:.3f}", said,
-                     f"{r['round_trips']:.2f} ({r['round_trips_from']})"])
+        line = [r["pair"], r["model"], r["ctx"], f"{r['compute_ms']:.3f}",
+                f"{r['wire_ms']:.3f}", said,
+                f"{r['round_trips']:.2f} ({r['round_trips_from']})"]
+        if waits:
+            line.insert(-1, f"{r['ttft_at_share_ms']:.0f} ms ({r['ttft_ms_target']:g})")
+        body.append(line)
     widths = [max(len(str(x)) for x in column) for column in zip(header, *body, strict=True)]
     for line in [header, *body]:
         lines.append("  ".join(str(x).ljust(w) for x, w in zip(line, widths, strict=True)))

@@ -32,6 +32,11 @@ def arguments(p: argparse.ArgumentParser) -> None:
                    help="instead of a prediction: the largest latency at which one stream "
                         "still decodes this many tokens per second (at --gbit, else the "
                         "baseline link's rate)")
+    p.add_argument("--slo", action="store_true",
+                   help="instead of a prediction: the largest latency at which the run's "
+                        "slo: level (its tokens/s per stream, for its share of requests) "
+                        "still holds on one stream, from the baseline's requests at that "
+                        "share")
     p.add_argument("--results", default=results.ROOT, help="the run's results directory")
 
 
@@ -41,6 +46,9 @@ def run(args: argparse.Namespace) -> int:
         raise SplitbenchError(f"no what-if model at {model}: `snakemake --cores 1 all` "
                               "writes it (or give --results)")
     rows = pd.read_parquet(model)
+    if args.slo:
+        print(whatif.bound_text(_slo_bound(args, rows)))
+        return 0
     if args.tokens_per_s is not None:
         if args.tokens_per_s <= 0:
             raise SplitbenchError("--tokens-per-s must be above 0")
@@ -71,3 +79,21 @@ def run(args: argparse.Namespace) -> int:
     predicted = whatif.predict(rows, rtt, a_to_b, b_to_a, *burst)
     print(whatif.text(predicted, rtt, a_to_b, b_to_a))
     return 0
+
+
+def _slo_bound(args: argparse.Namespace, rows: pd.DataFrame) -> pd.DataFrame:
+    """latency_bound at the run's service level, from its baseline cells at the share."""
+    path = Path(results.under(args.results, results.SERVICE_LEVELS))
+    levels = pd.read_parquet(path) if path.exists() else pd.DataFrame()
+    if "step_at_share_ms" not in levels or levels["tokens_per_s_target"].isna().all():
+        raise SplitbenchError(
+            f"--slo: {path} holds no tokens/s level: the run's config had no slo: "
+            "tokens_per_s (or the run is older than this option); give --tokens-per-s")
+    held = whatif.at_share(rows, levels)
+    if held.empty:
+        raise SplitbenchError("--slo: no baseline single-stream cell was measured ok at "
+                              "the level's share: nothing to predict from")
+    tps = float(held["tokens_per_s_target"].iloc[0])
+    if args.tokens_per_s is not None:
+        tps = args.tokens_per_s
+    return whatif.latency_bound(held, tps, args.gbit, args.gbit_b_to_a)

@@ -34,6 +34,13 @@ def test_a_request_meets_the_level_only_when_it_succeeded_within_every_target(tm
     (row,) = service_levels.table([path], SLO).to_dict("records")
     assert (row["requests"], row["met"], row["met_pct"], row["holds"]) == (4, 1, 25.0, False)
     assert row["goodput_rps"] > 0
+    # What the slowest of the share would need: a failed request stays within nothing,
+    # so 90% of four (the fourth) is unbounded; half of them stay within 20 ms a token.
+    assert row["step_at_share_ms"] == float("inf") and row["share_pct"] == 90.0
+    (half,) = service_levels.table([path], {**SLO, "share_pct": 50.0}).to_dict("records")
+    assert half["step_at_share_ms"] == pytest.approx(20.0, rel=0.01)
+    assert half["ttft_at_share_ms"] == pytest.approx(100.0, rel=0.01)
+    assert half["tokens_per_s_target"] == 20.0 and half["step_at_share_se"] >= 0
     # No target set: no table.
     assert service_levels.table([path], {"share_pct": 90}).empty
 

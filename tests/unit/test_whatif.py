@@ -141,3 +141,31 @@ def test_the_latency_bound_is_where_the_predicted_stream_meets_the_target(tmp_pa
     assert "300 ±23 µs" in capsys.readouterr().out
     assert cli.main(["whatif", "--tokens-per-s", "2000", "--results", str(tmp_path)]) == 0
     assert "none: compute and wire alone are slower" in capsys.readouterr().out
+
+
+def test_the_slo_bound_holds_the_slowest_of_the_share_to_the_target(tmp_path, capsys):
+    """`whatif --slo` predicts from the baseline's step that the level's share of its
+    requests stay within (1.2 ms here, not the 1.0 ms median): the 1.25 ms a token
+    that 800 tokens/s allows leaves 0.1 ms of latency for its one round trip."""
+    summary, links = summary_and_links()
+    rows = whatif.model(summary, links, TRIPS, {"m": 1}, "base")
+    levels = pd.DataFrame([{"pair": "lab", "link": "base", "model": "m", "ctx": "short",
+                            "conc": 1, "step_at_share_ms": 1.2, "step_at_share_se": 0.02,
+                            "ttft_at_share_ms": 40.0, "tokens_per_s_target": 800.0,
+                            "ttft_ms_target": 500.0, "share_pct": 90.0}])
+    held = whatif.at_share(rows, levels)
+    assert held.loc[0, "compute_ms"] == pytest.approx(1.2 - 0.05 - 0.0096)
+    bound = whatif.latency_bound(held, 800.0).iloc[0]
+    assert bound["bound_us"] == pytest.approx(100.0)
+    whatif.write(rows, pd.DataFrame(), results.under(tmp_path, results.WHATIF),
+                 results.under(tmp_path, results.WHATIF_POINTS))
+    path = Path(results.under(tmp_path, results.SERVICE_LEVELS))
+    levels.to_parquet(path)
+    assert cli.main(["whatif", "--slo", "--results", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "at which 90% of one stream's requests still decode 800 tokens/s" in out
+    assert "100 ±40 µs" in out and "40 ms (500)" in out, out
+    # A run without a tokens/s level says what to give instead.
+    levels.assign(tokens_per_s_target=np.nan).to_parquet(path)
+    assert cli.main(["whatif", "--slo", "--results", str(tmp_path)]) == 2
+    assert "no tokens/s level" in capsys.readouterr().err
