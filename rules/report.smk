@@ -106,6 +106,8 @@ rule charts:
         whatif_points=results.WHATIF_POINTS,
         # The token-gaps chart: every cell's inter-token latency percentiles.
         percentiles=results.PERCENTILES,
+        # The what-if chart's target line: the slo: level's tokens/s.
+        levels=results.SERVICE_LEVELS,
     output:
         html=expand(results.CHART, name=CHART_NAMES, ext="html"),
         # Each PNG with its caption, for `snakemake --report`.
@@ -137,6 +139,7 @@ rule charts:
             "--whatif {input.whatif:q}",
             "--whatif-points {input.whatif_points:q}",
             "--percentiles {input.percentiles:q}",
+            "--service-levels {input.levels:q}",
             f"--out {results.CHARTS}",
         )
 

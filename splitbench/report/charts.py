@@ -438,14 +438,17 @@ def build(summary: pd.DataFrame, links: pd.DataFrame, baseline: str,
           tokens: pd.DataFrame | None = None, cell: pd.Series | None = None,
           mechanisms: pd.DataFrame | None = None, whatif_rows: pd.DataFrame | None = None,
           whatif_points: pd.DataFrame | None = None,
-          percentiles: pd.DataFrame | None = None) -> dict[str, alt.TopLevelMixin]:
+          percentiles: pd.DataFrame | None = None,
+          levels: pd.DataFrame | None = None) -> dict[str, alt.TopLevelMixin]:
     """Every chart, by name, in the report's order. `mechanisms`: the mechanisms table,
     whose decode slopes the decode-vs-latency chart draws; `whatif_*`: the what-if
     model and the measured links beside it (analysis.whatif); `percentiles`: every
-    cell's distributions (analysis.percentiles)."""
+    cell's distributions (analysis.percentiles); `levels`: the service levels'
+    per-cell table (analysis.service_levels), whose target the what-if chart draws."""
     inputs = {"summary": summary, "links": links, "baseline": baseline, "tokens": tokens,
               "cell": cell, "mechanisms": mechanisms, "whatif_rows": whatif_rows,
-              "whatif_points": whatif_points, "percentiles": percentiles}
+              "whatif_points": whatif_points, "percentiles": percentiles,
+              "levels": levels}
     return {name: BUILDERS[name](**inputs) for name in CHARTS}
 
 
@@ -467,10 +470,12 @@ def save(chart: alt.TopLevelMixin, out_dir: str | Path, name: str) -> list[Path]
 def render(summary_path: str, link_files: list[str], baseline: str, out_dir: str,
            cells_dir: str = results.CELLS, timeline: str = "",
            mechanisms_path: str = "", whatif_path: str = "",
-           whatif_points_path: str = "", percentiles_path: str = "") -> list[Path]:
+           whatif_points_path: str = "", percentiles_path: str = "",
+           levels_path: str = "") -> list[Path]:
     """Build and save every chart; returns the files written."""
     summary = pq.read_table(summary_path).to_pandas()
     percentiles = pd.read_parquet(percentiles_path) if percentiles_path else None
+    levels = pd.read_parquet(levels_path) if levels_path else None
     mechanisms = pd.read_csv(mechanisms_path) if mechanisms_path else None
     whatif_rows = pd.read_parquet(whatif_path) if whatif_path else None
     whatif_points = pd.read_parquet(whatif_points_path) if whatif_points_path else None
@@ -479,6 +484,6 @@ def render(summary_path: str, link_files: list[str], baseline: str, out_dir: str
     tokens = read_timeline(cells_dir, cell) if cell is not None else None
     written = []
     for name, chart in build(summary, links, baseline, tokens, cell, mechanisms, whatif_rows,
-                             whatif_points, percentiles).items():
+                             whatif_points, percentiles, levels).items():
         written += save(chart, out_dir, name)
     return written

@@ -7,7 +7,10 @@ measured ± and, hollow, its own prediction (its own latency and rates). A point
 disagrees with its prediction beyond their ± (whatif.measured_points: `off_curve`) is
 ringed in red and says so in its tooltip. Where the curve is flat the link no longer
 matters: the dotted rule marks the latency above which its round trips add more than
-whatif.FELT_ABOVE of the step.
+whatif.FELT_ABOVE of the step. With a service level (`slo:` tokens/s), a dashed grey
+rule across each panel marks its target: where the curve crosses it a typical stream
+just meets it (the slowest of the level's share need a little less latency:
+`whatif --slo`).
 """
 
 from __future__ import annotations
@@ -47,8 +50,10 @@ def curve_data(rows: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
 
 
 def chart(rows: pd.DataFrame, points: pd.DataFrame, contexts: list[str],
-          several_pairs: bool, width: int, height: int) -> alt.TopLevelMixin:
-    """The chart, faceted by model (and pair where there are several)."""
+          several_pairs: bool, width: int, height: int, target: float | None = None
+          ) -> alt.TopLevelMixin:
+    """The chart, faceted by model (and pair where there are several); `target`: the
+    service level's tokens/s per stream, drawn as a rule."""
     line = curve_data(rows, points)
     if line.empty:
         frame = pd.DataFrame({"text": ["no baseline single-stream cell with a measured "
@@ -100,23 +105,42 @@ def chart(rows: pd.DataFrame, points: pd.DataFrame, contexts: list[str],
         x="felt_us:Q", color=colour, tooltip=["ctx:N", alt.Tooltip("felt_us:Q", format=".0f",
                                                      title="felt above (µs)")],
     ).transform_filter("datum.part == 'felt' && isValid(datum.felt_us)")
+    layers = [band, curve, rule, bars, dots, off, predicted]
+    if target is not None:
+        data = pd.concat([data, rows[["pair", "model"]].drop_duplicates().assign(
+            part="target", target_tps=target)], ignore_index=True)
+        layers.append(alt.Chart().mark_rule(color="#666", strokeDash=[6, 4]).encode(
+            y="target_tps:Q", tooltip=[alt.Tooltip("target_tps:Q", format="g",
+                                                   title="service level (tok/s per stream)")],
+        ).transform_filter("datum.part == 'target'"))
     facet = ({"row": alt.Row("pair:N"), "column": alt.Column("model:N")} if several_pairs
              else {"facet": alt.Facet("model:N", title="model"), "columns": 2})
-    return alt.layer(band, curve, rule, bars, dots, off, predicted, data=data).properties(
+    level = (f"; grey dashes: the service level's {target:g} tok/s per stream"
+             if target is not None else "")
+    return alt.layer(*layers, data=data).properties(
         width=width, height=height).facet(
         **facet, title=alt.TitleParams(
             TITLE, anchor="start",
             subtitle=f"curve: the baseline's bandwidth, ± shaded; dotted: the latency "
                      f"above which the link adds over {whatif.FELT_ABOVE:.0%} to the step; "
-                     "red ring: a link off its prediction")
+                     f"red ring: a link off its prediction{level}")
     ).resolve_scale(y="independent")
 
 
 def build(summary: pd.DataFrame, whatif_rows: pd.DataFrame | None = None,
           whatif_points: pd.DataFrame | None = None, contexts: list[str] | None = None,
-          width: int = 360, height: int = 220, **_: Any) -> alt.TopLevelMixin:
+          width: int = 360, height: int = 220, levels: pd.DataFrame | None = None,
+          **_: Any) -> alt.TopLevelMixin:
     rows = whatif_rows if whatif_rows is not None else pd.DataFrame(
         columns=whatif.MODEL_COLUMNS)
     points = whatif_points if whatif_points is not None else pd.DataFrame()
     several = "pair" in summary and summary["pair"].nunique() > 1
-    return chart(rows, points, contexts or [], several, width, height)
+    return chart(rows, points, contexts or [], several, width, height, target_tps(levels))
+
+
+def target_tps(levels: pd.DataFrame | None) -> float | None:
+    """The service level's tokens/s per stream, where the run set one."""
+    if levels is None or "tokens_per_s_target" not in levels:
+        return None
+    set_ = pd.to_numeric(levels["tokens_per_s_target"], errors="coerce").dropna()
+    return float(set_.iloc[0]) if len(set_) else None

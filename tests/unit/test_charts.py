@@ -127,6 +127,29 @@ def test_the_token_gaps_chart_draws_each_single_streams_median_to_p99():
     assert "no single-stream cell" in rendered(charts.token_gaps(summary, percentiles=None))
 
 
+def test_the_what_if_chart_draws_the_service_levels_target_where_one_is_set():
+    from splitbench.analysis import whatif
+    from splitbench.report import sensitivity
+    summary = summary_frame()
+    links = links_frame().assign(rr64_p50_us=lambda f: f["rr16k_p50_us"])
+    trips = pd.DataFrame([{"pair": "lab", "model": "m", "workers": 1,
+                           "round_trips": ROUND_TRIPS, "round_trips_se": 0.05,
+                           "round_trips_from": "the delay sweep"}])
+    rows = whatif.model(summary, links, trips, {"m": 1}, "baseline")
+    points = whatif.measured_points(rows, pd.DataFrame(columns=[
+        "pair", "model", "ctx", "status", "status_base", "link"]))
+    levels = pd.DataFrame([{"tokens_per_s_target": 200.0}, {"tokens_per_s_target": 200.0}])
+    chart = sensitivity.build(summary, rows, points, ["short", "5k"], levels=levels)
+    drawn = [r for data in chart.to_dict()["datasets"].values() for r in data
+             if r.get("part") == "target"]
+    assert drawn and {r["target_tps"] for r in drawn} == {200.0}
+    svg = rendered(chart)
+    assert "the service level's 200 tok/s per stream" in svg
+    # No level set: no rule, no words about one.
+    bare = sensitivity.build(summary, rows, points, ["short", "5k"])
+    assert "service level" not in rendered(bare)
+
+
 def test_delta_against_the_baseline():
     delta = charts.delta_vs_baseline(summary_frame(), "baseline")
     assert set(delta["link"]) == {"slow"}
