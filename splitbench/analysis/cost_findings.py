@@ -199,10 +199,12 @@ def _dominance_words(bandwidth: float, bandwidth_unc: float, latency: float,
                                    "not round trips)"}.get(verdict, verdict)
 
 
-def round_trip_floor(trips: pd.DataFrame, model_rows: pd.DataFrame, section: str
-                     ) -> Finding | None:
+def round_trip_floor(trips: pd.DataFrame, model_rows: pd.DataFrame, section: str,
+                     split: str = "rpc") -> Finding | None:
     """The sweep's round trips per token against the topological floor (one per RPC
-    worker), and the latency below which the model's decode does not feel the link."""
+    worker), and the latency below which the model's decode does not feel the link.
+    `split`: how the model was split (splits.SPLITS' key): a vLLM split's ranks have no
+    RPC packets to count, and the finding says what its run does measure."""
     parts = []
     for r in trips.sort_values("workers").itertuples():
         unc = COVERAGE * as_number(r.round_trips_se)
@@ -241,7 +243,14 @@ def round_trip_floor(trips: pd.DataFrame, model_rows: pd.DataFrame, section: str
                  "trips add "
                  f"under {whatif.FELT_ABOVE:.0%} to the {short['compute_ms']:.2f} ms of "
                  f"compute at {short['ctx']}).")
-    if not parts:
+    if not parts and split != "rpc":
+        text = ("**Why a link costs what it does is not resolvable on this data**: vLLM's "
+                "ranks talk over connections of their own, whose turns splitbench neither "
+                "sweeps nor counts, so this split's decode cost is not divided into round "
+                "trips × latency and bandwidth; what it moves per token each way is "
+                "measured (the backends table's bytes per token), and the link comparison "
+                "gives its cost per link.")  # no latency it "does not feel": none assumed
+    elif not parts:
         text = ("**Why a link costs what it does is not resolvable on this data**: no round "
                 "trips per token were measured for this model (neither a round-trip sweep, "
                 "`roundtrips:`, nor the cells' RPC packets, which host A counts where it "

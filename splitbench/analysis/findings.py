@@ -336,7 +336,8 @@ def collect(summary: pd.DataFrame, links: pd.DataFrame, comp: pd.DataFrame,
         floor = round_trip_floor(
             my_trips,
             model_rows[(model_rows["pair"] == pair) & (model_rows["model"] == model)]
-            .assign(_order=lambda f: f["ctx"].map(order)).sort_values("_order"), section)
+            .assign(_order=lambda f: f["ctx"].map(order)).sort_values("_order"), section,
+            _split_of(cells))
         if floor:
             out.append(marked(floor, swept, "round-trip sweeps"))
         measured_links = cells["link"].unique()
@@ -374,6 +375,12 @@ def collect(summary: pd.DataFrame, links: pd.DataFrame, comp: pd.DataFrame,
                 f.section = f"The links of {pair}"
         out += found
     return out + trust(check_lines, comp)
+
+
+def _split_of(cells: pd.DataFrame) -> str:
+    """How a model's cells were split (splits.SPLITS' key; llama.cpp RPC without one)."""
+    named = cells["split"].dropna() if "split" in cells else pd.Series([], dtype=object)
+    return str(named.iloc[0]) if len(named) else "rpc"
 
 
 def _tail_rows(tails: pd.DataFrame | None, pair: str, model: str, order: dict[str, int]

@@ -279,6 +279,13 @@ def test_round_trips_against_the_topological_floor():
     assert none.startswith("**Why a link costs what it does is not resolvable on this data**")
     # What the what-if then used is the floor, and the finding says it was assumed.
     assert "(its assumed 1.02 round trips add" in none
+    assert "RPC packets" in none
+    # A vLLM split has no RPC packets to count: its sentence says what its run measures.
+    vllm = findings.round_trip_floor(trips.iloc[0:0], model, "m", split="tp2").text
+    assert vllm.startswith("**Why a link costs what it does is not resolvable on this "
+                           "data**: vLLM's ranks talk over connections of their own")
+    assert "RPC packets" not in vllm and "bytes per token" in vllm
+    assert "assumed" not in vllm  # no round trips guessed for it either
 
 
 def test_a_link_measured_faster_than_the_baseline_is_flagged_never_a_saving():
