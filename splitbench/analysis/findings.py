@@ -331,8 +331,7 @@ def collect(summary: pd.DataFrame, links: pd.DataFrame, comp: pd.DataFrame,
                               flags_of(used) + swept, among=len(used)))
         for link, rows in _tail_rows(tails, pair, model, order):
             out.append(marked(tail_shift.finding(rows, link, section),
-                              flags_of(cells[(cells["link"] == link) & (cells["conc"] == 1)],
-                                       ("flags",))))
+                              flags_of(_tail_cells(cells, rows, link), ("flags",))))
         floor = round_trip_floor(
             my_trips,
             model_rows[(model_rows["pair"] == pair) & (model_rows["model"] == model)]
@@ -375,6 +374,16 @@ def collect(summary: pd.DataFrame, links: pd.DataFrame, comp: pd.DataFrame,
                 f.section = f"The links of {pair}"
         out += found
     return out + trust(check_lines, comp)
+
+
+def _tail_cells(cells: pd.DataFrame, rows: pd.DataFrame, link: str) -> pd.DataFrame:
+    """The single-stream cells a link's tail finding rests on: its own, and the
+    baseline link's at each context where its gaps were held to them (not paired)."""
+    single = cells[cells["conc"] == 1]
+    held = rows[(rows["conc"] == 1) & ~rows["paired"].astype(bool)]
+    base = single[(single["link"] == rows["baseline"].iloc[0])
+                  & single["ctx"].isin(held["ctx"])] if len(rows) else single.iloc[:0]
+    return pd.concat([single[single["link"] == link], base])
 
 
 def _split_of(cells: pd.DataFrame) -> str:

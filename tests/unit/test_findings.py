@@ -481,3 +481,24 @@ def test_a_lan_link_says_so_in_its_finding():
     assert lan.text.startswith("**lan: 0.94 Gbit/s A→B and 0.93 B→A** (the LAN of hosts A "
                                "and B, compared as it is: nothing on it changed")
     assert "LAN" not in cable.text
+
+
+def test_a_tail_finding_held_to_the_baseline_links_cells_carries_their_flags():
+    """A default run with a busy machine at 5k: the baseline's 5k cell ran under load, its
+    p99 swelled, and every link 'narrowed the tail' there with no ⚠, because the finding
+    carried only the link's own flags. Held to a cell, it carries that cell's flags; a
+    paired context is held to the cell's own reference requests instead."""
+    busy = "hosts A and B: other processes used 0.53 cores (limit 0.25 cores) during the cell"
+    cells = pd.DataFrame([
+        {"pair": "lab", "link": link, "model": "m", "ctx": ctx, "conc": conc,
+         "flags": busy if (link, ctx) == ("base", "5k") else None}
+        for link in ("base", "usb4") for ctx in ("short", "5k") for conc in (1, 2)])
+    rows = pd.DataFrame([{"link": "usb4", "ctx": "short", "conc": 1, "paired": True,
+                          "baseline": "base"},
+                         {"link": "usb4", "ctx": "5k", "conc": 1, "paired": False,
+                          "baseline": "base"}])
+    flags = findings.flags_of(findings._tail_cells(cells, rows, "usb4"), ("flags",))
+    assert flags == [("base 5k", busy)]
+    # Paired at 5k too: the baseline's cells are not what it was held to.
+    paired = findings._tail_cells(cells, rows.assign(paired=True), "usb4")
+    assert findings.flags_of(paired, ("flags",)) == []
