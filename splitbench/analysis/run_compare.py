@@ -2,8 +2,11 @@
 or a llama.cpp version changed between them).
 
 The cells both measured are compared figure by figure: B's less A's, with a ± of
-COVERAGE standard errors of that difference (two independent measurements: their
-standard errors combined in quadrature); a change beyond its ± is marked. Cells one
+COVERAGE standard errors of that difference: two measurements made at different times,
+so each one's own standard error and the machine's drift over its run (the spread of
+its drift anchors' repeats, comparison.machine_drift: what the run's own sequential
+comparisons allow for) combined in quadrature; a change beyond its ± is marked, and a
+cell either run flagged (other work on the CPUs) is said to be. Cells one
 run alone has are listed, not compared. The findings whose headline appears in one run
 only are listed too, and what differs in the runs' provenance: each pair's llama.cpp
 builds and each link's facts (kernel, MTU, negotiated speed, how it was made). What an
@@ -24,10 +27,11 @@ from splitbench.analysis import checks, comparison
 from splitbench.analysis.cell_summary import read_links
 from splitbench.infra.fits import COVERAGE
 
-# (figure, its standard error, its title, decimals)
-FIGURES = [("decode_ms_per_token", "decode_ms_se", "decode (ms/token)", 3),
-           ("prefill_tps", "prefill_tps_se", "prefill (tok/s)", 1),
-           ("ttft_ms", "ttft_ms_se", "TTFT (ms)", 1)]
+# (figure, its standard error, its title, decimals, the drift that moves it: time to
+# first token is mostly prefill)
+FIGURES = [("decode_ms_per_token", "decode_ms_se", "decode (ms/token)", 3, "decode"),
+           ("prefill_tps", "prefill_tps_se", "prefill (tok/s)", 1, "prefill"),
+           ("ttft_ms", "ttft_ms_se", "TTFT (ms)", 1, "prefill")]
 KEYS = list(results.CELL_KEYS)
 # A link's facts whose change is a change of the setup, not of the measurement.
 LINK_FACTS = ["kernel_a", "kernel_b", "mtu_a", "mtu_b", "negotiated_gbps", "driver_a",
@@ -44,18 +48,50 @@ def read_summary(root: str | Path) -> pd.DataFrame:
     return pd.read_parquet(path)
 
 
-def cells(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
+def drift(root: str | Path, summary: pd.DataFrame) -> pd.DataFrame:
+    """The machine's drift over one run, per pair and model (comparison.machine_drift
+    from its anchors and baseline cells)."""
+    anchors = sorted(str(p) for p in Path(results.under(root, f"{results.ROOT}/anchors"))
+                     .glob("*/*/*.requests.parquet"))
+    return comparison.machine_drift(anchors, summary, baseline_of(root, summary))
+
+
+def baseline_of(root: str | Path, summary: pd.DataFrame) -> str | None:
+    """The run's baseline link: the one its what-if model names, else
+    comparison.pick_baseline's."""
+    model = Path(results.under(root, results.WHATIF))
+    named = pd.read_parquet(model)["baseline"] if model.exists() else pd.Series([])
+    return comparison.pick_baseline(summary, named.iloc[0] if len(named) else None)
+
+
+def cells(a: pd.DataFrame, b: pd.DataFrame, drift_a: pd.DataFrame | None = None,
+          drift_b: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per cell both runs measured: per figure A, B, the change and its ±, and
     whether the change lies beyond it (`*_beyond`); a figure a run did not record, or
-    a cell that failed in either, has no change."""
+    a cell that failed in either, has no change. `drift_*`: each run's drift (drift());
+    without it a run's cells carry their own standard errors alone. `flagged`: either
+    run flagged the cell."""
     both = a.merge(b, on=KEYS, suffixes=("_a", "_b"))
+    for side, moved in (("a", drift_a), ("b", drift_b)):
+        moved = moved if moved is not None else pd.DataFrame(
+            columns=["pair", "model", "drift_decode_rel", "drift_prefill_rel"])
+        moved = moved.rename(columns={f"drift_{f}_rel": f"drift_{f}_{side}"
+                                      for f in ("decode", "prefill")})
+        both = both.merge(moved[["pair", "model", f"drift_decode_{side}",
+                                 f"drift_prefill_{side}"]], on=["pair", "model"], how="left")
     out = both[KEYS].copy()
     out["status_a"], out["status_b"] = both.get("status_a"), both.get("status_b")
+    out["flagged"] = [any(isinstance(f, str) and f for f in pair) for pair in zip(
+        both.get("flags_a", pd.Series(None, index=both.index)),
+        both.get("flags_b", pd.Series(None, index=both.index)), strict=True)]
     ok = (both.get("status_a") == "ok") & (both.get("status_b") == "ok")
-    for figure, se, _, _ in FIGURES:
+    for figure, se, _, _, moved_by in FIGURES:
         va, vb = (_number(both, f"{figure}_{side}") for side in "ab")
         change = (vb - va).where(ok)
-        unc = COVERAGE * np.hypot(_number(both, f"{se}_a"), _number(both, f"{se}_b"))
+        spread = [np.hypot(_number(both, f"{se}_{side}"),
+                           _number(both, f"drift_{moved_by}_{side}").fillna(0) * value)
+                  for side, value in (("a", va), ("b", vb))]
+        unc = COVERAGE * np.hypot(*spread)
         out[f"{figure}_a"], out[f"{figure}_b"] = va.where(ok), vb.where(ok)
         out[f"{figure}_change"], out[f"{figure}_unc"] = change, unc.where(ok)
         out[f"{figure}_beyond"] = (change.abs() > unc).where(change.notna() & unc.notna())
@@ -83,13 +119,8 @@ def link_costs(root: str | Path) -> pd.DataFrame:
     run's link comparison table reads them. The baseline is the one the run's what-if
     model names, else comparison.pick_baseline's."""
     summary = read_summary(root)
-    model = Path(results.under(root, results.WHATIF))
-    named = pd.read_parquet(model)["baseline"] if model.exists() else pd.Series([])
-    base = comparison.pick_baseline(summary, named.iloc[0] if len(named) else None)
-    anchors = sorted(str(p) for p in Path(results.under(root, f"{results.ROOT}/anchors"))
-                     .glob("*/*/*.requests.parquet"))
-    drift = comparison.machine_drift(anchors, summary, base)
-    comp = comparison.compare_links(summary, base, drift)
+    comp = comparison.compare_links(summary, baseline_of(root, summary),
+                                    drift(root, summary))
     return comp.reindex(columns=COST_COLUMNS)
 
 
@@ -116,7 +147,9 @@ def costs(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
         "decode_lower_bound_b"].fillna(True).astype(bool)
     outside = out["change"].abs() > out["unc"]
     known = out["change"].notna() & out["unc"].notna()
-    out["beyond"] = outside.where(known & ~(outside & lower)).astype("boolean")
+    # Python's True, False or None, as cells() gives: costs_table asks `is True`.
+    out["beyond"] = [bool(o) if k and not (o and lo) else None
+                     for o, k, lo in zip(outside, known, lower, strict=True)]
     return out
 
 
@@ -128,7 +161,7 @@ def costs_table(changed: pd.DataFrame) -> pd.DataFrame:
             _change(c, u, None, 2) for c, u in zip(changed[f"cost_{side}"],
                                                   changed[f"unc_{side}"], strict=True)]
     out["change"] = [
-        _change(c, u, beyond, 2) + (" (± a lower bound)" if pd.isna(beyond)
+        _change(c, u, beyond, 2) + (" (± a lower bound)" if beyond is None
                                     and np.isfinite(c) else "")
         for c, u, beyond in zip(changed["change"], changed["unc"], changed["beyond"],
                                 strict=True)]
@@ -203,7 +236,7 @@ def cells_table(compared: pd.DataFrame) -> pd.DataFrame:
     """The cells both measured, as a person reads them: each figure's A, B and change ±,
     ⚠ where the change lies beyond its ±."""
     out = compared[KEYS].copy()
-    for figure, _, title, places in FIGURES:
+    for figure, _, title, places, _ in FIGURES:
         out[f"{title} A"] = compared[f"{figure}_a"].map(lambda v, p=places: _fixed(v, p))
         out[f"{title} B"] = compared[f"{figure}_b"].map(lambda v, p=places: _fixed(v, p))
         out[f"{title} change"] = [
@@ -211,8 +244,10 @@ def cells_table(compared: pd.DataFrame) -> pd.DataFrame:
                 compared[f"{figure}_change"], compared[f"{figure}_unc"],
                 compared[f"{figure}_beyond"], strict=True)]
     failed = (compared["status_a"] != "ok") | (compared["status_b"] != "ok")
-    out["status"] = [f"{a} → {b}" if bad else "ok" for a, b, bad in zip(
-        compared["status_a"], compared["status_b"], failed, strict=True)]
+    out["status"] = [f"{a} → {b}" if bad else "⚠ flagged" if flagged else "ok"
+                     for a, b, bad, flagged in zip(
+                         compared["status_a"], compared["status_b"], failed,
+                         compared["flagged"], strict=True)]
     return out
 
 
@@ -230,10 +265,14 @@ def _change(change: float, unc: float, beyond: object, places: int) -> str:
 
 def summary_line(compared: pd.DataFrame) -> str:
     """How many figures changed beyond their ±, of those that could be compared."""
-    counted = [compared[f"{figure}_beyond"].dropna().astype(bool).sum()
+    quiet = compared[~compared["flagged"]]
+    counted = [quiet[f"{figure}_beyond"].dropna().astype(bool).sum()
                for figure, *_ in FIGURES]
-    comparable = [compared[f"{figure}_beyond"].notna().sum() for figure, *_ in FIGURES]
+    comparable = [quiet[f"{figure}_beyond"].notna().sum() for figure, *_ in FIGURES]
     beyond, total = int(sum(counted)), int(sum(comparable))
     share = f" ({100 * (total - beyond) / total:.0f}% within their ±)" if total else ""
-    return (f"{len(compared)} cells in both runs; {beyond} of {total} figures with a ± "
-            f"changed beyond it{share}.")
+    flagged = int(compared["flagged"].sum())
+    aside = (f"; {flagged} cell{'s' if flagged != 1 else ''} flagged in either run, "
+             "counted apart" if flagged else "")
+    return (f"{len(compared)} cells in both runs{aside}; {beyond} of {total} figures with "
+            f"a ± changed beyond it{share}.")

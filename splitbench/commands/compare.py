@@ -41,11 +41,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def page_markdown(path_a: str, path_b: str, a, b) -> str:
-    compared = run_compare.cells(a, b)
+    compared = run_compare.cells(a, b, run_compare.drift(path_a, a),
+                                 run_compare.drift(path_b, b))
     lines = ["# Two runs compared", "", f"A: `{path_a}`, B: `{path_b}`. "
              f"{run_compare.summary_line(compared)} A change is B's figure less A's; ± is "
-             f"{run_compare.COVERAGE:g} standard errors of that difference (the two "
-             "measurements' combined); ⚠ marks a change beyond it.", ""]
+             f"{run_compare.COVERAGE:g} standard errors of that difference (each cell's "
+             "own and the machine's drift over its run, from its anchors, combined); ⚠ "
+             "marks a change beyond it, and a cell either run flagged.", ""]
     setup = run_compare.provenance_changed(path_a, path_b)
     lines += ["## What differs in their setup", ""]
     lines += [f"- {line}" for line in setup] or ["- nothing recorded differs (builds, "

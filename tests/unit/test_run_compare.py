@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from splitbench import cli, results
 
@@ -60,6 +61,15 @@ def test_two_runs_one_changed_cable_and_one_cell_only_in_b(tmp_path, capsys):
     # is a lower bound and a change beyond it is not called.
     cost = next(line for line in text.splitlines() if line.startswith("| lab | m | usb4 |"))
     assert "| +0.50 ±0.03 | +0.70 ±0.03 | +0.20 ±0.04 (± a lower bound) |" in cost, cost
+    # Paired in both runs: the ± is the rounds' own, and a change beyond it is marked.
+    from splitbench.analysis import run_compare
+    paired = pd.DataFrame([{"pair": "lab", "model": "m", "link": "usb4", "ctx": "short",
+                            "compared": "paired (20 rounds)", "status": "ok",
+                            "status_base": "ok", "decode_delta_ms": cost_ms,
+                            "decode_delta_unc_ms": 0.05, "decode_lower_bound": False}
+                           for cost_ms in (0.58, 1.01)])
+    changed = run_compare.costs(paired.iloc[:1], paired.iloc[1:])
+    assert run_compare.costs_table(changed)["change"].iloc[0] == "⚠ +0.43 ±0.07"
     # A headline whose figures moved is counted; one that says something else is listed.
     assert "1 headline reads the same but for their figures" in text
     assert "costs decode" not in text.split("## Findings that changed")[1]
@@ -81,3 +91,27 @@ def test_a_run_from_before_the_standard_errors_compares_without_a_plus_minus(tmp
     assert "- nothing recorded differs (builds, link facts)" in text
     assert cli.main(["compare", str(a), str(tmp_path / "nothing")]) == 2
     assert "no summary/cells.parquet" in capsys.readouterr().err
+
+
+def test_two_runs_carry_each_runs_drift_and_set_flagged_cells_apart():
+    """Two runs are two times: a cell's change carries both runs' machine drift (from
+    their anchors), not only each cell's own spread; a cell either run flagged is
+    counted apart from the share within ±."""
+    from splitbench.analysis import run_compare
+    a = pd.DataFrame([{"pair": "lab", "link": link, "model": "m", "ctx": "short",
+                       "conc": 1, "status": "ok", "decode_ms_per_token": 1.00,
+                       "decode_ms_se": 0.01, "flags": None} for link in ("base", "usb4")])
+    b = a.assign(decode_ms_per_token=1.05, flags=[None, "hosts A and B: other processes"])
+    alone = run_compare.cells(a, b)
+    assert list(alone["decode_ms_per_token_beyond"]) == [True, True]
+    drift = pd.DataFrame([{"pair": "lab", "model": "m", "drift_decode_rel": 0.03,
+                           "drift_prefill_rel": 0.05}])
+    drifting = run_compare.cells(a, b, drift, drift)
+    # 2 x hypot(hypot(0.01, 0.03 x 1.00), hypot(0.01, 0.03 x 1.05)) = 0.0915
+    assert drifting["decode_ms_per_token_unc"].iloc[0] == pytest.approx(0.0915, abs=1e-4)
+    assert list(drifting["decode_ms_per_token_beyond"]) == [False, False]
+    assert list(drifting["flagged"]) == [False, True]
+    line = run_compare.summary_line(drifting)
+    assert line.startswith("2 cells in both runs; 1 cell flagged in either run, counted "
+                           "apart; 0 of 1 figures with a ± changed beyond it (100% within")
+    assert list(run_compare.cells_table(drifting)["status"]) == ["ok", "⚠ flagged"]
