@@ -84,6 +84,8 @@ class LaunchRecord(TypedDict, total=False):
     settings: ServerSettings
     started_at: float
     load_s: float
+    load_bytes: dict[str, int] | None  # what crossed the link while it loaded
+    tensor_cache: dict[str, Any]  # B's tensor cache (tensor_cache.TensorCache)
     placement: dict[str, Any]
     memory: dict[str, dict[str, float | None]]
     sensors_after_load: dict[str, Any]

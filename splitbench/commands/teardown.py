@@ -1,18 +1,26 @@
-"""`teardown`: stop every process and namespace this run started, and nothing else."""
+"""`teardown`: stop every process and namespace this run started, and nothing else;
+with --purge, also remove what runs keep between them (host B's tensor cache)."""
 
 from __future__ import annotations
 
 import argparse
 
+from splitbench.backends.llamacpp import tensor_cache
 from splitbench.infra import teardown
 
 HELP = "stop every process and namespace this run started"
 
 
 def arguments(p: argparse.ArgumentParser) -> None:
-    """No flags: what to stop is what the run recorded."""
+    """What to stop is what the run recorded."""
+    p.add_argument("--purge", action="store_true",
+                   help="also remove what runs keep between them: each host B's tensor "
+                        "cache (the weights its workers were sent)")
 
 
 def run(args: argparse.Namespace) -> None:
     for line in teardown.teardown():
         print(line)
+    if args.purge:
+        for line in tensor_cache.purge():
+            print(line)

@@ -132,12 +132,29 @@ def _launch_rows(launch_files: dict[str, Path]) -> tuple[pd.DataFrame, str]:
                      "settings": json.dumps(launch.get("settings")),
                      "started": clock_text(started * 1e9) if started else None,
                      "load s": launch.get("load_s"),
+                     "sent to B while loading (MB)": _megabytes(launch.get("load_bytes")),
+                     "tensor cache": _cache_text(launch.get("tensor_cache")),
                      "placement": json.dumps(launch.get("placement"))})
         lines = [shlex.join(argv) for argv in _argvs(launch.get("commands", {}))]
         commands.append(f"# launch {launch_id}\n" + "\n".join(lines))
     text = html.escape("\n\n".join(commands))
     block = f"<details><summary>command lines</summary><pre>{text}</pre></details>"
     return pd.DataFrame(rows), block
+
+
+def _megabytes(load_bytes: dict | None) -> float | None:
+    """A→B bytes of a launch's load, in MB (None: not counted)."""
+    if not load_bytes or load_bytes.get("a_to_b") is None:
+        return None
+    return round(load_bytes["a_to_b"] / 1e6, 1)
+
+
+def _cache_text(cache: dict | None) -> str | None:
+    """A launch's tensor cache as the table says it (None: a launch from before it)."""
+    if cache is None:
+        return None
+    return (f"on ({cache['dir']})" if cache.get("dir")
+            else f"off: {cache.get('why_not', 'not recorded')}")
 
 
 def _metadata_details(label: str, path: str | Path) -> str:

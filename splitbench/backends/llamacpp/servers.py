@@ -15,9 +15,9 @@ from typing import TypedDict
 
 from splitbench.backends import lifecycle
 from splitbench.backends.lifecycle import LaunchError
-from splitbench.backends.llamacpp import worker_copy
+from splitbench.backends.llamacpp import tensor_cache, worker_copy
 from splitbench.backends.llamacpp.toolchain import failure as toolchain_failure
-from splitbench.infra import procs, telemetry
+from splitbench.infra import procs, sockdiag, telemetry
 from splitbench.infra.hosts import Host
 from splitbench.links.link import Link
 from splitbench.records import LaunchRecord, ModelInfo, ToolchainRecord
@@ -75,11 +75,13 @@ def _launch(
     that fails stops everything it started before the error leaves (a worker left
     behind would outlive the run: nothing else knows it belongs to a failed launch)."""
     started: list[str] = []
+    cache: tensor_cache.TensorCache = {}
     try:
-        return _start(link, settings, model_path, wanted, toolchain, slot, started)
+        return _start(link, settings, model_path, wanted, toolchain, slot, started, cache)
     except BaseException:
         for key in started:
             procs.stop(key)
+        tensor_cache.discard(link.host_b, cache)  # a file it was writing is cut short
         raise
 
 
@@ -105,11 +107,15 @@ def _start(
     toolchain: ToolchainRecord,
     slot: str,
     started: list[str],
+    cache: tensor_cache.TensorCache,
 ) -> lifecycle.Server:
     logs = procs.state_dir() / "logs"
     launch_id = uuid.uuid4().hex[:12]
     bin_a = Path(toolchain["a"]["bin_dir"])
     bin_b, worker_env = _worker_build(link, toolchain)
+    # B keeps the big tensors it is sent: a launch on the pair's next link sends hashes.
+    cache.update(tensor_cache.prepare(link.host_b, bin_b / "ggml-rpc-server", worker_env))
+    worker_env = {**(worker_env or {}), **cache.get("env", {})} or None
     threads = str(settings["threads"])
     workers = settings.get("workers", 1)
     worker_ports = [link.ports.worker(i) for i in range(workers)]
@@ -117,7 +123,7 @@ def _start(
     for i, worker_port in enumerate(worker_ports):
         # The worker has no authentication: bind it to B's link address, never 0.0.0.0.
         argv = [str(bin_b / "ggml-rpc-server"), "-H", link.addr_b, "-p", str(worker_port),
-                "-t", threads, *settings.get("worker_args", [])]
+                "-t", threads, *cache.get("flags", []), *settings.get("worker_args", [])]
         key = f"rpc-{lifecycle.named(link.pair, slot)}-{i}"
         started.append(key)
         worker = link.host_b.spawn(argv, role="rpc-server", key=key, env=worker_env,
@@ -159,12 +165,14 @@ def _start(
         "worker_ports": worker_ports,
         "commands": {"rpc_servers": rpc_argvs, "llama_server": server_argv},
         "settings": settings, "started_at": time.time(),
+        "tensor_cache": {k: v for k, v in cache.items() if k != "env"},
     }
     with link.host_a.entered():
         lifecycle.wait_healthy(url, {"llama-server": lambda: procs.find(llama_key)},
                                HEALTH_TIMEOUT_S, "llama-server", meanwhile=lifecycle.
                                listeners_checked(link, record["proc_keys"]))
         record["load_s"] = round(time.monotonic() - load_started, 3)
+        record["load_bytes"] = load_bytes(link.connect_addr, worker_ports)
         record["placement"] = placement(Path(llama["log"]).read_text(errors="replace"))
         _warm_up(url)
     # Nothing of it may listen beyond the link (a result: the launch fails, and stops):
@@ -174,6 +182,18 @@ def _start(
                         [(llama_key, link.host_a)] + [(k, link.host_b) for k in proc_keys]}
     record["sensors_after_load"] = telemetry.snapshot(link.host_a)
     return lifecycle.save(record, link.pair, slot)
+
+
+def load_bytes(addr: str, ports: list[int]) -> dict[str, int] | None:
+    """What crossed the link while llama-server loaded: the kernel's byte counters of its
+    connections to the workers, read once it serves (before any request), in the
+    calling thread's namespace. None where there is no such connection to read."""
+    connections = [c for port in ports for c in sockdiag.connections_to(addr, port)]
+    if not connections:
+        return None
+    sums = sockdiag.totals(connections)
+    return {"a_to_b": sums["bytes_sent"], "b_to_a": sums["bytes_received"],
+            "connections": len(connections)}
 
 
 _OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")

@@ -1,0 +1,112 @@
+"""Weights sent to host B once: ggml-rpc-server's local tensor cache.
+
+llama-server loads B's share of the weights through the RPC workers, over the link,
+at every launch: a run of three links sends them three times. A worker started with
+`--cache` keeps each tensor it receives that is larger than ggml's hash threshold
+(10 MiB) in a file named by the tensor's hash, and llama-server offers the hash first:
+where B has the file, only the hash crosses the link. Smaller tensors (norms, a small
+model's every weight) cross at every launch as before.
+
+The files live in one private directory per user on B (`<cache home>/splitbench/
+rpc-tensors`, mode 0700; the worker adds `rpc/`), kept between runs so that a second run
+sends nothing it sent before; `teardown --purge` removes it. A changed model file has
+other hashes, so its tensors are sent (and kept) again. The worker does not check a file
+against its hash when it reads it: one cut short (a launch stopped while the worker was
+writing it) would load silently truncated. So a launch that fails removes the cached
+files; one that served had every file written in full (the worker writes a tensor's
+file before it answers the call that sent it, and the launch waited for every answer).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import subprocess
+from pathlib import Path
+from typing import TypedDict
+
+from splitbench.infra import procs
+from splitbench.infra.hosts import Host, HostError
+
+# Where the directory is made, and the only shape of path a purge removes.
+MAKE_DIRECTORY = ('d="${XDG_CACHE_HOME:-$HOME/.cache}/splitbench/rpc-tensors"; '
+                  'mkdir -p -m 700 "$d" && [ -d "$d" ] && [ ! -L "$d" ] && [ -O "$d" ] '
+                  '&& chmod 700 "$d" && printf %s "$d"')
+CACHE_DIR = re.compile(r"^/[^\0]*/splitbench/rpc-tensors$")
+
+
+class TensorCache(TypedDict, total=False):
+    """A launch's tensor cache (its record's `tensor_cache`): the directory on B and the
+    worker's flag and environment, or why it runs without one."""
+
+    dir: str
+    flags: list[str]
+    env: dict[str, str]
+    why_not: str
+
+
+def prepare(host: Host, worker: Path, env: dict[str, str] | None) -> TensorCache:
+    """The cache for a worker on `host`: `--cache` where the worker has it, with its
+    private directory made (and recorded for `teardown --purge`); else why not."""
+    assignments = [f"{k}={v}" for k, v in (env or {}).items()]
+    try:
+        helped = host.run(["env", *assignments, str(worker), "--help"], check=False)
+    except HostError as exc:
+        return {"why_not": f"could not ask the worker for its options: {exc}"}
+    if "--cache" not in helped.stdout + helped.stderr:
+        return {"why_not": f"host {host.name}'s ggml-rpc-server has no --cache"}
+    try:
+        made = host.run(["sh", "-c", MAKE_DIRECTORY], check=False)
+    except HostError as exc:
+        return {"why_not": f"could not make its directory on host {host.name}: {exc}"}
+    directory = made.stdout.strip()
+    if made.returncode != 0 or not CACHE_DIR.match(directory):
+        return {"why_not": f"host {host.name} gave no private directory for it (a "
+                           f"link, or another user's): {made.stderr.strip()[-200:]}"}
+    _remember(host, directory)
+    return {"dir": directory, "flags": ["--cache"], "env": {"LLAMA_CACHE": f"{directory}/"}}
+
+
+def _remember(host: Host, directory: str) -> None:
+    """Record the directory for `teardown --purge` (kept between runs: not a change a
+    teardown undoes)."""
+    remote = host.ssh_settings() if host.remote else None
+    where = f"{host.ssh}:{host.ssh_port}" if host.remote else "local"
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{where}{directory}")[-150:]
+    path = procs.records_dir("tensor_caches") / f"{name}.json"
+    path.write_text(json.dumps({"host": host.name, "remote": remote, "path": directory}))
+
+
+def discard(host: Host, cache: TensorCache) -> None:
+    """After a launch that failed: remove the files it may have cut short."""
+    if cache.get("dir") and CACHE_DIR.match(cache["dir"]):
+        # Unreachable now: `teardown --purge` removes the whole directory later.
+        with contextlib.suppress(HostError):
+            host.run(["rm", "-rf", "--", f"{cache['dir']}/rpc"], check=False)
+
+
+def purge() -> list[str]:
+    """Remove every recorded tensor cache (`teardown --purge`); one whose host cannot
+    be reached stays on record."""
+    done = []
+    for path in sorted(procs.records_dir("tensor_caches").glob("*.json")):
+        record = procs.read_record(path)
+        if not record or not CACHE_DIR.match(str(record.get("path", ""))):
+            path.unlink(missing_ok=True)
+            continue
+        argv = ["rm", "-rf", "--", record["path"]]
+        if record.get("remote"):
+            result = procs.remote_run(record["remote"], argv)
+        else:
+            result = subprocess.run(argv, capture_output=True, text=True)
+        where = f"{record['path']} on host {record['host']}"
+        if result is None:
+            done.append(f"could not reach host {record['host']} to remove {where}: kept on "
+                        "record")
+        elif result.returncode == 0:
+            path.unlink(missing_ok=True)
+            done.append(f"removed the tensor cache {where}")
+        else:
+            done.append(f"could not remove {where}: {result.stderr.strip()}")
+    return done

@@ -1,0 +1,95 @@
+"""Weights sent to host B once: real ggml-rpc-server workers with their tensor cache, on
+the lab's link, loaded by a real llama-server; the bytes each launch sent are the
+kernel's counters of its connections."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from splitbench import models
+from splitbench.backends.llamacpp import servers, tensor_cache, toolchain
+from splitbench.infra import procs
+from splitbench.links import real
+from tests.conftest import needs_root
+
+# The output layer and one block on B (layers_on_b counts the output layer first): the
+# block's three feed-forward matrices (6,144 x 1,024 half floats, 12.6 MB each) are
+# above ggml's 10 MiB hash threshold; its attention matrices (2.1 MB) are not.
+BIG = {"n_layer": 2, "n_embd": 1024, "n_head": 8, "n_head_kv": 8, "n_ff": 6144,
+       "n_vocab": 1024, "context_length": 4096, "seed": 5}
+SETTINGS = {"layers_on_b": 2, "threads": 1, "slots": 1, "ctx_per_slot": 1024, "n_ctx": 1024}
+LINK = {"pair": "tc", "link": "plain", "index": 1, "mode": "embedded"}
+FFN_BYTES = 3 * 6144 * 1024 * 2
+
+
+def launch(link, gguf, tools, threads: int):
+    model = models.describe({"synthetic": BIG}, gguf)
+    return servers.ensure(link, {**SETTINGS, "threads": threads}, str(gguf),
+                          model["sha256"], tools).record
+
+
+@needs_root()
+@pytest.mark.timeout(300)
+def test_a_second_launch_sends_only_what_b_does_not_keep(state_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache-home"))
+    gguf = tmp_path / "big.gguf"
+    models.write_synthetic(BIG, gguf)
+    tools = toolchain.record("tc", "pip", {"a": {}, "b": {}}, tmp_path / "toolchain.json")
+    link = real.ensure(LINK)
+
+    first = launch(link, gguf, tools, threads=1)
+    directory = first["tensor_cache"]["dir"]
+    assert directory == str(tmp_path / "cache-home/splitbench/rpc-tensors")
+    assert stat.S_IMODE(os.stat(directory).st_mode) == 0o700
+    assert "--cache" in first["commands"]["rpc_servers"][0]
+    kept = sorted((tmp_path / "cache-home/splitbench/rpc-tensors/rpc").iterdir())
+    assert len(kept) == 3 and all(p.stat().st_size == FFN_BYTES // 3 for p in kept)
+    assert first["load_bytes"]["a_to_b"] > FFN_BYTES
+
+    # Another launch (other settings: a new fingerprint) sends the three hashes instead.
+    second = launch(link, gguf, tools, threads=2)
+    assert second["launch_id"] != first["launch_id"]
+    saved = first["load_bytes"]["a_to_b"] - second["load_bytes"]["a_to_b"]
+    assert FFN_BYTES * 0.99 < saved < FFN_BYTES * 1.01, (first["load_bytes"],
+                                                          second["load_bytes"])
+
+    # Other weights (another seed) are other hashes: sent, and kept beside the first.
+    other = tmp_path / "other.gguf"
+    models.write_synthetic({**BIG, "seed": 6}, other)
+    third = servers.ensure(link, SETTINGS, str(other),
+                           models.describe({"synthetic": {**BIG, "seed": 6}}, other)["sha256"],
+                           tools).record
+    assert third["load_bytes"]["a_to_b"] > FFN_BYTES
+    assert len(list((tmp_path / "cache-home/splitbench/rpc-tensors/rpc").iterdir())) == 6
+
+    print("sent A→B while loading:", *(f"{r['load_bytes']['a_to_b']:,} B in {r['load_s']} s"
+                                       for r in (first, second, third)), sep="\n  ")
+    # `teardown --purge` stops the launch and removes the directory, and its record.
+    for key in third["proc_keys"]:
+        procs.stop(key)
+    said = tensor_cache.purge()
+    assert said == [f"removed the tensor cache {directory} on host b"]
+    assert not os.path.exists(directory)
+    assert tensor_cache.purge() == []
+
+
+@needs_root()
+def test_a_directory_another_user_could_have_made_is_refused(tmp_path, monkeypatch, state_dir):
+    """A cache directory that is a link (to another user's files, or anywhere) is not
+    used: the launch runs without a cache and says why."""
+    from splitbench.infra.hosts import Host
+
+    home = tmp_path / "cache-home"
+    (home / "splitbench").mkdir(parents=True)
+    (home / "splitbench/rpc-tensors").symlink_to(tmp_path)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home))
+    worker = toolchain.pip_bin_dir() / "ggml-rpc-server"
+    said = tensor_cache.prepare(Host("b"), worker, None)
+    assert said.get("dir") is None and "no private directory" in said["why_not"]
+    (home / "splitbench/rpc-tensors").unlink()
+    made = tensor_cache.prepare(Host("b"), worker, None)
+    assert made["dir"] == str(home / "splitbench/rpc-tensors")
+    assert made["env"] == {"LLAMA_CACHE": f"{made['dir']}/"}
