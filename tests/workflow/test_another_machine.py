@@ -224,12 +224,22 @@ def test_a_run_on_another_machine_as_an_ordinary_user_reaches_the_report_and_lea
     assert "carried from host A" in toolchain
     assert (work / "results/report.html").stat().st_size > 0
 
-    # B as it was: no process of the run, no file of it (the carried worker included),
-    # no table, the second cable's address gone; the planted files untouched.
+    # B as it was: no process of the run, no file of it (the carried worker included)
+    # but the workers' tensor cache, kept for the next run (empty: this model's tensors
+    # are under the 10 MiB a cached one needs) until `teardown --purge`; no table, the
+    # second cable's address gone; the planted files untouched.
     table = host.run(["ps", "-eo", "args="]).stdout.splitlines()
     assert all(args.startswith(("sshd", "/usr/sbin/sshd", "ps ", "/bin/sh -c ps "))
                for args in table), table
-    assert host.run(["ls", "-A", "/home/bench"]).stdout.split() == [".ssh"]
+    assert host.run(["ls", "-A", "/home/bench"]).stdout.split() == [".cache", ".ssh"]
+    kept = sorted(host.run(["find", "/home/bench/.cache", "-mindepth", "1"]).stdout.split())
+    assert kept == ["/home/bench/.cache/splitbench", "/home/bench/.cache/splitbench/rpc-tensors",
+                    "/home/bench/.cache/splitbench/rpc-tensors/rpc"], kept
+    purged = subprocess.run([sys.executable, "-m", "splitbench", "teardown", "--purge"],
+                            cwd=work, env=env, capture_output=True, text=True, timeout=120)
+    assert ("removed the tensor cache /home/bench/.cache/splitbench/rpc-tensors on host b"
+            in purged.stdout), purged.stdout + purged.stderr
+    assert host.run(["find", "/home/bench/.cache", "-mindepth", "1"]).stdout.split() == []
     left = host.run(["find", "/tmp", "/dev/shm", "-mindepth", "1", "-print0"]).stdout
     assert sorted(left.split("\0")[:-1]) == sorted(PLANTED)
     for path in PLANTED:

@@ -95,7 +95,9 @@ def purge() -> list[str]:
         if not record or not CACHE_DIR.match(str(record.get("path", ""))):
             path.unlink(missing_ok=True)
             continue
-        argv = ["rm", "-rf", "--", record["path"]]
+        # The directory, and its parent where that is left empty (splitbench's own).
+        argv = ["sh", "-c", 'rm -rf -- "$1" && { rmdir -- "${1%/*}" 2>/dev/null; true; }',
+                "sh", record["path"]]
         if record.get("remote"):
             result = procs.remote_run(record["remote"], argv)
         else:
