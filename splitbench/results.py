@@ -121,6 +121,12 @@ def anchor(pair: str, model: str, when: str, requests: bool = False) -> str:
     return (ANCHOR_REQUESTS if requests else ANCHOR).format(pair=pair, model=model, when=when)
 
 
+def anchor_requests(root: str | Path) -> list[str]:
+    """Every drift anchor's requests file under a results root."""
+    return sorted(str(p) for p in Path(under(root, ANCHOR_REQUESTS)).parents[2].glob(
+        "*/*/*.requests.parquet"))
+
+
 def roundtrips(pair: str, model: str, workers: int | str) -> str:
     return ROUNDTRIPS.format(pair=pair, model=model, workers=workers)
 

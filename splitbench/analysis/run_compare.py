@@ -51,9 +51,8 @@ def read_summary(root: str | Path) -> pd.DataFrame:
 def drift(root: str | Path, summary: pd.DataFrame) -> pd.DataFrame:
     """The machine's drift over one run, per pair and model (comparison.machine_drift
     from its anchors and baseline cells)."""
-    anchors = sorted(str(p) for p in Path(results.under(root, f"{results.ROOT}/anchors"))
-                     .glob("*/*/*.requests.parquet"))
-    return comparison.machine_drift(anchors, summary, baseline_of(root, summary))
+    return comparison.machine_drift(results.anchor_requests(root), summary,
+                                    baseline_of(root, summary))
 
 
 def baseline_of(root: str | Path, summary: pd.DataFrame) -> str | None:

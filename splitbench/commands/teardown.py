@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 
-from splitbench.backends.llamacpp import tensor_cache
 from splitbench.infra import teardown
 
 HELP = "stop every process and namespace this run started"
@@ -22,5 +21,9 @@ def run(args: argparse.Namespace) -> None:
     for line in teardown.teardown():
         print(line)
     if args.purge:
+        # Only here: the backend's package loads its HTTP client, which a plain
+        # teardown (run at every exit) need not pay for.
+        from splitbench.backends.llamacpp import tensor_cache
+
         for line in tensor_cache.purge():
             print(line)
