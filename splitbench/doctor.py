@@ -222,9 +222,12 @@ def run_lines(config: Config, results_dir: str | Path) -> list[Line]:
         import pandas as pd
 
         speeds = estimate.speeds_from_summary(pd.read_parquet(summary))
+        launch_s = estimate.launch_seconds_from(where)
         try:
-            minutes = estimate.expected_seconds(config, speeds)["total"] / 60
-            said += f", about {minutes:.0f} min at this workdir's last measured speeds"
+            minutes = estimate.expected_seconds(
+                config, speeds, launch_s or estimate.LAUNCH_S)["total"] / 60
+            said += (f", about {minutes:.0f} min at this workdir's last measured speeds"
+                     + (f" and launches of {launch_s:.0f} s" if launch_s else ""))
         except ValueError:
             said += " (no estimate: the last summary lacks some model or context)"
     else:

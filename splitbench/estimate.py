@@ -20,13 +20,15 @@ that meets the model's context wall (Speed None) costs one quick failed release.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 import pandas as pd
 
-from splitbench import plan
+from splitbench import plan, results
 from splitbench.configuration import Config
 
 # What every job costs besides its measurement: the interpreter and its imports, the
@@ -35,6 +37,9 @@ JOB_OVERHEAD_S = 10.0
 # A launch: both servers start and load the model, host B's layers sent to it over the
 # link (tens of GB at about 5 Gbit/s is about a minute). Pass launch_s for your own.
 LAUNCH_S = 120.0
+# Beside the load a launch record measures: the workers starting, the warm-up request
+# and the listening checks.
+LAUNCH_SETUP_S = 5.0
 # A link check besides iperf3: setup, 20 pings, the request-response sweep, sockperf.
 LINK_CHECK_S = 30.0
 # The summary, tables, charts, drift step, report and checks after the last cell.
@@ -66,6 +71,19 @@ def speeds_from_summary(summary: pd.DataFrame) -> dict[tuple[str, str], Speed | 
             Speed(float(ok["prefill_tps"].median()), float(ok["decode_tps"].median()))
             if len(ok) else None)
     return out
+
+
+def launch_seconds_from(root: str | Path) -> float | None:
+    """The longest load a run's launch records measured (`load_s`, results/servers/), or
+    None where it has none: the estimate's launch time where a run measured its own (a
+    launch that sends B's weights again is as long as the longest)."""
+    loads = []
+    for path in Path(results.under(root, results.LAUNCH)).parents[2].glob("*/*/*.json"):
+        try:
+            loads.append(float(json.loads(path.read_text())["load_s"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # a launch that failed, or a record from before load_s
+    return max(loads) + LAUNCH_SETUP_S if loads else None
 
 
 def release_seconds(prompt_tokens: int, concurrency: int, n_predict: int,

@@ -117,3 +117,19 @@ def test_the_round_trip_sweeps_count_a_launch_per_delay():
     request = sweep["prompt_tokens"] / FAST.prefill_tps + sweep["n_predict"] / FAST.decode_tps
     one = estimate.JOB_OVERHEAD_S + points * (60 + sweep["requests"] * request)
     assert parts["roundtrips"] == pytest.approx(len(sweep["workers"]) * one)
+
+
+def test_a_runs_measured_loads_replace_the_assumed_launch_time(tmp_path):
+    """The longest load a run's launch records measured, and the launch's setup beside
+    it; a failed launch (no load_s) and a run with none leave the estimate's own."""
+    import json
+
+    from splitbench import results
+
+    assert estimate.launch_seconds_from(tmp_path) is None
+    for link, record in (("usb4", {"load_s": 41.5}), ("5gbe", {"load_s": 12.0}),
+                         ("tb5", {"status": "failed"})):
+        path = tmp_path / results.LAUNCH.format(pair="lab", link=link, model="m").split("/", 1)[1]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(record))
+    assert estimate.launch_seconds_from(tmp_path) == 41.5 + estimate.LAUNCH_SETUP_S
