@@ -20,6 +20,7 @@ to hold all the run's single-stream comparisons together at COVERAGE's confidenc
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from statistics import NormalDist
 
 import numpy as np
@@ -39,6 +40,21 @@ COLUMNS = [*results.CELL_KEYS, "baseline", "paired", "gaps", "gaps_base", "too_f
 
 def table(request_files: Sequence[str], baseline: str | None) -> pd.DataFrame:
     """One row per cell of a link other than `baseline` (COLUMNS)."""
+    return with_allowance(shifts(request_files, baseline))
+
+
+def baseline_file(path: str, baseline: str | None) -> list[str]:
+    """The baseline link's file of the same cell as `path` (what its unpaired gaps are
+    held to), where there is a baseline."""
+    if baseline is None:
+        return []
+    found = Path(path)
+    return [str(found.parents[2] / baseline / found.parent.name / found.name)]
+
+
+def shifts(request_files: Sequence[str], baseline: str | None) -> pd.DataFrame:
+    """table's rows before the run's joint allowance: each one depends on its own cell
+    and its baseline_file alone. The baseline link's files give no row of their own."""
     cells: dict[tuple, str] = {}
     for path in request_files:
         key = _key(path)
@@ -61,7 +77,7 @@ def table(request_files: Sequence[str], baseline: str | None) -> pd.DataFrame:
             continue
         rows.append({"pair": pair, "link": link, "model": model, "ctx": ctx, "conc": conc,
                      "baseline": baseline, "paired": paired, **shift(own, base)})
-    return with_allowance(pd.DataFrame(rows, columns=COLUMNS))
+    return pd.DataFrame(rows, columns=COLUMNS[:-2])
 
 
 def with_allowance(rows: pd.DataFrame) -> pd.DataFrame:

@@ -21,6 +21,7 @@ from splitbench.analysis import (
 from splitbench.analysis.cell_summary import (
     SUMMARY_KEYS,
     by_length,
+    ctx_sorted,
     read_links,
     read_requests,
     rounded,
@@ -28,7 +29,7 @@ from splitbench.analysis.cell_summary import (
 )
 from splitbench.analysis.comparison import COVERAGE, pick_baseline
 from splitbench.analysis.releases import OVERLAP_MAX, OVERLAP_MIN, PREFILL_SHARE_MAX
-from splitbench.infra import interference, parquet_io
+from splitbench.infra import interference, memo, parquet_io
 from splitbench.infra.tables_io import write_table
 from splitbench.report import tails
 from splitbench.report.side_by_side import backends_table, pairs_note, pairs_table
@@ -144,13 +145,28 @@ def aggregate(request_files: list[str], link_files: list[str], contexts: dict[st
     """Summary Parquet and every table (Markdown and CSV) under tables_dir. The drift
     anchors give sequential comparisons the machine's drift; the round-trip sweeps
     (and each model's `workers`) the prediction from measured latency."""
-    summary = summarize(request_files, contexts, interference_limits)
+    memo_dir = Path(summary_out).parent / MEMO
+    by_cell: dict[tuple, list[str]] = {}
+    for path in request_files:
+        by_cell.setdefault(cell_key(path), []).append(path)
+
+    def single_stream(path: str) -> list[str]:
+        """The single-stream cell whose prefill share a concurrent cell's row carries."""
+        return by_cell.get((*cell_key(path)[:-1], 1), [])
+
+    summary = ctx_sorted(memo.rows(
+        memo_dir / "cells.parquet", request_files,
+        lambda files: summarize(list(dict.fromkeys(  # each file once
+            files + [s for f in files for s in single_stream(f)])), contexts,
+            interference_limits), cell_key,
+        SUMMARY_KEYS, {"contexts": contexts, "interference": interference_limits},
+        single_stream), SUMMARY_KEYS, by_length(contexts)).reset_index(drop=True)
     parquet_io.write(summary, summary_out, {
         "cells": len(summary), "contexts": contexts, "baseline_link": baseline_link,
         "interference": interference.settings(interference_limits)})
     links = read_links(link_files)
-    drift = comparison.machine_drift(anchor_files, summary,
-                                     pick_baseline(summary, baseline_link))
+    base = pick_baseline(summary, baseline_link)
+    drift = comparison.machine_drift(anchor_files, summary, base)
     trips = comparison.round_trips(sweep_files, summary, interference_limits)
 
     def prediction(rows: pd.DataFrame) -> pd.DataFrame:
@@ -163,23 +179,37 @@ def aggregate(request_files: list[str], link_files: list[str], contexts: dict[st
         # table names its own cells' and links'.
         marks = FLAG_MARK in title and stem not in ("links", "pairs")
         if stem == "pairs":
-            below = pairs_note(summary, links, by_length(contexts),
-                               pick_baseline(summary, baseline_link), interference_limits)
+            below = pairs_note(summary, links, by_length(contexts), base,
+                               interference_limits)
         elif stem == "overlap":
             below = overlap_note(summary) + (note if marks else "")
         else:
             below = note if marks else ""
         write_table(frame, Path(tables_dir) / stem, title, below)
-    dist = percentiles.table(request_files)
+    dist = memo.rows(memo_dir / "percentiles.parquet", request_files, percentiles.table,
+                     cell_key, SUMMARY_KEYS)
     parquet_io.write(dist, str(Path(summary_out).with_name("percentiles.parquet")),
                      {"tail_min_samples": percentiles.TAIL_MIN_SAMPLES,
                       "bootstrap_draws": percentiles.BOOTSTRAP_DRAWS})
     write_table(tails.table(dist, by_length(contexts)), Path(tables_dir) / "percentiles",
                 tails.title())
-    parquet_io.write(tail_shift.table(request_files, pick_baseline(summary, baseline_link)),
+    present = set(request_files)
+
+    def with_baselines(files: list[str]) -> list[str]:
+        """The files and the baseline cells their gaps are held to."""
+        return files + [b for f in files for b in tail_shift.baseline_file(f, base)
+                        if b in present]
+
+    shifts = memo.rows(memo_dir / "tail_shift.parquet", request_files,
+                       lambda files: tail_shift.shifts(with_baselines(files), base),
+                       cell_key, SUMMARY_KEYS, {"baseline": base},
+                       lambda f: tail_shift.baseline_file(f, base))
+    parquet_io.write(tail_shift.with_allowance(shifts),
                      str(Path(summary_out).with_name("tail_shift.parquet")),
                      {"bootstrap_draws": percentiles.BOOTSTRAP_DRAWS})
-    levels = service_levels.table(request_files, slo)
+    levels = memo.rows(memo_dir / "service_levels.parquet", request_files,
+                       lambda files: service_levels.table(files, slo), cell_key,
+                       SUMMARY_KEYS, {"slo": slo})
     parquet_io.write(levels, str(Path(summary_out).with_name("service_levels.parquet")),
                      {"slo": slo or {}})
     write_table(tails.service_levels_table(levels, by_length(contexts)),
@@ -189,6 +219,17 @@ def aggregate(request_files: list[str], link_files: list[str], contexts: dict[st
                 Path(tables_dir) / "remeasured",
                 "Re-measured cells: the archived measurement against the current one")
     return summary
+
+
+# Beside the summary: each per-cell computation's rows, kept for the next aggregate
+# (infra/memo.py), so that a changed cell is all it redoes.
+MEMO = ".memo"
+
+
+def cell_key(path: str) -> tuple:
+    """A cell's keys from its requests file's path."""
+    found = results.identity(path)
+    return tuple(found[k] for k in SUMMARY_KEYS)
 
 
 def flag_note(summary: pd.DataFrame) -> str:

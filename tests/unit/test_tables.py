@@ -399,6 +399,31 @@ def test_aggregate_writes_every_table(tmp_path):
     mechanisms = pd.read_csv(out / "tables" / "mechanisms.csv")
     assert mechanisms.iloc[0]["slope"] == pytest.approx(2.0)  # 1 ms over 0.5 ms of latency
 
+    # Again, with one cell re-measured: the summaries kept beside it serve every other
+    # cell (infra/memo.py), and what is written is what a first build writes.
+    written_first = {name: pd.read_parquet(out / name) for name in (
+        "summary.parquet", "percentiles.parquet", "tail_shift.parquet",
+        "service_levels.parquet")}
+    assert sorted(p.name for p in (out / ".memo").iterdir()) == [
+        "cells.parquet", "percentiles.parquet", "service_levels.parquet", "tail_shift.parquet"]
+    write_cell(tmp_path, "slow", "short", 1,
+               [request(0, [3.0] * 8, send_ns=0, prompt=CONTEXTS["short"])])
+    aggregate.aggregate(requests, link_files, CONTEXTS, str(out / "summary.parquet"),
+                        str(out / "tables"), baseline_link="fast")
+    again = pd.read_parquet(out / "summary.parquet").set_index(["link", "ctx", "conc"])
+    assert again.loc[("slow", "short", 1), "decode_ms_per_token"] == pytest.approx(3.0)
+    fresh = tmp_path / "fresh"
+    aggregate.aggregate(requests, link_files, CONTEXTS, str(fresh / "summary.parquet"),
+                        str(fresh / "tables"), baseline_link="fast")
+    for name in written_first:
+        pd.testing.assert_frame_equal(pd.read_parquet(out / name),
+                                      pd.read_parquet(fresh / name), check_dtype=False)
+    # ...and what the cells' own summary gives, read once each.
+    direct = tmp_path / "direct.parquet"
+    cell_summary.summarize(requests, CONTEXTS).to_parquet(direct)  # None as written
+    pd.testing.assert_frame_equal(pd.read_parquet(out / "summary.parquet"),
+                                  pd.read_parquet(direct), check_dtype=False)
+
 
 def test_the_machine_s_drift_widens_a_sequential_comparison():
     """Cells measured minutes apart differ by the machine's own drift too: with a 7.1%

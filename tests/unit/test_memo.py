@@ -1,0 +1,91 @@
+"""Per-file results kept between runs of a stage (infra/memo.py): a changed file is all
+that is computed again, and anything doubtful is computed afresh."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pandas as pd
+
+from splitbench.infra import memo
+
+
+class Counting:
+    """A computation over files that says which files it was given: one row per line of
+    each file, none for an empty file."""
+
+    def __init__(self) -> None:
+        self.given: list[str] = []
+
+    def __call__(self, files: list[str]) -> pd.DataFrame:
+        self.given += files
+        rows = [{"name": Path(f).stem, "line": line}
+                for f in files for line in Path(f).read_text().split()]
+        return pd.DataFrame(rows, columns=["name", "line"])
+
+
+def key_of(path: str) -> tuple:
+    return (Path(path).stem,)
+
+
+def files(tmp_path: Path, count: int = 4) -> list[str]:
+    out = []
+    for i in range(count):
+        path = tmp_path / f"f{i}.txt"
+        path.write_text(" ".join(f"{i}-{j}" for j in range(i)))  # f0 is empty: no rows
+        out.append(str(path))
+    return out
+
+
+def test_a_second_pass_computes_only_what_changed(tmp_path):
+    paths, store = files(tmp_path), tmp_path / "memo/rows.parquet"
+    first = Counting()
+    every = memo.rows(store, paths, first, key_of, ["name"])
+    assert first.given == paths and len(every) == 0 + 1 + 2 + 3
+    again = Counting()
+    kept = memo.rows(store, paths, again, key_of, ["name"])
+    assert again.given == []  # the empty file too: it was computed, and gave no row
+    pd.testing.assert_frame_equal(kept, every)
+    # One file rewritten (its size and time change): it alone, and its rows replaced.
+    Path(paths[2]).write_text("changed")
+    os.utime(paths[2], ns=(1, 1))
+    third = Counting()
+    now = memo.rows(store, paths, third, key_of, ["name"])
+    assert third.given == [paths[2]]
+    assert list(now["line"]) == ["1-0", "changed", "3-0", "3-1", "3-2"]  # in file order
+    # A file dropped from the inputs is dropped from the rows.
+    assert list(memo.rows(store, paths[:2], Counting(), key_of, ["name"])["line"]) == ["1-0"]
+
+
+def test_other_settings_a_torn_store_or_a_changed_dependency_compute_afresh(tmp_path):
+    paths, store = files(tmp_path), tmp_path / "rows.parquet"
+    memo.rows(store, paths, Counting(), key_of, ["name"], settings={"slo": 1})
+    other = Counting()
+    memo.rows(store, paths, other, key_of, ["name"], settings={"slo": 2})
+    assert other.given == paths
+    store.write_bytes(b"not parquet")
+    torn = Counting()
+    memo.rows(store, paths, torn, key_of, ["name"], settings={"slo": 2})
+    assert torn.given == paths
+    # A file whose rows read another (its baseline) is computed again when that changes.
+    depends = {paths[3]: [paths[1]]}
+    memo.rows(store, paths, Counting(), key_of, ["name"], depends=lambda f: depends.get(f, []))
+    Path(paths[1]).write_text("1-new")
+    os.utime(paths[1], ns=(2, 2))
+    moved = Counting()
+    memo.rows(store, paths, moved, key_of, ["name"], depends=lambda f: depends.get(f, []))
+    assert moved.given == [paths[1], paths[3]]
+
+
+def test_a_large_first_build_is_computed_in_batches(tmp_path, monkeypatch):
+    monkeypatch.setattr(memo, "BATCH", 2)
+    paths = files(tmp_path, 5)
+    calls = []
+
+    def compute(batch: list[str]) -> pd.DataFrame:
+        calls.append(len(batch))
+        return Counting()(batch)
+
+    out = memo.rows(tmp_path / "rows.parquet", paths, compute, key_of, ["name"])
+    assert calls == [2, 2, 1] and len(out) == 10
