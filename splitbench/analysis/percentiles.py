@@ -18,11 +18,13 @@ output_token_throughput_per_user  per request: its decode tokens per second
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 
 from splitbench import results
 from splitbench.analysis.cell_summary import read_requests
@@ -74,15 +76,37 @@ def request_keys(frame: pd.DataFrame) -> list[tuple[int, int]]:
 
 
 def gaps_of(tokens_file: Path, wanted: set[tuple[int, int]]
-          ) -> dict[tuple[int, int], np.ndarray]:
-    """Each request's gaps between consecutive tokens (ms), in arrival order."""
+            ) -> dict[tuple[int, int], np.ndarray]:
+    """Each request's gaps between consecutive tokens (ms), in token order."""
     if not tokens_file.exists():
         return {}
-    tokens = pd.read_parquet(tokens_file)
-    tokens = tokens.assign(_key=request_keys(tokens))
-    tokens = tokens[tokens["_key"].isin(wanted)]
-    return {key: np.diff(one.sort_values("token_index")["t_ns"].to_numpy(dtype=np.int64))
-            / 1e6 for key, one in tokens.groupby("_key")}
+    found = tokens_file.stat()
+    every = _all_gaps(str(tokens_file), found.st_mtime_ns, found.st_size)
+    return {key: gaps for key, gaps in every.items() if key in wanted}
+
+
+# The percentiles and the tail's shift read one cell's tokens each, and the baseline
+# link's cells once per other link: a few files' gaps kept, keyed by the file's stamp.
+@functools.lru_cache(maxsize=64)
+def _all_gaps(path: str, _mtime_ns: int, _size: int) -> dict[tuple[int, int], np.ndarray]:
+    source = pq.ParquetFile(path)
+    names = [c for c in ("repeat", "request_id", "token_index", "t_ns")
+             if c in source.schema_arrow.names]
+    table = source.read(columns=names)
+
+    def column(name: str) -> np.ndarray:
+        if name not in names:
+            return np.zeros(table.num_rows, dtype=np.int64)
+        return table[name].fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+
+    repeat, request, index, t_ns = (column(c) for c in
+                                     ("repeat", "request_id", "token_index", "t_ns"))
+    order = np.lexsort((index, request, repeat))
+    repeat, request, t_ns = repeat[order], request[order], t_ns[order]
+    starts = np.flatnonzero(np.r_[True, (np.diff(repeat) != 0) | (np.diff(request) != 0)])
+    ends = np.r_[starts[1:], len(order)]
+    return {(int(repeat[a]), int(request[a])): np.diff(t_ns[a:b]) / 1e6
+            for a, b in zip(starts, ends, strict=True)}
 
 
 def per_request_values(requests: pd.DataFrame, gaps: dict[tuple[int, int], np.ndarray]
@@ -134,7 +158,53 @@ def bootstrap(per_request: list[np.ndarray], seed: int = 0) -> np.ndarray | None
     from fewer than two requests: nothing to resample)."""
     if len(per_request) < 2:
         return None
+    return resampled_quantiles(per_request, (50, 99), seed)
+
+
+# Resamples weighed at once, at most this many values x draws at a time (memory).
+_CHUNK_CELLS = 4_000_000
+
+
+def resampled_quantiles(per_request: list[np.ndarray], quantiles: tuple[float, ...],
+                        seed: int = 0, method: str = "linear") -> np.ndarray:
+    """The `quantiles` (percent) of BOOTSTRAP_DRAWS resamples of the requests, with
+    replacement: one row per draw. The same draws and the same figures as np.percentile
+    over each resample's concatenated values (`method`: "linear" or "inverted_cdf"),
+    computed for all draws at once: a resample is every value once, weighed by how
+    often its request was drawn, so its k-th value in order is where the weights'
+    running sum first passes k (a draw of no values gives NaN)."""
     rng = np.random.default_rng(seed)
-    return np.array([np.percentile(np.concatenate(
-        [per_request[i] for i in rng.integers(0, len(per_request), len(per_request))]),
-        [50, 99]) for _ in range(BOOTSTRAP_DRAWS)])
+    count = len(per_request)
+    picks = rng.integers(0, count, (BOOTSTRAP_DRAWS, count))
+    drawn = np.zeros((BOOTSTRAP_DRAWS, count), dtype=np.int64)
+    np.add.at(drawn, (np.arange(BOOTSTRAP_DRAWS)[:, None], picks), 1)
+    values = np.concatenate(per_request).astype(float)
+    owner = np.repeat(np.arange(count), [len(v) for v in per_request])
+    order = np.argsort(values, kind="stable")
+    values, owner = values[order], owner[order]
+    out = np.full((BOOTSTRAP_DRAWS, len(quantiles)), np.nan)
+    step = max(1, _CHUNK_CELLS // max(values.size, 1))
+    for start in range(0, BOOTSTRAP_DRAWS, step):
+        rows = slice(start, start + step)
+        running = np.cumsum(drawn[rows][:, owner], axis=1)
+        total = running[:, -1] if values.size else np.zeros(len(running), dtype=np.int64)
+        for j, q in enumerate(quantiles):
+            out[rows, j] = _weighted(values, running, total, q / 100, method)
+    return out
+
+
+def _weighted(values: np.ndarray, running: np.ndarray, total: np.ndarray, q: float,
+              method: str) -> np.ndarray:
+    def kth(k: np.ndarray) -> np.ndarray:
+        """Each draw's k-th value (0-based) in order."""
+        return values[np.minimum((running <= k[:, None]).sum(axis=1), values.size - 1)]
+
+    with np.errstate(invalid="ignore"):
+        if method == "inverted_cdf":
+            picked = kth(np.maximum(np.ceil(q * total) - 1, 0))
+        else:  # numpy's linear: between the order statistics around q x (n - 1)
+            at = q * (total - 1)
+            low = np.floor(at)
+            below, above = kth(low), kth(np.minimum(low + 1, total - 1))
+            picked = below + (at - low) * (above - below)
+    return np.where(total > 0, picked, np.nan)

@@ -25,14 +25,14 @@ import numpy as np
 import pandas as pd
 
 from splitbench import results
+from splitbench.analysis import percentiles
 from splitbench.analysis.cell_summary import read_requests
 from splitbench.analysis.finding_text import Finding, listed
 
 COLUMNS = [*results.CELL_KEYS, "requests", "met", "met_pct", "holds", "goodput_rps",
            "status", "ttft_ms_target", "tokens_per_s_target", "share_pct",
            "step_at_share_ms", "step_at_share_se", "ttft_at_share_ms", "ttft_at_share_se"]
-# Resamples of a cell's requests for the standard error of a figure at the share.
-DRAWS = 200
+
 READ = ["request_id", "repeat", "status", "cell_status", "reference", "ttft_ms",
         "decode_tps", "t_send_ns", "t_end_ns", "t_last_ns"]
 
@@ -77,18 +77,16 @@ def table(request_files: Sequence[str], slo: dict[str, Any] | None) -> pd.DataFr
 
 def at_share(values: pd.Series, share_pct: float, seed: int = 0) -> tuple[float, float]:
     """The value that `share_pct` of the requests stay within (a failed request, NaN,
-    stays within none: infinite) and its standard error over DRAWS resamples of the
-    requests (NaN from fewer than two)."""
+    stays within none: infinite) and its standard error over resamples of the
+    requests (NaN from fewer than two; infinite where some resample is unbounded)."""
     finite = np.nan_to_num(values.to_numpy(dtype=float), nan=np.inf)
     if finite.size == 0:
         return np.nan, np.nan
     value = float(np.percentile(finite, share_pct, method="inverted_cdf"))
     if finite.size < 2:
         return value, np.nan
-    rng = np.random.default_rng(seed)
-    draws = [np.percentile(finite[rng.integers(0, finite.size, finite.size)], share_pct,
-                           method="inverted_cdf") for _ in range(DRAWS)]
-    draws = np.array(draws)
+    draws = percentiles.resampled_quantiles([np.array([v]) for v in finite], (share_pct,),
+                                            seed, "inverted_cdf")[:, 0]
     se = float(np.std(draws, ddof=1)) if np.isfinite(draws).all() else np.inf
     return value, se
 

@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 
 BATCH = 2000
 UNIT = "_memo_unit"
+DONE = "done.json"  # what the store's tables hold: their units' stamps
 
 
 @functools.cache
@@ -48,37 +49,67 @@ def rows(store: str | Path, files: Sequence[str],
          compute: Callable[[list[str]], pd.DataFrame], key_of: Callable[[str], tuple],
          keys: Sequence[str], settings: object = None,
          depends: Callable[[str], list[str]] | None = None) -> pd.DataFrame:
-    """compute(files), from the rows kept in `store` (a Parquet file) for the units that
-    did not change and compute(batch) for the rest; `store` then holds them all. A unit
-    is the files of one key (a cell measured in several files, its repeats); a row
-    belongs to the unit its `keys` name, and a row of no unit being computed (a file
-    compute read beside them, a baseline) is left out. Rows come in the order of the
-    units' first files (each unit's rows in the order compute gave them)."""
+    """tables() of one computation, kept in the directory `store`."""
+    return tables(store, files, lambda batch: {"rows": compute(batch)}, key_of, keys,
+                  settings, depends, names=("rows",))["rows"]
+
+
+def tables(store: str | Path, files: Sequence[str],
+           compute: Callable[[list[str]], dict[str, pd.DataFrame]],
+           key_of: Callable[[str], tuple], keys: Sequence[str], settings: object = None,
+           depends: Callable[[str], list[str]] | None = None,
+           names: Sequence[str] = (), batch_order: Callable[[tuple], object] | None = None
+           ) -> dict[str, pd.DataFrame]:
+    """compute(files): several tables by name (`names`), from the rows kept in the
+    directory `store` for the units that did not change and compute(batch) for the
+    rest; `store` then holds them all. A unit is the files of one key (a cell measured
+    in several files, its repeats); a row belongs to the unit its `keys` name, and a row
+    of no unit being computed (a file compute read beside them, a baseline) is left out.
+    Units are computed in the order `batch_order` gives their keys (so that a batch
+    holds the cells that read each other's files); rows come in the order of the units'
+    first files (each unit's rows in the order compute gave them)."""
     units: dict[str, list[str]] = {}
+    unit_keys: dict[str, tuple] = {}
     for path in files:
-        units.setdefault(_name(key_of(path)), []).append(path)
+        key = key_of(path)
+        units.setdefault(_name(key), []).append(path)
+        unit_keys.setdefault(_name(key), key)
     stamps = {unit: "|".join(stamp(f) for f in unit_files)
               + "".join(f"|{stamp(d)}" for f in unit_files
                         for d in (depends(f) if depends else []) if os.path.exists(d))
               for unit, unit_files in units.items()}
-    made = hashlib.sha256(json.dumps([code_fingerprint(), settings], sort_keys=True,
-                                     default=str).encode()).hexdigest()[:16]
-    kept, done = _read(Path(store), made)
+    made = hashlib.sha256(json.dumps([code_fingerprint(), settings, list(names)],
+                                     sort_keys=True, default=str).encode()).hexdigest()[:16]
+    kept, done = _read(Path(store), names, made)
     todo = [unit for unit in units if done.get(unit) != stamps[unit]]
-    parts = [kept[kept[UNIT].isin(set(units) - set(todo))]] if len(kept) else []
+    if batch_order is not None:
+        todo.sort(key=lambda unit: batch_order(unit_keys[unit]))
+    parts = {name: [kept[name][kept[name][UNIT].isin(set(units) - set(todo))]]
+             for name in kept}
     for start in range(0, len(todo), BATCH):
         batch = todo[start:start + BATCH]
-        part = compute([f for unit in batch for f in units[unit]])
-        part[UNIT] = [_name(k) for k in part[list(keys)].itertuples(index=False)]
-        parts.append(part[part[UNIT].isin(set(batch))])
-    parts = [p for p in parts if len(p)]
-    out = pd.concat(parts, ignore_index=True) if parts else compute([])
-    if UNIT not in out:
-        out[UNIT] = pd.Series(dtype=object)
+        made_now = compute([f for unit in batch for f in units[unit]])
+        for name, part in made_now.items():
+            part[UNIT] = [_name(k) for k in part[list(keys)].itertuples(index=False)]
+            parts.setdefault(name, []).append(part[part[UNIT].isin(set(batch))])
     order = {unit: i for i, unit in enumerate(units)}
-    out = out.iloc[out[UNIT].map(order).argsort(kind="stable")]
+    out = {}
+    for name in names:
+        pieces = [p for p in parts.get(name, []) if len(p)]
+        frame = (pd.concat(pieces, ignore_index=True) if pieces
+                 else compute([]).get(name, pd.DataFrame()) if not files
+                 else _empty(parts.get(name, [])))
+        if UNIT not in frame:
+            frame[UNIT] = pd.Series(dtype=object)
+        out[name] = frame.iloc[frame[UNIT].map(order).argsort(kind="stable")]
     _write(Path(store), out, made, stamps)
-    return out.drop(columns=[UNIT]).reset_index(drop=True)
+    return {name: frame.drop(columns=[UNIT]).reset_index(drop=True)
+            for name, frame in out.items()}
+
+
+def _empty(pieces: list[pd.DataFrame]) -> pd.DataFrame:
+    """No rows, with the columns a computation gave (where it gave any)."""
+    return pieces[0].iloc[:0] if pieces else pd.DataFrame()
 
 
 def _name(key: tuple) -> str:
@@ -86,24 +117,32 @@ def _name(key: tuple) -> str:
     return "\x1f".join(str(part) for part in key)
 
 
-def _read(store: Path, made: str) -> tuple[pd.DataFrame, dict[str, str]]:
-    """The kept rows and each file's stamp when they were made; none where the store is
-    missing, unreadable or made by other code or settings."""
+def _read(store: Path, names: Sequence[str], made: str
+          ) -> tuple[dict[str, pd.DataFrame], dict[str, str]]:
+    """The kept tables and each unit's stamp when they were made; none where the store
+    is missing, any of it unreadable, or made by other code or settings."""
     try:
-        table = pq.read_table(store)
-        meta = json.loads(table.schema.metadata[b"memo"])
+        meta = json.loads((store / DONE).read_text())
+        if meta.get("made") != made:
+            return {}, {}
+        kept = {name: pq.read_table(store / f"{name}.parquet").to_pandas() for name in names}
     except (OSError, KeyError, TypeError, ValueError, pa.ArrowException):
-        return pd.DataFrame(), {}
-    if meta.get("made") != made:
-        return pd.DataFrame(), {}
-    return table.to_pandas(), meta.get("done", {})
+        return {}, {}
+    if any(UNIT not in frame for frame in kept.values()):
+        return {}, {}
+    return kept, meta.get("done", {})
 
 
-def _write(store: Path, frame: pd.DataFrame, made: str, done: dict[str, str]) -> None:
-    store.parent.mkdir(parents=True, exist_ok=True)
-    table = pa.Table.from_pandas(frame, preserve_index=False)
-    table = table.replace_schema_metadata({**(table.schema.metadata or {}), b"memo":
-                                           json.dumps({"made": made, "done": done})})
-    partial = store.with_suffix(".partial")
-    pq.write_table(table, partial)
-    partial.replace(store)  # a reader never sees half a store
+def _write(store: Path, frames: dict[str, pd.DataFrame], made: str,
+           done: dict[str, str]) -> None:
+    """The tables, then the record of what they hold: a store whose record is from
+    another pass, or missing, is read as empty."""
+    store.mkdir(parents=True, exist_ok=True)
+    (store / DONE).unlink(missing_ok=True)
+    for name, frame in frames.items():
+        partial = store / f"{name}.partial"
+        pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), partial)
+        partial.replace(store / f"{name}.parquet")
+    partial = store / f"{DONE}.partial"
+    partial.write_text(json.dumps({"made": made, "done": done}))
+    partial.replace(store / DONE)

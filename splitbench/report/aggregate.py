@@ -145,22 +145,10 @@ def aggregate(request_files: list[str], link_files: list[str], contexts: dict[st
     """Summary Parquet and every table (Markdown and CSV) under tables_dir. The drift
     anchors give sequential comparisons the machine's drift; the round-trip sweeps
     (and each model's `workers`) the prediction from measured latency."""
-    memo_dir = Path(summary_out).parent / MEMO
-    by_cell: dict[tuple, list[str]] = {}
-    for path in request_files:
-        by_cell.setdefault(cell_key(path), []).append(path)
-
-    def single_stream(path: str) -> list[str]:
-        """The single-stream cell whose prefill share a concurrent cell's row carries."""
-        return by_cell.get((*cell_key(path)[:-1], 1), [])
-
-    summary = ctx_sorted(memo.rows(
-        memo_dir / "cells.parquet", request_files,
-        lambda files: summarize(list(dict.fromkeys(  # each file once
-            files + [s for f in files for s in single_stream(f)])), contexts,
-            interference_limits), cell_key,
-        SUMMARY_KEYS, {"contexts": contexts, "interference": interference_limits},
-        single_stream), SUMMARY_KEYS, by_length(contexts)).reset_index(drop=True)
+    per_cell = cell_tables(request_files, contexts, Path(summary_out).parent / MEMO,
+                           baseline_link, interference_limits, slo)
+    summary = ctx_sorted(per_cell["cells"], SUMMARY_KEYS,
+                         by_length(contexts)).reset_index(drop=True)
     parquet_io.write(summary, summary_out, {
         "cells": len(summary), "contexts": contexts, "baseline_link": baseline_link,
         "interference": interference.settings(interference_limits)})
@@ -186,30 +174,17 @@ def aggregate(request_files: list[str], link_files: list[str], contexts: dict[st
         else:
             below = note if marks else ""
         write_table(frame, Path(tables_dir) / stem, title, below)
-    dist = memo.rows(memo_dir / "percentiles.parquet", request_files, percentiles.table,
-                     cell_key, SUMMARY_KEYS)
+    dist = per_cell["percentiles"]
     parquet_io.write(dist, str(Path(summary_out).with_name("percentiles.parquet")),
                      {"tail_min_samples": percentiles.TAIL_MIN_SAMPLES,
                       "bootstrap_draws": percentiles.BOOTSTRAP_DRAWS})
     write_table(tails.table(dist, by_length(contexts)), Path(tables_dir) / "percentiles",
                 tails.title())
-    present = set(request_files)
-
-    def with_baselines(files: list[str]) -> list[str]:
-        """The files and the baseline cells their gaps are held to."""
-        return files + [b for f in files for b in tail_shift.baseline_file(f, base)
-                        if b in present]
-
-    shifts = memo.rows(memo_dir / "tail_shift.parquet", request_files,
-                       lambda files: tail_shift.shifts(with_baselines(files), base),
-                       cell_key, SUMMARY_KEYS, {"baseline": base},
-                       lambda f: tail_shift.baseline_file(f, base))
+    shifts = per_cell["tail_shift"]
     parquet_io.write(tail_shift.with_allowance(shifts),
                      str(Path(summary_out).with_name("tail_shift.parquet")),
                      {"bootstrap_draws": percentiles.BOOTSTRAP_DRAWS})
-    levels = memo.rows(memo_dir / "service_levels.parquet", request_files,
-                       lambda files: service_levels.table(files, slo), cell_key,
-                       SUMMARY_KEYS, {"slo": slo})
+    levels = per_cell["service_levels"]
     parquet_io.write(levels, str(Path(summary_out).with_name("service_levels.parquet")),
                      {"slo": slo or {}})
     write_table(tails.service_levels_table(levels, by_length(contexts)),
@@ -224,6 +199,39 @@ def aggregate(request_files: list[str], link_files: list[str], contexts: dict[st
 # Beside the summary: each per-cell computation's rows, kept for the next aggregate
 # (infra/memo.py), so that a changed cell is all it redoes.
 MEMO = ".memo"
+PER_CELL = ("cells", "percentiles", "tail_shift", "service_levels")
+
+
+def cell_tables(request_files: list[str], contexts: dict[str, int], store: Path,
+                baseline_link: str | None, interference_limits: InterferenceLimits | None,
+                slo: dict | None) -> dict[str, pd.DataFrame]:
+    """Every per-cell table (PER_CELL): each cell's summary row, percentiles, tail shift
+    (before the run's joint allowance) and service levels, computed together for the
+    cells whose files changed, a batch at a time (each file read once: the readers keep
+    a batch's files), the rest as kept. A cell's rows also read its single-stream cell
+    (a concurrent cell's prefill share) and the baseline link's cell (its gaps' shift)."""
+    by_cell: dict[tuple, list[str]] = {}
+    for path in request_files:
+        by_cell.setdefault(cell_key(path), []).append(path)
+    base = pick_baseline(pd.DataFrame({"link": [key[1] for key in by_cell]}), baseline_link)
+
+    def read_too(path: str) -> list[str]:
+        """The single-stream and baseline cells whose files a cell's rows read."""
+        pair, _, model, ctx, _ = cell_key(path)
+        return [*by_cell.get((*cell_key(path)[:-1], 1), []),
+                *by_cell.get((pair, base, model, ctx, cell_key(path)[-1]), [])]
+
+    def compute(files: list[str]) -> dict[str, pd.DataFrame]:
+        every = list(dict.fromkeys(files + [f for path in files for f in read_too(path)]))
+        return {"cells": summarize(every, contexts, interference_limits),
+                "percentiles": percentiles.table(files),
+                "tail_shift": tail_shift.shifts(every, base),
+                "service_levels": service_levels.table(files, slo)}
+
+    return memo.tables(store, request_files, compute, cell_key, SUMMARY_KEYS,
+                       {"contexts": contexts, "interference": interference_limits,
+                        "slo": slo, "baseline": base}, read_too, PER_CELL,
+                       batch_order=lambda key: (key[0], key[2], key[3], key[4], key[1]))
 
 
 def cell_key(path: str) -> tuple:

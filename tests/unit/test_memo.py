@@ -39,7 +39,7 @@ def files(tmp_path: Path, count: int = 4) -> list[str]:
 
 
 def test_a_second_pass_computes_only_what_changed(tmp_path):
-    paths, store = files(tmp_path), tmp_path / "memo/rows.parquet"
+    paths, store = files(tmp_path), tmp_path / "memo"
     first = Counting()
     every = memo.rows(store, paths, first, key_of, ["name"])
     assert first.given == paths and len(every) == 0 + 1 + 2 + 3
@@ -59,12 +59,12 @@ def test_a_second_pass_computes_only_what_changed(tmp_path):
 
 
 def test_other_settings_a_torn_store_or_a_changed_dependency_compute_afresh(tmp_path):
-    paths, store = files(tmp_path), tmp_path / "rows.parquet"
+    paths, store = files(tmp_path), tmp_path / "memo"
     memo.rows(store, paths, Counting(), key_of, ["name"], settings={"slo": 1})
     other = Counting()
     memo.rows(store, paths, other, key_of, ["name"], settings={"slo": 2})
     assert other.given == paths
-    store.write_bytes(b"not parquet")
+    (store / "rows.parquet").write_bytes(b"not parquet")
     torn = Counting()
     memo.rows(store, paths, torn, key_of, ["name"], settings={"slo": 2})
     assert torn.given == paths
@@ -87,5 +87,5 @@ def test_a_large_first_build_is_computed_in_batches(tmp_path, monkeypatch):
         calls.append(len(batch))
         return Counting()(batch)
 
-    out = memo.rows(tmp_path / "rows.parquet", paths, compute, key_of, ["name"])
+    out = memo.rows(tmp_path / "memo", paths, compute, key_of, ["name"])
     assert calls == [2, 2, 1] and len(out) == 10

@@ -84,3 +84,19 @@ def test_the_table_shows_each_p99_with_its_plus_minus_or_as_too_few(tmp_path):
     assert row["ITL (ms) p99"] == f"{itl['p99']:.2f} ±{2 * itl['p99_se']:.2f}"
     assert row["TTFT (ms) p99"].endswith("(n=8: too few)")
     assert list(row.index[:4]) == ["model", "link", "ctx", "conc"]
+
+
+@pytest.mark.parametrize("method", ["linear", "inverted_cdf"])
+def test_all_resamples_at_once_are_the_resamples_one_by_one(method):
+    """The bootstrap weighs every value by how often its request was drawn instead of
+    concatenating each resample: the same draws, the same quantiles as np.percentile
+    over each resample (requests of unequal length, a failed one unbounded)."""
+    rng = np.random.default_rng(3)
+    requests = [rng.exponential(1.0, int(n)) for n in rng.integers(1, 80, 25)]
+    requests.append(np.array([np.inf]))
+    at_once = percentiles.resampled_quantiles(requests, (50, 90, 99), seed=1, method=method)
+    draws = np.random.default_rng(1)
+    one_by_one = np.array([np.percentile(np.concatenate(
+        [requests[i] for i in draws.integers(0, len(requests), len(requests))]),
+        [50, 90, 99], method=method) for _ in range(percentiles.BOOTSTRAP_DRAWS)])
+    np.testing.assert_allclose(at_once, one_by_one, rtol=1e-12)

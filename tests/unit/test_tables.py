@@ -405,7 +405,8 @@ def test_aggregate_writes_every_table(tmp_path):
         "summary.parquet", "percentiles.parquet", "tail_shift.parquet",
         "service_levels.parquet")}
     assert sorted(p.name for p in (out / ".memo").iterdir()) == [
-        "cells.parquet", "percentiles.parquet", "service_levels.parquet", "tail_shift.parquet"]
+        "cells.parquet", "done.json", "percentiles.parquet", "service_levels.parquet",
+        "tail_shift.parquet"]
     write_cell(tmp_path, "slow", "short", 1,
                [request(0, [3.0] * 8, send_ns=0, prompt=CONTEXTS["short"])])
     aggregate.aggregate(requests, link_files, CONTEXTS, str(out / "summary.parquet"),
