@@ -36,22 +36,25 @@ def table(dist: pd.DataFrame, contexts: Sequence[str]) -> pd.DataFrame:
     keys = (["pair"] if dist["pair"].nunique() > 1 else []) + ["model", "link", "ctx",
                                                                  "conc"]
     order = {c: i for i, c in enumerate(contexts)}
-    rows = []
-    for key, cell in dist.groupby(keys, sort=False):
-        by_metric = cell.set_index("metric")
-        row = dict(zip(keys, key, strict=True))
-        for metric, shown, label, places in SHOWN:
+    columns = [f"{label} {stat}" for _, shown, label, _ in SHOWN for stat in shown]
+    shown_for = {metric: (shown, label, places) for metric, shown, label, places in SHOWN}
+    cells: dict[tuple, dict] = {}
+    for figures in dist.to_dict("records"):  # one pass: a row lookup per figure is slow
+        key = tuple(figures[k] for k in keys)
+        row = cells.setdefault(key, {**dict(zip(keys, key, strict=True)),
+                                     **dict.fromkeys(columns, "—")})
+        if figures["metric"] in shown_for:
+            shown, label, places = shown_for[figures["metric"]]
             for stat in shown:
-                row[f"{label} {stat}"] = (stat_text(by_metric.loc[metric], stat, places)
-                                          if metric in by_metric.index else "—")
-        rows.append(row)
+                row[f"{label} {stat}"] = stat_text(figures, stat, places)
+    rows = list(cells.values())
     frame = pd.DataFrame(rows)
     frame["_ctx"] = frame["ctx"].map(order)
     return frame.sort_values([k for k in keys if k not in ("ctx", "conc")]
                              + ["_ctx", "conc"]).drop(columns="_ctx").reset_index(drop=True)
 
 
-def stat_text(figures: pd.Series, stat: str, places: int) -> str:
+def stat_text(figures: pd.Series | dict, stat: str, places: int) -> str:
     """A statistic as the table shows it: a p99 with its ±, or the count it stands on
     where that is too few for a tail."""
     value = figures[stat]
