@@ -152,6 +152,11 @@ def _link_costs(comp: pd.DataFrame, here: pd.DataFrame, ctx: str) -> str:
         each = [f"{split_name(models[r.model])} {r.decode_delta_ms:+.2f}"
                 + (f" ±{r.decode_delta_unc_ms:.2f}" if pd.notna(r.decode_delta_unc_ms)
                    else "") for r in rows.itertuples()]
-        said.append(f"on {link} {', '.join(each)}")
+        known = rows["decode_resolvable"] if "decode_resolvable" in rows else pd.Series(
+            pd.NA, index=rows.index)
+        # Said only where each is known to lie inside (a lower-bound ± proves nothing).
+        inside = " (none resolvable: each lies inside its ±)" if len(known) and bool(
+            known.eq(False).fillna(False).all()) else ""
+        said.append(f"on {link} {', '.join(each)}{inside}")
     return f"What each pays per token against the baseline: {'; '.join(said)} ms." \
         if said else ""

@@ -79,11 +79,14 @@ def test_the_findings_open_with_the_fastest_split_and_what_each_moves_and_pays()
     assert "Per decoded token across the link: llama.cpp RPC 2,064 A→B and 4,104 B→A" \
         in short
     assert "on narrow llama.cpp RPC +0.50" in short and "vLLM TP=2 +3.00" in short
+    assert "none resolvable" not in short
     # Within the ±: none is said to be faster.
     close = decode(summary(), {"rpc": 1.00, "tp2": 1.01, "pp2": 1.50}, se=0.05)
     text = splits.findings(close, comparison.compare_links(close, "plain"), ["short"],
                            "plain")[0].text
     assert text.startswith("**At short on plain, no split decodes faster than the next "
                            "beyond its ±**"), text
+    # The narrow link costs each split as much as the plain one, within every ±: said.
+    assert "on narrow" in text and "(none resolvable: each lies inside its ±)" in text, text
     # One split alone: no such finding.
     assert splits.findings(summary().query("split == 'rpc'"), comp, ["short"], "plain") == []
