@@ -52,16 +52,18 @@ def page_markdown(path_a: str, path_b: str, a, b) -> str:
     lines += ["## What differs in their setup", ""]
     lines += [f"- {line}" for line in setup] or ["- nothing recorded differs (builds, "
                                                   "link facts)"]
-    lines += ["", "## Cells in both", "", to_markdown(run_compare.cells_table(compared))
-              if len(compared) else "none", ""]
-    lines += ["## What each link costs decode, in each run", "",
-              "Each link's single-stream decode against the baseline link's, as each "
-              "run's link comparison measured it (paired rounds where the cell was "
+    # The links' costs first: differences within each run, which the machine's state
+    # that day cancels, are what a change of cable or driver moves.
+    lines += ["", "## What each link costs decode, in each run", "",
+              "Each link's single-stream decode against its own run's baseline link, as "
+              "each run's link comparison measured it (paired rounds where the cell was "
               "paired), and how that cost changed.", ""]
     changed = run_compare.costs(run_compare.link_costs(path_a),
                                 run_compare.link_costs(path_b))
     lines += [to_markdown(run_compare.costs_table(changed)) if len(changed) else
               "none: no link was compared with the baseline in both runs", ""]
+    lines += ["## Cells in both", "", to_markdown(run_compare.cells_table(compared))
+              if len(compared) else "none", ""]
     alone = run_compare.only_in(a, b)
     lines += ["## Cells in one run only", "",
               to_markdown(alone) if len(alone) else "none: both measured the same cells",

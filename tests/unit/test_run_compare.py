@@ -51,12 +51,15 @@ def test_two_runs_one_changed_cable_and_one_cell_only_in_b(tmp_path, capsys):
     assert "2 cells in both runs; 1 of 6 figures with a ± changed beyond it (83% within" \
         in text
     # usb4's decode rose 0.2 ms against a ± of 2 x hypot(0.01, 0.01): beyond it.
-    usb4 = next(line for line in text.splitlines() if "| usb4 |" in line)
+    usb4 = next(line for line in text.splitlines() if line.startswith("| lab | usb4 |"))
     assert "⚠ +0.200 ±0.028" in usb4 and "+0.0 ±28.3" in usb4
-    baseline = next(line for line in text.splitlines() if "| baseline | m | short" in line)
+    baseline = next(line for line in text.splitlines()
+                    if line.startswith("| lab | baseline | m | short"))
     assert "⚠" not in baseline and "+0.000 ±0.028" in baseline
     assert "- link lab/usb4 mtu_a: 1500 → 9000" in text
     assert "| lab | baseline | m | 5k | 1 | B |" in text
+    # The links' costs come before the cells: what a cable change moves, read first.
+    assert text.index("## What each link costs") < text.index("## Cells in both")
     # The link's cost in each run: sequential cells with no drift measured, so the ±
     # is a lower bound and a change beyond it is not called.
     cost = next(line for line in text.splitlines() if line.startswith("| lab | m | usb4 |"))
