@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 
 from splitbench import results
 from splitbench.analysis.cell_summary import read_requests
+from splitbench.analysis.traffic import numbers
 
 # The metrics in the order the table shows them, with their units.
 METRICS = {
@@ -114,9 +115,7 @@ def per_request_values(requests: pd.DataFrame, gaps: dict[tuple[int, int], np.nd
     """Per metric, one array of values per request (a request's gaps, or its one
     figure): the bootstrap resamples these arrays."""
     def column(name: str) -> pd.Series:
-        """The column as numbers (missing where a file predates it)."""
-        return pd.to_numeric(requests.get(name, pd.Series(index=requests.index,
-                                                          dtype=float)), errors="coerce")
+        return numbers(requests, name)
 
     def one(values: pd.Series) -> list[np.ndarray]:
         return [np.array([v]) for v in values.to_numpy(dtype=float) if np.isfinite(v)]

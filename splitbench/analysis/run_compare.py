@@ -25,6 +25,7 @@ import pandas as pd
 from splitbench import results
 from splitbench.analysis import checks, comparison
 from splitbench.analysis.cell_summary import read_links
+from splitbench.analysis.traffic import numbers
 from splitbench.infra.fits import COVERAGE
 
 # (figure, its standard error, its title, decimals, the drift that moves it: time to
@@ -85,22 +86,16 @@ def cells(a: pd.DataFrame, b: pd.DataFrame, drift_a: pd.DataFrame | None = None,
         both.get("flags_b", pd.Series(None, index=both.index)), strict=True)]
     ok = (both.get("status_a") == "ok") & (both.get("status_b") == "ok")
     for figure, se, _, _, moved_by in FIGURES:
-        va, vb = (_number(both, f"{figure}_{side}") for side in "ab")
+        va, vb = (numbers(both, f"{figure}_{side}") for side in "ab")
         change = (vb - va).where(ok)
-        spread = [np.hypot(_number(both, f"{se}_{side}"),
-                           _number(both, f"drift_{moved_by}_{side}").fillna(0) * value)
+        spread = [np.hypot(numbers(both, f"{se}_{side}"),
+                           numbers(both, f"drift_{moved_by}_{side}").fillna(0) * value)
                   for side, value in (("a", va), ("b", vb))]
         unc = COVERAGE * np.hypot(*spread)
         out[f"{figure}_a"], out[f"{figure}_b"] = va.where(ok), vb.where(ok)
         out[f"{figure}_change"], out[f"{figure}_unc"] = change, unc.where(ok)
         out[f"{figure}_beyond"] = (change.abs() > unc).where(change.notna() & unc.notna())
     return out
-
-
-def _number(frame: pd.DataFrame, column: str) -> pd.Series:
-    if column not in frame:
-        return pd.Series(np.nan, index=frame.index)
-    return pd.to_numeric(frame[column], errors="coerce")
 
 
 def only_in(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
@@ -112,14 +107,13 @@ def only_in(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=[*KEYS, "only in"])
 
 
-def link_costs(root: str | Path) -> pd.DataFrame:
-    """What each link costs decode in one run: its single-stream cells against the
-    baseline link's (comparison.compare_links, the anchors' drift included), as the
+def link_costs(root: str | Path, summary: pd.DataFrame, moved: pd.DataFrame
+               ) -> pd.DataFrame:
+    """What each link costs decode in one run (its `summary`, its drift()): its
+    single-stream cells against the baseline link's (comparison.compare_links), as the
     run's link comparison table reads them. The baseline is the one the run's what-if
     model names, else comparison.pick_baseline's."""
-    summary = read_summary(root)
-    comp = comparison.compare_links(summary, baseline_of(root, summary),
-                                    drift(root, summary))
+    comp = comparison.compare_links(summary, baseline_of(root, summary), moved)
     return comp.reindex(columns=COST_COLUMNS)
 
 
@@ -137,8 +131,8 @@ def costs(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     ok = both[["status_a", "status_base_a", "status_b", "status_base_b"]].eq("ok").all(axis=1)
     out = both[keys].copy()
     for side in "ab":
-        out[f"cost_{side}"] = _number(both, f"decode_delta_ms_{side}").where(ok)
-        out[f"unc_{side}"] = _number(both, f"decode_delta_unc_ms_{side}").where(ok)
+        out[f"cost_{side}"] = numbers(both, f"decode_delta_ms_{side}").where(ok)
+        out[f"unc_{side}"] = numbers(both, f"decode_delta_unc_ms_{side}").where(ok)
         out[f"compared_{side}"] = both[f"compared_{side}"]
     out["change"] = out["cost_b"] - out["cost_a"]
     out["unc"] = np.hypot(out["unc_a"], out["unc_b"])

@@ -20,7 +20,6 @@ to hold all the run's single-stream comparisons together at COVERAGE's confidenc
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from statistics import NormalDist
 
 import numpy as np
@@ -43,18 +42,10 @@ def table(request_files: Sequence[str], baseline: str | None) -> pd.DataFrame:
     return with_allowance(shifts(request_files, baseline))
 
 
-def baseline_file(path: str, baseline: str | None) -> list[str]:
-    """The baseline link's file of the same cell as `path` (what its unpaired gaps are
-    held to), where there is a baseline."""
-    if baseline is None:
-        return []
-    found = Path(path)
-    return [str(found.parents[2] / baseline / found.parent.name / found.name)]
-
-
 def shifts(request_files: Sequence[str], baseline: str | None) -> pd.DataFrame:
     """table's rows before the run's joint allowance: each one depends on its own cell
-    and its baseline_file alone. The baseline link's files give no row of their own."""
+    and the baseline link's cell of the same keys alone (among `request_files`). The
+    baseline link's files give no row of their own."""
     cells: dict[tuple, str] = {}
     for path in request_files:
         key = _key(path)

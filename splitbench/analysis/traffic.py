@@ -120,8 +120,8 @@ def with_predictions(cells: pd.DataFrame, baseline_link: str | None = None
     layout = cells.reindex(columns=columns).astype(object).where(
         cells.reindex(columns=columns).notna(), None)
     # The prompt the server held in its KV cache: its own count, else the context's.
-    prompt = _numbers(cells, "prompt_tokens").fillna(_numbers(cells, "ctx_tokens"))
-    generated = _numbers(cells, "generated_tokens")
+    prompt = numbers(cells, "prompt_tokens").fillna(numbers(cells, "ctx_tokens"))
+    generated = numbers(cells, "generated_tokens")
     kv = [mask_cells(p, g) for p, g in zip(prompt, generated, strict=True)]
     other = ~_rpc_split(cells)
     geometry = [(np.nan, np.nan) if v else predicted_bytes(*row, kv_cells=k)
@@ -143,7 +143,9 @@ def with_predictions(cells: pd.DataFrame, baseline_link: str | None = None
             out["graph_uploads"] / out["overhead_uploads"] - 1))
 
 
-def _numbers(frame: pd.DataFrame, column: str) -> pd.Series:
+def numbers(frame: pd.DataFrame, column: str) -> pd.Series:
+    """A column as numbers: NaN where a value is not one, or where the frame lacks the
+    column (a file from before it was recorded)."""
     return pd.to_numeric(frame.reindex(columns=[column]).iloc[:, 0], errors="coerce")
 
 
@@ -158,8 +160,8 @@ def step_overhead(cells: pd.DataFrame, baseline_link: str | None = None) -> pd.D
     one = cells[(cells["conc"] == 1) & (cells["status"] == "ok")]
     if baseline_link is not None:
         one = one[one["link"] == baseline_link]
-    one = one.assign(rest=_numbers(one, "rpc_bytes_per_token_a_to_b")
-                     - one["geometry_bytes_a_to_b"], _len=_numbers(one, "ctx_tokens"))
+    one = one.assign(rest=numbers(one, "rpc_bytes_per_token_a_to_b")
+                     - one["geometry_bytes_a_to_b"], _len=numbers(one, "ctx_tokens"))
     # A cell that moved less than hidden state and mask gives no overhead (its check
     # says what is wrong with it).
     one = one[one["rest"] >= 0].sort_values(["_len", "link"], kind="stable")
@@ -242,7 +244,7 @@ def link_traffic(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str]
         "on host B": [_layout_text(r) for _, r in one.iterrows()],
     })
     for way, arrow in DIRECTIONS.items():
-        measured = _numbers(one, f"rpc_bytes_per_token_{way}")
+        measured = numbers(one, f"rpc_bytes_per_token_{way}")
         table[f"{arrow} (B/token)"] = [_bytes(v) for v in measured]
         predicted, check = [], []
         for (_, row), m, v in zip(one.iterrows(), measured, other, strict=True):

@@ -41,8 +41,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def page_markdown(path_a: str, path_b: str, a, b) -> str:
-    compared = run_compare.cells(a, b, run_compare.drift(path_a, a),
-                                 run_compare.drift(path_b, b))
+    drift_a, drift_b = run_compare.drift(path_a, a), run_compare.drift(path_b, b)
+    compared = run_compare.cells(a, b, drift_a, drift_b)
     lines = ["# Two runs compared", "", f"A: `{path_a}`, B: `{path_b}`. "
              f"{run_compare.summary_line(compared)} A change is B's figure less A's; ± is "
              f"{run_compare.COVERAGE:g} standard errors of that difference (each cell's "
@@ -58,8 +58,8 @@ def page_markdown(path_a: str, path_b: str, a, b) -> str:
               "Each link's single-stream decode against its own run's baseline link, as "
               "each run's link comparison measured it (paired rounds where the cell was "
               "paired), and how that cost changed.", ""]
-    changed = run_compare.costs(run_compare.link_costs(path_a),
-                                run_compare.link_costs(path_b))
+    changed = run_compare.costs(run_compare.link_costs(path_a, a, drift_a),
+                                run_compare.link_costs(path_b, b, drift_b))
     lines += [to_markdown(run_compare.costs_table(changed)) if len(changed) else
               "none: no link was compared with the baseline in both runs", ""]
     lines += ["## Cells in both", "", to_markdown(run_compare.cells_table(compared))

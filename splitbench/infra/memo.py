@@ -45,15 +45,6 @@ def stamp(path: str | Path) -> str:
     return f"{found.st_size}:{found.st_mtime_ns}"
 
 
-def rows(store: str | Path, files: Sequence[str],
-         compute: Callable[[list[str]], pd.DataFrame], key_of: Callable[[str], tuple],
-         keys: Sequence[str], settings: object = None,
-         depends: Callable[[str], list[str]] | None = None) -> pd.DataFrame:
-    """tables() of one computation, kept in the directory `store`."""
-    return tables(store, files, lambda batch: {"rows": compute(batch)}, key_of, keys,
-                  settings, depends, names=("rows",))["rows"]
-
-
 def tables(store: str | Path, files: Sequence[str],
            compute: Callable[[list[str]], dict[str, pd.DataFrame]],
            key_of: Callable[[str], tuple], keys: Sequence[str], settings: object = None,

@@ -25,6 +25,12 @@ class Counting:
         return pd.DataFrame(rows, columns=["name", "line"])
 
 
+def rows(store: Path, paths: list[str], compute, key_of, keys, **options) -> pd.DataFrame:
+    """memo.tables of one computation."""
+    return memo.tables(store, paths, lambda batch: {"rows": compute(batch)}, key_of, keys,
+                       names=("rows",), **options)["rows"]
+
+
 def key_of(path: str) -> tuple:
     return (Path(path).stem,)
 
@@ -41,40 +47,40 @@ def files(tmp_path: Path, count: int = 4) -> list[str]:
 def test_a_second_pass_computes_only_what_changed(tmp_path):
     paths, store = files(tmp_path), tmp_path / "memo"
     first = Counting()
-    every = memo.rows(store, paths, first, key_of, ["name"])
+    every = rows(store, paths, first, key_of, ["name"])
     assert first.given == paths and len(every) == 0 + 1 + 2 + 3
     again = Counting()
-    kept = memo.rows(store, paths, again, key_of, ["name"])
+    kept = rows(store, paths, again, key_of, ["name"])
     assert again.given == []  # the empty file too: it was computed, and gave no row
     pd.testing.assert_frame_equal(kept, every)
     # One file rewritten (its size and time change): it alone, and its rows replaced.
     Path(paths[2]).write_text("changed")
     os.utime(paths[2], ns=(1, 1))
     third = Counting()
-    now = memo.rows(store, paths, third, key_of, ["name"])
+    now = rows(store, paths, third, key_of, ["name"])
     assert third.given == [paths[2]]
     assert list(now["line"]) == ["1-0", "changed", "3-0", "3-1", "3-2"]  # in file order
     # A file dropped from the inputs is dropped from the rows.
-    assert list(memo.rows(store, paths[:2], Counting(), key_of, ["name"])["line"]) == ["1-0"]
+    assert list(rows(store, paths[:2], Counting(), key_of, ["name"])["line"]) == ["1-0"]
 
 
 def test_other_settings_a_torn_store_or_a_changed_dependency_compute_afresh(tmp_path):
     paths, store = files(tmp_path), tmp_path / "memo"
-    memo.rows(store, paths, Counting(), key_of, ["name"], settings={"slo": 1})
+    rows(store, paths, Counting(), key_of, ["name"], settings={"slo": 1})
     other = Counting()
-    memo.rows(store, paths, other, key_of, ["name"], settings={"slo": 2})
+    rows(store, paths, other, key_of, ["name"], settings={"slo": 2})
     assert other.given == paths
     (store / "rows.parquet").write_bytes(b"not parquet")
     torn = Counting()
-    memo.rows(store, paths, torn, key_of, ["name"], settings={"slo": 2})
+    rows(store, paths, torn, key_of, ["name"], settings={"slo": 2})
     assert torn.given == paths
     # A file whose rows read another (its baseline) is computed again when that changes.
     depends = {paths[3]: [paths[1]]}
-    memo.rows(store, paths, Counting(), key_of, ["name"], depends=lambda f: depends.get(f, []))
+    rows(store, paths, Counting(), key_of, ["name"], depends=lambda f: depends.get(f, []))
     Path(paths[1]).write_text("1-new")
     os.utime(paths[1], ns=(2, 2))
     moved = Counting()
-    memo.rows(store, paths, moved, key_of, ["name"], depends=lambda f: depends.get(f, []))
+    rows(store, paths, moved, key_of, ["name"], depends=lambda f: depends.get(f, []))
     assert moved.given == [paths[1], paths[3]]
 
 
@@ -87,5 +93,5 @@ def test_a_large_first_build_is_computed_in_batches(tmp_path, monkeypatch):
         calls.append(len(batch))
         return Counting()(batch)
 
-    out = memo.rows(tmp_path / "memo", paths, compute, key_of, ["name"])
+    out = rows(tmp_path / "memo", paths, compute, key_of, ["name"])
     assert calls == [2, 2, 1] and len(out) == 10
