@@ -46,6 +46,8 @@ def run(args: argparse.Namespace) -> int:
         raise SplitbenchError(f"no what-if model at {model}: `snakemake --cores 1 all` "
                               "writes it (or give --results)")
     rows = pd.read_parquet(model)
+    for line in flagged(args.results, rows):
+        print(line)
     if args.slo:
         print(whatif.bound_text(_slo_bound(args, rows)))
         return 0
@@ -97,3 +99,19 @@ def _slo_bound(args: argparse.Namespace, rows: pd.DataFrame) -> pd.DataFrame:
     if args.tokens_per_s is not None:
         tps = args.tokens_per_s
     return whatif.latency_bound(held, tps, args.gbit, args.gbit_b_to_a)
+
+
+def flagged(root: str, rows: pd.DataFrame) -> list[str]:
+    """A ⚠ line per baseline single-stream cell the model rests on that its run flagged
+    (other work on the CPUs, timing): a prediction from it carries the same doubt."""
+    path = Path(results.under(root, results.SUMMARY))
+    if rows.empty or not path.exists():
+        return []
+    summary = pd.read_parquet(path)
+    if "flags" not in summary:
+        return []
+    used = summary.merge(rows[["pair", "model", "ctx", "baseline"]].rename(
+        columns={"baseline": "link"}), on=["pair", "link", "model", "ctx"])
+    used = used[(used["conc"] == 1) & used["flags"].notna() & (used["flags"] != "")]
+    return [f"⚠ flagged: the baseline cell {r.pair}/{r.link}/{r.model}/{r.ctx} this rests on "
+            f"({r.flags})" for r in used.itertuples()]

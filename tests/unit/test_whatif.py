@@ -169,3 +169,21 @@ def test_the_slo_bound_holds_the_slowest_of_the_share_to_the_target(tmp_path, ca
     levels.assign(tokens_per_s_target=np.nan).to_parquet(path)
     assert cli.main(["whatif", "--slo", "--results", str(tmp_path)]) == 2
     assert "no tokens/s level" in capsys.readouterr().err
+
+
+def test_a_prediction_from_a_flagged_baseline_cell_says_so(tmp_path, capsys):
+    """Beside two CPU hogs the baseline cells were flagged and `whatif --slo` printed
+    its bounds as if they were clean."""
+    summary, links = summary_and_links()
+    rows = whatif.model(summary, links, TRIPS, {"m": 1}, "base")
+    whatif.write(rows, pd.DataFrame(), results.under(tmp_path, results.WHATIF),
+                 results.under(tmp_path, results.WHATIF_POINTS))
+    busy = "hosts A and B: other processes used 1.24 cores (limit 0.25 cores) during the cell"
+    path = Path(results.under(tmp_path, results.SUMMARY))
+    summary.assign(flags=None).to_parquet(path)
+    assert cli.main(["whatif", "--tokens-per-s", "800", "--results", str(tmp_path)]) == 0
+    assert "⚠" not in capsys.readouterr().out
+    summary.assign(flags=busy).to_parquet(path)
+    assert cli.main(["whatif", "--tokens-per-s", "800", "--results", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.startswith(
+        f"⚠ flagged: the baseline cell lab/base/m/short this rests on ({busy})\n")
