@@ -267,5 +267,8 @@ def summary_line(compared: pd.DataFrame) -> str:
     flagged = int(compared["flagged"].sum())
     aside = (f"; {flagged} cell{'s' if flagged != 1 else ''} flagged in either run, "
              "counted apart" if flagged else "")
+    if flagged and flagged == len(compared):
+        return (f"{len(compared)} cells in both runs, every one flagged in one run or the "
+                "other: none is counted (the table marks each).")
     return (f"{len(compared)} cells in both runs{aside}; {beyond} of {total} figures with "
             f"a ± changed beyond it{share}.")

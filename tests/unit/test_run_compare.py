@@ -118,3 +118,8 @@ def test_two_runs_carry_each_runs_drift_and_set_flagged_cells_apart():
     assert line.startswith("2 cells in both runs; 1 cell flagged in either run, counted "
                            "apart; 0 of 1 figures with a ± changed beyond it (100% within")
     assert list(run_compare.cells_table(drifting)["status"]) == ["ok", "⚠ flagged"]
+    # A run beside two CPU hogs flags every cell: nothing is counted, and it says so.
+    busy = run_compare.cells(a, b.assign(flags="hosts A and B: other processes"))
+    assert run_compare.summary_line(busy) == (
+        "2 cells in both runs, every one flagged in one run or the other: none is "
+        "counted (the table marks each).")
