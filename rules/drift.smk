@@ -22,9 +22,7 @@ rule anchor:
     resources:
         **pair_job("anchor"),
     params:
-        cell=lambda w: as_json(
-            plan.cell_slice(CONFIG, plan.anchor_cell(CONFIG, w.pair, w.model))
-        ),
+        cell=lambda w: as_json(plan.anchor_slice(CONFIG, w.pair, w.model)),
         link_spec=lambda w: as_json(
             plan.link_slice(CONFIG, w.pair, CONFIG.baseline_link)
         ),

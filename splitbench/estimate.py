@@ -23,13 +23,15 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
 from splitbench import plan, results
 from splitbench.configuration import Config
+from splitbench.infra import precision
+from splitbench.infra.fits import COVERAGE
 
 # What every job costs besides its measurement: the interpreter and its imports, the
 # SSH login to host B, the sensors and the interference meter starting and stopping.
@@ -49,10 +51,15 @@ AFTER_S = 120.0
 @dataclass(frozen=True)
 class Speed:
     """What the estimate assumes of one model at one context: its single-stream prefill
-    rate (prompt tokens over time to first token) and decode rate, tok/s."""
+    rate (prompt tokens over time to first token) and decode rate, tok/s; and, where a
+    summary measured them, what one sample pins each figure to (`unit_unc`: by
+    concurrency level, each precision target's figure's ± times the square root of its
+    samples, the ± of a single sample), so that the estimate stops a cell where its
+    precision targets would (infra/precision.py)."""
 
     prefill_tps: float
     decode_tps: float
+    unit_unc: Mapping[int, Mapping[str, float]] = field(default_factory=dict)
 
 
 Speeds = Mapping[tuple[str, str], Speed | None]
@@ -63,14 +70,62 @@ def speeds_from_summary(summary: pd.DataFrame) -> dict[tuple[str, str], Speed | 
     conc, status, prefill_tps, decode_tps): the median over its links of the ok rows;
     None where no link ran the context (every row a context wall or a failure)."""
     single = summary[summary["conc"] == 1]
+    units = unit_uncertainties(summary)
     out: dict[tuple[str, str], Speed | None] = {}
     for (model, ctx), rows in single.groupby(["model", "ctx"], sort=False):
         ok = rows[(rows["status"] == "ok") & rows["prefill_tps"].notna()
                   & rows["decode_tps"].notna()]
         out[(str(model), str(ctx))] = (
-            Speed(float(ok["prefill_tps"].median()), float(ok["decode_tps"].median()))
+            Speed(float(ok["prefill_tps"].median()), float(ok["decode_tps"].median()),
+                  units.get((str(model), str(ctx)), {}))
             if len(ok) else None)
     return out
+
+
+# Each precision target's figure in a summary: its ± (COVERAGE standard errors, relative
+# where the target is) from its columns, and the column counting its samples.
+def _unit(rows: pd.DataFrame, target: str) -> pd.Series:
+    def col(name: str) -> pd.Series:
+        return pd.to_numeric(rows[name], errors="coerce") if name in rows \
+            else pd.Series(float("nan"), rows.index)
+
+    unc, samples = {
+        "decode_rel": (COVERAGE * col("decode_ms_se") / col("decode_ms_per_token"),
+                       col("samples")),
+        "prefill_rel": (COVERAGE * col("prefill_tps_se") / col("prefill_tps"),
+                        col("samples")),
+        "throughput_rel": (COVERAGE * col("throughput_tps_se") / col("throughput_tps"),
+                           col("releases")),
+        "paired_decode_ms": (COVERAGE * col("paired_decode_delta_se"),
+                             col("paired_rounds")),
+    }[target]
+    return unc.abs() * samples ** 0.5
+
+
+def unit_uncertainties(summary: pd.DataFrame) -> dict[tuple[str, str], dict[int, dict]]:
+    """(model, ctx) -> conc -> target -> the ± of one sample: the median over the
+    summary's ok cells (its links) of each figure's ± times sqrt(its samples)."""
+    ok = summary[summary["status"] == "ok"]
+    out: dict[tuple[str, str], dict[int, dict]] = {}
+    for (model, ctx, conc), rows in ok.groupby(["model", "ctx", "conc"], sort=False):
+        kinds = precision.CONCURRENT_TARGETS if conc > 1 else (
+            *precision.SINGLE_STREAM_TARGETS, *precision.PAIRED_TARGETS)
+        units = {target: float(_unit(rows, target).median()) for target in kinds}
+        known = {k: v for k, v in units.items() if v == v}  # NaN: not measured
+        if known:
+            out.setdefault((str(model), str(ctx)), {})[int(conc)] = known
+    return out
+
+
+def samples_to_target(targets: Mapping[str, float], unit_unc: Mapping[str, float],
+                      first: int) -> int | None:
+    """The checkpoint at which every target is expected to be reached, a figure's ±
+    falling as 1/sqrt(samples) from its one-sample ± (infra/precision.py's rule); None
+    where a targeted figure's spread is unknown (the cell runs to its ceiling)."""
+    if not targets or any(t not in unit_unc for t in targets):
+        return None
+    needed = max((unit_unc[t] / target) ** 2 for t, target in targets.items())
+    return precision.checkpoint_at_least(needed, first)
 
 
 def launch_seconds_from(root: str | Path) -> float | None:
@@ -95,12 +150,15 @@ def release_seconds(prompt_tokens: int, concurrency: int, n_predict: int,
     return concurrency * prompt_tokens / speed.prefill_tps + n_predict / speed.decode_tps
 
 
-def releases(least: int, seconds: float, release_s: float) -> int:
+def releases(least: int, seconds: float, release_s: float,
+             stop_at: int | None = None) -> int:
     """How many releases a cell sends (cells.measure.more_shots): at least `least`, and
-    more while it has run under `seconds`."""
+    more while it has run under `seconds`, but no more than `stop_at` (the checkpoint
+    where its precision targets are expected to be reached) beyond `least`."""
     if release_s <= 0:
         return max(least, 1)
-    return max(least, 1, math.ceil(seconds / release_s))
+    ceiling = max(least, 1, math.ceil(seconds / release_s))
+    return ceiling if stop_at is None else min(ceiling, max(least, 1, stop_at))
 
 
 def cell_seconds(config: Config, cell: plan.Cell, speed: Speed | None,
@@ -111,16 +169,24 @@ def cell_seconds(config: Config, cell: plan.Cell, speed: Speed | None,
     one = release_seconds(config.contexts[cell.ctx], cell.conc, settings["n_predict"],
                           speed)
     paired = plan.paired_for(config, cell)
+    targets = plan.precision_for(config, cell, paired is not None)
+    units = speed.unit_unc.get(cell.conc, {}) if speed else {}
     if speed is None:
         measured = one  # the first release fails: the cell stops there
     elif paired:
-        measured = launch_s + paired["rounds"] * paired["requests"] * 2 * one
+        rounds = samples_to_target(precision.targets_for(targets, precision.PAIRED_TARGETS),
+                                   units, precision.FIRST_LOOK)
+        measured = launch_s + min(paired["rounds"], rounds or paired["rounds"]) \
+            * paired["requests"] * 2 * one
     elif cell.conc == 1:
         measured = one * releases(settings["single_stream_requests"],
-                                  settings["single_stream_seconds"], one)
+                                  settings["single_stream_seconds"], one,
+                                  samples_to_target(targets, units, precision.FIRST_LOOK))
     else:
         measured = one * releases(settings.get("concurrent_releases", 1),
-                                  settings.get("concurrent_seconds", 0.0), one)
+                                  settings.get("concurrent_seconds", 0.0), one,
+                                  samples_to_target(targets, units,
+                                                    precision.FIRST_LOOK_RELEASES))
     return JOB_OVERHEAD_S + measured * config.repeats
 
 

@@ -17,6 +17,7 @@ import yaml
 
 from splitbench import configuration, results
 from splitbench.configuration import Config, ConfigError, link_index
+from splitbench.infra import precision
 from splitbench.slices import (
     CellSlice,
     LinkCheckSettings,
@@ -106,7 +107,8 @@ def written(section: configuration.Section | None) -> dict[str, Any]:
 def cell_settings(config: Config) -> CellSlice:
     """Every cell's measurement settings (`cell:` with defaults; `paired` is per cell)."""
     given = {k: v for k, v in config.cell.given().items() if k != "paired"}
-    return {**configuration.defaults(configuration.CellSpec, exclude=("paired",)), **given,
+    return {**configuration.defaults(configuration.CellSpec,
+                                     exclude=("paired", "precision")), **given,
             **_wakeup(config)}
 
 
@@ -146,9 +148,11 @@ def _wakeup(config: Config) -> dict[str, bool]:
 
 
 def link_check_settings(config: Config) -> LinkCheckSettings:
-    # `sockperf` is in a link's settings only where the config sets it: links verified
-    # before the key existed keep the settings they were made with (and plan nothing).
-    return {**configuration.defaults(configuration.LinkCheck, exclude=("sockperf",)),
+    # `sockperf` and `iperf_spread_rel` are in a link's settings only where the config
+    # sets them: links verified before the keys existed keep the settings they were made
+    # with (and plan nothing).
+    return {**configuration.defaults(configuration.LinkCheck,
+                                     exclude=("sockperf", "iperf_spread_rel")),
             **config.link_check.given(), **_wakeup(config)}
 
 
@@ -235,6 +239,16 @@ def anchor_cell(config: Config, pair: str, model: str) -> Cell:
     return Cell(pair, config.baseline_link, model, shortest, 1)
 
 
+def anchor_slice(config: Config, pair: str, model: str) -> CellSlice:
+    """The drift anchor's measurement: its cell's, without precision targets. The
+    anchors' difference is the machine's drift, whose ± every sequential comparison
+    carries: they always send their full count, as the cells they bracket did before
+    any target stopped them."""
+    out = cell_slice(config, anchor_cell(config, pair, model))
+    out.pop("precision", None)
+    return out
+
+
 def model_slice(config: Config, model: str) -> ModelSlice:
     spec = config.models[model].given()
     spec.setdefault("threads", 1)
@@ -274,6 +288,16 @@ def link_slice(config: Config, pair: str, link: str) -> LinkSlice:
     return out
 
 
+def precision_for(config: Config, cell: Cell, paired: bool) -> dict[str, float]:
+    """The `cell.precision` targets one cell reads: a single stream's decode and
+    prefill, a paired one's decode difference (its rounds stop on that alone), a
+    concurrent cell's decode and throughput."""
+    given = config.cell.precision.given() if config.cell.precision else {}
+    kinds = (precision.CONCURRENT_TARGETS if cell.conc > 1
+             else precision.PAIRED_TARGETS if paired else precision.SINGLE_STREAM_TARGETS)
+    return precision.targets_for(given, kinds)
+
+
 # The `cell:` keys only one kind of cell reads (cells.measure.more_shots).
 SINGLE_STREAM_KEYS = ("single_stream_requests", "single_stream_seconds")
 CONCURRENT_KEYS = ("concurrent_releases", "concurrent_seconds")
@@ -289,7 +313,8 @@ def cell_slice(config: Config, cell: Cell, epoch: int = 0) -> CellSlice:
         "measurement_version": config.measurement_version,
         "prompt_tokens": config.contexts[cell.ctx],
         "concurrency": cell.conc,
-        **{k: v for k, v in cell_settings(config).items() if k not in unused},
+        **{k: v for k, v in cell_settings(config).items()
+           if k not in unused and k != "precision"},
         "model": model_slice(config, cell.model),
     }
     # Only when set, so that existing cells keep their params (and are not re-measured).
@@ -298,6 +323,10 @@ def cell_slice(config: Config, cell: Cell, epoch: int = 0) -> CellSlice:
     paired = paired_for(config, cell)
     if paired:
         out["paired"] = paired
+    # Only the targets this kind of cell reads, and only where set (infra/precision.py).
+    targets = precision_for(config, cell, paired is not None)
+    if targets:
+        out["precision"] = targets
     if epoch:
         out["epoch"] = epoch
     return out

@@ -65,6 +65,7 @@ class LinkCheckSettings(TypedDict, total=False):
     iperf_streams: int
     iperf_block: int | None
     iperf_repeats: int
+    iperf_spread_rel: float | None
     rr_payload_bytes: int
     rr_sizes: list[int]
     rr_samples: int
@@ -147,6 +148,8 @@ class CellSlice(TypedDict, total=False):
     model: ModelSlice
     repeats: int
     paired: PairedSlice
+    # The targets this kind of cell reads (plan.precision_for), only where set.
+    precision: dict[str, float]
     epoch: int
 
 

@@ -6,11 +6,13 @@ import json
 import secrets
 import time
 import traceback
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
 import httpx
+import numpy as np
 import pandas as pd
 from rich.console import Console
 
@@ -20,6 +22,7 @@ from splitbench.infra import (
     archive,
     interference,
     parquet_io,
+    precision,
     telemetry,
     turns,
     wakeup,
@@ -164,6 +167,9 @@ class Run:
     # p50 (us) along the RPC path, so that the prediction uses latency measured at the
     # same time as the decode it is compared with.
     rr64_us: float | None = None
+    # Why its requests stopped (infra/precision.py); a paired cell's own runs carry the
+    # cell's: the rounds' rule decides for both links.
+    stopped: precision.Stopped | None = None
 
     def failed(self) -> bool:
         return any(r.error_type or r.http_status != 200 for replies, _ in self.shots
@@ -199,6 +205,10 @@ def _measure(cell: CellSlice, link: Any, reference: Any, model: ModelInfo,
     cell_fields = {
         "repeat": repeat,
         "cell_status": metrics.cell_status([r["status"] for r in own]),
+        # Why the cell's requests stopped: its figures reached their targets, it reached
+        # its ceiling, or a request failed (the last own run says, for a paired cell).
+        "stopped": next((run.stopped for run in reversed(runs) if not run.reference),
+                        None),
         "cell_wall_ms": metrics.wall_ms(own),
         "cell_throughput_tps": metrics.throughput_tps(own),
         "link_fingerprint": fingerprint,
@@ -358,6 +368,9 @@ def _runs(cell: CellSlice, link: Any, reference: Any, model: ModelInfo,
                     alone = Run(False, round_ + 1, own.server)
                     _drive_run(alone, cell, link)
                     return [*runs, alone]
+                if paired_known(cell, runs):
+                    runs[-1].stopped = precision.TARGET
+                    return runs
     finally:
         backend_of(cell).stop(link.pair, slot="reference")
     return runs
@@ -380,11 +393,12 @@ def _drive_run(run: Run, cell: CellSlice, link: Any, count: int | None = None) -
     """Send the run's requests. A failure is the replies' status, not an exception: the
     other repeats are kept."""
     try:
-        run.shots = _drive(cell, link, run.server, count)
+        run.shots, run.stopped = _drive(cell, link, run.server, count)
     except Exception as exc:  # noqa: BLE001 - becomes this repeat's rows
         text = "".join(traceback.format_exception(exc))[-2000:]
         run.shots = [(_failed(cell, type(exc).__name__, text), None)]
         run.harness_error = text
+        run.stopped = precision.FAILURE
     with link.host_a.entered():
         run.alive = run.server.alive() and backend_of(cell).healthy(run.server.url)
 
@@ -406,36 +420,102 @@ def capped(text: str, limit: int = 2000) -> str:
     return f"{first}\n…\n{rest[-(limit - len(first) - 3):]}"
 
 
-def more_shots(cell: CellSlice, sent: int, elapsed_s: float) -> bool:
+def more_shots(cell: CellSlice, sent: int, elapsed_s: float,
+               shots: Sequence[Shot] = ()) -> bool:
     """Whether to release the cell's requests once more (`sent` releases so far,
-    `elapsed_s` since the first). A single-stream cell sends requests one after another:
-    at least `single_stream_requests` (a median and a spread for its prefill, TTFT and
-    decode), then more while the cell has run under `single_stream_seconds`. A
-    concurrent cell releases its N requests together, one release after another: at
-    least `concurrent_releases` times (a median and a spread for its overlap,
-    throughput and decode), then again while it has run under `concurrent_seconds`.
-    Either way cheap short requests buy a tighter spread; an expensive long release is
-    not repeated beyond the minimum. (`_drive` stops after a release with a failed
-    request, whatever this says.)"""
+    `elapsed_s` since the first, `shots` their replies). A single-stream cell sends
+    requests one after another: at least `single_stream_requests` (a median and a spread
+    for its prefill, TTFT and decode), then more while the cell has run under
+    `single_stream_seconds`. A concurrent cell releases its N requests together, one
+    release after another: at least `concurrent_releases` times (a median and a spread
+    for its overlap, throughput and decode), then again while it has run under
+    `concurrent_seconds`. Either way cheap short requests buy a tighter spread; an
+    expensive long release is not repeated beyond the minimum. With `precision`, a cell
+    also stops at the first checkpoint past its minimum where its figures are known to
+    their targets (`known`). (`_drive` stops after a release with a failed request,
+    whatever this says.)"""
     if cell["concurrency"] != 1:
         least = cell.get("concurrent_releases", 1)
-        return sent < least or elapsed_s < cell.get("concurrent_seconds", 0.0)
-    least = cell.get("single_stream_requests", 1)
-    return sent < least or elapsed_s < cell.get("single_stream_seconds", 0.0)
+        seconds = cell.get("concurrent_seconds", 0.0)
+    else:
+        least = cell.get("single_stream_requests", 1)
+        seconds = cell.get("single_stream_seconds", 0.0)
+    if sent < least:
+        return True
+    return elapsed_s < seconds and not known(cell, shots)
+
+
+def known(cell: CellSlice, shots: Sequence[Shot]) -> bool:
+    """Whether the cell's figures reached their `precision` targets, looked at only at
+    the rule's checkpoints (infra/precision.py): a single stream's decode and prefill
+    from its requests, a concurrent cell's decode and throughput from its releases."""
+    single = cell["concurrency"] == 1
+    targets = precision.targets_for(cell.get("precision"), precision.SINGLE_STREAM_TARGETS
+                                    if single else precision.CONCURRENT_TARGETS)
+    first = precision.FIRST_LOOK if single else precision.FIRST_LOOK_RELEASES
+    if not targets or not precision.is_checkpoint(len(shots), first):
+        return False
+    backend = backend_of(cell)
+    releases = [[backend.request_row(reply, cell["prompt_tokens"], cell["n_predict"], True,
+                                     cell["crash_below_tps"]) for reply in replies]
+                for replies, _ in shots]
+    if any(row["status"] != "ok" for rows in releases for row in rows):
+        return False
+    if single:
+        rows = [row for rows in releases for row in rows]
+        achieved = {
+            "decode_rel": precision.relative_unc([r["decode_ms_per_token"] for r in rows],
+                                                 [r["decode_ms_se"] for r in rows]),
+            "prefill_rel": precision.relative_unc([r["prefill_tps"] for r in rows])}
+    else:
+        def median(rows: list, column: str) -> float | None:
+            values = [r[column] for r in rows if r[column] is not None]
+            return float(np.median(values)) if values else None
+
+        achieved = {
+            "decode_rel": precision.relative_unc(
+                [median(rows, "decode_ms_per_token") for rows in releases],
+                [median(rows, "decode_ms_se") for rows in releases]),
+            "throughput_rel": precision.relative_unc(
+                [metrics.throughput_tps(rows) for rows in releases])}
+    return precision.reached(achieved, targets)
+
+
+def paired_known(cell: CellSlice, runs: Sequence[Run]) -> bool:
+    """Whether a paired cell's decode difference (its link less the baseline, the
+    median over rounds) is known to `precision.paired_decode_ms`, looked at only at the
+    rule's checkpoints in rounds."""
+    targets = precision.targets_for(cell.get("precision"), precision.PAIRED_TARGETS)
+    rounds = {run.round for run in runs}
+    if not targets or not precision.is_checkpoint(len(rounds), precision.FIRST_LOOK):
+        return False
+    backend = backend_of(cell)
+    decode: dict[tuple[int, bool], list[float]] = {}
+    for run in runs:
+        for replies, _ in run.shots:
+            for reply in replies:
+                row = backend.request_row(reply, cell["prompt_tokens"], cell["n_predict"],
+                                          True, cell["crash_below_tps"])
+                if row["status"] == "ok" and row["decode_ms_per_token"] is not None:
+                    decode.setdefault((run.round, run.reference), []).append(
+                        row["decode_ms_per_token"])
+    deltas = [float(np.median(decode[(r, False)]) - np.median(decode[(r, True)]))
+              for r in sorted(rounds) if (r, False) in decode and (r, True) in decode]
+    return precision.reached({"paired_decode_ms": precision.median_unc(deltas)}, targets)
 
 
 def _drive(cell: CellSlice, link: Any, server: Launch,
-           count: int | None = None) -> list[Shot]:
+           count: int | None = None) -> tuple[list[Shot], precision.Stopped]:
     """Send the cell's requests (`count` single-stream releases, or as `more_shots`
-    says), counting the RPC bytes each release causes. After a release with a failed
-    request the rest are not sent: the failure is the result."""
+    says), counting the RPC bytes each release causes, and say why they stopped. After a
+    release with a failed request the rest are not sent: the failure is the result."""
     out: list[Shot] = []
     with link.host_a.entered():
         backend = backend_of(cell)
         pool = backend.prompt_pool(server.url)
         started = time.monotonic()
         while (len(out) < count if count is not None
-               else more_shots(cell, len(out), time.monotonic() - started)):
+               else more_shots(cell, len(out), time.monotonic() - started, out)):
             batch = [backend.prompt(pool, cell["prompt_tokens"], secrets.randbits(63))
                      for _ in range(cell["concurrency"])]
             rpc = backend.traffic(link, server)
@@ -446,8 +526,10 @@ def _drive(cell: CellSlice, link: Any, server: Launch,
             out.append((replies, rpc))
             _progress(cell, link, len(out), replies, time.monotonic() - started)
             if any(r.error_type or r.http_status != 200 for r in replies):
-                break
-    return out
+                return out, precision.FAILURE
+    stopped = (precision.TARGET if count is None and known(cell, out)
+               else precision.CEILING)
+    return out, stopped
 
 
 _LOG = Console(width=140, log_path=False, highlight=False)  # the job log: stdout

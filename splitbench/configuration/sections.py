@@ -250,6 +250,28 @@ class Paired(Section):
     contexts: list[str] = key(description="contexts it applies to (default: every context)")
 
 
+class Precision(Section):
+    """A cell stops once its figures are known this well: at the first checkpoint past
+    its minimum (5 requests or rounds, or 3 releases, then twice as many, and so on)
+    where every figure with a target has its ± (the report's: 2 standard errors) within
+    it; otherwise at its ceiling (its seconds, or a paired cell's rounds). Each cell
+    records why it stopped (`stopped`). Omitted: every cell runs to its ceiling."""
+
+    decode_rel: float | None = key(None, "relative ± of decode ms/token (single-stream "
+                                         "and concurrent cells), e.g. 0.02",
+                                   nullable=True, gt=0, le=1)
+    prefill_rel: float | None = key(None, "relative ± of a single stream's prefill tok/s",
+                                    nullable=True, gt=0, le=1)
+    throughput_rel: float | None = key(None, "relative ± of a concurrent cell's "
+                                             "throughput (its overlap's ± from the "
+                                             "releases is at most this x N/(N-1) where "
+                                             "the overlap is not below 0)",
+                                       nullable=True, gt=0, le=1)
+    paired_decode_ms: float | None = key(None, "± of a paired cell's decode difference "
+                                               "against the baseline (ms/token)",
+                                         nullable=True, gt=0)
+
+
 class CellSpec(Section):
     n_predict: int = key(64, "tokens each request generates", applied="schema", ge=2)
     request_timeout_s: float = key(600, "longest silence of one stream (s) before it "
@@ -272,6 +294,8 @@ class CellSpec(Section):
                                        "again while it has run for less than this (s)",
                                     applied="schema", ge=0)
     paired: Paired = key(description=Paired.__doc__.split("\n\n")[0].replace("\n    ", " "))
+    precision: Precision = key(description=Precision.__doc__.split("\n\n")[0].replace(
+        "\n    ", " "))
 
 
 class LinkCheck(Section):
@@ -280,7 +304,13 @@ class LinkCheck(Section):
     iperf_streams: int = key(1, "iperf3 -P", applied="schema", ge=1, le=128)
     iperf_block: int | None = key(None, "iperf3 -l (bytes); null: iperf3's own",
                                   applied="schema", nullable=True, ge=1024)
-    iperf_repeats: int = key(1, "iperf3 runs per direction", applied="schema", ge=1, le=20)
+    iperf_repeats: int = key(1, "iperf3 runs per direction (the most, with "
+                                "iperf_spread_rel)", applied="schema", ge=1, le=20)
+    iperf_spread_rel: float | None = key(
+        None, "stop the iperf3 runs at the first checkpoint (2 runs per direction, then "
+              "4, 8 ...) where every direction's ± (half the spread over its runs) is "
+              "within this share of its median; null: always iperf_repeats",
+        nullable=True, gt=0, le=1)
     rr_payload_bytes: int = key(16384, "the request-response payload (bytes)",
                                 applied="schema", ge=1, le=1048576)
     rr_sizes: list[Annotated[int, Field(ge=1, le=1048576)]] = key(

@@ -18,7 +18,15 @@ import pandas as pd
 
 from splitbench import results
 from splitbench.errors import SplitbenchError
-from splitbench.infra import fits, interference, parquet_io, privilege, procs, wakeup
+from splitbench.infra import (
+    fits,
+    interference,
+    parquet_io,
+    precision,
+    privilege,
+    procs,
+    wakeup,
+)
 from splitbench.infra.hosts import Host, HostError
 from splitbench.infra.ssh_errors import SSHError
 from splitbench.links import history, lab, real
@@ -261,6 +269,8 @@ def _throughput(link: Link, settings: LinkCheckSettings, commands: list,
     runs: dict[str, list[dict]] = {"fwd": [], "rev": [], "bidir": []}
     tx_before = _counter(link.host_a, link.interface_a, "tx_bytes")
     for _ in range(settings["iperf_repeats"]):
+        if throughput_known(runs, settings.get("iperf_spread_rel")):
+            break
         for label, extra in (("fwd", []), ("rev", ["-R"]), ("bidir", ["--bidir"])):
             argv = [*base, *extra]
             commands.append(argv)
@@ -274,7 +284,7 @@ def _throughput(link: Link, settings: LinkCheckSettings, commands: list,
     a_to_b = [r["a_to_b"] for r in runs["fwd"]]
     b_to_a = [r["b_to_a"] for r in runs["rev"]]
     bidir = [r["a_to_b"] + r["b_to_a"] for r in runs["bidir"]]
-    out: ThroughputFigures = {"iperf_repeats": settings["iperf_repeats"]}
+    out: ThroughputFigures = {"iperf_repeats": len(runs["fwd"])}
     for name, values in (("a_to_b", a_to_b), ("b_to_a", b_to_a), ("bidir", bidir)):
         out[f"{name}_gbps"] = float(np.median(values))
         out[f"{name}_gbps_min"] = float(min(values))
@@ -292,6 +302,24 @@ def _throughput(link: Link, settings: LinkCheckSettings, commands: list,
             raise LinkError(f"{where}: iperf3 traffic did not cross {link.interface_a} on "
                             f"host {link.host_a.name} ({moved} bytes counted)")
     return out
+
+
+# The rule's first look at the iperf3 runs: two per direction, the fewest with a spread.
+IPERF_FIRST_LOOK = 2
+
+
+def throughput_known(runs: dict[str, list[dict]], spread_rel: float | None) -> bool:
+    """Whether every direction's throughput is known to `spread_rel` (half the spread
+    over its runs, relative to their median), looked at only at fixed checkpoints
+    (IPERF_FIRST_LOOK runs, then twice as many, ...: infra/precision.py's rule)."""
+    if spread_rel is None or not precision.is_checkpoint(len(runs["fwd"]), IPERF_FIRST_LOOK):
+        return False
+    for values in ([r["a_to_b"] for r in runs["fwd"]], [r["b_to_a"] for r in runs["rev"]],
+                   [r["a_to_b"] + r["b_to_a"] for r in runs["bidir"]]):
+        middle = float(np.median(values))
+        if not middle or (max(values) - min(values)) / 2 / middle > spread_rel:
+            return False
+    return True
 
 
 # What iperf3 says when its server still finishes the previous test: "busy", or, on a

@@ -97,7 +97,7 @@ def drive(monkeypatch, cell: dict, release_s: float, fail_at: int | None = None)
     link = SimpleNamespace(host_a=SimpleNamespace(entered=contextlib.nullcontext),
                            pair="lab", name="x")
     cell = {"prompt_tokens": 8, "n_predict": 4, "request_timeout_s": 5.0} | cell
-    shots = measure._drive(cell, link, SimpleNamespace(url="http://a"))
+    shots, _ = measure._drive(cell, link, SimpleNamespace(url="http://a"))
     return shots, backend
 
 

@@ -1,0 +1,100 @@
+"""When a cell's figures are known well enough for it to stop (`cell.precision`).
+
+A cell sends at least its floor (requests, releases or rounds), at most its ceiling
+(its seconds, or its rounds), and in between stops at the first checkpoint where every
+figure with a target has its ± within it. The ± is the one the report prints for that
+figure (analysis.cell_summary, analysis.releases, analysis.comparison): COVERAGE times
+the standard error of a median, MEDIAN_SE x sd / sqrt(n), with decode's per-token
+dispersion as a floor.
+
+Stopping when a ± first looks small would favour the samples whose spread came out
+small by chance, and report a ± smaller than the truth. Two things keep that in check
+(docs/method.md): the rule looks only at fixed checkpoints, the first look's count
+doubled again and again (FIRST_LOOK, 2 x, 4 x ...: at most four or five looks in a
+cell), and the first look comes only once the spread rests on enough samples; decode's
+floor from its tokens cannot come out small by chance at all.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Literal
+
+import numpy as np
+
+from splitbench.infra.fits import COVERAGE, MEDIAN_SE
+
+# The first look of the rule, in requests of a single stream and rounds of a paired cell
+# (a spread from fewer is itself too uncertain to stop on), and in releases of a
+# concurrent cell (each costs N requests: the floor most configs already ask).
+FIRST_LOOK = 5
+FIRST_LOOK_RELEASES = 3
+
+# Why a cell stopped, on each of its rows (`stopped`).
+Stopped = Literal["target", "ceiling", "failure"]
+TARGET: Stopped = "target"
+CEILING: Stopped = "ceiling"
+FAILURE: Stopped = "failure"
+
+# The targets, by the kind of cell that reads them (`cell.precision`).
+SINGLE_STREAM_TARGETS = ("decode_rel", "prefill_rel")
+CONCURRENT_TARGETS = ("decode_rel", "throughput_rel")
+PAIRED_TARGETS = ("paired_decode_ms",)
+
+
+def is_checkpoint(sent: int, first: int) -> bool:
+    """Whether the rule looks after `sent` samples: at `first` x 2^k only."""
+    if sent < first or sent % first:
+        return False
+    ratio = sent // first
+    return ratio & (ratio - 1) == 0
+
+
+def checkpoint_at_least(needed: float, first: int) -> int:
+    """The first checkpoint at or above `needed` samples (the estimator's count)."""
+    count = first
+    while count < needed:
+        count *= 2
+    return count
+
+
+def median_unc(values: Sequence[float]) -> float | None:
+    """The ± of a median of `values` (COVERAGE standard errors); None from fewer than
+    two finite values."""
+    finite = np.asarray([v for v in values if v is not None and math.isfinite(v)], float)
+    if finite.size < 2:
+        return None
+    return float(COVERAGE * MEDIAN_SE * finite.std(ddof=1) / math.sqrt(finite.size))
+
+
+def relative_unc(values: Sequence[float], floor_se: Sequence[float] = ()) -> float | None:
+    """The ± of the median of `values` relative to it, with the standard errors
+    `floor_se` (decode's per-token dispersion, per sample) as its floor: the report's
+    decode ± is never below their median over sqrt(n)."""
+    unc = median_unc(values)
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    if unc is None or not finite:
+        return None
+    floors = [s for s in floor_se if s is not None and math.isfinite(s)]
+    if floors:
+        unc = max(unc, COVERAGE * float(np.median(floors)) / math.sqrt(len(finite)))
+    middle = float(np.median(finite))
+    return abs(unc / middle) if middle else None
+
+
+def reached(achieved: Mapping[str, float | None], targets: Mapping[str, float | None]
+            ) -> bool:
+    """Whether every figure with a target (not None) has a ± within it; a figure with no
+    ± yet (too few samples, a failed request) has not. No target at all: never (the
+    cell runs to its ceiling)."""
+    wanted = {name: target for name, target in targets.items() if target is not None}
+    return bool(wanted) and all(
+        achieved.get(name) is not None and achieved[name] <= target
+        for name, target in wanted.items())
+
+
+def targets_for(precision: Mapping[str, float | None] | None, kinds: Sequence[str]
+                ) -> dict[str, float]:
+    """The targets of `precision` that one kind of cell reads, those set."""
+    return {k: v for k, v in (precision or {}).items() if k in kinds and v is not None}

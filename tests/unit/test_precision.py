@@ -1,0 +1,217 @@
+"""Cells that stop when their figures are known (`cell.precision`, infra/precision.py):
+the ± the rule reads is the one the report prints, it looks only at fixed
+checkpoints, each kind of cell reads only its own targets, and a cell records why it
+stopped; the link check's iperf3 runs stop by the same rule."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from splitbench import estimate, plan
+from splitbench.analysis import cell_summary
+from splitbench.backends import metrics
+from splitbench.backends.client import Reply
+from splitbench.cells import measure
+from splitbench.configuration import parsed
+from splitbench.infra import precision
+from splitbench.links import verify
+
+CONFIG = Path(__file__).resolve().parents[2] / "config/config.yaml"
+
+
+def test_the_rule_looks_only_at_its_checkpoints():
+    looks = [n for n in range(1, 100) if precision.is_checkpoint(n, 5)]
+    assert looks == [5, 10, 20, 40, 80]
+    assert [n for n in range(1, 30) if precision.is_checkpoint(n, 3)] == [3, 6, 12, 24]
+    assert precision.checkpoint_at_least(11, 5) == 20
+    assert precision.checkpoint_at_least(2, 5) == 5
+
+
+def test_the_relative_uncertainty_is_the_one_the_summary_prints():
+    rng = np.random.default_rng(3)
+    decode = list(1.0 + 0.05 * rng.standard_normal(12))
+    token_se = list(0.004 + 0.001 * rng.random(12))
+    prefill = list(30000 + 2000 * rng.standard_normal(12))
+    ok = pd.DataFrame({"pair": "lab", "link": "x", "model": "m", "ctx": "short", "conc": 1,
+                       "repeat": 0, "shot": range(12),
+                       "decode_ms_per_token": decode, "decode_ms_se": token_se,
+                       "prefill_tps": prefill, "ttft_ms": 10.0})
+    printed = cell_summary._uncertainty(ok).iloc[0]
+    assert precision.relative_unc(decode, token_se) == pytest.approx(
+        2 * printed["decode_ms_se"] / np.median(decode))
+    assert precision.relative_unc(prefill) == pytest.approx(
+        2 * printed["prefill_tps_se"] / np.median(prefill))
+    # Where the requests agree better than their tokens allow, the tokens' floor holds.
+    steady = [1.0] * 12
+    assert precision.relative_unc(steady, token_se) == pytest.approx(
+        2 * np.median(token_se) / np.sqrt(12))
+    assert precision.relative_unc([1.0]) is None
+
+
+def test_a_figure_without_a_uncertainty_is_not_known_and_no_target_never_stops():
+    assert precision.reached({"decode_rel": 0.01}, {"decode_rel": 0.02})
+    assert not precision.reached({"decode_rel": 0.03}, {"decode_rel": 0.02})
+    assert not precision.reached({"decode_rel": None}, {"decode_rel": 0.02})
+    assert not precision.reached({"decode_rel": 0.01}, {})
+    # A target set to null asks nothing.
+    assert precision.reached({"decode_rel": 0.01}, {"decode_rel": 0.02, "prefill_rel": None})
+
+
+class TimedBackend:
+    """Streams each release on a fake clock (`release_s` each); each request's decode
+    step is `step_ms` times a draw around 1 (spread `spread`), its TTFT 10 ms."""
+
+    def __init__(self, clock: list[float], release_s: float, spread: float,
+                 fail_at: int | None = None):
+        self.clock, self.release_s, self.spread, self.fail_at = clock, release_s, spread, fail_at
+        self.releases = 0
+        self.rng = np.random.default_rng(7)
+
+    def prompt_pool(self, url):
+        return None
+
+    def prompt(self, pool, tokens, seed):
+        return [1] * tokens
+
+    def traffic(self, link, server):
+        return SimpleNamespace(at_first_token=lambda *_: None, finish=lambda: None)
+
+    def stream(self, url, batch, n_predict, timeout_s, at_first_token):
+        self.releases += 1
+        self.clock[0] += self.release_s
+        send = int(self.clock[0] * 1e9)
+        replies = []
+        for i in range(len(batch)):
+            step = int(1e6 * (1 + self.spread * self.rng.standard_normal()))
+            first = send + 10_000_000
+            replies.append(Reply(request_id=i, http_status=200, t_send_ns=send,
+                                 tokens=[{"t_ns": first + k * step, "t_mono_ns": k}
+                                         for k in range(n_predict)]))
+        if self.releases == self.fail_at:
+            replies[0].http_status, replies[0].error_type = 500, "server_error"
+        return replies
+
+    def request_row(self, reply, prompt_tokens, n_predict, alive, crash_below_tps):
+        return metrics.request_row(reply, prompt_tokens, n_predict, alive, crash_below_tps,
+                                   {})
+
+
+def drive(monkeypatch, cell: dict, release_s: float, spread: float,
+          fail_at: int | None = None):
+    clock = [0.0]
+    backend = TimedBackend(clock, release_s, spread, fail_at)
+    monkeypatch.setattr(measure, "backend_of", lambda c: backend)
+    monkeypatch.setattr(measure.time, "monotonic", lambda: clock[0])
+    link = SimpleNamespace(host_a=SimpleNamespace(entered=contextlib.nullcontext),
+                           pair="lab", name="x")
+    cell = {"prompt_tokens": 128, "n_predict": 16, "request_timeout_s": 5.0,
+            "crash_below_tps": 0.0} | cell
+    return measure._drive(cell, link, SimpleNamespace(url="http://a"))
+
+
+SINGLE = {"concurrency": 1, "single_stream_requests": 3, "single_stream_seconds": 10.0}
+CONCURRENT = {"concurrency": 4, "concurrent_releases": 3, "concurrent_seconds": 10.0}
+
+
+def test_a_steady_single_stream_stops_at_its_first_checkpoint_not_before(monkeypatch):
+    cell = SINGLE | {"precision": {"decode_rel": 0.05, "prefill_rel": 0.15}}
+    shots, stopped = drive(monkeypatch, cell, 0.1, spread=0.001)
+    # Known after 3 already, but the rule first looks at 5.
+    assert (len(shots), stopped) == (5, precision.TARGET)
+
+
+def test_a_noisy_cell_runs_to_its_ceiling_and_says_so(monkeypatch):
+    cell = SINGLE | {"precision": {"decode_rel": 0.001}}
+    shots, stopped = drive(monkeypatch, cell, 0.125, spread=0.2)
+    assert (len(shots), stopped) == (80, precision.CEILING)  # 10 s at 0.125 s each
+    # Without targets the seconds alone decide, as before the rule.
+    shots, stopped = drive(monkeypatch, SINGLE, 0.125, spread=0.001)
+    assert (len(shots), stopped) == (80, precision.CEILING)
+
+
+def test_a_concurrent_cell_reads_its_releases_and_stops_on_a_failure(monkeypatch):
+    cell = CONCURRENT | {"precision": {"decode_rel": 0.05, "throughput_rel": 0.1,
+                                       "prefill_rel": 0.000001}}  # not a concurrent target
+    shots, stopped = drive(monkeypatch, cell, 0.5, spread=0.001)
+    assert (len(shots), stopped) == (3, precision.TARGET)
+    shots, stopped = drive(monkeypatch, cell | {"concurrent_releases": 5}, 0.5, spread=0.001,
+                           fail_at=4)
+    assert (len(shots), stopped) == (4, precision.FAILURE)
+
+
+def run_of(round_: int, reference: bool, step_ms: float) -> measure.Run:
+    tokens = [{"t_ns": 10_000_000 + int(k * step_ms * 1e6), "t_mono_ns": k} for k in range(16)]
+    run = measure.Run(reference, round_)
+    run.shots = [([Reply(request_id=0, http_status=200, t_send_ns=0, tokens=tokens)], None)]
+    return run
+
+
+def test_a_paired_cell_stops_where_its_difference_is_known(monkeypatch):
+    monkeypatch.setattr(measure, "backend_of", lambda c: TimedBackend([0.0], 0, 0))
+    cell = {"concurrency": 1, "prompt_tokens": 128, "n_predict": 16, "crash_below_tps": 0.0,
+            "precision": {"paired_decode_ms": 0.05}}
+    rng = np.random.default_rng(1)
+
+    def rounds(n: int, spread: float) -> list[measure.Run]:
+        return [run for r in range(n) for run in (
+            run_of(r, True, 1.0 + spread * rng.standard_normal()),
+            run_of(r, False, 1.5 + spread * rng.standard_normal()))]
+
+    assert measure.paired_known(cell, rounds(5, 0.01))
+    assert not measure.paired_known(cell, rounds(4, 0.01))  # no checkpoint
+    assert not measure.paired_known(cell, rounds(5, 0.3))  # its ± is wider than 0.05
+    assert not measure.paired_known(cell | {"precision": {}}, rounds(5, 0.01))
+
+
+def test_each_kind_of_cell_carries_only_its_own_targets_and_the_anchor_none():
+    config = parsed(plan.read_yaml(CONFIG))
+    single = plan.cell_slice(config, plan.Cell("lab", "baseline", "synth", "short", 1))
+    paired = plan.cell_slice(config, plan.Cell("lab", "5gbe", "synth", "short", 1))
+    many = plan.cell_slice(config, plan.Cell("lab", "5gbe", "synth", "short", 4))
+    assert set(single["precision"]) == {"decode_rel", "prefill_rel"}
+    assert set(paired["precision"]) == {"paired_decode_ms"}
+    assert set(many["precision"]) == {"decode_rel", "throughput_rel"}
+    assert "precision" not in plan.anchor_slice(config, "lab", "synth")
+    # A config without targets: slices as before the key existed (nothing re-measured).
+    raw = plan.read_yaml(CONFIG)
+    del raw["cell"]["precision"]
+    assert "precision" not in plan.cell_slice(parsed(raw), plan.Cell(
+        "lab", "5gbe", "synth", "short", 1))
+
+
+def test_the_link_check_stops_its_iperf_runs_where_every_direction_agrees():
+    def runs(*gbps: float) -> dict:
+        one = [{"a_to_b": g, "b_to_a": g} for g in gbps]
+        return {"fwd": one, "rev": one, "bidir": one}
+
+    assert verify.throughput_known(runs(1.00, 1.04), 0.05)
+    assert not verify.throughput_known(runs(1.00, 1.20), 0.05)
+    assert not verify.throughput_known(runs(1.00), 0.05)  # no spread yet
+    assert not verify.throughput_known(runs(1.00, 1.01, 1.00), 0.05)  # no checkpoint
+    assert not verify.throughput_known(runs(1.00, 1.00), None)
+
+
+def test_the_estimate_stops_a_cell_where_its_targets_would():
+    # One sample's decode ± 20%: 16 samples for 5%, so the checkpoint at 20.
+    assert estimate.samples_to_target({"decode_rel": 0.05}, {"decode_rel": 0.2}, 5) == 20
+    assert estimate.samples_to_target({"decode_rel": 0.05}, {}, 5) is None  # unknown
+    assert estimate.releases(3, 10.0, 0.1, stop_at=20) == 20  # 100 by its seconds
+    assert estimate.releases(3, 10.0, 1.0, stop_at=20) == 10  # its seconds first
+    assert estimate.releases(3, 0.0, 1.0, stop_at=5) == 3  # the floor, however known
+    summary = pd.DataFrame({
+        "model": "m", "ctx": "short", "conc": [1, 1, 4], "link": ["a", "b", "a"],
+        "status": "ok", "prefill_tps": 1000.0, "decode_tps": 500.0,
+        "decode_ms_per_token": 2.0, "decode_ms_se": [0.01, 0.03, 0.05], "samples": 25,
+        "prefill_tps_se": 10.0, "throughput_tps": 800.0, "throughput_tps_se": 20.0,
+        "releases": [None, None, 9]})
+    speed = estimate.speeds_from_summary(summary)[("m", "short")]
+    # decode: 2 x 0.02 (the median se) / 2.0 x sqrt(25) = 0.1 for one sample.
+    assert speed.unit_unc[1]["decode_rel"] == pytest.approx(0.1)
+    assert speed.unit_unc[4]["throughput_rel"] == pytest.approx(2 * 20 / 800 * 3)
+    assert "throughput_rel" not in speed.unit_unc[1]
