@@ -53,7 +53,7 @@ SUMMARY_COLUMNS = ["request_id", "status", "cell_status", "generated_tokens", "n
                    "t_send_ns", "t_last_ns", "decode_ms_se", "cell_wall_ms",
                    "cell_throughput_tps", "launch_id", "link_fingerprint", "temp_before_c",
                    "temp_after_c", "temp_peak_c", "repeat", "shot", "release_wall_ms",
-                   "release_throughput_tps", "arrival_clock",
+                   "release_throughput_tps", "arrival_clock", "stopped",
                    "coalesced_tokens", "reference", "round", "rr64_us", "error_text",
                    "wakeup_latency_a", "wakeup_latency_b", *WITNESS_COLUMNS,
                    *CPU_FIGURES, *FIGURES, *LAYOUT]
@@ -256,6 +256,8 @@ CELL_FIELDS = [
     ("temp_after_c", "temp_after_c", "first", "last"),
     # Fields that cells measured before they existed lack.
     ("throughput_tps", "cell_throughput_tps", "first", "median"),
+    # Why the cell's requests stopped (cell.precision): the last repeat's.
+    ("stopped", "stopped", "first", "last"),
     ("temp_peak_c", "temp_peak_c", "first", "max"),
     # Token clocks: the cell's tokens that share a timestamp, and the clock(s) used.
     ("coalesced_tokens", "coalesced_tokens", "sum", "sum"),

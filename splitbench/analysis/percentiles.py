@@ -19,6 +19,7 @@ output_token_throughput_per_user  per request: its decode tokens per second
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -51,16 +52,28 @@ def table(request_files: Sequence[str]) -> pd.DataFrame:
     """One row per cell and metric (COLUMNS), for every cell with ok requests."""
     rows = []
     for path in request_files:
-        requests = read_requests([path], REQUEST_COLUMNS)
+        requests = requests_of(path)
         mine = own_ok(requests)
         if mine.empty:
             continue
-        key = {k: mine.iloc[0][k] for k in results.CELL_KEYS}
+        key = {k: mine[k].iat[0] for k in results.CELL_KEYS}
         gaps = gaps_of(results.tokens_of(path), set(request_keys(mine)))
         for metric, values in per_request_values(mine, gaps).items():
             rows.append({**key, "metric": metric, "unit": METRICS[metric],
                          **stats(values)})
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def requests_of(path: str) -> pd.DataFrame:
+    """One cell file's request rows (REQUEST_COLUMNS), as the percentiles and the tail's
+    shift both read them: made once per file stamp. Shared: read, never change it."""
+    found = os.stat(path)
+    return _requests_of(str(path), found.st_mtime_ns, found.st_size)
+
+
+@functools.lru_cache(maxsize=2048)
+def _requests_of(path: str, _mtime_ns: int, _size: int) -> pd.DataFrame:
+    return read_requests([path], REQUEST_COLUMNS)
 
 
 def own_ok(requests: pd.DataFrame) -> pd.DataFrame:
@@ -72,8 +85,10 @@ def own_ok(requests: pd.DataFrame) -> pd.DataFrame:
 def request_keys(frame: pd.DataFrame) -> list[tuple[int, int]]:
     """Each row's request: (repeat, request_id); a cell's repeats number their requests
     from 0 each."""
-    repeat = frame["repeat"].fillna(0) if "repeat" in frame else pd.Series(0, frame.index)
-    return list(zip(repeat.astype(int), frame["request_id"].astype(int), strict=True))
+    request = frame["request_id"].to_numpy(dtype="int64")
+    repeat = (frame["repeat"].fillna(0).to_numpy(dtype="int64") if "repeat" in frame
+              else np.zeros(len(request), dtype="int64"))
+    return list(zip(repeat.tolist(), request.tolist(), strict=True))
 
 
 def gaps_of(tokens_file: Path, wanted: set[tuple[int, int]]
@@ -86,13 +101,14 @@ def gaps_of(tokens_file: Path, wanted: set[tuple[int, int]]
     return {key: gaps for key, gaps in every.items() if key in wanted}
 
 
-# The percentiles and the tail's shift read one cell's tokens each, and the baseline
-# link's cells once per other link: a few files' gaps kept, keyed by the file's stamp.
-@functools.lru_cache(maxsize=64)
+# The percentiles and the tail's shift each read a batch of cells' tokens (the
+# aggregate's memo computes BATCH cells at a time, infra/memo.py), the baseline link's
+# cells once per other link: a batch's files' gaps kept, keyed by each file's stamp.
+@functools.lru_cache(maxsize=2048)
 def _all_gaps(path: str, _mtime_ns: int, _size: int) -> dict[tuple[int, int], np.ndarray]:
     source = pq.ParquetFile(path)
-    names = [c for c in ("repeat", "request_id", "token_index", "t_ns")
-             if c in source.schema_arrow.names]
+    present = set(source.schema_arrow.names)
+    names = [c for c in ("repeat", "request_id", "token_index", "t_ns") if c in present]
     table = source.read(columns=names)
 
     def column(name: str) -> np.ndarray:

@@ -60,7 +60,7 @@ def table(request_files: Sequence[str], slo: dict[str, Any] | None) -> pd.DataFr
         # A failed request stays within no step and no wait.
         steps = (1000 / pd.to_numeric(own["decode_tps"], errors="coerce")).where(ok)
         waits = pd.to_numeric(own["ttft_ms"], errors="coerce").where(ok)
-        rows.append({**{k: own.iloc[0][k] for k in results.CELL_KEYS},
+        rows.append({**{k: own[k].iat[0] for k in results.CELL_KEYS},
                      "requests": len(own), "met": int(met.sum()), "met_pct": float(share),
                      "holds": bool(share >= wanted),
                      "goodput_rps": _goodput(own, met),

@@ -27,7 +27,6 @@ import pandas as pd
 
 from splitbench import results
 from splitbench.analysis import percentiles
-from splitbench.analysis.cell_summary import read_requests
 from splitbench.analysis.finding_text import Finding
 from splitbench.infra.fits import COVERAGE
 
@@ -52,22 +51,29 @@ def shifts(request_files: Sequence[str], baseline: str | None) -> pd.DataFrame:
         if key is not None:
             cells.setdefault(key, path)
     rows = []
+    # A baseline cell is the reference of every other link's cell of its keys: its gaps
+    # and their resamples are made once.
+    bases: dict[str, tuple[list[np.ndarray], np.ndarray | None]] = {}
     for key, path in cells.items():
         pair, link, model, ctx, conc = key
         if baseline is None or link == baseline:
             continue
-        requests = read_requests([path], percentiles.REQUEST_COLUMNS)
+        requests = percentiles.requests_of(path)
         own = _gaps(path, requests, reference=False)
         base = _gaps(path, requests, reference=True)
         paired = bool(base)
+        draws_base = None
         if not paired and (pair, baseline, model, ctx, conc) in cells:
             other = cells[(pair, baseline, model, ctx, conc)]
-            base = _gaps(other, read_requests([other], percentiles.REQUEST_COLUMNS),
-                         reference=False)
+            if other not in bases:
+                gaps = _gaps(other, percentiles.requests_of(other), reference=False)
+                bases[other] = (gaps, percentiles.bootstrap(gaps, 2) if gaps else None)
+            base, draws_base = bases[other]
         if not own or not base:
             continue
         rows.append({"pair": pair, "link": link, "model": model, "ctx": ctx, "conc": conc,
-                     "baseline": baseline, "paired": paired, **shift(own, base)})
+                     "baseline": baseline, "paired": paired,
+                     **shift(own, base, draws_base)})
     return pd.DataFrame(rows, columns=COLUMNS[:-2])
 
 
@@ -114,12 +120,16 @@ def _gaps(path: str, requests: pd.DataFrame, reference: bool) -> list[np.ndarray
     return [gaps[k] for k in percentiles.request_keys(chosen) if k in gaps and len(gaps[k])]
 
 
-def shift(own: list[np.ndarray], base: list[np.ndarray]) -> dict[str, float | int | bool]:
-    """The p50's and p99's change from `base` to `own` and the widening, with ±."""
+def shift(own: list[np.ndarray], base: list[np.ndarray],
+          draws_base: np.ndarray | None = None) -> dict[str, float | int | bool]:
+    """The p50's and p99's change from `base` to `own` and the widening, with ±
+    (`draws_base`: base's resamples where already made, `percentiles.bootstrap(base, 2)`)."""
     values, values_base = np.concatenate(own), np.concatenate(base)
     p50, p99 = np.percentile(values, [50, 99])
     b50, b99 = np.percentile(values_base, [50, 99])
-    draws, draws_base = percentiles.bootstrap(own, 1), percentiles.bootstrap(base, 2)
+    draws = percentiles.bootstrap(own, 1)
+    if draws_base is None:
+        draws_base = percentiles.bootstrap(base, 2)
     out = {"gaps": int(values.size), "gaps_base": int(values_base.size),
            "too_few": bool(min(values.size, values_base.size) < percentiles.TAIL_MIN_SAMPLES),
            "p50_ms": float(p50), "p99_ms": float(p99),

@@ -146,7 +146,9 @@ def with_predictions(cells: pd.DataFrame, baseline_link: str | None = None
 def numbers(frame: pd.DataFrame, column: str) -> pd.Series:
     """A column as numbers: NaN where a value is not one, or where the frame lacks the
     column (a file from before it was recorded)."""
-    return pd.to_numeric(frame.reindex(columns=[column]).iloc[:, 0], errors="coerce")
+    if column not in frame:
+        return pd.Series(np.nan, index=frame.index, dtype=float)
+    return pd.to_numeric(frame[column], errors="coerce")
 
 
 def step_overhead(cells: pd.DataFrame, baseline_link: str | None = None) -> pd.DataFrame:

@@ -21,6 +21,7 @@ from splitbench.cells import measure
 from splitbench.configuration import parsed
 from splitbench.infra import precision
 from splitbench.links import verify
+from tests.support import write_cell
 
 CONFIG = Path(__file__).resolve().parents[2] / "config/config.yaml"
 
@@ -215,3 +216,21 @@ def test_the_estimate_stops_a_cell_where_its_targets_would():
     assert speed.unit_unc[1]["decode_rel"] == pytest.approx(0.1)
     assert speed.unit_unc[4]["throughput_rel"] == pytest.approx(2 * 20 / 800 * 3)
     assert "throughput_rel" not in speed.unit_unc[1]
+
+
+def test_the_summary_says_why_each_cell_stopped(tmp_path):
+    from tests.unit.test_releases import request
+
+    def cell(link: str, stopped: str | None, repeats: int = 1) -> str:
+        rows = [request(i, shot=i, send_ms=100.0 * i, wall_ms=50.0, stopped=stopped,
+                        repeat=i % repeats, conc=1, link=link)
+                for i in range(6)]
+        if stopped is None:
+            rows = [{k: v for k, v in r.items() if k != "stopped"} for r in rows]
+        return write_cell(tmp_path, link, "short", 1, rows)
+
+    files = [cell("a", precision.TARGET), cell("b", precision.CEILING), cell("c", None)]
+    summary = cell_summary.summarize(files, {"short": 128}).set_index("link")
+    assert summary.loc["a", "stopped"] == "target"
+    assert summary.loc["b", "stopped"] == "ceiling"
+    assert pd.isna(summary.loc["c", "stopped"])  # measured before the column
