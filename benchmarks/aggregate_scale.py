@@ -389,9 +389,10 @@ def main() -> None:
         print(f"each cell kept     aggregate() {kept['aggregate_s']:.1f} s; whole process "
               f"{kept_s:.1f} s; {kept['vmhwm_kib'] / 1024:,.0f} MiB VmHWM (goal < 60 s "
               f"and < 2 GiB: {'met' if within else 'MISSED'})")
+        goal = ("goal < 5 s: " + ("met" if again["aggregate_s"] < 5 else "MISSED")
+                if len(files["requests"]) <= 5000 else "the 5 s goal is for 5,000 cells")
         print(f"one cell changed   aggregate() {again['aggregate_s']:.1f} s; whole process "
-              f"{again_s:.1f} s; {again['vmhwm_kib'] / 1024:,.0f} MiB VmHWM (goal for "
-              f"5,000 cells < 5 s: {'met' if again['aggregate_s'] < 5 else 'MISSED'})")
+              f"{again_s:.1f} s; {again['vmhwm_kib'] / 1024:,.0f} MiB VmHWM ({goal})")
 
 
 def _aggregate(job: Path, env: dict[str, str]) -> tuple[dict, float]:
