@@ -3,7 +3,7 @@
 `splitbench.cluster` gives each job its worst case (every request at the request
 timeout), which a SLURM time limit needs. This gives the expected case, for planning a
 run: every request takes its prompt at the model's prefill rate and its tokens at its
-decode rate, and each cell sends as many requests as `cells.measure.more_shots` would
+decode rate, and each cell sends as many requests as `cells.stopping.more_shots` would
 (its minimum count, more while it has run under its seconds). The rates are the
 caller's: a previous run's summary (`results/summary/cells.parquet`), or any table of
 the same shape, through `speeds_from_summary`.
@@ -152,7 +152,7 @@ def release_seconds(prompt_tokens: int, concurrency: int, n_predict: int,
 
 def releases(least: int, seconds: float, release_s: float,
              stop_at: int | None = None) -> int:
-    """How many releases a cell sends (cells.measure.more_shots): at least `least`, and
+    """How many releases a cell sends (cells.stopping.more_shots): at least `least`, and
     more while it has run under `seconds`, but no more than `stop_at` (the checkpoint
     where its precision targets are expected to be reached) beyond `least`."""
     if release_s <= 0:

@@ -298,7 +298,7 @@ def precision_for(config: Config, cell: Cell, paired: bool) -> dict[str, float]:
     return precision.targets_for(given, kinds)
 
 
-# The `cell:` keys only one kind of cell reads (cells.measure.more_shots).
+# The `cell:` keys only one kind of cell reads (cells.stopping.more_shots).
 SINGLE_STREAM_KEYS = ("single_stream_requests", "single_stream_seconds")
 CONCURRENT_KEYS = ("concurrent_releases", "concurrent_seconds")
 

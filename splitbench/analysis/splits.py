@@ -2,7 +2,7 @@
 links, llama.cpp's RPC layer split against vLLM's tensor (TP=2) and pipeline (PP=2)
 parallel.
 
-Models are matched by shape (layers x width, heads, vocabulary: `cells.measure.shape`),
+Models are matched by shape (layers x width, heads, vocabulary: `cells.layout.shape`),
 not by name: the same synthetic shape is one model per backend in the config (a GGUF for
 llama.cpp, a Hugging Face directory with the same weights for vLLM). Each row is one
 cell with its own uncertainty (COVERAGE standard errors) and flags, the bytes a decoded

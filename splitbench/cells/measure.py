@@ -9,15 +9,16 @@ import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import Any, TypedDict
 
 import httpx
-import numpy as np
 import pandas as pd
 from rich.console import Console
 
 from splitbench import backends, results
 from splitbench.backends import Launch, client, metrics
+from splitbench.cells import stopping
+from splitbench.cells.layout import layout
 from splitbench.infra import (
     archive,
     interference,
@@ -31,9 +32,6 @@ from splitbench.infra.hosts import HostError
 from splitbench.links import real, verify
 from splitbench.records import LaunchRecord, ModelInfo, ToolchainRecord
 from splitbench.slices import CellSlice, LinkSlice, ServerSettings
-
-if TYPE_CHECKING:  # models imports gguf and numpy: not at a cell's start
-    from splitbench.models import ModelHeader
 
 
 def backend_of(cell: CellSlice) -> backends.Backend:
@@ -257,51 +255,6 @@ def release_figures(rows: list[dict[str, Any]]
             for key, group in groups.items()}
 
 
-class Layout(TypedDict):
-    """The model's shape and the launch's split, on every row of a cell (`layout`)."""
-
-    model_n_embd: int | None
-    model_n_vocab: int | None
-    blocks_on_b: int | None
-    output_on_b: bool | None
-    rpc_workers: int | None
-    backend: str
-    split: str
-    model_shape: str | None
-
-
-def layout(model: ModelInfo, launch: LaunchRecord | None) -> Layout:
-    """What decides the bytes a token moves across the link: the model's width and
-    vocabulary (its GGUF header or Hugging Face config) and how the launch split it: where
-    llama.cpp put its layers (the server's log), or vLLM's tensor or pipeline split."""
-    header = model.get("gguf") or model.get("hf") or {}
-    launch = launch or {}
-    where = launch.get("placement") or {}
-    settings = launch.get("settings") or {}
-    return {
-        "model_n_embd": header.get("n_embd"),
-        "model_n_vocab": header.get("n_vocab"),
-        "blocks_on_b": where.get("blocks_on_b"),
-        "output_on_b": where.get("output_on_b"),
-        "rpc_workers": len(launch["worker_ports"]) if launch.get("worker_ports") else None,
-        "backend": settings.get("backend", "llamacpp"),
-        # How the model is split across the hosts: llama.cpp's RPC layer split, or vLLM's
-        # tensor (tp2) or pipeline (pp2) parallel.
-        "split": backends.split(settings),
-        # The model's shape, whatever its file: models of one shape are compared across
-        # backends (the backends table).
-        "model_shape": shape(header),
-    }
-
-
-def shape(header: ModelHeader) -> str | None:
-    """A model's architecture in one word: layers x width, heads / KV heads, vocabulary."""
-    if not header.get("n_layer"):
-        return None
-    return (f"{header['n_layer']}x{header['n_embd']} h{header['n_head']}/"
-            f"{header.get('n_head_kv') or header['n_head']} v{header['n_vocab']}")
-
-
 def _rows(cell: CellSlice, runs: list[Run]) -> tuple[list[dict[str, Any]],
                                                          list[client.Reply]]:
     """A row per request of every run (request ids run on across them), and the replies."""
@@ -420,102 +373,51 @@ def capped(text: str, limit: int = 2000) -> str:
     return f"{first}\n…\n{rest[-(limit - len(first) - 3):]}"
 
 
-def more_shots(cell: CellSlice, sent: int, elapsed_s: float,
-               shots: Sequence[Shot] = ()) -> bool:
-    """Whether to release the cell's requests once more (`sent` releases so far,
-    `elapsed_s` since the first, `shots` their replies). A single-stream cell sends
-    requests one after another: at least `single_stream_requests` (a median and a spread
-    for its prefill, TTFT and decode), then more while the cell has run under
-    `single_stream_seconds`. A concurrent cell releases its N requests together, one
-    release after another: at least `concurrent_releases` times (a median and a spread
-    for its overlap, throughput and decode), then again while it has run under
-    `concurrent_seconds`. Either way cheap short requests buy a tighter spread; an
-    expensive long release is not repeated beyond the minimum. With `precision`, a cell
-    also stops at the first checkpoint past its minimum where its figures are known to
-    their targets (`known`). (`_drive` stops after a release with a failed request,
-    whatever this says.)"""
-    if cell["concurrency"] != 1:
-        least = cell.get("concurrent_releases", 1)
-        seconds = cell.get("concurrent_seconds", 0.0)
-    else:
-        least = cell.get("single_stream_requests", 1)
-        seconds = cell.get("single_stream_seconds", 0.0)
-    if sent < least:
-        return True
-    return elapsed_s < seconds and not known(cell, shots)
-
-
 def known(cell: CellSlice, shots: Sequence[Shot]) -> bool:
-    """Whether the cell's figures reached their `precision` targets, looked at only at
-    the rule's checkpoints (infra/precision.py): a single stream's decode and prefill
-    from its requests, a concurrent cell's decode and throughput from its releases."""
-    single = cell["concurrency"] == 1
-    targets = precision.targets_for(cell.get("precision"), precision.SINGLE_STREAM_TARGETS
-                                    if single else precision.CONCURRENT_TARGETS)
-    first = precision.FIRST_LOOK if single else precision.FIRST_LOOK_RELEASES
-    if not targets or not precision.is_checkpoint(len(shots), first):
+    """Whether the cell's releases so far reached its precision targets: their rows
+    made only at the rule's checkpoints."""
+    if not stopping.looks(cell, len(shots)):
         return False
-    backend = backend_of(cell)
-    releases = [[backend.request_row(reply, cell["prompt_tokens"], cell["n_predict"], True,
-                                     cell["crash_below_tps"]) for reply in replies]
-                for replies, _ in shots]
-    if any(row["status"] != "ok" for rows in releases for row in rows):
-        return False
-    if single:
-        rows = [row for rows in releases for row in rows]
-        achieved = {
-            "decode_rel": precision.relative_unc([r["decode_ms_per_token"] for r in rows],
-                                                 [r["decode_ms_se"] for r in rows]),
-            "prefill_rel": precision.relative_unc([r["prefill_tps"] for r in rows])}
-    else:
-        def median(rows: list, column: str) -> float | None:
-            values = [r[column] for r in rows if r[column] is not None]
-            return float(np.median(values)) if values else None
-
-        achieved = {
-            "decode_rel": precision.relative_unc(
-                [median(rows, "decode_ms_per_token") for rows in releases],
-                [median(rows, "decode_ms_se") for rows in releases]),
-            "throughput_rel": precision.relative_unc(
-                [metrics.throughput_tps(rows) for rows in releases])}
-    return precision.reached(achieved, targets)
+    return stopping.known(cell, [[_row(cell, reply) for reply in replies]
+                                 for replies, _ in shots])
 
 
 def paired_known(cell: CellSlice, runs: Sequence[Run]) -> bool:
-    """Whether a paired cell's decode difference (its link less the baseline, the
-    median over rounds) is known to `precision.paired_decode_ms`, looked at only at the
-    rule's checkpoints in rounds."""
-    targets = precision.targets_for(cell.get("precision"), precision.PAIRED_TARGETS)
+    """Whether a paired cell's rounds so far pin its decode difference to its target."""
     rounds = {run.round for run in runs}
-    if not targets or not precision.is_checkpoint(len(rounds), precision.FIRST_LOOK):
+    if not stopping.looks_paired(cell, len(rounds)):
         return False
-    backend = backend_of(cell)
     decode: dict[tuple[int, bool], list[float]] = {}
     for run in runs:
         for replies, _ in run.shots:
             for reply in replies:
-                row = backend.request_row(reply, cell["prompt_tokens"], cell["n_predict"],
-                                          True, cell["crash_below_tps"])
+                row = _row(cell, reply)
                 if row["status"] == "ok" and row["decode_ms_per_token"] is not None:
                     decode.setdefault((run.round, run.reference), []).append(
                         row["decode_ms_per_token"])
-    deltas = [float(np.median(decode[(r, False)]) - np.median(decode[(r, True)]))
-              for r in sorted(rounds) if (r, False) in decode and (r, True) in decode]
-    return precision.reached({"paired_decode_ms": precision.median_unc(deltas)}, targets)
+    return stopping.paired_known(cell, decode)
+
+
+def _row(cell: CellSlice, reply: client.Reply) -> metrics.RequestRow:
+    """A reply's row as the cell's file will hold it (the server taken as alive)."""
+    return backend_of(cell).request_row(reply, cell["prompt_tokens"], cell["n_predict"],
+                                        True, cell["crash_below_tps"])
 
 
 def _drive(cell: CellSlice, link: Any, server: Launch,
            count: int | None = None) -> tuple[list[Shot], precision.Stopped]:
-    """Send the cell's requests (`count` single-stream releases, or as `more_shots`
-    says), counting the RPC bytes each release causes, and say why they stopped. After a
-    release with a failed request the rest are not sent: the failure is the result."""
+    """Send the cell's requests (`count` single-stream releases, or as
+    `stopping.more_shots` says), counting the RPC bytes each release causes, and say why
+    they stopped. After a release with a failed request the rest are not sent: the
+    failure is the result."""
     out: list[Shot] = []
     with link.host_a.entered():
         backend = backend_of(cell)
         pool = backend.prompt_pool(server.url)
         started = time.monotonic()
         while (len(out) < count if count is not None
-               else more_shots(cell, len(out), time.monotonic() - started, out)):
+               else stopping.more_shots(cell, len(out), time.monotonic() - started,
+                                        lambda: known(cell, out))):
             batch = [backend.prompt(pool, cell["prompt_tokens"], secrets.randbits(63))
                      for _ in range(cell["concurrency"])]
             rpc = backend.traffic(link, server)

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from splitbench import estimate, plan
-from splitbench.cells import measure
+from splitbench.cells import stopping
 from splitbench.configuration import parsed
 from tests.conftest import ROOT, tiny_config
 
@@ -32,7 +32,7 @@ def test_releases_are_what_a_cell_sends(release_s, least, seconds):
     cell = {"concurrency": 1, "single_stream_requests": least,
             "single_stream_seconds": seconds}
     sent = 0
-    while measure.more_shots(cell, sent, sent * release_s):
+    while stopping.more_shots(cell, sent, sent * release_s):
         sent += 1
     assert estimate.releases(least, seconds, release_s) == sent
 

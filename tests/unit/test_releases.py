@@ -1,5 +1,5 @@
 """Concurrent cells that estimate their own spread: a cell of N streams releases its N
-requests several times (cells.measure.more_shots), and the summary takes its overlap,
+requests several times (cells.stopping.more_shots), and the summary takes its overlap,
 throughput and decode as medians over the releases, with a ± from their spread; the
 tables show it, flag impossible overlaps beyond it and name overlaps that are not
 resolvable; a level where one release failed is not usable."""
@@ -18,7 +18,7 @@ from splitbench import plan
 from splitbench.analysis import cell_summary, releases
 from splitbench.backends import metrics
 from splitbench.backends.client import Reply
-from splitbench.cells import measure
+from splitbench.cells import measure, stopping
 from splitbench.configuration import parsed
 from splitbench.report import charts, tables
 from tests.support import write_cell
@@ -39,18 +39,18 @@ def concurrent(**settings) -> dict:
 
 def test_a_concurrent_cell_releases_at_least_its_minimum_then_while_under_its_time():
     cell = concurrent()
-    assert measure.more_shots(cell, 0, 0.0)
-    assert measure.more_shots(cell, 2, 30.0)  # below the minimum, however long it took
-    assert measure.more_shots(cell, 3, 1.9)  # the minimum sent, under 2 s: again
-    assert not measure.more_shots(cell, 3, 2.0)
-    assert not measure.more_shots(cell, 7, 2.5)
+    assert stopping.more_shots(cell, 0, 0.0)
+    assert stopping.more_shots(cell, 2, 30.0)  # below the minimum, however long it took
+    assert stopping.more_shots(cell, 3, 1.9)  # the minimum sent, under 2 s: again
+    assert not stopping.more_shots(cell, 3, 2.0)
+    assert not stopping.more_shots(cell, 7, 2.5)
     # An expensive release is not repeated beyond the minimum.
-    assert not measure.more_shots(concurrent(concurrent_seconds=0.0), 3, 0.1)
+    assert not stopping.more_shots(concurrent(concurrent_seconds=0.0), 3, 0.1)
     # Without the keys (an old slice): one release, as before.
-    assert not measure.more_shots({"concurrency": 2}, 1, 0.0)
+    assert not stopping.more_shots({"concurrency": 2}, 1, 0.0)
     # A single stream reads only its own keys.
     single = concurrent(concurrency=1, single_stream_requests=2, single_stream_seconds=0.5)
-    assert measure.more_shots(single, 1, 9.0) and not measure.more_shots(single, 2, 0.6)
+    assert stopping.more_shots(single, 1, 9.0) and not stopping.more_shots(single, 2, 0.6)
 
 
 class FakeBackend:
