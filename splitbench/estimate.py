@@ -4,9 +4,11 @@
 timeout), which a SLURM time limit needs. This gives the expected case, for planning a
 run: every request takes its prompt at the model's prefill rate and its tokens at its
 decode rate, and each cell sends as many requests as `cells.stopping.more_shots` would
-(its minimum count, more while it has run under its seconds). The rates are the
-caller's: a previous run's summary (`results/summary/cells.parquet`), or any table of
-the same shape, through `speeds_from_summary`.
+(its minimum count, more while it has run under its seconds, fewer where its precision
+targets are met at a checkpoint first: the count at which each target's figure, its
+one-sample ± from the summary falling as 1/sqrt(n), is within it). The rates and
+spreads are the caller's: a previous run's summary (`results/summary/cells.parquet`),
+or any table of the same shape, through `speeds_from_summary`.
 
 What it leaves out: a concurrent release is taken as its N prompts prefilled one after
 another (llama.cpp prefills one slot at a time) then N streams decoding at the
