@@ -120,14 +120,15 @@ def unit_uncertainties(summary: pd.DataFrame) -> dict[tuple[str, str], dict[int,
 
 
 def samples_to_target(targets: Mapping[str, float], unit_unc: Mapping[str, float],
-                      first: int) -> int | None:
+                      first: int, least: int = 1) -> int | None:
     """The checkpoint at which every target is expected to be reached, a figure's ±
-    falling as 1/sqrt(samples) from its one-sample ± (infra/precision.py's rule); None
-    where a targeted figure's spread is unknown (the cell runs to its ceiling)."""
+    falling as 1/sqrt(samples) from its one-sample ± (infra/precision.py's rule), and
+    the cell past its floor `least` (the rule looks only there); None where a targeted
+    figure's spread is unknown (the cell runs to its ceiling)."""
     if not targets or any(t not in unit_unc for t in targets):
         return None
     needed = max((unit_unc[t] / target) ** 2 for t, target in targets.items())
-    return precision.checkpoint_at_least(needed, first)
+    return precision.checkpoint_at_least(max(needed, least), first)
 
 
 def launch_seconds_from(root: str | Path) -> float | None:
@@ -164,14 +165,15 @@ def releases(least: int, seconds: float, release_s: float,
 
 
 def cell_seconds(config: Config, cell: plan.Cell, speed: Speed | None,
-                 launch_s: float = LAUNCH_S) -> float:
+                 launch_s: float = LAUNCH_S, anchor: bool = False) -> float:
     """A cell's expected duration: its releases (every repeat), a paired cell's rounds
-    on both links and its reference launch, and the job's own overhead."""
+    on both links and its reference launch, and the job's own overhead. A drift anchor
+    (`anchor`) has no precision targets (plan.anchor_slice)."""
     settings = plan.cell_settings(config)
     one = release_seconds(config.contexts[cell.ctx], cell.conc, settings["n_predict"],
                           speed)
     paired = plan.paired_for(config, cell)
-    targets = plan.precision_for(config, cell, paired is not None)
+    targets = {} if anchor else plan.precision_for(config, cell, paired is not None)
     units = speed.unit_unc.get(cell.conc, {}) if speed else {}
     if speed is None:
         measured = one  # the first release fails: the cell stops there
@@ -181,19 +183,22 @@ def cell_seconds(config: Config, cell: plan.Cell, speed: Speed | None,
         measured = launch_s + min(paired["rounds"], rounds or paired["rounds"]) \
             * paired["requests"] * 2 * one
     elif cell.conc == 1:
-        measured = one * releases(settings["single_stream_requests"],
-                                  settings["single_stream_seconds"], one,
-                                  samples_to_target(targets, units, precision.FIRST_LOOK))
+        least = settings["single_stream_requests"]
+        measured = one * releases(least, settings["single_stream_seconds"], one,
+                                  samples_to_target(targets, units, precision.FIRST_LOOK,
+                                                    least))
     else:
-        measured = one * releases(settings.get("concurrent_releases", 1),
-                                  settings.get("concurrent_seconds", 0.0), one,
+        least = settings.get("concurrent_releases", 1)
+        measured = one * releases(least, settings.get("concurrent_seconds", 0.0), one,
                                   samples_to_target(targets, units,
-                                                    precision.FIRST_LOOK_RELEASES))
+                                                    precision.FIRST_LOOK_RELEASES, least))
     return JOB_OVERHEAD_S + measured * config.repeats
 
 
 def link_seconds(config: Config) -> float:
-    """A link check: iperf3 A->B, B->A and both ways at once, `iperf_repeats` times."""
+    """A link check: iperf3 A->B, B->A and both ways at once, `iperf_repeats` times
+    (its ceiling: a link's spread is not known before it is checked, so the estimate
+    does not stop its runs early, `iperf_spread_rel`)."""
     check = plan.link_check_settings(config)
     iperf = 3 * check["iperf_repeats"] * (check["iperf_seconds"] + check["iperf_omit"] + 1)
     return JOB_OVERHEAD_S + LINK_CHECK_S + iperf
@@ -228,8 +233,8 @@ def expected_seconds(config: Config, speeds: Speeds,
         "launches": (JOB_OVERHEAD_S + launch_s) * len(plan.blocks(config)),
         "cells": sum(cell_seconds(config, c, speeds[(c.model, c.ctx)], launch_s)
                      for c in plan.cells(config)),
-        "anchors": sum(cell_seconds(config, c, speeds[(c.model, c.ctx)], launch_s)
-                       for c in anchors),
+        "anchors": sum(cell_seconds(config, c, speeds[(c.model, c.ctx)], launch_s,
+                                    anchor=True) for c in anchors),
         "roundtrips": sum(sweep_seconds(config, model, speeds[(model, shortest)], launch_s)
                           for _, model, _ in plan.roundtrip_sweeps(config)),
         "report": AFTER_S,

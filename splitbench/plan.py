@@ -151,9 +151,12 @@ def link_check_settings(config: Config) -> LinkCheckSettings:
     # `sockperf` and `iperf_spread_rel` are in a link's settings only where the config
     # sets them: links verified before the keys existed keep the settings they were made
     # with (and plan nothing).
+    given = config.link_check.given()
+    if given.get("iperf_spread_rel", 0) is None:  # null: no rule, as without the key
+        del given["iperf_spread_rel"]
     return {**configuration.defaults(configuration.LinkCheck,
                                      exclude=("sockperf", "iperf_spread_rel")),
-            **config.link_check.given(), **_wakeup(config)}
+            **given, **_wakeup(config)}
 
 
 def cells(config: Config) -> list[Cell]:

@@ -67,7 +67,10 @@ def table(request_files: Sequence[str]) -> pd.DataFrame:
 def requests_of(path: str) -> pd.DataFrame:
     """One cell file's request rows (REQUEST_COLUMNS), as the percentiles and the tail's
     shift both read them: made once per file stamp. Shared: read, never change it."""
-    found = os.stat(path)
+    try:
+        found = os.stat(path)
+    except OSError:  # read_requests makes a file it cannot read the cell's error row
+        return read_requests([path], REQUEST_COLUMNS)
     return _requests_of(str(path), found.st_mtime_ns, found.st_size)
 
 
@@ -85,7 +88,7 @@ def own_ok(requests: pd.DataFrame) -> pd.DataFrame:
 def request_keys(frame: pd.DataFrame) -> list[tuple[int, int]]:
     """Each row's request: (repeat, request_id); a cell's repeats number their requests
     from 0 each."""
-    request = frame["request_id"].to_numpy(dtype="int64")
+    request = frame["request_id"].astype("int64").to_numpy()  # a missing id raises
     repeat = (frame["repeat"].fillna(0).to_numpy(dtype="int64") if "repeat" in frame
               else np.zeros(len(request), dtype="int64"))
     return list(zip(repeat.tolist(), request.tolist(), strict=True))

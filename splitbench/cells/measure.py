@@ -205,8 +205,7 @@ def _measure(cell: CellSlice, link: Any, reference: Any, model: ModelInfo,
         "cell_status": metrics.cell_status([r["status"] for r in own]),
         # Why the cell's requests stopped: its figures reached their targets, it reached
         # its ceiling, or a request failed (the last own run says, for a paired cell).
-        "stopped": next((run.stopped for run in reversed(runs) if not run.reference),
-                        None),
+        "stopped": stopped_because(runs),
         "cell_wall_ms": metrics.wall_ms(own),
         "cell_throughput_tps": metrics.throughput_tps(own),
         "link_fingerprint": fingerprint,
@@ -232,6 +231,15 @@ def _measure(cell: CellSlice, link: Any, reference: Any, model: ModelInfo,
               "harness_error": next((r.harness_error for r in runs if r.harness_error),
                                     None)}
     return requests, tokens, record
+
+
+def stopped_because(runs: list[Run]) -> precision.Stopped | None:
+    """Why the cell's requests stopped: a failure wherever one cut it short (a launch
+    that failed, a reference or a link whose request failed or whose driving raised),
+    else what its last own run says (a paired cell's rounds decide for both links)."""
+    if any(run.harness_error or run.failed() for run in runs):
+        return precision.FAILURE
+    return next((run.stopped for run in reversed(runs) if not run.reference), None)
 
 
 class ReleaseFigures(TypedDict):

@@ -5,14 +5,16 @@ A unit is the files of one key (`key_of`: a cell's keys; a cell measured in repe
 a file per repeat). Its stamp is its files' sizes and modification times (ns), with
 those of the files its rows also read (`depends`: the baseline cell a link's gaps are
 held to, the single stream a concurrent cell's prefill share comes from). A kept row is
-reused while its unit's stamp, the computation's `settings` and the package's code are
-what they were when it was made; anything else, or a store that cannot be read, is
+reused while its unit's stamp, the computation's `settings` and its code (`code`: the
+modules it runs and all they import; the whole package where none are named) are what
+they were when it was made; anything else, or a store that cannot be read, is
 computed afresh: the store only ever saves time. Units still to compute go in batches
 of BATCH, so that the first build of a large matrix holds one batch's data at a time.
 """
 
 from __future__ import annotations
 
+import ast
 import functools
 import hashlib
 import json
@@ -29,15 +31,71 @@ UNIT = "_memo_unit"
 DONE = "done.json"  # what the store's tables hold: their units' stamps
 
 
+PACKAGE = Path(__file__).resolve().parents[1]  # splitbench/
+
+
 @functools.cache
-def code_fingerprint() -> str:
-    """A hash of the package's own source: a kept row was made by this code."""
+def code_fingerprint(modules: tuple[str, ...] = ()) -> str:
+    """A hash of the source a computation runs: `modules` (dotted names) and every
+    module of the package they import, at any depth and anywhere in a file (an import
+    inside a function too), with the packages' __init__ files on the way; the whole
+    package where no module is named. A kept row was made by this code: a change
+    anywhere else (the report's pages, the cells stage) keeps it."""
+    paths = (sorted(source_closure(modules)) if modules
+             else sorted(PACKAGE.rglob("*.py")))
     digest = hashlib.sha256()
-    root = Path(__file__).resolve().parents[1]
-    for path in sorted(root.rglob("*.py")):
-        digest.update(str(path.relative_to(root)).encode())
+    for path in paths:
+        digest.update(str(path.relative_to(PACKAGE)).encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
+
+
+def source_closure(modules: Sequence[str]) -> set[Path]:
+    """The package's source files that `modules` import, themselves included."""
+    seen: set[Path] = set()
+    todo = [name for name in modules]
+    while todo:
+        for path in _files_of(todo.pop()):
+            if path in seen:
+                continue
+            seen.add(path)
+            todo.extend(_imported(path))
+    return seen
+
+
+def _files_of(name: str) -> list[Path]:
+    """A dotted name's source file (a module, or a package's __init__), with the
+    __init__ of every package above it; none outside the package or for a name that is
+    an attribute of a module (`from splitbench.x import function`)."""
+    parts = name.split(".")
+    if parts[0] != PACKAGE.name:
+        return []
+    files = []
+    for depth in range(1, len(parts) + 1):
+        base = PACKAGE.parent.joinpath(*parts[:depth])
+        if (base / "__init__.py").exists():
+            files.append(base / "__init__.py")
+        elif base.with_suffix(".py").exists():
+            files.append(base.with_suffix(".py"))
+    return files
+
+
+def _imported(path: Path) -> list[str]:
+    """Every module name the file imports: `import a.b`, `from a import b` (as a.b and
+    a), relative imports resolved against the file's package."""
+    package = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts[:-1])
+    names = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*up, *([base] if base else [])])
+            names.append(base)
+            names.extend(f"{base}.{alias.name}" for alias in node.names)
+    return names
 
 
 def stamp(path: str | Path) -> str:
@@ -49,8 +107,8 @@ def tables(store: str | Path, files: Sequence[str],
            compute: Callable[[list[str]], dict[str, pd.DataFrame]],
            key_of: Callable[[str], tuple], keys: Sequence[str], settings: object = None,
            depends: Callable[[str], list[str]] | None = None,
-           names: Sequence[str] = (), batch_order: Callable[[tuple], object] | None = None
-           ) -> dict[str, pd.DataFrame]:
+           names: Sequence[str] = (), batch_order: Callable[[tuple], object] | None = None,
+           code: Sequence[str] = ()) -> dict[str, pd.DataFrame]:
     """compute(files): several tables by name (`names`), from the rows kept in the
     directory `store` for the units that did not change and compute(batch) for the
     rest; `store` then holds them all. A unit is the files of one key (a cell measured
@@ -58,7 +116,8 @@ def tables(store: str | Path, files: Sequence[str],
     of no unit being computed (a file compute read beside them, a baseline) is left out.
     Units are computed in the order `batch_order` gives their keys (so that a batch
     holds the cells that read each other's files); rows come in the order of the units'
-    first files (each unit's rows in the order compute gave them)."""
+    first files (each unit's rows in the order compute gave them). `code`: the modules
+    compute runs (code_fingerprint)."""
     units: dict[str, list[str]] = {}
     unit_keys: dict[str, tuple] = {}
     for path in files:
@@ -69,7 +128,7 @@ def tables(store: str | Path, files: Sequence[str],
               + "".join(f"|{stamp(d)}" for f in unit_files
                         for d in (depends(f) if depends else []) if os.path.exists(d))
               for unit, unit_files in units.items()}
-    made = hashlib.sha256(json.dumps([code_fingerprint(), settings, list(names)],
+    made = hashlib.sha256(json.dumps([code_fingerprint(tuple(code)), settings, list(names)],
                                      sort_keys=True, default=str).encode()).hexdigest()[:16]
     kept, done = _read(Path(store), names, made)
     todo = [unit for unit in units if done.get(unit) != stamps[unit]]

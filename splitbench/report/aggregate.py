@@ -200,6 +200,11 @@ def aggregate(request_files: list[str], link_files: list[str], contexts: dict[st
 # (infra/memo.py), so that a changed cell is all it redoes.
 MEMO = ".memo"
 PER_CELL = ("cells", "percentiles", "tail_shift", "service_levels")
+# The modules that make those rows (with all they import): a kept row stays valid
+# through a change to any other code (this module's tables, the report, the cells).
+PER_CELL_CODE = ("splitbench.analysis.cell_summary", "splitbench.analysis.percentiles",
+                 "splitbench.analysis.tail_shift", "splitbench.analysis.service_levels",
+                 "splitbench.analysis.comparison", "splitbench.infra.memo")
 
 
 def cell_tables(request_files: list[str], contexts: dict[str, int], store: Path,
@@ -231,7 +236,8 @@ def cell_tables(request_files: list[str], contexts: dict[str, int], store: Path,
     return memo.tables(store, request_files, compute, cell_key, SUMMARY_KEYS,
                        {"contexts": contexts, "interference": interference_limits,
                         "slo": slo, "baseline": base}, read_too, PER_CELL,
-                       batch_order=lambda key: (key[0], key[2], key[3], key[4], key[1]))
+                       batch_order=lambda key: (key[0], key[2], key[3], key[4], key[1]),
+                       code=PER_CELL_CODE)
 
 
 def cell_key(path: str) -> tuple:

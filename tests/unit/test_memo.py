@@ -95,3 +95,44 @@ def test_a_large_first_build_is_computed_in_batches(tmp_path, monkeypatch):
 
     out = rows(tmp_path / "memo", paths, compute, key_of, ["name"])
     assert calls == [2, 2, 1] and len(out) == 10
+
+
+def test_the_code_fingerprint_covers_what_the_computation_imports_and_nothing_else(
+        tmp_path, monkeypatch):
+    package = tmp_path / "splitbench"
+    (package / "sub").mkdir(parents=True)
+    files = {
+        "__init__.py": "",
+        "sub/__init__.py": "",
+        # an import inside a function and a relative one count as much as a top one
+        "sub/rows.py": "from . import helper\n\ndef f():\n    from splitbench import deep\n",
+        "sub/helper.py": "X = 1\n",
+        "deep.py": "import json\n",
+        "report.py": "from splitbench.sub import rows\n",  # imports rows; rows not it
+    }
+    for name, text in files.items():
+        (package / name).write_text(text)
+    monkeypatch.setattr(memo, "PACKAGE", package)
+    closure = {str(p.relative_to(package)) for p in memo.source_closure(["splitbench.sub.rows"])}
+    assert closure == {"__init__.py", "sub/__init__.py", "sub/rows.py", "sub/helper.py",
+                       "deep.py"}
+
+    def fingerprint() -> str:
+        return memo.code_fingerprint.__wrapped__(("splitbench.sub.rows",))
+
+    before = fingerprint()
+    (package / "report.py").write_text("# the report changed\n")
+    assert fingerprint() == before  # its rows are kept
+    (package / "deep.py").write_text("import json  # changed\n")
+    assert fingerprint() != before
+
+
+def test_the_per_cell_rows_are_kept_through_a_change_to_the_report_or_the_cells_stage():
+    from splitbench.report import aggregate
+
+    closure = {str(p.relative_to(memo.PACKAGE))
+               for p in memo.source_closure(aggregate.PER_CELL_CODE)}
+    assert {"analysis/percentiles.py", "analysis/tail_shift.py", "analysis/cell_summary.py",
+            "analysis/service_levels.py", "results.py", "infra/memo.py"} <= closure
+    assert not {p for p in closure if p.startswith(("report/", "commands/", "workflow/"))}
+    assert "cells/measure.py" not in closure and "plan.py" not in closure

@@ -100,3 +100,9 @@ def test_all_resamples_at_once_are_the_resamples_one_by_one(method):
         [requests[i] for i in draws.integers(0, len(requests), len(requests))]),
         [50, 90, 99], method=method) for _ in range(percentiles.BOOTSTRAP_DRAWS)])
     np.testing.assert_allclose(at_once, one_by_one, rtol=1e-12)
+
+
+def test_a_cell_whose_requests_file_is_gone_is_no_row_not_a_crash(tmp_path):
+    from splitbench.analysis import percentiles as p
+
+    assert p.table([str(tmp_path / "cells/lab/a/m/ctxshort_c1.requests.parquet")]).empty

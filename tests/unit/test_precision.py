@@ -234,3 +234,36 @@ def test_the_summary_says_why_each_cell_stopped(tmp_path):
     assert summary.loc["a", "stopped"] == "target"
     assert summary.loc["b", "stopped"] == "ceiling"
     assert pd.isna(summary.loc["c", "stopped"])  # measured before the column
+
+
+def test_the_estimate_looks_where_the_cell_would_past_its_floor_and_never_at_anchors():
+    # A floor of 8 with first looks at 5, 10: the cell's first look past its floor is 10.
+    assert estimate.samples_to_target({"decode_rel": 0.05}, {"decode_rel": 0.05}, 5,
+                                      least=8) == 10
+    config = parsed(plan.read_yaml(CONFIG))
+    fast = estimate.Speed(30000.0, 1000.0, {1: {"decode_rel": 0.01, "prefill_rel": 0.01}})
+    anchor = plan.anchor_cell(config, "lab", "synth")
+    # Known at the first look as a cell; an anchor sends its full seconds.
+    assert estimate.cell_seconds(config, anchor, fast) < estimate.cell_seconds(
+        config, anchor, fast, anchor=True)
+
+
+def test_why_a_cell_stopped_is_a_failure_wherever_one_cut_it_short():
+    ok = run_of(0, False, 1.0)
+    ok.stopped = precision.TARGET
+    assert measure.stopped_because([ok]) == precision.TARGET
+    launch_failed = measure.Run(False, 0)
+    launch_failed.shots = [([Reply(request_id=0, error_type="launch_failed")], None)]
+    assert measure.stopped_because([launch_failed]) == precision.FAILURE
+    reference = run_of(0, True, 1.0)
+    reference.harness_error = "Traceback ..."
+    assert measure.stopped_because([reference, ok]) == precision.FAILURE
+
+
+def test_a_null_iperf_target_plans_as_no_key():
+    raw = plan.read_yaml(CONFIG)
+    without = dict(raw, link_check={k: v for k, v in raw["link_check"].items()
+                                    if k != "iperf_spread_rel"})
+    null = dict(raw, link_check={**raw["link_check"], "iperf_spread_rel": None})
+    assert plan.link_check_settings(parsed(null)) == plan.link_check_settings(
+        parsed(without))
