@@ -14,11 +14,11 @@ of BATCH, so that the first build of a large matrix holds one batch's data at a 
 
 from __future__ import annotations
 
-import ast
 import functools
 import hashlib
 import json
 import os
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -80,21 +80,32 @@ def _files_of(name: str) -> list[Path]:
     return files
 
 
+# An import statement at the start of a line, at any indent (inside a function too):
+# `import a.b, c` or `from .a import (b, c)` (parenthesised over several lines). Read by
+# pattern, not by parsing each file: a line in a string that reads as an import only
+# adds a file to the closure (a rebuild more, never a stale row).
+_IMPORT = re.compile(r"^[ \t]*import[ \t]+([\w., \t]+)", re.M)
+_FROM = re.compile(r"^[ \t]*from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n]*)",
+                   re.M)
+
+
 def _imported(path: Path) -> list[str]:
     """Every module name the file imports: `import a.b`, `from a import b` (as a.b and
     a), relative imports resolved against the file's package."""
-    package = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts[:-1])
-    names = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            names.extend(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                up = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join([*up, *([base] if base else [])])
-            names.append(base)
-            names.extend(f"{base}.{alias.name}" for alias in node.names)
+    package = path.relative_to(PACKAGE.parent).with_suffix("").parts[:-1]
+    text = path.read_text()
+    names = [name.split()[0] for found in _IMPORT.finditer(text)
+             for name in found.group(1).split(",") if name.strip()]
+    for found in _FROM.finditer(text):
+        base = found.group(1)
+        dots = len(base) - len(base.lstrip("."))
+        if dots:
+            up = package[: len(package) - dots + 1]
+            base = ".".join([*up, *([base.lstrip(".")] if base.lstrip(".") else [])])
+        listed = re.sub(r"#[^\n]*", "", found.group(2)).strip("() \t\n")
+        names.append(base)
+        names.extend(f"{base}.{name.split()[0]}" for name in listed.split(",")
+                     if name.strip())
     return names
 
 
