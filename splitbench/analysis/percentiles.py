@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 from splitbench import results
 from splitbench.analysis.cell_summary import read_requests
 from splitbench.analysis.traffic import numbers
+from splitbench.infra import memo
 
 # The metrics in the order the table shows them, with their units.
 METRICS = {
@@ -44,8 +45,10 @@ STATS = ["count", "mean", "p50", "p90", "p99", "max", "p99_se"]
 TAIL_MIN_SAMPLES = 100
 BOOTSTRAP_DRAWS = 200
 COLUMNS = [*results.CELL_KEYS, "metric", "unit", *STATS, "p99_too_few"]
-REQUEST_COLUMNS = ["request_id", "repeat", "status", "reference", "t_send_ns", "t_first_ns",
-                   "t_last_ns", "t_end_ns", "ttft_ms", "decode_ms_per_token", "decode_tps"]
+# What the percentiles, the tail's shift and the service levels read of a cell's requests.
+REQUEST_COLUMNS = ["request_id", "repeat", "status", "cell_status", "reference", "t_send_ns",
+                   "t_first_ns", "t_last_ns", "t_end_ns", "ttft_ms", "decode_ms_per_token",
+                   "decode_tps"]
 
 
 def table(request_files: Sequence[str]) -> pd.DataFrame:
@@ -65,8 +68,9 @@ def table(request_files: Sequence[str]) -> pd.DataFrame:
 
 
 def requests_of(path: str) -> pd.DataFrame:
-    """One cell file's request rows (REQUEST_COLUMNS), as the percentiles and the tail's
-    shift both read them: made once per file stamp. Shared: read, never change it."""
+    """One cell file's request rows (REQUEST_COLUMNS), as the percentiles, the tail's
+    shift and the service levels read them: made once per file stamp. Shared: read,
+    never change it."""
     try:
         found = os.stat(path)
     except OSError:  # read_requests makes a file it cannot read the cell's error row
@@ -74,7 +78,7 @@ def requests_of(path: str) -> pd.DataFrame:
     return _requests_of(str(path), found.st_mtime_ns, found.st_size)
 
 
-@functools.lru_cache(maxsize=2048)
+@functools.lru_cache(maxsize=memo.BATCH)
 def _requests_of(path: str, _mtime_ns: int, _size: int) -> pd.DataFrame:
     return read_requests([path], REQUEST_COLUMNS)
 
@@ -107,7 +111,7 @@ def gaps_of(tokens_file: Path, wanted: set[tuple[int, int]]
 # The percentiles and the tail's shift each read a batch of cells' tokens (the
 # aggregate's memo computes BATCH cells at a time, infra/memo.py), the baseline link's
 # cells once per other link: a batch's files' gaps kept, keyed by each file's stamp.
-@functools.lru_cache(maxsize=2048)
+@functools.lru_cache(maxsize=memo.BATCH)
 def _all_gaps(path: str, _mtime_ns: int, _size: int) -> dict[tuple[int, int], np.ndarray]:
     source = pq.ParquetFile(path)
     present = set(source.schema_arrow.names)
@@ -133,21 +137,19 @@ def per_request_values(requests: pd.DataFrame, gaps: dict[tuple[int, int], np.nd
                        ) -> dict[str, list[np.ndarray]]:
     """Per metric, one array of values per request (a request's gaps, or its one
     figure): the bootstrap resamples these arrays."""
-    def column(name: str) -> pd.Series:
-        return numbers(requests, name)
-
     def one(values: pd.Series) -> list[np.ndarray]:
         return [np.array([v]) for v in values.to_numpy(dtype=float) if np.isfinite(v)]
 
     # The response's end; its last token where a row predates the end's stamp.
-    latency = (column("t_end_ns").fillna(column("t_last_ns")) - column("t_send_ns")) / 1e6
+    end = numbers(requests, "t_end_ns").fillna(numbers(requests, "t_last_ns"))
+    latency = (end - numbers(requests, "t_send_ns")) / 1e6
     return {
-        "time_to_first_token_ms": one(column("ttft_ms")),
+        "time_to_first_token_ms": one(numbers(requests, "ttft_ms")),
         "inter_token_latency_ms": [gaps[k] for k in request_keys(requests)
                                    if k in gaps and len(gaps[k])],
-        "time_per_output_token_ms": one(column("decode_ms_per_token")),
+        "time_per_output_token_ms": one(numbers(requests, "decode_ms_per_token")),
         "request_latency_ms": one(latency),
-        "output_token_throughput_per_user": one(column("decode_tps")),
+        "output_token_throughput_per_user": one(numbers(requests, "decode_tps")),
     }
 
 

@@ -26,16 +26,11 @@ import pandas as pd
 
 from splitbench import results
 from splitbench.analysis import percentiles
-from splitbench.analysis.cell_summary import read_requests
 from splitbench.analysis.finding_text import Finding, listed
 
 COLUMNS = [*results.CELL_KEYS, "requests", "met", "met_pct", "holds", "goodput_rps",
            "status", "ttft_ms_target", "tokens_per_s_target", "share_pct",
            "step_at_share_ms", "step_at_share_se", "ttft_at_share_ms", "ttft_at_share_se"]
-
-READ = ["request_id", "repeat", "status", "cell_status", "reference", "ttft_ms",
-        "decode_tps", "t_send_ns", "t_end_ns", "t_last_ns"]
-
 
 def targets_set(slo: dict[str, Any] | None) -> bool:
     return bool(slo) and any(slo.get(k) is not None for k in ("ttft_ms", "tokens_per_s"))
@@ -47,7 +42,7 @@ def table(request_files: Sequence[str], slo: dict[str, Any] | None) -> pd.DataFr
         return pd.DataFrame(columns=COLUMNS)
     rows = []
     for path in request_files:
-        requests = read_requests([path], READ)
+        requests = percentiles.requests_of(path)
         reference = requests["reference"].fillna(False).astype(bool) \
             if "reference" in requests else pd.Series(False, index=requests.index)
         own = requests[~reference]

@@ -155,10 +155,11 @@ def tables(store: str | Path, files: Sequence[str],
             parts.setdefault(name, []).append(part[part[UNIT].isin(set(batch))])
     order = {unit: i for i, unit in enumerate(units)}
     out = {}
+    nothing = compute([]) if not files else {}  # the tables' columns, with no rows
     for name in names:
         pieces = [p for p in parts.get(name, []) if len(p)]
         frame = (pd.concat(pieces, ignore_index=True) if pieces
-                 else compute([]).get(name, pd.DataFrame()) if not files
+                 else nothing.get(name, pd.DataFrame()) if not files
                  else _empty(parts.get(name, [])))
         if UNIT not in frame:
             frame[UNIT] = pd.Series(dtype=object)

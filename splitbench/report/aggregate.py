@@ -220,17 +220,28 @@ def cell_tables(request_files: list[str], contexts: dict[str, int], store: Path,
         by_cell.setdefault(cell_key(path), []).append(path)
     base = pick_baseline(pd.DataFrame({"link": [key[1] for key in by_cell]}), baseline_link)
 
+    def single_stream(path: str) -> list[str]:
+        """The single-stream cell's files a cell's summary row reads (prefill share)."""
+        return by_cell.get((*cell_key(path)[:-1], 1), [])
+
+    def baseline(path: str) -> list[str]:
+        """The baseline link's cell's files a cell's tail shift reads (its gaps)."""
+        pair, _, model, ctx, conc = cell_key(path)
+        return by_cell.get((pair, base, model, ctx, conc), [])
+
     def read_too(path: str) -> list[str]:
-        """The single-stream and baseline cells whose files a cell's rows read."""
-        pair, _, model, ctx, _ = cell_key(path)
-        return [*by_cell.get((*cell_key(path)[:-1], 1), []),
-                *by_cell.get((pair, base, model, ctx, cell_key(path)[-1]), [])]
+        return [*single_stream(path), *baseline(path)]
+
+    def with_(files: list[str], extra: Callable[[str], list[str]]) -> list[str]:
+        return list(dict.fromkeys(files + [f for path in files for f in extra(path)]))
 
     def compute(files: list[str]) -> dict[str, pd.DataFrame]:
-        every = list(dict.fromkeys(files + [f for path in files for f in read_too(path)]))
-        return {"cells": summarize(every, contexts, interference_limits),
+        # Each table gets only the extra files its rows read: rows of those cells
+        # themselves would be left out (memo.tables) after being computed for nothing.
+        return {"cells": summarize(with_(files, single_stream), contexts,
+                                   interference_limits),
                 "percentiles": percentiles.table(files),
-                "tail_shift": tail_shift.shifts(every, base),
+                "tail_shift": tail_shift.shifts(with_(files, baseline), base),
                 "service_levels": service_levels.table(files, slo)}
 
     return memo.tables(store, request_files, compute, cell_key, SUMMARY_KEYS,
