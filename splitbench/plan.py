@@ -249,6 +249,7 @@ def anchor_slice(config: Config, pair: str, model: str) -> CellSlice:
     any target stopped them."""
     out = cell_slice(config, anchor_cell(config, pair, model))
     out.pop("precision", None)
+    out.pop("interference", None)
     return out
 
 
@@ -330,6 +331,11 @@ def cell_slice(config: Config, cell: Cell, epoch: int = 0) -> CellSlice:
     targets = precision_for(config, cell, paired is not None)
     if targets:
         out["precision"] = targets
+        # The rule stops early only while the machines read quiet by these limits
+        # (cells.measure.quiet): the cell reads them only when the config sets them.
+        limits = config.interference.given() if config.interference else None
+        if limits:
+            out["interference"] = limits
     if epoch:
         out["epoch"] = epoch
     return out

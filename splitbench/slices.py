@@ -150,6 +150,8 @@ class CellSlice(TypedDict, total=False):
     paired: PairedSlice
     # The targets this kind of cell reads (plan.precision_for), only where set.
     precision: dict[str, float]
+    # The interference limits the rule's early stop reads, only where the config sets them.
+    interference: InterferenceLimits
     epoch: int
 
 

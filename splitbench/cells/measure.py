@@ -298,7 +298,7 @@ def _runs(cell: CellSlice, link: Any, reference: Any, model: ModelInfo,
         return [own]
     if not cell.get("paired"):
         with meter.stretch(interference.own_processes(link.pair, sampler.local_pids())):
-            _drive_run(own, cell, link)
+            _drive_run(own, cell, link, meter=meter)
         return [own]
     paired = cell["paired"]
     runs: list[Run] = []
@@ -308,7 +308,7 @@ def _runs(cell: CellSlice, link: Any, reference: Any, model: ModelInfo,
                                slot="reference")
         if first.server is None:
             with meter.stretch(interference.own_processes(link.pair, sampler.local_pids())):
-                _drive_run(own, cell, link)
+                _drive_run(own, cell, link, meter=meter)
             return [first, own]
         # Both launches and both latency probes are up: one stretch of the meter covers
         # every round.
@@ -327,9 +327,9 @@ def _runs(cell: CellSlice, link: Any, reference: Any, model: ModelInfo,
                     run.rr64_us = latency(PAIRED_RR_SAMPLES)
                 if runs[-2].failed():  # the reference died: no more rounds to pair
                     alone = Run(False, round_ + 1, own.server)
-                    _drive_run(alone, cell, link)
+                    _drive_run(alone, cell, link, meter=meter)
                     return [*runs, alone]
-                if paired_known(cell, runs):
+                if paired_known(cell, runs) and quiet(cell, link, meter):
                     runs[-1].stopped = precision.TARGET
                     return runs
     finally:
@@ -350,11 +350,12 @@ def _launch(run: Run, cell: CellSlice, link: Any, model: ModelInfo,
         return None
 
 
-def _drive_run(run: Run, cell: CellSlice, link: Any, count: int | None = None) -> None:
+def _drive_run(run: Run, cell: CellSlice, link: Any, count: int | None = None,
+               meter: interference.Meter | None = None) -> None:
     """Send the run's requests. A failure is the replies' status, not an exception: the
     other repeats are kept."""
     try:
-        run.shots, run.stopped = _drive(cell, link, run.server, count)
+        run.shots, run.stopped = _drive(cell, link, run.server, count, meter)
     except Exception as exc:  # noqa: BLE001 - becomes this repeat's rows
         text = "".join(traceback.format_exception(exc))[-2000:]
         run.shots = [(_failed(cell, type(exc).__name__, text), None)]
@@ -412,20 +413,28 @@ def _row(cell: CellSlice, reply: client.Reply) -> metrics.RequestRow:
                                         True, cell["crash_below_tps"])
 
 
-def _drive(cell: CellSlice, link: Any, server: Launch,
-           count: int | None = None) -> tuple[list[Shot], precision.Stopped]:
+def _drive(cell: CellSlice, link: Any, server: Launch, count: int | None = None,
+           meter: interference.Meter | None = None
+           ) -> tuple[list[Shot], precision.Stopped]:
     """Send the cell's requests (`count` single-stream releases, or as
-    `stopping.more_shots` says), counting the RPC bytes each release causes, and say why
-    they stopped. After a release with a failed request the rest are not sent: the
-    failure is the result."""
+    `stopping.more_shots` says: its targets known while `meter` reads the machines
+    quiet), counting the RPC bytes each release causes, and say why they stopped. After
+    a release with a failed request the rest are not sent: the failure is the result."""
     out: list[Shot] = []
+    reached = False
+
+    def known_and_quiet() -> bool:
+        nonlocal reached
+        reached = known(cell, out) and quiet(cell, link, meter)
+        return reached
+
     with link.host_a.entered():
         backend = backend_of(cell)
         pool = backend.prompt_pool(server.url)
         started = time.monotonic()
         while (len(out) < count if count is not None
                else stopping.more_shots(cell, len(out), time.monotonic() - started,
-                                        lambda: known(cell, out))):
+                                        known_and_quiet)):
             batch = [backend.prompt(pool, cell["prompt_tokens"], secrets.randbits(63))
                      for _ in range(cell["concurrency"])]
             rpc = backend.traffic(link, server)
@@ -437,9 +446,20 @@ def _drive(cell: CellSlice, link: Any, server: Launch,
             _progress(cell, link, len(out), replies, time.monotonic() - started)
             if any(r.error_type or r.http_status != 200 for r in replies):
                 return out, precision.FAILURE
-    stopped = (precision.TARGET if count is None and known(cell, out)
-               else precision.CEILING)
-    return out, stopped
+    return out, precision.TARGET if reached else precision.CEILING
+
+
+def quiet(cell: CellSlice, link: Any, meter: interference.Meter | None) -> bool:
+    """Whether the machines were quiet so far by the cell's interference limits (its
+    slice's `interference`, or their defaults): the rule stops a cell early only then.
+    Another program's bursts come and go: a few requests that missed them understate the
+    spread that the next ones would show, so a flagged cell runs to its ceiling."""
+    if meter is None:
+        return True
+    reason = meter.others_at_work(cell.get("interference"))
+    if reason:
+        _LOG.log(f"{_what(cell, link)}: figures known, but not stopping early: {reason}")
+    return reason is None
 
 
 _LOG = Console(width=140, log_path=False, highlight=False)  # the job log: stdout

@@ -24,6 +24,7 @@ interference (`others_pressure`).
 from __future__ import annotations
 
 import contextlib
+import copy
 import hashlib
 import json
 import os
@@ -154,6 +155,9 @@ class Meter:
         for side, host in hosts.items():
             self.hosts.setdefault(self.machine_of[side], host)
         self.sums: dict[str, CounterSums | None] = {key: {} for key in self.hosts}
+        # The stretch now open: per machine, its counters at the start and whose they are.
+        self.open: dict[str, tuple[sensors.CpuCounters | None, list[int], list[int],
+                                   str | None]] = {}
 
     @contextlib.contextmanager
     def stretch(self, own: Own) -> Iterator[None]:
@@ -163,23 +167,40 @@ class Meter:
             mine[self.machine_of[side]].extend(ids)
         for side, ids in own.trees.items():
             trees[self.machine_of[side]].extend(ids)
-        before = {key: _counters(host, mine[key], trees[key], own.cgroup)
-                  for key, host in self.hosts.items()}
+        self.open = {key: (_counters(host, mine[key], trees[key], own.cgroup), mine[key],
+                           trees[key], own.cgroup) for key, host in self.hosts.items()}
         try:
             yield
         finally:
             for key, host in self.hosts.items():
-                self._add(key, before[key], _counters(host, mine[key], trees[key],
-                                                      own.cgroup))
+                before, pids, tree, cgroup = self.open[key]
+                self.sums[key] = self._added(key, self.sums[key], before,
+                                             _counters(host, pids, tree, cgroup))
+            self.open = {}
 
-    def _add(self, key: str, before: sensors.CpuCounters | None,
-             after: sensors.CpuCounters | None) -> None:
-        sums = self.sums[key]
+    def so_far(self) -> InterferenceFigures:
+        """`figures()` as they stand now: the stretch still open read up to this moment
+        (another reading of each machine's counters; over SSH for a remote one)."""
+        sums = dict(self.sums)
+        for key, (before, pids, tree, cgroup) in self.open.items():
+            now = _counters(self.hosts[key], pids, tree, cgroup)
+            sums[key] = self._added(key, copy.deepcopy(sums[key]), before, now)
+        return self._figures(sums)
+
+    def others_at_work(self, limits: InterferenceLimits | None) -> str | None:
+        """Why other programs' work so far would flag the measurement (`flag` with
+        `limits`), or None: nothing over a limit, or nothing read."""
+        reason = flag(pd.DataFrame([self.so_far()]), limits or {},
+                      during="the requests so far")["interference"].iloc[0]
+        return reason if isinstance(reason, str) else None
+
+    def _added(self, key: str, sums: CounterSums | None, before: sensors.CpuCounters | None,
+               after: sensors.CpuCounters | None) -> CounterSums | None:
+        """`sums` with one stretch's differences added (None: unknown from now on)."""
         if sums is None:
-            return
+            return None
         if before is None or after is None:
-            self.sums[key] = None  # one unreadable stretch: the figures are unknown
-            return
+            return None  # one unreadable stretch: the figures are unknown
         sums["seconds"] = sums.get("seconds", 0.0) + after["t_mono"] - before["t_mono"]
         sums["hz"] = after.get("hz") or 100
         for name in ("psi_some_us", "own_psi_some_us", "busy_ticks", "steal_ticks",
@@ -198,12 +219,16 @@ class Meter:
         reader = after.get("self_ticks", 0) if self.hosts[key].remote else 0
         sums["own_ticks"] = None if a is None or b is None or not same \
             or sums.get("own_ticks", 0) is None else sums.get("own_ticks", 0) + b - a + reader
+        return sums
 
     def figures(self) -> InterferenceFigures:
         """Per side: the figures above, and `interference_{side}` saying what was read."""
+        return self._figures(self.sums)
+
+    def _figures(self, sums: Mapping[str, CounterSums | None]) -> InterferenceFigures:
         out: InterferenceFigures = {}
         for key in self.hosts:
-            figures = sum_figures(self.sums[key])
+            figures = sum_figures(sums[key])
             for side, machine in self.machine_of.items():
                 if machine == key:
                     out.update({name.format(side=side): v for name, v in figures.items()})

@@ -82,7 +82,8 @@ def connections_with(addr: str) -> list[dict]:
 
 def totals(connections: list[dict]) -> dict[str, int]:
     """Counters summed over connections (sent = towards the remote end)."""
-    names = ("bytes_sent", "bytes_received", "data_segs_out", "data_segs_in")
+    names = ("bytes_sent", "bytes_acked", "bytes_retrans", "bytes_received",
+             "data_segs_out", "data_segs_in")
     return {name: sum(c.get(name, 0) for c in connections) for name in names}
 
 

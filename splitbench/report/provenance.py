@@ -133,6 +133,8 @@ def _launch_rows(launch_files: dict[str, Path]) -> tuple[pd.DataFrame, str]:
                      "started": clock_text(started * 1e9) if started else None,
                      "load s": launch.get("load_s"),
                      "sent to B while loading (MB)": _megabytes(launch.get("load_bytes")),
+                     "sent again (MB)": _megabytes(launch.get("load_bytes"),
+                                                   "a_to_b_resent"),
                      "tensor cache": _cache_text(launch.get("tensor_cache")),
                      "placement": json.dumps(launch.get("placement"))})
         lines = [shlex.join(argv) for argv in _argvs(launch.get("commands", {}))]
@@ -142,11 +144,12 @@ def _launch_rows(launch_files: dict[str, Path]) -> tuple[pd.DataFrame, str]:
     return pd.DataFrame(rows), block
 
 
-def _megabytes(load_bytes: dict | None) -> float | None:
-    """A→B bytes of a launch's load, in MB (None: not counted)."""
-    if not load_bytes or load_bytes.get("a_to_b") is None:
+def _megabytes(load_bytes: dict | None, key: str = "a_to_b") -> float | None:
+    """A→B bytes of a launch's load (`key`: B received them, or A sent them again), in
+    MB (None: not counted)."""
+    if not load_bytes or load_bytes.get(key) is None:
         return None
-    return round(load_bytes["a_to_b"] / 1e6, 1)
+    return round(load_bytes[key] / 1e6, 1)
 
 
 def _cache_text(cache: dict | None) -> str | None:

@@ -215,3 +215,24 @@ def test_a_host_held_to_some_cpus_counts_those_cpus_alone():
                            "splitbench.remote.sensors"],
                           capture_output=True, text=True, check=True, cwd=ROOT)
     assert json.loads(held.stdout.splitlines()[-1])["cpu"]["ncpu"] == 1
+
+
+def test_the_meter_reads_another_programs_work_while_its_stretch_is_open():
+    """What the early-stopping rule asks at a checkpoint (`Meter.others_at_work`): the
+    counters up to now, inside the stretch. A busy loop that is not the measurement's
+    is over the foreign-CPU limit; once it has ended, a fresh stretch reads quiet."""
+    meter = interference.Meter({"a": Host("a")})
+    limits = {"max_foreign_cpu_cores": 0.25, "max_cpu_pressure_pct": None,
+              "max_steal_pct": None}
+    with meter.stretch(interference.Own({"a": [os.getpid()]}, {"a": []})):
+        loop = _loops(1, 1.0)[0]
+        time.sleep(0.8)
+        busy = meter.others_at_work(limits)
+        loop.wait(timeout=10)
+    assert busy and "other processes used" in busy and "the requests so far" in busy, busy
+    # The open stretch was read, not closed: the finished one holds its whole second.
+    assert meter.figures()["foreign_cpu_a_cores"] > 0.25, meter.figures()
+    calm = interference.Meter({"a": Host("a")})
+    with calm.stretch(interference.Own({"a": [os.getpid()]}, {"a": []})):
+        time.sleep(0.5)
+        assert calm.others_at_work(limits) is None, calm.so_far()

@@ -65,8 +65,10 @@ def test_a_second_launch_sends_only_what_b_does_not_keep(state_dir, tmp_path, mo
     assert third["load_bytes"]["a_to_b"] > FFN_BYTES
     assert len(list((tmp_path / "cache-home/splitbench/rpc-tensors/rpc").iterdir())) == 6
 
-    print("sent A→B while loading:", *(f"{r['load_bytes']['a_to_b']:,} B in {r['load_s']} s"
-                                       for r in (first, second, third)), sep="\n  ")
+    print("B received while loading:", *(
+        f"{r['load_bytes']['a_to_b']:,} B in {r['load_s']} s "
+        f"({r['load_bytes']['a_to_b_resent']:,} B sent again)"
+        for r in (first, second, third)), sep="\n  ")
     # `teardown --purge` stops the launch and removes the directory, and its record.
     for key in third["proc_keys"]:
         procs.stop(key)

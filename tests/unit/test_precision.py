@@ -103,8 +103,20 @@ class TimedBackend:
                                    {})
 
 
+class BusyMeter:
+    """A meter whose first `busy_for` readings find another program at work."""
+
+    def __init__(self, busy_for: int = 10**6):
+        self.readings, self.busy_for = 0, busy_for
+
+    def others_at_work(self, limits):
+        self.readings += 1
+        return "host A: other processes used 1.00 cores" \
+            if self.readings <= self.busy_for else None
+
+
 def drive(monkeypatch, cell: dict, release_s: float, spread: float,
-          fail_at: int | None = None):
+          fail_at: int | None = None, meter: BusyMeter | None = None):
     clock = [0.0]
     backend = TimedBackend(clock, release_s, spread, fail_at)
     monkeypatch.setattr(measure, "backend_of", lambda c: backend)
@@ -113,7 +125,7 @@ def drive(monkeypatch, cell: dict, release_s: float, spread: float,
                            pair="lab", name="x")
     cell = {"prompt_tokens": 128, "n_predict": 16, "request_timeout_s": 5.0,
             "crash_below_tps": 0.0} | cell
-    return measure._drive(cell, link, SimpleNamespace(url="http://a"))
+    return measure._drive(cell, link, SimpleNamespace(url="http://a"), meter=meter)
 
 
 SINGLE = {"concurrency": 1, "single_stream_requests": 3, "single_stream_seconds": 10.0}
@@ -125,6 +137,19 @@ def test_a_steady_single_stream_stops_at_its_first_checkpoint_not_before(monkeyp
     shots, stopped = drive(monkeypatch, cell, 0.1, spread=0.001)
     # Known after 3 already, but the rule first looks at 5.
     assert (len(shots), stopped) == (5, precision.TARGET)
+
+
+def test_a_cell_beside_another_programs_work_does_not_stop_early(monkeypatch):
+    """Its figures are known at 5 requests, but the meter reads other work: a few
+    requests that missed its bursts understate the spread, so it runs to its ceiling."""
+    cell = SINGLE | {"precision": {"decode_rel": 0.05, "prefill_rel": 0.15}}
+    busy = BusyMeter()
+    shots, stopped = drive(monkeypatch, cell, 0.125, spread=0.001, meter=busy)
+    assert (len(shots), stopped) == (80, precision.CEILING)
+    assert busy.readings == 4  # asked at the checkpoints only: 5, 10, 20, 40
+    # The other program ends after the first look: the cell stops at the next.
+    shots, stopped = drive(monkeypatch, cell, 0.125, spread=0.001, meter=BusyMeter(1))
+    assert (len(shots), stopped) == (10, precision.TARGET)
 
 
 def test_a_noisy_cell_runs_to_its_ceiling_and_says_so(monkeypatch):
@@ -184,6 +209,20 @@ def test_each_kind_of_cell_carries_only_its_own_targets_and_the_anchor_none():
     del raw["cell"]["precision"]
     assert "precision" not in plan.cell_slice(parsed(raw), plan.Cell(
         "lab", "5gbe", "synth", "short", 1))
+
+
+def test_the_interference_limits_the_early_stop_reads_travel_only_where_set():
+    """The default config's cells read the limits' defaults (their slices unchanged);
+    limits the config sets are in each slice with targets, so changing them re-measures
+    those cells, and never in the anchor's, which stops at no target."""
+    raw = plan.read_yaml(CONFIG)
+    cell = plan.Cell("lab", "5gbe", "synth", "short", 4)
+    assert "interference" not in plan.cell_slice(parsed(raw), cell)
+    raw["interference"] = {"max_foreign_cpu_cores": 0.5}
+    assert plan.cell_slice(parsed(raw), cell)["interference"] == {"max_foreign_cpu_cores": 0.5}
+    assert "interference" not in plan.anchor_slice(parsed(raw), "lab", "synth")
+    del raw["cell"]["precision"]
+    assert "interference" not in plan.cell_slice(parsed(raw), cell)
 
 
 def test_the_link_check_stops_its_iperf_runs_where_every_direction_agrees():

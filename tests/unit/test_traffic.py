@@ -347,3 +347,16 @@ def test_without_an_overhead_only_too_few_bytes_are_flagged():
     assert slow.loc["p32000", "A→B check"].startswith("⚠ 0.46× the hidden state and mask")
     base = table[table["link"] == "baseline"].set_index("ctx")
     assert base.loc["p32000", "A→B check"].startswith("⚠ 0.46× the hidden state and mask")
+
+
+def test_a_launch_counts_what_b_received_and_apart_what_a_sent_again(monkeypatch):
+    """Segments a busy receiver dropped are sent twice: the launch's bytes are what B
+    acknowledged, each byte once, the second copies beside them."""
+    found = [{"bytes_sent": 1_100, "bytes_acked": 1_000, "bytes_retrans": 100,
+              "bytes_received": 40, "data_segs_out": 3, "data_segs_in": 2},
+             {"bytes_sent": 500, "bytes_acked": 500, "bytes_retrans": 0,
+              "bytes_received": 10, "data_segs_out": 1, "data_segs_in": 1}]
+    monkeypatch.setattr(servers.sockdiag, "connections_to",
+                        lambda addr, port: [found[port - 1]])
+    assert servers.load_bytes("10.0.0.2", [1, 2]) == {
+        "a_to_b": 1_500, "a_to_b_resent": 100, "b_to_a": 50, "connections": 2}

@@ -187,13 +187,18 @@ def _start(
 def load_bytes(addr: str, ports: list[int]) -> dict[str, int] | None:
     """What crossed the link while llama-server loaded: the kernel's byte counters of its
     connections to the workers, read once it serves (before any request), in the
-    calling thread's namespace. None where there is no such connection to read."""
+    calling thread's namespace. None where there is no such connection to read.
+
+    `a_to_b` is what B acknowledged (the weights and requests it got, each byte once);
+    `a_to_b_resent` what A sent again after a loss: a receiver too busy to keep up drops
+    segments, and counting their second copies would make a launch look heavier than
+    its model."""
     connections = [c for port in ports for c in sockdiag.connections_to(addr, port)]
     if not connections:
         return None
     sums = sockdiag.totals(connections)
-    return {"a_to_b": sums["bytes_sent"], "b_to_a": sums["bytes_received"],
-            "connections": len(connections)}
+    return {"a_to_b": sums["bytes_acked"], "a_to_b_resent": sums["bytes_retrans"],
+            "b_to_a": sums["bytes_received"], "connections": len(connections)}
 
 
 _OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
