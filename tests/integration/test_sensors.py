@@ -228,7 +228,7 @@ def test_the_meter_reads_another_programs_work_while_its_stretch_is_open():
         loop = _loops(1, 1.0)[0]
         time.sleep(0.8)
         busy = meter.others_at_work(limits)
-        loop.wait(timeout=10)
+    loop.wait(timeout=10)  # after the stretch: a reaped child's CPU is its parent's
     assert busy and "other processes used" in busy and "the requests so far" in busy, busy
     # The open stretch was read, not closed: the finished one holds its whole second.
     assert meter.figures()["foreign_cpu_a_cores"] > 0.25, meter.figures()
