@@ -388,7 +388,7 @@ def _sockperf(link: Link, settings: LinkCheckSettings, commands: list) -> Sockpe
     out: SockperfFigures = {}
     for size, prefix in ((64, "sockperf64"), (settings["rr_payload_bytes"], "sockperf16k")):
         argv = ["sockperf", "ping-pong", "--tcp", "-i", link.connect_addr, "-p",
-                str(link.ports.sockperf), "-m", str(size), "-t", "2", "--full-rtt"]
+                str(link.ports.sockperf), "-m", str(size), "-t", "1", "--full-rtt"]
         commands.append(argv)
         result = link.host_a.run(argv, timeout=60, check=False)
         parsed = parse_sockperf(result.stdout + result.stderr)
