@@ -240,18 +240,14 @@ def header(path: str | Path) -> ModelHeader:
 
 def describe(spec: ModelSlice, gguf_path: str | Path | None,
              origin: ModelOrigin | None = None) -> ModelInfo:
-    """Where a model's GGUF is, what identifies it and what it is (its header); for a
-    backend that loads another format, its own description (`Backend.describe_model`).
+    """Where a model's GGUF is, what identifies it and what it is (its header). A
+    backend that loads another format describes its models itself
+    (`backends.describe_model`, which comes here for a GGUF).
 
     Synthetic files are hashed (small); a file from PyPI has the configured hash, which
     the model stage checked; a local file is identified by size and mtime, since hashing
     tens of gigabytes on every run would cost minutes.
     """
-    from splitbench import backends  # its backends describe their models with this module
-
-    own = backends.get(spec.get("backend", "llamacpp")).describe_model(spec, gguf_path)
-    if own is not None:
-        return own
     if spec.get("synthetic"):
         path = Path(gguf_path)
         out = {"path": str(path.resolve()), "sha256": file_sha256(path), "synthetic": True}

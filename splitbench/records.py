@@ -15,7 +15,7 @@ from splitbench.slices import ServerSettings
 
 
 class ModelInfo(TypedDict, total=False):
-    """`results/models/<model>.json` (`models.describe`): which file the launches load,
+    """`results/models/<model>.json` (`backends.describe_model`): which file the launches load,
     how it is identified, and what it is (the GGUF's header; a vLLM model's
     config.json)."""
 

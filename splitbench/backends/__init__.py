@@ -16,16 +16,18 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from splitbench import registry
+from splitbench import models, registry
 from splitbench.backends.base import Backend, Launch
-from splitbench.slices import ServerSettings
+from splitbench.records import ModelInfo
+from splitbench.slices import ModelSlice, ServerSettings
 
 if TYPE_CHECKING:
     from splitbench.configuration import Config
 
-__all__ = ["Backend", "Launch", "check_models", "get", "split"]
+__all__ = ["Backend", "Launch", "check_models", "describe_model", "get", "split"]
 
 
 def check_models(config: Config) -> None:
@@ -33,6 +35,14 @@ def check_models(config: Config) -> None:
     (`Backend.check_model`: a ConfigError naming the key)."""
     for name, spec in config.models.items():
         get(spec.backend).check_model(f"models.{name}", spec.given(), config)
+
+
+def describe_model(spec: ModelSlice, path: str | Path | None,
+                   origin: models.ModelOrigin | None = None) -> ModelInfo:
+    """The model record: its backend's own description of a model in its format
+    (`Backend.describe_model`), else the GGUF's (`models.describe`)."""
+    own = get(spec.get("backend", "llamacpp")).describe_model(spec, path)
+    return own if own is not None else models.describe(spec, path, origin)
 
 
 def split(settings: ServerSettings) -> str:

