@@ -180,7 +180,9 @@ class Meter:
 
     def so_far(self) -> InterferenceFigures:
         """`figures()` as they stand now: the stretch still open read up to this moment
-        (another reading of each machine's counters; over SSH for a remote one)."""
+        (another reading of each machine's counters; over SSH for a remote one, whose
+        reader, an interpreter's start, then counts as other work in the stretch's own
+        figures: tens of milliseconds of CPU, read at a cell's checkpoints only)."""
         sums = dict(self.sums)
         for key, (before, pids, tree, cgroup) in self.open.items():
             now = _counters(self.hosts[key], pids, tree, cgroup)

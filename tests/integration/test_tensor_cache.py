@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import stat
+from pathlib import Path
 
 import pytest
 
@@ -41,11 +42,12 @@ def test_a_second_launch_sends_only_what_b_does_not_keep(state_dir, tmp_path, mo
     link = real.ensure(LINK)
 
     first = launch(link, gguf, tools, threads=1)
-    directory = first["tensor_cache"]["dir"]
-    assert directory == str(tmp_path / "cache-home/splitbench/rpc-tensors")
+    directory = str(tmp_path / "cache-home/splitbench/rpc-tensors")
+    assert first["tensor_cache"]["dir"] == f"{directory}/tc"  # the pair's folder
     assert stat.S_IMODE(os.stat(directory).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(f"{directory}/tc").st_mode) == 0o700
     assert "--cache" in first["commands"]["rpc_servers"][0]
-    kept = sorted((tmp_path / "cache-home/splitbench/rpc-tensors/rpc").iterdir())
+    kept = sorted((tmp_path / "cache-home/splitbench/rpc-tensors/tc/rpc").iterdir())
     assert len(kept) == 3 and all(p.stat().st_size == FFN_BYTES // 3 for p in kept)
     assert first["load_bytes"]["a_to_b"] > FFN_BYTES
 
@@ -63,7 +65,7 @@ def test_a_second_launch_sends_only_what_b_does_not_keep(state_dir, tmp_path, mo
                            models.describe({"synthetic": {**BIG, "seed": 6}}, other)["sha256"],
                            tools).record
     assert third["load_bytes"]["a_to_b"] > FFN_BYTES
-    assert len(list((tmp_path / "cache-home/splitbench/rpc-tensors/rpc").iterdir())) == 6
+    assert len(list((tmp_path / "cache-home/splitbench/rpc-tensors/tc/rpc").iterdir())) == 6
 
     print("B received while loading:", *(
         f"{r['load_bytes']['a_to_b']:,} B in {r['load_s']} s "
@@ -89,9 +91,28 @@ def test_a_directory_another_user_could_have_made_is_refused(tmp_path, monkeypat
     (home / "splitbench/rpc-tensors").symlink_to(tmp_path)
     monkeypatch.setenv("XDG_CACHE_HOME", str(home))
     worker = toolchain.pip_bin_dir() / "ggml-rpc-server"
-    said = tensor_cache.prepare(Host("b"), worker, None)
+    said = tensor_cache.prepare(Host("b"), worker, None, "lab")
     assert said.get("dir") is None and "no private directory" in said["why_not"]
     (home / "splitbench/rpc-tensors").unlink()
-    made = tensor_cache.prepare(Host("b"), worker, None)
-    assert made["dir"] == str(home / "splitbench/rpc-tensors")
+    made = tensor_cache.prepare(Host("b"), worker, None, "lab")
+    assert made["dir"] == str(home / "splitbench/rpc-tensors/lab")
     assert made["env"] == {"LLAMA_CACHE": f"{made['dir']}/"}
+
+
+@needs_root()
+def test_pairs_side_by_side_keep_their_tensors_apart(tmp_path, monkeypatch, state_dir):
+    """Two pairs on one machine (one home): each worker writes and reads its own
+    pair's folder, so none reads a file another is still writing, and a failed launch's
+    clean-up removes its own pair's files alone."""
+    from splitbench.infra.hosts import Host
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    worker = toolchain.pip_bin_dir() / "ggml-rpc-server"
+    one, two = (tensor_cache.prepare(Host("b"), worker, None, pair) for pair in ("p1", "p2"))
+    assert one["dir"] != two["dir"] and Path(one["dir"]).parent == Path(two["dir"]).parent
+    for cache in (one, two):
+        (Path(cache["dir"]) / "rpc").mkdir()
+        (Path(cache["dir"]) / "rpc/0123abcd").write_bytes(b"w" * 64)
+    tensor_cache.discard(Host("b"), one)
+    assert not (Path(one["dir"]) / "rpc").exists()
+    assert (Path(two["dir"]) / "rpc/0123abcd").read_bytes() == b"w" * 64

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from splitbench import models, plan
+from splitbench import backends, plan
 from splitbench.backends import lifecycle
 from splitbench.backends.vllm import api, hf_model, servers
 from splitbench.backends.vllm import toolchain as vllm_toolchain
@@ -51,7 +51,7 @@ def setup(tmp_path_factory):
     procs.record_process = _record_sessions
     try:
         hf_model.write_synthetic_hf(SHAPE, tmp / "m.hf")
-        model = models.describe({"synthetic": SHAPE, "backend": "vllm"}, tmp / "m.hf")
+        model = backends.describe_model({"synthetic": SHAPE, "backend": "vllm"}, tmp / "m.hf")
         tools = vllm_toolchain.record("vx", {"a": {}, "b": {}}, VENV, tmp / "tools.json")
         assert tools["status"] == "ok", tools
         yield {"tmp": tmp, "model": model, "tools": tools}

@@ -96,7 +96,7 @@ def test_the_synthetic_model_as_a_directory_holds_the_ggufs_weights(tmp_path):
                           gguf["blk.0.attn_k.weight"])
     config = json.loads((tmp_path / "m.hf/config.json").read_text())
     assert config["num_key_value_heads"] == kv and config["vocab_size"] == spec["n_vocab"]
-    described = models.describe({"synthetic": spec, "backend": "vllm"}, tmp_path / "m.hf")
+    described = backends.describe_model({"synthetic": spec, "backend": "vllm"}, tmp_path / "m.hf")
     assert described["hf"]["n_embd"] == spec["n_embd"] and described["backend"] == "vllm"
     assert described["sha256"] == hf_model.write_synthetic_hf(spec, tmp_path / "again.hf")
 

@@ -234,7 +234,8 @@ def test_a_run_on_another_machine_as_an_ordinary_user_reaches_the_report_and_lea
     assert host.run(["ls", "-A", "/home/bench"]).stdout.split() == [".cache", ".ssh"]
     kept = sorted(host.run(["find", "/home/bench/.cache", "-mindepth", "1"]).stdout.split())
     assert kept == ["/home/bench/.cache/splitbench", "/home/bench/.cache/splitbench/rpc-tensors",
-                    "/home/bench/.cache/splitbench/rpc-tensors/rpc"], kept
+                    "/home/bench/.cache/splitbench/rpc-tensors/rig",
+                    "/home/bench/.cache/splitbench/rpc-tensors/rig/rpc"], kept
     purged = subprocess.run([sys.executable, "-m", "splitbench", "teardown", "--purge"],
                             cwd=work, env=env, capture_output=True, text=True, timeout=120)
     assert ("removed the tensor cache /home/bench/.cache/splitbench/rpc-tensors on host b"

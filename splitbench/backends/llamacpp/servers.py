@@ -114,7 +114,8 @@ def _start(
     bin_a = Path(toolchain["a"]["bin_dir"])
     bin_b, worker_env = _worker_build(link, toolchain)
     # B keeps the big tensors it is sent: a launch on the pair's next link sends hashes.
-    cache.update(tensor_cache.prepare(link.host_b, bin_b / "ggml-rpc-server", worker_env))
+    cache.update(tensor_cache.prepare(link.host_b, bin_b / "ggml-rpc-server", worker_env,
+                                      link.pair))
     worker_env = {**(worker_env or {}), **cache.get("env", {})} or None
     threads = str(settings["threads"])
     workers = settings.get("workers", 1)

@@ -8,13 +8,17 @@ where B has the file, only the hash crosses the link. Smaller tensors (norms, a 
 model's every weight) cross at every launch as before.
 
 The files live in one private directory per user on B (`<cache home>/splitbench/
-rpc-tensors`, mode 0700; the worker adds `rpc/`), kept between runs so that a second run
-sends nothing it sent before; `teardown --purge` removes it. A changed model file has
-other hashes, so its tensors are sent (and kept) again. The worker does not check a file
-against its hash when it reads it: one cut short (a launch stopped while the worker was
-writing it) would load silently truncated. So a launch that fails removes the cached
-files; one that served had every file written in full (the worker writes a tensor's
-file before it answers the call that sent it, and the launch waited for every answer).
+rpc-tensors`, mode 0700), in a folder per pair (the worker adds `rpc/`), kept between
+runs so that a second run sends nothing it sent before; `teardown --purge` removes it.
+A pair's launches run one at a time, but pairs run side by side (two on one machine
+share its home): in one folder, one pair's worker could read a file another's is still
+writing, and a failed launch's clean-up could remove one another pair is reading. A
+changed model file has other hashes, so its tensors are sent (and kept) again. The
+worker does not check a file against its hash when it reads it: one cut short (a launch
+stopped while the worker was writing it) would load silently truncated. So a launch
+that fails removes the cached files; one that served had every file written in full
+(the worker writes a tensor's file before it answers the call that sent it, and the
+launch waited for every answer).
 """
 
 from __future__ import annotations
@@ -29,26 +33,30 @@ from typing import TypedDict
 from splitbench.infra import procs
 from splitbench.infra.hosts import Host, HostError
 
-# Where the directory is made, and the only shape of path a purge removes.
+# Where the directory and the pair's folder in it are made ($1: the pair), and the
+# only shapes of path a purge and a failed launch's clean-up remove.
 MAKE_DIRECTORY = ('d="${XDG_CACHE_HOME:-$HOME/.cache}/splitbench/rpc-tensors"; '
                   'mkdir -p -m 700 "$d" && [ -d "$d" ] && [ ! -L "$d" ] && [ -O "$d" ] '
-                  '&& chmod 700 "$d" && printf %s "$d"')
+                  '&& chmod 700 "$d" && mkdir -p -m 700 "$d/$1" && [ ! -L "$d/$1" ] '
+                  '&& printf %s "$d"')
 CACHE_DIR = re.compile(r"^/[^\0]*/splitbench/rpc-tensors$")
+PAIR_DIR = re.compile(r"^/[^\0]*/splitbench/rpc-tensors/[a-z0-9][a-z0-9_-]*$")
 
 
 class TensorCache(TypedDict, total=False):
     """A launch's tensor cache (its record's `tensor_cache`): the directory on B and the
     worker's flag and environment, or why it runs without one."""
 
-    dir: str
+    dir: str  # the pair's folder in the user's directory
     flags: list[str]
     env: dict[str, str]
     why_not: str
 
 
-def prepare(host: Host, worker: Path, env: dict[str, str] | None) -> TensorCache:
-    """The cache for a worker on `host`: `--cache` where the worker has it, with its
-    private directory made (and recorded for `teardown --purge`); else why not."""
+def prepare(host: Host, worker: Path, env: dict[str, str] | None, pair: str) -> TensorCache:
+    """The cache for a worker of `pair` on `host`: `--cache` where the worker has it,
+    with its private directory and the pair's folder made (the directory recorded for
+    `teardown --purge`); else why not."""
     assignments = [f"{k}={v}" for k, v in (env or {}).items()]
     try:
         helped = host.run(["env", *assignments, str(worker), "--help"], check=False)
@@ -57,7 +65,7 @@ def prepare(host: Host, worker: Path, env: dict[str, str] | None) -> TensorCache
     if "--cache" not in helped.stdout + helped.stderr:
         return {"why_not": f"host {host.name}'s ggml-rpc-server has no --cache"}
     try:
-        made = host.run(["sh", "-c", MAKE_DIRECTORY], check=False)
+        made = host.run(["sh", "-c", MAKE_DIRECTORY, "sh", pair], check=False)
     except HostError as exc:
         return {"why_not": f"could not make its directory on host {host.name}: {exc}"}
     directory = made.stdout.strip()
@@ -65,7 +73,8 @@ def prepare(host: Host, worker: Path, env: dict[str, str] | None) -> TensorCache
         return {"why_not": f"host {host.name} gave no private directory for it (a "
                            f"link, or another user's): {made.stderr.strip()[-200:]}"}
     _remember(host, directory)
-    return {"dir": directory, "flags": ["--cache"], "env": {"LLAMA_CACHE": f"{directory}/"}}
+    return {"dir": f"{directory}/{pair}", "flags": ["--cache"],
+            "env": {"LLAMA_CACHE": f"{directory}/{pair}/"}}
 
 
 def _remember(host: Host, directory: str) -> None:
@@ -79,8 +88,9 @@ def _remember(host: Host, directory: str) -> None:
 
 
 def discard(host: Host, cache: TensorCache) -> None:
-    """After a launch that failed: remove the files it may have cut short."""
-    if cache.get("dir") and CACHE_DIR.match(cache["dir"]):
+    """After a launch that failed: remove the files it may have cut short (its pair's
+    alone: no other pair's worker reads them)."""
+    if cache.get("dir") and PAIR_DIR.match(cache["dir"]):
         # Unreachable now: `teardown --purge` removes the whole directory later.
         with contextlib.suppress(HostError):
             host.run(["rm", "-rf", "--", f"{cache['dir']}/rpc"], check=False)
