@@ -34,7 +34,7 @@ from typing import Any, TypedDict
 
 import pandas as pd
 
-from splitbench.infra import procs
+from splitbench.infra import proc_stat, procs
 from splitbench.infra.hosts import Host, HostError
 from splitbench.infra.telemetry import SENSORS_SOURCE
 from splitbench.remote import sensors
@@ -249,7 +249,7 @@ def own_processes(pair: str, local_pids: list[int]) -> Own:
     for record in procs.all_procs():
         if record.get("pair") == pair:
             if not record.get("remote") and \
-                    procs.start_time(record["pid"]) != record.get("start_time"):
+                    proc_stat.start_time(record["pid"]) != record.get("start_time"):
                 continue
             side = "b" if record.get("host") == "b" else "a"
             (own.trees if record.get("group") else own.pids)[side].append(record["pid"])

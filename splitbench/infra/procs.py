@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from splitbench.errors import SplitbenchError
-from splitbench.infra import files
+from splitbench.infra import files, proc_stat
 from splitbench.infra.polling import poll_until
 
 if TYPE_CHECKING:  # paramiko loads only where a host is remote
@@ -150,16 +150,6 @@ def locked(name: str) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def start_time(pid: int) -> int | None:
-    """The kernel's start time of a process (clock ticks since boot), None if gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # Field 22; the command name (field 2) may contain spaces, so split after ')'.
-    return int(stat.rsplit(")", 1)[1].split()[19])
-
-
 class HostUnreachable(SplitbenchError):
     """A remote process's host stopped answering while the process was being stopped:
     whether it still runs cannot be told, so its record is kept."""
@@ -174,7 +164,7 @@ def is_alive(record: ProcRecord, *, strict: bool = False) -> bool:
         return False
     if record.get("remote"):
         return remote_start_time(record["remote"], pid, strict=strict) == record["start_time"]
-    return start_time(pid) == record["start_time"] and not _is_zombie(pid)
+    return proc_stat.start_time(pid) == record["start_time"] and not proc_stat.is_zombie(pid)
 
 
 def remote_start_time(remote: SSHSettings | list[str], pid: int, *,
@@ -257,7 +247,7 @@ def spawn(
     # The kernel fills /proc/PID/stat at fork, so the start time is readable at once.
     record: ProcRecord = {
         "pid": proc.pid,
-        "start_time": start_time(proc.pid),
+        "start_time": proc_stat.start_time(proc.pid),
         "role": role,
         "key": key,
         "argv": list(argv),
@@ -284,8 +274,8 @@ def job(stage: str) -> Iterator[None]:
     """Record this process as a running job of the run, so that the reaper stops it when
     Snakemake is killed (an orphan would measure on against torn-down servers)."""
     key = f"job-{os.getpid()}"
-    record_process({"pid": os.getpid(), "start_time": start_time(os.getpid()), "role": "job",
-                    "key": key, "argv": sys.argv, "stage": stage})
+    record_process({"pid": os.getpid(), "start_time": proc_stat.start_time(os.getpid()),
+                    "role": "job", "key": key, "argv": sys.argv, "stage": stage})
     try:
         yield
     finally:
@@ -396,7 +386,7 @@ def _pid_reused(record: ProcRecord) -> bool:
     if record.get("remote"):
         now = remote_start_time(record["remote"], pid, strict=True)
     else:
-        now = None if _is_zombie(pid) else start_time(pid)
+        now = None if proc_stat.is_zombie(pid) else proc_stat.start_time(pid)
     return now is not None and now != record["start_time"]
 
 
@@ -440,13 +430,6 @@ def exit_status(record: ProcRecord) -> str | None:
         except ValueError:
             return f"killed by signal {number}"
     return f"exited with code {os.WEXITSTATUS(status)}"
-
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
 
 
 def record_namespace(name: str) -> None:
@@ -502,31 +485,7 @@ def ensure_job_reaper() -> None:
         record = find(key)
         if record is not None and is_alive(record):
             return
-        root = _job_root(os.getpid())
+        root = proc_stat.job_root(os.getpid())
         spawn([sys.executable, "-m", "splitbench.infra.reaper", "job-reaper", str(root), key],
               role="reaper", key=key, log_path=state_dir() / "reaper.log",
               env={"SPLITBENCH_STATE": str(state_dir())})
-
-
-def _job_root(pid: int) -> int:
-    """The job's outermost process of ours: the ancestor whose parent is slurmstepd (or
-    the topmost one below init when there is none)."""
-    while True:
-        parent = _parent(pid)
-        if parent <= 1 or _command_name(parent).startswith("slurmstepd"):
-            return pid
-        pid = parent
-
-
-def _parent(pid: int) -> int:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return 0
-
-
-def _command_name(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
-    except OSError:
-        return ""

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from splitbench.infra import procs, teardown
+from splitbench.infra import proc_stat, procs, teardown
 
 
 def start_reaper(owner_pid: int, locks: Sequence[str] = ()) -> None:
@@ -42,7 +42,7 @@ def _on_stop(signum: int, frame: Any) -> None:
 
 
 def _reap_when_gone(owner_pid: int, locks: list[str], key: str | None = None) -> None:
-    owner = {"pid": owner_pid, "start_time": procs.start_time(owner_pid)}
+    owner = {"pid": owner_pid, "start_time": proc_stat.start_time(owner_pid)}
     me = key or f"reaper-{owner_pid}"
     if key:
         for line in leave_job_cgroups():

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from splitbench.backends import lifecycle
-from splitbench.infra import leftovers, procs
+from splitbench.infra import leftovers, proc_stat, procs
 from splitbench.infra.hosts import Host
 from tests.conftest import needs_root
 
@@ -56,7 +56,7 @@ def test_only_what_the_launchs_session_maps_is_removed(mapper, tmp_path, monkeyp
     monkeypatch.chdir(tmp_path)
     try:
         leftover = {"host": asdict(Host("a")), "paths": [], "session": process.pid,
-                    "session_start": procs.start_time(process.pid)}
+                    "session_start": proc_stat.start_time(process.pid)}
         seen = leftovers.shm_of(leftover)
         assert seen == [mapped], seen
         process.kill()
@@ -132,7 +132,7 @@ def test_a_session_led_by_another_process_than_the_recorded_one_maps_nothing(map
     """The leader's pid is the live mapper's, but the record's start time is not its own
     (the rank ended and its pid was reused) or is unknown: that session is not ours."""
     process, mapped = mapper
-    start = None if recorded == "no start time" else procs.start_time(process.pid) - 1
+    start = None if recorded == "no start time" else proc_stat.start_time(process.pid) - 1
     assert leftovers.shm_of({"host": asdict(Host("a")), "session": process.pid,
                              "session_start": start}) == []
     assert Path(mapped).exists()
@@ -215,7 +215,7 @@ def test_teardown_stops_a_recorded_launch_and_removes_what_it_left(state_dir):
         done = teardown.teardown()
         assert f"stopped vllm-rank0 pid {rank['pid']}" in done, done
         assert "stopped launch p and removed what it left" in done, done
-        assert procs.start_time(rank["pid"]) is None or not procs.is_alive(rank)
+        assert proc_stat.start_time(rank["pid"]) is None or not procs.is_alive(rank)
         assert not Path(scratch).exists()
         assert not mapped.exists()
         assert lifecycle.current("p") is None

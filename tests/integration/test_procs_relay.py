@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from splitbench.infra import procs, reaper, teardown
+from splitbench.infra import proc_stat, procs, reaper, teardown
 from splitbench.infra.hosts import Host
 from splitbench.links import relay
 from splitbench.remote import probe, sensors
@@ -60,7 +60,7 @@ def test_an_ended_cluster_jobs_records_are_torn_down_and_a_running_ones_left(sta
         with monkeypatch.context() as inside:
             inside.setenv("SLURM_JOB_ID", job)
             return procs.record_process({
-                "pid": started[-1].pid, "start_time": procs.start_time(started[-1].pid),
+                "pid": started[-1].pid, "start_time": proc_stat.start_time(started[-1].pid),
                 "role": "other", "key": f"left-{job}"})
 
     ended, listed = job_started("101"), job_started("102")
@@ -111,7 +111,7 @@ def test_a_reused_pid_is_not_killed(state_dir):
     the kernel gave its pid to another program): stopping the record and tearing down
     leave that process running, and forget the record."""
     pid = another_programs_process()
-    started = procs.start_time(pid)
+    started = proc_stat.start_time(pid)
     reused = {"pid": pid, "start_time": started - 1, "role": "other",
               "key": "reused"}  # the recorded process started a tick before this one
     try:
@@ -145,7 +145,7 @@ def test_a_group_whose_leaders_pid_was_reused_is_not_killed(state_dir):
     record that cannot tell which process it was is never alive."""
     other = subprocess.Popen(["sleep", "30"], start_new_session=True)
     try:
-        stale = {"pid": other.pid, "start_time": procs.start_time(other.pid) - 1,
+        stale = {"pid": other.pid, "start_time": proc_stat.start_time(other.pid) - 1,
                  "role": "other", "key": "stale", "group": True}
         procs.record_process(stale)
         procs.stop("stale", timeout=0.5)

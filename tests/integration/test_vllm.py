@@ -26,8 +26,8 @@ from splitbench.configuration import parsed
 from splitbench.infra import procs, ssh, teardown
 from splitbench.links import lab
 from tests.conftest import ROOT, needs_root
-from tests.integration.test_ssh import sh, start_sshd
 from tests.integration.vllm_pair import EAGER, SHAPE, VENV, ask, config
+from tests.ssh_b import sh, start_sshd
 from tests.support import commands_in, processes
 
 pytestmark = [

@@ -1,5 +1,5 @@
-"""The findings: each branch of the wording from constructed tables, and the seed
-write-up's own tables giving back its conclusions."""
+"""The findings: each branch of the wording from constructed tables (the seed write-up's
+own tables are test_seed_findings.py's)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pytest
 
-from splitbench.analysis import checks, comparison, finding_text, findings, mechanisms, whatif
+from splitbench.analysis import checks, finding_text, findings, whatif
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 CONTEXTS = ["short", "5k", "32k"]
@@ -169,65 +168,6 @@ def test_what_did_not_work_comes_first_and_its_lines_end_the_run():
     assert text.splitlines()[2] == "### What did not work"
     assert text.splitlines()[4].startswith("- ✗ link lab/usb4 failed verification")
     assert checks.headlines(text)[0].startswith("✗ link lab/usb4 failed verification")
-
-
-# --- the seed write-up's own tables --------------------------------------------------------
-SEED_CONTEXTS = ["short", "5k", "32k", "52k", "100k"]
-
-
-@pytest.fixture(scope="module")
-def seed_findings() -> list[findings.Finding]:
-    summary = pd.read_csv(FIXTURES / "seed_002_summary.csv")
-    links = pd.read_csv(FIXTURES / "seed_002_links.csv")
-    comp = comparison.compare_links(summary, "5gbe")
-    trips = pd.DataFrame(columns=["pair", "model", "workers", "round_trips", "round_trips_se"])
-    comp = pd.concat([comp, comparison.predicted_decode_delta(comp, links, trips, {})], axis=1)
-    return findings.collect(summary, links, comp, trips,
-                            mechanisms.table(summary, links, SEED_CONTEXTS, "5gbe"),
-                            whatif.model(summary, links, trips, {}, "5gbe"), SEED_CONTEXTS,
-                            "5gbe")
-
-
-def test_the_seed_fake_tb5_cost_is_a_fixed_per_step_cost(seed_findings):
-    """The write-up: fake TB5 trails 5GbE by a constant 1.5-2.9 ms/token, independent of
-    model speed and of context length."""
-    tb5 = [f for f in seed_findings if f.text.startswith("**faketb5 costs decode")]
-    assert len(tb5) == 4  # the two dense models are below the write-up's resolution
-    for f in tb5:
-        assert "fixed per-step cost" in f.text
-        cost = float(f.text.split("costs decode ")[1].split(" ")[0])
-        assert 1.4 <= cost <= 2.3
-    glm = next(f for f in tb5 if f.section == "GLM-4.5-Air Q4_K_M")
-    assert "The same at every context it resolves, while the step grows 3.4×" in glm.text
-    across = next(f for f in seed_findings if f.text.startswith("Decode, at each model"))
-    assert "faketb5 +1.46 to +2.23 ms/token over 4 models" in across.text
-    assert "the cost does not follow model speed" in across.text.split("; usb10g")[0]
-
-
-def test_the_seed_usb10g_bandwidth_buys_little_prefill(seed_findings):
-    """The write-up: +55% one-way bandwidth buys only +5% to +17% prefill."""
-    across = next(f for f in seed_findings if f.text.startswith("Prefill, "))
-    assert "usb10g's +55% one-way bandwidth: +4% to +17% prefill at each model's longest " \
-           "context" in across.text
-    glm = next(f for f in seed_findings if f.section == "GLM-4.5-Air Q4_K_M"
-               and "Prefill" in f.text)
-    assert glm.text.startswith("**Prefill no longer depends on the link's bandwidth")
-
-
-def test_the_seed_concurrency_is_the_same_on_every_link(seed_findings):
-    """The write-up's conclusion 4: boundary and collapse are the same on all links."""
-    bounds = [f for f in seed_findings if "Usable concurrency" in f.text]
-    assert len(bounds) == 6
-    assert all(f.text.startswith("**Usable concurrency is the same on all 3 links**")
-               and "not the link" in f.text for f in bounds)
-    qwen = next(f for f in bounds if f.section == "Qwen3.6-35B-A3B Q8_0")
-    assert "32k 2 (crashes at 4)" in qwen.text
-
-
-def test_the_seed_links(seed_findings):
-    tb5 = next(f for f in seed_findings if f.text.startswith("**faketb5: 4.38"))
-    assert "one way on par with 5gbe, but both ways 29% lower (9.38)" in tb5.text
-    assert "856 µs at the median, 326 µs of it fixed" in tb5.text
 
 
 def test_a_table_that_flags_most_of_its_rows_is_a_flagged_check(tmp_path):
@@ -452,24 +392,6 @@ def test_a_pair_of_one_link_predicts_the_seeds_links_from_its_own_figures():
     floor = model.assign(round_trips_from="assumed: the floor of one per RPC worker (1)")
     assert "its assumed 1.00 round trips" in findings.one_link(floor, "lan", "m").text
     assert findings.one_link(model.iloc[0:0], "lan", "m") is None
-
-
-def test_only_a_pair_measured_on_one_link_gets_the_seeds_links(seed_findings):
-    assert not any("One link measured" in f.text for f in seed_findings)  # three links
-    summary = pd.read_csv(FIXTURES / "seed_002_summary.csv").query("link == '5gbe'")
-    links = pd.read_csv(FIXTURES / "seed_002_links.csv").query("link == '5gbe'").assign(
-        rr64_p50_us=120.0)
-    trips = pd.DataFrame(columns=["pair", "model", "workers", "round_trips", "round_trips_se"])
-    comp = comparison.compare_links(summary, "5gbe")
-    comp = pd.concat([comp, comparison.predicted_decode_delta(comp, links, trips, {})], axis=1)
-    found = findings.collect(summary, links, comp, trips,
-                             mechanisms.table(summary, links, SEED_CONTEXTS, "5gbe"),
-                             whatif.model(summary, links, trips, {}, "5gbe"), SEED_CONTEXTS,
-                             "5gbe")
-    alone = [f for f in found if f.text.startswith("**One link measured (5gbe)")]
-    assert len(alone) == summary["model"].nunique() == 6
-    glm = next(f for f in alone if f.section == "GLM-4.5-Air Q4_K_M")
-    assert "From its own step at short (19.69 ms/token), its assumed 1.00 round trips" in glm.text
 
 
 def test_a_lan_link_says_so_in_its_finding():

@@ -11,8 +11,8 @@ import pytest
 from splitbench import results
 from splitbench.analysis import percentiles
 from splitbench.report import tails
+from tests.matrices import request
 from tests.support import write_cell
-from tests.unit.test_tables import request
 
 
 def cell_with_tokens(root: Path, gaps: dict[int, list[float]], extra: list[dict] = (),

@@ -9,8 +9,8 @@ import pytest
 from splitbench.analysis import service_levels
 from splitbench.configuration import ConfigError, parsed
 from tests.conftest import tiny_config
+from tests.matrices import request
 from tests.support import write_cell
-from tests.unit.test_tables import request
 
 SLO = {"ttft_ms": 500.0, "tokens_per_s": 20.0, "share_pct": 90.0}
 

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from splitbench.infra import procs, teardown
+from splitbench.infra import proc_stat, procs, teardown
 
 START = 777
 REMOTE = {"ssh": "bench@192.0.2.7", "ssh_port": None, "identity": None, "known_hosts": None}
@@ -91,7 +91,7 @@ def test_a_remote_process_s_start_time_is_read_by_the_script_that_starts_it(
     record = Host("b", ssh="bench@192.0.2.7").spawn(
         ["sleep", "30"], role="rpc-server", key="spawned", log_path=state_dir / "unused.log")
     try:
-        assert record["start_time"] == procs.start_time(record["pid"]) is not None
+        assert record["start_time"] == proc_stat.start_time(record["pid"]) is not None
         assert procs.find("spawned")["start_time"] == record["start_time"]
     finally:
         os.kill(record["pid"], signal.SIGKILL)

@@ -9,40 +9,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from splitbench.analysis import cell_summary, comparison, mechanisms
-from splitbench.infra import fits, tables_io
+from splitbench.analysis import cell_summary, comparison
+from splitbench.infra import tables_io
 from splitbench.report import aggregate, contents, tables
+from tests.matrices import CONTEXTS, ORDER, cell, comparison_row, frame, request
 from tests.support import write_cell
 
-CONTEXTS = {"short": 128, "long": 4096}
-ORDER = ["short", "long"]
-
-
 # ---------------------------------------------------------------- request files
-
-
-def request(request_id: int, gaps_ms: list[float], *, send_ns: int = 0, ttft_ms: float = 10.0,
-            status: str = "ok", cell_status: str = "ok", wall_ms: float | None = None,
-            prompt: int = 128, n_predict: int | None = None, **extra) -> dict:
-    """One request row as the cells stage writes it, from its inter-token gaps."""
-    times = np.cumsum([ttft_ms, *gaps_ms]) * 1e6 + send_ns
-    n = len(times)
-    row = {
-        "request_id": request_id, "status": status, "cell_status": cell_status,
-        "t_send_ns": send_ns, "t_last_ns": int(times[-1]), "generated_tokens": n,
-        "n_predict": n_predict or n, "prompt_tokens": prompt, "ttft_ms": ttft_ms,
-        "prefill_tps": prompt / ttft_ms * 1000,
-        "decode_ms_per_token": float(np.mean(gaps_ms)),
-        "decode_tps": 1000 / float(np.mean(gaps_ms)),
-        "decode_ms_se": float(np.std(gaps_ms, ddof=1) / np.sqrt(len(gaps_ms))),
-        "cell_wall_ms": wall_ms if wall_ms is not None else (times[-1] - send_ns) / 1e6,
-        "launch_id": "L", "link_fingerprint": "F", "temp_before_c": None,
-        "temp_after_c": None,
-        # A quiet machine, measured (a row without these is "not checked").
-        "foreign_cpu_a_cores": 0.0, "foreign_cpu_b_cores": 0.0,
-        "cpu_pressure_a_pct": 5.0, "cpu_pressure_b_pct": 5.0,
-    }
-    return row | extra
 
 
 def test_summary_carries_per_token_dispersion(tmp_path):
@@ -127,27 +100,6 @@ def test_overlap_for_complete_cells_only(tmp_path):
 
 
 # ---------------------------------------------------------------- summary-level tables
-
-
-def cell(link: str, ctx: str, conc: int = 1, *, status: str = "ok", decode_ms: float = 10.0,
-         se: float | None = 0.1, prefill: float = 1000.0, model: str = "m",
-         overlap: float | None = None, **extra) -> dict:
-    ok = status == "ok"
-    return {"pair": "lab", "link": link, "model": model, "ctx": ctx, "conc": conc,
-            "status": status, "decode_ms_per_token": decode_ms if ok else np.nan,
-            "decode_tps": 1000 / decode_ms if ok else np.nan, "decode_ms_se": se,
-            "prefill_tps": prefill if ok else np.nan, "overlap": overlap,
-            "ctx_tokens": CONTEXTS[ctx], "prompt_tokens": CONTEXTS[ctx] if ok else np.nan,
-            "ttft_ms": CONTEXTS[ctx] / prefill * 1000 if ok else np.nan,
-            "server_prefill_tps": prefill if ok else np.nan} | extra
-
-
-def frame(*cells: dict) -> pd.DataFrame:
-    return pd.DataFrame(list(cells))
-
-
-def comparison_row(table: pd.DataFrame, link: str, ctx: str) -> pd.Series:
-    return table[(table["link"] == link) & (table["ctx"] == ctx)].iloc[0]
 
 
 def test_difference_inside_uncertainty_is_not_resolvable():
@@ -239,112 +191,6 @@ def test_overlap_columns_follow_the_levels():
     assert table.loc["a", "long"] == "✗ timeout / —"
     assert tables.overlap_levels(summary) == "3-way / 6-way"
     assert tables.overlap_table(frame(cell("a", "short")), ORDER).empty
-
-
-# ---------------------------------------------------------------- mechanisms
-
-
-def links(**latency_us: float) -> pd.DataFrame:
-    return pd.DataFrame([{"pair": "lab", "link": name, "rr_fixed_us": us,
-                          "rr16k_p50_us": us + 50, "a_to_b_gbps": 10.0 / (1 + i)}
-                         for i, (name, us) in enumerate(latency_us.items())])
-
-
-def matrix(delta_ms, prefill_of) -> pd.DataFrame:
-    """Cells on three links whose decode delta is delta_ms(latency difference in ms,
-    context) and whose prefill is prefill_of(relative bandwidth change)."""
-    facts = links(baseline=100.0, x=600.0, y=1100.0).set_index("link")
-    rows = []
-    for name, fact in facts.iterrows():
-        dl = (fact["rr_fixed_us"] - facts.loc["baseline", "rr_fixed_us"]) / 1000
-        db = fact["a_to_b_gbps"] / facts.loc["baseline", "a_to_b_gbps"] - 1
-        for ctx, base_ms in [("short", 10.0), ("long", 30.0)]:
-            rows.append(cell(name, ctx, decode_ms=base_ms + delta_ms(dl, ctx), se=0.01,
-                             prefill=1000.0 * (1 + prefill_of(db))))
-    return pd.DataFrame(rows)
-
-
-def test_fit_through_origin():
-    fit = fits.fit_through_origin([1, 2, 3], [2, 4, 6.3])
-    assert fit["slope"] == pytest.approx((2 + 8 + 18.9) / 14)
-    assert 0.99 < fit["r2"] <= 1 and fit["n"] == 3
-    assert np.isnan(fits.fit_through_origin([1, 1], [2, 3])["r2"])
-    assert np.isnan(fits.fit_through_origin([], [])["slope"])
-
-
-def test_fixed_cost_decode_and_compute_bound_prefill():
-    summary = matrix(lambda dl, ctx: 2 * dl, lambda db: 0.05 * db)
-    table = mechanisms.table(summary, links(baseline=100.0, x=600.0, y=1100.0), ORDER)
-    decode, prefill = table.iloc[0], table.iloc[1]
-    assert decode["slope"] == pytest.approx(2.0)
-    assert decode["R²"] == pytest.approx(1.0)
-    assert decode["points"] == 4 and decode["links"] == 2
-    assert decode["verdict"].startswith("decode pays ~2.0 ±0.0 round trips")
-    assert "a lower bound" in decode["verdict"]  # no anchors: sequential, no drift known
-    assert "fixed per-token cost" in decode["verdict"]
-    assert prefill["slope"] == pytest.approx(0.05)
-    assert prefill["verdict"].startswith("prefill insensitive to bandwidth above 3.33 Gbit/s")
-
-
-STEADY = pd.DataFrame({"pair": ["lab"], "model": ["m"], "drift_decode_rel": [0.0],
-                       "drift_prefill_rel": [0.0]})
-
-
-def test_delta_growing_with_context_and_bandwidth_bound_prefill():
-    summary = matrix(lambda dl, ctx: dl * (1 if ctx == "short" else 3), lambda db: db)
-    facts = links(baseline=100.0, x=600.0, y=1100.0)
-    table = mechanisms.table(summary, facts, ORDER, drift=STEADY)
-    assert table.iloc[0]["verdict"].startswith(
-        "no single number of round trips: the cost per token changes with context "
-        "(short 1.0 ±0.0, long 3.0 ±0.0")
-    # The same data with only lower-bound uncertainties (the machine's drift unknown)
-    # cannot claim the contexts differ: one number explains it poorly, and says so.
-    unknown = mechanisms.table(summary, facts, ORDER).iloc[0]["verdict"]
-    assert unknown.startswith("not resolvable on this data")
-    assert table.iloc[1]["slope"] == pytest.approx(1.0)
-    assert table.iloc[1]["verdict"].startswith("prefill tracks one-way bandwidth")
-
-
-def test_a_fit_the_data_cannot_carry_gives_no_number():
-    """Noise as a result: deltas that fall with latency (negative round trips), or that
-    scatter around zero, give "not resolvable on this data" with the reason."""
-    falling = matrix(lambda dl, ctx: -6 * dl, lambda db: -0.8 * db)
-    table = mechanisms.table(falling, links(baseline=100.0, x=600.0, y=1100.0), ORDER)
-    decode, prefill = table.iloc[0]["verdict"], table.iloc[1]["verdict"]
-    assert decode.startswith("not resolvable on this data: the slope is -6.00")
-    assert "negative round trips are impossible" in decode and "round trips of" not in decode
-    assert prefill.startswith("not resolvable on this data: prefill falls as bandwidth rises")
-    noise = {("x", "short"): 0.4, ("x", "long"): -0.5, ("y", "short"): -0.3,
-             ("y", "long"): 0.45}
-    scattered = matrix(lambda dl, ctx: 0.0, lambda db: 0.0)
-    for (link, ctx), delta in noise.items():
-        where = (scattered["link"] == link) & (scattered["ctx"] == ctx)
-        scattered.loc[where, "decode_ms_per_token"] += delta
-        scattered.loc[where, "decode_ms_se"] = 0.3
-    verdict = mechanisms.table(scattered, links(baseline=100.0, x=600.0, y=1100.0),
-                                ORDER).iloc[0]["verdict"]
-    assert verdict.startswith("not resolvable on this data")
-    assert "not resolvable from zero" in verdict
-
-
-def test_one_link_at_one_context_says_its_fit_has_one_point():
-    """Two links (the baseline and one other) at one context: the prefill fit has one
-    point, and the findings quote why whole (beside busy loops it read "(0.03 has no
-    uncertainty)" with the reason's "one point" cut off)."""
-    one = matrix(lambda dl, ctx: 0.5 * dl, lambda db: 0.3 * db)
-    one = one[one["link"].isin(["baseline", "x"]) & (one["ctx"] == "short")]
-    table = mechanisms.table(one, links(baseline=100.0, x=600.0), ["short"])
-    prefill = table.set_index("mechanism").loc["prefill", "verdict"]
-    assert "not resolvable on this data: one point only: its slope" in prefill, prefill
-    reason = prefill.split(": ", 1)[-1].split(" (")[0]  # as the findings quote it
-    assert reason.startswith("one point only: its slope") and reason.endswith(
-        "has no uncertainty"), reason
-
-
-def test_latency_figure_choice():
-    assert cell_summary.latency_column(links(a=1.0)) == "rr_fixed_us"
-    no_fit = links(a=1.0).assign(rr_fixed_us=np.nan)
-    assert cell_summary.latency_column(no_fit) == "rr16k_p50_us"
 
 
 # ---------------------------------------------------------------- single link, whole run
@@ -456,103 +302,6 @@ def test_a_link_faster_than_the_baseline_is_flagged():
     assert text.startswith("-1.00 ±0.28 ⚠ faster than the baseline")
 
 
-def paired_rows(deltas: list[float], ref_ms: float = 1.0,
-                rr_us: tuple[float, float] = (50.0, 250.0)) -> list[dict]:
-    """A paired cell's request rows: per round two reference requests (the baseline
-    link) and two of the link, the link slower by that round's delta; each run's
-    latency measured after it (reference, link; the link's a little more each round)."""
-    rows, i = [], 0
-    for round_, delta in enumerate(deltas):
-        for reference, ms, rr in ((True, ref_ms, rr_us[0]),
-                                  (False, ref_ms + delta, rr_us[1] + round_)):
-            for _ in range(2):
-                rows.append(request(i, [ms] * 8, reference=reference, round=round_,
-                                    ttft_ms=10.0 if reference else 11.0, rr64_us=rr))
-                i += 1
-    return rows
-
-
-def test_a_paired_cell_gives_the_median_of_its_round_differences(tmp_path):
-    deltas = [0.20, 0.25, 0.15, 0.22, 0.18]
-    paths = [write_cell(tmp_path, "baseline", "short", 1, [request(0, [1.5] * 8)]),
-             write_cell(tmp_path, "x", "short", 1, paired_rows(deltas))]
-    summary = cell_summary.summarize(paths, CONTEXTS)
-    x = summary.set_index("link").loc["x"]
-    assert x["paired_rounds"] == 5
-    assert x["paired_decode_delta_ms"] == pytest.approx(0.20)
-    assert x["paired_decode_delta_se"] == pytest.approx(
-        1.2533 * np.std(deltas, ddof=1) / np.sqrt(5))
-    assert x["paired_prefill_change_pct"] == pytest.approx((10 / 11 - 1) * 100)
-    # The cell's own figures come from its own requests only (not the reference's).
-    assert x["decode_ms_per_token"] == pytest.approx(1.20)
-    row = comparison_row(tables.link_comparison(summary, ORDER, "baseline"), "x", "short")
-    # The baseline measured alongside (1.0), not the baseline's own cell (1.5).
-    assert row["decode base (ms/token)"] == "1.00"
-    assert row["decode Δ (ms/token)"] == "+0.20 ±0.04"
-    assert row["compared"] == "paired (5 rounds)"
-    # The latency each round measured: 200-204 us more on the link, median 202.
-    assert x["paired_rr64_delta_us"] == pytest.approx(202.0)
-    trips = pd.DataFrame({"pair": ["lab"], "model": ["m"], "workers": [1],
-                          "round_trips": [1.0], "round_trips_se": [0.0]})
-    stale = pd.DataFrame({"pair": ["lab", "lab"], "link": ["baseline", "x"],
-                          "rr64_p50_us": [50.0, 950.0]})  # the link checks' (minutes ago)
-    comp = comparison.compare_links(summary, "baseline")
-    guess = comparison.predicted_decode_delta(comp, stale, trips, {})
-    assert guess["predicted_decode_delta_ms"].iloc[0] == pytest.approx(0.202)
-    assert guess["latency_from"].iloc[0] == comparison.LATENCY_FROM_PROBE
-
-
-def test_what_the_decode_turns_waited_in_each_round_stands_beside_the_probe(tmp_path):
-    """A cell whose packets timed its decode turns: each round's difference of their
-    median waits (link minus baseline) is carried beside the prediction as a witness;
-    the prediction's latency stays the 64 B probe's of the same rounds (the waits hold
-    B's own work on each message, milliseconds of spread on a real model)."""
-    rows = paired_rows([0.40, 0.42, 0.38, 0.41, 0.39])
-    for row in rows:  # the baseline's turns waited 300 us; the link's 700-704 us
-        row["rpc_turn_wait_us"] = 300.0 if row["reference"] else 700.0 + row["round"]
-    paths = [write_cell(tmp_path, "baseline", "short", 1, [request(0, [1.5] * 8)]),
-             write_cell(tmp_path, "x", "short", 1, rows)]
-    summary = cell_summary.summarize(paths, CONTEXTS)
-    x = summary.set_index("link").loc["x"]
-    assert x["paired_turn_wait_delta_us"] == pytest.approx(402.0)
-    assert x["paired_rr64_delta_us"] == pytest.approx(202.0)
-    trips = pd.DataFrame({"pair": ["lab"], "model": ["m"], "workers": [1],
-                          "round_trips": [1.0], "round_trips_se": [0.0]})
-    links = pd.DataFrame({"pair": ["lab", "lab"], "link": ["baseline", "x"],
-                          "rr64_p50_us": [50.0, 250.0]})
-    comp = comparison.compare_links(summary, "baseline")
-    guess = comparison.predicted_decode_delta(comp, links, trips, {}).iloc[0]
-    assert guess["latency_from"] == comparison.LATENCY_FROM_PROBE
-    assert guess["latency_delta_us"] == pytest.approx(202.0)
-    assert guess["turn_wait_delta_us"] == pytest.approx(402.0)
-    assert guess["turn_wait_delta_unc_us"] == pytest.approx(
-        2 * 1.2533 * np.std([400.0, 401, 402, 403, 404], ddof=1) / np.sqrt(5))
-
-def test_the_prediction_from_measured_latency_is_checked():
-    summary = frame(cell("baseline", "short", decode_ms=1.0, se=0.01,
-                         uncertainty_from="requests"),
-                    cell("x", "short", decode_ms=1.5, se=0.01, uncertainty_from="requests"),
-                    cell("y", "short", decode_ms=1.2, se=0.01, uncertainty_from="requests"))
-    steady = pd.DataFrame({"pair": ["lab"], "model": ["m"], "drift_decode_rel": [0.0],
-                           "drift_prefill_rel": [0.0]})
-    links = pd.DataFrame({"pair": ["lab"] * 3, "link": ["baseline", "x", "y"],
-                          "rr64_p50_us": [50.0, 500.0, 500.0]})
-    trips = pd.DataFrame({"pair": ["lab"], "model": ["m"], "workers": [1],
-                          "round_trips": [1.1], "round_trips_se": [0.02]})
-
-    def predict(rows: pd.DataFrame) -> pd.DataFrame:
-        return comparison.predicted_decode_delta(rows, links, trips, {})
-
-    table = tables.link_comparison(summary, ORDER, "baseline", steady, predict)
-    # 1.1 round trips x 0.45 ms = +0.495 ±0.018 predicted for both links.
-    x, y = comparison_row(table, "x", "short"), comparison_row(table, "y", "short")
-    # No bytes per token measured: the prediction is latency alone, and says so.
-    assert x["predicted Δ (ms/token)"] == y["predicted Δ (ms/token)"] == (
-        "+0.50 ±0.02 (latency only: the bandwidth term is unknown)")
-    assert x["measured vs predicted"].startswith("agrees")
-    assert y["measured vs predicted"].startswith("⚠ disagrees by -0.30")
-
-
 def test_flagged_cells_and_impossible_overlap_are_marked():
     summary = frame(cell("a", "short", flags="host A: CPU pressure 38% (limit 25%)"),
                     cell("a", "short", 2, overlap=1.4), cell("a", "short", 4, overlap=0.98),
@@ -593,15 +342,6 @@ def test_a_link_measured_beside_other_work_is_flagged_in_the_links_table():
     assert pd.isna(flags["quiet"])
     assert flags["busy"].startswith("throughput below half; ⚠ host A: CPU pressure 60%")
     assert "other processes used 1.20 cores" in flags["busy"]
-
-
-def test_a_paired_cell_whose_reference_never_answered_has_no_paired_figures(tmp_path):
-    rows = [request(0, [1.0] * 8, reference=True, round=0, status="crash"),
-            *[request(i, [1.2] * 8, reference=False, round=0) for i in (1, 2, 3)]]
-    summary = cell_summary.summarize([write_cell(tmp_path, "x", "short", 1, rows)], CONTEXTS)
-    row = summary.iloc[0]
-    assert row["status"] == "ok" and row["decode_ms_per_token"] == pytest.approx(1.2)
-    assert np.isnan(row["paired_decode_delta_ms"])
 
 
 def test_a_cell_without_interference_figures_is_not_checked_and_says_so(tmp_path):

@@ -10,8 +10,8 @@ import pandas as pd
 
 from splitbench import results
 from splitbench.analysis import tail_shift
+from tests.matrices import request
 from tests.support import write_cell
-from tests.unit.test_tables import request
 
 RNG = np.random.default_rng(7)
 

@@ -22,7 +22,7 @@ from splitbench.infra.hosts import host_from_spec
 from tests.conftest import needs_root
 from tests.ordinary_user import OrdinaryUser
 from tests.separate_host import config_block, separate_host_b  # noqa: F401 (a fixture)
-from tests.workflow.test_workflow import NO_SOCKPERF, SNAKEMAKE, workflow_copy
+from tests.workflow_run import NO_SOCKPERF, SNAKEMAKE, workflow_copy
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900), needs_root()]
 

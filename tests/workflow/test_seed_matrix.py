@@ -15,7 +15,7 @@ from snakemake.utils import validate
 from splitbench import backends, configuration, estimate, plan
 from splitbench.configuration import parsed
 from tests.conftest import ROOT
-from tests.workflow.test_workflow import snakemake, workflow_copy
+from tests.workflow_run import snakemake, workflow_copy
 
 EXAMPLE = ROOT / "config/examples/seed-6x3.yaml"
 SEED_SUMMARY = ROOT / "tests/unit/fixtures/seed_002_summary.csv"

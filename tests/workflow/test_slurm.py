@@ -25,7 +25,7 @@ import yaml
 from tests.conftest import ROOT
 from tests.slurm_cluster import Cluster, ClusterUnavailable
 from tests.support import namespaces, run_copy, table_after
-from tests.workflow.test_workflow import NO_SOCKPERF, SNAKEMAKE, workflow_copy
+from tests.workflow_run import NO_SOCKPERF, SNAKEMAKE, workflow_copy
 
 PAIRS = ("north", "south")
 

@@ -1,0 +1,116 @@
+"""The workflow in a scratch copy, driven as a user drives it, for the tests: the copy,
+Snakemake on it, the tiny matrix, the plan of a dry-run, and the keys a file holds that
+its type does not declare."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from tests.conftest import ROOT, tiny_config
+
+SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
+
+
+def workflow_copy(tmp_path: Path, config: dict | None = None) -> Path:
+    """The workflow in a scratch directory, so its results/ never touch the checkout's."""
+    work = tmp_path / "wf"
+    work.mkdir()
+    shutil.copy(ROOT / "Snakefile", work)
+    for folder in ("rules", "config", "profiles", "envs", "report"):
+        if (ROOT / folder).exists():
+            shutil.copytree(ROOT / folder, work / folder)
+    (work / "config/reruns.yaml").unlink(missing_ok=True)
+    if config is not None:
+        (work / "config/config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    return work
+
+
+def snakemake(work: Path, *args: str, timeout: float = 1800) -> subprocess.CompletedProcess:
+    return subprocess.run([SNAKEMAKE, "--cores", "1", *args], cwd=work, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+# sockperf's timing of a link is checked by the tiny run (test_end_to_end_on_the_embedded_lab
+# holds it against the project's probe). The other runs leave it out: about 8 s a link,
+# and no assertion of theirs reads it.
+NO_SOCKPERF = {"sockperf": False}
+
+
+def tiny() -> dict:
+    return tiny_config()
+
+
+def planned(work: Path, config: dict, *args: str) -> dict[str, list[str]]:
+    """Dry-run `all` with config: each pending rule's output files (first output)."""
+    path = work / "config/config.yaml"
+    original = path.read_text()
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    try:
+        result = snakemake(work, "all", "-n", *args)
+    finally:
+        path.write_text(original)
+    assert result.returncode == 0, result.stderr[-3000:]
+    jobs: dict[str, list[str]] = {}
+    rule = None
+    for line in result.stdout.splitlines():
+        stripped = line.strip()
+        if stripped.startswith(("rule ", "localrule ")) and stripped.endswith(":"):
+            rule = stripped.split()[1].rstrip(":")
+            jobs.setdefault(rule, [])
+        elif stripped.startswith("output:") and rule:
+            jobs[rule].append(stripped.split()[1].rstrip(","))
+            rule = None
+    return jobs
+
+
+def cells_in(jobs: dict[str, list[str]]) -> set[str]:
+    return set(jobs.get("cell", []))
+
+
+def undeclared_keys(value: object, declared: type, where: str = "") -> list[str]:
+    """Keys of a dict that its TypedDict does not declare, a required key it lacks, and
+    a value its declared type refuses, recursively (pydantic reads each value as it
+    would JSON; extra keys it would ignore, so they are looked for here)."""
+    from typing import get_type_hints, is_typeddict
+
+    from pydantic import TypeAdapter, ValidationError
+
+    if not is_typeddict(declared):
+        try:
+            TypeAdapter(declared).validate_python(value)
+        except ValidationError as error:
+            return [f"{where}: {error.errors()[0]['msg']}"]
+        return []
+    if not isinstance(value, dict):
+        return [f"{where}: not a dict"]
+    hints = get_type_hints(declared)
+    found = [f"{where}.{key}: not declared" for key in value if key not in hints]
+    found += [f"{where}.{key}: missing" for key in declared.__required_keys__
+              if key not in value]
+    for key, item in value.items():
+        if key in hints:
+            found += undeclared_keys(item, hints[key], f"{where}.{key}")
+    return found
+
+
+def undeclared(work: Path, *args: str) -> list[str]:
+    """Files under results/ that no job declares (as an output or a log), less those kept
+    across re-runs on purpose (link history, the archive and its hard links, the
+    aggregate's per-cell rows: a declared output is deleted before its job runs) and the
+    doctor's lines, which the run writes as it starts, before any job."""
+    listed = snakemake(work, "--summary", *args)
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    declared = set()
+    for line in listed.stdout.splitlines()[1:]:
+        fields = line.split("\t")
+        declared |= {fields[0], *fields[3].split(",")} if len(fields) > 3 else {fields[0]}
+    written = {str(p.relative_to(work)) for p in (work / "results").rglob("*") if p.is_file()}
+    on_purpose = {p for p in written if p.endswith(".history.jsonl")
+                  or "/.kept/" in p or "/archive/" in p
+                  or p.startswith("results/summary/.memo/")} | {"results/doctor.txt"}
+    return sorted(written - declared - on_purpose)
