@@ -17,13 +17,15 @@ import sys
 import time
 from collections.abc import Iterator
 
-from splitbench import commands
+from splitbench import commands, version
 from splitbench.errors import SplitbenchError
 from splitbench.infra import procs
 
 
 def parser(names: list[str]) -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="splitbench", description=__doc__.splitlines()[0])
+    top.add_argument("--version", action="version",
+                     version=f"splitbench {version.described()}")
     sub = top.add_subparsers(dest="command", required=True)
     for name in names:
         command = commands.load(name)
@@ -34,7 +36,9 @@ def parser(names: list[str]) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     asked = argv[0] if argv and argv[0] in commands.NAMES else None
-    args = parser([asked] if asked else list(commands.NAMES)).parse_args(argv)
+    # --version alone needs no command: none is imported for it.
+    wanted = [asked] if asked else [] if argv == ["--version"] else list(commands.NAMES)
+    args = parser(wanted).parse_args(argv)
     command = commands.load(args.command)
     try:
         if getattr(command, "MEASURING", False):

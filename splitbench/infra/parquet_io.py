@@ -10,7 +10,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from splitbench import __version__, version
+from splitbench import version
 from splitbench.infra import files
 
 META_KEY = b"splitbench"
@@ -23,7 +23,7 @@ def write(frame: pd.DataFrame, path: str | Path, provenance: dict[str, Any]) -> 
     table = pa.Table.from_pandas(frame, preserve_index=False)
     meta = dict(table.schema.metadata or {})
     meta[META_KEY] = json.dumps(
-        {"splitbench_version": __version__, "code_commit": version.commit(), **provenance},
+        {"splitbench_version": version.number(), "code_commit": version.commit(), **provenance},
         default=str
     ).encode()
     table = table.replace_schema_metadata(meta)

@@ -16,6 +16,7 @@ from typing import Any
 from splitbench import backends, cluster, configuration, plan, registry
 from splitbench.backends.vllm import setup as vllm_setup
 from splitbench.errors import SplitbenchError
+from splitbench.workflow import snakemake_internals
 
 
 class PreflightError(SplitbenchError, ValueError):
@@ -32,14 +33,14 @@ def merged_config(config: dict[str, Any], workflow: Any) -> None:
     Snakemake does not pass --replace-workflow-config on to cluster jobs: the main
     process refuses a merge unless it was given, so a job that sees one uses the given
     files alone (`config` is replaced in place), as the main process did."""
-    settings = workflow.config_settings
-    if settings.replace_workflow_config:
+    files = snakemake_internals.config_files(workflow)
+    if files.replace:
         return
-    given = [plan.read_yaml(path) for path in workflow.overwrite_configfiles]
+    given = [plan.read_yaml(path) for path in files.paths]
     merged_in = plan.entries_merged_in(plan.read_yaml("config/config.yaml"), given)
     if not merged_in:
         return
-    if workflow.is_main_process:
+    if snakemake_internals.is_main_process(workflow):
         raise PreflightError(
             "Snakemake merged your config file into config/config.yaml, which adds what "
             f"your file does not define: {', '.join(merged_in[:12])}"
@@ -48,7 +49,7 @@ def merged_config(config: dict[str, Any], workflow: Any) -> None:
     from snakemake.utils import validate
 
     config.clear()
-    config.update(copy.deepcopy(settings.overwrite_config))
+    config.update(copy.deepcopy(files.merged))
     plan.names_as_text(config)
     validate(config, str(Path(workflow.basedir) / "config/schema.yaml"))
 
@@ -79,11 +80,8 @@ class Execution:
 
     @classmethod
     def of(cls, workflow: Any) -> Execution:
-        on_cluster = workflow.nodes is not None
-        try:
-            cores = workflow.cores
-        except Exception:  # Snakemake's WorkflowError: no --cores given (a cluster run)
-            cores = None
+        on_cluster = snakemake_internals.on_cluster(workflow)
+        cores = snakemake_internals.cores(workflow)
         return cls(on_cluster, not on_cluster and (cores is None or cores > 1))
 
 

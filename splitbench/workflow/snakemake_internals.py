@@ -12,6 +12,11 @@ killed run, and `register_resources(workflow, slots)`, the pairs' slots when job
 side by side (undocumented, though long stable). On a Snakemake minor release they were
 not tested with, each falls back to Snakemake's own behaviour (no speed-up; locks left
 for `snakemake --unlock`; pairs side by side refused) and the run says so once.
+
+What the workflow reads of the run's own settings is here too, each read with the value
+that means "not given" where the attribute is missing: `config_files(workflow)` (the
+--configfile files and --replace-workflow-config, for the merge check),
+`is_main_process(workflow)`, `on_cluster(workflow)` and `cores(workflow)`.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import inspect
 import sys
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 import snakemake
@@ -107,3 +113,40 @@ def check_each_group_once() -> None:
 
     _check_groups.once_per_group = True  # type: ignore[attr-defined]
     DAG._check_groups = _check_groups
+
+
+@dataclass(frozen=True)
+class ConfigFiles:
+    """The --configfile files of this run, and what Snakemake made of them."""
+
+    replace: bool  # --replace-workflow-config: the files alone, config/config.yaml not read
+    paths: list[str] = field(default_factory=list)
+    merged: dict[str, Any] = field(default_factory=dict)  # the files' keys, merged
+
+
+def config_files(workflow: Any) -> ConfigFiles:
+    """The config files given on the command line (none where this Snakemake keeps them
+    elsewhere: the merge check then has nothing to compare)."""
+    settings = getattr(workflow, "config_settings", None)
+    return ConfigFiles(
+        replace=bool(getattr(settings, "replace_workflow_config", False)),
+        paths=list(getattr(workflow, "overwrite_configfiles", None) or []),
+        merged=dict(getattr(settings, "overwrite_config", None) or {}))
+
+
+def is_main_process(workflow: Any) -> bool:
+    """The Snakemake a person started, not one that runs a single job for it."""
+    return bool(getattr(workflow, "is_main_process", True))
+
+
+def on_cluster(workflow: Any) -> bool:
+    """Jobs go to a cluster (--jobs with an executor), not to this machine."""
+    return getattr(workflow, "nodes", None) is not None
+
+
+def cores(workflow: Any) -> int | None:
+    """--cores, or None where none was given (a cluster run)."""
+    try:
+        return workflow.cores
+    except Exception:  # Snakemake's WorkflowError: no --cores given
+        return None

@@ -270,7 +270,7 @@ def test_page_carries_provenance(built):
                      "per-segment arrival (packet socket): 28 requests",
                      "when the read returned: 28 requests",
                      # the code that wrote the report, and the summary's
-                     f"0.1.0 (commit {version.commit()})"):
+                     version.described()):
         assert expected in text, expected
     assert text.count(f"(commit {version.commit()})") >= 2
 

@@ -4,6 +4,7 @@ resources from the matrix (the same values the whole-workflow tests plan with)."
 
 from __future__ import annotations
 
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -180,3 +181,22 @@ def test_only_the_pair_jobs_runner_tears_the_pair_down_as_it_exits(monkeypatch):
     assert not preflight.in_cluster_job(one_job)  # it ends after each job: not then
     monkeypatch.delenv("SLURM_JOB_ID")
     assert not preflight.in_cluster_job(runner)  # outside SLURM
+
+
+
+# What Snakemake documents of its `workflow` object for a Snakefile's own use.
+DOCUMENTED = {"basedir", "rules", "source_path", "current_basedir"}
+# `workflow.<attribute>` in Python or Snakemake's syntax (not a path: report/workflow.rst).
+WORKFLOW_ATTRIBUTE = re.compile(r"(?<![\w/.])workflow\.([a-z_]+)")
+
+
+def test_only_the_internals_module_reads_snakemakes_workflow_object():
+    sources = [*(ROOT / "splitbench").rglob("*.py"), ROOT / "Snakefile",
+               *(ROOT / "rules").glob("*.smk")]
+    readers: dict[str, set[str]] = {}
+    for path in sources:
+        if path.name != "snakemake_internals.py":
+            for attribute in WORKFLOW_ATTRIBUTE.findall(path.read_text()):
+                readers.setdefault(attribute, set()).add(path.name)
+    assert "rules" in readers  # the scan sees the Snakefile's own (documented) use
+    assert {name: where for name, where in readers.items() if name not in DOCUMENTED} == {}
