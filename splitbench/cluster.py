@@ -14,7 +14,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from splitbench import plan
+from splitbench import pairs, plan
 from splitbench.configuration import Config
 
 # The rules that run on a pair's hardware: they take the pair's slot and, on a
@@ -96,7 +96,8 @@ def job_minutes(config: Config, rule: str, wildcards: Any) -> int:
 def side_by_side_refusal(config: Config, root: bool) -> str | None:
     """Why these pairs cannot run side by side on this machine, or None. Without root
     the embedded lab is loopback, where two pairs' links share addresses and ports."""
-    embedded = [pair for pair, spec in config.pairs.items() if spec.mode == "embedded"]
+    embedded = [pair for pair, spec in config.pairs.items()
+                if pairs.of(spec.mode).on_this_machine]
     if root or len(embedded) < 2:
         return None
     return (f"embedded pairs {', '.join(embedded)} cannot run side by side without root: "

@@ -15,8 +15,8 @@ from typing import Any, TypedDict
 
 import yaml
 
-from splitbench import configuration, results
-from splitbench.configuration import Config, ConfigError, link_index
+from splitbench import configuration, pairs, results
+from splitbench.configuration import Config, ConfigError
 from splitbench.infra import precision
 from splitbench.slices import (
     CellSlice,
@@ -279,17 +279,9 @@ def link_slice(config: Config, pair: str, link: str) -> LinkSlice:
     """The link's emulation spec plus its position (which sets its addresses)."""
     pair_spec = config.pairs[pair]
     spec = pair_spec.links[link].given()
-    out = {"pair": pair, "link": link, "mode": pair_spec.mode, **spec}
-    if pair_spec.mode == "embedded":
-        out["index"] = link_index(link, spec)  # only the lab's addresses need it
-        # Every emulated link takes the same path (the delay relay, or netem, at zero
-        # delay for a link without one): a difference between links is then what is
-        # emulated, not the relay's own cost, which a link without it would not pay.
-        out["same_path_at_zero_delay"] = True
-    else:
-        out["hosts"] = pair_spec.hosts.given()
-        out["firewall"] = pair_spec.firewall
-    return out
+    kind = pairs.of(pair_spec.mode)
+    return {"pair": pair, "link": link, "mode": kind.name, **spec,
+            **kind.link_keys(pair_spec, link, spec)}
 
 
 def precision_for(config: Config, cell: Cell, paired: bool) -> dict[str, float]:
@@ -377,7 +369,7 @@ def roundtrips_slice(config: Config, pair: str, model: str,
         sweep["prompt_tokens"] + sweep["n_predict"])
     out: SweepSlice = {"pair": pair, "model": model, "workers": workers, **sweep,
                        "server": server}
-    if config.pairs[pair].mode != "embedded":
+    if pairs.of(config.pairs[pair].mode).sweep_on_baseline_link:
         out["link"] = link_slice(config, pair, config.baseline_link)
     return out
 

@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from splitbench import pairs
 from splitbench.errors import SplitbenchError
-from splitbench.infra import files, procs, turns
+from splitbench.infra import files, procs
 from splitbench.infra.hosts import HostError
 from splitbench.infra.leftovers import stop_recorded
 from splitbench.infra.polling import poll_until
@@ -68,7 +69,7 @@ def launch_block(link_spec: LinkSlice, settings: ServerSettings,
     servers fail, is a record too (status "failed" and its error): a result of the
     matrix, which its cells then report. Re-make what failed, then the launch, to try
     again."""
-    from splitbench.links import real, verify  # pandas: the launch stage's, not a cell's
+    from splitbench.links import verify  # pandas: the launch stage's, not a cell's
 
     pair, name = link_spec["pair"], link_spec["link"]
     failed: LaunchRecord = {"status": "failed", "failed_at": time.time(), "pair": pair,
@@ -79,8 +80,8 @@ def launch_block(link_spec: LinkSlice, settings: ServerSettings,
         verify.verification_failure(pair, name)
     if why:
         return {**failed, "error": why}
-    with turns.turn_of(link_spec):
-        link = real.ensure(link_spec)
+    with pairs.turn(link_spec):
+        link = pairs.ensure_link(link_spec)
         try:
             return start(link)
         except (LaunchError, HostError, httpx.HTTPError) as exc:

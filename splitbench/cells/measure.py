@@ -15,7 +15,7 @@ import httpx
 import pandas as pd
 from rich.console import Console
 
-from splitbench import backends, results
+from splitbench import backends, pairs, results
 from splitbench.backends import Launch, client, metrics
 from splitbench.cells import stopping
 from splitbench.cells.layout import layout
@@ -29,7 +29,7 @@ from splitbench.infra import (
     wakeup,
 )
 from splitbench.infra.hosts import HostError
-from splitbench.links import real, verify
+from splitbench.links import verify
 from splitbench.records import LaunchRecord, ModelInfo, ToolchainRecord
 from splitbench.slices import CellSlice, LinkSlice, ServerSettings
 
@@ -115,9 +115,9 @@ def _measured(cell: CellSlice, link_spec: LinkSlice, model: ModelInfo,
               launch: LaunchRecord, toolchain: ToolchainRecord,
               fingerprint: str) -> list[tuple[pd.DataFrame, pd.DataFrame, RepeatRecord]]:
     """Every repeat of the cell against its launch: (requests, tokens, record) each."""
-    link = real.ensure(link_spec)
+    link = pairs.ensure_link(link_spec)
     paired = cell.get("paired")
-    reference = real.ensure(paired["reference"]) if paired else None
+    reference = pairs.ensure_link(paired["reference"]) if paired else None
     measured = []
     # One job at a time drives a pair: another would relaunch its servers mid-cell.
     hosts = {"a": link.host_a, "b": link.host_b}

@@ -25,28 +25,18 @@ import httpx
 import numpy as np
 import pandas as pd
 
-from splitbench import backends
+from splitbench import backends, pairs
 from splitbench.backends import Launch
 from splitbench.backends.llamacpp.toolchain import failure as toolchain_failure
 from splitbench.cells import sweep_fit
 from splitbench.infra import interference, parquet_io, procs, turns, wakeup
 from splitbench.infra.hosts import HostError, host_from_spec
-from splitbench.links import lab, real, relay, verify
+from splitbench.links import lab, relay, verify
 from splitbench.links.link import Link
 from splitbench.records import ModelInfo, ToolchainRecord
-from splitbench.slices import LinkSlice, ServerSettings, SweepSlice
+from splitbench.slices import ServerSettings, SweepSlice
 
 BACKEND = backends.get("llamacpp")
-# Index of the first sweep link: far from the configured links' indexes (1, 2, ...).
-FIRST_INDEX = 200
-
-
-def point_spec(pair: str, index: int, delay_ms: float) -> LinkSlice:
-    """The sweep point's link: an unshaped veth with only the added delay."""
-    return {"pair": pair, "link": f"rt{index}", "index": FIRST_INDEX + index,
-            "mode": "embedded", "delay_ms": delay_ms, "same_path_at_zero_delay": True}
-
-
 def measure_rr_ms(link: Link, samples: int) -> float:
     """Median request-response time at 64 B from A to B's services (ms)."""
     with verify.latency_probe(link) as measure:
@@ -142,7 +132,7 @@ def sweep(spec: SweepSlice, model: ModelInfo, toolchain: ToolchainRecord,
                      "decode_ms_per_token": None, "step_ms_median": None,
                      "server_decode_ms_per_token": None})
     else:
-        on_real = _on_real_pair(spec)
+        on_real = pairs.of_sweep(spec).sweep_on_baseline_link
         host_b = host_from_spec("b", spec["link"]["hosts"]["b"]) if on_real else None
         with turns.turn(spec["pair"], host_b):
             try:
@@ -161,15 +151,9 @@ def sweep(spec: SweepSlice, model: ModelInfo, toolchain: ToolchainRecord,
     return result
 
 
-def _on_real_pair(spec: SweepSlice) -> bool:
-    """A real pair's sweep: its points are its baseline link (`link`) behind relays; the
-    embedded lab's make links of their own."""
-    return "link" in spec
-
-
 def _relay_failure(spec: SweepSlice) -> str | None:
     """Why a real pair's sweep cannot add its delays (no C compiler for the relay)."""
-    if not _on_real_pair(spec):
+    if not pairs.of_sweep(spec).sweep_on_baseline_link:
         return None  # the lab makes its own links, relays included
     try:
         relay.binary()
@@ -183,10 +167,7 @@ def _point(spec: SweepSlice, settings: ServerSettings, model: ModelInfo,
            rows: list[SweepRow]) -> Point:
     """One delay: its link, its measured latency and its launch (kept up for the
     rounds). A launch that fails adds the row that says why."""
-    if _on_real_pair(spec):
-        link = lab.relayed(real.ensure(spec["link"]), index, delay)
-    else:
-        link = lab.ensure_link(point_spec(spec["pair"], index, delay))
+    link = pairs.of_sweep(spec).sweep_link(spec, index, delay)
     with wakeup.during(spec, {"a": link.host_a, "b": link.host_b}) as held:
         rr_ms = measure_rr_ms(link, spec["rr_samples"])
     point = Point(link, {"pair": spec["pair"], "model": spec["model"],

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from splitbench import pairs
 from splitbench.commands import json_arg
-from splitbench.infra import turns
 from splitbench.links import verify
 
 HELP = "set up and verify one link"
@@ -21,7 +21,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> None:
     # One job drives a pair at a time: iperf3 next to a running cell would skew it.
-    with turns.turn_of(args.spec):
+    with pairs.turn(args.spec):
         try:
             row = verify.verify(args.spec, args.settings, args.out).iloc[0]
         except verify.VERIFICATION_FAILURES as exc:

@@ -4,7 +4,8 @@ settings read with their defaults."""
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
@@ -71,14 +72,10 @@ def check(config: Config) -> None:
             )
     for pair, spec in config.pairs.items():
         _check_node(pair, spec.hosts)
-        if spec.mode == "ssh":
-            _check_ssh_pair(pair, spec)
-        else:
-            _check_link_indexes(pair, spec.links)
+        PAIR_KINDS[spec.mode].check(pair, spec)
     if config.toolchain.source == "path":
         for pair, spec in config.pairs.items():
-            # An SSH host B may have no build: the run carries A's worker there.
-            for side in ("a",) if spec.mode == "ssh" else ("a", "b"):
+            for side in PAIR_KINDS[spec.mode].sides_with_a_build:
                 if not getattr(spec.hosts, side).bin_dir:
                     raise ConfigError(
                         f"pairs.{pair}.hosts.{side}.bin_dir",
@@ -201,6 +198,22 @@ def _check_link_indexes(pair: str, links: dict[str, LinkSpec]) -> None:
                               f"links '{taken[index]}' and '{link}' get the same emulated "
                               f"subnet ({index}); set index: <1-199> on one of them")
         taken[index] = link
+class PairKindKeys(NamedTuple):
+    """What one kind of pair (its `mode:`; its code is splitbench/pairs) asks of its keys
+    beyond the schema: its own check, and the hosts that need a llama.cpp build of their
+    own where toolchain.source is 'path'."""
+
+    check: Callable[[str, Pair], None]
+    sides_with_a_build: tuple[str, ...]
+
+
+PAIR_KINDS = {
+    "embedded": PairKindKeys(lambda pair, spec: _check_link_indexes(pair, spec.links),
+                             ("a", "b")),
+    # An SSH host B may have no build: the run carries A's worker there.
+    "ssh": PairKindKeys(_check_ssh_pair, ("a",)),
+}
+
 
 def drift_settings(config: dict[str, Any] | None) -> DriftSettings:
     """The `drift:` settings with defaults filled in; a band's bounds in order."""

@@ -26,8 +26,7 @@ import time
 from collections.abc import Iterable, Iterator
 
 from splitbench.infra import files, procs
-from splitbench.infra.hosts import Host, HostError, host_from_spec
-from splitbench.slices import LinkSlice
+from splitbench.infra.hosts import Host, HostError
 
 # What B's lock holds while the job runs: it says so, then waits for its input to end.
 _HOLD = ["flock", "/tmp", "sh", "-c", "echo held; exec cat >/dev/null"]
@@ -58,7 +57,8 @@ def _drives_remote_pair(argv: list[str]) -> bool:
                 spec = json.loads(text)
                 if isinstance(spec.get("link"), dict):  # a sweep's: its baseline link
                     spec = spec["link"]
-                return spec.get("mode") != "embedded" and bool(spec["hosts"]["b"].get("ssh"))
+                # Only an SSH pair's link slice names its hosts (splitbench.pairs).
+                return bool(((spec.get("hosts") or {}).get("b") or {}).get("ssh"))
     return False
 
 
@@ -115,12 +115,6 @@ def let_go(handle: int) -> None:
     """End a hold of `hold_this_machine`: the lock ends with its descriptor."""
     with contextlib.suppress(OSError):
         os.close(handle)
-
-
-def turn_of(spec: LinkSlice) -> contextlib.AbstractContextManager[None]:
-    """`turn` for a link slice: its pair, and host B where the pair is real."""
-    real = spec.get("mode") != "embedded"
-    return turn(spec["pair"], host_from_spec("b", spec["hosts"]["b"]) if real else None)
 
 
 def _same_tmp(host_b: Host) -> bool:

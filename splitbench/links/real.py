@@ -17,7 +17,7 @@ import json
 from splitbench.errors import SplitbenchError
 from splitbench.infra import files, privilege, procs
 from splitbench.infra.hosts import Host, HostError, host_from_spec
-from splitbench.links import guard, lab, ports
+from splitbench.links import guard, ports
 from splitbench.links.link import Link
 from splitbench.slices import LinkSlice
 
@@ -27,9 +27,8 @@ class SetupError(SplitbenchError):
 
 
 def ensure(spec: LinkSlice) -> Link:
-    """The ready link of a link slice: the embedded lab's, or a real one."""
-    if spec["mode"] == "embedded":
-        return lab.ensure_link(spec)
+    """The ready real link of an SSH pair's link slice: set up once per run (its record
+    kept in the run's state), then reused."""
     key = f"{spec['pair']}__{spec['link']}"
     record_path = procs.state_dir() / "links" / f"{key}.json"
     with procs.locked("lab"):

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from splitbench import results
+from splitbench import pairs, results
 from splitbench.errors import SplitbenchError
 from splitbench.infra import (
     fits,
@@ -125,7 +125,7 @@ def latency_probe(link: Link) -> Iterator[Callable[[int], float]]:
 def verify(spec: LinkSlice, settings: LinkCheckSettings, out: str | Path) -> pd.DataFrame:
     """Set up (or adopt) the link, prove and measure it, write its one-row Parquet."""
     where = f"pair '{spec['pair']}', link '{spec['link']}'"
-    link = real.ensure(spec)
+    link = pairs.ensure_link(spec)
     for host in (link.host_a, link.host_b):
         for tool in ("iperf3", "ping", "ss"):
             _require(host, tool, where)

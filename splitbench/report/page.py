@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 import pyarrow.parquet as pq
 
-from splitbench import results
+from splitbench import pairs, results
 from splitbench.analysis import cell_summary
 from splitbench.analysis.checks import check_lines
 from splitbench.infra import files, parquet_io
-from splitbench.links import lab
+from splitbench.pairs.base import placed
 from splitbench.report import contents, vega
 from splitbench.report.html_parts import esc, frame_html, markdown, script_json
 from splitbench.report.provenance import clock_text, provenance_section, request_facts
@@ -197,26 +197,11 @@ def _link_configs(link_files: list[str]) -> dict[str, LinkSlice]:
 
 def _host_text(pair: str, side: str, mode: Any, host: HostSlice,
                emulations: set[str]) -> str:
-    """Where one host of a pair is: the namespace or machine of an embedded pair (what
-    its link results record), the machine splitbench runs on for an SSH pair's A, the
-    SSH destination of its B; the SLURM node (or the node feature that picks it) where
-    the config names one."""
-    where = [f"node {host['node']}"] if host.get("node") else []
-    where += [f"a node with feature {host['feature']}"] if host.get("feature") else []
-    if mode == "embedded" or (mode is None and emulations & {"netns-veth", "loopback"}):
-        if "netns-veth" in emulations:
-            text = f"embedded (namespace {lab.namespace(pair, side)})"
-        elif emulations == {"loopback"}:
-            text = "embedded (this machine, loopback: no namespaces without root)"
-        else:
-            text = "embedded"
-        return ", ".join([text, *where])
-    if side == "a":
-        return f"{', '.join(where) or 'this machine'} (runs splitbench)"
-    if host.get("ssh"):
-        port = f" port {host['ssh_port']}" if host.get("ssh_port") else ""
-        return ", ".join([f"ssh {host['ssh']}{port}", *where])
-    return ", ".join(["this machine" if mode == "ssh" else "—", *where])
+    """Where one host of a pair is, as its kind says (`PairKind.host_text`); "—" where
+    the results do not say which kind the pair is."""
+    kind = pairs.in_results(mode, emulations)
+    return kind.host_text(pair, side, host, emulations) if kind else \
+        ", ".join(["—", *placed(host)])
 
 
 def pair_rows(summary: pd.DataFrame, links: pd.DataFrame, link_files: list[str],

@@ -11,7 +11,7 @@ from typing import Any
 
 from snakemake.io import ancient
 
-from splitbench import cluster, plan, results
+from splitbench import cluster, pairs, plan, results
 from splitbench.configuration import Config, Model
 from splitbench.workflow.preflight import Execution
 
@@ -109,7 +109,7 @@ class Jobs:
     def sweep_link_result(self, wildcards: Wildcards) -> list[Any]:
         """A real pair's sweep runs on its baseline link: that link's verification
         (ancient, as a cell's); nothing for an embedded pair's (its links are its own)."""
-        if self.config.pairs[wildcards.pair].mode == "embedded":
+        if not pairs.of(self.config.pairs[wildcards.pair].mode).sweep_on_baseline_link:
             return []
         return [ancient(results.link(wildcards.pair, self.config.baseline_link))]
 

@@ -12,14 +12,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from splitbench import models
+from splitbench import models, pairs
 from splitbench.analysis import cell_summary, traffic
 from splitbench.backends import lifecycle
 from splitbench.backends.llamacpp import servers, toolchain
 from splitbench.backends.llamacpp.backend import BACKEND as LLAMACPP
 from splitbench.cells import measure
 from splitbench.infra import interference, procs, telemetry
-from splitbench.links import real
 from tests.conftest import needs_root, running
 from tests.support import cpu_hogs
 
@@ -108,7 +107,7 @@ def test_killing_the_worker_mid_cell_is_a_crash_and_the_next_cell_relaunches(ben
     assert after["launch_id"].iloc[0] != crashed["launch_id"].iloc[0]
     record = json.loads((procs.state_dir() / "servers" / "st.json").read_text())
     assert record["launch_id"] == after["launch_id"].iloc[0]
-    link = real.ensure(LINK)
+    link = pairs.ensure_link(LINK)
     with link.host_a.entered():
         assert lifecycle.healthy(record["url"])
 
@@ -224,7 +223,7 @@ def test_a_launch_that_fails_on_host_b_is_a_row_stamped_when_it_failed(bench):
     assert frame["status"].tolist() == ["load"] * 2
     assert frame["error_text"].nunique() == 1
     text = frame["error_text"].iloc[0]
-    link = real.ensure(LINK)
+    link = pairs.ensure_link(LINK)
     said = re.fullmatch(rf"host b: rpc-server exited with code ([1-9]\d*) before it listened "
                         rf"on {re.escape(link.addr_b)}:{link.ports.worker(0)}; its log: (\S+)",
                         text)
@@ -252,7 +251,7 @@ def test_a_stopped_client_keeps_each_token_s_arrival_against_llama_server(state_
     models.write_synthetic(MODEL, gguf)
     model = models.describe({"synthetic": MODEL}, gguf)
     tools = toolchain.record("st", "pip", {"a": {}, "b": {}}, tmp_path / "toolchain.json")
-    link = real.ensure(LINK)
+    link = pairs.ensure_link(LINK)
     server = servers.ensure(link, SETTINGS, model["path"], model["sha256"], tools)
     started = threading.Event()
     started.set()
@@ -337,7 +336,7 @@ def test_a_server_that_dies_loading_says_how_and_leaves_nothing_running(state_di
     gguf.write_bytes(data[: len(data) // 2])
     model = models.describe({"synthetic": MODEL}, gguf)
     tools = toolchain.record("st", "pip", {"a": {}, "b": {}}, tmp_path / "toolchain.json")
-    real.ensure(LINK)
+    pairs.ensure_link(LINK)
     # Every process the launch starts, by its id (another run's are none of this test's).
     started: list[procs.ProcRecord] = []
     spawn = procs.spawn
@@ -377,7 +376,7 @@ def test_a_launch_is_reused_only_while_its_fingerprint_matches(state_dir, tmp_pa
     models.write_synthetic(MODEL, gguf)
     model = models.describe({"synthetic": MODEL}, gguf)
     tools = toolchain.record("st", "pip", {"a": {}, "b": {}}, tmp_path / "toolchain.json")
-    link = real.ensure(LINK)
+    link = pairs.ensure_link(LINK)
     first = servers.ensure(link, SETTINGS, str(gguf), model["sha256"], tools)
     processes = [procs.find(key) for key in first.record["proc_keys"]]
     again = servers.ensure(link, SETTINGS, str(gguf), model["sha256"], tools)

@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from splitbench import models
+from splitbench import models, pairs
 from splitbench.backends.llamacpp import servers, tensor_cache, toolchain
 from splitbench.infra import procs
-from splitbench.links import real
 from tests.conftest import needs_root
 
 # The output layer and one block on B (layers_on_b counts the output layer first): the
@@ -39,7 +38,7 @@ def test_a_second_launch_sends_only_what_b_does_not_keep(state_dir, tmp_path, mo
     gguf = tmp_path / "big.gguf"
     models.write_synthetic(BIG, gguf)
     tools = toolchain.record("tc", "pip", {"a": {}, "b": {}}, tmp_path / "toolchain.json")
-    link = real.ensure(LINK)
+    link = pairs.ensure_link(LINK)
 
     first = launch(link, gguf, tools, threads=1)
     directory = str(tmp_path / "cache-home/splitbench/rpc-tensors")

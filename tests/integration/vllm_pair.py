@@ -19,14 +19,14 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from splitbench import backends, plan
+from splitbench import backends, pairs, plan
 from splitbench.backends import lifecycle
 from splitbench.backends.prompts import prompt
 from splitbench.backends.vllm import api, hf_model, servers, toolchain
 from splitbench.configuration import parsed
 from splitbench.infra import procs, teardown, telemetry
 from splitbench.infra.polling import poll_until
-from splitbench.links import lab, real
+from splitbench.links import lab
 
 ROOT = Path(__file__).resolve().parents[2]
 SHAPE = {"n_layer": 2, "n_embd": 128, "n_head": 4, "n_head_kv": 2, "n_ff": 256,
@@ -145,7 +145,7 @@ def over_ssh(spec: dict, cfg: dict, out: Path, netns_b: str) -> dict:
     result: dict = {}
     link = None
     try:
-        link = real.ensure(spec)
+        link = pairs.ensure_link(spec)
         # Another program's file on B with a vLLM-like name (and a space): never removed.
         link.host_b.run(["sh", "-c", 'echo x > "/dev/shm/psm_other results"'])
         tools = toolchain.record(spec["pair"], spec["hosts"], VENV, out / "tools.json")
@@ -168,7 +168,7 @@ def over_ssh(spec: dict, cfg: dict, out: Path, netns_b: str) -> dict:
         teardown.teardown()
     # Teardown took A's address off the link, and this lab reaches B's sshd over that
     # link: put it back to look, then take it off again.
-    link = real.ensure(spec)
+    link = pairs.ensure_link(spec)
     result["shm_left_b"] = link.host_b.run(["ls", "-A", "/dev/shm"]).stdout.splitlines()
     teardown.teardown()
     return result

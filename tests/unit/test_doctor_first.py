@@ -9,6 +9,7 @@ import subprocess
 
 from splitbench import doctor
 from splitbench.configuration import parsed
+from splitbench.pairs import ssh as ssh_kind
 from tests.conftest import tiny_config as tiny
 
 
@@ -64,7 +65,7 @@ class NotRoot:
 
 
 def test_a_link_host_b_may_not_address_is_its_own_line_with_the_sudoers_line():
-    said = doctor._rights(NotRoot(sudo=False), "rig", ["veth"], guarded=True)
+    said = ssh_kind.rights(NotRoot(sudo=False), "rig", ["veth"], guarded=True)
     assert str(said) == (
         "✗ rig: not root on host B, and sudo -n does not run ip or nft for bench, which "
         "addresses for links veth and the firewall guard need — allow it there (visudo -f "
@@ -72,7 +73,7 @@ def test_a_link_host_b_may_not_address_is_its_own_line_with_the_sudoers_line():
         "— or set adopt: true on links veth and firewall: own on the pair "
         "(docs/two-machines.md)")
     # Holding the wake-up latency adds tee of that one file, and nothing more.
-    said = doctor._rights(NotRoot(sudo=False), "rig", ["veth"], guarded=True, wakeup=True)
+    said = ssh_kind.rights(NotRoot(sudo=False), "rig", ["veth"], guarded=True, wakeup=True)
     assert str(said).startswith(
         "✗ rig: not root on host B, and sudo -n does not run ip, nft or tee "
         "/dev/cpu_dma_latency for bench, which addresses for links veth, the firewall guard "
@@ -83,16 +84,16 @@ def test_a_link_host_b_may_not_address_is_its_own_line_with_the_sudoers_line():
     # Only what is needed: the guard alone asks for nft alone, and every link adopted
     # already is not told to adopt (a new user's walk read "set adopt: true on those
     # links" with every link adopted).
-    said = doctor._rights(NotRoot(sudo=False), "rig", [], guarded=True)
+    said = ssh_kind.rights(NotRoot(sudo=False), "rig", [], guarded=True)
     assert "does not run nft for bench" in str(said)
     assert str(said).count("NOPASSWD: /usr/sbin/nft —") == 1
     assert "adopt" not in str(said) and "or set firewall: own on the pair (" in str(said)
     # No sudo at all: installing it comes first.
-    said = doctor._rights(NotRoot(sudo=None), "rig", ["veth"], guarded=False)
+    said = ssh_kind.rights(NotRoot(sudo=None), "rig", ["veth"], guarded=False)
     assert "install sudo there (Debian: apt-get install sudo), then allow it" in str(said)
     # sudo -n allows them: ready, and it says so.
-    said = doctor._rights(NotRoot(sudo=True), "rig", ["veth"], guarded=True)
+    said = ssh_kind.rights(NotRoot(sudo=True), "rig", ["veth"], guarded=True)
     assert str(said) == ("✓ rig: host B: ip, nft as root through sudo -n for bench (no root "
                          "login); everything else runs as bench")
     # Every link adopted and the firewall the user's own: nothing needs root.
-    assert doctor._rights(NotRoot(sudo=False), "rig", [], guarded=False).mark == doctor.OK
+    assert ssh_kind.rights(NotRoot(sudo=False), "rig", [], guarded=False).mark == doctor.OK

@@ -20,7 +20,7 @@ LAYERS = (
     ("configuration",),
     ("remote",),
     ("infra",),
-    ("links",),
+    ("links", "pairs"),
     ("models",),
     ("backends",),
     ("plan", "estimate"),

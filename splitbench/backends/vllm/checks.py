@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from splitbench import pairs
 from splitbench.configuration import Config, ConfigError, VllmSpec, defaults
 from splitbench.slices import ModelSlice
 
@@ -58,7 +59,7 @@ def check_model(where: str, model: ModelSlice, config: Config) -> None:
                               "remove it")
     name = where.removeprefix("models.")
     for pair, spec in config.pairs.items():
-        if spec.mode == "ssh" and not spec.hosts.b.vllm_venv:
+        if not pairs.of(spec.mode).on_this_machine and not spec.hosts.b.vllm_venv:
             raise ConfigError(f"pairs.{pair}.hosts.b.vllm_venv",
                               f"required for model '{name}' (backend vllm): where vLLM is "
                               "installed on host B")

@@ -23,8 +23,11 @@ def missing(config: Config) -> str | None:
     """Why a config's vLLM models cannot run on this machine (None when they can, or
     when it has none): an embedded pair's hosts use the workflow's own environment,
     which must hold vLLM. Checked when the workflow plans, before anything starts."""
+    from splitbench import pairs  # the config's modules: only where a config is asked
+
     wanted = [name for name, spec in config.models.items() if spec.backend == "vllm"]
-    embedded = [pair for pair, spec in config.pairs.items() if spec.mode == "embedded"]
+    embedded = [pair for pair, spec in config.pairs.items()
+                if pairs.of(spec.mode).on_this_machine]
     if not wanted or not embedded:
         return None
     venvs = {getattr(config.pairs[p].hosts, side).vllm_venv or DEFAULT_VENV
