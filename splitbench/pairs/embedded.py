@@ -4,14 +4,16 @@ root, this machine's loopback), the links veth pairs shaped by the lab (`links/l
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from splitbench.configuration import Config, Pair, link_index
 from splitbench.links import lab, readiness
 from splitbench.links.link import Link
 from splitbench.links.readiness import BAD, OK, Line
 from splitbench.pairs.base import PairKind, placed
 from splitbench.slices import HostSlice, LinkSlice, SweepSlice
+
+if TYPE_CHECKING:  # a cell's job asks its kind for its link, and must not pay for pydantic
+    from splitbench.configuration import Config, Pair
 
 # Index of a delay sweep's first link: far from the configured links' (1, 2, ...).
 FIRST_SWEEP_INDEX = 200
@@ -23,6 +25,8 @@ class Embedded(PairKind):
     sweep_on_baseline_link = False
 
     def link_keys(self, pair: Pair, link: str, given: dict[str, Any]) -> dict[str, Any]:
+        from splitbench.configuration import link_index  # planning: the config is read
+
         # Every emulated link takes the same path (the delay relay, or netem, at zero
         # delay for a link without one): a difference between links is then what is
         # emulated, not the relay's own cost, which a link without it would not pay.

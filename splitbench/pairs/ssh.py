@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from splitbench.configuration import Config, LinkSpec, Pair
 from splitbench.infra import privilege, turns
 from splitbench.infra.hosts import Host, host_from_spec
 from splitbench.links import lab, readiness, real
@@ -16,6 +15,9 @@ from splitbench.links.link import Link
 from splitbench.links.readiness import BAD, OK, Line
 from splitbench.pairs.base import PairKind, placed
 from splitbench.slices import HostSlice, LinkSlice, SweepSlice
+
+if TYPE_CHECKING:  # a cell's job asks its kind for its link, and must not pay for pydantic
+    from splitbench.configuration import Config, LinkSpec, Pair
 
 
 class OverSsh(PairKind):

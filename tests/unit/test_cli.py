@@ -97,6 +97,18 @@ def test_a_command_imports_only_its_own_stage(tmp_path):
     assert done.stdout.strip().splitlines()[-1] == "[]"
 
 
+
+def test_the_jobs_that_drive_a_pair_do_not_pay_for_the_config_model():
+    """A cell's job starts once per cell: the typed config (pydantic) is planning's."""
+    code = ("import importlib, sys\n"
+            f"for name in {list(commands.DRIVING)!r}:\n"
+            "    importlib.import_module('splitbench.commands.' + name.replace('-', '_'))\n"
+            "print(sorted(m for m in ('pydantic', 'splitbench.configuration') "
+            "if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=ROOT, timeout=60, check=True)
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+
 def test_a_problem_splitbench_names_is_an_error_line_and_status_2(capsys):
     """No traceback: the message names the problem (here an unknown field of --match)."""
     status = cli.main(["cells", "--config", str(ROOT / "config/config.yaml"),
