@@ -24,6 +24,7 @@ from splitbench.slices import (
     LinkSlice,
     ModelSlice,
     PairedSlice,
+    PairView,
     ServerSettings,
     SweepSettings,
     SweepSlice,
@@ -399,14 +400,6 @@ def read_reruns(reruns_path: str | Path) -> dict[str, Any]:
 
 # --- the report's view of the pairs ------------------------------------------------
 HOST_KEYS = ("ssh", "ssh_port", "node", "feature")
-
-
-class PairView(TypedDict):
-    """What the report shows of one pair."""
-
-    mode: str
-    hosts: dict[str, dict[str, str | int]]
-    links: list[str]
 
 
 def pairs_slice(pairs: dict[str, configuration.Pair]) -> dict[str, PairView]:

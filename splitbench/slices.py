@@ -3,9 +3,10 @@ as typed dicts.
 
 A slice crosses the process boundary as JSON (the job's params, its rerun trigger), so
 it stays a dict, and a key that the config does not set is absent, not None: these
-types name every key a slice may hold and what it holds. `tests/workflow/test_workflow.py`
-holds the slices a real run plans to them, key by key. Standard library only: a cell's
-job reads them and must not pay for pydantic.
+types name every key a slice may hold and what it holds. Each command holds the slices
+it is given to them on entry (`splitbench.slice_check`), and the tests hold every slice
+the planner makes from each shipped config to them. Standard library only: a cell's job
+reads them and must not pay for pydantic.
 """
 
 from __future__ import annotations
@@ -202,3 +203,25 @@ class DriftSettings(TypedDict, total=False):
     peak_margin_c: float
     anchor_tolerance: float | None
     anchor_margin_c: float
+
+
+class SloSettings(TypedDict, total=False):
+    """`slo:` as written (`Slo`): the service level each request is held to."""
+
+    ttft_ms: float | None
+    tokens_per_s: float | None
+    share_pct: float
+
+
+class PairView(TypedDict):
+    """What the report shows of one pair (`plan.pairs_slice`)."""
+
+    mode: str
+    hosts: dict[str, dict[str, str | int]]
+    links: list[str]
+
+
+# The report's `--contexts` (name -> prompt tokens) and `--workers` (model -> workers).
+Contexts = dict[str, int]
+WorkersByModel = dict[str, int]
+PairViews = dict[str, PairView]

@@ -73,29 +73,13 @@ def cells_in(jobs: dict[str, list[str]]) -> set[str]:
 
 
 def undeclared_keys(value: object, declared: type, where: str = "") -> list[str]:
-    """Keys of a dict that its TypedDict does not declare, a required key it lacks, and
-    a value its declared type refuses, recursively (pydantic reads each value as it
-    would JSON; extra keys it would ignore, so they are looked for here)."""
-    from typing import get_type_hints, is_typeddict
+    """Where a dict does not hold to its TypedDict (a key it does not declare, a required
+    key it lacks, a value of another type), as the commands check their slices on entry
+    (`splitbench.slice_check`): [] where it holds, else the first such place."""
+    from splitbench import slice_check
 
-    from pydantic import TypeAdapter, ValidationError
-
-    if not is_typeddict(declared):
-        try:
-            TypeAdapter(declared).validate_python(value)
-        except ValidationError as error:
-            return [f"{where}: {error.errors()[0]['msg']}"]
-        return []
-    if not isinstance(value, dict):
-        return [f"{where}: not a dict"]
-    hints = get_type_hints(declared)
-    found = [f"{where}.{key}: not declared" for key in value if key not in hints]
-    found += [f"{where}.{key}: missing" for key in declared.__required_keys__
-              if key not in value]
-    for key, item in value.items():
-        if key in hints:
-            found += undeclared_keys(item, hints[key], f"{where}.{key}")
-    return found
+    said = slice_check.problem(value, declared)
+    return [f"{where}: {said}"] if said else []
 
 
 def undeclared(work: Path, *args: str) -> list[str]:

@@ -10,7 +10,6 @@ teardown stops what it started). `splitbench.cli` imports only the command asked
 from __future__ import annotations
 
 import importlib
-import json
 from types import ModuleType
 
 # In the order a run meets them; the last six are run by a person, not a rule.
@@ -26,9 +25,3 @@ DRIVING = ("link", "launch", "cell", "roundtrips")
 def load(name: str) -> ModuleType:
     """The module of a command in NAMES."""
     return importlib.import_module(f"{__name__}.{name.replace('-', '_')}")
-
-
-def json_arg(text: str) -> dict:
-    """An argument that is a JSON object (a config slice): rules pass slices as JSON
-    arguments, never as shell strings."""
-    return json.loads(text)

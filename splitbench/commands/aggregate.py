@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import argparse
 
-from splitbench.commands import json_arg
 from splitbench.report import aggregate
+from splitbench.slice_check import typed
+from splitbench.slices import Contexts, InterferenceLimits, SloSettings, WorkersByModel
 
 HELP = "summary Parquet and tables from cell files"
 
 
 def arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--contexts", type=json_arg, required=True)
-    p.add_argument("--interference", type=json_arg, default={},
+    p.add_argument("--contexts", type=typed(Contexts), required=True)
+    p.add_argument("--interference", type=typed(InterferenceLimits), default={},
                    help="the config's interference: limits (JSON)")
     p.add_argument("--baseline", default=None, help="the link others are compared with")
     p.add_argument("--summary", required=True)
@@ -24,9 +25,9 @@ def arguments(p: argparse.ArgumentParser) -> None:
                    help="drift anchors' request files: the machine's drift over time")
     p.add_argument("--sweeps", nargs="*", default=[],
                    help="round-trip sweeps: the prediction from measured latency")
-    p.add_argument("--workers", type=json_arg, default={},
+    p.add_argument("--workers", type=typed(WorkersByModel), default={},
                    help="each model's RPC workers (JSON), to pick its sweep")
-    p.add_argument("--slo", type=json_arg, default={},
+    p.add_argument("--slo", type=typed(SloSettings), default={},
                    help="the config's service level, slo: (JSON)")
 
 

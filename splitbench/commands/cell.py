@@ -8,15 +8,16 @@ import json
 from pathlib import Path
 
 from splitbench.cells import measure
-from splitbench.commands import json_arg
+from splitbench.slice_check import typed
+from splitbench.slices import CellSlice, LinkSlice
 
 HELP = "measure one cell"
 MEASURING = True
 
 
 def arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--cell", type=json_arg, required=True)
-    p.add_argument("--link-spec", type=json_arg, required=True)
+    p.add_argument("--cell", type=typed(CellSlice), required=True)
+    p.add_argument("--link-spec", type=typed(LinkSlice), required=True)
     p.add_argument("--model", required=True)
     p.add_argument("--launch", required=True)
     p.add_argument("--toolchain", required=True)

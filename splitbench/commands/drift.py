@@ -9,7 +9,8 @@ import pandas as pd
 
 from splitbench import results
 from splitbench.analysis import drift, reruns
-from splitbench.commands import json_arg
+from splitbench.slice_check import typed
+from splitbench.slices import DriftSettings, InterferenceLimits
 
 HELP = ("name cells measured under thermal drift; --apply gives them a new epoch in "
         "config/reruns.yaml")
@@ -18,8 +19,8 @@ HELP = ("name cells measured under thermal drift; --apply gives them a new epoch
 def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--summary", default=results.SUMMARY)
     p.add_argument("--anchors", nargs="*", default=[])
-    p.add_argument("--settings", type=json_arg, default={})
-    p.add_argument("--interference", type=json_arg, default={},
+    p.add_argument("--settings", type=typed(DriftSettings), default={})
+    p.add_argument("--interference", type=typed(InterferenceLimits), default={},
                    help="the config's interference: limits (JSON): an anchor above them "
                         "fails the anchor check")
     p.add_argument("--report", default=results.DRIFT_REPORT)

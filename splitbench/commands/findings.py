@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 
 from splitbench.analysis import findings
-from splitbench.commands import json_arg
+from splitbench.slice_check import typed
+from splitbench.slices import Contexts, InterferenceLimits, SloSettings, WorkersByModel
 
 HELP = "what the run found, in sentences (findings.md)"
 
@@ -21,17 +22,17 @@ def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tails", default=None, help="the tail shift's Parquet (aggregate's)")
     p.add_argument("--service-levels", default=None,
                    help="the service levels' Parquet (aggregate's)")
-    p.add_argument("--slo", type=json_arg, default={},
+    p.add_argument("--slo", type=typed(SloSettings), default={},
                    help="the config's service level, slo: (JSON)")
-    p.add_argument("--contexts", type=json_arg, required=True)
+    p.add_argument("--contexts", type=typed(Contexts), required=True)
     p.add_argument("--baseline", default=None)
-    p.add_argument("--workers", type=json_arg, default={})
+    p.add_argument("--workers", type=typed(WorkersByModel), default={})
     p.add_argument("--out", required=True, help="findings.md")
     p.add_argument("--whatif", required=True, help="the what-if model's Parquet")
     p.add_argument("--points", required=True, help="the measured links beside it")
     p.add_argument("--tables", default=None, help="the tables' directory: one that flags "
                    "most of its rows is said in the findings")
-    p.add_argument("--interference", type=json_arg, default={},
+    p.add_argument("--interference", type=typed(InterferenceLimits), default={},
                    help="the interference limits that flag a link's measurements")
 
 

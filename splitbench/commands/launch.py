@@ -8,15 +8,16 @@ import json
 from pathlib import Path
 
 from splitbench import backends
-from splitbench.commands import json_arg
+from splitbench.slice_check import typed
+from splitbench.slices import LinkSlice, ServerSettings
 
 HELP = "launch (or reuse) the servers of one block"
 MEASURING = True
 
 
 def arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--link-spec", type=json_arg, required=True)
-    p.add_argument("--settings", type=json_arg, required=True)
+    p.add_argument("--link-spec", type=typed(LinkSlice), required=True)
+    p.add_argument("--settings", type=typed(ServerSettings), required=True)
     p.add_argument("--model", required=True)
     p.add_argument("--toolchain", required=True)
     p.add_argument("--out", required=True)

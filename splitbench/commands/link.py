@@ -6,16 +6,17 @@ from __future__ import annotations
 import argparse
 
 from splitbench import pairs
-from splitbench.commands import json_arg
 from splitbench.links import verify
+from splitbench.slice_check import typed
+from splitbench.slices import LinkCheckSettings, LinkSlice
 
 HELP = "set up and verify one link"
 MEASURING = True
 
 
 def arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--spec", type=json_arg, required=True)
-    p.add_argument("--settings", type=json_arg, required=True)
+    p.add_argument("--spec", type=typed(LinkSlice), required=True)
+    p.add_argument("--settings", type=typed(LinkCheckSettings), required=True)
     p.add_argument("--out", required=True)
 
 

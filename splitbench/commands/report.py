@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 
 from splitbench import results
-from splitbench.commands import json_arg
 from splitbench.report import page
+from splitbench.slice_check import typed
+from splitbench.slices import PairViews
 
 HELP = "one offline HTML page: tables, charts, provenance"
 
@@ -20,7 +21,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tables", required=True, help="directory of the tables (.md, .csv)")
     p.add_argument("--charts", required=True, help="directory of the charts (.vl.json)")
     p.add_argument("--drift", default=None, help="the drift step's report.parquet")
-    p.add_argument("--pairs", type=json_arg, default={},
+    p.add_argument("--pairs", type=typed(PairViews), default={},
                    help="where each pair's hosts are (JSON, pairs_slice of the config)")
     p.add_argument("--findings", default=None,
                    help="the run's findings (Markdown), the page's first section; a "

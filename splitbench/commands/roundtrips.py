@@ -8,14 +8,15 @@ import json
 from pathlib import Path
 
 from splitbench.cells import roundtrips
-from splitbench.commands import json_arg
+from splitbench.slice_check import typed
+from splitbench.slices import SweepSlice
 
 HELP = "sweep link delay, fit round trips per token"
 MEASURING = True
 
 
 def arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--spec", type=json_arg, required=True)
+    p.add_argument("--spec", type=typed(SweepSlice), required=True)
     p.add_argument("--model", required=True)
     p.add_argument("--toolchain", required=True)
     p.add_argument("--out", required=True)

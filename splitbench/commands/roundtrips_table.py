@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 
 from splitbench.analysis import roundtrips_table
-from splitbench.commands import json_arg
 from splitbench.infra import tables_io
+from splitbench.slice_check import typed
+from splitbench.slices import InterferenceLimits
 
 HELP = "the round trips per token table"
 
@@ -14,7 +15,7 @@ HELP = "the round trips per token table"
 def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sweeps", nargs="+", required=True)
     p.add_argument("--out", required=True, help="table path without suffix")
-    p.add_argument("--interference", type=json_arg, default={},
+    p.add_argument("--interference", type=typed(InterferenceLimits), default={},
                    help="the config's interference: limits (JSON), which flag a sweep")
 
 

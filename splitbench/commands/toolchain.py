@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 
 from splitbench.backends.llamacpp import toolchain
-from splitbench.commands import json_arg
+from splitbench.slice_check import typed
+from splitbench.slices import HostsSlice
 
 HELP = "record both hosts' llama.cpp builds"
 
@@ -14,7 +15,7 @@ HELP = "record both hosts' llama.cpp builds"
 def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pair", required=True)
     p.add_argument("--source", required=True)
-    p.add_argument("--hosts", type=json_arg, required=True)
+    p.add_argument("--hosts", type=typed(HostsSlice), required=True)
     p.add_argument("--out", required=True)
 
 

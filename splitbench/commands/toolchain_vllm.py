@@ -6,14 +6,15 @@ from __future__ import annotations
 import argparse
 
 from splitbench.backends.vllm import setup, toolchain
-from splitbench.commands import json_arg
+from splitbench.slice_check import typed
+from splitbench.slices import HostsSlice
 
 HELP = "record both hosts' vLLM"
 
 
 def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pair", required=True)
-    p.add_argument("--hosts", type=json_arg, required=True)
+    p.add_argument("--hosts", type=typed(HostsSlice), required=True)
     p.add_argument("--venv", default=setup.DEFAULT_VENV,
                    help="the vLLM environment of hosts that name none")
     p.add_argument("--out", required=True)

@@ -36,7 +36,7 @@ from splitbench.report.provenance import clock_text, provenance_section, request
 from splitbench.slices import HostSlice, LinkSlice
 
 if TYPE_CHECKING:  # plan imports pydantic, which the report does not load
-    from splitbench.plan import PairView
+    from splitbench.slices import PairView
 
 # Tables in the seed write-up's order; stems that match none come after, by name.
 TABLE_ORDER = ["links", "link_comparison", "link_traffic", "single_stream_decode",

@@ -16,7 +16,7 @@ from tests.conftest import ROOT
 
 # Each unit is a package of splitbench or one of its top-level modules.
 LAYERS = (
-    ("errors", "version", "slices", "records", "results", "registry"),
+    ("errors", "version", "slices", "slice_check", "records", "results", "registry"),
     ("configuration",),
     ("remote",),
     ("infra",),
