@@ -7,7 +7,7 @@ rule launch:
         model=results.MODEL_INFO,
         toolchain=results.TOOLCHAIN,
         link=ancient(results.LINK),
-        vllm=vllm_toolchain,
+        own_toolchain=backend_toolchain,
     output:
         results.LAUNCH,
     log:

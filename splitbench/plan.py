@@ -15,7 +15,7 @@ from typing import Any, TypedDict
 
 import yaml
 
-from splitbench import configuration, pairs, results
+from splitbench import configuration, pairs, registry, results
 from splitbench.configuration import Config, ConfigError
 from splitbench.infra import precision
 from splitbench.slices import (
@@ -273,7 +273,8 @@ def server_slice(config: Config, model: str) -> ServerSettings:
     tokens = max(config.contexts.values()) + n_predict
     from splitbench import backends  # each backend plans its own launch
 
-    return backends.get(spec.get("backend", "llamacpp")).server_settings(spec, slots, tokens)
+    return backends.get(spec.get("backend", registry.DEFAULT)).server_settings(
+        spec, slots, tokens)
 
 
 def link_slice(config: Config, pair: str, link: str) -> LinkSlice:

@@ -52,6 +52,7 @@ class ToolchainRecord(TypedDict, total=False):
     """`results/toolchain/<pair>.json` (llama.cpp's) or `<pair>.vllm.json`: each
     host's build, or why the pair's hosts cannot run it (status "failed")."""
 
+    backend: str  # whose toolchain (absent: the default backend's, registry.DEFAULT)
     pair: str
     source: str
     status: str

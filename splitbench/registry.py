@@ -17,6 +17,9 @@ from pathlib import Path
 from splitbench.errors import SplitbenchError
 
 BUILT_IN = ("llamacpp", "vllm")
+# The backend of a model that names none, and of results written before a cell or a
+# launch recorded its backend.
+DEFAULT = "llamacpp"
 VARIABLE = "SPLITBENCH_BACKENDS"
 # A backend's name: what a model's `backend:` says, and a Python identifier.
 NAME = re.compile(r"^[a-z][a-z0-9_]{0,31}$")

@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
+from splitbench import backends
 from splitbench.analysis import (
     checks,
     comparison,
@@ -387,9 +388,10 @@ def _tail_cells(cells: pd.DataFrame, rows: pd.DataFrame, link: str) -> pd.DataFr
 
 
 def _split_of(cells: pd.DataFrame) -> str:
-    """How a model's cells were split (splits.SPLITS' key; llama.cpp RPC without one)."""
+    """How a model's cells were split (a backend's split; the default backend's for
+    cells measured before cells recorded theirs)."""
     named = cells["split"].dropna() if "split" in cells else pd.Series([], dtype=object)
-    return str(named.iloc[0]) if len(named) else "rpc"
+    return str(named.iloc[0]) if len(named) else backends.default_split()
 
 
 def _tail_rows(tails: pd.DataFrame | None, pair: str, model: str, order: dict[str, int]

@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import pandas as pd
 
+from splitbench import backends
 from splitbench.analysis.comparison import COVERAGE
 from splitbench.analysis.finding_text import Finding, listed, marked
 
-# How each split is named, in the table's order.
-SPLITS = {"rpc": "llama.cpp RPC", "tp2": "vLLM TP=2", "pp2": "vLLM PP=2"}
+
+def split_labels() -> dict[str, str]:
+    """How each split is named, in the table's order (each backend's `split_labels`)."""
+    return backends.split_labels()
 
 # A cell is matched with the other splits of its shape on these.
 SHARED = ["model_shape", "pair", "link", "ctx", "conc"]
@@ -35,7 +38,7 @@ def compared(summary: pd.DataFrame) -> pd.DataFrame:
         return summary.iloc[0:0]
     cells = summary[summary["model_shape"].notna()].copy()
     split = cells["split"] if "split" in cells else pd.Series(None, index=cells.index)
-    cells["split"] = split.fillna("rpc")
+    cells["split"] = split.fillna(backends.default_split())
     count = cells.groupby(["model_shape", "pair"])["split"].transform("nunique")
     return cells[count >= 2]
 
@@ -59,10 +62,10 @@ def compare(summary: pd.DataFrame, contexts: list[str], baseline_link: str | Non
                          ttft_ms_unc=COVERAGE * cells["ttft_ms_se"],
                          verdict=_verdicts(cells, mechanisms))
     order = {c: i for i, c in enumerate(contexts)}
-    split_order = {s: i for i, s in enumerate(SPLITS)}
+    split_order = {s: i for i, s in enumerate(split_labels())}
     cells = cells.assign(_ctx=cells["ctx"].map(order).fillna(len(order)),
                          _other=cells["link"] != baseline_link,
-                         _split=cells["split"].map(split_order).fillna(len(SPLITS)))
+                         _split=cells["split"].map(split_order).fillna(len(split_order)))
     cells = cells.sort_values(["model_shape", "pair", "_ctx", "conc", "_other", "link",
                                "_split"], kind="stable")
     return cells.drop(columns=["_ctx", "_other", "_split"]).reset_index(drop=True)
@@ -83,7 +86,7 @@ def _verdicts(cells: pd.DataFrame, mechanisms: pd.DataFrame | None) -> list[str]
 
 
 def split_name(split: str) -> str:
-    return SPLITS.get(split, split)
+    return split_labels().get(split, split)
 
 
 # --- the findings ---------------------------------------------------------------------------

@@ -32,6 +32,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from splitbench import backends
+
+# The backend whose traffic this module predicts: llama.cpp's RPC protocol.
+RPC_BACKEND = "llamacpp"
+
 F32 = 4
 # llama.cpp's attention mask: f16, one row per decoded token, over the KV cells in use
 # padded to KV_PAD (derived from the measured growth with context: 2 B x the padded
@@ -275,19 +280,17 @@ def _rpc_split(cells: pd.DataFrame) -> np.ndarray:
     """Which cells llama.cpp's RPC split served (the one split the byte prediction
     models); a cell measured before the backend column existed was llama.cpp's."""
     backend = cells.reindex(columns=["backend"]).iloc[:, 0]
-    return (backend.isna() | backend.eq("llamacpp")).to_numpy()
+    return (backend.isna() | backend.eq(RPC_BACKEND)).to_numpy()
 
 
 def _backend_name(row: pd.Series) -> str:
-    return "vLLM" if row.get("backend") == "vllm" else f"backend {row.get('backend')}"
+    return backends.label(row.get("backend"))
 
 
 def _layout_text(row: pd.Series) -> str:
-    if row.get("backend") == "vllm":
-        return {"tp2": "vLLM TP=2: every layer split across A and B",
-                "pp2": "vLLM PP=2: half the layers"}.get(row.get("split"), "vLLM")
-    if row.get("backend") not in (None, "llamacpp") and not pd.isna(row.get("backend")):
-        return f"backend {row['backend']}: {row.get('split')}"
+    backend = row.get("backend")
+    if backend is not None and not pd.isna(backend) and backend != RPC_BACKEND:
+        return backends.layout_text(backend, row.get("split"))
     blocks, output = row.get("blocks_on_b"), row.get("output_on_b")
     if blocks is None or pd.isna(blocks):
         return "— (not in the launch record)"

@@ -27,7 +27,8 @@ from splitbench.slices import ModelSlice, ServerSettings
 if TYPE_CHECKING:
     from splitbench.configuration import Config
 
-__all__ = ["Backend", "Launch", "check_models", "describe_model", "get", "split"]
+__all__ = ["Backend", "Launch", "check_models", "default_split", "describe_model", "get",
+           "label", "layout_text", "of_format", "split", "split_labels"]
 
 
 def check_models(config: Config) -> None:
@@ -41,7 +42,7 @@ def describe_model(spec: ModelSlice, path: str | Path | None,
                    origin: models.ModelOrigin | None = None) -> ModelInfo:
     """The model record: its backend's own description of a model in its format
     (`Backend.describe_model`), else the GGUF's (`models.describe`)."""
-    own = get(spec.get("backend", "llamacpp")).describe_model(spec, path)
+    own = get(spec.get("backend", registry.DEFAULT)).describe_model(spec, path)
     return own if own is not None else models.describe(spec, path, origin)
 
 
@@ -49,10 +50,48 @@ def split(settings: ServerSettings) -> str:
     """How a launch's settings split the model across the hosts: "rpc" (llama.cpp's
     layer split), "tp2" or "pp2" (vLLM's tensor or pipeline parallel), or what a
     registered backend calls its split."""
-    return get(settings.get("backend", "llamacpp")).split(settings)
+    return get(settings.get("backend", registry.DEFAULT)).split(settings)
 
 
-def get(name: str = "llamacpp") -> Backend:
+def split_labels() -> dict[str, str]:
+    """Every backend's splits in the report's words: the built-in backends' first, in
+    the order the report lists them."""
+    labels: dict[str, str] = {}
+    for name in registry.names():
+        labels.update(get(name).split_labels)
+    return labels
+
+
+def default_split() -> str:
+    """The split of a cell measured before cells recorded theirs (the default
+    backend's)."""
+    return get(registry.DEFAULT).split({})
+
+
+def label(name: str | None) -> str:
+    """What the report calls a backend ("backend <name>" where it names itself nothing)."""
+    named = get(name).label if name in registry.names() else ""
+    return named or f"backend {name}"
+
+
+def layout_text(name: str, split: str | None) -> str:
+    """Where a backend's split puts the model's layers, in the report's words."""
+    backend = get(name) if name in registry.names() else None
+    layout = backend.split_layouts.get(split or "") if backend else None
+    if backend and layout:
+        return f"{backend.split_labels.get(split or '', label(name))}: {layout}"
+    return label(name) if backend and backend.label else f"backend {name}: {split}"
+
+
+def of_format(model_format: str) -> Backend:
+    """The first backend (built-in ones first) that loads models in this format."""
+    for name in registry.names():
+        if get(name).model_format == model_format:
+            return get(name)
+    raise ValueError(f"no backend loads models in format '{model_format}'")
+
+
+def get(name: str = registry.DEFAULT) -> Backend:
     """The backend called `name`: a built-in package's `backend.BACKEND`, or that of a
     folder registered in SPLITBENCH_BACKENDS (splitbench.registry)."""
     if name in registry.BUILT_IN:

@@ -42,6 +42,20 @@ class Backend(ABC):
     of a subclass (`splitbench.backends.get` finds it)."""
 
     name: ClassVar[str]
+    # What the report calls the backend ("" : "backend <name>"), each split it makes (the
+    # cell's `split` column) and where each puts the model's layers (a split not named
+    # here is shown as written).
+    label: ClassVar[str] = ""
+    split_labels: ClassVar[dict[str, str]] = {}
+    split_layouts: ClassVar[dict[str, str]] = {}
+    # The format of the model files it loads: "gguf" (`splitbench.models`), or a format
+    # of its own ("hf": a Hugging Face directory), which `write_synthetic` writes and
+    # `describe_model` describes.
+    model_format: ClassVar[str] = "gguf"
+    # Its own toolchain record of a pair (a path template under results/ with {pair}),
+    # made by a rule of its own, which each of its launches waits for; None: the pair's
+    # llama.cpp toolchain record is all its launches read.
+    toolchain_result: ClassVar[str | None] = None
     # Errors `ensure` raises for a launch that did not come up: a result, not a crash.
     launch_errors: ClassVar[tuple[type[Exception], ...]] = (lifecycle.LaunchError,)
 
@@ -87,6 +101,12 @@ class Backend(ABC):
         for a GGUF, which `splitbench.models` describes."""
         return None
 
+    def write_synthetic(self, synthetic: dict[str, int], path: str) -> None:
+        """Write a `synthetic` model block in this backend's format at `path`."""
+        from splitbench import models  # gguf and numpy: the model job's, not a cell's
+
+        models.write_synthetic(synthetic, path)
+
     def server_settings(self, model: ModelSlice, slots: int, tokens: int
                         ) -> ServerSettings:
         """A launch's settings (the launch job's params: a change re-launches), for
@@ -94,6 +114,19 @@ class Backend(ABC):
         backend's name, the two counts and the model's own `threads`."""
         return {"backend": self.name, "slots": slots, "max_tokens": tokens,
                 "threads": model.get("threads", 1)}
+
+    def toolchain_rows(self, record: ToolchainRecord) -> list[dict[str, Any]]:
+        """The report's provenance rows of a pair's toolchain record, one per host: its
+        status (a pair whose toolchain could not be had: why), then what the backend
+        records of each host's build. By default every plain value the record holds."""
+        rows = []
+        for side in ("a", "b"):
+            host = record.get(side) or {}
+            rows.append({"pair": record.get("pair"), "host": side.upper(),
+                         "status": record.get("status", "ok"), "error": record.get("error"),
+                         **{key: value for key, value in host.items()
+                            if isinstance(value, str | int | float | bool)}})
+        return rows
 
     def split(self, settings: ServerSettings) -> str:
         """How the launch splits the model across the hosts, in a word (the cell's

@@ -37,7 +37,7 @@ class LaunchError(SplitbenchError):
     carries its log's tail."""
 
 
-# Each slot's index among a run's per-slot ports (the HTTP port, vLLM's rendezvous port).
+# Each slot's index among a run's per-slot ports (the HTTP port, the backend's own port).
 SLOT_INDEX = {"": 0, "reference": 1, **{f"point{i}": FIRST_POINT_SLOT + i
                                          for i in range(MAX_SLOTS - FIRST_POINT_SLOT)}}
 

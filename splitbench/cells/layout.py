@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, TypedDict
 
-from splitbench import backends
+from splitbench import backends, registry
 from splitbench.records import LaunchRecord, ModelInfo
 
 if TYPE_CHECKING:  # models imports gguf and numpy: not at a cell's start
@@ -39,7 +39,7 @@ def layout(model: ModelInfo, launch: LaunchRecord | None) -> Layout:
         "blocks_on_b": where.get("blocks_on_b"),
         "output_on_b": where.get("output_on_b"),
         "rpc_workers": len(launch["worker_ports"]) if launch.get("worker_ports") else None,
-        "backend": settings.get("backend", "llamacpp"),
+        "backend": settings.get("backend", registry.DEFAULT),
         # How the model is split across the hosts: llama.cpp's RPC layer split, or vLLM's
         # tensor (tp2) or pipeline (pp2) parallel.
         "split": backends.split(settings),

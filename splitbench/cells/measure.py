@@ -15,7 +15,7 @@ import httpx
 import pandas as pd
 from rich.console import Console
 
-from splitbench import backends, pairs, results
+from splitbench import backends, pairs, registry, results
 from splitbench.backends import Launch, client, metrics
 from splitbench.cells import stopping
 from splitbench.cells.layout import layout
@@ -36,7 +36,7 @@ from splitbench.slices import CellSlice, LinkSlice, ServerSettings
 
 def backend_of(cell: CellSlice) -> backends.Backend:
     """The cell's backend: its model's (`models.<m>.backend`, llama.cpp by default)."""
-    return backends.get((cell.get("model") or {}).get("backend", "llamacpp"))
+    return backends.get((cell.get("model") or {}).get("backend", registry.DEFAULT))
 
 TOKEN_COLUMNS = ["request_id", "token_index", "token_id", "t_ns", "t_mono_ns", "chunk_tokens",
                  "server_cum_prompt_ms", "server_cum_predicted_ms", "server_cum_predicted_n"]

@@ -7,7 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
-from splitbench import backends
+from splitbench import backends, registry
 from splitbench.slice_check import typed
 from splitbench.slices import LinkSlice, ServerSettings
 
@@ -26,7 +26,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> None:
     model = json.loads(Path(args.model).read_text())
     tools = json.loads(Path(args.toolchain).read_text())
-    backend = backends.get(args.settings.get("backend", "llamacpp"))
+    backend = backends.get(args.settings.get("backend", registry.DEFAULT))
     record = backend.launch_record(args.link_spec, args.settings, model, tools)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(record, indent=1))

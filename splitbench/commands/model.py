@@ -27,10 +27,8 @@ def arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    if args.write and args.hf:
-        from splitbench.backends.vllm import hf_model  # the format vLLM loads
-
-        hf_model.write_synthetic_hf(args.spec["synthetic"], args.hf)
+    if args.write and args.hf:  # a Hugging Face directory: its backend writes it
+        backends.of_format("hf").write_synthetic(args.spec["synthetic"], args.hf)
     elif args.write and args.spec.get("source"):
         origin = models.fetch(args.spec["source"], args.gguf)
         results.model_origin(args.gguf).write_text(json.dumps(origin))

@@ -16,7 +16,7 @@ from pydantic import (
     model_validator,
 )
 
-from splitbench import results
+from splitbench import registry, results
 from splitbench.errors import SplitbenchError
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -199,11 +199,11 @@ class Model(Section):
         "oneOf": [{"required": ["synthetic"]}, {"required": ["path"]},
                   {"required": ["source"]}],
         # layers_on_b is llama.cpp's split: required where the backend is llamacpp.
-        "if": {"properties": {"backend": {"const": "llamacpp"}}},
+        "if": {"properties": {"backend": {"const": registry.DEFAULT}}},
         "then": {"required": ["layers_on_b"]}})
 
     backend: str = key(
-        "llamacpp", "llamacpp: llama-server on A, ggml-rpc-server on B (layers_on_b "
+        registry.DEFAULT, "llamacpp: llama-server on A, ggml-rpc-server on B (layers_on_b "
                     "required); vllm: vLLM tensor or pipeline parallel across the pair "
                     "(the `vllm` key; a synthetic model, or path to a Hugging Face "
                     "directory on both hosts); or a backend registered in "

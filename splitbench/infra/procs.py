@@ -36,10 +36,18 @@ from splitbench.infra.polling import poll_until
 if TYPE_CHECKING:  # paramiko loads only where a host is remote
     from splitbench.infra.ssh import SSHSettings
 
-# Stop order: the HTTP front end before the RPC worker it talks to (a worker that
-# goes first makes llama-server abort mid-call: "Remote RPC server crashed").
-# A measuring job goes first: after Snakemake is killed, its jobs run on as orphans.
-STOP_ORDER = ("job", "llama-server", "rpc-server", "relay", "probe", "iperf3", "other")
+# Stop order, by a record's `stops` (what a backend's process is to the others) or else
+# its role: a measuring job first (after Snakemake is killed, its jobs run on as
+# orphans); then a launch's front end, which the client calls, before the workers it
+# calls (a worker that goes first makes its front end abort mid-call); then the link's
+# own tools; anything else last.
+STOP_ORDER = ("job", "front", "worker", "relay", "probe", "iperf3", "other")
+
+
+def stop_rank(record: ProcRecord) -> int:
+    """Where a recorded process comes in STOP_ORDER (unknown: after every other)."""
+    stage = record.get("stops") or record.get("role")
+    return STOP_ORDER.index(stage) if stage in STOP_ORDER else len(STOP_ORDER)
 
 
 class ProcRecord(TypedDict, total=False):
@@ -47,7 +55,8 @@ class ProcRecord(TypedDict, total=False):
 
     pid: int
     start_time: int | None  # clock ticks since boot (`start_time`); None: unknown
-    role: str  # "job", "reaper", "llama-server", "rpc-server", "vllm-rank0", "relay", ...
+    role: str  # "job", "reaper", "relay", ..., or a backend's ("llama-server", ...)
+    stops: str  # a backend's process: "front" (the client calls it) or "worker"
     key: str
     argv: list[str]
     log: str  # the log's path; a remote one's as "destination:path"

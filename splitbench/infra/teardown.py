@@ -81,8 +81,7 @@ def teardown(namespaces_first: bool = False, spare: Sequence[str] = ()) -> list[
 def _stop(records: list[procs.ProcRecord], spare: Sequence[str]) -> list[str]:
     """Stop these recorded processes in STOP_ORDER, but those keyed in `spare`."""
     done = []
-    rank = {role: i for i, role in enumerate(procs.STOP_ORDER)}
-    for record in sorted(records, key=lambda r: rank.get(r.get("role"), len(rank))):
+    for record in sorted(records, key=procs.stop_rank):
         if record["key"] in spare:
             continue
         if procs.unreachable(record):

@@ -23,19 +23,20 @@ FIRST_PORT = 20480
 PORT_BLOCKS = 70
 # The block's layout: RPC workers (a set of MAX_WORKERS for each launch slot, where the
 # slots' workers share one address: a delay sweep over a real link), then iperf3, the
-# probe and sockperf, then a rendezvous port and an HTTP port per slot.
+# probe and sockperf, then a port per slot for the backend's own use (where its ranks
+# meet) and an HTTP port per slot.
 _SERVICES = MAX_WORKERS * MAX_SLOTS
-_RENDEZVOUS = _SERVICES + 4
-_HTTP = _RENDEZVOUS + MAX_SLOTS
+_BACKEND = _SERVICES + 4
+_HTTP = _BACKEND + MAX_SLOTS
 
 
 @dataclass(frozen=True)
 class Ports:
     """The ports one run serves on, all within one block from `base`: the RPC workers
-    (B), iperf3, the latency probe and sockperf (B), vLLM's rendezvous store and the
-    HTTP front (A), a port per launch slot. Two runs against the same host B, or on the
-    same host A, take two blocks (links/ports.py), so they never share one; the firewall
-    guard covers exactly the run's block."""
+    (B), iperf3, the latency probe and sockperf (B), a port of the backend's own (where
+    its processes meet) and the HTTP front (A), a port per launch slot. Two runs against
+    the same host B, or on the same host A, take two blocks (links/ports.py), so they
+    never share one; the firewall guard covers exactly the run's block."""
 
     base: int = FIRST_PORT
     # Which slot's set of worker ports this link's launches use (0: the first; a sweep
@@ -59,8 +60,10 @@ class Ports:
     def sockperf(self) -> int:
         return self.base + _SERVICES + 2
 
-    def rendezvous(self, slot: int) -> int:
-        return self.base + _RENDEZVOUS + self._slot(slot)
+    def backend_own(self, slot: int) -> int:
+        """The port a backend's launch in `slot` may use for itself (vLLM: where its
+        ranks meet)."""
+        return self.base + _BACKEND + self._slot(slot)
 
     def http(self, slot: int) -> int:
         return self.base + _HTTP + self._slot(slot)

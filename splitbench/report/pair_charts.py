@@ -183,7 +183,7 @@ def backends_chart(summary: pd.DataFrame, baseline: str = "", **_: Any
                                       "(llama.cpp RPC, vLLM TP=2, vLLM PP=2) in this run")
     ok = comp[comp["status"] == "ok"]
     failed = comp[comp["status"] != "ok"]
-    split_names = [splits.split_name(s) for s in splits.SPLITS]
+    split_names = list(splits.split_labels().values())
     several = comp["model_shape"].nunique() > 1 or comp["pair"].nunique() > 1
     cells = ok.assign(
         split=ok["split"].map(splits.split_name),

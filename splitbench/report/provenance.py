@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from splitbench import results, version
+from splitbench import backends, registry, results, version
 from splitbench.analysis import cell_summary
 from splitbench.analysis.marks import FLAG_MARK
 from splitbench.infra import parquet_io
@@ -21,23 +21,12 @@ from splitbench.report.html_parts import dl, esc, frame_html, short
 
 
 def _toolchain_rows(toolchain_files: list[str]) -> pd.DataFrame:
+    """Each pair's toolchain, a row per host, in its backend's words
+    (`Backend.toolchain_rows`)."""
     rows = []
     for path in toolchain_files:
         record = json.loads(Path(path).read_text())
-        for side in ("a", "b"):
-            host = record.get(side, {})
-            rows.append({
-                "pair": record.get("pair"), "host": side.upper(),
-                # A pair whose toolchain could not be had: why (its blocks did not launch).
-                "status": record.get("status", "ok"),
-                "error": record.get("error"),
-                "llama-server version": host.get("llama_server_version"),
-                "build id": host.get("build_id"), "source": record.get("source"),
-                "package": host.get("package"),
-                "llama-server sha256": (host.get("llama-server_sha256") or "")[:16],
-                "ggml-rpc-server sha256": (host.get("ggml-rpc-server_sha256") or "")[:16],
-                "bin dir": host.get("bin_dir"),
-            })
+        rows += backends.get(record.get("backend") or registry.DEFAULT).toolchain_rows(record)
     return pd.DataFrame(rows)
 
 
@@ -128,7 +117,7 @@ def _launch_rows(launch_files: dict[str, Path]) -> tuple[pd.DataFrame, str]:
         started = launch.get("started_at")
         rows.append({"launch": launch_id, "pair": launch.get("pair"),
                      "link": launch.get("link"),
-                     "backend": (launch.get("settings") or {}).get("backend", "llamacpp"),
+                     "backend": (launch.get("settings") or {}).get("backend", registry.DEFAULT),
                      "settings": json.dumps(launch.get("settings")),
                      "started": clock_text(started * 1e9) if started else None,
                      "load s": launch.get("load_s"),
@@ -205,7 +194,7 @@ def provenance_section(summary_path: str, summary: pd.DataFrame, links: pd.DataF
     return "".join([
         '<section id="provenance"><h2>Provenance</h2>', '<h3 id="run">Run</h3>', dl(facts),
         *pairs,
-        "<h3>llama.cpp on each host</h3>", frame_html(_toolchain_rows(toolchain_files)),
+        "<h3>Toolchain on each host</h3>", frame_html(_toolchain_rows(toolchain_files)),
         "<h3>Links as set up (emulation really applied)</h3>", frame_html(_links_rows(links)),
         "<h3>Server launches</h3>", frame_html(launch_rows), launch_commands,
         '<h3 id="checks">Checks</h3>', _checks_html(checks or []),

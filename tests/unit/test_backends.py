@@ -167,3 +167,33 @@ def test_a_cell_takes_its_models_backend_and_reaches_it_only_through_the_seam():
     assert roundtrips.BACKEND is backends.get("llamacpp")  # llama.cpp's round trips
     for module in (measure, roundtrips):
         assert not hasattr(module, "servers") and not hasattr(module, "prompts")
+
+
+def test_each_backend_names_its_own_splits_format_and_toolchain(registered):
+    from splitbench import results
+
+    assert backends.split_labels() == {"rpc": "llama.cpp RPC", "tp2": "vLLM TP=2",
+                                       "pp2": "vLLM PP=2"}  # onetrip names none
+    assert backends.default_split() == "rpc"
+    assert backends.label("vllm") == "vLLM" and backends.label("onetrip") == "backend onetrip"
+    assert backends.layout_text("vllm", "pp2") == "vLLM PP=2: half the layers"
+    assert backends.layout_text("onetrip", "one-trip") == "backend onetrip: one-trip"
+    assert backends.of_format("hf").name == "vllm"
+    assert backends.of_format("gguf").name == "llamacpp"
+    assert [registered(name).toolchain_result for name in REGISTERED] == [
+        None, results.TOOLCHAIN_VLLM, None]
+
+
+def test_a_toolchain_record_is_shown_in_its_backends_words(registered):
+    record = {"pair": "p", "status": "ok",
+              "a": {"llama_server_version": "b1", "llama-server_sha256": "f" * 64},
+              "b": {"carried_from": "a"}}
+    rows = registered("llamacpp").toolchain_rows(record)
+    assert [row["host"] for row in rows] == ["A", "B"]
+    assert rows[0]["llama-server version"] == "b1"
+    assert rows[0]["llama-server sha256"] == "f" * 16
+    # the default: every plain value a host's record holds, under its own key
+    plain = registered("onetrip").toolchain_rows({"pair": "p", "a": {"script": "x.py",
+                                                                     "nested": {}}})
+    assert plain[0] == {"pair": "p", "host": "A", "status": "ok", "error": None,
+                        "script": "x.py"}

@@ -130,7 +130,7 @@ def test_a_models_file_and_constraint_follow_its_kind(tiny):
     assert matrix.model_file(wildcards(model="mine")) == "/models/mine.gguf"
     assert matrix.models_named("synthetic") == "tiny|tiny2"
     assert matrix.models_named("synthetic_hf") == "(?!)"  # matches nothing
-    assert matrix.vllm_toolchain(wildcards(pair="t", model="tiny")) == []
+    assert matrix.backend_toolchain(wildcards(pair="t", model="tiny")) == []
 
 
 def test_a_cells_epoch_comes_from_the_reruns_file(tiny, tmp_path):

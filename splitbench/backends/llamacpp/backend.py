@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from splitbench.backends.base import Launch, ModuleBackend
 from splitbench.backends.llamacpp import api, servers
 from splitbench.infra.telemetry import RpcTraffic
 from splitbench.links.link import Link
+from splitbench.records import ToolchainRecord
 from splitbench.slices import ModelSlice, ServerSettings
 
 if TYPE_CHECKING:
@@ -18,6 +19,8 @@ class LlamaCpp(ModuleBackend):
     """llama-server on host A, one ggml-rpc-server per worker on host B."""
 
     name = "llamacpp"
+    label = "llama.cpp"
+    split_labels = {"rpc": "llama.cpp RPC"}
     servers, api = servers, api
 
     def check_model(self, where: str, model: ModelSlice, config: Config) -> None:
@@ -44,6 +47,21 @@ class LlamaCpp(ModuleBackend):
             if model.get(key):
                 settings[key] = list(model[key])
         return settings
+
+    def toolchain_rows(self, record: ToolchainRecord) -> list[dict[str, Any]]:
+        """Each host's llama-server version and build, and the two binaries' hashes."""
+        return [{
+            **row,
+            "llama-server version": host.get("llama_server_version"),
+            "build id": host.get("build_id"), "source": record.get("source"),
+            "package": host.get("package"),
+            "llama-server sha256": (host.get("llama-server_sha256") or "")[:16],
+            "ggml-rpc-server sha256": (host.get("ggml-rpc-server_sha256") or "")[:16],
+            "bin dir": host.get("bin_dir"),
+        } for row, host in zip(
+            [{key: row[key] for key in ("pair", "host", "status", "error")}
+             for row in super().toolchain_rows(record)],
+            [record.get("a") or {}, record.get("b") or {}], strict=True)]
 
     def split(self, settings: ServerSettings) -> str:
         return "rpc"  # the layer split: blocks and the output layer on B's workers

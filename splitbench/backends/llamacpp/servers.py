@@ -128,7 +128,7 @@ def _start(
         key = f"rpc-{lifecycle.named(link.pair, slot)}-{i}"
         started.append(key)
         worker = link.host_b.spawn(argv, role="rpc-server", key=key, env=worker_env,
-                                   extra={"pair": link.pair},
+                                   extra={"pair": link.pair, "stops": "worker"},
                                    log_path=logs / f"{launch_id}-rpc{i}.log")
         link.host_b.wait_listening(link.addr_b, worker_port, timeout=30, server=worker)
         rpc_argvs.append(argv)
@@ -156,7 +156,7 @@ def _start(
     started.insert(0, llama_key)  # stopped first: the front end before its workers
     load_started = time.monotonic()
     llama = link.host_a.spawn(server_argv, role="llama-server", key=llama_key,
-                              extra={"pair": link.pair},
+                              extra={"pair": link.pair, "stops": "front"},
                               log_path=logs / f"{launch_id}-llama-server.log")
     url = f"http://127.0.0.1:{port}"
     record: LaunchRecord = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from splitbench import configuration
+from splitbench import configuration, results
 from splitbench.backends.base import ModuleBackend
 from splitbench.backends.vllm import api, servers
 from splitbench.records import ModelInfo
@@ -16,6 +16,11 @@ class Vllm(ModuleBackend):
     """vLLM's API server and rank 0 on host A, rank 1 on host B."""
 
     name = "vllm"
+    label = "vLLM"
+    split_labels = {"tp2": "vLLM TP=2", "pp2": "vLLM PP=2"}
+    split_layouts = {"tp2": "every layer split across A and B", "pp2": "half the layers"}
+    model_format = "hf"
+    toolchain_result = results.TOOLCHAIN_VLLM
     servers, api = servers, api
 
     def check_model(self, where: str, model: ModelSlice, config: configuration.Config
@@ -44,6 +49,11 @@ class Vllm(ModuleBackend):
         if not settings.get("extra_args"):
             settings.pop("extra_args", None)
         return settings
+
+    def write_synthetic(self, synthetic: dict[str, int], path: str) -> None:
+        from splitbench.backends.vllm import hf_model
+
+        hf_model.write_synthetic_hf(synthetic, path)
 
     def split(self, settings: ServerSettings) -> str:
         """Tensor (tp2) or pipeline (pp2) parallel. Its ranks connect on ports of their

@@ -119,7 +119,7 @@ def _start(link: Link, settings: ServerSettings, model_path: str, wanted: str,
     launch_id = uuid.uuid4().hex[:12]
     logs = procs.state_dir() / "logs"
     port = lifecycle.http_port(link, slot)
-    master_port = link.ports.rendezvous(lifecycle.SLOT_INDEX[slot])
+    master_port = link.ports.backend_own(lifecycle.SLOT_INDEX[slot])
     name = lifecycle.named(link.pair, slot)
     common = _serve_args(settings, model_path, link.addr_a, master_port)
     ranks = [
@@ -148,7 +148,8 @@ def _start(link: Link, settings: ServerSettings, model_path: str, wanted: str,
         started.append(key)
         rank = host.spawn(argv, role=f"vllm-rank{0 if side == 'a' else 1}", key=key,
                           log_path=logs / f"{launch_id}-vllm-{side}.log", env=env,
-                          extra={"pair": link.pair, "group": True})
+                          extra={"pair": link.pair, "group": True,
+                                 "stops": "front" if side == "a" else "worker"})
         if host.netns is None:
             # A real host's /dev/shm: the files the rank's session maps there (a killed
             # rank leaves them), read once it is up and again at stop.

@@ -49,14 +49,16 @@ def _start(link: Link, settings: dict[str, Any], wanted: str, slot: str
     launch_id = uuid.uuid4().hex[:12]
     name = lifecycle.named(link.pair, slot)
     worker = [link.host_b.python, str(SERVER), "worker", link.addr_b, str(link.ports.worker(0))]
-    link.host_b.spawn(worker, role="rpc-server", key=f"onetrip-worker-{name}",
-                      extra={"pair": link.pair}, log_path=logs / f"{launch_id}-worker.log")
+    link.host_b.spawn(worker, role="onetrip-worker", key=f"onetrip-worker-{name}",
+                      extra={"pair": link.pair, "stops": "worker"},
+                      log_path=logs / f"{launch_id}-worker.log")
     link.host_b.wait_listening(link.addr_b, link.ports.worker(0), timeout=30)
     port = lifecycle.http_port(link, slot)
     front = [link.host_a.python, str(SERVER), "front", str(port), link.connect_addr,
              str(link.ports.worker(0))]
     front_key = f"onetrip-front-{name}"
-    link.host_a.spawn(front, role="llama-server", key=front_key, extra={"pair": link.pair},
+    link.host_a.spawn(front, role="onetrip-front", key=front_key,
+                      extra={"pair": link.pair, "stops": "front"},
                       log_path=logs / f"{launch_id}-front.log")
     url = f"http://127.0.0.1:{port}"
     started = time.monotonic()
