@@ -12,7 +12,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from splitbench import configuration, pairs, plan, results
+from splitbench import backends, pairs, plan, results
 from splitbench.configuration import Config, Pair
 from splitbench.infra import files
 from splitbench.links import readiness
@@ -61,34 +61,13 @@ def before_run(config: Config, on_cluster: bool,
 
 
 def pair_lines(config: Config, pair: str, spec: Pair) -> list[Line]:
-    """What the pair's kind asks of its hosts and links, then its backends' toolchain
-    where host B was reached."""
+    """What the pair's kind asks of its hosts and links, then the toolchain of each
+    backend the models use, where host B was reached."""
     lines = pairs.of(spec.mode).doctor_lines(config, pair, spec)
     if readiness.reached(lines):
-        lines += _toolchain(config, pair, spec)
+        for backend in backends.used(config):
+            lines += backend.doctor_lines(config, pair, spec)
     return lines
-
-
-def _toolchain(config: Config, pair: str, spec: Pair) -> list[Line]:
-    from splitbench.backends.llamacpp import toolchain
-
-    if not configuration.llamacpp_models(config):
-        return []
-    source = config.toolchain.source
-    hosts = spec.hosts.given()
-    where = f"pair '{pair}'"
-    try:
-        a, b = toolchain.describe_pair(source, hosts, where)
-    except toolchain.TOOLCHAIN_FAILURES as exc:
-        return [Line(BAD, pair, str(exc).replace(f"{where}: ", ""),
-                     "install the same llama.cpp build on both hosts (./bootstrap.sh, or "
-                     "toolchain.source: path with each host's bin_dir)")]
-    if b.get("carried_from"):
-        return [Line(OK, pair, f"host B has no build of its own: host A's worker runs "
-                               f"there, copied by each run and removed after "
-                               f"({a['llama_server_version']}; tried on B just now)")]
-    return [Line(OK, pair, f"the same llama.cpp build on both hosts "
-                           f"({a['llama_server_version']})")]
 
 
 def run_lines(config: Config, results_dir: str | Path) -> list[Line]:

@@ -28,7 +28,13 @@ if TYPE_CHECKING:
     from splitbench.configuration import Config
 
 __all__ = ["Backend", "Launch", "check_models", "default_split", "describe_model", "get",
-           "label", "layout_text", "of_format", "split", "split_labels"]
+           "label", "layout_text", "of_format", "split", "split_labels", "used"]
+
+
+def used(config: Config) -> list[Backend]:
+    """The backends the config's models name, each once, in the models' order."""
+    return [get(name) for name in dict.fromkeys(spec.backend
+                                                 for spec in config.models.values())]
 
 
 def check_models(config: Config) -> None:

@@ -21,7 +21,8 @@ from splitbench.slices import LinkSlice, ModelSlice, ServerSettings
 
 if TYPE_CHECKING:  # metrics imports numpy, which this module does not need at run time
     from splitbench.backends.metrics import RequestRow
-    from splitbench.configuration import Config
+    from splitbench.configuration import Config, Pair
+    from splitbench.links.readiness import Line
 
 
 class Launch(Protocol):
@@ -94,6 +95,17 @@ class Backend(ABC):
         "models.<name>"; `config` the whole typed config, for what the model asks of the
         pairs). The config's own checks have passed: the model section is well formed."""
         return None  # nothing to refuse unless the backend says so
+
+    def missing_here(self, config: Config) -> str | None:
+        """Why the config's models of this backend cannot run on this machine, checked
+        as the workflow plans, before anything starts (None: nothing is missing, or
+        what a host lacks is its toolchain job's to say)."""
+        return None
+
+    def doctor_lines(self, config: Config, pair: str, spec: Pair) -> list[Line]:
+        """The doctor's lines for this backend's toolchain on a pair whose hosts were
+        reached (a ✗ says what to do)."""
+        return []
 
     def describe_model(self, model: ModelSlice, path: str | Path | None) -> ModelInfo | None:
         """The model record (`backends.describe_model`) of a model in a format of this

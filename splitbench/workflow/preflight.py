@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from splitbench import backends, cluster, configuration, plan, registry
-from splitbench.backends.vllm import setup as vllm_setup
 from splitbench.errors import SplitbenchError
 from splitbench.workflow import snakemake_internals
 
@@ -56,17 +55,18 @@ def merged_config(config: dict[str, Any], workflow: Any) -> None:
 
 def checked(config: dict[str, Any]) -> configuration.Config:
     """The config as the typed model (its keys and the checks across them), what each
-    model's backend refuses (`Backend.check_model`), and this machine's vLLM for a vLLM model on
-    an embedded pair (an SSH host B's is checked by its toolchain job). Every planning
-    function reads this model."""
+    model's backend refuses (`Backend.check_model`) and what this machine lacks for a
+    backend the config uses (`Backend.missing_here`: vLLM's environment for an embedded
+    pair). Every planning function reads this model."""
     try:
         typed = configuration.parsed(config)
         backends.check_models(typed)
     except (configuration.ConfigError, registry.RegistryError) as error:
         raise PreflightError(f"invalid configuration: {error}") from None
-    missing_vllm = vllm_setup.missing(typed)
-    if missing_vllm:
-        raise PreflightError(missing_vllm)
+    for backend in backends.used(typed):
+        missing = backend.missing_here(typed)
+        if missing:
+            raise PreflightError(missing)
     return typed
 
 

@@ -179,8 +179,16 @@ def test_a_missing_vllm_stops_the_plan_naming_the_install_command(tmp_path):
     config["pairs"]["lab"]["hosts"]["a"]["vllm_venv"] = str(tmp_path / "none")
     why = setup.missing(parsed(config))
     assert why and "./bootstrap.sh vllm" in why and str(tmp_path / "none") in why
+    # the workflow asks each backend the config uses what this machine lacks
+    from splitbench import backends
+    from splitbench.workflow import preflight
+
+    assert [b.name for b in backends.used(parsed(config))] == ["llamacpp", "vllm"]
+    with pytest.raises(preflight.PreflightError, match="./bootstrap.sh vllm"):
+        preflight.checked(config)
     config["models"] = {"rpc": config["models"]["rpc"]}
     assert setup.missing(parsed(config)) is None  # no vLLM model: nothing to install
+    assert preflight.checked(config)
 
 
 @pytest.mark.parametrize(("arg", "owned"), [

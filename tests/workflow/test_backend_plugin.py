@@ -47,8 +47,13 @@ def test_the_backend_is_one_folder_that_the_package_never_names():
     rules and config name no such backend (the docs point to it as the example)."""
     added = sorted(p.relative_to(ROOT).as_posix() for p in FOLDER.rglob("*.py"))
     assert added == ["tests/backends/onetrip/__init__.py",
+                     "tests/backends/onetrip/api.py",
                      "tests/backends/onetrip/backend.py",
                      "tests/backends/onetrip/server.py"]
+    # and it reuses no module of another backend: only the shared seam and client
+    for path in FOLDER.rglob("*.py"):
+        assert "splitbench.backends.llamacpp" not in path.read_text(), path
+        assert "splitbench.backends.vllm" not in path.read_text(), path
     named = subprocess.run(["grep", "-rl", "onetrip", "splitbench", "rules", "Snakefile",
                             "config", "profiles", "envs"],
                            cwd=ROOT, capture_output=True, text=True)

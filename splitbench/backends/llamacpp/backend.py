@@ -12,7 +12,8 @@ from splitbench.records import ToolchainRecord
 from splitbench.slices import ModelSlice, ServerSettings
 
 if TYPE_CHECKING:
-    from splitbench.configuration import Config
+    from splitbench.configuration import Config, Pair
+    from splitbench.links.readiness import Line
 
 
 class LlamaCpp(ModuleBackend):
@@ -47,6 +48,11 @@ class LlamaCpp(ModuleBackend):
             if model.get(key):
                 settings[key] = list(model[key])
         return settings
+
+    def doctor_lines(self, config: Config, pair: str, spec: Pair) -> list[Line]:
+        from splitbench.backends.llamacpp import toolchain  # the doctor's, not a cell's
+
+        return toolchain.doctor_lines(config.toolchain.source, pair, spec.hosts.given())
 
     def toolchain_rows(self, record: ToolchainRecord) -> list[dict[str, Any]]:
         """Each host's llama-server version and build, and the two binaries' hashes."""

@@ -185,3 +185,22 @@ def failure(toolchain: ToolchainRecord) -> str | None:
     if toolchain.get("status") != "failed":
         return None
     return f"pair {toolchain.get('pair')}: toolchain failed: {toolchain.get('error')}"
+
+
+def doctor_lines(source: str, pair: str, hosts_spec: HostsSlice) -> list[readiness.Line]:
+    """The doctor's line for a pair's llama.cpp: the same build on both hosts, host A's
+    worker carried to a B without one, or what is wrong and what to do."""
+    where = f"pair '{pair}'"
+    try:
+        a, b = describe_pair(source, hosts_spec, where)
+    except TOOLCHAIN_FAILURES as exc:
+        return [readiness.Line(readiness.BAD, pair, str(exc).replace(f"{where}: ", ""),
+                               "install the same llama.cpp build on both hosts "
+                               "(./bootstrap.sh, or toolchain.source: path with each "
+                               "host's bin_dir)")]
+    if b.get("carried_from"):
+        return [readiness.Line(readiness.OK, pair, f"host B has no build of its own: host "
+                               f"A's worker runs there, copied by each run and removed "
+                               f"after ({a['llama_server_version']}; tried on B just now)")]
+    return [readiness.Line(readiness.OK, pair, f"the same llama.cpp build on both hosts "
+                                               f"({a['llama_server_version']})")]

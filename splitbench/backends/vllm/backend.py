@@ -50,6 +50,13 @@ class Vllm(ModuleBackend):
             settings.pop("extra_args", None)
         return settings
 
+    def missing_here(self, config: configuration.Config) -> str | None:
+        """This machine's vLLM, for a vLLM model on an embedded pair (an SSH host B's is
+        checked by its toolchain job)."""
+        from splitbench.backends.vllm import setup
+
+        return setup.missing(config)
+
     def write_synthetic(self, synthetic: dict[str, int], path: str) -> None:
         from splitbench.backends.vllm import hf_model
 

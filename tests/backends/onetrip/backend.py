@@ -1,6 +1,6 @@
 """The onetrip backend (splitbench.backends.base.Backend): a worker on host B that
-echoes, a front end on host A that speaks llama-server's streaming API (server.py), so
-that llama.cpp's HTTP API (stream, request row, token pool) serves it as it is."""
+echoes, a front end on host A with an HTTP API of its own (server.py, api.py), over
+splitbench's shared streaming client; no module of another backend."""
 
 from __future__ import annotations
 
@@ -11,11 +11,12 @@ from typing import Any
 
 from splitbench.backends import lifecycle
 from splitbench.backends.base import Launch, ModuleBackend
-from splitbench.backends.llamacpp import api
 from splitbench.configuration import ConfigError
 from splitbench.infra import procs
 from splitbench.infra.telemetry import RpcTraffic
 from splitbench.links.link import Link
+
+from . import api
 
 SERVER = Path(__file__).with_name("server.py")
 

@@ -1,12 +1,11 @@
 """The onetrip backend's two processes, standard library only.
 
 `worker ADDR PORT` (host B): echoes every byte it receives, on B's link address.
-`front PORT WORKER_ADDR WORKER_PORT` (host A, on 127.0.0.1): speaks the part of
-llama-server's HTTP API that splitbench uses (/health, /tokenize, streaming /completion
-with cumulative timings). Like llama-server with its RPC worker, it holds one connection
-to the worker for its whole life (requests take turns on it): a request's prompt crosses
-to B and back once (4 bytes a token), then each generated token is one 8-byte round
-trip, a decode step that costs exactly one round trip of the link.
+`front PORT WORKER_ADDR WORKER_PORT` (host A, on 127.0.0.1): its own HTTP API (api.py:
+/health, /vocabulary, streaming /generate). It holds one connection to the worker for
+its whole life (requests take turns on it): a request's prompt crosses to B and back
+once (4 bytes a token), then each generated token is one 8-byte round trip, a decode
+step that costs exactly one round trip of the link.
 """
 
 from __future__ import annotations
@@ -17,7 +16,6 @@ import socketserver
 import sys
 import threading
 import time
-import zlib
 
 TOKEN_BYTES = 8
 # Each decode step computes on A for this long before its round trip, as a real
@@ -58,11 +56,10 @@ class Front(socketserver.StreamRequestHandler):
         path = request[1] if len(request) > 1 else "/"
         if path == "/health":
             self.reply({"status": "ok"})
-        elif path == "/tokenize":
-            words = json.loads(body)["content"].split()
-            self.reply({"tokens": [10 + zlib.crc32(w.encode()) % 1000 for w in words]})
-        elif path == "/completion":
-            self.complete(json.loads(body))
+        elif path == "/vocabulary":
+            self.reply({"ids": list(range(10, 1010))})
+        elif path == "/generate":
+            self.generate(json.loads(body))
         else:
             self.reply({"error": {"message": f"no {path}"}}, status="404 Not Found")
 
@@ -72,8 +69,8 @@ class Front(socketserver.StreamRequestHandler):
                          f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n"
                          .encode() + data)
 
-    def complete(self, body: dict) -> None:
-        prompt, n_predict = body["prompt"], body["n_predict"]
+    def generate(self, body: dict) -> None:
+        prompt, n_predict = body["prompt"], body["tokens"]
         self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
                          b"Connection: close\r\n\r\n")
         started = time.perf_counter()
@@ -87,13 +84,9 @@ class Front(socketserver.StreamRequestHandler):
                 exchange(self.worker, TOKEN_BYTES)
             now = time.perf_counter()
             first = first or now
-            timings = {"prompt_n": len(prompt), "prompt_ms": prompt_ms,
-                       "predicted_n": i + 1, "predicted_ms": (now - first) * 1000}
-            self.event({"tokens": [11 + i % 100], "tokens_predicted": i + 1,
-                        "timings": timings})
-        timings["prompt_per_second"] = len(prompt) / prompt_ms * 1000
-        self.event({"stop": True, "tokens_predicted": n_predict, "timings": timings,
-                    "truncated": False})
+            self.event({"id": 11 + i % 100, "n": i + 1, "decode_ms": (now - first) * 1000})
+        self.event({"done": True, "prompt_n": len(prompt), "prompt_ms": prompt_ms,
+                    "n": n_predict, "decode_ms": ((now - first) * 1000) if first else 0.0})
 
     def event(self, payload: dict) -> None:
         self.wfile.write(b"data: " + json.dumps(payload).encode() + b"\n\n")
