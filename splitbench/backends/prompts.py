@@ -22,7 +22,8 @@ def checked_pool(tokens: list, url: str) -> list[int]:
     """The token ids a tokenizer returned, refused when too few to draw nonces from."""
     pool = [t for t in tokens if isinstance(t, int)]
     if len(pool) < NONCE_TOKENS:
-        raise RuntimeError(f"{url}/tokenize returned only {len(pool)} tokens")
+        raise RuntimeError(f"the server at {url} gave only {len(pool)} token ids to draw "
+                           f"prompts from (at least {NONCE_TOKENS} are needed)")
     return pool
 
 

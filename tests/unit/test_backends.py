@@ -197,3 +197,12 @@ def test_a_toolchain_record_is_shown_in_its_backends_words(registered):
                                                                      "nested": {}}})
     assert plain[0] == {"pair": "p", "host": "A", "status": "ok", "error": None,
                         "script": "x.py"}
+
+
+def test_a_token_pool_too_small_for_prompts_is_refused_naming_the_server():
+    from splitbench.backends import prompts
+
+    assert prompts.checked_pool(list(range(prompts.NONCE_TOKENS)), "u") == list(
+        range(prompts.NONCE_TOKENS))
+    with pytest.raises(RuntimeError, match=r"^the server at http://a:1 gave only 2 token"):
+        prompts.checked_pool([1, 2, "x"], "http://a:1")
