@@ -10,7 +10,9 @@ are: a cell's job runs once per cell and must not pay for pydantic.
 
 from __future__ import annotations
 
+import argparse
 import functools
+import json
 import types
 import typing
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints, is_typeddict
@@ -116,8 +118,6 @@ def _shown(value: Any) -> str:
 def typed(kind: Any) -> typing.Callable[[str], Any]:
     """An argparse type: a JSON value checked against `kind`; argparse's error names the
     flag, this one the type and the key."""
-    import argparse
-    import json
 
     def parse(text: str) -> Any:
         value = json.loads(text)

@@ -37,6 +37,13 @@ class Launch(Protocol):
     def alive(self) -> bool: ...
 
 
+def host_row(record: ToolchainRecord, side: str) -> dict[str, Any]:
+    """What every toolchain row of a host starts with: its pair, the host, and the
+    record's status (a pair whose toolchain could not be had: why)."""
+    return {"pair": record.get("pair"), "host": side.upper(),
+            "status": record.get("status", "ok"), "error": record.get("error")}
+
+
 class Backend(ABC):
     """What measuring a cell needs of an inference backend. A backend is a package
     `splitbench/backends/<name>/` whose `backend` module defines `BACKEND`, an instance
@@ -131,14 +138,10 @@ class Backend(ABC):
         """The report's provenance rows of a pair's toolchain record, one per host: its
         status (a pair whose toolchain could not be had: why), then what the backend
         records of each host's build. By default every plain value the record holds."""
-        rows = []
-        for side in ("a", "b"):
-            host = record.get(side) or {}
-            rows.append({"pair": record.get("pair"), "host": side.upper(),
-                         "status": record.get("status", "ok"), "error": record.get("error"),
-                         **{key: value for key, value in host.items()
-                            if isinstance(value, str | int | float | bool)}})
-        return rows
+        return [{**host_row(record, side),
+                 **{key: value for key, value in (record.get(side) or {}).items()
+                    if isinstance(value, str | int | float | bool)}}
+                for side in ("a", "b")]
 
     def split(self, settings: ServerSettings) -> str:
         """How the launch splits the model across the hosts, in a word (the cell's

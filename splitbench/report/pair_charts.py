@@ -180,7 +180,8 @@ def backends_chart(summary: pd.DataFrame, baseline: str = "", **_: Any
     comp = splits.compare(summary, order, baseline or None)
     if comp.empty:
         return note_chart(CHARTS[name][0], "no model shape measured with two or more splits "
-                                      "(llama.cpp RPC, vLLM TP=2, vLLM PP=2) in this run")
+                                      f"({', '.join(splits.split_labels().values())}) "
+                                      "in this run")
     ok = comp[comp["status"] == "ok"]
     failed = comp[comp["status"] != "ok"]
     split_names = list(splits.split_labels().values())

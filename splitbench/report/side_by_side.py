@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from splitbench import backends
 from splitbench.analysis import pairs, splits
 from splitbench.analysis.cell_summary import SUMMARY_KEYS
 from splitbench.report.tables import FLAG_MARK, flagged, ms_text, overlap_text, plus_minus
@@ -25,9 +26,10 @@ def backends_table(summary: pd.DataFrame, contexts: list[str],
     splits of one shape, one row that says so."""
     comp = splits.compare(summary, contexts, baseline_link, mechanisms_table)
     if comp.empty:
-        # Cells measured before the summary carried their split were llama.cpp's.
-        split = summary["split"] if "split" in summary else pd.Series("rpc", summary.index)
-        measured = sorted({splits.split_name(s) for s in split.fillna("rpc")}) or ["none"]
+        # Cells measured before the summary carried their split: the default backend's.
+        default = backends.default_split()
+        split = summary["split"] if "split" in summary else pd.Series(default, summary.index)
+        measured = sorted({splits.split_name(s) for s in split.fillna(default)}) or ["none"]
         return pd.DataFrame({"backends": [
             f"no model shape measured with two or more splits in this run (splits: "
             f"{', '.join(measured)}): give one shape to llama.cpp and to vLLM (docs/backends.md)"]})

@@ -3,6 +3,7 @@ plans against the finished tiny run, and a drift re-measure that resumes after a
 
 from __future__ import annotations
 
+import copy
 import shutil
 import subprocess
 import sys
@@ -71,7 +72,7 @@ def test_the_round_trip_sweep_runs_through_the_workflow(finished, tmp_path):
 @pytest.mark.timeout(600)
 def test_adding_a_model_plans_only_its_cells(finished):
     work, config = finished
-    grown = yaml.safe_load(yaml.safe_dump(config, sort_keys=False))
+    grown = copy.deepcopy(config)
     grown["models"]["tiny3"] = {**config["models"]["tiny"], "synthetic": {
         **config["models"]["tiny"]["synthetic"], "seed": 9}}
     jobs = planned(work, grown)
@@ -88,7 +89,7 @@ def test_adding_a_model_plans_only_its_cells(finished):
 def test_a_longer_context_or_more_concurrency_plans_new_cells_and_resized_launches(
         finished, grow):
     work, config = finished
-    grown = yaml.safe_load(yaml.safe_dump(config, sort_keys=False))
+    grown = copy.deepcopy(config)
     if grow == "context":
         grown["contexts"]["long"] = 1200
     else:
@@ -108,7 +109,7 @@ def test_a_longer_context_or_more_concurrency_plans_new_cells_and_resized_launch
 @pytest.mark.timeout(600)
 def test_adding_a_link_plans_only_its_verification_launches_and_cells(finished):
     work, config = finished
-    grown = yaml.safe_load(yaml.safe_dump(config, sort_keys=False))
+    grown = copy.deepcopy(config)
     links = grown["pairs"]["t"]["links"]
     grown["pairs"]["t"]["links"] = {"mid": {"rate_gbit": 0.8}, **links}  # first, even
     jobs = planned(work, grown)
@@ -124,7 +125,7 @@ def test_adding_a_link_plans_only_its_verification_launches_and_cells(finished):
                                     {"worker_args": ["-c"]}])
 def test_changing_one_models_settings_plans_only_its_cells(finished, change):
     work, config = finished
-    changed = yaml.safe_load(yaml.safe_dump(config, sort_keys=False))
+    changed = copy.deepcopy(config)
     changed["models"]["tiny2"].update(change)
     jobs = planned(work, changed)
     assert len(cells_in(jobs)) == 8

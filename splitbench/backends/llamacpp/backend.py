@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from splitbench.backends.base import Launch, ModuleBackend
+from splitbench.backends.base import Launch, ModuleBackend, host_row
 from splitbench.backends.llamacpp import api, servers
 from splitbench.infra.telemetry import RpcTraffic
 from splitbench.links.link import Link
@@ -56,18 +56,19 @@ class LlamaCpp(ModuleBackend):
 
     def toolchain_rows(self, record: ToolchainRecord) -> list[dict[str, Any]]:
         """Each host's llama-server version and build, and the two binaries' hashes."""
-        return [{
-            **row,
-            "llama-server version": host.get("llama_server_version"),
-            "build id": host.get("build_id"), "source": record.get("source"),
-            "package": host.get("package"),
-            "llama-server sha256": (host.get("llama-server_sha256") or "")[:16],
-            "ggml-rpc-server sha256": (host.get("ggml-rpc-server_sha256") or "")[:16],
-            "bin dir": host.get("bin_dir"),
-        } for row, host in zip(
-            [{key: row[key] for key in ("pair", "host", "status", "error")}
-             for row in super().toolchain_rows(record)],
-            [record.get("a") or {}, record.get("b") or {}], strict=True)]
+        rows = []
+        for side in ("a", "b"):
+            host = record.get(side) or {}
+            rows.append({
+                **host_row(record, side),
+                "llama-server version": host.get("llama_server_version"),
+                "build id": host.get("build_id"), "source": record.get("source"),
+                "package": host.get("package"),
+                "llama-server sha256": (host.get("llama-server_sha256") or "")[:16],
+                "ggml-rpc-server sha256": (host.get("ggml-rpc-server_sha256") or "")[:16],
+                "bin dir": host.get("bin_dir"),
+            })
+        return rows
 
     def split(self, settings: ServerSettings) -> str:
         return "rpc"  # the layer split: blocks and the output layer on B's workers
