@@ -6,7 +6,7 @@
 rule cell:
     input:
         model=results.MODEL_INFO,
-        toolchain=results.TOOLCHAIN,
+        toolchain=backend_toolchain,
         launch=ancient(results.LAUNCH),
         link=ancient(results.LINK),
         reference=reference_link_result,

@@ -8,7 +8,7 @@ rule anchor:
     input:
         unpack(anchor_inputs),
         model=results.MODEL_INFO,
-        toolchain=results.TOOLCHAIN,
+        toolchain=backend_toolchain,
         launch=ancient(results.launch("{pair}", CONFIG.baseline_link, "{model}")),
         link=ancient(results.link("{pair}", CONFIG.baseline_link)),
     output:

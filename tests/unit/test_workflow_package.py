@@ -129,8 +129,22 @@ def test_a_models_file_and_constraint_follow_its_kind(tiny):
         model="tiny")
     assert matrix.model_file(wildcards(model="mine")) == "/models/mine.gguf"
     assert matrix.models_named("synthetic") == "tiny|tiny2"
-    assert matrix.models_named("synthetic_hf") == "(?!)"  # matches nothing
-    assert matrix.backend_toolchain(wildcards(pair="t", model="tiny")) == []
+    assert matrix.models_named("synthetic_own") == "(?!)"  # matches nothing
+    assert matrix.own_formats() == matrix.own_toolchains() == "(?!)"
+    # llama.cpp's launches are given the pair's default record
+    assert matrix.backend_toolchain(wildcards(pair="t", model="tiny")) == \
+        results.TOOLCHAIN.format(pair="t")
+
+
+def test_a_backend_of_its_own_format_and_toolchain_gets_its_own_jobs(tiny):
+    tiny["models"]["tp"] = {"synthetic": dict(tiny["models"]["tiny"]["synthetic"]),
+                            "backend": "vllm", "vllm": {"tensor_parallel": 2}}
+    matrix = jobs.Jobs(parsed(tiny), ONE_AT_A_TIME)
+    assert matrix.model_file(wildcards(model="tp")) == "results/models/tp.hf"
+    assert matrix.models_named("synthetic_own") == "tp"
+    assert matrix.own_formats() == "hf" and matrix.own_toolchains() == "vllm"
+    assert matrix.backend_toolchain(wildcards(pair="t", model="tp")) == \
+        "results/toolchain/t.vllm.json"
 
 
 def test_a_cells_epoch_comes_from_the_reruns_file(tiny, tmp_path):

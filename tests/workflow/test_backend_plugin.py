@@ -1,10 +1,14 @@
 """A backend from outside the package: tests/backends/onetrip is one folder, registered by
 naming it in SPLITBENCH_BACKENDS, and a model with `backend: onetrip` runs through the
-whole workflow with no file of splitbench's changed. Each token it decodes costs one
-round trip to host B, so the link's added delay shows in decode exactly."""
+whole workflow with no file of splitbench's changed: its own config section
+(`models.<m>.onetrip`), toolchain record (a script it runs on each host), model format
+(a vocabulary directory) and process roles. Each token it decodes costs one round trip
+to host B, so the link's added delay shows in decode exactly."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import subprocess
 
@@ -16,6 +20,7 @@ from tests.workflow_run import NO_SOCKPERF, SNAKEMAKE, workflow_copy
 
 FOLDER = ROOT / "tests/backends/onetrip"
 DELAY_MS = 1.0  # the slow link's one-way delay: a token's round trip gains 2 ms
+TOKEN_BYTES = 24  # its own section's key: what each decoded token sends B and gets back
 
 
 def config() -> dict:
@@ -26,7 +31,8 @@ def config() -> dict:
         "baseline_link": "plain",
         "models": {"toy": {"backend": "onetrip", "synthetic": {
             "n_layer": 1, "n_embd": 64, "n_head": 4, "n_head_kv": 2, "n_ff": 128,
-            "n_vocab": 1024, "context_length": 2048, "seed": 1}}},
+            "n_vocab": 1024, "context_length": 2048, "seed": 1},
+            "onetrip": {"token_bytes": TOKEN_BYTES}}},
         "contexts": {"short": 32}, "concurrency": [1],
         "cell": {"n_predict": 64, "single_stream_requests": 3, "single_stream_seconds": 0},
         "link_check": {"iperf_seconds": 1, "rr_sizes": [64, 16384], "rr_samples": 40,
@@ -46,10 +52,8 @@ def test_the_backend_is_one_folder_that_the_package_never_names():
     """What plugging it in took: these files, all in its folder; splitbench's own code,
     rules and config name no such backend (the docs point to it as the example)."""
     added = sorted(p.relative_to(ROOT).as_posix() for p in FOLDER.rglob("*.py"))
-    assert added == ["tests/backends/onetrip/__init__.py",
-                     "tests/backends/onetrip/api.py",
-                     "tests/backends/onetrip/backend.py",
-                     "tests/backends/onetrip/server.py"]
+    assert added == [f"tests/backends/onetrip/{name}.py" for name in (
+        "__init__", "api", "backend", "section", "server", "toolchain", "vocabulary")]
     # and it reuses no module of another backend: only the shared seam and client
     for path in FOLDER.rglob("*.py"):
         assert "splitbench.backends.llamacpp" not in path.read_text(), path
@@ -68,14 +72,20 @@ def test_an_unregistered_backend_is_refused_by_its_key_before_anything_starts(tm
     assert "models.toy.backend" in out and "no backend 'onetrip'" in out, out[-2000:]
     assert "SPLITBENCH_BACKENDS" in out
     assert not (work / "results").exists()
-    # The backend's own check of its model section runs in the same preflight.
-    bad = config()
-    bad["models"]["toy"]["layers_on_b"] = 1
-    (tmp_path / "bad").mkdir()
-    work = workflow_copy(tmp_path / "bad", bad)
-    refused = run(work, "-n", "all")
-    assert refused.returncode != 0
-    assert "models.toy.layers_on_b" in refused.stdout + refused.stderr
+    # Its own section is read by its own keys, and another backend's keys are refused,
+    # in the same preflight.
+    for name, mistake, said in [
+            ("own", {"onetrip": {"token_bytes": 0}}, "models.toy.onetrip.token_bytes"),
+            ("other", {"layers_on_b": 1}, "models.toy.layers_on_b': a key of backend "
+                                          "llamacpp; this model's backend is onetrip"),
+            ("vllm", {"vllm": {}}, "models.toy.vllm': backend vllm's section")]:
+        bad = config()
+        bad["models"]["toy"].update(mistake)
+        (tmp_path / name).mkdir()
+        work = workflow_copy(tmp_path / name, bad)
+        refused = run(work, "-n", "all")
+        assert refused.returncode != 0
+        assert said in refused.stdout + refused.stderr, (refused.stdout + refused.stderr)[-2000:]
 
 
 @needs_root()
@@ -89,10 +99,24 @@ def test_a_registered_backend_runs_its_cells_through_the_workflow(tmp_path):
     assert (summary["status"] == "ok").all(), summary[["status", "flags"]]
     assert set(summary["backend"]) == {"onetrip"}
     assert set(summary["split"]) == {"one round trip a token"}
-    # Its traffic hook counted its own connection: 8 bytes each way per token.
+    # Its traffic hook counted its own connection: its section's bytes each way a token.
     for way in ("a_to_b", "b_to_a"):
         per_token = summary[f"rpc_bytes_per_token_{way}"]
-        assert ((per_token / 8 - 1).abs() < 0.01).all(), summary.filter(like="rpc_")
+        assert ((per_token / TOKEN_BYTES - 1).abs() < 0.01).all(), summary.filter(like="rpc_")
+    # Its own toolchain record (its script, run on each host) and model format.
+    tools = json.loads((work / "results/toolchain/p.onetrip.json").read_text())
+    assert tools["status"] == "ok" and tools["backend"] == "onetrip"
+    served = hashlib.sha256((FOLDER / "server.py").read_bytes()).hexdigest()
+    assert tools["a"]["server_sha256"] == tools["b"]["server_sha256"] == served
+    assert not (work / "results/toolchain/p.json").exists()  # no llama.cpp build asked for
+    vocabulary = json.loads((work / "results/models/toy.onetrip/vocabulary.json").read_text())
+    model = json.loads((work / "results/models/toy.json").read_text())
+    assert model["header"] == {"format": "onetrip", "n_vocab": 1024} == {
+        "format": "onetrip", "n_vocab": len(vocabulary)}
+    assert not list((work / "results/models").glob("*.gguf"))
+    launch = json.loads((work / "results/servers/p/plain/toy.json").read_text())
+    assert launch["toolchain"] == tools
+    assert launch["settings"]["onetrip"] == {"token_bytes": TOKEN_BYTES}
     # One round trip a token: the slow link costs decode two of its one-way delays.
     cost = summary.loc["slow", "decode_ms_per_token"] - summary.loc["plain",
                                                                    "decode_ms_per_token"]

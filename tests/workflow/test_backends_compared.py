@@ -120,8 +120,8 @@ def test_adding_a_vllm_model_plans_only_its_own_jobs(finished):
     jobs = planned(work, yaml.safe_load((work / "config/config.yaml").read_text()),
                    "--configfile", "mine.yaml", "--replace-workflow-config")
     measured = {rule: outputs for rule, outputs in jobs.items()
-                if rule in ("cell", "launch", "anchor", "model_hf", "link", "toolchain",
-                            "toolchain_vllm")}
+                if rule in ("cell", "launch", "anchor", "model_own", "link", "toolchain",
+                            "toolchain_own")}
     assert measured, jobs
     for rule, outputs in measured.items():
         assert all("/tp32" in o for o in outputs), (rule, outputs)

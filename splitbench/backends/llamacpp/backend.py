@@ -9,7 +9,7 @@ from splitbench.backends.llamacpp import api, servers
 from splitbench.infra.telemetry import RpcTraffic
 from splitbench.links.link import Link
 from splitbench.records import ToolchainRecord
-from splitbench.slices import ModelSlice, ServerSettings
+from splitbench.slices import HostsSlice, ModelSlice, ServerSettings
 
 if TYPE_CHECKING:
     from splitbench.configuration import Config, Pair
@@ -53,6 +53,16 @@ class LlamaCpp(ModuleBackend):
         from splitbench.backends.llamacpp import toolchain  # the doctor's, not a cell's
 
         return toolchain.doctor_lines(config.toolchain.source, pair, spec.hosts.given())
+
+    def record_toolchain(self, pair: str, hosts: HostsSlice, out: str,
+                         source: str | None = None) -> ToolchainRecord:
+        """The pair's record (results.TOOLCHAIN): both hosts ready (the doctor's host
+        checks) and running the same build."""
+        from splitbench.backends.llamacpp import toolchain
+
+        if source is None:
+            raise ValueError("llama.cpp's toolchain record needs toolchain.source")
+        return toolchain.record(pair, source, hosts, out)
 
     def toolchain_rows(self, record: ToolchainRecord) -> list[dict[str, Any]]:
         """Each host's llama-server version and build, and the two binaries' hashes."""

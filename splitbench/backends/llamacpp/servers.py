@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import TypedDict
 
 from splitbench.backends import lifecycle
+from splitbench.backends.base import toolchain_failure
 from splitbench.backends.lifecycle import LaunchError
 from splitbench.backends.llamacpp import tensor_cache, worker_copy
-from splitbench.backends.llamacpp.toolchain import failure as toolchain_failure
 from splitbench.infra import procs, sockdiag, telemetry
 from splitbench.infra.hosts import Host
 from splitbench.links.link import Link

@@ -179,14 +179,6 @@ def record(pair: str, source: str, hosts_spec: HostsSlice, out: str | Path
     return data
 
 
-def failure(toolchain: ToolchainRecord) -> str | None:
-    """Why the pair's toolchain could not be had (its record says), or None: for the
-    stages that need it."""
-    if toolchain.get("status") != "failed":
-        return None
-    return f"pair {toolchain.get('pair')}: toolchain failed: {toolchain.get('error')}"
-
-
 def doctor_lines(source: str, pair: str, hosts_spec: HostsSlice) -> list[readiness.Line]:
     """The doctor's line for a pair's llama.cpp: the same build on both hosts, host A's
     worker carried to a B without one, or what is wrong and what to do."""

@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from splitbench import configuration, results
-from splitbench.backends.base import ModuleBackend
+from splitbench import configuration
+from splitbench.backends.base import ModuleBackend, host_row
 from splitbench.backends.vllm import api, servers
-from splitbench.records import ModelInfo
-from splitbench.slices import ModelSlice, ServerSettings
+from splitbench.backends.vllm.section import VllmSpec
+from splitbench.records import ModelInfo, ToolchainRecord
+from splitbench.slices import HostsSlice, ModelSlice, ServerSettings
 
 
 class Vllm(ModuleBackend):
@@ -20,7 +22,7 @@ class Vllm(ModuleBackend):
     split_labels = {"tp2": "vLLM TP=2", "pp2": "vLLM PP=2"}
     split_layouts = {"tp2": "every layer split across A and B", "pp2": "half the layers"}
     model_format = "hf"
-    toolchain_result = results.TOOLCHAIN_VLLM
+    own_toolchain = True
     servers, api = servers, api
 
     def check_model(self, where: str, model: ModelSlice, config: configuration.Config
@@ -28,6 +30,21 @@ class Vllm(ModuleBackend):
         from splitbench.backends.vllm import checks
 
         checks.check_model(where, model, config)
+
+    def record_toolchain(self, pair: str, hosts: HostsSlice, out: str,
+                         source: str | None = None) -> ToolchainRecord:
+        """Each host's vLLM (its host key `vllm_venv`, else the workflow's .venv-vllm):
+        one version on both."""
+        from splitbench.backends.vllm import setup, toolchain
+
+        return toolchain.record(pair, hosts, setup.DEFAULT_VENV, out)
+
+    def toolchain_rows(self, record: ToolchainRecord) -> list[dict[str, Any]]:
+        """Each host's vLLM version and where it is installed."""
+        return [{**host_row(record, side),
+                 "vLLM version": (record.get(side) or {}).get("vllm", {}).get("version"),
+                 "venv": (record.get(side) or {}).get("vllm", {}).get("venv")}
+                for side in ("a", "b")]
 
     def describe_model(self, model: ModelSlice, path: str | Path | None) -> ModelInfo:
         """Its Hugging Face directory (`hf_model`): a synthetic model's, written by the
@@ -42,7 +59,7 @@ class Vllm(ModuleBackend):
         length that holds `tokens` (with llama.cpp's margin), capped by a synthetic
         model's trained context as llama.cpp caps its slots (a longer prompt then meets
         the context wall, as it would there)."""
-        settings = {"backend": "vllm", **configuration.defaults(configuration.VllmSpec),
+        settings = {"backend": "vllm", **configuration.defaults(VllmSpec),
                     **model.get("vllm", {})}
         trained = (model.get("synthetic") or {}).get("context_length", 131072)
         settings.update(slots=slots, max_model_len=min(tokens + 64, trained))

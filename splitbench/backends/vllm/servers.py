@@ -17,16 +17,15 @@ files vLLM leaves (its temporary sockets; /dev/shm on a real host) are removed.
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from dataclasses import asdict
 from pathlib import Path
 
-from splitbench import backends, results
+from splitbench import backends
 from splitbench.backends import lifecycle
+from splitbench.backends.base import toolchain_failure
 from splitbench.backends.lifecycle import LaunchError
-from splitbench.backends.llamacpp.toolchain import failure as toolchain_failure
 from splitbench.backends.vllm.api import SERVED_NAME
 from splitbench.infra import procs, sockdiag
 from splitbench.infra.hosts import Host
@@ -65,21 +64,16 @@ def ensure(link: Link, settings: ServerSettings, model_path: str, model_sha: str
 
 def launch_record(link_spec: LinkSlice, settings: ServerSettings,
                   model: ModelInfo, toolchain: ToolchainRecord) -> LaunchRecord:
-    """The launch stage for a vLLM block: its ranks launched (or reused) and their
-    record, which carries the pair's vLLM toolchain for the cells; or one saying why
-    they could not be (`lifecycle.launch_block`)."""
-    pair = link_spec["pair"]
-    tools_path = Path(results.TOOLCHAIN_VLLM.format(pair=pair))
-    tools: ToolchainRecord = json.loads(tools_path.read_text()) if tools_path.exists() else {
-        "pair": pair, "status": "failed", "error": f"no {tools_path}"}
+    """The launch stage for a vLLM block (`toolchain`: the pair's vLLM record): its ranks
+    launched (or reused) and their record, which carries that toolchain for the cells;
+    or one saying why they could not be (`lifecycle.launch_block`)."""
 
     def start(link: Link) -> LaunchRecord:
-        record = ensure(link, settings, model["path"], model["sha256"], tools).record
-        return {**record, "toolchain": tools}
+        record = ensure(link, settings, model["path"], model["sha256"], toolchain).record
+        return {**record, "toolchain": toolchain}
 
     return lifecycle.launch_block(link_spec, settings, start, backend="vllm",
-                                 reasons=[toolchain_failure(toolchain),
-                                          toolchain_failure(tools)])
+                                 reasons=[toolchain_failure(toolchain)])
 
 
 def unusable(link: Link) -> str | None:

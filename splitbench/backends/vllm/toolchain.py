@@ -61,10 +61,10 @@ def record(pair: str, hosts_spec: HostsSlice, default_venv: str,
             raise VllmMissing(f"{where}: the hosts run different vLLM versions (A: "
                               f"{ends['a']['vllm']['version']}, B: "
                               f"{ends['b']['vllm']['version']}): the ranks need one")
-        data = {"pair": pair, "status": "ok", **ends}
+        data = {"pair": pair, "backend": "vllm", "status": "ok", **ends}
     except (VllmMissing, HostError, SSHError) as exc:
-        data = {"pair": pair, "status": "failed", "error": f"{type(exc).__name__}: {exc}",
-                "a": {}, "b": {}}
+        data = {"pair": pair, "backend": "vllm", "status": "failed",
+                "error": f"{type(exc).__name__}: {exc}", "a": {}, "b": {}}
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(json.dumps(data, indent=1))
     return data

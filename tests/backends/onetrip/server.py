@@ -1,23 +1,24 @@
 """The onetrip backend's two processes, standard library only.
 
 `worker ADDR PORT` (host B): echoes every byte it receives, on B's link address.
-`front PORT WORKER_ADDR WORKER_PORT` (host A, on 127.0.0.1): its own HTTP API (api.py:
-/health, /vocabulary, streaming /generate). It holds one connection to the worker for
-its whole life (requests take turns on it): a request's prompt crosses to B and back
-once (4 bytes a token), then each generated token is one 8-byte round trip, a decode
-step that costs exactly one round trip of the link.
+`front PORT WORKER_ADDR WORKER_PORT MODEL_DIR TOKEN_BYTES` (host A, on 127.0.0.1): its
+own HTTP API (api.py: /health, /vocabulary from the model's vocabulary.json, streaming
+/generate). It holds one connection to the worker for its whole life (requests take
+turns on it): a request's prompt crosses to B and back once (4 bytes a token), then each
+generated token is one round trip of TOKEN_BYTES, a decode step that costs exactly one
+round trip of the link.
 """
 
 from __future__ import annotations
 
 import json
+import pathlib
 import socket
 import socketserver
 import sys
 import threading
 import time
 
-TOKEN_BYTES = 8
 # Each decode step computes on A for this long before its round trip, as a real
 # server's step does: the client's reads of the traffic counters at its first token fall
 # inside a step's compute, not in the middle of the next round trip.
@@ -44,6 +45,8 @@ def exchange(sock: socket.socket, size: int) -> None:
 
 class Front(socketserver.StreamRequestHandler):
     worker: socket.socket
+    vocabulary: list[int]
+    token_bytes: int
     turn = threading.Lock()  # one exchange on the worker's connection at a time
 
     def handle(self) -> None:
@@ -57,7 +60,7 @@ class Front(socketserver.StreamRequestHandler):
         if path == "/health":
             self.reply({"status": "ok"})
         elif path == "/vocabulary":
-            self.reply({"ids": list(range(10, 1010))})
+            self.reply({"ids": self.vocabulary})
         elif path == "/generate":
             self.generate(json.loads(body))
         else:
@@ -81,10 +84,11 @@ class Front(socketserver.StreamRequestHandler):
         for i in range(n_predict):
             time.sleep(STEP_COMPUTE_S)
             with self.turn:
-                exchange(self.worker, TOKEN_BYTES)
+                exchange(self.worker, self.token_bytes)
             now = time.perf_counter()
             first = first or now
-            self.event({"id": 11 + i % 100, "n": i + 1, "decode_ms": (now - first) * 1000})
+            self.event({"id": self.vocabulary[i % len(self.vocabulary)], "n": i + 1,
+                        "decode_ms": (now - first) * 1000})
         self.event({"done": True, "prompt_n": len(prompt), "prompt_ms": prompt_ms,
                     "n": n_predict, "decode_ms": ((now - first) * 1000) if first else 0.0})
 
@@ -104,12 +108,16 @@ def main(argv: list[str]) -> None:
         addr, port = rest
         Server((addr, int(port)), Worker).serve_forever()
     elif role == "front":
-        port, worker_addr, worker_port = rest
+        port, worker_addr, worker_port, model_dir, token_bytes = rest
+        vocabulary = pathlib.Path(model_dir) / "vocabulary.json"
+        Front.vocabulary = json.loads(vocabulary.read_text())
+        Front.token_bytes = int(token_bytes)
         Front.worker = socket.create_connection((worker_addr, int(worker_port)))
         Front.worker.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         Server(("127.0.0.1", int(port)), Front).serve_forever()
     else:
-        sys.exit("usage: server.py worker ADDR PORT | front PORT WORKER_ADDR WORKER_PORT")
+        sys.exit("usage: server.py worker ADDR PORT | front PORT WORKER_ADDR WORKER_PORT "
+                 "MODEL_DIR TOKEN_BYTES")
 
 
 if __name__ == "__main__":
