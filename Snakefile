@@ -40,7 +40,7 @@ include: "rules/drift.smk"
 localrules:
     all,
     model_gguf,
-    model_hf,
+    model_own,
     model_fetch,
     model_info,
     aggregate,

@@ -130,6 +130,11 @@ class Backend(ABC):
         and return it: status "ok", or "failed" with why (a result its blocks report)."""
         raise NotImplementedError(f"backend {self.name} keeps no toolchain record")
 
+    def purge(self) -> list[str]:
+        """Remove what this backend keeps between runs (`teardown --purge`), a line for
+        each thing removed."""
+        return []
+
     def describe_model(self, model: ModelSlice, path: str | Path | None) -> ModelInfo | None:
         """The model record (`backends.describe_model`) of a model in a format of this
         backend's own, at `path` (a synthetic model's, else the config's `path`); None

@@ -21,9 +21,10 @@ def run(args: argparse.Namespace) -> None:
     for line in teardown.teardown():
         print(line)
     if args.purge:
-        # Only here: the backend's package loads its HTTP client, which a plain
+        # Only here: the backends' packages load their HTTP clients, which a plain
         # teardown (run at every exit) need not pay for.
-        from splitbench.backends.llamacpp import tensor_cache
+        from splitbench import backends, registry
 
-        for line in tensor_cache.purge():
-            print(line)
+        for name in registry.names():
+            for line in backends.get(name).purge():
+                print(line)

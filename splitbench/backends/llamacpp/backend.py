@@ -64,6 +64,12 @@ class LlamaCpp(ModuleBackend):
             raise ValueError("llama.cpp's toolchain record needs toolchain.source")
         return toolchain.record(pair, source, hosts, out)
 
+    def purge(self) -> list[str]:
+        """Each host B's tensor cache (the weights its workers were sent)."""
+        from splitbench.backends.llamacpp import tensor_cache
+
+        return list(tensor_cache.purge())
+
     def toolchain_rows(self, record: ToolchainRecord) -> list[dict[str, Any]]:
         """Each host's llama-server version and build, and the two binaries' hashes."""
         rows = []
