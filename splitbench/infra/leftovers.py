@@ -105,10 +105,17 @@ def shm_of(leftover: Leftovers) -> list[str]:
     return [line for line in listed.splitlines() if line.startswith("/dev/shm/")]
 
 
-# The only directories a launch's cleanup removes: those `mktemp -d SCRATCH_TEMPLATE`
-# made on the host (GNU mktemp fills the X's with letters and digits).
-SCRATCH_TEMPLATE = "/tmp/sb-vllm-XXXXXXXX"
-SCRATCH_PATTERN = re.compile(r"/tmp/sb-vllm-[A-Za-z0-9]{8}")
+# The only directories a launch's cleanup removes: those `mktemp -d` made on the host
+# from a backend's `scratch_template` (GNU mktemp fills the X's with letters and digits).
+SCRATCH_PATTERN = re.compile(r"/tmp/sb-[a-z][a-z0-9_]{0,31}-[A-Za-z0-9]{8}")
+
+
+def scratch_template(backend: str) -> str:
+    """The `mktemp -d` template of a backend's scratch directories on a host."""
+    template = f"/tmp/sb-{backend}-XXXXXXXX"
+    if not is_scratch(template.replace("X", "a")):
+        raise ValueError(f"'{backend}' cannot name a scratch directory")
+    return template
 
 
 def is_scratch(path: str) -> bool:

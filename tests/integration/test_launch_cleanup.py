@@ -150,8 +150,8 @@ def test_only_a_scratch_directorys_name_is_removed_recursively(tmp_path):
     """`paths` is read back from a record: only a name mktemp's template gives is
     `rm -rf`ed; the user's directory, and one reached through `..` from a scratch-like
     name, stay."""
-    scratch = subprocess.run(["mktemp", "-d", leftovers.SCRATCH_TEMPLATE], capture_output=True,
-                             text=True, check=True).stdout.strip()
+    scratch = subprocess.run(["mktemp", "-d", leftovers.scratch_template("vllm")],
+                             capture_output=True, text=True, check=True).stdout.strip()
     (Path(scratch) / "socket-dir").mkdir()
     precious = tmp_path / "precious"
     precious.mkdir()
@@ -177,6 +177,17 @@ class PrintingHost:
         return subprocess.CompletedProcess(argv, 0, f"Welcome to B\n{made}", "")
 
 
+def test_a_backends_scratch_template_is_one_cleanup_may_remove_and_nothing_wider():
+    assert leftovers.scratch_template("vllm") == "/tmp/sb-vllm-XXXXXXXX"
+    assert leftovers.is_scratch("/tmp/sb-mybackend-Ab3dE5gH")
+    for path in ("/tmp/sb-vllm-Ab3dE5g", "/tmp/sb-vllm-Ab3dE5gH/x", "/tmp/sb--Ab3dE5gH",
+                 "/tmp/sb-vllm-../../home", "/home/sb-vllm-Ab3dE5gH"):
+        assert not leftovers.is_scratch(path), path
+    for name in ("../x", "", "Vllm", "a b"):
+        with pytest.raises(ValueError, match="cannot name a scratch directory"):
+            leftovers.scratch_template(name)
+
+
 def test_a_scratch_path_not_of_the_template_fails_the_launch():
     from splitbench.backends.vllm import servers
 
@@ -199,7 +210,7 @@ def test_teardown_stops_a_recorded_launch_and_removes_what_it_left(state_dir):
     other = Path(f"/dev/shm/psm_{uuid.uuid4().hex[:8]}")
     other.write_text("not splitbench's")
     host = Host("a")
-    scratch = host.run(["mktemp", "-d", leftovers.SCRATCH_TEMPLATE]).stdout.strip()
+    scratch = host.run(["mktemp", "-d", leftovers.scratch_template("vllm")]).stdout.strip()
     rank = host.spawn([sys.executable, "-c", MAPPER, name], role="vllm-rank0",
                       key="vllm0-p", log_path=state_dir / "rank.log", extra={"group": True})
     mapped = Path(f"/dev/shm/{name}")

@@ -29,10 +29,13 @@ from splitbench.backends.lifecycle import LaunchError
 from splitbench.backends.vllm.api import SERVED_NAME
 from splitbench.infra import procs, sockdiag
 from splitbench.infra.hosts import Host
-from splitbench.infra.leftovers import SCRATCH_TEMPLATE, Leftovers, is_scratch, shm_of
+from splitbench.infra.leftovers import Leftovers, is_scratch, scratch_template, shm_of
 from splitbench.links.link import Link
 from splitbench.records import LaunchRecord, ModelInfo, ToolchainRecord
 from splitbench.slices import LinkSlice, ServerSettings
+
+# Where a launch's ranks keep what they write on a host (removed when it stops).
+SCRATCH = scratch_template("vllm")
 
 
 def ensure(link: Link, settings: ServerSettings, model_path: str, model_sha: str,
@@ -251,9 +254,9 @@ def _scratch(host: Host) -> str:
     and a socket's path holds at most 107 characters (a workdir's state directory can be
     deeper than that leaves room for). Its name is checked before it is recorded: it
     is removed with `rm -rf` at stop."""
-    made = host.run(["mktemp", "-d", SCRATCH_TEMPLATE]).stdout.strip()
+    made = host.run(["mktemp", "-d", SCRATCH]).stdout.strip()
     if not is_scratch(made):
-        raise LaunchError(f"host {host.name}: mktemp -d {SCRATCH_TEMPLATE} printed "
+        raise LaunchError(f"host {host.name}: mktemp -d {SCRATCH} printed "
                           f"{made[:200]!r}, not a directory of that form (does a login "
                           "script there print to stdout?)")
     return made
