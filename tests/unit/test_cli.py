@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from splitbench import cli, commands
+from splitbench import cli, commands, registry
 from tests.conftest import ROOT
 
 # splitbench("link", ...) through the rules' helper, or a literal command (checks, whose
@@ -99,14 +99,19 @@ def test_a_command_imports_only_its_own_stage(tmp_path):
 
 
 def test_the_jobs_that_drive_a_pair_do_not_pay_for_the_config_model():
-    """A cell's job starts once per cell: the typed config (pydantic) is planning's."""
+    """A cell's job starts once per cell: the typed config (pydantic) is planning's, and
+    so is every backend's section (a cell's job loads its backend)."""
     code = ("import importlib, sys\n"
+            "from splitbench import backends, registry\n"
             f"for name in {list(commands.DRIVING)!r}:\n"
             "    importlib.import_module('splitbench.commands.' + name.replace('-', '_'))\n"
+            "for name in registry.names():\n"
+            "    backends.get(name)\n"
             "print(sorted(m for m in ('pydantic', 'splitbench.configuration') "
             "if m in sys.modules))")
+    env = {**os.environ, registry.VARIABLE: str(ROOT / "tests/backends/onetrip")}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=ROOT, timeout=60, check=True)
+                          cwd=ROOT, timeout=60, check=True, env=env)
     assert done.stdout.strip().splitlines()[-1] == "[]"
 
 def test_a_problem_splitbench_names_is_an_error_line_and_status_2(capsys):

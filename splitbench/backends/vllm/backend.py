@@ -4,14 +4,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from splitbench import configuration
 from splitbench.backends.base import ModuleBackend, host_row
 from splitbench.backends.vllm import api, servers
-from splitbench.backends.vllm.section import VllmSpec
 from splitbench.records import ModelInfo, ToolchainRecord
 from splitbench.slices import HostsSlice, ModelSlice, ServerSettings
+
+if TYPE_CHECKING:  # the typed config is planning's: a cell's job does not import it
+    from splitbench.configuration import Config
 
 
 class Vllm(ModuleBackend):
@@ -25,7 +26,7 @@ class Vllm(ModuleBackend):
     own_toolchain = True
     servers, api = servers, api
 
-    def check_model(self, where: str, model: ModelSlice, config: configuration.Config
+    def check_model(self, where: str, model: ModelSlice, config: Config
                     ) -> None:
         from splitbench.backends.vllm import checks
 
@@ -59,7 +60,10 @@ class Vllm(ModuleBackend):
         length that holds `tokens` (with llama.cpp's margin), capped by a synthetic
         model's trained context as llama.cpp caps its slots (a longer prompt then meets
         the context wall, as it would there)."""
-        settings = {"backend": "vllm", **configuration.defaults(VllmSpec),
+        from splitbench.backends.vllm.section import VllmSpec  # planning's
+        from splitbench.configuration import defaults
+
+        settings = {"backend": "vllm", **defaults(VllmSpec),
                     **model.get("vllm", {})}
         trained = (model.get("synthetic") or {}).get("context_length", 131072)
         settings.update(slots=slots, max_model_len=min(tokens + 64, trained))
@@ -67,7 +71,7 @@ class Vllm(ModuleBackend):
             settings.pop("extra_args", None)
         return settings
 
-    def missing_here(self, config: configuration.Config) -> str | None:
+    def missing_here(self, config: Config) -> str | None:
         """This machine's vLLM, for a vLLM model on an embedded pair (an SSH host B's is
         checked by its toolchain job)."""
         from splitbench.backends.vllm import setup

@@ -19,7 +19,7 @@ from splitbench.infra.hosts import HostError, host_from_spec
 from splitbench.infra.telemetry import RpcTraffic
 from splitbench.links.link import Link
 
-from . import api, section, vocabulary
+from . import api, vocabulary
 
 SERVER = Path(__file__).with_name("server.py")
 TOOLCHAIN = Path(__file__).with_name("toolchain.py")
@@ -96,7 +96,9 @@ class OneTrip(ModuleBackend):
     def server_settings(self, model: dict[str, Any], slots: int, tokens: int
                         ) -> dict[str, Any]:
         """The base's, and its own section with its defaults (what crosses per token)."""
-        own = section.OneTripModel.model_validate(model.get("onetrip") or {})
+        from .section import OneTripModel  # the typed config: planning's, not a cell's
+
+        own = OneTripModel.model_validate(model.get("onetrip") or {})
         return {**super().server_settings(model, slots, tokens), "onetrip": own.model_dump()}
 
     def write_synthetic(self, synthetic: dict[str, int], path: str) -> None:
