@@ -10,6 +10,7 @@ import os
 import subprocess
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from splitbench.infra import leftovers, procs
 
@@ -20,10 +21,7 @@ def _undo_changes() -> list[str]:
     done = []
     records = [(path, procs.read_record(path))
                for path in procs.records_dir("changes").glob("*.json")]
-    # Remote hosts' first: a change here (the link's address on host A) may be the path
-    # to them.
-    for path, record in sorted(records, key=lambda pr: (not (pr[1] or {}).get("remote"),
-                                                         pr[0].name)):
+    for path, record in sorted(records, key=_undo_order):
         if record is None:  # torn: nothing to run
             path.unlink(missing_ok=True)
             continue
@@ -45,6 +43,17 @@ def _undo_changes() -> list[str]:
         else:
             done.append(f"could not run {what}: {result.stderr.strip()}")
     return done
+
+
+def _undo_order(path_record: tuple[Path, Any]) -> tuple[bool, bool, str]:
+    """Remote hosts' changes first: a change here (the link's address on host A) may be
+    the path to them. On each, the run's guard table before the interface changes it
+    names: an interface change two runs share is undone by a run only where no other
+    run's table names it (guard.shared_undo), so each run drops its own table before it
+    looks. Two runs ending at once then cannot both find the other's table still there
+    and both leave the change in place: whichever looks last finds none."""
+    path, record = path_record
+    return (not (record or {}).get("remote"), "table" not in (record or {}), path.name)
 
 
 def _leave(cgroup: Path) -> None:

@@ -92,3 +92,20 @@ def test_another_users_state_directory_is_refused(state_dir):
         procs.all_procs()
     assert mode(state_dir) == 0o700 and state_dir.stat().st_uid == NOBODY
     os.chown(state_dir, 0, 0)
+
+
+def test_a_runs_guard_table_is_dropped_before_the_interface_changes_it_names(state_dir,
+                                                                             tmp_path):
+    """Two runs on one link share its address; each undoes it only where no other run's
+    table names it. Each must drop its own table before it looks (else two runs ending
+    at once each see the other's table and both leave the address behind): on a host,
+    the table's record is undone before the interface changes, whatever their names."""
+    said = tmp_path / "order"
+    for key, state in [("interface-0a", {}), ("interface-ff", {}),
+                       ("nft-99", {"table": "splitbench_1"}), ("other-00", {})]:
+        procs.record_change(key, "a", None, ["sh", "-c", f"echo {key} >> {said}"],
+                            gone_if="x", **state)
+    done = teardown.teardown()
+    assert said.read_text().split() == ["nft-99", "interface-0a", "interface-ff",
+                                        "other-00"], done
+    assert not list((state_dir / "changes").glob("*.json"))
