@@ -67,12 +67,14 @@ def main() -> None:
     unknown = set(wanted) - {spec["link"] for spec in LINKS}
     if unknown:
         parser.error(f"--links: no link named {', '.join(sorted(unknown))}")
-    os.environ.setdefault("SPLITBENCH_STATE", tempfile.mkdtemp(prefix="sb-bench-"))
-    try:
-        rows = [row for spec in LINKS if spec["link"] in wanted
-                for row in measure(spec, args.samples, args.sockperf_seconds)]
-    finally:
-        teardown.teardown()
+    # A run state of its own unless one is given, removed once torn down.
+    with tempfile.TemporaryDirectory(prefix="sb-bench-") as own_state:
+        os.environ.setdefault("SPLITBENCH_STATE", own_state)
+        try:
+            rows = [row for spec in LINKS if spec["link"] in wanted
+                    for row in measure(spec, args.samples, args.sockperf_seconds)]
+        finally:
+            teardown.teardown()
     print(f"{'link':8} {'delay by':8} {'bytes':>6} {'probe p50':>10} {'sockperf p50':>13} "
           f"{'ratio':>6} {'fit intercept':>14} {'R2':>5}")
     for r in rows:

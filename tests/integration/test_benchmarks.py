@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -46,10 +47,13 @@ def test_a_benchmark_runs_in_its_small_mode(script, tmp_path):
     argv = [sys.executable, str(ROOT / "benchmarks" / script),
             *(a.format(tmp=tmp_path) for a in args)]
     env = {**os.environ, "SPLITBENCH_STATE": str(tmp_path / "state")}
+    before = set(Path("/tmp").glob("sb-*"))
     result = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=ROOT,
                             env=env)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert expected in result.stdout, result.stdout[-2000:]
+    # It leaves nothing of its own in /tmp (a state folder made per run did, once).
+    assert set(Path("/tmp").glob("sb-*")) <= before
 
 
 @pytest.mark.slow
