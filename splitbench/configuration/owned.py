@@ -50,16 +50,17 @@ def read_model(model: Section) -> None:
     if extra is None or backend not in registry.names():
         return
     flat_kind = model_section(registry.DEFAULT)
-    flat = {k: extra.pop(k) for k in list(extra) if flat_kind and k in flat_kind.model_fields}
+    flat_keys = set(flat_kind.model_fields) if flat_kind else set()
+    flat = {k: extra.pop(k) for k in list(extra) if k in flat_keys}
     if flat and backend != registry.DEFAULT:
         raise KeyProblem(next(iter(flat)), f"a key of backend {registry.DEFAULT}; this "
                                            f"model's backend is {backend}")
     if flat_kind and backend == registry.DEFAULT:
         read = validated(flat_kind, flat, "")
-        extra.update({k: getattr(read, k) for k in flat_kind.model_fields})
-    elif flat_kind:  # the model's own attributes on every model (`workers`: 1), as read
-        extra.update({**dict.fromkeys(flat_kind.model_fields), **defaults(flat_kind)})
-    for key in [k for k in extra if k not in (flat_kind.model_fields if flat_kind else {})]:
+        extra.update({k: getattr(read, k) for k in flat_keys})
+    elif flat_kind:  # the default's keys are attributes of every model (`workers`: 1)
+        extra.update({**dict.fromkeys(flat_keys), **defaults(flat_kind)})
+    for key in [k for k in extra if k not in flat_keys]:
         if key not in registry.names():
             raise KeyProblem(key, "not a key of a model (its own keys, the default "
                                   "backend's, or a backend's section under its name)")
