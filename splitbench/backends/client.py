@@ -74,11 +74,12 @@ class Reply:
 @dataclass(frozen=True)
 class StreamApi:
     """What one server's streaming endpoint needs: its path, the request body for a
-    prompt of token ids, and how one event's JSON adds to a reply (tokens with the
-    event's arrival time, the final event, an error)."""
+    prompt of token ids (given n_predict and the request's place among those released
+    together, 0 for the first), and how one event's JSON adds to a reply (tokens with
+    the event's arrival time, the final event, an error)."""
 
     path: str
-    body: Callable[[list[int], int], dict[str, Any]]
+    body: Callable[[list[int], int, int], dict[str, Any]]
     take_event: Callable[[dict[str, Any], int, int, Reply], None]
 
 
@@ -239,8 +240,9 @@ def run_concurrent(
     replies = [Reply(request_id=i) for i in range(len(prompts))]
     # Opened before connecting: a stream's byte offsets count from its SYN-ACK.
     clock = _packet_clock(address)
-    streams = [s for s in (_open(address, api.path, r, api.body(ids, n_predict))
-                           for r, ids in zip(replies, prompts, strict=True)) if s]
+    streams = [s for s in (_open(address, api.path, r, api.body(ids, n_predict, place))
+                           for place, (r, ids) in enumerate(zip(replies, prompts,
+                                                                strict=True))) if s]
     poller, open_streams = None, {}
     try:
         poller = select.epoll()

@@ -9,6 +9,7 @@ import threading
 import time
 from pathlib import Path
 
+import httpx
 import pandas as pd
 import pytest
 
@@ -137,6 +138,31 @@ def test_bytes_per_decoded_token_come_from_the_rpc_connection(bench):
     assert row["rpc_bytes_per_token_a_to_b"] >= MODEL["n_embd"] * 4
     # Prefill moved every prompt token's hidden state (n_embd x 4 bytes) from A to B.
     assert row["rpc_prefill_a_to_b_bytes"] >= 200 * MODEL["n_embd"] * 4
+
+
+@needs_root()
+@pytest.mark.slow
+def test_a_two_way_release_decodes_both_requests_in_one_step_whatever_ran_before(bench):
+    """Each 2-way release pays one round trip to B per decode step, not one per token:
+    its requests go to slots 0 and 1. Left to llama-server, after slots 1 and 2 served
+    last, its least-recently-used choice puts the first release on slots 3 and 0, which
+    it decodes in separate steps (each slot its own KV stream; a step batches only
+    adjacent ones), and the cell's decode alternated release by release."""
+    settings = {**SETTINGS, "slots": 4, "n_ctx": 4 * SETTINGS["ctx_per_slot"]}
+    bench(prompt_tokens=64, n_predict=4, name="first", settings=settings)  # slot 0
+    record = json.loads((procs.state_dir() / "servers" / "st.json").read_text())
+    with pairs.ensure_link(LINK).host_a.entered():
+        for slot in (1, 2):  # slots 1 and 2 used last, 3 never: 3 and 0 are the oldest
+            reply = httpx.post(f"{record['url']}/completion", timeout=60,
+                               json={"prompt": [5] * 16, "n_predict": 4, "id_slot": slot})
+            assert reply.json()["id_slot"] == slot
+    frame = bench(prompt_tokens=64, n_predict=48, name="pair", settings=settings,
+                  concurrency=2, concurrent_releases=4)
+    assert (frame["status"] == "ok").all() and frame["launch_id"].nunique() == 1
+    turns = frame.groupby("shot")["rpc_turns_per_token"].max()
+    # One turn a step for two tokens: 0.5 a token (0.58 in the first release, where A
+    # and B size the new two-token graph: a few turns more); a step per slot: 1.0.
+    assert len(turns) >= 4 and (turns < 0.75).all(), turns.tolist()
 
 
 @needs_root()

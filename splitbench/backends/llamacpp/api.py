@@ -29,13 +29,22 @@ class LlamaServerCompletion(TypedDict):
     cache_prompt: bool
     stream: bool
     timings_per_token: bool
+    id_slot: int
 
 
-def body(ids: list[int], n_predict: int) -> LlamaServerCompletion:
+def body(ids: list[int], n_predict: int, place: int) -> LlamaServerCompletion:
     """Exactly these tokens (no BOS added), exactly n_predict generated, no prompt cache,
-    the server's timings in every event."""
+    the server's timings in every event, on the slot numbered by its place in the release.
+
+    Pinned because llama-server decodes requests whose slots are not adjacent in
+    separate steps (each slot keeps its own KV stream, and a step's batch takes only
+    consecutive ones): left to the server, a 2-way release after a long cell landed on
+    slots {0, 3} every other time, paid a round trip per token instead of per step, and
+    the cell's decode alternated between two levels. Slots 0..N-1 batch every step, as a
+    fresh server's first N requests would."""
     return {"prompt": ids, "n_predict": n_predict, "ignore_eos": True, "temperature": 0,
-            "cache_prompt": False, "stream": True, "timings_per_token": True}
+            "cache_prompt": False, "stream": True, "timings_per_token": True,
+            "id_slot": place}
 
 
 def take_event(event: dict[str, Any], t_ns: int, t_mono: int, reply: Reply) -> None:
