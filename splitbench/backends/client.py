@@ -74,13 +74,23 @@ class Reply:
 @dataclass(frozen=True)
 class StreamApi:
     """What one server's streaming endpoint needs: its path, the request body for a
-    prompt of token ids (given n_predict and the request's place among those released
-    together, 0 for the first), and how one event's JSON adds to a reply (tokens with
-    the event's arrival time, the final event, an error)."""
+    prompt of token ids, and how one event's JSON adds to a reply (tokens with the
+    event's arrival time, the final event, an error); where the server has slots, the
+    body's key that puts each request of a release on the slot numbered by its place
+    in the release (0 for the first), so that a release of N uses slots 0..N-1 every
+    time, whatever ran before it."""
 
     path: str
-    body: Callable[[list[int], int, int], dict[str, Any]]
+    body: Callable[[list[int], int], dict[str, Any]]
     take_event: Callable[[dict[str, Any], int, int, Reply], None]
+    slot_key: str | None = None
+
+    def request(self, ids: list[int], n_predict: int, place: int) -> dict[str, Any]:
+        """The body of the request at `place` in its release."""
+        body = self.body(ids, n_predict)
+        if self.slot_key:
+            body[self.slot_key] = place
+        return body
 
 
 class _Stream:
@@ -240,7 +250,7 @@ def run_concurrent(
     replies = [Reply(request_id=i) for i in range(len(prompts))]
     # Opened before connecting: a stream's byte offsets count from its SYN-ACK.
     clock = _packet_clock(address)
-    streams = [s for s in (_open(address, api.path, r, api.body(ids, n_predict, place))
+    streams = [s for s in (_open(address, api.path, r, api.request(ids, n_predict, place))
                            for place, (r, ids) in enumerate(zip(replies, prompts,
                                                                 strict=True))) if s]
     poller, open_streams = None, {}

@@ -203,3 +203,14 @@ def test_a_token_pool_too_small_for_prompts_is_refused_naming_the_server():
         range(prompts.NONCE_TOKENS))
     with pytest.raises(RuntimeError, match=r"^the server at http://a:1 gave only 2 token"):
         prompts.checked_pool([1, 2, "x"], "http://a:1")
+
+
+def test_llama_cpp_puts_each_request_of_a_release_on_the_slot_of_its_place():
+    from splitbench.backends.llamacpp import api as llamacpp_api
+    from splitbench.backends.vllm import api as vllm_api
+
+    bodies = [llamacpp_api.API.request([5, 6], 8, place) for place in range(3)]
+    assert [body["id_slot"] for body in bodies] == [0, 1, 2]
+    assert bodies[2] == {**llamacpp_api.body([5, 6], 8), "id_slot": 2}
+    # vLLM has no slots: its body is sent as it is.
+    assert vllm_api.API.request([5, 6], 8, 1) == vllm_api.body([5, 6], 8)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -80,12 +81,17 @@ class RootWatch(threading.Thread):
                 uid, _, args = line.strip().partition(" ")
                 if uid == "0" and not args.startswith((
                         "sshd", "/usr/sbin/sshd", "sudo ", "/usr/sbin/ip ", "/usr/sbin/nft ",
-                        "/usr/bin/tee /dev/cpu_dma_latency",
-                        # the same, ended, before sudo (or sshd) has reaped them
-                        "[nft] <defunct>", "[ip] <defunct>", "[sudo] <defunct>",
-                        "[sshd] <defunct>")):
+                        "/usr/bin/tee /dev/cpu_dma_latency")) and not self.ending(args):
                     self.seen.add(args)
             time.sleep(0.3)
+
+    @staticmethod
+    def ending(args: str) -> bool:
+        """One of the same, caught as it ends: ps shows a process whose command line is
+        gone by its name in brackets ("[sshd]" while a session's process exits, then
+        "[sshd] <defunct>" until its parent reaps it)."""
+        ended = re.fullmatch(r"\[(\w+)\]( <defunct>)?", args)
+        return bool(ended) and ended.group(1) in ("nft", "ip", "sudo", "sshd")
 
 
 NEIGHBOUR = "sb-lanhb"  # a machine on B's other network ("the LAN")

@@ -29,22 +29,13 @@ class LlamaServerCompletion(TypedDict):
     cache_prompt: bool
     stream: bool
     timings_per_token: bool
-    id_slot: int
 
 
-def body(ids: list[int], n_predict: int, place: int) -> LlamaServerCompletion:
+def body(ids: list[int], n_predict: int) -> LlamaServerCompletion:
     """Exactly these tokens (no BOS added), exactly n_predict generated, no prompt cache,
-    the server's timings in every event, on the slot numbered by its place in the release.
-
-    Pinned because llama-server decodes requests whose slots are not adjacent in
-    separate steps (each slot keeps its own KV stream, and a step's batch takes only
-    consecutive ones): left to the server, a 2-way release after a long cell landed on
-    slots {0, 3} every other time, paid a round trip per token instead of per step, and
-    the cell's decode alternated between two levels. Slots 0..N-1 batch every step, as a
-    fresh server's first N requests would."""
+    the server's timings in every event."""
     return {"prompt": ids, "n_predict": n_predict, "ignore_eos": True, "temperature": 0,
-            "cache_prompt": False, "stream": True, "timings_per_token": True,
-            "id_slot": place}
+            "cache_prompt": False, "stream": True, "timings_per_token": True}
 
 
 def take_event(event: dict[str, Any], t_ns: int, t_mono: int, reply: Reply) -> None:
@@ -65,7 +56,12 @@ def take_event(event: dict[str, Any], t_ns: int, t_mono: int, reply: Reply) -> N
                server_cum_predicted_n=timings.get("predicted_n"))
 
 
-API = StreamApi(path="/completion", body=body, take_event=take_event)
+# Each request of a release on its own slot, 0..N-1 (`id_slot`): llama-server keeps each
+# slot's KV cache as its own stream and a decode step batches only adjacent ones. Left to
+# its least-recently-used choice, a 2-way release after a long cell landed on slots 0 and
+# 3 every other time and was decoded one step per slot (a round trip per token, not per
+# step), so the cell's decode alternated between two levels with what ran before it.
+API = StreamApi(path="/completion", body=body, take_event=take_event, slot_key="id_slot")
 
 # (url, prompts, n_predict, timeout, on_first_token=None) -> one Reply per prompt.
 run_concurrent = functools.partial(client.run_concurrent, API)

@@ -35,10 +35,9 @@ class OpenAICompletion(TypedDict):
     stream_options: dict[str, bool]
 
 
-def body(ids: list[int], n_predict: int, place: int) -> OpenAICompletion:
+def body(ids: list[int], n_predict: int) -> OpenAICompletion:
     """Exactly these tokens, exactly n_predict generated (greedy, EOS ignored), each
-    event's token ids, and the usage and metrics at the end (vLLM has no slots to pin
-    a request to: `place` is not sent)."""
+    event's token ids, and the usage and metrics at the end."""
     return {"model": SERVED_NAME, "prompt": ids, "max_tokens": n_predict, "temperature": 0,
             "ignore_eos": True, "stream": True, "return_token_ids": True,
             "stream_options": {"include_usage": True}}

@@ -17,7 +17,7 @@ from splitbench.backends.metrics import RequestRow, ServerFigures
 from splitbench.backends.prompts import checked_pool
 
 
-def body(ids: list[int], n_predict: int, place: int) -> dict[str, Any]:
+def body(ids: list[int], n_predict: int) -> dict[str, Any]:
     return {"prompt": ids, "tokens": n_predict}
 
 
