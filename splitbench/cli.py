@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import socket
 import sys
 import time
@@ -43,12 +44,19 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if getattr(command, "MEASURING", False):
             with procs.job(args.command), stamped(args.command):
-                return command.run(args) or 0
-        return command.run(args) or 0
+                code = command.run(args) or 0
+        else:
+            code = command.run(args) or 0
+        sys.stdout.flush()  # here, not at exit: a reader that left is met in the try
+        return code
     except SplitbenchError as error:
         # A problem the message names (a config key, a host, a file): said, not a trace.
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader left early (`cells | head -1`): no trace, and nothing more to write.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # what a shell reports for a program ended by SIGPIPE
 
 
 @contextlib.contextmanager

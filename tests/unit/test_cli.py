@@ -124,6 +124,17 @@ def test_a_problem_splitbench_names_is_an_error_line_and_status_2(capsys):
     assert "Traceback" not in err
 
 
+def test_a_reader_that_leaves_early_gets_no_traceback():
+    """`splitbench cells | head -1`: the reader closes before the list is written."""
+    child = subprocess.Popen([sys.executable, "-m", "splitbench", "cells", "--config",
+                              str(ROOT / "config/config.yaml")], cwd=ROOT,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    child.stdout.close()  # gone before the first line
+    err = child.stderr.read().decode()
+    assert child.wait(timeout=60) == 141, err
+    assert err == ""
+
+
 def test_every_error_splitbench_raises_shares_one_base():
     from splitbench import configuration
     from splitbench.backends.llamacpp import servers as llamacpp_servers
