@@ -250,9 +250,10 @@ def run_concurrent(
     replies = [Reply(request_id=i) for i in range(len(prompts))]
     # Opened before connecting: a stream's byte offsets count from its SYN-ACK.
     clock = _packet_clock(address)
-    streams = [s for s in (_open(address, api.path, r, api.request(ids, n_predict, place))
-                           for place, (r, ids) in enumerate(zip(replies, prompts,
-                                                                strict=True))) if s]
+    # A reply's request_id is its place in the release (its slot, where the server has them).
+    streams = [s for s in (_open(address, api.path, r,
+                                 api.request(ids, n_predict, r.request_id))
+                           for r, ids in zip(replies, prompts, strict=True)) if s]
     poller, open_streams = None, {}
     try:
         poller = select.epoll()
