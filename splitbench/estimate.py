@@ -179,7 +179,7 @@ def cell_seconds(config: Config, cell: plan.Cell, speed: Speed | None,
         measured = one  # the first release fails: the cell stops there
     elif paired:
         rounds = samples_to_target(precision.targets_for(targets, precision.PAIRED_TARGETS),
-                                   units, precision.FIRST_LOOK)
+                                   units, precision.FIRST_LOOK_PAIRED)
         measured = launch_s + min(paired["rounds"], rounds or paired["rounds"]) \
             * paired["requests"] * 2 * one
     elif cell.conc == 1:

@@ -79,7 +79,7 @@ def known(cell: CellSlice, releases: Sequence[Sequence[metrics.RequestRow]]) -> 
 def looks_paired(cell: CellSlice, rounds: int) -> bool:
     """Whether the rule looks at a paired cell after `rounds` whole rounds."""
     wanted = precision.targets_for(cell.get("precision"), precision.PAIRED_TARGETS)
-    return bool(wanted) and precision.is_checkpoint(rounds, precision.FIRST_LOOK)
+    return bool(wanted) and precision.is_checkpoint(rounds, precision.FIRST_LOOK_PAIRED)
 
 
 def paired_known(cell: CellSlice, decode: Mapping[tuple[int, bool], Sequence[float]]

@@ -169,7 +169,7 @@ class Paired(Section):
 
 class Precision(Section):
     """A cell stops once its figures are known this well: at the first checkpoint past
-    its minimum (5 requests or rounds, or 3 releases, then twice as many, and so on)
+    its minimum (5 requests, 3 releases or 10 rounds, then twice as many, and so on)
     where every figure with a target has its ± (the report's: 2 standard errors) within
     it and the machines read quiet by the `interference:` limits so far; otherwise at
     its ceiling (its seconds, or a paired cell's rounds). Each cell records why it

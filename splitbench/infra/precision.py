@@ -11,8 +11,9 @@ Stopping when a ± first looks small would favour the samples whose spread came 
 small by chance, and report a ± smaller than the truth. Two things keep that in check
 (docs/method.md): the rule looks only at fixed checkpoints, the first look's count
 doubled again and again (FIRST_LOOK, 2 x, 4 x ...: at most four or five looks in a
-cell), and the first look comes only once the spread rests on enough samples; decode's
-floor from its tokens cannot come out small by chance at all.
+cell), and the first look comes only once the spread rests on enough samples (a paired
+cell's later: FIRST_LOOK_PAIRED); decode's floor from its tokens cannot come out small by
+chance at all.
 """
 
 from __future__ import annotations
@@ -30,6 +31,14 @@ from splitbench.infra.fits import COVERAGE, MEDIAN_SE
 # concurrent cell (each costs N requests: the floor most configs already ask).
 FIRST_LOOK = 5
 FIRST_LOOK_RELEASES = 3
+# A paired cell's rounds are not independent draws: the two launches' speeds wander over
+# seconds, so neighbouring rounds agree more than distant ones and 5 rounds' spread
+# understates their ±. Measured on a 2-core machine: a 5gbe cell stopped at 5 rounds with
+# +0.04 ±0.02 ms/token where 20 rounds read +0.062 and +0.068 in two other runs (the
+# report flagged it against its prediction); over 14 series of 20 rounds (five runs) the
+# ± after 5 rounds was 0.03-0.14 ms/token (median 0.07) against a target of 0.03, so a
+# stop there picks the rare run whose spread came out at half its size.
+FIRST_LOOK_PAIRED = 10
 
 # Why a cell stopped, on each of its rows (`stopped`).
 Stopped = Literal["target", "ceiling", "failure"]

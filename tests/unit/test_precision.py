@@ -189,10 +189,14 @@ def test_a_paired_cell_stops_where_its_difference_is_known(monkeypatch):
             run_of(r, True, 1.0 + spread * rng.standard_normal()),
             run_of(r, False, 1.5 + spread * rng.standard_normal()))]
 
-    assert measure.paired_known(cell, rounds(5, 0.01))
-    assert not measure.paired_known(cell, rounds(4, 0.01))  # no checkpoint
-    assert not measure.paired_known(cell, rounds(5, 0.3))  # its ± is wider than 0.05
-    assert not measure.paired_known(cell | {"precision": {}}, rounds(5, 0.01))
+    assert measure.paired_known(cell, rounds(10, 0.01))
+    assert not measure.paired_known(cell, rounds(9, 0.01))  # no checkpoint
+    assert not measure.paired_known(cell, rounds(10, 0.3))  # its ± is wider than 0.05
+    assert not measure.paired_known(cell | {"precision": {}}, rounds(10, 0.01))
+    # Five rounds are a single stream's first look, not a paired cell's: neighbouring
+    # rounds agree more than distant ones, so their spread is not yet one to stop on.
+    assert not measure.paired_known(cell, rounds(5, 0.01))
+    assert measure.paired_known(cell, rounds(20, 0.01))
 
 
 def test_each_kind_of_cell_carries_only_its_own_targets_and_the_anchor_none():
@@ -285,6 +289,14 @@ def test_the_estimate_looks_where_the_cell_would_past_its_floor_and_never_at_anc
     # Known at the first look as a cell; an anchor sends its full seconds.
     assert estimate.cell_seconds(config, anchor, fast) < estimate.cell_seconds(
         config, anchor, fast, anchor=True)
+    # A paired cell known from its first round: it still runs to its first look, 10
+    # rounds of a request on each launch.
+    paired = plan.Cell("lab", "usb4", "synth", "short", 1)
+    assert plan.paired_for(config, paired)
+    sure = estimate.Speed(30000.0, 1000.0, {1: {"paired_decode_ms": 0.001}})
+    one = config.contexts["short"] / 30000.0 + config.cell.n_predict / 1000.0
+    assert estimate.cell_seconds(config, paired, sure, launch_s=0) == pytest.approx(
+        estimate.JOB_OVERHEAD_S + precision.FIRST_LOOK_PAIRED * 2 * one)
 
 
 def test_why_a_cell_stopped_is_a_failure_wherever_one_cut_it_short():
