@@ -61,6 +61,17 @@ def agrees(measured: float, unc: float, predicted: float, predicted_unc: float
     return bool(abs(measured - predicted) <= agreement_allowance(unc, predicted_unc))
 
 
+def host_a_change(row: Any) -> tuple[float, float] | None:
+    """How much host A's own time per token changed on the link against the baseline
+    (µs and its ±, from a paired cell's packets: a_time_ms), where that is resolved
+    (outside its ±); None where not measured or not resolved."""
+    values = [pd.to_numeric(row.get(c), errors="coerce")
+              for c in ("a_time_delta_us", "a_time_delta_unc_us")]
+    if not all(np.isfinite(v) for v in values) or abs(values[0]) <= values[1]:
+        return None
+    return float(values[0]), float(values[1])
+
+
 def agreement_allowance(unc: float, predicted_unc: float) -> float:
     """The largest gap between a measurement and its prediction that still agrees."""
     return float(np.hypot(unc, np.nan_to_num(predicted_unc))) * AGREEMENT_SIGMAS / COVERAGE
@@ -71,7 +82,8 @@ PAIRED_COLUMNS = ["paired_decode_delta_ms", "paired_decode_delta_se",
                   "paired_prefill_change_pct", "paired_prefill_change_se",
                   "paired_reference_decode_ms", "paired_reference_prefill_tps",
                   "paired_rr64_delta_us", "paired_rr64_delta_se", "paired_turn_wait_delta_us",
-                  "paired_turn_wait_delta_se", "paired_rounds"]
+                  "paired_turn_wait_delta_se", "paired_a_time_delta_us",
+                  "paired_a_time_delta_se", "paired_rounds"]
 
 
 def _median_and_se(rounds: Any) -> tuple[pd.Series, pd.Series]:
@@ -79,6 +91,15 @@ def _median_and_se(rounds: Any) -> tuple[pd.Series, pd.Series]:
     (none from fewer than two rounds: a figure older files or no packet socket lack)."""
     n = rounds.count()
     return rounds.median(), (MEDIAN_SE * rounds.std(ddof=1) / np.sqrt(n)).where(n >= 2)
+
+
+def a_time_ms(requests: pd.DataFrame) -> pd.Series:
+    """Host A's own time per decoded token (ms): the step less what its turns waited for
+    B's answers (`rpc_turns_per_token` x `rpc_turn_wait_us`), i.e. A's own work and the
+    sending and receiving of its messages. A link changes the waits; where this changes
+    too, something on host A does, which a latency prediction does not hold."""
+    return (pd.to_numeric(requests["decode_ms_per_token"], errors="coerce")
+            - requests["rpc_turns_per_token"] * requests["rpc_turn_wait_us"] / 1000)
 
 
 def paired_deltas(requests: pd.DataFrame) -> pd.DataFrame:
@@ -93,10 +114,12 @@ def paired_deltas(requests: pd.DataFrame) -> pd.DataFrame:
         reference=lambda f: f["reference"].fillna(False).astype(bool))
     paired_cells = ok[ok["reference"]].groupby(KEYS).size().index
     ok = ok.set_index(KEYS).loc[lambda f: f.index.isin(paired_cells)].reset_index()
-    latencies = ["rr64_us", "rpc_turn_wait_us"]  # older files lack them: no latency then
+    # Older files lack them: no latency (or time of host A's own) then.
+    latencies = ["rr64_us", "rpc_turn_wait_us", "rpc_turns_per_token"]
     ok = ok.assign(**{c: pd.to_numeric(ok[c], errors="coerce") if c in ok else np.nan
                       for c in latencies})
-    figures = ["decode_ms_per_token", "prefill_tps", *latencies]
+    ok["a_time_ms"] = a_time_ms(ok)
+    figures = ["decode_ms_per_token", "prefill_tps", *latencies, "a_time_ms"]
     by_round = ok.groupby([*KEYS, "repeat", "round", "reference"])[figures].median().unstack(
         "reference")
     # Both sides of every figure, also where one side never had an ok request (a
@@ -115,11 +138,13 @@ def paired_deltas(requests: pd.DataFrame) -> pd.DataFrame:
         "rr64": by_round[("rr64_us", False)] - by_round[("rr64_us", True)],
         "turn_wait": by_round[("rpc_turn_wait_us", False)]
         - by_round[("rpc_turn_wait_us", True)],
+        "a_time": 1000 * (by_round[("a_time_ms", False)] - by_round[("a_time_ms", True)]),
     }).groupby(level=KEYS)
     n = rounds["decode"].count()
     spread = rounds[["decode", "prefill"]].std(ddof=1).mul(MEDIAN_SE).div(np.sqrt(n), axis=0)
     rr64, rr64_se = _median_and_se(rounds["rr64"])
     wait, wait_se = _median_and_se(rounds["turn_wait"])
+    a_time, a_time_se = _median_and_se(rounds["a_time"])
     out = pd.DataFrame({
         "paired_decode_delta_ms": rounds["decode"].median(),
         "paired_decode_delta_se": spread["decode"].where(n >= 2),
@@ -131,6 +156,8 @@ def paired_deltas(requests: pd.DataFrame) -> pd.DataFrame:
         "paired_rr64_delta_se": rr64_se,
         "paired_turn_wait_delta_us": wait,
         "paired_turn_wait_delta_se": wait_se,
+        "paired_a_time_delta_us": a_time,
+        "paired_a_time_delta_se": a_time_se,
         "paired_rounds": n,
     })
     return out.reindex(columns=columns)
@@ -272,14 +299,16 @@ def predicted_decode_delta(comp: pd.DataFrame, links: pd.DataFrame, trips: pd.Da
     difference is the 64 B probe's in the paired cell's own rounds, else the link
     checks' (`latency_from` says which); beside it, what the paired cell's decode turns
     waited more on the link (`turn_wait_delta_us`, from the packets), a witness and not
-    the figure. NaN where no latency was measured; where the round
+    the figure, and how much host A's own time per token changed (`a_time_delta_us`,
+    a_time_ms: what no latency term holds). NaN where no latency was measured; where the round
     trips were not, the floor of one per worker, named as assumed in
     `round_trips_from`."""
     rows = _with_round_trips(comp, links, trips, workers, drift)
     delta_ms, predicted, spread, source = _latency_term(rows, comp)
     waits = {column: pd.to_numeric(comp[column]).to_numpy() if column in comp else
              np.full(len(comp), np.nan)
-             for column in ("paired_turn_wait_delta_us", "paired_turn_wait_delta_se")}
+             for column in ("paired_turn_wait_delta_us", "paired_turn_wait_delta_se",
+                            "paired_a_time_delta_us", "paired_a_time_delta_se")}
     # The bandwidth term: the token's bytes above each link's burst at its throughput.
     bandwidth = traffic.bandwidth_delta(comp, links)
     latency_ms, latency_unc = predicted.to_numpy(), COVERAGE * np.asarray(spread)
@@ -302,6 +331,9 @@ def predicted_decode_delta(comp: pd.DataFrame, links: pd.DataFrame, trips: pd.Da
         # The witness beside it: what the decode turns waited more on the link.
         "turn_wait_delta_us": waits["paired_turn_wait_delta_us"],
         "turn_wait_delta_unc_us": COVERAGE * waits["paired_turn_wait_delta_se"],
+        # And what host A's own time per token changed by (a latency term has none).
+        "a_time_delta_us": waits["paired_a_time_delta_us"],
+        "a_time_delta_unc_us": COVERAGE * waits["paired_a_time_delta_se"],
     }, index=comp.index)
 
 

@@ -168,10 +168,13 @@ def _why(row: pd.Series) -> str:
             f"extra request-response latency = {pm_text(latency, latency_unc)}")
     wait, wait_unc = (as_number(row.get(c)) for c in ("turn_wait_delta_us",
                                                       "turn_wait_delta_unc_us"))
+    host_a = comparison.host_a_change(row)
     if np.isfinite(wait):
         text += (f" (its decode turns themselves waited {wait:+.0f}"
-                 + (f" ±{wait_unc:.0f}" if np.isfinite(wait_unc) else "")
-                 + " µs more, from the packets)")
+                 + (f" ±{wait_unc:.0f}" if np.isfinite(wait_unc) else "") + " µs more"
+                 + (f", and host A's own time per token outside them changed by "
+                    f"{host_a[0]:+.0f} ±{host_a[1]:.0f} µs" if host_a else "")
+                 + ", from the packets)")
     if np.isfinite(bandwidth):
         text += (f"; the link's bandwidth adds {pm_text(bandwidth, bandwidth_unc)}: "
                  f"{_dominance_words(bandwidth, bandwidth_unc, latency, latency_unc)}")
@@ -186,8 +189,11 @@ def _why(row: pd.Series) -> str:
         text += f". The measured {ms_text(row['decode_delta_ms'])} agrees with that prediction"
     elif verdict is False:
         text += (f". ⚠ The measured {ms_text(row['decode_delta_ms'])} disagrees with the "
-                 f"prediction {pm_text(predicted, predicted_unc)} beyond their ±: something "
-                 "else differs between the links")
+                 f"prediction {pm_text(predicted, predicted_unc)} beyond their ±: "
+                 + (f"host A's own time per token changed by {host_a[0]:+.0f} µs, which no "
+                    "latency term holds: something on host A differs between the links, "
+                    "not only the wire (docs/method.md, \"Host A's own time\")" if host_a
+                    else "something else differs between the links"))
     return text + "."
 
 

@@ -293,10 +293,21 @@ def common_offset(comp: pd.DataFrame) -> Finding | None:
     if not shared:
         return None
     where = listed(sorted({f"{g[0]} at {g[1]}" for g in gaps}))
-    return Finding("How far to trust these figures", (
-        f"⚠ {where} all differ from their predictions by the same {ms_text(values.min())} to "
-        f"{ms_text(values.max())} ms/token: one offset shared by every link, not each link's "
-        "own cost. It points at what every comparison shares, the baseline or the way "
+    head = (f"⚠ {where} all differ from their predictions by the same {ms_text(values.min())} "
+            f"to {ms_text(values.max())} ms/token: one offset shared by every link, not each "
+            "link's own cost. ")
+    host_a = [comparison.host_a_change(r) for _, r in rows.iterrows()
+              if (r["link"], r["ctx"]) in {(g[0], g[1]) for g in gaps}]
+    if host_a and all(h is not None and np.sign(h[0]) == np.sign(values[0]) for h in host_a):
+        changes = [h[0] for h in host_a if h is not None]
+        return Finding("How far to trust these figures", head + (
+            f"The packets place it on host A: its own time per token, outside the turns "
+            f"that wait for B, changed by {min(changes):+.0f} to {max(changes):+.0f} µs on "
+            "every link against the baseline, which no latency term holds. Their order and "
+            "the round trips stand; what differs is how host A works beside each link "
+            "(docs/method.md, \"Host A's own time\")."), (COMPARISON, SENSITIVITY))
+    return Finding("How far to trust these figures", head + (
+        "It points at what every comparison shares, the baseline or the way "
         "latency is measured (the links' 64 B request-response probe against what a decode "
         "step's messages pay), not at the links; their order and the round trips stand, "
         "their predicted cost is off by that much."), (COMPARISON, SENSITIVITY))

@@ -246,7 +246,10 @@ def _agreement(row: pd.Series, guess: pd.Series | None) -> str:
     suffix = f" ({'; '.join(notes)})" if notes else ""
     if abs(gap) <= allowed:
         return f"agrees ({gap:+.2f} within ±{allowed:.2f}){suffix}"
-    return f"{FLAG_MARK} disagrees by {gap:+.2f} (more than ±{allowed:.2f}){suffix}"
+    host_a = comparison.host_a_change(guess)
+    beside = (f"; host A's own time per token {host_a[0] / 1000:+.2f} "
+              f"±{host_a[1] / 1000:.2f}" if host_a else "")
+    return f"{FLAG_MARK} disagrees by {gap:+.2f} (more than ±{allowed:.2f}){suffix}{beside}"
 
 
 def _texts(values: pd.Series, statuses: pd.Series, spec: str) -> list[str]:

@@ -65,6 +65,24 @@ def test_the_decode_turns_own_waits_stand_beside_the_probes_latency():
     assert "waited" not in without.text
 
 
+def test_a_disagreement_says_where_host_a_own_time_changed():
+    rows = comp_rows("x", [(0.04, 0.01)], latency=(0.08, 0.00), bandwidth=(0.00, 0.00),
+                     trips=1.0, gap_us=80).assign(turn_wait_delta_us=97.0,
+                                                  turn_wait_delta_unc_us=3.0)
+    unexplained = findings.decode_cost(rows, "x", "m").text
+    assert "⚠ The measured +0.04 disagrees with the prediction +0.08" in unexplained
+    assert "something else differs between the links" in unexplained
+    measured = rows.assign(a_time_delta_us=-45.0, a_time_delta_unc_us=10.0)
+    text = findings.decode_cost(measured, "x", "m").text
+    assert ("(its decode turns themselves waited +97 ±3 µs more, and host A's own time per "
+            "token outside them changed by -45 ±10 µs, from the packets)") in text, text
+    assert "host A's own time per token changed by -45 µs, which no latency term" in text
+    assert "something else differs" not in text
+    # Inside its ±: not a change, and not said.
+    blurred = rows.assign(a_time_delta_us=-5.0, a_time_delta_unc_us=10.0)
+    assert "host A" not in findings.decode_cost(blurred, "x", "m").text
+
+
 def test_a_bandwidth_dominated_cost_that_grows_with_context():
     rows = comp_rows("slow", [(0.30, 0.02), (1.50, 0.05), (6.00, 0.20)],
                      latency=(0.05, 0.01), bandwidth=(0.26, 0.02), trips=1.0, gap_us=50)
@@ -199,6 +217,16 @@ def test_an_offset_shared_by_every_link_is_said_once():
     assert findings.common_offset(rows.iloc[:1]) is None
     opposite = rows.assign(decode_delta_ms=[0.07, 0.22, 0.58])
     assert findings.common_offset(opposite) is None
+    assert "the way latency is measured" in found.text
+    # Where the packets measured host A's own time moving with every gap, it says so.
+    on_a = findings.common_offset(rows.assign(a_time_delta_us=[-48.0, -41.0, -45.0],
+                                              a_time_delta_unc_us=[9.0, 12.0, 8.0]))
+    assert "The packets place it on host A: its own time per token, outside the turns " \
+           "that wait for B, changed by -48 to -41 µs on every link" in on_a.text
+    assert "the way latency is measured" not in on_a.text
+    one_unresolved = findings.common_offset(rows.assign(
+        a_time_delta_us=[-48.0, -4.0, -45.0], a_time_delta_unc_us=[9.0, 12.0, 8.0]))
+    assert "the way latency is measured" in one_unresolved.text
 
 
 def test_round_trips_against_the_topological_floor():

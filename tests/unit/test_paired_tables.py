@@ -86,6 +86,46 @@ def test_what_the_decode_turns_waited_in_each_round_stands_beside_the_probe(tmp_
     assert guess["turn_wait_delta_unc_us"] == pytest.approx(
         2 * 1.2533 * np.std([400.0, 401, 402, 403, 404], ddof=1) / np.sqrt(5))
 
+
+def test_host_a_own_time_is_the_step_less_its_turns_waits(tmp_path):
+    """Each request's decode step less what its turns waited is host A's own time; the
+    paired cell carries the median of each round's difference (link less baseline)
+    beside the waits, and where it is resolved the table's verdict names it."""
+    deltas = [0.060, 0.062, 0.058, 0.061, 0.059]
+    rows = paired_rows(deltas)
+    for row in rows:  # 1 turn a token; A's own time 900 us, on the link 35 us less
+        row["rpc_turns_per_token"] = 1.0
+        row["rpc_turn_wait_us"] = 100.0 if row["reference"] else \
+            1000.0 + 1000 * deltas[row["round"]] - 865.0
+    paths = [write_cell(tmp_path, "baseline", "short", 1, [request(0, [1.5] * 8)]),
+             write_cell(tmp_path, "x", "short", 1, rows)]
+    summary = cell_summary.summarize(paths, CONTEXTS)
+    x = summary.set_index("link").loc["x"]
+    # A's own time: the step (1.0 ms, 1.0 + delta on the link) less the wait.
+    assert x["paired_a_time_delta_us"] == pytest.approx(-35.0)
+    assert x["paired_a_time_delta_se"] == pytest.approx(0.0, abs=1e-9)
+    trips = pd.DataFrame({"pair": ["lab"], "model": ["m"], "workers": [1],
+                          "round_trips": [1.0], "round_trips_se": [0.0]})
+    links = pd.DataFrame({"pair": ["lab", "lab"], "link": ["baseline", "x"],
+                          "rr64_p50_us": [50.0, 250.0]})
+    comp = comparison.compare_links(summary, "baseline")
+    guess = comparison.predicted_decode_delta(comp, links, trips, {}).iloc[0]
+    assert guess["a_time_delta_us"] == pytest.approx(-35.0)
+    assert comparison.host_a_change(guess) == pytest.approx((-35.0, 0.0), abs=1e-9)
+    # The probe's 202 us predicts +0.20 where +0.06 was measured: the verdict says what
+    # host A's own time did beside it.
+    table = tables.link_comparison(summary, ORDER, "baseline",
+                                   prediction=lambda c: comparison.predicted_decode_delta(
+                                       c, links, trips, {}))
+    verdict = comparison_row(table, "x", "short")["measured vs predicted"]
+    assert verdict.startswith("⚠ disagrees by -0.14"), verdict
+    assert verdict.endswith("; host A's own time per token -0.04 ±0.00"), verdict
+    # Unresolved (inside its ±) or not measured: nothing said of it.
+    assert comparison.host_a_change({"a_time_delta_us": -5.0,
+                                     "a_time_delta_unc_us": 8.0}) is None
+    assert comparison.host_a_change({"a_time_delta_us": float("nan"),
+                                     "a_time_delta_unc_us": 8.0}) is None
+
 def test_the_prediction_from_measured_latency_is_checked():
     summary = frame(cell("baseline", "short", decode_ms=1.0, se=0.01,
                          uncertainty_from="requests"),
