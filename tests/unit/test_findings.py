@@ -91,6 +91,24 @@ def test_a_bandwidth_dominated_cost_that_grows_with_context():
     assert "bandwidth dominates" in text
 
 
+def test_a_cost_that_may_grow_is_not_called_growing_short_of_three_standard_errors():
+    # A fixed +0.07 with a 5k cell measured after it that read high: +0.38 ±0.30 is
+    # outside its ± (resolved) and 0.31 apart, more than their combined ± (0.30) but
+    # less than the 3 combined standard errors a run's many comparisons need (0.46).
+    rows = comp_rows("x", [(0.07, 0.03), (0.38, 0.30), (0.26, 0.35)],
+                     latency=(0.08, 0.00), bandwidth=(0.00, 0.00), trips=1.0, gap_us=75)
+    text = findings.decode_cost(rows, "x", "m").text
+    assert "It grows with context" not in text
+    assert ("Whether it grows with context is not settled: +0.07 ±0.03 at short and "
+            "+0.38 ±0.30 at 5k differ by more than their ± but less than the 3 combined "
+            "standard errors") in text, text
+    # Beyond them, it grows.
+    grown = comp_rows("x", [(0.07, 0.03), (0.70, 0.15)], latency=(0.08, 0.00),
+                      bandwidth=(0.00, 0.00), trips=1.0, gap_us=75)
+    assert "It grows with context, from +0.07 at short to +0.70 at 5k" in \
+        findings.decode_cost(grown, "x", "m").text
+
+
 def test_neither_term_dominates():
     rows = comp_rows("mid", [(1.10, 0.10), (1.12, 0.10), (1.08, 0.10)],
                      latency=(0.55, 0.30), bandwidth=(0.50, 0.30), trips=1.0, gap_us=550)
