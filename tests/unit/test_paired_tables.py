@@ -30,6 +30,22 @@ def paired_rows(deltas: list[float], ref_ms: float = 1.0,
     return rows
 
 
+def summarized(tmp_path, rows: list[dict]) -> pd.DataFrame:
+    """The summary of a baseline cell and link x's paired cell of these rows."""
+    paths = [write_cell(tmp_path, "baseline", "short", 1, [request(0, [1.5] * 8)]),
+             write_cell(tmp_path, "x", "short", 1, rows)]
+    return cell_summary.summarize(paths, CONTEXTS)
+
+
+def predicted(comp: pd.DataFrame) -> pd.DataFrame:
+    """The prediction at one round trip a token, the probe reading 50 and 250 us."""
+    trips = pd.DataFrame({"pair": ["lab"], "model": ["m"], "workers": [1],
+                          "round_trips": [1.0], "round_trips_se": [0.0]})
+    links = pd.DataFrame({"pair": ["lab", "lab"], "link": ["baseline", "x"],
+                          "rr64_p50_us": [50.0, 250.0]})
+    return comparison.predicted_decode_delta(comp, links, trips, {})
+
+
 def test_a_paired_cell_gives_the_median_of_its_round_differences(tmp_path):
     deltas = [0.20, 0.25, 0.15, 0.22, 0.18]
     paths = [write_cell(tmp_path, "baseline", "short", 1, [request(0, [1.5] * 8)]),
@@ -68,18 +84,11 @@ def test_what_the_decode_turns_waited_in_each_round_stands_beside_the_probe(tmp_
     rows = paired_rows([0.40, 0.42, 0.38, 0.41, 0.39])
     for row in rows:  # the baseline's turns waited 300 us; the link's 700-704 us
         row["rpc_turn_wait_us"] = 300.0 if row["reference"] else 700.0 + row["round"]
-    paths = [write_cell(tmp_path, "baseline", "short", 1, [request(0, [1.5] * 8)]),
-             write_cell(tmp_path, "x", "short", 1, rows)]
-    summary = cell_summary.summarize(paths, CONTEXTS)
+    summary = summarized(tmp_path, rows)
     x = summary.set_index("link").loc["x"]
     assert x["paired_turn_wait_delta_us"] == pytest.approx(402.0)
     assert x["paired_rr64_delta_us"] == pytest.approx(202.0)
-    trips = pd.DataFrame({"pair": ["lab"], "model": ["m"], "workers": [1],
-                          "round_trips": [1.0], "round_trips_se": [0.0]})
-    links = pd.DataFrame({"pair": ["lab", "lab"], "link": ["baseline", "x"],
-                          "rr64_p50_us": [50.0, 250.0]})
-    comp = comparison.compare_links(summary, "baseline")
-    guess = comparison.predicted_decode_delta(comp, links, trips, {}).iloc[0]
+    guess = predicted(comparison.compare_links(summary, "baseline")).iloc[0]
     assert guess["latency_from"] == comparison.LATENCY_FROM_PROBE
     assert guess["latency_delta_us"] == pytest.approx(202.0)
     assert guess["turn_wait_delta_us"] == pytest.approx(402.0)
@@ -97,26 +106,17 @@ def test_host_a_own_time_is_the_step_less_its_turns_waits(tmp_path):
         row["rpc_turns_per_token"] = 1.0
         row["rpc_turn_wait_us"] = 100.0 if row["reference"] else \
             1000.0 + 1000 * deltas[row["round"]] - 865.0
-    paths = [write_cell(tmp_path, "baseline", "short", 1, [request(0, [1.5] * 8)]),
-             write_cell(tmp_path, "x", "short", 1, rows)]
-    summary = cell_summary.summarize(paths, CONTEXTS)
+    summary = summarized(tmp_path, rows)
     x = summary.set_index("link").loc["x"]
     # A's own time: the step (1.0 ms, 1.0 + delta on the link) less the wait.
     assert x["paired_a_time_delta_us"] == pytest.approx(-35.0)
     assert x["paired_a_time_delta_se"] == pytest.approx(0.0, abs=1e-9)
-    trips = pd.DataFrame({"pair": ["lab"], "model": ["m"], "workers": [1],
-                          "round_trips": [1.0], "round_trips_se": [0.0]})
-    links = pd.DataFrame({"pair": ["lab", "lab"], "link": ["baseline", "x"],
-                          "rr64_p50_us": [50.0, 250.0]})
-    comp = comparison.compare_links(summary, "baseline")
-    guess = comparison.predicted_decode_delta(comp, links, trips, {}).iloc[0]
+    guess = predicted(comparison.compare_links(summary, "baseline")).iloc[0]
     assert guess["a_time_delta_us"] == pytest.approx(-35.0)
     assert comparison.host_a_change(guess) == pytest.approx((-35.0, 0.0), abs=1e-9)
     # The probe's 202 us predicts +0.20 where +0.06 was measured: the verdict says what
     # host A's own time did beside it.
-    table = tables.link_comparison(summary, ORDER, "baseline",
-                                   prediction=lambda c: comparison.predicted_decode_delta(
-                                       c, links, trips, {}))
+    table = tables.link_comparison(summary, ORDER, "baseline", prediction=predicted)
     verdict = comparison_row(table, "x", "short")["measured vs predicted"]
     assert verdict.startswith("⚠ disagrees by -0.14"), verdict
     assert verdict.endswith("; host A's own time per token -0.04 ±0.00"), verdict
