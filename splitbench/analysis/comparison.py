@@ -305,10 +305,11 @@ def predicted_decode_delta(comp: pd.DataFrame, links: pd.DataFrame, trips: pd.Da
     `round_trips_from`."""
     rows = _with_round_trips(comp, links, trips, workers, drift)
     delta_ms, predicted, spread, source = _latency_term(rows, comp)
-    waits = {column: pd.to_numeric(comp[column]).to_numpy() if column in comp else
-             np.full(len(comp), np.nan)
-             for column in ("paired_turn_wait_delta_us", "paired_turn_wait_delta_se",
-                            "paired_a_time_delta_us", "paired_a_time_delta_se")}
+    # From the paired cell's packets, beside the prediction (none without a paired cell).
+    packets = {column: pd.to_numeric(comp[column]).to_numpy() if column in comp else
+               np.full(len(comp), np.nan)
+               for column in ("paired_turn_wait_delta_us", "paired_turn_wait_delta_se",
+                              "paired_a_time_delta_us", "paired_a_time_delta_se")}
     # The bandwidth term: the token's bytes above each link's burst at its throughput.
     bandwidth = traffic.bandwidth_delta(comp, links)
     latency_ms, latency_unc = predicted.to_numpy(), COVERAGE * np.asarray(spread)
@@ -329,11 +330,11 @@ def predicted_decode_delta(comp: pd.DataFrame, links: pd.DataFrame, trips: pd.Da
         "latency_delta_us": 1000 * np.asarray(delta_ms, dtype=float),
         "latency_from": source.to_numpy(),
         # The witness beside it: what the decode turns waited more on the link.
-        "turn_wait_delta_us": waits["paired_turn_wait_delta_us"],
-        "turn_wait_delta_unc_us": COVERAGE * waits["paired_turn_wait_delta_se"],
+        "turn_wait_delta_us": packets["paired_turn_wait_delta_us"],
+        "turn_wait_delta_unc_us": COVERAGE * packets["paired_turn_wait_delta_se"],
         # And what host A's own time per token changed by (a latency term has none).
-        "a_time_delta_us": waits["paired_a_time_delta_us"],
-        "a_time_delta_unc_us": COVERAGE * waits["paired_a_time_delta_se"],
+        "a_time_delta_us": packets["paired_a_time_delta_us"],
+        "a_time_delta_unc_us": COVERAGE * packets["paired_a_time_delta_se"],
     }, index=comp.index)
 
 

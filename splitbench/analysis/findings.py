@@ -296,10 +296,12 @@ def common_offset(comp: pd.DataFrame) -> Finding | None:
     head = (f"⚠ {where} all differ from their predictions by the same {ms_text(values.min())} "
             f"to {ms_text(values.max())} ms/token: one offset shared by every link, not each "
             "link's own cost. ")
+    off = {(g[0], g[1]) for g in gaps}
     host_a = [comparison.host_a_change(r) for _, r in rows.iterrows()
-              if (r["link"], r["ctx"]) in {(g[0], g[1]) for g in gaps}]
-    if host_a and all(h is not None and np.sign(h[0]) == np.sign(values[0]) for h in host_a):
-        changes = [h[0] for h in host_a if h is not None]
+              if (r["link"], r["ctx"]) in off]
+    changes = [h[0] for h in host_a if h is not None]
+    if host_a and len(changes) == len(host_a) and all(
+            np.sign(c) == np.sign(values[0]) for c in changes):
         return Finding("How far to trust these figures", head + (
             f"The packets place it on host A: its own time per token, outside the turns "
             f"that wait for B, changed by {min(changes):+.0f} to {max(changes):+.0f} µs on "
