@@ -225,7 +225,7 @@ def _anchor_medians(requests: pd.DataFrame | None) -> dict[str, float] | None:
 
 
 TRIPS_COLUMNS = ["pair", "model", "workers", "round_trips", "round_trips_se",
-                 "round_trips_from", "turns_counted", "flags"]
+                 "round_trips_from", "turns_counted", *sweep_fit.NO_SPLIT, "flags"]
 SWEEP, COUNTED = "the delay sweep", "counted from the RPC packets"
 FLOOR = "assumed: the floor of one per RPC worker, nothing measured them"
 
@@ -255,6 +255,8 @@ def round_trips(sweep_files: Sequence[str], summary: pd.DataFrame | None = None,
                      "round_trips_se": fit.get("round_trips_se"), "round_trips_from": SWEEP,
                      # The same sweep's requests, their turns counted from the packets.
                      "turns_counted": fit.get("turns_per_token"),
+                     # Its slope split by the packets: the turns' waits and host A's own.
+                     **{k: fit.get(k) for k in sweep_fit.NO_SPLIT},
                      "flags": sweep_fit.flags(frame, limits)})
     swept = {(r["pair"], r["model"], r["workers"]) for r in rows}
     rows += [row for row in _counted(summary) if

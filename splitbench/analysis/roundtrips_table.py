@@ -29,6 +29,12 @@ def table(files: list[str], limits: InterferenceLimits | None = None) -> pd.Data
             "R²": cell_summary.rounded(result["r2"], 3),
             # The second witness, which needs no delay: turns counted from the packets.
             "turns per token (packets)": cell_summary.rounded(result["turns_per_token"], 2),
+            # The slope split by the same packets: what the turns waited, what host A
+            # spent outside them, each per ms of latency (their sum is the slope).
+            "of which turns' waits": _with_unc(result["waits_per_latency"],
+                                               result["waits_per_latency_se"]),
+            "of which host A's own": _with_unc(result["a_time_per_latency"],
+                                               result["a_time_per_latency_se"]),
             "points": result["points"],
             **_measured_range(frame),
             # Where the figure cannot be used: the mechanisms table does not use it.
@@ -36,6 +42,13 @@ def table(files: list[str], limits: InterferenceLimits | None = None) -> pd.Data
             "flags": f"{FLAG_MARK} {flagged}" if (flagged := flags(frame, limits)) else None,
         })
     return pd.DataFrame(rows)
+
+
+def _with_unc(value: float | None, se: float | None) -> str:
+    """`1.01 ±0.01` (two standard errors), or "—" where the packets gave no split."""
+    if value is None or se is None:
+        return "—"
+    return f"{value:.2f} ±{comparison.COVERAGE * se:.2f}"
 
 
 # A sweep's measured range (`_measured_range`), by column title: "—" where no point

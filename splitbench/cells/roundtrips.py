@@ -67,6 +67,7 @@ class RequestFigures(TypedDict):
     step_ms_median: float | None
     server_decode_ms_per_token: float | None
     turns_per_token: float | None  # request-response turns counted on A (rpc_turns.py)
+    turn_wait_us: float | None  # a decode turn's median wait, A's send to B's answer
 
 
 class SweepRow(PointFacts, RequestFigures, interference.InterferenceFigures, total=False):
@@ -101,6 +102,7 @@ def one_request(server: Launch, link: Link, sweep: SweepSlice, pool: Any,
         "step_ms_median": float(np.median(gaps) / 1e6) if gaps.size else None,
         "server_decode_ms_per_token": figures["server_decode_ms_per_token"],
         "turns_per_token": traffic["rpc_turns_per_token"],
+        "turn_wait_us": traffic["rpc_turn_wait_us"],
     }
 
 

@@ -30,6 +30,14 @@ class SweepFit(TypedDict):
     # The second witness: the median of every request's turns per token, counted from
     # the RPC connections' packets (None where none were counted: no CAP_NET_RAW).
     turns_per_token: float | None
+    # The slope split by the same packets (None where no turn waited on every point): the
+    # turns' waits per token, and host A's own time per token outside them, each in ms
+    # per ms of latency. Their sum is the round trips; the waits alone are the turns
+    # where each waits the latency and no more.
+    waits_per_latency: float | None
+    waits_per_latency_se: float | None
+    a_time_per_latency: float | None
+    a_time_per_latency_se: float | None
 
 
 def fit(frame: pd.DataFrame) -> SweepFit:
@@ -51,19 +59,55 @@ def fit(frame: pd.DataFrame) -> SweepFit:
         return {"round_trips_per_token": None, "round_trips_se": None, "intercept_ms": None,
                 "r2": None, "points": len(points),
                 "not_resolvable": f"{len(points)} delay point(s) measured",
-                "turns_per_token": turns}
+                "turns_per_token": turns, **NO_SPLIT}
     rounds = "round" in ok and ok["round"].notna().all() and ok["round"].nunique() >= 2
-    differences = _within_rounds(ok, step) if rounds else _between_points(points)
-    ref = points.iloc[0]
-    rest = points.loc[differences.index]
-    line = fits.fit_through_origin(rest["rr_ms"] - ref["rr_ms"], differences["decode"],
-                                   differences["se"])
+    line = _slope(ok, points, step, rounds)
     slope = line["slope"]
+    ref = points.iloc[0]
     return {"round_trips_per_token": _number(slope), "round_trips_se": _number(line["slope_se"]),
             "intercept_ms": _number(ref["decode"] - slope * ref["rr_ms"]),
             "r2": _number(line["r2"]), "points": len(points),
             "not_resolvable": _why_not(slope, line["slope_se"], line["r2"]),
-            "turns_per_token": turns}
+            "turns_per_token": turns, **_split(ok, points, step, rounds)}
+
+
+NO_SPLIT = {"waits_per_latency": None, "waits_per_latency_se": None,
+            "a_time_per_latency": None, "a_time_per_latency_se": None}
+
+
+def _slope(ok: pd.DataFrame, points: pd.DataFrame, column: str, rounds: bool) -> dict:
+    """The slope of `column` (ms per token) against the points' measured latency, each
+    point's difference from the lowest-delay point's: within rounds where the sweep ran
+    in rounds, else between the points' medians (`points` holds their latency)."""
+    if rounds:
+        differences = _within_rounds(ok, column)
+    else:
+        by_point = ok.groupby("delay_ms")[column].agg(["median", "std", "size"])
+        differences = _between_points(by_point.rename(columns={
+            "median": "decode", "std": "spread", "size": "n"}))
+    rest = points.loc[differences.index]
+    return fits.fit_through_origin(rest["rr_ms"] - points["rr_ms"].iloc[0],
+                                   differences["decode"], differences["se"])
+
+
+def _split(ok: pd.DataFrame, points: pd.DataFrame, step: str, rounds: bool) -> dict:
+    """The slope split in two by the packets: what the turns waited per token
+    (turns x their median wait) and host A's own time per token (the step less that),
+    each against the latency. None where a point has no turn waits (no packet socket,
+    an older sweep)."""
+    if "turn_wait_us" not in ok or "turns_per_token" not in ok:
+        return dict(NO_SPLIT)
+    waited = (pd.to_numeric(ok["turns_per_token"], errors="coerce")
+              * pd.to_numeric(ok["turn_wait_us"], errors="coerce") / 1000)
+    ok = ok.assign(waited_ms=waited, a_time_ms=ok[step] - waited).dropna(
+        subset=["waited_ms"])
+    if ok["delay_ms"].nunique() < len(points):
+        return dict(NO_SPLIT)
+    waits, own = (_slope(ok, points, c, rounds) for c in ("waited_ms", "a_time_ms"))
+    return {"waits_per_latency": _number(waits["slope"]),
+            "waits_per_latency_se": _number(waits["slope_se"]),
+            "a_time_per_latency": _number(own["slope"]),
+            "a_time_per_latency_se": _number(own["slope_se"])}
 
 
 def flags(frame: pd.DataFrame, limits: InterferenceLimits | None) -> str | None:

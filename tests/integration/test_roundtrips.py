@@ -66,6 +66,11 @@ def test_one_worker_costs_one_round_trip_per_token(sweep):
     turns = result["turns_per_token"]
     assert abs(turns - 1) <= 0.1, result
     assert rows["turns_per_token"].notna().all(), rows["turns_per_token"]
+    # The same packets split the slope: what the turns waited (one turn: the latency,
+    # within the product's 20%) and host A's own time outside them, which add up to it.
+    assert rows["turn_wait_us"].notna().all(), rows["turn_wait_us"]
+    waits, own = result["waits_per_latency"], result["a_time_per_latency"]
+    assert abs(waits - 1) <= 0.2 and abs(waits + own - slope) <= 0.05, result
     # What else used the machine while the rounds ran was read (the lab's two hosts are
     # one machine): the points' servers are the sweep's own.
     assert rows["interference_a"].str.startswith("read over").all(), rows["interference_a"]

@@ -59,3 +59,41 @@ def test_a_sweep_is_flagged_by_what_else_used_the_machines_during_its_rounds():
     # A sweep written before the meter: not checked, never clean.
     unmetered = sweep_fit.flags(sweep([0.0, 0.0]), {})
     assert unmetered is not None and unmetered.startswith("interference not measured on host A")
+
+
+def sweep_with_waits(waits_per_ms: float, own_per_ms: float, rounds: int = 4) -> pd.DataFrame:
+    """One turn per token whose wait grows `waits_per_ms` ms per ms of latency, and host
+    A's own time per token `own_per_ms`; the machine slows whole rounds, as it does."""
+    rng = np.random.default_rng(1)
+    rows = []
+    for r in range(rounds):
+        slow = rng.normal(0, 0.05)
+        for delay, rr in RR_MS.items():
+            wait_ms = 0.05 + waits_per_ms * (rr - 0.1) + rng.normal(0, 0.005)
+            own_ms = 0.6 + own_per_ms * (rr - 0.1) + slow + rng.normal(0, 0.005)
+            rows.append({"delay_ms": delay, "rr_ms": rr, "error": None, "round": r,
+                         "step_ms_median": wait_ms + own_ms, "turns_per_token": 1.0,
+                         "turn_wait_us": wait_ms * 1000})
+    return pd.DataFrame(rows)
+
+
+def test_the_packets_split_the_slope_into_the_turns_waits_and_host_a_own_time():
+    # The lab's sweeps read 1.03-1.06 round trips where the packets counted 1.00 turns:
+    # the split says whether the extra is in the waits or on host A.
+    on_a = sweep_fit.fit(sweep_with_waits(1.0, 0.04))
+    assert abs(on_a["round_trips_per_token"] - 1.04) < 0.01, on_a
+    assert abs(on_a["waits_per_latency"] - 1.0) < 0.01, on_a
+    assert abs(on_a["a_time_per_latency"] - 0.04) < 0.01, on_a
+    assert on_a["a_time_per_latency_se"] < 0.01
+    in_waits = sweep_fit.fit(sweep_with_waits(1.04, 0.0))
+    assert abs(in_waits["waits_per_latency"] - 1.04) < 0.01, in_waits
+    assert abs(in_waits["a_time_per_latency"]) < 0.01, in_waits
+
+
+def test_a_sweep_without_turn_waits_has_no_split():
+    # No packet socket on A (or a sweep written before the waits were kept): no split.
+    plain = sweep_fit.fit(sweep([0.0, 0.0, 0.0]))
+    assert plain["waits_per_latency"] is None and plain["a_time_per_latency"] is None
+    one_point_short = sweep_with_waits(1.0, 0.04)
+    one_point_short.loc[one_point_short["delay_ms"] == 2.0, "turn_wait_us"] = None
+    assert sweep_fit.fit(one_point_short)["waits_per_latency"] is None
