@@ -125,7 +125,9 @@ TABLE_READING: dict[str, str] = {
         "measurement to the current one."),
     "round_trips": (
         "round trips per token with its ±: the blocking exchanges each decoded token "
-        "makes over the link; 'not resolvable' says why a figure cannot be used."),
+        "makes over the link; 'of which' splits it, from the packets, into what the turns "
+        "waited and host A's own time, per ms of latency; 'not resolvable' says why a "
+        "figure cannot be used."),
     "drift": (
         "each cell suspected of drift and why: its figures may reflect the machine's "
         "state at that time rather than the link."),
