@@ -400,11 +400,11 @@ def _pid_reused(record: ProcRecord) -> bool:
 
 
 def _reap(record: ProcRecord, timeout: float = 5.0) -> None:
-    """Collect a stopped child of this process now. Its whole CPU time moves into this
-    process's reaped-children counters when it is collected; Python's subprocess module
-    would collect it at some later start of another process, in the middle of a cell,
-    where the interference meter would count that server's lifetime as the cell's own."""
-    if record.get("remote"):
+    """Collect a stopped child of this process now (its CPU time moves into this
+    process's reaped-children counters then: collected at some later start of another
+    process, in the middle of a cell, it would count as the cell's own). Not a pid that
+    another process holds now: were that a child of ours too, its exit status is not ours."""
+    if record.get("remote") or _pid_reused(record):
         return
 
     def collected() -> bool:

@@ -158,6 +158,18 @@ def test_a_group_whose_leaders_pid_was_reused_is_not_killed(state_dir):
         other.wait()
 
 
+def test_a_reused_pid_held_by_a_child_of_this_process_keeps_its_exit_status(state_dir):
+    """A stale record whose pid a child of this very process holds now (another launch
+    of the same job): stopping the record neither waits on that child nor takes its exit
+    status, which its own Popen must still read."""
+    other = subprocess.Popen(["sh", "-c", "sleep 0.5; exit 7"])
+    stale = {"pid": other.pid, "start_time": proc_stat.start_time(other.pid) - 1,
+             "role": "other", "key": "stale"}
+    procs.record_process(stale)
+    procs.stop("stale", timeout=0.5)
+    assert other.wait(timeout=5) == 7
+
+
 def test_a_group_whose_leader_has_gone_is_ended(state_dir):
     """The leader exits, its worker stays in the group: stopping the record ends it."""
     pid_file = state_dir / "worker.pid"
