@@ -246,6 +246,10 @@ def test_the_delay_sweep_counts_round_trips_on_a_real_pair_without_netem_or_root
     slope, se = result["round_trips_per_token"], result["round_trips_se"]
     assert se < 0.3 and abs(slope - 1) <= 0.2, result
     assert abs(result["turns_per_token"] - 1) <= 0.1, result  # the packets' count
+    # The same packets split the slope on a real pair too: the turn's waits (one turn:
+    # the latency, within 20%) and host A's own time, which add up to it.
+    waits, own = result["waits_per_latency"], result["a_time_per_latency"]
+    assert abs(waits - 1) <= 0.2 and abs(waits + own - slope) <= 0.05, result
     latency = rows.groupby("delay_ms")["rr_ms"].first()
     for delay in (1.0, 2.0):  # the relay's delay, measured on the pair: never early
         assert latency[delay] >= 2 * delay, latency
