@@ -218,8 +218,8 @@ def _dominance_words(bandwidth: float, bandwidth_unc: float, latency: float,
                                    "not round trips)"}.get(verdict, verdict)
 
 
-def _where_extra(r: Any) -> str:
-    """Where a sweep's round trips above its counted turns lie, from the same requests'
+def _extra_split(r: Any) -> str:
+    """How a sweep's round trips above its counted turns split, by the same requests'
     packets (sweep_fit's split): the turns' waits and host A's own time per token, each
     per ms of latency. Both figures, no verdict: in the lab both grow a little (1-5% of
     the latency, docs/method.md), and which one resolves changes from run to run."""
@@ -256,7 +256,7 @@ def round_trip_floor(trips: pd.DataFrame, model_rows: pd.DataFrame, section: str
         above = ("blocking transactions a better protocol could save"
                  if not np.isfinite(counted) or counted - r.workers > 0.05 else
                  f"yet the packets count {counted:.2f} turns per token, so the extra is no "
-                 "transaction of its own but " + _where_extra(r))
+                 "transaction of its own but " + _extra_split(r))
         where = ("at the floor" if at_floor
                  else f"{gap:+.2f} above the floor: {above}" if gap > 0
                  else f"{-gap:.2f} below the floor: {below}")

@@ -32,8 +32,8 @@ class SweepFit(TypedDict):
     turns_per_token: float | None
     # The slope split by the same packets (None where no turn waited on every point): the
     # turns' waits per token, and host A's own time per token outside them, each in ms
-    # per ms of latency. Their sum is the round trips; the waits alone are the turns
-    # where each waits the latency and no more.
+    # per ms of latency. Their sum is the round trips; the waits alone would equal the
+    # counted turns if each turn waited exactly the added latency.
     waits_per_latency: float | None
     waits_per_latency_se: float | None
     a_time_per_latency: float | None

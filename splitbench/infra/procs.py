@@ -404,7 +404,7 @@ def _reap(record: ProcRecord, timeout: float = 5.0) -> None:
     process's reaped-children counters then: collected at some later start of another
     process, in the middle of a cell, it would count as the cell's own). Not a pid that
     another process holds now: were that a child of ours too, its exit status is not ours."""
-    if record.get("remote") or _pid_reused(record):
+    if record.get("remote") or (record.get("start_time") is not None and _pid_reused(record)):
         return
 
     def collected() -> bool:
