@@ -51,8 +51,8 @@ def fit(frame: pd.DataFrame) -> SweepFit:
     lowest-delay point."""
     step = "step_ms_median" if "step_ms_median" in frame else "decode_ms_per_token"
     ok = frame[frame["error"].isna() & frame[step].notna()]
-    points = ok.groupby("delay_ms").agg(rr_ms=("rr_ms", "first"), decode=(step, "median"),
-                                        spread=(step, "std"), n=(step, "size")).sort_index()
+    points = ok.groupby("delay_ms").agg(rr_ms=("rr_ms", "first"),
+                                        decode=(step, "median")).sort_index()
     turns = _number(pd.to_numeric(ok.get("turns_per_token", pd.Series(dtype=float)),
                                   errors="coerce").median())
     if len(points) < 2:
@@ -79,12 +79,7 @@ def _slope(ok: pd.DataFrame, points: pd.DataFrame, column: str, rounds: bool) ->
     """The slope of `column` (ms per token) against the points' measured latency, each
     point's difference from the lowest-delay point's: within rounds where the sweep ran
     in rounds, else between the points' medians (`points` holds their latency)."""
-    if rounds:
-        differences = _within_rounds(ok, column)
-    else:
-        by_point = ok.groupby("delay_ms")[column].agg(["median", "std", "size"])
-        differences = _between_points(by_point.rename(columns={
-            "median": "decode", "std": "spread", "size": "n"}))
+    differences = (_within_rounds if rounds else _between_points)(ok, column)
     rest = points.loc[differences.index]
     return fits.fit_through_origin(rest["rr_ms"] - points["rr_ms"].iloc[0],
                                    differences["decode"], differences["se"])
@@ -132,11 +127,12 @@ def _within_rounds(ok: pd.DataFrame, step: str) -> pd.DataFrame:
                          "se": fits.MEDIAN_SE * deltas.std() / np.sqrt(n)})
 
 
-def _between_points(points: pd.DataFrame) -> pd.DataFrame:
+def _between_points(ok: pd.DataFrame, step: str) -> pd.DataFrame:
     """Per delay above the lowest: its median step less the lowest point's, with both
     medians' standard errors (points measured one after another)."""
-    se = fits.MEDIAN_SE * points["spread"] / np.sqrt(points["n"])
-    return pd.DataFrame({"decode": points["decode"].iloc[1:] - points["decode"].iloc[0],
+    points = ok.groupby("delay_ms")[step].agg(["median", "std", "size"]).sort_index()
+    se = fits.MEDIAN_SE * points["std"] / np.sqrt(points["size"])
+    return pd.DataFrame({"decode": points["median"].iloc[1:] - points["median"].iloc[0],
                          "se": np.hypot(se.iloc[1:], se.iloc[0])})
 
 
