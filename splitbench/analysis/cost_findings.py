@@ -72,7 +72,7 @@ def decode_cost(rows: pd.DataFrame, link: str, section: str) -> Finding:
     if len(others):
         parts.append("At " + listed([f"{r.ctx} {pm_text(r.decode_delta_ms, r.decode_delta_unc_ms)}"
                                        for r in others.itertuples()]) + ".")
-    parts.append(_constancy(clear, unclear))
+    parts.append(_constancy(clear, unclear, ok))
     if lost:
         parts.append(f"Not measured at {listed(lost)}.")
     why = _why(lead)
@@ -113,9 +113,10 @@ def _advice(rows: pd.DataFrame) -> str:
     return f"To resolve it: {' or '.join(advice)}."
 
 
-def _constancy(clear: pd.DataFrame, unclear: pd.DataFrame) -> str:
+def _constancy(clear: pd.DataFrame, unclear: pd.DataFrame, measured: pd.DataFrame) -> str:
     """Whether the resolved cost is the same at every context (a fixed per-step cost) or
-    grows with context (bandwidth or the attention mask)."""
+    grows with context (bandwidth or the attention mask). `measured`: every context's
+    row, shortest first (resolved or not)."""
     if len(clear) < 2:
         if unclear.empty:
             return ""
@@ -135,11 +136,14 @@ def _constancy(clear: pd.DataFrame, unclear: pd.DataFrame) -> str:
     # another link) to call a fixed cost growing.
     settled = same or any(g > comparison.agreement_allowance(uncs[i], uncs[j])
                           for g, (i, j) in zip(gaps, pairs, strict=True))
+    lower = None if same else _longer_reads_lower(clear, measured)
     step0, step1 = first["decode_ms_per_token_base"], last["decode_ms_per_token_base"]
     steps = f"while the step grows {step1 / step0:.1f}× ({step0:.2f} → {step1:.2f} ms)"
     if same:
         text = (f"The same at every context it resolves, {steps}: a fixed per-step cost, "
                 "not one that grows with context.")
+    elif lower is not None:
+        text = f"Whether it grows with context is not settled: {lower}."
     elif not settled:
         text = ("Whether it grows with context is not settled: " + listed(
             [f"{pm_text(r.decode_delta_ms, r.decode_delta_unc_ms)} at {r.ctx}"
@@ -162,6 +166,23 @@ def _constancy(clear: pd.DataFrame, unclear: pd.DataFrame) -> str:
             [f"{r.ctx} ({pm_text(r.decode_delta_ms, r.decode_delta_unc_ms)})"
              for r in unclear.itertuples()]) + ".")
     return text
+
+
+def _longer_reads_lower(clear: pd.DataFrame, measured: pd.DataFrame) -> str | None:
+    """Where a longer context reads below the highest resolved cost beyond their combined
+    ± (resolved or not), a cost that grows with context is contradicted by the run's own
+    cells: the words that say so, else None. (A 5k cell that read +0.55 ±0.27 beside +0.06
+    at short and +0.03 ±0.26 at 8k was called growing.)"""
+    high = clear.loc[clear["decode_delta_ms"].idxmax()]
+    after = measured.iloc[list(measured.index).index(high.name) + 1:]
+    below = after[high["decode_delta_ms"] - after["decode_delta_ms"]
+                  > np.hypot(high["decode_delta_unc_ms"], after["decode_delta_unc_ms"])]
+    if below.empty:
+        return None
+    return (f"{pm_text(high['decode_delta_ms'], high['decode_delta_unc_ms'])} at "
+            f"{high['ctx']} is above what the longer " + listed(
+                [f"{r.ctx} reads ({pm_text(r.decode_delta_ms, r.decode_delta_unc_ms)})"
+                 for r in below.itertuples()]) + " beyond their ±")
 
 
 def _why(row: pd.Series) -> str:

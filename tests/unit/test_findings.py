@@ -9,37 +9,9 @@ import numpy as np
 import pandas as pd
 
 from splitbench.analysis import checks, finding_text, findings, whatif
+from tests.comparison_rows import comp_rows
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-CONTEXTS = ["short", "5k", "32k"]
-
-
-def comp_rows(link: str, deltas: list[tuple[float, float]], *, latency=(np.nan, np.nan),
-              bandwidth=(np.nan, np.nan), trips=np.nan, gap_us=np.nan,
-              compared="paired (20 rounds)", steps=(0.85, 5.0, 20.0),
-              statuses=None) -> pd.DataFrame:
-    """Link comparison rows of one model and link (shortest context first) with the
-    prediction's columns, as findings.collect receives them."""
-    rows = []
-    for i, (ctx, (delta, unc)) in enumerate(zip(CONTEXTS, deltas, strict=False)):
-        predicted = latency[0] + np.nan_to_num(bandwidth[0])
-        rows.append({
-            "pair": "lab", "model": "m", "ctx": ctx, "link": link, "baseline": "base",
-            "status": (statuses or ["ok"] * 3)[i], "status_base": "ok",
-            "decode_delta_ms": delta, "decode_delta_unc_ms": unc,
-            "decode_ms_per_token_base": steps[i], "decode_lower_bound": False,
-            "compared": compared, "prefill_change_pct": np.nan,
-            "prefill_change_unc_pct": np.nan,
-            "predicted_latency_ms": latency[0], "predicted_latency_unc_ms": latency[1],
-            "predicted_bandwidth_ms": bandwidth[0], "predicted_bandwidth_unc_ms": bandwidth[1],
-            "predicted_decode_delta_ms": predicted,
-            "predicted_decode_delta_unc_ms": float(np.hypot(latency[1],
-                                                            np.nan_to_num(bandwidth[1]))),
-            "round_trips": trips, "latency_delta_us": gap_us,
-        })
-    return pd.DataFrame(rows)
-
-
 def test_a_latency_dominated_fixed_cost():
     rows = comp_rows("usb4", [(0.70, 0.06), (0.72, 0.10), (0.69, 0.20)],
                      latency=(0.64, 0.03), bandwidth=(0.00, 0.00), trips=1.05, gap_us=610)
@@ -81,32 +53,6 @@ def test_a_disagreement_says_where_host_a_own_time_changed():
     # Inside its ±: not a change, and not said.
     blurred = rows.assign(a_time_delta_us=-5.0, a_time_delta_unc_us=10.0)
     assert "host A" not in findings.decode_cost(blurred, "x", "m").text
-
-
-def test_a_bandwidth_dominated_cost_that_grows_with_context():
-    rows = comp_rows("slow", [(0.30, 0.02), (1.50, 0.05), (6.00, 0.20)],
-                     latency=(0.05, 0.01), bandwidth=(0.26, 0.02), trips=1.0, gap_us=50)
-    text = findings.decode_cost(rows, "slow", "m").text
-    assert "It grows with context, from +0.30 at short to +6.00 at 32k" in text
-    assert "bandwidth dominates" in text
-
-
-def test_a_cost_that_may_grow_is_not_called_growing_short_of_three_standard_errors():
-    # A fixed +0.07 with a 5k cell measured after it that read high: +0.38 ±0.30 is
-    # outside its ± (resolved) and 0.31 apart, more than their combined ± (0.30) but
-    # less than the 3 combined standard errors a run's many comparisons need (0.46).
-    rows = comp_rows("x", [(0.07, 0.03), (0.38, 0.30), (0.26, 0.35)],
-                     latency=(0.08, 0.00), bandwidth=(0.00, 0.00), trips=1.0, gap_us=75)
-    text = findings.decode_cost(rows, "x", "m").text
-    assert "It grows with context" not in text
-    assert ("Whether it grows with context is not settled: +0.07 ±0.03 at short and "
-            "+0.38 ±0.30 at 5k differ by more than their ± but less than the 3 combined "
-            "standard errors") in text, text
-    # Beyond them, it grows.
-    grown = comp_rows("x", [(0.07, 0.03), (0.70, 0.15)], latency=(0.08, 0.00),
-                      bandwidth=(0.00, 0.00), trips=1.0, gap_us=75)
-    assert "It grows with context, from +0.07 at short to +0.70 at 5k" in \
-        findings.decode_cost(grown, "x", "m").text
 
 
 def test_neither_term_dominates():
