@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from splitbench import pairs
+from splitbench.backends import server_http
 from splitbench.errors import SplitbenchError
 from splitbench.infra import files, procs
 from splitbench.infra.hosts import HostError
@@ -91,11 +92,9 @@ def launch_block(link_spec: LinkSlice, settings: ServerSettings,
 
 def healthy(url: str) -> bool:
     """The launch's HTTP server answers /health with 200 (both backends' servers do once
-    the model is loaded). Straight to the server: an HTTP(S)_PROXY in the environment
-    is not for the pair's own addresses (trust_env=False here and in every call to a
-    launch's server)."""
+    the model is loaded)."""
     try:
-        return httpx.get(f"{url}/health", timeout=5, trust_env=False).status_code == 200
+        return server_http.get(f"{url}/health", timeout=5).status_code == 200
     except httpx.HTTPError:
         return False
 
@@ -105,8 +104,7 @@ def warm_up(url: str, path: str, body: dict[str, Any], timeout_s: float) -> None
     one-off costs (llama.cpp's extra round trips; vLLM's first forward pass, many times
     the next one's: docs/backends.md) that no measured request, anchor or cell, may
     carry."""
-    httpx.post(f"{url}{path}", json=body, timeout=timeout_s,
-               trust_env=False).raise_for_status()
+    server_http.post(f"{url}{path}", body, timeout=timeout_s).raise_for_status()
 
 
 def log_tail(proc: ProcRecord | None, lines: int = 25) -> str:

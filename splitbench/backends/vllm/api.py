@@ -12,9 +12,7 @@ from __future__ import annotations
 import functools
 from typing import Any, TypedDict
 
-import httpx
-
-from splitbench.backends import client, metrics
+from splitbench.backends import client, metrics, server_http
 from splitbench.backends.client import Reply, StreamApi, add_tokens, took_error
 from splitbench.backends.metrics import RequestRow, ServerFigures
 from splitbench.backends.prompts import FILLER_TEXT, checked_pool
@@ -104,9 +102,8 @@ def request_row(reply: Reply, target_prompt: int, n_predict: int, server_alive: 
 
 def token_pool(url: str) -> list[int]:
     """Token ids the served model produces for ordinary text (valid for any vocabulary)."""
-    reply = httpx.post(f"{url}/tokenize", json={"model": SERVED_NAME,
-                                                "prompt": FILLER_TEXT * 4,
-                                                "add_special_tokens": False}, timeout=30,
-                       trust_env=False)
+    reply = server_http.post(f"{url}/tokenize", {"model": SERVED_NAME,
+                                                 "prompt": FILLER_TEXT * 4,
+                                                 "add_special_tokens": False}, timeout=30)
     reply.raise_for_status()
     return checked_pool(reply.json()["tokens"], url)

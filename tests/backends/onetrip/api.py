@@ -9,9 +9,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-import httpx
-
-from splitbench.backends import client, metrics
+from splitbench.backends import client, metrics, server_http
 from splitbench.backends.client import Reply, StreamApi, add_tokens, took_error
 from splitbench.backends.metrics import RequestRow, ServerFigures
 from splitbench.backends.prompts import checked_pool
@@ -54,6 +52,6 @@ def request_row(reply: Reply, target_prompt: int, n_predict: int, server_alive: 
 
 
 def token_pool(url: str) -> list[int]:
-    reply = httpx.get(f"{url}/vocabulary", timeout=30, trust_env=False)
+    reply = server_http.get(f"{url}/vocabulary", timeout=30)
     reply.raise_for_status()
     return checked_pool(reply.json()["ids"], url)
