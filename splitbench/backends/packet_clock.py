@@ -185,4 +185,4 @@ class PacketClock:
         return packets.drops(self.sock)
 
     def close(self) -> None:
-        self.sock.close()
+        packets.close_soon(self.sock)

@@ -5,12 +5,13 @@ answer: one turn per blocking round trip. Counted passively, from the packets ho
 sends to and receives from the workers (a packet socket, as the packet clock's), it
 needs no added delay, no root on host B and no sweep, and it is counted during the cells
 themselves: a turn is a segment with data from B that follows one with data from A on
-the same connection. Pure ACKs carry no data and are not counted.
+the same connection. Pure ACKs carry no data and are not counted (the kernel's filter
+drops them).
 
 On loopback (the lab's relay in front of B) each packet shows twice, as it leaves and as
-it arrives; only arrivals are kept there. Stamps are the kernel's, read when the release
-is over (the socket's buffer holds the packets meanwhile; a dropped packet, counted by
-the kernel, makes the count unknown rather than wrong).
+it arrives; only arrivals are kept there (by the filter too). Stamps are the kernel's,
+read when the release is over (the socket's buffer holds the packets meanwhile; a
+dropped packet, counted by the kernel, makes the count unknown rather than wrong).
 """
 
 from __future__ import annotations
@@ -26,37 +27,58 @@ from splitbench.infra.packets import (
     ETH_P_IP,
     JEQ,
     LD_B_ABS,
+    LD_B_IND,
     LD_H_ABS,
     LD_W_ABS,
+    LDX_B_MSH,
+    LDX_MEM,
+    LOOPBACK_IFINDEX,
+    LSH_K,
     PACKET_OUTGOING,
     RET,
+    RSH_K,
+    SKF_AD_IFINDEX,
+    SKF_AD_PKTTYPE,
     SKF_AD_PROTOCOL,
     STAMP_SPACE,
+    STORE,
+    SUB_X,
 )
 
 SNAP_BYTES = 120  # the IPv4 and TCP headers: all a turn needs
 # Each queued packet is charged its whole buffer (about 1 KiB): room for tens of
 # thousands, a long cell's decode at several workers.
 RECEIVE_BUFFER = 64 << 20
-_IP = struct.Struct("!BxH8x4s4s")  # version/length, total length, source, destination
-_PORTS = struct.Struct("!HH8xB")  # source and destination port, (seq, ack), data offset
+_IP = struct.Struct("!B11x4s4s")  # version/length, source, destination
+_PORTS = struct.Struct("!HH")  # source and destination port
 TO_B, FROM_B = 0, 1
 
 
 def filter_program(addr: str) -> bytes:
-    """Classic BPF: IPv4 TCP packets from or to `addr`, truncated to SNAP_BYTES."""
+    """Classic BPF: IPv4 TCP segments with data from or to `addr`, truncated to
+    SNAP_BYTES; in the kernel, so that this process never reads the rest: pure ACKs
+    (about half of an RPC connection's packets) and, on loopback, the copy of each
+    packet as it leaves (the arrival is kept)."""
     address = int(ipaddress.IPv4Address(addr))
-    keep, drop = 8, 9  # the indexes of the two returns below (jumps count from the next)
-    steps = [
-        (LD_H_ABS, SKF_AD_PROTOCOL, 0, drop - 1), (JEQ, ETH_P_IP, 0, drop - 2),
-        (LD_B_ABS, 9, 0, 0), (JEQ, socket.IPPROTO_TCP, 0, drop - 4),
-        (LD_W_ABS, 12, 0, 0), (JEQ, address, keep - 6, 0),  # from addr
-        (LD_W_ABS, 16, 0, 0), (JEQ, address, keep - 8, drop - 8),  # to addr
+    # (code, k, label if true, label if false); a label names a later step; None: next.
+    steps: list[tuple[int | str, int, str | None, str | None]] = [
+        (LD_H_ABS, SKF_AD_PROTOCOL, None, None), (JEQ, ETH_P_IP, None, "drop"),
+        (LD_B_ABS, 9, None, None), (JEQ, socket.IPPROTO_TCP, None, "drop"),
+        (LD_W_ABS, 12, None, None), (JEQ, address, "ours", None),  # from addr
+        (LD_W_ABS, 16, None, None), (JEQ, address, None, "drop"),  # or to addr
+        ("ours", 0, None, None),
+        (LD_W_ABS, SKF_AD_PKTTYPE, None, None), (JEQ, PACKET_OUTGOING, None, "data"),
+        (LD_W_ABS, SKF_AD_IFINDEX, None, None), (JEQ, LOOPBACK_IFINDEX, "drop", None),
+        ("data", 0, None, None),
+        # data = IP total length - IP header - TCP header (its data offset x 4)
+        (LDX_B_MSH, 0, None, None), (LD_B_IND, 12, None, None),
+        (RSH_K, 4, None, None), (LSH_K, 2, None, None), (STORE, 0, None, None),
+        (LD_H_ABS, 2, None, None), (SUB_X, 0, None, None), (LDX_MEM, 0, None, None),
+        (SUB_X, 0, None, None), (JEQ, 0, "drop", None),
+        (RET, SNAP_BYTES, None, None),
+        ("drop", 0, None, None), (RET, 0, None, None),
     ]
-    program = b"".join(packets.instruction(code, jt, jf if code == JEQ else 0, k)
-                       for code, k, jt, jf in steps)
-    return program + packets.instruction(RET, 0, 0, SNAP_BYTES) + packets.instruction(
-        RET, 0, 0, 0)
+    return packets.assemble(steps)
 
 
 class TurnCounter:
@@ -89,28 +111,25 @@ class TurnCounter:
         return counter
 
     def drain(self, keep: bool = True) -> None:
-        """Read every packet waiting in the socket and keep those that carry data."""
+        """Read every packet waiting in the socket (the filter passes only segments with
+        data, each once) and keep those of the counted connections."""
         while True:
             try:
-                packet, ancillary, _, where = self.sock.recvmsg(SNAP_BYTES, STAMP_SPACE)
+                packet, ancillary, _, _ = self.sock.recvmsg(SNAP_BYTES, STAMP_SPACE)
             except BlockingIOError:
                 break
             t_ns = packets.stamp_ns(ancillary)
             if not keep or t_ns is None:
                 continue
-            if where[0] == "lo" and where[2] == PACKET_OUTGOING:
-                continue  # loopback shows each packet leaving and arriving: count arrivals
             event = self._event(packet, t_ns - self.offset_ns)
             if event is not None:
                 self.events.append(event)
         self.dropped += packets.drops(self.sock)
 
     def _event(self, packet: bytes, t_mono_ns: int) -> tuple[int, int, int] | None:
-        version_length, total, source, destination = _IP.unpack_from(packet)
+        version_length, source, destination = _IP.unpack_from(packet)
         ip_header = (version_length & 0x0F) * 4
-        sport, dport, offset = _PORTS.unpack_from(packet, ip_header)
-        if total - ip_header - (offset >> 4) * 4 <= 0:
-            return None  # a pure ACK
+        sport, dport = _PORTS.unpack_from(packet, ip_header)
         if destination == self.addr and dport in self.ports:
             return t_mono_ns, sport, TO_B
         if source == self.addr and sport in self.ports:
@@ -145,4 +164,4 @@ class TurnCounter:
     def finish(self) -> None:
         """Read what the release left in the socket, and close it."""
         self.drain()
-        self.sock.close()
+        packets.close_soon(self.sock)

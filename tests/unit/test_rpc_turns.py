@@ -1,8 +1,13 @@
 """The RPC turns and their waits, from packet events as the counter keeps them (the real
-packets: tests/integration/test_packet_helper.py and the SSH and sweep tests)."""
+packets: tests/integration/test_packet_helper.py and the SSH and sweep tests); its
+socket closed off the measuring thread."""
 
 from __future__ import annotations
 
+import socket
+import threading
+
+from splitbench.infra import packets
 from splitbench.infra.rpc_turns import FROM_B, TO_B, TurnCounter
 
 
@@ -31,3 +36,12 @@ def test_a_dropped_packet_makes_the_turns_unknown_not_fewer():
     events = [(100, 5000, TO_B), (500, 5000, FROM_B)]
     assert counter(events, dropped=1).waits_ns(0, 1000) is None
     assert counter(events, dropped=1).turns(0, 1000) is None
+
+
+def test_a_socket_closed_soon_is_closed_by_its_thread():
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    packets.close_soon(sock)
+    for thread in threading.enumerate():
+        if thread.name == "packet-socket-close":
+            thread.join(timeout=10)
+    assert sock.fileno() == -1
