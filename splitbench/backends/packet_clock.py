@@ -70,19 +70,17 @@ def filter_program(server_ip: str, server_port: int) -> bytes:
     """Classic BPF: keep incoming IPv4 TCP packets from server_ip:server_port, truncated
     to SNAP_BYTES; drop everything else in the kernel (this process never sees it)."""
     address = int(ipaddress.IPv4Address(server_ip))
-    # (code, k) in order; a JEQ that fails jumps to the final drop.
+    # (code, k) in order; a JEQ that fails jumps to the drop.
     steps = [
         (LD_H_ABS, SKF_AD_PROTOCOL), (JEQ, ETH_P_IP),      # IPv4
         (LD_W_ABS, SKF_AD_PKTTYPE), (JEQ, PACKET_HOST),    # addressed to this host
         (LD_B_ABS, 9), (JEQ, socket.IPPROTO_TCP),          # TCP
         (LD_W_ABS, 12), (JEQ, address),                    # from the server's address
         (LDX_B_MSH, 0), (LD_H_IND, 0), (JEQ, server_port),  # from the server's port
+        (RET, SNAP_BYTES),
     ]
-    drop = len(steps) + 1  # after the steps and the "keep" return
-    program = b"".join(packets.instruction(code, 0, drop - i - 1 if code == JEQ else 0, k)
-                       for i, (code, k) in enumerate(steps))
-    return program + packets.instruction(RET, 0, 0, SNAP_BYTES) + packets.instruction(
-        RET, 0, 0, 0)
+    labelled = [(code, k, None, "drop" if code == JEQ else None) for code, k in steps]
+    return packets.assemble([*labelled, ("drop", 0, None, None), (RET, 0, None, None)])
 
 
 class PacketClock:
