@@ -86,13 +86,19 @@ def run_lines(config: Config, results_dir: str | Path) -> list[Line]:
     if summary.exists():
         import pandas as pd
 
-        speeds = estimate.speeds_from_summary(pd.read_parquet(summary))
-        launch_s = estimate.launch_seconds_from(where)
+        table = pd.read_parquet(summary)
+        speeds = estimate.speeds_from_summary(table)
+        overheads = estimate.overheads_from(where, table)
+        launch_s = (overheads.launch_s if "launch" in overheads.measured
+                    else estimate.launch_seconds_from(where))
         try:
             minutes = estimate.expected_seconds(
-                config, speeds, launch_s or estimate.LAUNCH_S)["total"] / 60
+                config, speeds, launch_s or estimate.LAUNCH_S, overheads)["total"] / 60
             said += (f", about {minutes:.0f} min at this workdir's last measured speeds"
-                     + (f" and launches of {launch_s:.0f} s" if launch_s else ""))
+                     + (f", launches of {launch_s:.0f} s" if launch_s else "")
+                     + (f" and {overheads.job_s:.1f} s a job" if overheads.measured
+                        else f" (its jobs' own time assumed: {estimate.JOB_OVERHEAD_S:.0f} s"
+                             " each)"))
         except ValueError:
             said += " (no estimate: the last summary lacks some model or context)"
     else:

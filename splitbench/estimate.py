@@ -22,8 +22,11 @@ that meets the model's context wall (Speed None) costs one quick failed release.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
+import re
+import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,8 +38,11 @@ from splitbench.configuration import Config
 from splitbench.infra import precision
 from splitbench.infra.fits import COVERAGE
 
-# What every job costs besides its measurement: the interpreter and its imports, the
-# SSH login to host B, the sensors and the interference meter starting and stopping.
+# What every job costs besides its measurement, where no run has measured it (Overheads):
+# Snakemake's turn between jobs, the interpreter and its imports, the SSH login to host
+# B, the sensors and the interference meter starting and stopping. Measured
+# (overheads_from): 1.7 s a job on the embedded lab, 1.5 s on the tests' pair over SSH
+# with a B of its own (both on 2 cores); a real pair's sensors may take longer.
 JOB_OVERHEAD_S = 10.0
 # A launch: both servers start and load the model, host B's layers sent to it over the
 # link (tens of GB at about 5 Gbit/s is about a minute). Pass launch_s for your own.
@@ -65,6 +71,91 @@ class Speed:
 
 
 Speeds = Mapping[tuple[str, str], Speed | None]
+
+
+@dataclass(frozen=True)
+class Overheads:
+    """What a run spends besides its requests: per job (`job_s`), per link check (the
+    whole check, `link_check_s`; None: from its settings), per launch job (`launch_s`)
+    and after the last cell (the summary, tables, charts and report, `after_s`).
+    `measured` names what a run's logs gave; the rest are the assumed defaults."""
+
+    job_s: float = JOB_OVERHEAD_S
+    link_check_s: float | None = None
+    launch_s: float = LAUNCH_S
+    after_s: float = AFTER_S
+    measured: tuple[str, ...] = ()
+
+
+# Each measuring job's log says when it started and ended (cli.stamped), under
+# results/logs/<kind>/...: the kind is the log's first folder.
+_STAMP = re.compile(r"^splitbench: \S+ (started|ended) at (\d+) ns", re.MULTILINE)
+_CELL_LOG = re.compile(r"cells/([^/]+)/([^/]+)/([^/]+)/ctx(.+)_c(\d+)\.log$")
+
+
+def _job_times(root: Path) -> list[tuple[str, int, int, str]]:
+    """(kind, start ns, end ns, log path relative to the logs folder) of every measuring
+    job whose log has both stamps (its last run's: a rerun appends to nothing, it
+    rewrites the log)."""
+    logs = Path(results.under(root, results.LOGS))
+    jobs = []
+    for path in logs.rglob("*.log"):
+        stamps = dict((kind, int(ns)) for kind, ns in _STAMP.findall(path.read_text(
+            errors="replace")))
+        if "started" in stamps and "ended" in stamps:
+            relative = path.relative_to(logs).as_posix()
+            jobs.append((relative.split("/")[0], stamps["started"], stamps["ended"],
+                         relative))
+    return sorted(jobs, key=lambda job: job[1])
+
+
+def overheads_from(root: str | Path, summary: pd.DataFrame | None = None) -> Overheads:
+    """The overheads a run measured, from its measuring jobs' logs: a job's is the
+    median gap between one job's end and the next one's start (Snakemake's turn, the
+    interpreter and its imports), plus the median time a cell's process took beyond its
+    requests (the summary's `wall_ms`); a link check's and a launch's, their jobs'
+    median and longest durations; the report's, from the last job's end to
+    results/checks.txt. Where the logs hold none, the assumed defaults."""
+    root = Path(root)
+    jobs = _job_times(root)
+    if len(jobs) < 2:
+        return Overheads()
+    gaps = [(b[1] - a[2]) / 1e9 for a, b in itertools.pairwise(jobs) if b[1] > a[2]]
+    job_s = statistics.median(gaps) if gaps else JOB_OVERHEAD_S
+    beyond = _beyond_requests(jobs, summary)
+    if beyond is not None:
+        job_s += beyond
+    measured = ["job"]
+    seconds = {kind: [(end - start) / 1e9 for k, start, end, _ in jobs if k == kind]
+               for kind in ("links", "servers")}
+    link_check_s = statistics.median(seconds["links"]) if seconds["links"] else None
+    launch_s = max(seconds["servers"]) if seconds["servers"] else LAUNCH_S
+    measured += [name for name, got in (("link check", seconds["links"]),
+                                        ("launch", seconds["servers"])) if got]
+    after_s = AFTER_S
+    checks = Path(results.under(root, results.CHECKS))
+    last_end = max(end for _, _, end, _ in jobs) / 1e9
+    if checks.exists() and checks.stat().st_mtime > last_end:
+        after_s = checks.stat().st_mtime - last_end
+        measured.append("report")
+    return Overheads(job_s, link_check_s, launch_s, after_s, tuple(measured))
+
+
+def _beyond_requests(jobs: list[tuple[str, int, int, str]],
+                     summary: pd.DataFrame | None) -> float | None:
+    """The median time a cell's job took beyond its requests' wall time."""
+    if summary is None or "wall_ms" not in summary.columns:
+        return None
+    walls = {(str(r.pair), str(r.link), str(r.model), str(r.ctx), int(r.conc)): r.wall_ms
+             for r in summary.itertuples() if pd.notna(r.wall_ms)}
+    beyond = []
+    for kind, start, end, relative in jobs:
+        found = _CELL_LOG.search(relative) if kind == "cells" else None
+        if found:
+            key = (*found.groups()[:4], int(found.group(5)))
+            if key in walls:
+                beyond.append(max((end - start) / 1e9 - walls[key] / 1000, 0.0))
+    return statistics.median(beyond) if beyond else None
 
 
 def speeds_from_summary(summary: pd.DataFrame) -> dict[tuple[str, str], Speed | None]:
@@ -165,7 +256,8 @@ def releases(least: int, seconds: float, release_s: float,
 
 
 def cell_seconds(config: Config, cell: plan.Cell, speed: Speed | None,
-                 launch_s: float = LAUNCH_S, anchor: bool = False) -> float:
+                 launch_s: float = LAUNCH_S, anchor: bool = False,
+                 job_s: float = JOB_OVERHEAD_S) -> float:
     """A cell's expected duration: its releases (every repeat), a paired cell's rounds
     on both links and its reference launch, and the job's own overhead. A drift anchor
     (`anchor`) has no precision targets (plan.anchor_slice)."""
@@ -192,33 +284,38 @@ def cell_seconds(config: Config, cell: plan.Cell, speed: Speed | None,
         measured = one * releases(least, settings.get("concurrent_seconds", 0.0), one,
                                   samples_to_target(targets, units,
                                                     precision.FIRST_LOOK_RELEASES, least))
-    return JOB_OVERHEAD_S + measured * config.repeats
+    return job_s + measured * config.repeats
 
 
-def link_seconds(config: Config) -> float:
-    """A link check: iperf3 A->B, B->A and both ways at once, `iperf_repeats` times
-    (its ceiling: a link's spread is not known before it is checked, so the estimate
-    does not stop its runs early, `iperf_spread_rel`)."""
+def link_seconds(config: Config, overheads: Overheads = Overheads()) -> float:
+    """A link check: as long as a run measured one (`overheads.link_check_s`); else
+    iperf3 A->B, B->A and both ways at once, `iperf_repeats` times (its ceiling: a
+    link's spread is not known before it is checked, so the estimate does not stop its
+    runs early, `iperf_spread_rel`), and the rest of the check."""
+    if overheads.link_check_s is not None:
+        return overheads.job_s + overheads.link_check_s
     check = plan.link_check_settings(config)
     iperf = 3 * check["iperf_repeats"] * (check["iperf_seconds"] + check["iperf_omit"] + 1)
-    return JOB_OVERHEAD_S + LINK_CHECK_S + iperf
+    return overheads.job_s + LINK_CHECK_S + iperf
 
 
 def sweep_seconds(config: Config, model: str, speed: Speed | None,
-                  launch_s: float = LAUNCH_S) -> float:
+                  launch_s: float = LAUNCH_S, job_s: float = JOB_OVERHEAD_S) -> float:
     """A round-trips sweep: a launch per delay point, side by side, then `requests`
     rounds of one short request per point (at the model's shortest context's speed)."""
     sweep = plan.roundtrip_settings(config) or {}
     points = len(sweep.get("delays_ms", ()))
     one = release_seconds(sweep.get("prompt_tokens", 0), 1, sweep.get("n_predict", 0), speed)
-    return JOB_OVERHEAD_S + points * (launch_s + sweep.get("requests", 0) * one)
+    return job_s + points * (launch_s + sweep.get("requests", 0) * one)
 
 
-def expected_seconds(config: Config, speeds: Speeds,
-                     launch_s: float = LAUNCH_S) -> dict[str, float]:
+def expected_seconds(config: Config, speeds: Speeds, launch_s: float = LAUNCH_S,
+                     overheads: Overheads = Overheads()) -> dict[str, float]:
     """The matrix's expected duration in seconds, by kind of job and in total, one job
     at a time (`--cores 1`, or one pair's jobs on its own). `speeds` maps every
-    (model, context) to its Speed, or None for a context the model cannot hold."""
+    (model, context) to its Speed, or None for a context the model cannot hold;
+    `overheads` what the jobs cost besides their requests (`overheads_from` a run)."""
+    job_s = overheads.job_s
     missing = sorted({(c.model, c.ctx) for c in plan.cells(config)} - set(speeds))
     if missing:
         raise ValueError(f"no speed for (model, context) {missing[:5]}"
@@ -228,16 +325,17 @@ def expected_seconds(config: Config, speeds: Speeds,
     anchors = [plan.anchor_cell(config, pair, model) for pair in pairs
                for model in config.models] * 2  # one at the start, one at the end
     parts = {
-        "setup": JOB_OVERHEAD_S * (len(pairs) + len(config.models)),  # toolchains, models
-        "links": link_seconds(config) * sum(len(spec.links) for spec in pairs.values()),
-        "launches": (JOB_OVERHEAD_S + launch_s) * len(plan.blocks(config)),
-        "cells": sum(cell_seconds(config, c, speeds[(c.model, c.ctx)], launch_s)
-                     for c in plan.cells(config)),
+        "setup": job_s * (len(pairs) + len(config.models)),  # toolchains, models
+        "links": link_seconds(config, overheads) * sum(len(spec.links)
+                                                       for spec in pairs.values()),
+        "launches": (job_s + launch_s) * len(plan.blocks(config)),
+        "cells": sum(cell_seconds(config, c, speeds[(c.model, c.ctx)], launch_s,
+                                  job_s=job_s) for c in plan.cells(config)),
         "anchors": sum(cell_seconds(config, c, speeds[(c.model, c.ctx)], launch_s,
-                                    anchor=True) for c in anchors),
-        "roundtrips": sum(sweep_seconds(config, model, speeds[(model, shortest)], launch_s)
-                          for _, model, _ in plan.roundtrip_sweeps(config)),
-        "report": AFTER_S,
+                                    anchor=True, job_s=job_s) for c in anchors),
+        "roundtrips": sum(sweep_seconds(config, model, speeds[(model, shortest)], launch_s,
+                                        job_s) for _, model, _ in plan.roundtrip_sweeps(config)),
+        "report": overheads.after_s,
     }
     parts["total"] = sum(parts.values())
     return parts

@@ -133,3 +133,51 @@ def test_a_runs_measured_loads_replace_the_assumed_launch_time(tmp_path):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(record))
     assert estimate.launch_seconds_from(tmp_path) == 41.5 + estimate.LAUNCH_SETUP_S
+
+
+def _job_log(root, name: str, start_s: float, end_s: float, base_ns: int) -> None:
+    """A measuring job's log under root/logs, stamped as cli.stamped stamps it."""
+    path = root / "logs" / f"{name}.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"splitbench: x started at {base_ns + int(start_s * 1e9)} ns on vm\n"
+                    "what the job printed\n"
+                    f"splitbench: x ended at {base_ns + int(end_s * 1e9)} ns on vm\n")
+
+
+def test_a_runs_job_logs_give_what_its_jobs_cost_besides_their_requests(tmp_path, config):
+    """A job's own time: the median gap between jobs plus the median time a cell took
+    beyond its requests; a link check's and a launch's, their jobs'; the report's, from
+    the last job's end to checks.txt. The estimate uses them in place of its defaults."""
+    import os
+
+    base = 1_800_000_000 * 10**9
+    _job_log(tmp_path, "links/t/plain", 0.0, 20.0, base)
+    _job_log(tmp_path, "servers/t/plain/tiny", 20.5, 21.0, base)
+    _job_log(tmp_path, "cells/t/plain/tiny/ctxshort_c1", 21.6, 24.6, base)
+    _job_log(tmp_path, "cells/t/plain/tiny/ctxshort_c2", 25.2, 27.2, base)
+    (tmp_path / "logs/models").mkdir()
+    (tmp_path / "logs/models/tiny.log").write_text("a job that drives no pair\n")
+    checks = tmp_path / "checks.txt"
+    checks.write_text("splitbench check ok\n")
+    os.utime(checks, (base / 1e9 + 37.2, base / 1e9 + 37.2))
+    summary = pd.DataFrame({"pair": ["t", "t"], "link": ["plain"] * 2, "model": ["tiny"] * 2,
+                            "ctx": ["short"] * 2, "conc": [1, 2], "wall_ms": [2500.0, 1500.0]})
+
+    got = estimate.overheads_from(tmp_path, summary)
+    # gaps 0.5, 0.6, 0.6 s; each cell 0.5 s beyond its requests
+    assert got.job_s == pytest.approx(0.6 + 0.5)
+    assert got.link_check_s == pytest.approx(20.0)
+    assert got.launch_s == pytest.approx(0.5)
+    assert got.after_s == pytest.approx(10.0, abs=0.01)
+    assert got.measured == ("job", "link check", "launch", "report")
+    parts = estimate.expected_seconds(parsed(config), every(config), got.launch_s, got)
+    links = sum(len(spec["links"]) for spec in config["pairs"].values())
+    assert parts["links"] == pytest.approx(links * (1.1 + 20.0))
+    assert parts["report"] == pytest.approx(10.0, abs=0.01)
+    assert parts["setup"] == pytest.approx(1.1 * (len(config["pairs"]) + len(config["models"])))
+
+
+def test_without_job_logs_the_overheads_are_assumed(tmp_path):
+    assert estimate.overheads_from(tmp_path) == estimate.Overheads()
+    _job_log(tmp_path, "links/t/plain", 0.0, 20.0, 10**18)  # one job: no gap to read
+    assert estimate.overheads_from(tmp_path) == estimate.Overheads()
