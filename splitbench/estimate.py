@@ -22,6 +22,7 @@ that meets the model's context wall (Speed None) costs one quick failed release.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import math
@@ -103,11 +104,17 @@ def _job_times(root: Path) -> list[tuple[str, int, int, str]]:
     measuring jobs whose logs have both stamps (a job's last run's: a rerun rewrites its
     log)."""
     logs = Path(results.under(root, results.LOGS))
-    recent = sorted(logs.rglob("*.log"), key=lambda path: path.stat().st_mtime)
+    dated = []
+    for path in logs.rglob("*.log"):
+        with contextlib.suppress(OSError):  # gone meanwhile (another run's rerun)
+            dated.append((path.stat().st_mtime, path))
     jobs = []
-    for path in recent[-RECENT_LOGS:]:
-        stamps = dict((kind, int(ns)) for kind, ns in _STAMP.findall(path.read_text(
-            errors="replace")))
+    for _, path in sorted(dated)[-RECENT_LOGS:]:
+        try:
+            text = path.read_text(errors="replace")
+        except OSError:
+            continue
+        stamps = dict((kind, int(ns)) for kind, ns in _STAMP.findall(text))
         if "started" in stamps and "ended" in stamps:
             relative = path.relative_to(logs).as_posix()
             jobs.append((relative.split("/")[0], stamps["started"], stamps["ended"],

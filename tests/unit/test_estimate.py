@@ -157,6 +157,7 @@ def test_a_runs_job_logs_give_what_its_jobs_cost_besides_their_requests(tmp_path
     _job_log(tmp_path, "cells/t/plain/tiny/ctxshort_c2", 25.2, 27.2, base)
     (tmp_path / "logs/models").mkdir()
     (tmp_path / "logs/models/tiny.log").write_text("a job that drives no pair\n")
+    (tmp_path / "logs/models/odd.log").mkdir()  # not a file: passed over
     checks = tmp_path / "checks.txt"
     checks.write_text("splitbench check ok\n")
     os.utime(checks, (base / 1e9 + 37.2, base / 1e9 + 37.2))
