@@ -42,7 +42,7 @@ from splitbench.infra.fits import COVERAGE
 # What every job costs besides its measurement, where no run has measured it (Overheads):
 # Snakemake's turn between jobs, the interpreter and its imports, the SSH login to host
 # B, the sensors and the interference meter starting and stopping. Measured
-# (overheads_from): 1.7 s a job on the embedded lab, 1.5 s on the tests' pair over SSH
+# (overheads_from): 0.9 s a job on the embedded lab, 1.5 s on the tests' pair over SSH
 # with a B of its own (both on 2 cores); a real pair's sensors may take longer.
 JOB_OVERHEAD_S = 10.0
 # A launch: both servers start and load the model, host B's layers sent to it over the
@@ -125,8 +125,8 @@ def _job_times(root: Path) -> list[tuple[str, int, int, str]]:
 def overheads_from(root: str | Path, summary: pd.DataFrame | None = None) -> Overheads:
     """The overheads a run measured, from its measuring jobs' logs: a job's is the
     median gap between one job's end and the next one's start (Snakemake's turn, the
-    interpreter and its imports), plus the median time a cell's process took beyond its
-    requests (the summary's `wall_ms`); a link check's and a launch's, their jobs'
+    interpreter and its imports), plus the median time a single-stream cell's process
+    took beyond its requests (the summary's `wall_ms`); a link check's and a launch's, their jobs'
     median and longest durations; the report's, from the last job's end to
     results/checks.txt. Where the logs hold none, the assumed defaults."""
     root = Path(root)
@@ -156,11 +156,12 @@ def overheads_from(root: str | Path, summary: pd.DataFrame | None = None) -> Ove
 
 def _beyond_requests(jobs: list[tuple[str, int, int, str]],
                      summary: pd.DataFrame | None) -> float | None:
-    """The median time a cell's job took beyond its requests' wall time."""
+    """The median time a single-stream cell's job took beyond its requests' wall time
+    (a concurrent cell's `wall_ms` in the summary is one release's, not the cell's)."""
     if summary is None or "wall_ms" not in summary.columns:
         return None
     walls = {(str(r.pair), str(r.link), str(r.model), str(r.ctx), int(r.conc)): r.wall_ms
-             for r in summary.itertuples() if pd.notna(r.wall_ms)}
+             for r in summary.itertuples() if r.conc == 1 and pd.notna(r.wall_ms)}
     beyond = []
     for kind, start, end, relative in jobs:
         found = _CELL_LOG.search(relative) if kind == "cells" else None
