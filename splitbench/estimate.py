@@ -126,9 +126,10 @@ def overheads_from(root: str | Path, summary: pd.DataFrame | None = None) -> Ove
     """The overheads a run measured, from its measuring jobs' logs: a job's is the
     median gap between one job's end and the next one's start (Snakemake's turn, the
     interpreter and its imports), plus the median time a single-stream cell's process
-    took beyond its requests (the summary's `wall_ms`); a link check's and a launch's, their jobs'
-    median and longest durations; the report's, from the last job's end to
-    results/checks.txt. Where the logs hold none, the assumed defaults."""
+    took beyond its requests (the summary's `wall_ms`); a link check's and a launch's,
+    their jobs' median and longest durations (the launch's is expected_seconds'
+    `launch_s`); the report's, from the last job's end to results/checks.txt. Where the
+    logs hold none, the assumed defaults."""
     root = Path(root)
     jobs = _job_times(root)
     if len(jobs) < 2:
