@@ -11,16 +11,13 @@ only finds the one asked for. Only that command's module is imported, so a quick
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
-import socket
 import sys
-import time
-from collections.abc import Iterator
 
 from splitbench import commands, version
 from splitbench.errors import SplitbenchError
 from splitbench.infra import procs
+from splitbench.infra.stamps import stamped
 
 
 def parser(names: list[str]) -> argparse.ArgumentParser:
@@ -58,18 +55,6 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141  # what a shell reports for a program ended by SIGPIPE
 
-
-@contextlib.contextmanager
-def stamped(name: str) -> Iterator[None]:
-    """A job that drives a pair says in its log when it started and ended, on which
-    host: the record of what ran when on a pair (Snakemake's own metadata gives a group
-    job's members the group's times)."""
-    host = socket.gethostname()
-    print(f"splitbench: {name} started at {time.time_ns()} ns on {host}", flush=True)
-    try:
-        yield
-    finally:
-        print(f"splitbench: {name} ended at {time.time_ns()} ns on {host}", flush=True)
 
 
 if __name__ == "__main__":

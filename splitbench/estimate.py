@@ -36,7 +36,7 @@ import pandas as pd
 
 from splitbench import plan, results
 from splitbench.configuration import Config
-from splitbench.infra import precision
+from splitbench.infra import precision, stamps
 from splitbench.infra.fits import COVERAGE
 
 # What every job costs besides its measurement, where no run has measured it (Overheads):
@@ -88,9 +88,8 @@ class Overheads:
     measured: tuple[str, ...] = ()
 
 
-# Each measuring job's log says when it started and ended (cli.stamped), under
+# Each measuring job's log says when it started and ended (infra/stamps.py), under
 # results/logs/<kind>/...: the kind is the log's first folder.
-_STAMP = re.compile(r"^splitbench: \S+ (started|ended) at (\d+) ns", re.MULTILINE)
 _CELL_LOG = re.compile(r"cells/([^/]+)/([^/]+)/([^/]+)/ctx(.+)_c(\d+)\.log$")
 
 
@@ -114,11 +113,10 @@ def _job_times(root: Path) -> list[tuple[str, int, int, str]]:
             text = path.read_text(errors="replace")
         except OSError:
             continue
-        stamps = dict((kind, int(ns)) for kind, ns in _STAMP.findall(text))
-        if "started" in stamps and "ended" in stamps:
+        times = stamps.read(text)
+        if times is not None:
             relative = path.relative_to(logs).as_posix()
-            jobs.append((relative.split("/")[0], stamps["started"], stamps["ended"],
-                         relative))
+            jobs.append((relative.split("/")[0], *times, relative))
     return sorted(jobs, key=lambda job: job[1])
 
 
