@@ -81,6 +81,7 @@ def test_sockperf_is_in_a_links_settings_only_where_the_config_sets_it():
     """Links verified before the key existed keep their job's settings (nothing re-runs);
     verify reads an absent key as its default, on."""
     config = _default_config()
+    assert config["link_check"].pop("sockperf") is False  # the lab's default leaves it out
     assert "sockperf" not in plan.link_check_settings(configuration.parsed(config))
     assert configuration.LinkCheck.model_fields["sockperf"].default is True
     off = {**config, "link_check": {"sockperf": False}}

@@ -39,7 +39,7 @@ def test_the_seed_matrix_passes_the_schema_and_the_checks():
     (pair,) = config["pairs"].values()
     assert pair["mode"] == "ssh" and list(pair["links"]) == ["5gbe", "usb4", "usb10g"]
     assert config["baseline_link"] == "5gbe"
-    # The seed's five contexts (the embedded default stops at 8k to fit 2 cores).
+    # The seed's five contexts (the embedded default stops at 5k to fit 2 cores).
     assert config["contexts"] == {"short": 128, "5k": 5000, "32k": 32000, "52k": 52000,
                                   "100k": 100000}
     assert list(config["contexts"]) == ["short", "5k", "32k", "52k", "100k"]

@@ -30,7 +30,7 @@ def test_dry_run_plans_every_stage(tmp_path):
         line.split()[:2] for line in result.stdout.splitlines()
         if line.split() and line.split()[-1].isdigit() and len(line.split()) == 2
     )
-    assert counts["cell"] == "36"
+    assert counts["cell"] == "24"
     assert counts["link"] == "4"
     assert counts["launch"] == "4"
     assert counts["aggregate"] == "1"
