@@ -10,9 +10,11 @@ one-sample ± from the summary falling as 1/sqrt(n), is within it). The rates an
 spreads are the caller's: a previous run's summary (`results/summary/cells.parquet`),
 or any table of the same shape, through `speeds_from_summary`.
 
-What it leaves out: a concurrent release is taken as its N prompts prefilled one after
-another (llama.cpp prefills one slot at a time) then N streams decoding at the
-single-stream rate; a cell that crashes or overflows is counted as if it ran. A context
+What it leaves out: a concurrent release is taken as the summary measured one at that
+concurrency (the median over its links), or, where none did, as its N prompts
+prefilled one after another (llama.cpp prefills one slot at a time) then N streams
+decoding at the single-stream rate; a cell that crashes or overflows is counted as if
+it ran. A context
 that meets the model's context wall (Speed None) costs one quick failed release.
 
     from splitbench import estimate, plan
@@ -64,11 +66,14 @@ class Speed:
     summary measured them, what one sample pins each figure to (`unit_unc`: by
     concurrency level, each precision target's figure's ± times the square root of its
     samples, the ± of a single sample), so that the estimate stops a cell where its
-    precision targets would (infra/precision.py)."""
+    precision targets would (infra/precision.py); and one release's measured seconds by
+    concurrency above 1 (`release_s`: on shaped links slower than the single-stream
+    rates make it)."""
 
     prefill_tps: float
     decode_tps: float
     unit_unc: Mapping[int, Mapping[str, float]] = field(default_factory=dict)
+    release_s: Mapping[int, float] = field(default_factory=dict)
 
 
 Speeds = Mapping[tuple[str, str], Speed | None]
@@ -77,8 +82,9 @@ Speeds = Mapping[tuple[str, str], Speed | None]
 @dataclass(frozen=True)
 class Overheads:
     """What a run spends besides its requests: per job (`job_s`), per link check (the
-    whole check, `link_check_s`; None: from its settings), per launch job (`launch_s`)
-    and after the last cell (the summary, tables, charts and report, `after_s`).
+    whole check, `link_check_s`; None: from its settings), per launch job (`launch_s`),
+    per round-trips sweep (the whole sweep, `sweep_s`; None: from its settings) and
+    after the last cell (the summary, tables, charts and report, `after_s`).
     `measured` names what a run's logs gave; the rest are the assumed defaults."""
 
     job_s: float = JOB_OVERHEAD_S
@@ -86,6 +92,7 @@ class Overheads:
     launch_s: float = LAUNCH_S
     after_s: float = AFTER_S
     measured: tuple[str, ...] = ()
+    sweep_s: float | None = None
 
 
 # Each measuring job's log says when it started and ended (infra/stamps.py), under
@@ -126,8 +133,8 @@ def overheads_from(root: str | Path, summary: pd.DataFrame | None = None) -> Ove
     interpreter and its imports), plus the median time a single-stream cell's process
     took beyond its requests (the summary's `wall_ms`); a link check's and a launch's,
     their jobs' median and longest durations (the launch's is expected_seconds'
-    `launch_s`); the report's, from the last job's end to results/checks.txt. Where the
-    logs hold none, the assumed defaults."""
+    `launch_s`); a sweep's, its jobs' median; the report's, from the last job's end to
+    results/checks.txt. Where the logs hold none, the assumed defaults."""
     root = Path(root)
     jobs = _job_times(root)
     if len(jobs) < 2:
@@ -139,18 +146,20 @@ def overheads_from(root: str | Path, summary: pd.DataFrame | None = None) -> Ove
         job_s += beyond
     measured = ["job"]
     seconds = {kind: [(end - start) / 1e9 for k, start, end, _ in jobs if k == kind]
-               for kind in ("links", "servers")}
+               for kind in ("links", "servers", "roundtrips")}
     link_check_s = statistics.median(seconds["links"]) if seconds["links"] else None
     launch_s = max(seconds["servers"]) if seconds["servers"] else LAUNCH_S
+    sweep_s = statistics.median(seconds["roundtrips"]) if seconds["roundtrips"] else None
     measured += [name for name, got in (("link check", seconds["links"]),
-                                        ("launch", seconds["servers"])) if got]
+                                        ("launch", seconds["servers"]),
+                                        ("sweep", seconds["roundtrips"])) if got]
     after_s = AFTER_S
     checks = Path(results.under(root, results.CHECKS))
     last_end = max(end for _, _, end, _ in jobs) / 1e9
     if checks.exists() and checks.stat().st_mtime > last_end:
         after_s = checks.stat().st_mtime - last_end
         measured.append("report")
-    return Overheads(job_s, link_check_s, launch_s, after_s, tuple(measured))
+    return Overheads(job_s, link_check_s, launch_s, after_s, tuple(measured), sweep_s)
 
 
 def _beyond_requests(jobs: list[tuple[str, int, int, str]],
@@ -174,17 +183,34 @@ def _beyond_requests(jobs: list[tuple[str, int, int, str]],
 def speeds_from_summary(summary: pd.DataFrame) -> dict[tuple[str, str], Speed | None]:
     """(model, ctx) -> Speed from a summary's single-stream rows (columns model, ctx,
     conc, status, prefill_tps, decode_tps): the median over its links of the ok rows;
-    None where no link ran the context (every row a context wall or a failure)."""
+    None where no link ran the context (every row a context wall or a failure). Its
+    concurrent rows' `wall_ms` (one release's), where present, give `release_s`."""
     single = summary[summary["conc"] == 1]
     units = unit_uncertainties(summary)
+    released = _release_seconds(summary)
     out: dict[tuple[str, str], Speed | None] = {}
     for (model, ctx), rows in single.groupby(["model", "ctx"], sort=False):
         ok = rows[(rows["status"] == "ok") & rows["prefill_tps"].notna()
                   & rows["decode_tps"].notna()]
         out[(str(model), str(ctx))] = (
             Speed(float(ok["prefill_tps"].median()), float(ok["decode_tps"].median()),
-                  units.get((str(model), str(ctx)), {}))
+                  units.get((str(model), str(ctx)), {}),
+                  released.get((str(model), str(ctx)), {}))
             if len(ok) else None)
+    return out
+
+
+def _release_seconds(summary: pd.DataFrame) -> dict[tuple[str, str], dict[int, float]]:
+    """(model, ctx) -> conc -> one release's seconds: the median over the summary's ok
+    concurrent cells (its links) of `wall_ms`, a concurrent cell's median release."""
+    if "wall_ms" not in summary.columns:
+        return {}
+    ok = summary[(summary["conc"] > 1) & (summary["status"] == "ok")
+                 & pd.to_numeric(summary["wall_ms"], errors="coerce").notna()]
+    out: dict[tuple[str, str], dict[int, float]] = {}
+    for (model, ctx, conc), rows in ok.groupby(["model", "ctx", "conc"], sort=False):
+        out.setdefault((str(model), str(ctx)), {})[int(conc)] = \
+            float(pd.to_numeric(rows["wall_ms"]).median()) / 1000
     return out
 
 
@@ -250,10 +276,13 @@ def launch_seconds_from(root: str | Path) -> float | None:
 
 def release_seconds(prompt_tokens: int, concurrency: int, n_predict: int,
                     speed: Speed | None) -> float:
-    """One release of a cell's requests: its prompts prefilled one after another, then
+    """One release of a cell's requests: as long as a summary measured one at this
+    concurrency (`speed.release_s`), else its prompts prefilled one after another, then
     n_predict tokens decoded. A context wall (speed None) is refused at once."""
     if speed is None:
         return 0.0
+    if concurrency in speed.release_s:
+        return speed.release_s[concurrency]
     return concurrency * prompt_tokens / speed.prefill_tps + n_predict / speed.decode_tps
 
 
@@ -313,9 +342,13 @@ def link_seconds(config: Config, overheads: Overheads = Overheads()) -> float:
 
 
 def sweep_seconds(config: Config, model: str, speed: Speed | None,
-                  launch_s: float = LAUNCH_S, job_s: float = JOB_OVERHEAD_S) -> float:
-    """A round-trips sweep: a launch per delay point, side by side, then `requests`
-    rounds of one short request per point (at the model's shortest context's speed)."""
+                  launch_s: float = LAUNCH_S, job_s: float = JOB_OVERHEAD_S,
+                  measured_s: float | None = None) -> float:
+    """A round-trips sweep: as long as a run measured one (`measured_s`), else a launch
+    per delay point, side by side, then `requests` rounds of one short request per point
+    (at the model's shortest context's speed)."""
+    if measured_s is not None:
+        return job_s + measured_s
     sweep = plan.roundtrip_settings(config) or {}
     points = len(sweep.get("delays_ms", ()))
     one = release_seconds(sweep.get("prompt_tokens", 0), 1, sweep.get("n_predict", 0), speed)
@@ -347,7 +380,8 @@ def expected_seconds(config: Config, speeds: Speeds, launch_s: float = LAUNCH_S,
         "anchors": sum(cell_seconds(config, c, speeds[(c.model, c.ctx)], launch_s,
                                     anchor=True, job_s=job_s) for c in anchors),
         "roundtrips": sum(sweep_seconds(config, model, speeds[(model, shortest)], launch_s,
-                                        job_s) for _, model, _ in plan.roundtrip_sweeps(config)),
+                                        job_s, overheads.sweep_s)
+                          for _, model, _ in plan.roundtrip_sweeps(config)),
         "report": overheads.after_s,
     }
     parts["total"] = sum(parts.values())

@@ -43,6 +43,15 @@ def test_a_release_prefills_its_prompts_one_after_another():
     assert estimate.release_seconds(100000, 4, 100, None) == 0  # the context wall
 
 
+def test_a_release_is_as_long_as_a_summary_measured_one_at_its_concurrency():
+    """On the shaped links a 4-way 5k release took 1.2-2.2 s where the single-stream
+    rates make it 1.5: a measured release stands in for the model; a concurrency the
+    summary did not measure keeps the model."""
+    measured = estimate.Speed(1000.0, 50.0, release_s={2: 3.5})
+    assert estimate.release_seconds(5000, 2, 100, measured) == pytest.approx(3.5)
+    assert estimate.release_seconds(5000, 4, 100, measured) == pytest.approx(4 * 5 + 2)
+
+
 def test_cells_single_stream_concurrent_paired_and_refused(config):
     settings = plan.cell_settings(parsed(config))
     n_predict, prompt = settings["n_predict"], config["contexts"]["mid"]
@@ -109,6 +118,23 @@ def test_speeds_from_a_summary():
         ("m", "5k"): estimate.Speed(1100.0, 45.0), ("m", "100k"): None}
 
 
+def test_a_summarys_concurrent_releases_give_each_concurrencys_release_time():
+    """A concurrent cell's wall_ms is its median release's: the median over the links
+    that ran it ok, by concurrency; a failed cell's is not a release's."""
+    summary = pd.DataFrame([
+        # model, link, ctx, conc, status, prefill, decode, wall_ms
+        ("m", "a", "5k", 1, "ok", 1000.0, 50.0, 3000.0),
+        ("m", "a", "5k", 2, "ok", None, None, 1000.0),
+        ("m", "b", "5k", 2, "ok", None, None, 1400.0),
+        ("m", "c", "5k", 2, "ok", None, None, 1100.0),
+        ("m", "d", "5k", 2, "crash", None, None, 90.0),
+        ("m", "a", "5k", 4, "ok", None, None, 2000.0),
+    ], columns=["model", "link", "ctx", "conc", "status", "prefill_tps", "decode_tps",
+                "wall_ms"])
+    (speed,) = estimate.speeds_from_summary(summary).values()
+    assert speed.release_s == {2: pytest.approx(1.1), 4: pytest.approx(2.0)}
+
+
 def test_the_round_trip_sweeps_count_a_launch_per_delay():
     config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
     parts = estimate.expected_seconds(parsed(config), every(config), launch_s=60)
@@ -172,11 +198,30 @@ def test_a_runs_job_logs_give_what_its_jobs_cost_besides_their_requests(tmp_path
     assert got.launch_s == pytest.approx(0.5)
     assert got.after_s == pytest.approx(10.0, abs=0.01)
     assert got.measured == ("job", "link check", "launch", "report")
+    assert got.sweep_s is None  # no sweep ran: its settings say how long one takes
     parts = estimate.expected_seconds(parsed(config), every(config), got.launch_s, got)
     links = sum(len(spec["links"]) for spec in config["pairs"].values())
     assert parts["links"] == pytest.approx(links * (1.1 + 20.0))
     assert parts["report"] == pytest.approx(10.0, abs=0.01)
     assert parts["setup"] == pytest.approx(1.1 * (len(config["pairs"]) + len(config["models"])))
+
+
+def test_a_runs_sweeps_give_a_sweeps_time(tmp_path, config):
+    """A delay sweep launches a worker per point and sends its requests: 7.3 s on the
+    default against 4.2 s its settings give. The median of the run's sweep jobs stands
+    in for the settings' count."""
+    base = 1_800_000_000 * 10**9
+    _job_log(tmp_path, "links/t/plain", 0.0, 20.0, base)
+    _job_log(tmp_path, "roundtrips/t/tiny/w1", 21.0, 28.0, base)
+    _job_log(tmp_path, "roundtrips/t/tiny/w2", 29.0, 38.0, base)
+    got = estimate.overheads_from(tmp_path)
+    assert got.sweep_s == pytest.approx(8.0)
+    assert "sweep" in got.measured
+    config["roundtrips"] = {"workers": [1], "delays_ms": [0.0, 1.0]}
+    parts = estimate.expected_seconds(parsed(config), every(config), got.launch_s, got)
+    sweeps = len(plan.roundtrip_sweeps(parsed(config)))
+    assert sweeps >= 1
+    assert parts["roundtrips"] == pytest.approx(sweeps * (got.job_s + 8.0))
 
 
 def test_without_job_logs_the_overheads_are_assumed(tmp_path):
