@@ -344,6 +344,21 @@ def test_a_link_measured_beside_other_work_is_flagged_in_the_links_table():
     assert "other processes used 1.20 cores" in flags["busy"]
 
 
+def test_sockperf_stands_beside_the_probe_where_it_timed_a_link():
+    """sockperf's 16 KB p50 beside the probe's, a dash where a link lacks it; no column
+    where no link has it (the lab's default leaves sockperf out)."""
+    links = pd.DataFrame({"pair": ["lab", "lab"], "link": ["a", "b"],
+                          "rr16k_p50_us": [598.4, 126.0],
+                          "sockperf16k_p50_us": [611.6, None]})
+    table = tables.links_table(links).set_index("link")
+    column = "16 KB RR p50, sockperf (µs)"
+    assert table.loc["a", column] == 612.0 and pd.isna(table.loc["b", column])
+    assert list(table.columns).index(column) == list(table.columns).index(
+        "16 KB RR p50 (µs)") + 1
+    assert column not in tables.links_table(links.drop(columns="sockperf16k_p50_us"))
+    assert column not in tables.links_table(links.assign(sockperf16k_p50_us=None))
+
+
 def test_a_cell_without_interference_figures_is_not_checked_and_says_so(tmp_path):
     quiet = write_cell(tmp_path, "a", "short", 1, [request(0, [1.0] * 8)])
     old = request(0, [1.0] * 8)
