@@ -56,6 +56,5 @@ def main(argv: list[str] | None = None) -> int:
         return 141  # what a shell reports for a program ended by SIGPIPE
 
 
-
 if __name__ == "__main__":
     sys.exit(main())

@@ -14,8 +14,8 @@ What it leaves out: a concurrent release is taken as the summary measured one at
 concurrency (the median over its links), or, where none did, as its N prompts
 prefilled one after another (llama.cpp prefills one slot at a time) then N streams
 decoding at the single-stream rate; a cell that crashes or overflows is counted as if
-it ran. A context
-that meets the model's context wall (Speed None) costs one quick failed release.
+it ran. A context that meets the model's context wall (Speed None) costs one quick
+failed release.
 
     from splitbench import estimate, plan
     config = configuration.parsed(plan.read_yaml("config/examples/seed-6x3.yaml"))
@@ -90,9 +90,9 @@ class Overheads:
     job_s: float = JOB_OVERHEAD_S
     link_check_s: float | None = None
     launch_s: float = LAUNCH_S
+    sweep_s: float | None = None
     after_s: float = AFTER_S
     measured: tuple[str, ...] = ()
-    sweep_s: float | None = None
 
 
 # Each measuring job's log says when it started and ended (infra/stamps.py), under
@@ -159,7 +159,8 @@ def overheads_from(root: str | Path, summary: pd.DataFrame | None = None) -> Ove
     if checks.exists() and checks.stat().st_mtime > last_end:
         after_s = checks.stat().st_mtime - last_end
         measured.append("report")
-    return Overheads(job_s, link_check_s, launch_s, after_s, tuple(measured), sweep_s)
+    return Overheads(job_s=job_s, link_check_s=link_check_s, launch_s=launch_s,
+                     sweep_s=sweep_s, after_s=after_s, measured=tuple(measured))
 
 
 def _beyond_requests(jobs: list[tuple[str, int, int, str]],
@@ -205,12 +206,11 @@ def _release_seconds(summary: pd.DataFrame) -> dict[tuple[str, str], dict[int, f
     concurrent cells (its links) of `wall_ms`, a concurrent cell's median release."""
     if "wall_ms" not in summary.columns:
         return {}
-    ok = summary[(summary["conc"] > 1) & (summary["status"] == "ok")
-                 & pd.to_numeric(summary["wall_ms"], errors="coerce").notna()]
+    walls = summary.assign(wall_s=pd.to_numeric(summary["wall_ms"], errors="coerce") / 1000)
+    ok = walls[(walls["conc"] > 1) & (walls["status"] == "ok") & walls["wall_s"].notna()]
     out: dict[tuple[str, str], dict[int, float]] = {}
     for (model, ctx, conc), rows in ok.groupby(["model", "ctx", "conc"], sort=False):
-        out.setdefault((str(model), str(ctx)), {})[int(conc)] = \
-            float(pd.to_numeric(rows["wall_ms"]).median()) / 1000
+        out.setdefault((str(model), str(ctx)), {})[int(conc)] = float(rows["wall_s"].median())
     return out
 
 
