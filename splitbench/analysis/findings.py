@@ -378,7 +378,10 @@ def collect(summary: pd.DataFrame, links: pd.DataFrame, comp: pd.DataFrame,
             out += [marked(found, flags_of(cells[cells["ctx"] == ctx], ("flags",)))
                     for ctx, found in service_levels.findings(mine_levels, contexts, slo,
                                                               section, baseline)]
-    out += [f for f in (decode_across_models(comp), prefill_across_models(comp, links)) if f]
+    # Drawn from every model's comparisons: flagged where any of those it used is.
+    used = comp[(comp["status"] == "ok") & (comp["status_base"] == "ok")]
+    out += [marked(f, flags_of(used), among=len(used))
+            for f in (decode_across_models(comp), prefill_across_models(comp, links)) if f]
     for pair, facts in links.groupby("pair", sort=False) if "pair" in links else []:
         found = [marked(f, flags_of(facts[facts["link"] == link], ("flags",)),
                         "link measurements")

@@ -271,6 +271,29 @@ def test_a_finding_drawn_from_flagged_cells_carries_the_flag_in_its_headline():
     assert "usb4 short 2-way" in overlap and "usb4 short," not in overlap
 
 
+def test_what_holds_across_models_carries_the_flags_of_the_cells_it_rests_on():
+    """Beside two CPU hogs, a real model and the synthetic one: every per-model finding
+    carried ⚠, the "Across models" lines drawn from the same cells did not."""
+    busy = "hosts A and B: other processes used 1.21 cores (limit 0.25 cores) during the cell"
+    comp = pd.concat([comp_rows("usb4", [(2.93, 0.50)], steps=(17.29,)).assign(model="smol"),
+                      comp_rows("usb4", [(0.58, 0.08)], steps=(0.96,)).assign(model="synth")])
+    links = pd.DataFrame([{"pair": "lab", "link": link, "a_to_b_gbps": 5.0,
+                           "b_to_a_gbps": 5.0, "flags": None} for link in ("base", "usb4")])
+    cells = summary_cells({"base": {("short", 1): "ok"}, "usb4": {("short", 1): "ok"}}, {})
+    cells = pd.concat([cells.assign(model="smol"), cells.assign(model="synth")])
+
+    def across(comp):
+        found = _collect(cells.assign(flags=None), comp, links)
+        return next(f.text for f in found if f.section == "Across models")
+
+    quiet = across(comp.assign(flags=None, flags_base=None))
+    assert quiet.startswith("Decode, at each model's shortest resolved context: usb4 +0.58 "
+                            "to +2.93 ms/token") and "⚠" not in quiet
+    flagged = across(comp.assign(flags=[busy, None], flags_base=None))
+    assert flagged.startswith(quiet[:-1])
+    assert f"⚠ It rests on flagged cells, usb4 short (the first: {busy})" in flagged
+
+
 def test_a_flagged_sweep_flags_the_round_trips_and_the_verdicts_that_rest_on_them():
     """Beside two CPU hogs the cells were flagged and the round-trip line was not,
     though its sweep ran beside the same hogs."""
