@@ -1,5 +1,7 @@
 """The tables that put cells side by side: the same cell on each pair of machines
-(`pairs_table`), and one model shape under each backend's split (`backends_table`)."""
+(`pairs_table`), one model shape under each backend's split (`backends_table`), and the
+same cell and link cost in two runs (`two_runs_table`, `two_runs_costs_table`: what
+`python -m splitbench compare` prints, from analysis.run_compare)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from splitbench import backends
-from splitbench.analysis import pairs, splits
+from splitbench.analysis import pairs, run_compare, splits
 from splitbench.analysis.cell_summary import SUMMARY_KEYS
 from splitbench.report.tables import FLAG_MARK, flagged, ms_text, overlap_text, plus_minus
 from splitbench.slices import InterferenceLimits
@@ -160,3 +162,72 @@ def pairs_note(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
     if not lines:
         return ""
     return f"\n{FLAG_MARK} flagged in this table:\n\n" + "\n".join(lines) + "\n"
+
+
+def two_runs_costs_table(changed: pd.DataFrame) -> pd.DataFrame:
+    """Each link's decode cost in two runs (run_compare.costs() after run_compare.flag())
+    as a person reads it: each run's cost with its ±, the change with its ± and p-value,
+    ⚠ only where it survives Holm's correction."""
+    out = changed[["pair", "model", "link", "ctx"]].copy()
+    for side in "ab":
+        out[f"decode cost {side.upper()} (ms/token)"] = [
+            _change(c, u, False, 2) for c, u in zip(changed[f"cost_{side}"],
+                                                   changed[f"unc_{side}"], strict=True)]
+    out["change"] = [_change(c, u, f, 2, p, lo) for c, u, f, p, lo in zip(
+        changed["change"], changed["unc"], changed["flag"], changed["p"],
+        changed["lower_bound"], strict=True)]
+    out["compared (A; B)"] = [a if a == b else f"{a}; {b}" for a, b in zip(
+        changed["compared_a"], changed["compared_b"], strict=True)]
+    return out
+
+
+def two_runs_table(compared: pd.DataFrame) -> pd.DataFrame:
+    """The cells two runs both measured (run_compare.cells() after run_compare.flag()) as
+    a person reads them: each figure's A, B and change with its ± and p-value, ⚠ only
+    where the change survives Holm's correction (a change beyond its own ± alone is what
+    chance gives one figure in twenty)."""
+    out = compared[run_compare.KEYS].copy()
+    for figure, _, title, places, _ in run_compare.FIGURES:
+        out[f"{title} A"] = compared[f"{figure}_a"].map(lambda v, p=places: _fixed(v, p))
+        out[f"{title} B"] = compared[f"{figure}_b"].map(lambda v, p=places: _fixed(v, p))
+        out[f"{title} change"] = [
+            _change(c, u, f, places, p, lo) for c, u, f, p, lo in zip(
+                compared[f"{figure}_change"], compared[f"{figure}_unc"],
+                compared[f"{figure}_flag"], compared[f"{figure}_p"],
+                compared[f"{figure}_lower_bound"], strict=True)]
+    failed = (compared["status_a"] != "ok") | (compared["status_b"] != "ok")
+    out["status"] = [f"{a} → {b}" if bad else "⚠ flagged" if busy else "ok"
+                     for a, b, bad, busy in zip(
+                         compared["status_a"], compared["status_b"], failed,
+                         compared["flagged"], strict=True)]
+    return out
+
+
+def _fixed(value: float, places: int) -> str:
+    return "—" if not np.isfinite(value) else f"{value:.{places}f}"
+
+
+def _change(change: float, unc: float, marked: Any, places: int, p: float = np.nan,
+            lower: Any = False) -> str:
+    """A change with its ± and p-value; a ± only a lower bound says so (and has no
+    p-value: it is not tested)."""
+    if not np.isfinite(change):
+        return "—"
+    text = f"{change:+.{places}f}" + (f" ±{unc:.{places}f}" if np.isfinite(unc) else
+                                       " (no ±)")
+    if np.isfinite(unc) and lower:
+        text += " (± a lower bound)"
+    elif np.isfinite(p):
+        text += " (p<0.001)" if p < 0.001 else f" (p={p:.2g})"
+    return f"⚠ {text}" if marked else text
+
+
+def two_runs_line(compared: pd.DataFrame) -> str:
+    """How many cells both runs measured, and how many either flagged (not tested)."""
+    busy = int(compared["flagged"].sum())
+    if busy and busy == len(compared):
+        return (f"{len(compared)} cells in both runs, every one flagged in one run or the "
+                "other: none is tested (the table marks each).")
+    aside = (f"; {busy} cell{'s' if busy != 1 else ''} flagged in either run, not "
+             "tested" if busy else "")
+    return f"{len(compared)} cell{'s' if len(compared) != 1 else ''} in both runs{aside}."
