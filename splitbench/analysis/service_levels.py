@@ -1,12 +1,35 @@
-"""Service levels (`slo:`): which of a cell's requests meet the targets, the cell's
-goodput, and per link and context the most concurrent streams that hold the level.
+"""Service levels (`slo:`): which of a cell's requests meet the targets, how sure the
+cell's share is, the cell's goodput, and per link and context the most concurrent
+streams that hold the level.
 
 A request meets the level when it succeeded, its time to first token is at most
 `ttft_ms` and its own decode tokens per second at least `tokens_per_s` (a target left
-out is not held). A cell holds it when at least `share_pct` of its own requests (a
-paired cell's reference requests are the baseline's) meet it; a failed request meets
-nothing. Goodput (AIPerf's term) is the requests that met it per second of the cell's
-measuring: from the first send to the last end of each repeat, summed.
+out is not held); a failed request meets nothing, and a paired cell's reference requests
+(the baseline's) are not the cell's. A cell's share of requests that met it (`met_pct`)
+comes with its exact (Clopper-Pearson) 95% interval (`met_low_pct`, `met_high_pct`:
+infra.intervals.share_interval), and the cell is judged against `share_pct` by that
+interval, not by the share alone: five of five met shows only that at least 48% would.
+
+- `verdict` "holds" where the interval's lower end is at or above `share_pct`, "fails"
+  where its upper end is below it, "not resolvable" otherwise; `holds` is True or False
+  where resolved and missing (NA) where not.
+- `requests_needed`, for a cell not resolvable: about how many requests would resolve
+  it at its observed share (none missing: intervals.requests_to_show, 36 for 90%; by
+  releases, the releases needed times the requests a release holds); NA where no
+  number would (a share exactly at the level, or a level of 100%).
+- The sample unit (`sample_unit`, `releases`): a concurrent cell sends its requests in
+  releases of `conc` at once, and a release's requests are not interchangeable (in one
+  release the first request decodes while the next one's prompt is processed), so they
+  are not independent draws. Where the rows carry their release (`shot`) and conc > 1,
+  the interval is the conservative one at the release count, as if each release were
+  one draw: k = floor(releases x share) of n = releases, wider than the requests'
+  interval wherever a release holds several. `met_pct` stays the requests' share;
+  `releases` is counted wherever the rows say.
+
+Goodput (AIPerf's term) is the requests that met the level per second of the cell's
+measuring: from the first send to the last end of each repeat, summed. Its ±
+(`goodput_rps_unc`) is the share's interval times the cell's requests per second, taken
+on the interval's wider side of the share so that it covers both ends.
 
 Each cell also records the level it was judged at (`*_target`, `share_pct`) and what its
 requests would have to be held to: the decode step (ms/token) and the time to first
@@ -18,6 +41,7 @@ is a level for the slow tenth.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,12 +49,23 @@ import numpy as np
 import pandas as pd
 
 from splitbench import results
-from splitbench.analysis import percentiles
+from splitbench.analysis import cell_summary, percentiles
 from splitbench.analysis.finding_text import Finding, listed
+from splitbench.infra import intervals
 
-COLUMNS = [*results.CELL_KEYS, "requests", "met", "met_pct", "holds", "goodput_rps",
-           "status", "ttft_ms_target", "tokens_per_s_target", "share_pct",
-           "step_at_share_ms", "step_at_share_se", "ttft_at_share_ms", "ttft_at_share_se"]
+COLUMNS = [*results.CELL_KEYS, "requests", "met", "met_pct", "met_low_pct", "met_high_pct",
+           "verdict", "holds", "requests_needed", "sample_unit", "releases", "goodput_rps",
+           "goodput_rps_unc", "status", "ttft_ms_target", "tokens_per_s_target",
+           "share_pct", "step_at_share_ms", "step_at_share_se", "ttft_at_share_ms",
+           "ttft_at_share_se"]
+HOLDS, FAILS, UNRESOLVED = "holds", "fails", "not resolvable"
+# A release: the requests sent at once (`shot`) in one round of one repeat.
+RELEASE_KEYS = ("repeat", "round", "shot")
+# requests_needed: counts walked one by one past a cell's own (a check takes a few ms),
+# and beyond this many, a share this close to the level counts as never resolved.
+SCANNED = 200
+MOST_NEEDED = 10_000_000
+
 
 def targets_set(slo: dict[str, Any] | None) -> bool:
     return bool(slo) and any(slo.get(k) is not None for k in ("ttft_ms", "tokens_per_s"))
@@ -42,23 +77,24 @@ def table(request_files: Sequence[str], slo: dict[str, Any] | None) -> pd.DataFr
         return pd.DataFrame(columns=COLUMNS)
     rows = []
     for path in request_files:
-        requests = percentiles.requests_of(path)
+        requests = with_releases(path, percentiles.requests_of(path))
         reference = requests["reference"].fillna(False).astype(bool) \
             if "reference" in requests else pd.Series(False, index=requests.index)
         own = requests[~reference]
         if own.empty:
             continue
         met = meets(own, slo)
-        share = 100 * met.sum() / len(own)
         wanted = float(slo.get("share_pct", 90.0))
         ok = own["status"] == "ok"
         # A failed request stays within no step and no wait.
         steps = (1000 / pd.to_numeric(own["decode_tps"], errors="coerce")).where(ok)
         waits = pd.to_numeric(own["ttft_ms"], errors="coerce").where(ok)
+        count = release_count(own)
+        by_release = count is not None and int(own["conc"].iat[0]) > 1
+        verdict = judged(int(met.sum()), len(own), wanted, count if by_release else None)
         rows.append({**{k: own[k].iat[0] for k in results.CELL_KEYS},
-                     "requests": len(own), "met": int(met.sum()), "met_pct": float(share),
-                     "holds": bool(share >= wanted),
-                     "goodput_rps": _goodput(own, met),
+                     "requests": len(own), "met": int(met.sum()), **verdict,
+                     "releases": count, **_goodput(own, met, verdict),
                      "status": own["cell_status"].iloc[0] if "cell_status" in own
                      else None,
                      "ttft_ms_target": slo.get("ttft_ms"),
@@ -67,7 +103,89 @@ def table(request_files: Sequence[str], slo: dict[str, Any] | None) -> pd.DataFr
                                 at_share(steps, wanted), strict=True)),
                      **dict(zip(("ttft_at_share_ms", "ttft_at_share_se"),
                                 at_share(waits, wanted), strict=True))})
-    return pd.DataFrame(rows, columns=COLUMNS)
+    frame = pd.DataFrame(rows, columns=COLUMNS)
+    return frame.astype({"holds": "boolean", "requests_needed": "Int64",
+                         "releases": "Int64"})
+
+
+def judged(met: int, requests: int, share_pct: float,
+           releases: int | None = None) -> dict[str, Any]:
+    """A cell's share of requests that met the level, its 95% interval and its verdict
+    against `share_pct` (see the module's docstring). With `releases` (a concurrent
+    cell's release count) the interval is the share's at that count, k = floor(releases
+    x share) of releases: its requests are not independent draws, its releases are."""
+    units = releases if releases is not None else requests
+    k = met * units // requests if releases is not None else met
+    low, high = (100 * end for end in intervals.share_interval(k, units))
+    verdict = (HOLDS if low >= share_pct else FAILS if high < share_pct else UNRESOLVED)
+    needed = None
+    if verdict == UNRESOLVED:
+        more = units_needed(met, requests, share_pct, releases)
+        needed = None if more is None else math.ceil(more * requests / units)
+    return {"met_pct": 100 * met / requests, "met_low_pct": low, "met_high_pct": high,
+            "verdict": verdict, "holds": None if verdict == UNRESOLVED else verdict == HOLDS,
+            "requests_needed": needed,
+            "sample_unit": "releases" if releases is not None else "requests"}
+
+
+def units_needed(met: int, total: int, share_pct: float,
+                 releases: int | None = None) -> int | None:
+    """About how many requests at the observed share, `met` of `total` requests, would
+    resolve the level (or with `releases`, how many releases, by the release rule): none
+    missing, intervals.requests_to_show; else the smallest n at which the interval of
+    round(share x n) of n (floor(share x n) by releases) lies wholly above or below
+    `share_pct`. The rounded count makes that a saw tooth in n, so the search walks n up
+    one by one, up to SCANNED past the cell's own count; past that (a share within a few
+    points of the level) it doubles and halves, which finds the edge only to within a
+    tooth. None where no n does: a share exactly at the level, a level of 100%, or past
+    MOST_NEEDED."""
+    level = share_pct / 100
+    if total <= 0 or level >= 1:
+        return None
+    if met >= total:
+        return intervals.requests_to_show(level)
+    if met * 100 == share_pct * total:
+        return None
+
+    def resolves(n: int) -> bool:
+        # floor(share x n), or share x n rounded half up, in integers
+        k = met * n // total if releases else (2 * met * n + total) // (2 * total)
+        low, high = intervals.share_interval(k, n)
+        return low >= level or high < level
+
+    own = releases or total
+    for n in range(own + 1, own + SCANNED + 1):
+        if resolves(n):
+            return n
+    short, enough = own + SCANNED, 2 * (own + SCANNED)
+    while not resolves(enough):
+        short, enough = enough, 2 * enough
+        if enough > MOST_NEEDED:
+            return None
+    while enough - short > 1:
+        middle = (short + enough) // 2
+        short, enough = (short, middle) if resolves(middle) else (middle, enough)
+    return enough
+
+
+def with_releases(path: str, requests: pd.DataFrame) -> pd.DataFrame:
+    """`requests` with each row's release (RELEASE_KEYS), read from the same file where
+    the shared frame leaves them out; as it is where the file has none."""
+    if "shot" in requests:
+        return requests
+    extra = cell_summary.read_requests([path], ["shot", "round"])
+    if "shot" not in extra or len(extra) != len(requests):
+        return requests
+    return requests.assign(**{k: extra[k].to_numpy() for k in ("shot", "round")
+                              if k in extra})
+
+
+def release_count(requests: pd.DataFrame) -> int | None:
+    """How many releases the rows were sent in (None where they do not say)."""
+    if "shot" not in requests or requests["shot"].isna().all():
+        return None
+    keys = [k for k in RELEASE_KEYS if k in requests]
+    return len(requests[keys].drop_duplicates())
 
 
 def at_share(values: pd.Series, share_pct: float, seed: int = 0) -> tuple[float, float]:
@@ -96,14 +214,23 @@ def meets(requests: pd.DataFrame, slo: dict[str, Any]) -> pd.Series:
     return ok.fillna(False).astype(bool)
 
 
-def _goodput(requests: pd.DataFrame, met: pd.Series) -> float | None:
+def _goodput(requests: pd.DataFrame, met: pd.Series,
+             verdict: dict[str, Any]) -> dict[str, float | None]:
+    """The met requests per second of measuring, and its ±: the share's interval
+    (`verdict`, judged's) on its wider side of the share, times the requests per
+    second."""
     end = pd.to_numeric(requests.get("t_end_ns", requests["t_last_ns"]), errors="coerce")
     end = end.fillna(pd.to_numeric(requests["t_last_ns"], errors="coerce"))
     send = pd.to_numeric(requests["t_send_ns"], errors="coerce")
     repeat = requests["repeat"].fillna(0) if "repeat" in requests else 0
     spans = pd.DataFrame({"send": send, "end": end, "repeat": repeat}).groupby("repeat")
     seconds = float((spans["end"].max() - spans["send"].min()).sum()) / 1e9
-    return float(met.sum() / seconds) if seconds > 0 else None
+    if not seconds > 0:
+        return {"goodput_rps": None, "goodput_rps_unc": None}
+    share = verdict["met_pct"]
+    wider = max(share - verdict["met_low_pct"], verdict["met_high_pct"] - share, 0.0)
+    return {"goodput_rps": float(met.sum() / seconds),
+            "goodput_rps_unc": wider / 100 * len(requests) / seconds}
 
 
 # --- the finding ---------------------------------------------------------------------------
@@ -118,26 +245,44 @@ def level_text(slo: dict[str, Any]) -> str:
 
 
 def held_streams(cells: pd.DataFrame) -> str:
-    """One link's cells at one context, by concurrency: the most streams up to which
-    every level holds, and what happened at the next level."""
+    """One link's cells at one context, by concurrency (this module's rows): the most
+    streams up to which every level holds, resolved by its interval, and what the next
+    level showed: how it ended, that it fails, or that it is not resolvable at this
+    sample size, with its counts and interval."""
     cells = cells.sort_values("conc")
-    levels = cells["conc"].tolist()
     held = 0
     for row in cells.itertuples():
-        if not row.holds:
+        if row.verdict != HOLDS:
             break
         held = row.conc
-    if held == levels[-1]:
+    if held == cells["conc"].iloc[-1]:
         return f"holds all {held} measured stream{'s' if held > 1 else ''}"
     nxt = cells[cells["conc"] > held].iloc[0]
-    if nxt["status"] not in (None, "ok") and not (isinstance(nxt["status"], float)
-                                                   and np.isnan(nxt["status"])):
-        why = f"at {_streams(nxt['conc'])} it ended {nxt['status']}"
-    else:
-        why = f"at {_streams(nxt['conc'])}, {nxt['met_pct']:.0f}% of requests meet it"
-    if held == 0:
-        return f"holds none ({why})"
-    return f"holds {_streams(held)} ({why})"
+    said = f"holds {_streams(held)}" if held else "holds none"
+    if isinstance(nxt["status"], str) and nxt["status"] != "ok":
+        return f"{said} (at {_streams(nxt['conc'])} it ended {nxt['status']})"
+    if nxt["verdict"] == FAILS:
+        verb = "fails" if nxt["conc"] == 1 else "fail"
+        return f"{said}; {_streams(nxt['conc'])} {verb} ({evidence(nxt)})"
+    needed = nxt["requests_needed"]
+    more = ("no number of requests at this share would resolve it" if pd.isna(needed)
+            else f"about {int(needed)} requests would resolve it")
+    return (f"{said}; {_streams(nxt['conc'])} not resolvable at this sample size "
+            f"({evidence(nxt)}; {more})")
+
+
+def evidence(cell: pd.Series | dict) -> str:
+    """"9 of 10 met, 95% interval 55–100%", or where the cell was judged by its releases
+    "5 of 6 requests met; as 2 of 3 releases, 95% interval 9–100%"; the interval
+    rounded outwards, so that it reads as it was judged."""
+    span = (f"95% interval {math.floor(cell['met_low_pct'] + 1e-9):.0f}–"
+            f"{math.ceil(cell['met_high_pct'] - 1e-9):.0f}%")
+    if cell.get("sample_unit") == "releases":
+        releases = int(cell["releases"])
+        return (f"{cell['met']} of {cell['requests']} requests met; as "
+                f"{cell['met'] * releases // cell['requests']} of {releases} releases, "
+                f"{span}")
+    return f"{cell['met']} of {cell['requests']} met, {span}"
 
 
 def _streams(count: int) -> str:
@@ -147,7 +292,8 @@ def _streams(count: int) -> str:
 def findings(levels: pd.DataFrame, contexts: Sequence[str], slo: dict[str, Any],
              section: str, baseline: str | None) -> list[tuple[str, Finding]]:
     """A sentence per context, with its context: each link's most concurrent streams
-    that hold the level (levels: this module's rows of one pair and model)."""
+    that hold the level, resolved by each cell's interval (levels: this module's rows of
+    one pair and model)."""
     out = []
     for ctx in [c for c in contexts if c in set(levels["ctx"])]:
         here = levels[levels["ctx"] == ctx]

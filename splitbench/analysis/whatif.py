@@ -26,6 +26,7 @@ import pandas as pd
 
 from splitbench.analysis import traffic
 from splitbench.analysis.comparison import COVERAGE, agrees
+from splitbench.infra import intervals
 
 # Below this share of the step, a link's round trips are "not felt": the latency at
 # which the link adds this much is where the sensitivity curve turns flat.
@@ -164,12 +165,15 @@ def at_share(rows: pd.DataFrame, levels: pd.DataFrame) -> pd.DataFrame:
     row's step becomes the baseline single-stream cell's step that the level's share of
     its requests stay within (service_levels' `step_at_share_ms`, with its error), and
     its compute that step less the baseline's latency and wire terms. Rows whose
-    baseline cell has no such figure are left out; the level's targets ride along."""
+    baseline cell has no such figure are left out; the level's targets ride along, and
+    the cell's request count (`requests`, where the table has it), which says whether
+    the share is resolved (share_resolved)."""
     wanted = levels[levels["conc"] == 1].rename(columns={"link": "baseline"})
     keys = ["pair", "model", "ctx", "baseline"]
-    merged = rows.merge(wanted[[*keys, "step_at_share_ms", "step_at_share_se",
-                                "ttft_at_share_ms", "tokens_per_s_target",
-                                "ttft_ms_target", "share_pct"]], on=keys, how="inner")
+    carried = [c for c in ("step_at_share_ms", "step_at_share_se", "ttft_at_share_ms",
+                           "tokens_per_s_target", "ttft_ms_target", "share_pct",
+                           "requests") if c in wanted]
+    merged = rows.merge(wanted[[*keys, *carried]], on=keys, how="inner")
     merged = merged[np.isfinite(pd.to_numeric(merged["step_at_share_ms"],
                                               errors="coerce"))].copy()
     merged["decode_ms"] = merged["step_at_share_ms"]
@@ -177,6 +181,36 @@ def at_share(rows: pd.DataFrame, levels: pd.DataFrame) -> pd.DataFrame:
     merged["compute_ms"] = (merged["decode_ms"] - merged["round_trips"]
                             * merged["rtt_base_us"] / 1000 - merged["wire_base_ms"])
     return merged.reset_index(drop=True)
+
+
+def share_resolved(requests: float, share_pct: float) -> bool | None:
+    """Whether `requests` can show that `share_pct` of them stay within a step at all:
+    even with every one of them within it, the share's 95% interval
+    (intervals.share_interval) must reach the share, which takes
+    intervals.requests_to_show of them (36 for 90%). None where the count is unknown."""
+    if not np.isfinite(number(requests)) or not np.isfinite(number(share_pct)):
+        return None
+    n = int(requests)
+    return n > 0 and intervals.share_interval(n, n)[0] >= share_pct / 100
+
+
+def unresolved_lines(bounds: pd.DataFrame) -> list[str]:
+    """A line per bound whose baseline share is not resolved (share_resolved): the
+    step its share stays within rests on too few requests to show the share."""
+    if "requests" not in bounds or "share_pct" not in bounds:
+        return []
+    out = []
+    for _, r in bounds.iterrows():
+        if share_resolved(r["requests"], r["share_pct"]) is not False:
+            continue
+        n, share = int(r["requests"]), float(r["share_pct"])
+        low = intervals.share_interval(n, n)[0]
+        out.append(f"not resolved: {r['pair']}/{r['model']}/{r['ctx']} rests on the "
+                   f"baseline's {n} requests; even {n} of {n} within a step show only "
+                   f"that {np.floor(100 * low + 1e-9):.0f}% stay within it (95% interval), "
+                   f"not {share:g}%: about {intervals.requests_to_show(share / 100)} "
+                   "requests would")
+    return out
 
 
 def bound_text(bounds: pd.DataFrame) -> str:
@@ -208,7 +242,8 @@ def bound_text(bounds: pd.DataFrame) -> str:
     widths = [max(len(str(x)) for x in column) for column in zip(header, *body, strict=True)]
     for line in [header, *body]:
         lines.append("  ".join(str(x).ljust(w) for x, w in zip(line, widths, strict=True)))
-    return "\n".join(lines)
+    unresolved = unresolved_lines(bounds)
+    return "\n".join([*lines, *([""] if unresolved else []), *unresolved])
 
 
 def curve(rows: pd.DataFrame, rtts_us: Sequence[float]) -> pd.DataFrame:

@@ -74,12 +74,19 @@ def service_levels_title(slo: dict) -> str:
     if not service_levels.targets_set(slo):
         return "Service levels: none set (`slo:` in the config)"
     return (f"Service levels per cell, {service_levels.level_text(slo)}: the requests that "
-            "met every target, whether the cell holds the level, and its goodput (the "
-            "requests that met it per second of measuring)")
+            "met every target with the share's 95% exact binomial (Clopper-Pearson) "
+            "interval, over the cell's releases where several streams share one (a "
+            "release's requests are not independent); the verdict: holds where the "
+            "interval's lower end is at or above the level's share, fails where its upper "
+            "end is below it, not resolvable otherwise (with about how many requests at "
+            "the same share would resolve it); and the goodput (the requests that met it "
+            "per second of measuring), whose ± is the share's interval times the cell's "
+            "requests per second")
 
 
 def service_levels_table(levels: pd.DataFrame, contexts: Sequence[str]) -> pd.DataFrame:
-    """One row per cell: requests, met, met %, holds (✓/✗) and goodput."""
+    """One row per cell: requests, met, met % with its interval, the sample it was
+    judged on, the verdict and goodput with its ±."""
     if levels.empty:
         return pd.DataFrame({"service levels": [
             "no service level set: add `slo:` to the config (ttft_ms, tokens_per_s, "
@@ -89,12 +96,38 @@ def service_levels_table(levels: pd.DataFrame, contexts: Sequence[str]) -> pd.Da
     order = {c: i for i, c in enumerate(contexts)}
     frame = levels.assign(_ctx=levels["ctx"].map(order)).sort_values(
         [k for k in keys if k not in ("ctx", "conc")] + ["_ctx", "conc"])
+    cells = frame.to_dict("records")
     return pd.DataFrame({
         **{k: frame[k] for k in keys},
         "requests": frame["requests"],
         "met": frame["met"],
-        "met (%)": [f"{v:.0f}" for v in frame["met_pct"]],
-        "holds": ["✓" if h else "✗" for h in frame["holds"]],
-        "goodput (req/s)": [f"{v:.2f}" if v is not None and np.isfinite(v) else "—"
-                            for v in frame["goodput_rps"]],
+        "met (%)": [f"{c['met_pct']:.0f}" for c in cells],
+        "95% interval (%)": [_span(c) for c in cells],
+        "judged on": [f"{c['releases']} releases" if c["sample_unit"] == "releases"
+                      else "requests" for c in cells],
+        "verdict": [_verdict(c) for c in cells],
+        "goodput (req/s)": [_goodput(c) for c in cells],
     }).reset_index(drop=True)
+
+
+def _span(cell: dict) -> str:
+    """The share's interval rounded outwards, as the verdict read it."""
+    return (f"{np.floor(cell['met_low_pct'] + 1e-9):.0f}–"
+            f"{np.ceil(cell['met_high_pct'] - 1e-9):.0f}")
+
+
+def _verdict(cell: dict) -> str:
+    if cell["verdict"] == service_levels.HOLDS:
+        return "✓ holds"
+    if cell["verdict"] == service_levels.FAILS:
+        return "✗ fails"
+    needed = cell["requests_needed"]
+    return service_levels.UNRESOLVED + ("" if pd.isna(needed)
+                                        else f" (about {int(needed)} requests)")
+
+
+def _goodput(cell: dict) -> str:
+    value, unc = cell["goodput_rps"], cell["goodput_rps_unc"]
+    if value is None or not np.isfinite(value):
+        return "—"
+    return f"{value:.2f}" + (f" ±{unc:.2f}" if unc is not None and np.isfinite(unc) else "")

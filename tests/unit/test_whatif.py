@@ -171,6 +171,34 @@ def test_the_slo_bound_holds_the_slowest_of_the_share_to_the_target(tmp_path, ca
     assert "no tokens/s level" in capsys.readouterr().err
 
 
+def test_the_slo_bound_says_where_its_share_rests_on_too_few_requests(tmp_path, capsys):
+    """The step 90% of the baseline's requests stay within, from 10 of them: even all
+    ten within it show only that 69% would be (95% exact interval); 36 could show 90%.
+    Before, the bound was printed as if the share were known."""
+    summary, links = summary_and_links()
+    rows = whatif.model(summary, links, TRIPS, {"m": 1}, "base")
+    whatif.write(rows, pd.DataFrame(), results.under(tmp_path, results.WHATIF),
+                 results.under(tmp_path, results.WHATIF_POINTS))
+    levels = pd.DataFrame([{"pair": "lab", "link": "base", "model": "m", "ctx": "short",
+                            "conc": 1, "step_at_share_ms": 1.2, "step_at_share_se": 0.02,
+                            "ttft_at_share_ms": 40.0, "tokens_per_s_target": 800.0,
+                            "ttft_ms_target": 500.0, "share_pct": 90.0, "requests": 10}])
+    assert whatif.share_resolved(10, 90.0) is False
+    assert whatif.share_resolved(35, 90.0) is False and whatif.share_resolved(36, 90.0)
+    assert whatif.share_resolved(np.nan, 90.0) is None
+    path = Path(results.under(tmp_path, results.SERVICE_LEVELS))
+    levels.to_parquet(path)
+    assert cli.main(["whatif", "--slo", "--results", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "100 ±" in out, out  # the bound itself, as before
+    assert ("not resolved: lab/m/short rests on the baseline's 10 requests; even 10 of 10 "
+            "within a step show only that 69% stay within it (95% interval), not 90%: "
+            "about 36 requests would") in out, out
+    levels.assign(requests=36).to_parquet(path)
+    assert cli.main(["whatif", "--slo", "--results", str(tmp_path)]) == 0
+    assert "not resolved" not in capsys.readouterr().out
+
+
 def test_a_prediction_from_a_flagged_baseline_cell_says_so(tmp_path, capsys):
     """Beside two CPU hogs the baseline cells were flagged and `whatif --slo` printed
     its bounds as if they were clean."""
