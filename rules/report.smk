@@ -24,6 +24,7 @@ rule aggregate:
         interference=as_json(plan.written(CONFIG.interference)),
         workers=as_json({m: s.workers for m, s in CONFIG.models.items()}),
         slo=as_json(plan.written(CONFIG.slo)),
+        between_runs=as_json(plan.between_runs(CONFIG)),
     shell:
         splitbench(
             "aggregate",
@@ -34,6 +35,7 @@ rule aggregate:
             "--sweeps {input.sweeps:q}",
             "--workers {params.workers:q}",
             "--slo {params.slo:q}",
+            "--between-runs {params.between_runs:q}",
             "--summary {output.summary:q}",
             f"--tables {results.TABLES}",
             "--links {input.links:q}",

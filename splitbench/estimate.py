@@ -38,8 +38,7 @@ import pandas as pd
 
 from splitbench import plan, results
 from splitbench.configuration import Config
-from splitbench.infra import precision, stamps
-from splitbench.infra.fits import COVERAGE
+from splitbench.infra import intervals, precision, stamps
 
 # What every job costs besides its measurement, where no run has measured it (Overheads):
 # Snakemake's turn between jobs, the interpreter and its imports, the SSH login to host
@@ -214,8 +213,10 @@ def _release_seconds(summary: pd.DataFrame) -> dict[tuple[str, str], dict[int, f
     return out
 
 
-# Each precision target's figure in a summary: its ± (COVERAGE standard errors, relative
-# where the target is) from its columns, and the column counting its samples.
+# Each precision target's figure in a summary: its ± (at the normal quantile: the
+# estimate's samples are many; relative where the target is) from its columns, and the
+# column counting its samples.
+COVERAGE = intervals.t_factor(intervals.UNBOUNDED)
 def _unit(rows: pd.DataFrame, target: str) -> pd.Series:
     def col(name: str) -> pd.Series:
         return pd.to_numeric(rows[name], errors="coerce") if name in rows \

@@ -105,6 +105,22 @@ def written(section: configuration.Section | None) -> dict[str, Any]:
     return section.given() if section is not None else {}
 
 
+# The embedded lab's run-to-run calibration (analysis/between_runs.py), measured by
+# benchmarks/coverage.py --calibrate on A/A runs of the embedded default.
+BETWEEN_RUNS = Path(__file__).resolve().parents[1] / "config" / "between_runs.yaml"
+
+
+def between_runs(config: Config, calibration: Path = BETWEEN_RUNS) -> dict[str, Any]:
+    """Per pair, the run-to-run calibration its figures carry: the file's, for the
+    embedded pairs (the kind of pair it was measured on); none for a real pair, whose
+    figures then carry this run's spread only and say so."""
+    if not calibration.exists():
+        return {}
+    found = yaml.safe_load(calibration.read_text()) or {}
+    return {name: found for name, spec in config.pairs.items()
+            if spec.mode == found.get("mode")}
+
+
 def cell_settings(config: Config) -> CellSlice:
     """Every cell's measurement settings (`cell:` with defaults; `paired` is per cell)."""
     given = {k: v for k, v in config.cell.given().items() if k != "paired"}

@@ -11,7 +11,7 @@ reads them and must not pay for pydantic.
 
 from __future__ import annotations
 
-from typing import TypedDict
+from typing import Any, TypedDict
 
 
 class HostSlice(TypedDict, total=False):
@@ -226,4 +226,7 @@ class PairView(TypedDict):
 # The report's `--contexts` (name -> prompt tokens) and `--workers` (model -> workers).
 Contexts = dict[str, int]
 WorkersByModel = dict[str, int]
+# Per pair, the run-to-run calibration its figures' ± carries (`plan.between_runs`:
+# config/between_runs.yaml's contents for the pairs it was measured on; {} for others).
+BetweenRuns = dict[str, dict[str, Any]]
 PairViews = dict[str, PairView]

@@ -8,8 +8,8 @@ from typing import TypedDict
 import numpy as np
 import pandas as pd
 
-from splitbench.analysis import cell_summary, comparison
-from splitbench.infra import interference
+from splitbench.analysis import cell_summary
+from splitbench.infra import interference, intervals
 from splitbench.slices import DriftSettings, InterferenceLimits
 
 
@@ -18,6 +18,7 @@ class AnchorFigures(TypedDict):
 
     ms: float
     se: float
+    n: int
     low: float
     high: float
 
@@ -48,12 +49,12 @@ def figures(requests: pd.DataFrame | None,
     # As cell_summary._uncertainty: the spread of the requests, floored by the per-token
     # dispersion (a few requests agreeing by chance must not claim more precision).
     tokens = pd.to_numeric(ok.get("decode_ms_se", pd.Series(dtype=float)), errors="coerce")
-    se = np.fmax(comparison.MEDIAN_SE * decode.std(ddof=1) / np.sqrt(n) if n >= 2 else np.nan,
+    se = np.fmax(intervals.MEDIAN_SE * decode.std(ddof=1) / np.sqrt(n) if n >= 2 else np.nan,
                  tokens.median() / np.sqrt(n) if tokens.notna().any() else np.nan)
     temps = [pd.to_numeric(requests[c], errors="coerce") for c in
              ("temp_before_c", "temp_after_c", "temp_peak_c") if c in requests]
     temps = pd.concat(temps) if temps else pd.Series(dtype=float)
-    return {"ms": float(decode.median()), "se": float(se),
+    return {"ms": float(decode.median()), "se": float(se), "n": n,
             "low": float(temps.min()), "high": float(temps.max())}
 
 
@@ -89,8 +90,9 @@ def compare(start: AnchorFigures, end: AnchorFigures, cfg: DriftSettings,
     change = end["ms"] / start["ms"] - 1
     # Never tighter than what the anchors can resolve.
     # An anchor without a standard error (one request, no token timestamps) adds none.
-    noise = comparison.COVERAGE * np.hypot(np.nan_to_num(start["se"]),
-                                       np.nan_to_num(end["se"])) / start["ms"]
+    se, dof = intervals.combined([np.nan_to_num(start["se"]), np.nan_to_num(end["se"])],
+                                 [start.get("n", 0) - 1, end.get("n", 0) - 1])
+    noise = intervals.halfwidth(se, dof) / start["ms"] if se > 0 else 0.0
     threshold = float(np.fmax(cfg["anchor_tolerance"], noise))
     known = not any(np.isnan(v) for v in (start["low"], start["high"], end["low"], end["high"]))
     margin = cfg["anchor_margin_c"]

@@ -21,10 +21,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from splitbench import results
-from splitbench.analysis import comparison, releases
-from splitbench.analysis.comparison import MEDIAN_SE
+from splitbench.analysis import paired, releases
 from splitbench.backends import metrics
-from splitbench.infra import interference
+from splitbench.infra import interference, intervals
+from splitbench.infra.intervals import MEDIAN_SE
 from splitbench.slices import InterferenceLimits
 
 SUMMARY_KEYS = results.CELL_KEYS
@@ -73,7 +73,7 @@ def summarize(request_files: list[str], contexts: dict[str, int],
     ok = requests[requests["status"] == "ok"]
     medians = ok.groupby(SUMMARY_KEYS)[[f for f in FIGURES if f in ok.columns]].median()
     summary = _cells(requests).join(medians).join(_uncertainty(ok)).join(
-        comparison.paired_deltas(every)).reset_index()
+        paired.paired_deltas(every)).reset_index()
     summary["ctx_tokens"] = summary["ctx"].map(contexts)
     summary["temps"] = summary.apply(_temps_text, axis=1)
     summary = releases.with_releases(summary, requests)
@@ -343,6 +343,12 @@ def _uncertainty(ok: pd.DataFrame) -> pd.DataFrame:
         part["uncertainty_from"] = np.where(several, source,
                                             np.where(floor.notna(), "tokens", None))
         part["samples"] = n
+        # Each figure's ± at its own sample size (a one-pass floor from its many tokens:
+        # the normal quantile, and a lower bound the comparisons say so).
+        dof = np.where(several, n - 1, intervals.UNBOUNDED)
+        for figure in ("decode_ms", "prefill_tps", "ttft_ms"):
+            part[f"{figure}_unc"] = intervals.halfwidth(part[f"{figure}_se"].to_numpy(float),
+                                                        dof)
         pieces.append(part)
     return pd.concat(pieces)
 

@@ -36,29 +36,37 @@ import pyarrow.parquet as pq
 
 from splitbench import results
 from splitbench.analysis import traffic
+from splitbench.analysis.paired import PAIRED_COLUMNS
 from splitbench.cells import sweep_fit
-from splitbench.infra.fits import COVERAGE, MEDIAN_SE
+from splitbench.infra import intervals
+from splitbench.infra.intervals import MEDIAN_SE
 from splitbench.slices import InterferenceLimits
 
 # Cells that a link comparison sets side by side: same pair, model and context.
 COMPARE_KEYS = ["pair", "model", "ctx"]
 
 KEYS = results.CELL_KEYS
-# A measured difference disagrees with its prediction beyond this many combined standard
-# errors: a run checks several links and contexts, and at 2 one in twenty that agree
-# would be flagged by chance.
-AGREEMENT_SIGMAS = 3.0
+# A threshold, not a ±: two figures' difference "grows" or "differs" only beyond this
+# many times their combined 95% ± (a run judges several links and contexts at once;
+# docs/method.md, "Thresholds").
+AGREEMENT_SIGMAS = 1.5
 
 
 def agrees(measured: float, unc: float, predicted: float, predicted_unc: float
            ) -> bool | None:
-    """Whether a measured figure agrees with its prediction within AGREEMENT_SIGMAS of
-    their combined uncertainty (both given at COVERAGE standard errors; an unknown
-    prediction ± counts as 0); None where either figure or the measurement's ± is
-    unknown."""
+    """Whether a measured figure agrees with its prediction within their combined ±
+    (`prediction_allowance`; the prediction's ± holds the model's own error as the
+    project's A/A runs measured it, so a bias the model always has does not flag a
+    quiet run); None where either figure or the measurement's ± is unknown."""
     if not all(np.isfinite(v) for v in (measured, unc, predicted)):
         return None
-    return bool(abs(measured - predicted) <= agreement_allowance(unc, predicted_unc))
+    return bool(abs(measured - predicted) <= prediction_allowance(unc, predicted_unc))
+
+
+def prediction_allowance(unc: float, predicted_unc: float) -> float:
+    """The largest gap between a measurement and its prediction that still agrees: their
+    combined ± (an unknown prediction ± counts as 0)."""
+    return float(np.hypot(unc, np.nan_to_num(predicted_unc)))
 
 
 def host_a_change(row: Any) -> tuple[float, float] | None:
@@ -72,95 +80,10 @@ def host_a_change(row: Any) -> tuple[float, float] | None:
     return float(values[0]), float(values[1])
 
 
-def agreement_allowance(unc: float, predicted_unc: float) -> float:
-    """The largest gap between a measurement and its prediction that still agrees."""
-    return float(np.hypot(unc, np.nan_to_num(predicted_unc))) * AGREEMENT_SIGMAS / COVERAGE
-
-
-# A paired cell's figures (paired_deltas), as the summary carries them.
-PAIRED_COLUMNS = ["paired_decode_delta_ms", "paired_decode_delta_se",
-                  "paired_prefill_change_pct", "paired_prefill_change_se",
-                  "paired_reference_decode_ms", "paired_reference_prefill_tps",
-                  "paired_rr64_delta_us", "paired_rr64_delta_se", "paired_turn_wait_delta_us",
-                  "paired_turn_wait_delta_se", "paired_a_time_delta_us",
-                  "paired_a_time_delta_se", "paired_rounds"]
-
-
-def _median_and_se(rounds: Any) -> tuple[pd.Series, pd.Series]:
-    """Per cell, the median of its rounds' values and that median's standard error
-    (none from fewer than two rounds: a figure older files or no packet socket lack)."""
-    n = rounds.count()
-    return rounds.median(), (MEDIAN_SE * rounds.std(ddof=1) / np.sqrt(n)).where(n >= 2)
-
-
-def a_time_ms(requests: pd.DataFrame) -> pd.Series:
-    """Host A's own time per decoded token (ms): the step less what its turns waited for
-    B's answers (`rpc_turns_per_token` x `rpc_turn_wait_us`), i.e. A's own work and the
-    sending and receiving of its messages. A link changes the waits; where this changes
-    too, something on host A does, which a latency prediction does not hold."""
-    return (pd.to_numeric(requests["decode_ms_per_token"], errors="coerce")
-            - requests["rpc_turns_per_token"] * requests["rpc_turn_wait_us"] / 1000)
-
-
-def paired_deltas(requests: pd.DataFrame) -> pd.DataFrame:
-    """Per paired cell (index: KEYS): the median over its rounds of the round's decode
-    difference (link - baseline, ms/token) and relative prefill change (%), their
-    standard errors, the baseline's median decode and prefill measured alongside, and
-    the number of rounds with both sides ok."""
-    columns = PAIRED_COLUMNS
-    if "reference" not in requests or not requests["reference"].fillna(False).any():
-        return pd.DataFrame(columns=columns, index=pd.MultiIndex.from_tuples([], names=KEYS))
-    ok = requests[requests["status"] == "ok"].assign(
-        reference=lambda f: f["reference"].fillna(False).astype(bool))
-    paired_cells = ok[ok["reference"]].groupby(KEYS).size().index
-    ok = ok.set_index(KEYS).loc[lambda f: f.index.isin(paired_cells)].reset_index()
-    # Older files lack them: no latency (or time of host A's own) then.
-    latencies = ["rr64_us", "rpc_turn_wait_us", "rpc_turns_per_token"]
-    ok = ok.assign(**{c: pd.to_numeric(ok[c], errors="coerce") if c in ok else np.nan
-                      for c in latencies})
-    ok["a_time_ms"] = a_time_ms(ok)
-    figures = ["decode_ms_per_token", "prefill_tps", *latencies, "a_time_ms"]
-    by_round = ok.groupby([*KEYS, "repeat", "round", "reference"])[figures].median().unstack(
-        "reference")
-    # Both sides of every figure, also where one side never had an ok request (a
-    # reference that failed to launch, a link that failed in round 0): no round then.
-    by_round = by_round.reindex(columns=pd.MultiIndex.from_product(
-        [figures, [False, True]])).dropna(
-        subset=[(f, side) for f in ("decode_ms_per_token", "prefill_tps")
-                for side in (False, True)])
-    rounds = pd.DataFrame({
-        "decode": by_round[("decode_ms_per_token", False)]
-        - by_round[("decode_ms_per_token", True)],
-        "prefill": (by_round[("prefill_tps", False)] / by_round[("prefill_tps", True)] - 1)
-        * 100,
-        "ref_decode": by_round[("decode_ms_per_token", True)],
-        "ref_prefill": by_round[("prefill_tps", True)],
-        "rr64": by_round[("rr64_us", False)] - by_round[("rr64_us", True)],
-        "turn_wait": by_round[("rpc_turn_wait_us", False)]
-        - by_round[("rpc_turn_wait_us", True)],
-        "a_time": 1000 * (by_round[("a_time_ms", False)] - by_round[("a_time_ms", True)]),
-    }).groupby(level=KEYS)
-    n = rounds["decode"].count()
-    spread = rounds[["decode", "prefill"]].std(ddof=1).mul(MEDIAN_SE).div(np.sqrt(n), axis=0)
-    rr64, rr64_se = _median_and_se(rounds["rr64"])
-    wait, wait_se = _median_and_se(rounds["turn_wait"])
-    a_time, a_time_se = _median_and_se(rounds["a_time"])
-    out = pd.DataFrame({
-        "paired_decode_delta_ms": rounds["decode"].median(),
-        "paired_decode_delta_se": spread["decode"].where(n >= 2),
-        "paired_prefill_change_pct": rounds["prefill"].median(),
-        "paired_prefill_change_se": spread["prefill"].where(n >= 2),
-        "paired_reference_decode_ms": rounds["ref_decode"].median(),
-        "paired_reference_prefill_tps": rounds["ref_prefill"].median(),
-        "paired_rr64_delta_us": rr64,
-        "paired_rr64_delta_se": rr64_se,
-        "paired_turn_wait_delta_us": wait,
-        "paired_turn_wait_delta_se": wait_se,
-        "paired_a_time_delta_us": a_time,
-        "paired_a_time_delta_se": a_time_se,
-        "paired_rounds": n,
-    })
-    return out.reindex(columns=columns)
+def agreement_allowance(unc: float, other_unc: float) -> float:
+    """The threshold beyond which two figures differ ("grows", "differs"): AGREEMENT_SIGMAS
+    times their combined ±."""
+    return float(np.hypot(unc, np.nan_to_num(other_unc))) * AGREEMENT_SIGMAS
 
 
 def machine_drift(anchor_files: Sequence[str], summary: pd.DataFrame,
@@ -225,7 +148,8 @@ def _anchor_medians(requests: pd.DataFrame | None) -> dict[str, float] | None:
 
 
 TRIPS_COLUMNS = ["pair", "model", "workers", "round_trips", "round_trips_se",
-                 "round_trips_from", "turns_counted", *sweep_fit.NO_SPLIT, "flags"]
+                 "round_trips_dof", "round_trips_from", "turns_counted", *sweep_fit.NO_SPLIT,
+                 "flags"]
 SWEEP, COUNTED = "the delay sweep", "counted from the RPC packets"
 FLOOR = "assumed: the floor of one per RPC worker, nothing measured them"
 
@@ -252,7 +176,8 @@ def round_trips(sweep_files: Sequence[str], summary: pd.DataFrame | None = None,
         rows.append({"pair": first["pair"], "model": first["model"],
                      "workers": int(first["workers"]),
                      "round_trips": fit["round_trips_per_token"],
-                     "round_trips_se": fit.get("round_trips_se"), "round_trips_from": SWEEP,
+                     "round_trips_se": fit.get("round_trips_se"),
+                     "round_trips_dof": fit.get("round_trips_dof"), "round_trips_from": SWEEP,
                      # The same sweep's requests, their turns counted from the packets.
                      "turns_counted": fit.get("turns_per_token"),
                      # Its slope split by the packets: the turns' waits and host A's own.
@@ -280,6 +205,7 @@ def _counted(summary: pd.DataFrame | None) -> list[dict]:
               else np.nan)
         rows.append({"pair": pair, "model": model, "workers": int(workers),
                      "round_trips": float(turns.median()), "round_trips_se": se,
+                     "round_trips_dof": len(turns) - 1,
                      "round_trips_from": COUNTED, "turns_counted": float(turns.median()),
                      "flags": None})
     return rows
@@ -295,9 +221,11 @@ def predicted_decode_delta(comp: pd.DataFrame, links: pd.DataFrame, trips: pd.Da
                            drift: pd.DataFrame | None = None) -> pd.DataFrame:
     """For each row of a link comparison (pair, link, baseline, model): the decode
     difference predicted from the links' latency difference and the model's measured
-    round trips per token, plus the bandwidth term, and its uncertainty (COVERAGE
-    standard errors: the round trips' and, where `drift` (machine_drift) is known, the
-    machine's drift between when the latency and the cell were measured). The latency
+    round trips per token, plus the bandwidth term, and its uncertainty (a 95%
+    interval: the round trips', the run-to-run variation of the sweep's slope and the
+    model's own error where the pair has a calibration (between_runs), and, where
+    `drift` (machine_drift) is known, the machine's drift between when the latency and
+    the cell were measured). The latency
     difference is the 64 B probe's in the paired cell's own rounds, else the link
     checks' (`latency_from` says which); beside it, what the paired cell's decode turns
     waited more on the link (`turn_wait_delta_us`, from the packets), a witness and not
@@ -311,17 +239,27 @@ def predicted_decode_delta(comp: pd.DataFrame, links: pd.DataFrame, trips: pd.Da
     packets = {column: pd.to_numeric(comp[column]).to_numpy() if column in comp else
                np.full(len(comp), np.nan)
                for column in ("paired_turn_wait_delta_us", "paired_turn_wait_delta_se",
-                              "paired_a_time_delta_us", "paired_a_time_delta_se")}
+                              "paired_a_time_delta_us", "paired_a_time_delta_se",
+                              "paired_rounds")}
+    rounds = packets["paired_rounds"].astype(float)
     # The bandwidth term: the token's bytes above each link's burst at its throughput.
     bandwidth = traffic.bandwidth_delta(comp, links)
-    latency_ms, latency_unc = predicted.to_numpy(), COVERAGE * np.asarray(spread)
+    # The model's own error, as the project's A/A runs measured it (between_runs): the
+    # sweep's slope moves from run to run more than one sweep's ± says, and the model
+    # leaves out what else a link changes (host A's own time): both enter the ±.
+    slope_rel = _calibrated(comp, "calibration_slope_rel_sd")
+    model_error = _calibrated(comp, "calibration_model_error_ms")
+    spread = np.hypot(np.hypot(spread.to_numpy(), slope_rel * np.abs(predicted.to_numpy())),
+                      model_error)
+    latency_ms, latency_unc = predicted.to_numpy(), intervals.halfwidth(
+        np.asarray(spread), intervals.UNBOUNDED)
     # Unknown (no bytes or throughput measured): latency alone, which the text says.
     total = latency_ms + bandwidth["bandwidth_ms"].fillna(0).to_numpy()
-    spread = np.hypot(spread.to_numpy(),
-                      bandwidth["bandwidth_unc_ms"].fillna(0).to_numpy() / COVERAGE)
+    spread = np.hypot(spread, intervals.as_se(bandwidth["bandwidth_unc_ms"].fillna(0)
+                                              .to_numpy()))
     return pd.DataFrame({
         "predicted_decode_delta_ms": total,
-        "predicted_decode_delta_unc_ms": COVERAGE * spread,
+        "predicted_decode_delta_unc_ms": intervals.halfwidth(spread, intervals.UNBOUNDED),
         "predicted_latency_ms": latency_ms,
         "predicted_latency_unc_ms": latency_unc,
         "predicted_bandwidth_ms": bandwidth["bandwidth_ms"].to_numpy(),
@@ -333,11 +271,20 @@ def predicted_decode_delta(comp: pd.DataFrame, links: pd.DataFrame, trips: pd.Da
         "latency_from": source.to_numpy(),
         # The witness beside it: what the decode turns waited more on the link.
         "turn_wait_delta_us": packets["paired_turn_wait_delta_us"],
-        "turn_wait_delta_unc_us": COVERAGE * packets["paired_turn_wait_delta_se"],
+        "turn_wait_delta_unc_us": intervals.halfwidth(packets["paired_turn_wait_delta_se"],
+                                                      rounds - 1),
         # And what host A's own time per token changed by (a latency term has none).
         "a_time_delta_us": packets["paired_a_time_delta_us"],
-        "a_time_delta_unc_us": COVERAGE * packets["paired_a_time_delta_se"],
+        "a_time_delta_unc_us": intervals.halfwidth(packets["paired_a_time_delta_se"],
+                                                   rounds - 1),
     }, index=comp.index)
+
+
+def _calibrated(comp: pd.DataFrame, column: str) -> np.ndarray:
+    """A calibration term of each comparison row's pair (0 where it has none)."""
+    if column not in comp:
+        return np.zeros(len(comp))
+    return pd.to_numeric(comp[column], errors="coerce").fillna(0.0).to_numpy(float)
 
 
 def _with_round_trips(comp: pd.DataFrame, links: pd.DataFrame, trips: pd.DataFrame,
@@ -417,7 +364,7 @@ def compare_links(summary: pd.DataFrame, baseline_link: str | None = None,
     subtracted and their uncertainty widened by the machine's variation over time,
     which `drift` (comparison.machine_drift) measures per pair and model. Without it, or
     where a cell's own uncertainty is the per-token floor of a single request, the
-    uncertainty is a lower bound (`*_lower_bound`). Uncertainties are COVERAGE standard
+    uncertainty is a lower bound (`*_lower_bound`). Uncertainties are 95% intervals
     errors; `*_resolvable` is NA where unknown or only a lower bound is exceeded, else
     whether the difference lies outside the uncertainty (never guessed).
     """
@@ -425,7 +372,8 @@ def compare_links(summary: pd.DataFrame, baseline_link: str | None = None,
     one = summary[summary["conc"] == 1]
     paired = PAIRED_COLUMNS
     columns = ["status", "prefill_tps", "prefill_tps_se", "decode_ms_per_token",
-               "decode_ms_se", "decode_tps", "ttft_ms", "uncertainty_from", "flags",
+               "decode_ms_se", "decode_tps", "ttft_ms", "uncertainty_from", "flags", "samples",
+               "calibration_slope_rel_sd", "calibration_model_error_ms",
                "rpc_bytes_per_token_a_to_b", "rpc_bytes_per_token_b_to_a", *paired]
     one = one.reindex(columns=COMPARE_KEYS + ["link"] + columns)
     numeric = [c for c in columns if c not in ("status", "uncertainty_from", "flags")]
@@ -451,20 +399,26 @@ def compare_links(summary: pd.DataFrame, baseline_link: str | None = None,
 
 def _sequential(comp: pd.DataFrame) -> None:
     """Differences of two cells measured at different times, with the machine's
-    variation over time (the anchors' drift) in their uncertainty."""
+    variation over time (the anchors' drift) in their uncertainty: a 95% interval at
+    the Welch-Satterthwaite degrees of freedom of the two cells' and the drift's terms."""
     ratio = comp["prefill_tps"] / comp["prefill_tps_base"]
     comp["prefill_change_pct"] = (ratio - 1) * 100
     drift_p = pd.to_numeric(comp["drift_prefill_rel"], errors="coerce")
     drift_d = pd.to_numeric(comp["drift_decode_rel"], errors="coerce")
-    comp["prefill_change_unc_pct"] = COVERAGE * 100 * ratio * np.sqrt(
-        (comp["prefill_tps_se"] / comp["prefill_tps"]) ** 2
-        + (comp["prefill_tps_se_base"] / comp["prefill_tps_base"]) ** 2
-        + 2 * drift_p.fillna(0) ** 2)  # each cell varies by drift_p over time
+    dof = _dofs(comp)
+    # Each cell varies by the drift over time: one term for each cell.
+    prefill_se, prefill_dof = intervals.combined(
+        [comp["prefill_tps_se"] / comp["prefill_tps"],
+         comp["prefill_tps_se_base"] / comp["prefill_tps_base"],
+         drift_p.fillna(0), drift_p.fillna(0)], [*dof])
+    comp["prefill_change_unc_pct"] = 100 * ratio * intervals.halfwidth(prefill_se,
+                                                                        prefill_dof)
     comp["decode_delta_ms"] = comp["decode_ms_per_token"] - comp["decode_ms_per_token_base"]
-    comp["decode_delta_unc_ms"] = COVERAGE * np.sqrt(
-        comp["decode_ms_se"] ** 2 + comp["decode_ms_se_base"] ** 2
-        + drift_d.fillna(0) ** 2 * (comp["decode_ms_per_token"] ** 2
-                                    + comp["decode_ms_per_token_base"] ** 2))
+    decode_se, decode_dof = intervals.combined(
+        [comp["decode_ms_se"], comp["decode_ms_se_base"],
+         drift_d.fillna(0) * comp["decode_ms_per_token"],
+         drift_d.fillna(0) * comp["decode_ms_per_token_base"]], [*dof])
+    comp["decode_delta_unc_ms"] = intervals.halfwidth(decode_se, decode_dof)
     one_request = comp["uncertainty_from"].eq("tokens") | comp["uncertainty_from_base"].eq(
         "tokens")
     comp["decode_lower_bound"] = drift_d.isna() | one_request
@@ -473,16 +427,33 @@ def _sequential(comp: pd.DataFrame) -> None:
                                 "sequential (no drift measured)")
 
 
+def _dofs(comp: pd.DataFrame) -> tuple[Any, Any, Any, Any]:
+    """The degrees of freedom of a sequential difference's four terms: each cell's own
+    (its samples less one; a one-pass floor from its tokens counts as unbounded) and
+    the drift's (its anchors' measurements less one), twice."""
+    def own(column: str) -> Any:
+        n = pd.to_numeric(comp.get(column, pd.Series(np.nan, index=comp.index)),
+                          errors="coerce").to_numpy(float)
+        return np.where(n >= 2, n - 1, intervals.UNBOUNDED)
+
+    drift = pd.to_numeric(comp.get("drift_samples", pd.Series(np.nan, index=comp.index)),
+                          errors="coerce").to_numpy(float)
+    drift = np.where(drift >= 2, drift - 1, intervals.UNBOUNDED)
+    return own("samples"), own("samples_base"), drift, drift
+
+
 def _paired(comp: pd.DataFrame) -> None:
     """Cells measured round by round against the baseline: their paired differences."""
     has = comp["paired_decode_delta_ms"].notna()
     if not has.any():
         return
     comp.loc[has, "decode_delta_ms"] = comp.loc[has, "paired_decode_delta_ms"]
-    comp.loc[has, "decode_delta_unc_ms"] = COVERAGE * comp.loc[has, "paired_decode_delta_se"]
+    dof = comp.loc[has, "paired_rounds"].to_numpy(float) - 1
+    comp.loc[has, "decode_delta_unc_ms"] = intervals.halfwidth(
+        comp.loc[has, "paired_decode_delta_se"].to_numpy(float), dof)
     comp.loc[has, "prefill_change_pct"] = comp.loc[has, "paired_prefill_change_pct"]
-    comp.loc[has, "prefill_change_unc_pct"] = (COVERAGE
-                                               * comp.loc[has, "paired_prefill_change_se"])
+    comp.loc[has, "prefill_change_unc_pct"] = intervals.halfwidth(
+        comp.loc[has, "paired_prefill_change_se"].to_numpy(float), dof)
     comp.loc[has, "decode_ms_per_token_base"] = comp.loc[has, "paired_reference_decode_ms"]
     comp.loc[has, "prefill_tps_base"] = comp.loc[has, "paired_reference_prefill_tps"]
     comp.loc[has, ["decode_lower_bound", "prefill_lower_bound"]] = False

@@ -10,7 +10,6 @@ import numpy as np
 import pandas as pd
 
 from splitbench.analysis import comparison, mechanisms, whatif
-from splitbench.analysis.comparison import COVERAGE
 from splitbench.analysis.finding_text import (
     COMPARISON,
     DECODE_CHART,
@@ -26,6 +25,7 @@ from splitbench.analysis.finding_text import (
     pm_text,
 )
 from splitbench.analysis.marks import FLAG_MARK
+from splitbench.infra import intervals
 
 
 def decode_cost(rows: pd.DataFrame, link: str, section: str) -> Finding:
@@ -246,13 +246,15 @@ def _extra_split(r: Any) -> str:
     the latency, docs/method.md), and which one resolves changes from run to run."""
     figures = [as_number(getattr(r, name, np.nan)) for name in (
         "waits_per_latency", "waits_per_latency_se", "a_time_per_latency",
-        "a_time_per_latency_se")]
-    if not all(np.isfinite(x) for x in figures):
+        "a_time_per_latency_se", "split_dof")]
+    if not all(np.isfinite(x) for x in figures[:4]):
         return "a cost each turn pays beyond the added latency"
-    waits, waits_se, own, own_se = figures
+    waits, waits_se, own, own_se, dof = figures
+    dof = dof if np.isfinite(dof) and dof >= 1 else intervals.UNBOUNDED
     return (f"a cost each turn pays beyond the added latency: per ms of latency the turns' "
-            f"waits grew {waits:.2f} ±{COVERAGE * waits_se:.2f} ms a token and host A's own "
-            f"time outside them {own:+.2f} ±{COVERAGE * own_se:.2f} ms, from the packets")
+            f"waits grew {waits:.2f} ±{intervals.halfwidth(waits_se, dof):.2f} ms a token "
+            f"and host A's own time outside them {own:+.2f} "
+            f"±{intervals.halfwidth(own_se, dof):.2f} ms, from the packets")
 
 
 def round_trip_floor(trips: pd.DataFrame, model_rows: pd.DataFrame, section: str,
@@ -263,7 +265,9 @@ def round_trip_floor(trips: pd.DataFrame, model_rows: pd.DataFrame, section: str
     RPC packets to count, and the finding says what its run does measure."""
     parts = []
     for r in trips.sort_values("workers").itertuples():
-        unc = COVERAGE * as_number(r.round_trips_se)
+        dof = as_number(getattr(r, "round_trips_dof", np.nan))
+        unc = intervals.halfwidth(as_number(r.round_trips_se),
+                                  dof if np.isfinite(dof) else intervals.UNBOUNDED)
         figure = f"{r.round_trips:.2f}" + (f" ±{unc:.2f}" if np.isfinite(unc) else "")
         gap = r.round_trips - r.workers
         source = getattr(r, "round_trips_from", comparison.SWEEP)

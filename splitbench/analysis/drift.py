@@ -10,8 +10,8 @@ band    `drift.reference_c: [low, high]` set: the cell started or ended outside 
 rise    it warmed by more than `max_temp_rise_c` between its start and its end.
 anchor  the (pair, model) block's anchor (a short single-stream cell on the baseline link,
         measured before and after the block) changed its decode ms/token by more than
-        `anchor_tolerance`, or by more than the anchors' own uncertainty (COVERAGE
-        standard errors) where that is wider. Which of the block's cells it flags:
+        `anchor_tolerance`, or by more than the anchors' own uncertainty (a 95%
+        interval) where that is wider. Which of the block's cells it flags:
         - temperatures known and the anchors' temperatures moved (their start and end
           spans lie more than `anchor_margin_c` apart): the drift is thermal, and the cells
           measured outside the anchors' temperature range (widened by anchor_margin_c)

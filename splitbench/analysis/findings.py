@@ -33,7 +33,6 @@ from splitbench.analysis import (
     whatif,
 )
 from splitbench.analysis.cell_summary import by_length, link_flags, read_links
-from splitbench.analysis.comparison import COVERAGE
 from splitbench.analysis.cost_findings import (
     decode_across_models,
     decode_cost,
@@ -287,7 +286,7 @@ def common_offset(comp: pd.DataFrame) -> Finding | None:
     values = np.array([g[2] for g in gaps])
     spread = np.array([g[3] for g in gaps])
     shared = np.all(np.sign(values) == np.sign(values[0])) and all(
-        abs(a - b) <= np.hypot(sa, sb) * comparison.AGREEMENT_SIGMAS / COVERAGE
+        abs(a - b) <= comparison.agreement_allowance(sa, sb)
         for i, (a, sa) in enumerate(zip(values, spread, strict=True))
         for b, sb in zip(values[i + 1:], spread[i + 1:], strict=True))
     if not shared:

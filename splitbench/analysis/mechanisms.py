@@ -14,8 +14,9 @@ import pandas as pd
 
 from splitbench.analysis import traffic
 from splitbench.analysis.cell_summary import latency_by_pair, latency_column
-from splitbench.analysis.comparison import COVERAGE, SWEEP, compare_links
-from splitbench.infra.fits import fit_through_origin, unresolvable
+from splitbench.analysis.comparison import SWEEP, compare_links
+from splitbench.infra import intervals
+from splitbench.infra.fits import fit_through_origin, slope_unc, unresolvable
 
 # Prefill's elasticity to one-way bandwidth: within +-INSENSITIVE_BELOW prefill counts as
 # insensitive to the link (the seed: +55% bandwidth bought +5..17% prefill, about 0.1 to
@@ -137,7 +138,7 @@ MechanismRow = TypedDict("MechanismRow", {
 def _mechanism_row(pair: str, model: str, mechanism: str, against: str, points: pd.DataFrame,
                    x: str, y: str, contexts: Sequence[str]) -> MechanismRow:
     unc = "decode_delta_unc_ms" if mechanism == "decode" else "prefill_change_unc"
-    sigma = points[unc] / COVERAGE if unc in points else None
+    sigma = intervals.as_se(points[unc]) if unc in points else None
     fit = fit_through_origin(points[x], points[y], sigma)
     if sigma is not None and "drift_decode_rel" in points and np.isfinite(fit["slope"]):
         # The latencies were measured minutes before the cells; the machine's drift
@@ -154,7 +155,7 @@ def _mechanism_row(pair: str, model: str, mechanism: str, against: str, points: 
     return {
         "pair": pair, "model": model, "mechanism": mechanism, "against": against,
         "slope": round(fit["slope"], 3),
-        "±": round(COVERAGE * fit["slope_se"], 3),
+        "±": round(slope_unc(fit), 3),
         "R²": round(fit["r2"], 2),
         "points": fit["n"],
         "links": points["link"].nunique(),
@@ -203,7 +204,7 @@ def _dominant_terms(fit: MechanismFit, points: pd.DataFrame) -> str:
             how = ("the sweep's round trips × the latency difference" if source == SWEEP
                    else f"round trips {source} × the latency difference")
         elif resolvable:
-            latency, latency_unc = fit["slope"] * gap, COVERAGE * fit["slope_se"] * abs(gap)
+            latency, latency_unc = fit["slope"] * gap, slope_unc(fit) * abs(gap)
             how = f"{fit['slope']:.1f} round trips × {gap:.2f} ms"
         else:
             latency, latency_unc, how = np.nan, np.nan, ""
@@ -253,7 +254,7 @@ def _weighted(values: pd.Series, unc: pd.Series) -> tuple[float, float]:
 
 def _unresolvable(fit: MechanismFit, what: str) -> list[str]:
     """Why a fit cannot carry a verdict: not resolvable from zero, or a low R²."""
-    return unresolvable(fit["slope"], COVERAGE * fit["slope_se"], fit["r2"], what)
+    return unresolvable(fit["slope"], slope_unc(fit), fit["r2"], what)
 
 
 def _decode_verdict(fit: MechanismFit, points: pd.DataFrame) -> str:
@@ -266,13 +267,13 @@ def _decode_verdict(fit: MechanismFit, points: pd.DataFrame) -> str:
         per = []
         for ctx, group in points.groupby("ctx", sort=False):
             f = fit_through_origin(group["latency_delta_ms"], group["decode_latency_ms"],
-                                   group["decode_delta_unc_ms"] / COVERAGE)
-            per.append(f"{ctx} {f['slope']:.1f}" + (f" ±{COVERAGE * f['slope_se']:.1f}"
+                                   intervals.as_se(group["decode_delta_unc_ms"]))
+            per.append(f"{ctx} {f['slope']:.1f}" + (f" ±{slope_unc(f):.1f}"
                                                     if np.isfinite(f["slope_se"]) else ""))
         return ("no single number of round trips: the cost per token changes with context "
                 f"({', '.join(per)} round trips' worth of latency; a term that grows with "
                 "context, such as bandwidth, adds to latency)")
-    slope, unc = fit["slope"], COVERAGE * fit["slope_se"]
+    slope, unc = fit["slope"], slope_unc(fit)
     reasons = _unresolvable(fit, "latency")
     if slope < 0 and np.isfinite(unc) and abs(slope) > unc:
         reasons.insert(0, f"the slope is {slope:+.2f} ±{unc:.2f}: negative round trips "
@@ -305,12 +306,13 @@ def _varies_with_context(points: pd.DataFrame) -> bool | None:
         sxx = float(np.sum(x * x))
         if sxx == 0:
             continue
-        sigma = group["decode_delta_unc_ms"].to_numpy(dtype=float) / COVERAGE
+        sigma = intervals.as_se(group["decode_delta_unc_ms"].to_numpy(dtype=float))
         se = np.sqrt(np.sum((x * sigma) ** 2)) / sxx  # NaN where a delta has no uncertainty
         slopes.append((float(np.sum(x * group["decode_latency_ms"].to_numpy()) / sxx), se))
     if len(slopes) < 2:
         return None
-    return any(abs(a - b) > COVERAGE * np.hypot(sa, sb) if np.isfinite(np.hypot(sa, sb))
+    normal = intervals.t_factor(intervals.UNBOUNDED)
+    return any(abs(a - b) > normal * np.hypot(sa, sb) if np.isfinite(np.hypot(sa, sb))
                else abs(a - b) > 0.25 * max(abs(a), abs(b))
                for i, (a, sa) in enumerate(slopes) for b, sb in slopes[i + 1:])
 
@@ -318,7 +320,7 @@ def _varies_with_context(points: pd.DataFrame) -> bool | None:
 def _prefill_verdict(fit: MechanismFit, points: pd.DataFrame) -> str:
     if not np.isfinite(fit["slope"]):
         return "no ok cell pairs on links of different bandwidth: nothing to fit"
-    elasticity, unc = fit["slope"], COVERAGE * fit["slope_se"]
+    elasticity, unc = fit["slope"], slope_unc(fit)
     floor = min(points["gbps"].min(), points["gbps_base"].min())
     biggest = points.loc[points["bandwidth_change"].abs().idxmax()]
     gains = points[points["link"] == biggest["link"]]["prefill_change"] * 100

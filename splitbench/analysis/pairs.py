@@ -4,7 +4,7 @@ pairs of machines, each with its own links' measured figures.
 A pair is its own pair of machines (or namespaces), measured at its own time: its cells
 are compared with its own baseline in the link comparison, never with another pair's.
 Here the pairs' figures stand next to each other, each with its own uncertainty (the
-summary's standard errors, as COVERAGE standard errors), its own flags (interference,
+summary's 95% intervals), its own flags (interference,
 shared timestamps, a failed cell) and its own links' throughput and request-response
 latency. A difference between two pairs includes everything that differs between the
 machines (CPUs, clocks, load, the time of day), not only their links.
@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from splitbench.analysis import between_runs
 from splitbench.analysis.cell_summary import joined
-from splitbench.analysis.comparison import COVERAGE
 from splitbench.infra import interference
 from splitbench.slices import InterferenceLimits
 
@@ -77,26 +77,21 @@ def compare(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
             interference_limits: InterferenceLimits | None = None) -> pd.DataFrame:
     """One row per cell of every (model, ctx, conc) that two or more pairs measured,
     ordered model, context (shortest first), concurrency, link (the baseline first),
-    pair: the cell's figures with their uncertainty (`*_unc`: COVERAGE standard errors,
+    pair: the cell's figures with their uncertainty (`*_unc`: the summary's 95% intervals,
     NaN where unknown), its status and flags, and its link's measured figures.
 
-    decode tok/s takes its uncertainty from decode ms/token's (1000/x: se x 1000/x²).
+    decode tok/s takes its uncertainty from decode ms/token's (1000/x: ± x 1000/x²).
     """
-    cells = shared(summary)
-    columns = ["status", "flags", "decode_tps", "decode_ms_per_token", "decode_ms_se",
-               "prefill_tps", "prefill_tps_se", "ttft_ms", "ttft_ms_se", "overlap",
+    cells = shared(between_runs.with_unc(summary))
+    columns = ["status", "flags", "decode_tps", "decode_ms_per_token", "decode_ms_unc",
+               "prefill_tps", "prefill_tps_unc", "ttft_ms", "ttft_ms_unc", "overlap",
                "overlap_unc", "prefill_share", "throughput_tps", "throughput_tps_unc",
                "uncertainty_from", "samples"]
     cells = cells.reindex(columns=["pair", "link", *SHARED, *columns])
     numbers = [c for c in columns if c not in ("status", "flags", "uncertainty_from")]
     cells[numbers] = cells[numbers].apply(pd.to_numeric, errors="coerce")
-    ms, se = cells["decode_ms_per_token"], cells["decode_ms_se"]
-    cells = cells.assign(
-        decode_ms_unc=COVERAGE * se,
-        decode_tps_unc=COVERAGE * se * 1000 / ms ** 2,
-        prefill_tps_unc=COVERAGE * cells["prefill_tps_se"],
-        ttft_ms_unc=COVERAGE * cells["ttft_ms_se"],
-    )
+    ms = cells["decode_ms_per_token"]
+    cells = cells.assign(decode_tps_unc=cells["decode_ms_unc"] * 1000 / ms ** 2)
     cells = cells.merge(link_facts(links, interference_limits), on=["pair", "link"],
                         how="left")
     order = {c: i for i, c in enumerate(contexts)}

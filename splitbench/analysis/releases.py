@@ -10,7 +10,8 @@ import numpy as np
 import pandas as pd
 
 from splitbench.backends import metrics
-from splitbench.infra.fits import COVERAGE, MEDIAN_SE
+from splitbench.infra import intervals
+from splitbench.infra.intervals import MEDIAN_SE
 from splitbench.results import CELL_KEYS
 
 # Overlap above this is flagged where it has no ± (one release): N requests cannot
@@ -37,7 +38,7 @@ def with_releases(summary: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame
     """The summary with what a concurrent cell's releases give: its overlap, wall time and
     throughput, each the median over its releases (every repeat's), the standard error
     of overlap and throughput from their spread over the releases (`*_se`; `*_unc`:
-    COVERAGE standard errors, NaN with fewer than two releases), the number of
+    95% intervals (infra/intervals.py), NaN with fewer than two releases), the number of
     releases, and at every cell the single stream's prefill share (`prefill_share`:
     its median TTFT over its median request time, T1, at the same pair, link, model and
     context).
@@ -61,7 +62,7 @@ def with_releases(summary: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame
         for column in RELEASE_COLUMNS[:-1]:
             out[column] = np.nan
         return out
-    table = table.join(singles[["t1_ms", "t1_se"]], on=["pair", "link", "model", "ctx"])
+    table = table.join(singles[["t1_ms", "t1_se", "t1_n"]], on=["pair", "link", "model", "ctx"])
     table["overlap"] = [metrics.overlap(n, t1, wall) if whole and pd.notna(t1) else None
                         for n, t1, wall, whole in zip(
                             table["streams"], table["t1_ms"], table["wall_ms"],
@@ -77,16 +78,23 @@ def with_releases(summary: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame
         "release_se": _median_se(by_cell["overlap"]),
         "t1_ms": by_cell["t1_ms"].first(),
         "t1_se": by_cell["t1_se"].first(),
+        "t1_n": by_cell["t1_n"].first(),
     })
     # d overlap / d T1 = W / ((N - 1) T1^2): T1's error moves every release alike.
     conc = cells.index.get_level_values("conc").to_numpy()
     t1_term = cells["wall_ms"] / ((conc - 1) * cells["t1_ms"] ** 2) * cells["t1_se"]
     one = cells["release_se"].isna() & (t1_term > 0) & cells["overlap"].notna()
-    cells["overlap_se"] = np.hypot(cells["release_se"], t1_term.fillna(0.0)).where(
-        ~one, t1_term)
-    cells["overlap_unc"] = COVERAGE * cells["overlap_se"]
+    release_dof = (cells["releases"] - 1).where(cells["releases"] >= 2).to_numpy(float)
+    t1_dof = (cells["t1_n"] - 1).where(cells["t1_n"] >= 2, intervals.UNBOUNDED).to_numpy(float)
+    se, dof = intervals.combined([cells["release_se"].to_numpy(float),
+                                  t1_term.fillna(0.0).to_numpy(float)],
+                                 [np.nan_to_num(release_dof, nan=intervals.UNBOUNDED), t1_dof])
+    cells["overlap_se"] = pd.Series(se, index=cells.index).where(~one, t1_term)
+    cells["overlap_unc"] = intervals.halfwidth(cells["overlap_se"].to_numpy(float),
+                                               np.where(one, t1_dof, dof))
     cells["overlap_unc_lower_bound"] = one.where(cells["overlap_se"].notna())
-    cells["throughput_tps_unc"] = COVERAGE * cells["throughput_tps_se"]
+    cells["throughput_tps_unc"] = intervals.halfwidth(
+        cells["throughput_tps_se"].to_numpy(float), release_dof)
     keyed = out.set_index(CELL_KEYS)
     for column in ("releases", "overlap", "overlap_se", "overlap_unc",
                    "overlap_unc_lower_bound", "throughput_tps_se", "throughput_tps_unc"):
@@ -210,6 +218,7 @@ def _single_streams(requests: pd.DataFrame) -> pd.DataFrame:
     by = singles.groupby(["pair", "link", "model", "ctx"])
     out = pd.DataFrame({"t1_ms": by["single_ms"].median(),
                         "t1_se": _median_se(by["single_ms"]),
+                        "t1_n": by["single_ms"].count(),
                         "ttft_ms": by["ttft_ms"].median()})
     out["prefill_share"] = out["ttft_ms"] / out["t1_ms"]
     return out

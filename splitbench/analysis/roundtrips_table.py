@@ -7,9 +7,10 @@ from typing import TypedDict
 
 import pandas as pd
 
-from splitbench.analysis import cell_summary, comparison
+from splitbench.analysis import cell_summary
 from splitbench.analysis.marks import FLAG_MARK
 from splitbench.cells.sweep_fit import fit, flags
+from splitbench.infra import intervals
 from splitbench.slices import InterferenceLimits
 
 
@@ -24,7 +25,8 @@ def table(files: list[str], limits: InterferenceLimits | None = None) -> pd.Data
         rows.append({
             "pair": first["pair"], "model": first["model"], "workers": int(first["workers"]),
             "round trips per token": cell_summary.rounded(result["round_trips_per_token"], 2),
-            "±": cell_summary.rounded(comparison.COVERAGE * result["round_trips_se"], 2)
+            "±": cell_summary.rounded(intervals.halfwidth(result["round_trips_se"],
+                                                           result["round_trips_dof"]), 2)
             if result["round_trips_se"] is not None else None,
             "R²": cell_summary.rounded(result["r2"], 3),
             # The second witness, which needs no delay: turns counted from the packets.
@@ -32,9 +34,11 @@ def table(files: list[str], limits: InterferenceLimits | None = None) -> pd.Data
             # The slope split by the same packets: what the turns waited, what host A
             # spent outside them, each per ms of latency (their sum is the slope).
             "of which turns' waits": _with_unc(result["waits_per_latency"],
-                                               result["waits_per_latency_se"]),
+                                               result["waits_per_latency_se"],
+                                               result["split_dof"]),
             "of which host A's own": _with_unc(result["a_time_per_latency"],
-                                               result["a_time_per_latency_se"]),
+                                               result["a_time_per_latency_se"],
+                                               result["split_dof"]),
             "points": result["points"],
             **_measured_range(frame),
             # Where the figure cannot be used: the mechanisms table does not use it.
@@ -44,11 +48,12 @@ def table(files: list[str], limits: InterferenceLimits | None = None) -> pd.Data
     return pd.DataFrame(rows)
 
 
-def _with_unc(value: float | None, se: float | None) -> str:
-    """`1.01 ±0.01` (two standard errors), or "—" where the packets gave no split."""
-    if value is None or se is None:
+def _with_unc(value: float | None, se: float | None, dof: int | None) -> str:
+    """`1.01 ±0.01` (a 95% interval at the fit's degrees of freedom), or "—" where the
+    packets gave no split."""
+    if value is None or se is None or not dof:
         return "—"
-    return f"{value:.2f} ±{comparison.COVERAGE * se:.2f}"
+    return f"{value:.2f} ±{intervals.halfwidth(se, dof):.2f}"
 
 
 # A sweep's measured range (`_measured_range`), by column title: "—" where no point

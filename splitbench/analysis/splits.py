@@ -5,7 +5,7 @@ parallel.
 Models are matched by shape (layers x width, heads, vocabulary: `cells.layout.shape`),
 not by name: the same synthetic shape is one model per backend in the config (a GGUF for
 llama.cpp, a Hugging Face directory with the same weights for vLLM). Each row is one
-cell with its own uncertainty (COVERAGE standard errors) and flags, the bytes a decoded
+cell with its own uncertainty (a 95% interval) and flags, the bytes a decoded
 token moved across the link each way (the kernel's counters of the connections between
 the hosts), and its model's decode verdict from the mechanisms table. A difference
 between two splits is everything that differs between the two servers on these CPUs,
@@ -18,7 +18,7 @@ from __future__ import annotations
 import pandas as pd
 
 from splitbench import backends
-from splitbench.analysis.comparison import COVERAGE
+from splitbench.analysis import between_runs
 from splitbench.analysis.finding_text import Finding, listed, marked
 
 
@@ -49,18 +49,15 @@ def compare(summary: pd.DataFrame, contexts: list[str], baseline_link: str | Non
     context (shortest first), concurrency, link (the baseline first) and split: its
     figures with their uncertainty (`*_unc`), status and flags, bytes per token, and
     its model's decode verdict (`verdict`, from `mechanisms`)."""
-    cells = compared(summary)
-    columns = ["model", "split", "status", "flags", "decode_ms_per_token", "decode_ms_se",
-               "prefill_tps", "prefill_tps_se", "ttft_ms", "ttft_ms_se", "overlap",
+    cells = compared(between_runs.with_unc(summary))
+    columns = ["model", "split", "status", "flags", "decode_ms_per_token", "decode_ms_unc",
+               "prefill_tps", "prefill_tps_unc", "ttft_ms", "ttft_ms_unc", "overlap",
                "rpc_bytes_per_token_a_to_b", "rpc_bytes_per_token_b_to_a", "overlap_unc",
                "prefill_share"]
     cells = cells.reindex(columns=[*SHARED, *columns])
     for column in columns[4:]:
         cells[column] = pd.to_numeric(cells[column], errors="coerce")
-    cells = cells.assign(decode_ms_unc=COVERAGE * cells["decode_ms_se"],
-                         prefill_tps_unc=COVERAGE * cells["prefill_tps_se"],
-                         ttft_ms_unc=COVERAGE * cells["ttft_ms_se"],
-                         verdict=_verdicts(cells, mechanisms))
+    cells = cells.assign(verdict=_verdicts(cells, mechanisms))
     order = {c: i for i, c in enumerate(contexts)}
     split_order = {s: i for i, s in enumerate(split_labels())}
     cells = cells.assign(_ctx=cells["ctx"].map(order).fillna(len(order)),

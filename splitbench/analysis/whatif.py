@@ -12,7 +12,7 @@ latency and wire terms, is the compute; any other link is that plus its own term
 Round trips come from the delay sweep where it resolved them; otherwise from the
 topological floor (one per RPC worker), which the model then says it assumed. The
 prediction's uncertainty carries the baseline step's and the round trips' (at
-comparison.COVERAGE standard errors). `model` builds one row per pair, model and
+95% intervals). `model` builds one row per pair, model and
 context; `predict` evaluates it for a link; `curve` for a range of latencies.
 """
 
@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from splitbench.analysis import traffic
-from splitbench.analysis.comparison import COVERAGE, agrees
+from splitbench.analysis.comparison import agrees
 from splitbench.infra import intervals
 
 # Below this share of the step, a link's round trips are "not felt": the latency at
@@ -107,8 +107,8 @@ def predict(rows: pd.DataFrame, rtt_us: float, gbps_a_to_b: float | None = None,
             burst_b_to_a: float = 0.0) -> pd.DataFrame:
     """Each model row's decode on a link of request-response latency `rtt_us` and rates
     `gbps_*` (B→A as A→B where not given; without rates, the baseline link's own wire
-    time, so that only latency varies): ms/token and tok/s with their ± (COVERAGE
-    standard errors), and the latency and wire terms apart. Bytes within a burst
+    time, so that only latency varies): ms/token and tok/s with their ± (95%
+    intervals), and the latency and wire terms apart. Bytes within a burst
     allowance (a shaped link's bucket) cross at line speed, as on the measured links."""
     out = rows.copy()
     if gbps_a_to_b is None:
@@ -131,7 +131,7 @@ def predict(rows: pd.DataFrame, rtt_us: float, gbps_a_to_b: float | None = None,
     out["latency_ms"] = latency
     out["wire_ms"] = wire
     out["predicted_ms"] = ms
-    out["predicted_unc_ms"] = COVERAGE * se
+    out["predicted_unc_ms"] = intervals.halfwidth(se, intervals.UNBOUNDED)
     out["predicted_tps"] = 1000 / ms
     out["predicted_tps_unc"] = out["predicted_tps"] * out["predicted_unc_ms"] / ms
     return out
@@ -144,7 +144,7 @@ def latency_bound(rows: pd.DataFrame, tokens_per_s: float,
     decodes at `tokens_per_s`: the step it allows, less the compute and the wire time
     (at the given rates, else the baseline link's), over the round trips. `bound_us`
     NaN where no latency is slow enough to matter (no round trips) and negative where
-    even no latency holds it; its ± (COVERAGE standard errors) carries the baseline
+    even no latency holds it; its ± (a 95% interval) carries the baseline
     step's and the round trips' errors."""
     out = predict(rows, 0.0, gbps_a_to_b, gbps_b_to_a)
     budget = 1000 / tokens_per_s - out["compute_ms"] - out["wire_ms"]
@@ -156,7 +156,7 @@ def latency_bound(rows: pd.DataFrame, tokens_per_s: float,
                           dtype=float)) / trips) * 1000
     out["tokens_per_s"] = tokens_per_s
     out["bound_us"] = bound
-    out["bound_unc_us"] = COVERAGE * se
+    out["bound_unc_us"] = intervals.halfwidth(se, intervals.UNBOUNDED)
     return out
 
 
@@ -220,7 +220,7 @@ def bound_text(bounds: pd.DataFrame) -> str:
     who = (f"{share:g}% of one stream's requests still decode" if share is not None
            else "one stream still decodes")
     lines = [f"The largest request-response latency at which {who} {tps:g} tokens/s "
-             f"(± is {COVERAGE:g} standard errors; time to first token is not predicted "
+             f"(± is a 95% interval; time to first token is not predicted "
              "here):", ""]
     header = ["pair", "model", "ctx", "compute (ms/token)", "wire (ms)", "latency at most",
               "round trips from"]
@@ -274,7 +274,8 @@ def measured_points(rows: pd.DataFrame, comparison: pd.DataFrame) -> pd.DataFram
         out.append({"pair": row["pair"], "model": row["model"], "ctx": row["ctx"],
                     "link": row["baseline"], "baseline": True, "rtt_us": row["rtt_base_us"],
                     "measured_ms": row["decode_ms"],
-                    "measured_unc_ms": COVERAGE * row["decode_ms_se"],
+                    "measured_unc_ms": intervals.halfwidth(row["decode_ms_se"],
+                                                           intervals.UNBOUNDED),
                     "predicted_ms": np.nan, "predicted_unc_ms": np.nan, "off_curve": None})
         mine = comparison[(comparison["pair"] == row["pair"])
                           & (comparison["model"] == row["model"])
@@ -316,7 +317,7 @@ def text(predicted: pd.DataFrame, rtt: float, a_to_b: float, b_to_a: float | Non
     """The prediction as a table a person reads in a terminal."""
     rates = f"{a_to_b:g} Gbit/s" + (f" A→B, {b_to_a:g} B→A" if b_to_a is not None else "")
     lines = [f"Decode on a link of {rtt:g} µs request-response latency and {rates} "
-             f"(± is {COVERAGE:g} standard errors):", ""]
+             "(± is a 95% interval):", ""]
     header = ["pair", "model", "ctx", "measured on baseline", "predicted ms/token",
               "tok/s", "latency + wire (ms)", "round trips from"]
     body = [[r["pair"], r["model"], r["ctx"], f"{r['decode_ms']:.3f} ms",

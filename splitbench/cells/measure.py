@@ -59,7 +59,7 @@ def run(
     A cell with `paired` in its settings alternates, round by round, between the
     baseline link (its reference: `paired.reference` is that link's slice and
     `reference_result` its verification) and its own link, so that the two are measured
-    on the same machine at the same time (comparison.paired_deltas reads them)."""
+    on the same machine at the same time (paired.paired_deltas reads them)."""
     # A vLLM launch carries the pair's vLLM toolchain; llama.cpp's is the pair's record.
     toolchain = launch.get("toolchain") or json.loads(Path(toolchain_path).read_text())
     fingerprint = pd.read_parquet(link_result).iloc[0]["fingerprint"]
@@ -315,9 +315,12 @@ def _runs(cell: CellSlice, link: Any, reference: Any, model: ModelInfo,
         with verify.latency_probe(reference) as rr_reference, \
                 verify.latency_probe(link) as rr_link, \
                 meter.stretch(interference.own_processes(link.pair, sampler.local_pids())):
+            sides = ((True, reference, rr_reference), (False, link, rr_link))
             for round_ in range(paired["rounds"]):
-                for is_reference, target, latency in ((True, reference, rr_reference),
-                                                      (False, link, rr_link)):
+                # ABBA: the side that goes first alternates round by round, so that
+                # whatever the first request of a round pays (a machine waking up, the
+                # previous round's work still in its caches) falls on both links alike.
+                for is_reference, target, latency in _round_order(sides, round_):
                     run = Run(is_reference, round_, first.server if is_reference
                               else own.server)
                     runs.append(run)
@@ -325,16 +328,23 @@ def _runs(cell: CellSlice, link: Any, reference: Any, model: ModelInfo,
                     if run.harness_error or (run.failed() and not is_reference):
                         return runs
                     run.rr64_us = latency(PAIRED_RR_SAMPLES)
-                if runs[-2].failed():  # the reference died: no more rounds to pair
+                # The reference died: no more rounds to pair.
+                if next(r for r in runs[-2:] if r.reference).failed():
                     alone = Run(False, round_ + 1, own.server)
                     _drive_run(alone, cell, link, meter=meter)
                     return [*runs, alone]
                 if paired_known(cell, runs) and quiet(cell, link, meter):
-                    runs[-1].stopped = precision.TARGET
+                    next(r for r in runs[-2:] if not r.reference).stopped = precision.TARGET
                     return runs
     finally:
         backend_of(cell).stop(link.pair, slot="reference")
     return runs
+
+
+def _round_order(sides: tuple, round_: int) -> tuple:
+    """The two sides of a paired round in the order they run: the baseline first in
+    even rounds, the link first in odd ones."""
+    return sides if round_ % 2 == 0 else sides[::-1]
 
 
 def _launch(run: Run, cell: CellSlice, link: Any, model: ModelInfo,

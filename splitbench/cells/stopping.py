@@ -23,6 +23,9 @@ from splitbench.backends import metrics
 from splitbench.infra import precision
 from splitbench.slices import CellSlice
 
+# The rule reads each figure's spread at its upper confidence bound (infra/precision.py).
+STOPPING = "stopping"
+
 
 def more_shots(cell: CellSlice, sent: int, elapsed_s: float,
                known: Callable[[], bool] = lambda: False) -> bool:
@@ -64,15 +67,18 @@ def known(cell: CellSlice, releases: Sequence[Sequence[metrics.RequestRow]]) -> 
         rows = [row for rows in releases for row in rows]
         achieved = {
             "decode_rel": precision.relative_unc([r["decode_ms_per_token"] for r in rows],
-                                                 [r["decode_ms_se"] for r in rows]),
-            "prefill_rel": precision.relative_unc([r["prefill_tps"] for r in rows])}
+                                                 [r["decode_ms_se"] for r in rows],
+                                                 spread=STOPPING),
+            "prefill_rel": precision.relative_unc([r["prefill_tps"] for r in rows],
+                                                  spread=STOPPING)}
     else:
         achieved = {
             "decode_rel": precision.relative_unc(
                 [_median(rows, "decode_ms_per_token") for rows in releases],
-                [_median(rows, "decode_ms_se") for rows in releases]),
+                [_median(rows, "decode_ms_se") for rows in releases], spread=STOPPING),
             "throughput_rel": precision.relative_unc(
-                [metrics.throughput_tps(list(rows)) for rows in releases])}
+                [metrics.throughput_tps(list(rows)) for rows in releases],
+                spread=STOPPING)}
     return precision.reached(achieved, targets(cell))
 
 
@@ -90,7 +96,7 @@ def paired_known(cell: CellSlice, decode: Mapping[tuple[int, bool], Sequence[flo
     rounds = sorted({r for r, _ in decode})
     deltas = [float(np.median(decode[(r, False)]) - np.median(decode[(r, True)]))
               for r in rounds if (r, False) in decode and (r, True) in decode]
-    return precision.reached({"paired_decode_ms": precision.median_unc(deltas)},
+    return precision.reached({"paired_decode_ms": precision.stopping_unc(deltas)},
                              precision.targets_for(cell.get("precision"),
                                                    precision.PAIRED_TARGETS))
 

@@ -14,7 +14,7 @@ from typing import TypedDict
 import numpy as np
 import pandas as pd
 
-from splitbench.infra import fits, interference
+from splitbench.infra import fits, interference, intervals
 from splitbench.slices import InterferenceLimits
 
 
@@ -23,6 +23,7 @@ class SweepFit(TypedDict):
 
     round_trips_per_token: float | None
     round_trips_se: float | None
+    round_trips_dof: int
     intercept_ms: float | None
     r2: float | None
     points: int
@@ -38,6 +39,7 @@ class SweepFit(TypedDict):
     waits_per_latency_se: float | None
     a_time_per_latency: float | None
     a_time_per_latency_se: float | None
+    split_dof: int | None
 
 
 def fit(frame: pd.DataFrame) -> SweepFit:
@@ -56,8 +58,8 @@ def fit(frame: pd.DataFrame) -> SweepFit:
     turns = _number(pd.to_numeric(ok.get("turns_per_token", pd.Series(dtype=float)),
                                   errors="coerce").median())
     if len(points) < 2:
-        return {"round_trips_per_token": None, "round_trips_se": None, "intercept_ms": None,
-                "r2": None, "points": len(points),
+        return {"round_trips_per_token": None, "round_trips_se": None, "round_trips_dof": 0,
+                "intercept_ms": None, "r2": None, "points": len(points),
                 "not_resolvable": f"{len(points)} delay point(s) measured",
                 "turns_per_token": turns, **NO_SPLIT}
     rounds = "round" in ok and ok["round"].notna().all() and ok["round"].nunique() >= 2
@@ -65,14 +67,16 @@ def fit(frame: pd.DataFrame) -> SweepFit:
     slope = line["slope"]
     ref = points.iloc[0]
     return {"round_trips_per_token": _number(slope), "round_trips_se": _number(line["slope_se"]),
+            # The fit's points (delays above the lowest) less one: its ±'s t factor.
+            "round_trips_dof": max(line["n"] - 1, 0),
             "intercept_ms": _number(ref["decode"] - slope * ref["rr_ms"]),
             "r2": _number(line["r2"]), "points": len(points),
-            "not_resolvable": _why_not(slope, line["slope_se"], line["r2"]),
+            "not_resolvable": _why_not(slope, line["slope_se"], line["r2"], line["n"]),
             "turns_per_token": turns, **_split(ok, points, step, rounds)}
 
 
 NO_SPLIT = {"waits_per_latency": None, "waits_per_latency_se": None,
-            "a_time_per_latency": None, "a_time_per_latency_se": None}
+            "a_time_per_latency": None, "a_time_per_latency_se": None, "split_dof": None}
 
 
 def _slope(ok: pd.DataFrame, points: pd.DataFrame, column: str, rounds: bool) -> dict:
@@ -102,7 +106,8 @@ def _split(ok: pd.DataFrame, points: pd.DataFrame, step: str, rounds: bool) -> d
     return {"waits_per_latency": _number(waits["slope"]),
             "waits_per_latency_se": _number(waits["slope_se"]),
             "a_time_per_latency": _number(own["slope"]),
-            "a_time_per_latency_se": _number(own["slope_se"])}
+            "a_time_per_latency_se": _number(own["slope_se"]),
+            "split_dof": max(waits["n"] - 1, 0)}
 
 
 def flags(frame: pd.DataFrame, limits: InterferenceLimits | None) -> str | None:
@@ -124,24 +129,25 @@ def _within_rounds(ok: pd.DataFrame, step: str) -> pd.DataFrame:
     deltas = by_round.drop(columns=lowest).sub(by_round[lowest], axis=0)
     n = deltas.notna().sum()
     return pd.DataFrame({"decode": deltas.median(),
-                         "se": fits.MEDIAN_SE * deltas.std() / np.sqrt(n)})
+                         "se": intervals.MEDIAN_SE * deltas.std() / np.sqrt(n)})
 
 
 def _between_points(ok: pd.DataFrame, step: str) -> pd.DataFrame:
     """Per delay above the lowest: its median step less the lowest point's, with both
     medians' standard errors (points measured one after another)."""
     points = ok.groupby("delay_ms")[step].agg(["median", "std", "size"]).sort_index()
-    se = fits.MEDIAN_SE * points["std"] / np.sqrt(points["size"])
+    se = intervals.MEDIAN_SE * points["std"] / np.sqrt(points["size"])
     return pd.DataFrame({"decode": points["median"].iloc[1:] - points["median"].iloc[0],
                          "se": np.hypot(se.iloc[1:], se.iloc[0])})
 
 
-def _why_not(slope: float, se: float, r2: float) -> str | None:
+def _why_not(slope: float, se: float, r2: float, n: int) -> str | None:
     """Why a sweep's round trips cannot be used (None where they can): the rule the
     mechanisms table holds its fits to, and a count below zero, which no split makes
     (a machine whose speed wandered during the sweep gives one)."""
     reasons = [] if slope > 0 else [f"{slope:+.2f} round trips is below zero"]
-    reasons += fits.unresolvable(slope, fits.COVERAGE * se, r2, "latency")
+    reasons += fits.unresolvable(slope, fits.slope_unc({"slope_se": se, "n": n}), r2,
+                                 "latency")
     return "; ".join(reasons) or None
 
 

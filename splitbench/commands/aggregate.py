@@ -7,7 +7,13 @@ import argparse
 
 from splitbench.report import aggregate
 from splitbench.slice_check import typed
-from splitbench.slices import Contexts, InterferenceLimits, SloSettings, WorkersByModel
+from splitbench.slices import (
+    BetweenRuns,
+    Contexts,
+    InterferenceLimits,
+    SloSettings,
+    WorkersByModel,
+)
 
 HELP = "summary Parquet and tables from cell files"
 
@@ -29,10 +35,13 @@ def arguments(p: argparse.ArgumentParser) -> None:
                    help="each model's RPC workers (JSON), to pick its sweep")
     p.add_argument("--slo", type=typed(SloSettings), default={},
                    help="the config's service level, slo: (JSON)")
+    p.add_argument("--between-runs", type=typed(BetweenRuns), default={},
+                   help="per pair, the run-to-run calibration its figures carry (JSON)")
 
 
 def run(args: argparse.Namespace) -> None:
     aggregate.aggregate(args.requests, args.links, args.contexts, args.summary, args.tables,
                         baseline_link=args.baseline, interference_limits=args.interference,
                         anchor_files=args.anchors, sweep_files=args.sweeps,
-                        workers=args.workers, slo=args.slo)
+                        workers=args.workers, slo=args.slo,
+                        between_runs=args.between_runs)

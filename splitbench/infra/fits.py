@@ -1,15 +1,19 @@
-"""Line fits and the uncertainty rule every stage uses: a fit through the origin (a
-cost against the baseline), Theil-Sen (robust, for a few points), and the standard
-error of a median."""
+"""Line fits every stage uses: a fit through the origin (a cost against the baseline)
+and Theil-Sen (robust, for a few points). A fit's ± is infra/intervals.py's: Student's
+t at its degrees of freedom (points less one) times the slope's standard error."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
-MEDIAN_SE = 1.2533  # standard error of a median of n normal samples: this x sd / sqrt(n)
-COVERAGE = 2.0  # a figure's ± is this many standard errors
+from splitbench.infra import intervals
+
+# TRANSITIONAL: modules not yet moved to infra/intervals.py still read this; it goes
+# once none does.
+COVERAGE = 2.0
 
 
 def fit_through_origin(x: Sequence[float], y: Sequence[float],
@@ -40,6 +44,16 @@ def fit_through_origin(x: Sequence[float], y: Sequence[float],
     se = max(scatter, float(np.sqrt(1 / swxx))) if weighted else scatter
     r2 = 1 - ss_res / ss_tot if len(np.unique(x)) > 1 and ss_tot > 0 else np.nan
     return {"slope": slope, "slope_se": se, "r2": r2, "n": n}
+
+
+def slope_unc(fit: Mapping[str, Any]) -> float:
+    """The ± of a fitted slope: t at the fit's points less one times its standard error
+    (one weighted point: the normal quantile of its propagated error; none: NaN)."""
+    n = fit.get("n", 0)
+    if n >= 2:
+        return intervals.halfwidth(fit["slope_se"], n - 1)
+    # One weighted point: its standard error is the point's own, propagated.
+    return intervals.halfwidth(fit["slope_se"], intervals.UNBOUNDED) if n == 1 else np.nan
 
 
 def unresolvable(slope: float, unc: float, r2: float | None, what: str) -> list[str]:

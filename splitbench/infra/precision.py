@@ -2,18 +2,19 @@
 
 A cell sends at least its floor (requests, releases or rounds), at most its ceiling
 (its seconds, or its rounds), and in between stops at the first checkpoint where every
-figure with a target has its ± within it. The ± is the one the report prints for that
-figure (analysis.cell_summary, analysis.releases, analysis.comparison): COVERAGE times
-the standard error of a median, MEDIAN_SE x sd / sqrt(n), with decode's per-token
-dispersion as a floor.
+figure with a target is known within it. The ± is the one the report prints for that
+figure (infra/intervals.py: Student's t at the samples' own count times the standard
+error of a median, MEDIAN_SE x sd / sqrt(n)), with decode's per-token dispersion as a
+floor.
 
 Stopping when a ± first looks small would favour the samples whose spread came out
-small by chance, and report a ± smaller than the truth. Two things keep that in check
+small by chance, and report a ± smaller than the truth. Three things keep that in check
 (docs/method.md): the rule looks only at fixed checkpoints, the first look's count
 doubled again and again (FIRST_LOOK, 2 x, 4 x ...: at most four or five looks in a
-cell), and the first look comes only once the spread rests on enough samples (a paired
-cell's later: FIRST_LOOK_PAIRED); decode's floor from its tokens cannot come out small by
-chance at all.
+cell); the first look comes only once the spread rests on enough samples (10 requests,
+6 releases, 10 rounds); and the rule reads the spread's upper confidence bound, not the
+spread itself (`stopping_unc`), so that a handful of samples that agree by chance do not
+stop a cell whose figures vary more.
 """
 
 from __future__ import annotations
@@ -24,13 +25,15 @@ from typing import Literal
 
 import numpy as np
 
-from splitbench.infra.fits import COVERAGE, MEDIAN_SE
+from splitbench.infra import intervals
 
-# The first look of the rule, in requests of a single stream and rounds of a paired cell
-# (a spread from fewer is itself too uncertain to stop on), and in releases of a
-# concurrent cell (each costs N requests: the floor most configs already ask).
-FIRST_LOOK = 5
-FIRST_LOOK_RELEASES = 3
+# The first look of the rule, in requests of a single stream and rounds of a paired cell,
+# and in releases of a concurrent cell (its sample unit: the requests of one release are
+# not interchangeable, the first decodes while the next one's prompt is processed). A
+# spread from fewer is itself too uncertain to stop on: at 5 samples its 95% upper bound
+# is 2.9 times it, at 10 1.6 times (chi-square).
+FIRST_LOOK = 10
+FIRST_LOOK_RELEASES = 6
 # A paired cell's rounds are not independent draws: the two launches' speeds wander over
 # seconds, so neighbouring rounds agree more than distant ones and 5 rounds' spread
 # understates their ±. Measured on a 2-core machine: a 5gbe cell stopped at 5 rounds with
@@ -69,25 +72,38 @@ def checkpoint_at_least(needed: float, first: int) -> int:
 
 
 def median_unc(values: Sequence[float]) -> float | None:
-    """The ± of a median of `values` (COVERAGE standard errors); None from fewer than
+    """The ± of a median of `values` (intervals.median_halfwidth); None from fewer than
     two finite values."""
+    unc = intervals.median_halfwidth(values)
+    return None if not np.isfinite(unc) else float(unc)
+
+
+def stopping_unc(values: Sequence[float]) -> float | None:
+    """The ± the rule stops on: the printed one's, with the samples' spread taken at its
+    95% upper confidence bound (intervals.sd_upper). A cell stops only where even the
+    spread its samples may really have would give a ± within the target."""
     finite = np.asarray([v for v in values if v is not None and math.isfinite(v)], float)
     if finite.size < 2:
         return None
-    return float(COVERAGE * MEDIAN_SE * finite.std(ddof=1) / math.sqrt(finite.size))
+    sd = intervals.sd_upper(float(finite.std(ddof=1)), finite.size)
+    return float(intervals.halfwidth(intervals.MEDIAN_SE * sd / math.sqrt(finite.size),
+                                     finite.size - 1))
 
 
-def relative_unc(values: Sequence[float], floor_se: Sequence[float] = ()) -> float | None:
+def relative_unc(values: Sequence[float], floor_se: Sequence[float] = (),
+                 spread: str = "printed") -> float | None:
     """The ± of the median of `values` relative to it, with the standard errors
     `floor_se` (decode's per-token dispersion, per sample) as its floor: the report's
-    decode ± is never below their median over sqrt(n)."""
-    unc = median_unc(values)
+    decode ± is never below their median over sqrt(n). `spread`: "printed" for the ± the
+    report prints, "stopping" for the one the rule stops on (`stopping_unc`)."""
+    unc = stopping_unc(values) if spread == "stopping" else median_unc(values)
     finite = [v for v in values if v is not None and math.isfinite(v)]
     if unc is None or not finite:
         return None
     floors = [s for s in floor_se if s is not None and math.isfinite(s)]
     if floors:
-        unc = max(unc, COVERAGE * float(np.median(floors)) / math.sqrt(len(finite)))
+        unc = max(unc, intervals.halfwidth(float(np.median(floors)) / math.sqrt(len(finite)),
+                                           len(finite) - 1))
     middle = float(np.median(finite))
     return abs(unc / middle) if middle else None
 

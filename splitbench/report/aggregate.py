@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from splitbench import results
+from splitbench.analysis import between_runs as between_runs_term
 from splitbench.analysis import (
     comparison,
     mechanisms,
@@ -27,7 +28,7 @@ from splitbench.analysis.cell_summary import (
     rounded,
     summarize,
 )
-from splitbench.analysis.comparison import COVERAGE, pick_baseline
+from splitbench.analysis.comparison import pick_baseline
 from splitbench.analysis.releases import OVERLAP_MAX, OVERLAP_MIN, PREFILL_SHARE_MAX
 from splitbench.infra import interference, memo, parquet_io
 from splitbench.infra.tables_io import write_table
@@ -65,9 +66,10 @@ def tables(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
                   f"flags {FLAG_MARK}: measured while other work used the CPUs)",
                   links_table(links, interference_limits)),
         "link_comparison": (
-            f"Link comparison vs {base} at concurrency 1 (Δ = link − baseline; ± is "
-            f"{COVERAGE:g} standard errors: paired rounds, or both cells' spread plus the "
-            "machine's drift over the run; not resolvable: the difference lies "
+            f"Link comparison vs {base} at concurrency 1 (Δ = link − baseline; ± is a "
+            "95% interval (Student's t at the rounds' or cells' own sample size): paired "
+            "rounds, or both cells' spread plus the machine's drift over the run; not "
+            "resolvable: the difference lies "
             f"inside it; {FLAG_MARK}: a figure no link can have, a disagreement with the "
             "prediction from measured latency and bandwidth, or a flagged cell)",
             link_comparison(summary, contexts, base, drift, prediction)),
@@ -86,9 +88,10 @@ def tables(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
             "wall)",
             concurrency_boundary(summary, contexts)),
         "overlap": (f"True concurrency ratio (overlap), {levels}: 1 = fully concurrent, "
-                    "0 = serial, below 0 = worse than serial; ± is "
-                    f"{COVERAGE:g} standard errors from the spread over the cell's releases "
-                    f"and the single stream's ({ONE_RELEASE_MARK}: a cell of one release, "
+                    "0 = serial, below 0 = worse than serial; ± is a "
+                    "95% interval from the spread over the cell's releases (Student's t at "
+                    "their count), the single stream's and, where the pair has one, the "
+                    f"run-to-run calibration's ({ONE_RELEASE_MARK}: a cell of one release, "
                     "whose ± is the single stream's part alone, a lower bound; one decimal "
                     "and no ±: no spread known); ✗: the cell's status; "
                     f"{FLAG_MARK}: above 1 beyond its ± (no cell can be more than fully "
@@ -100,8 +103,9 @@ def tables(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
                     overlap_table(summary, contexts)),
         "pairs": (
             "Pairs side by side: the same model, context and concurrency on each pair of "
-            f"machines (± is {COVERAGE:g} standard errors of each cell's own figure, from "
-            f"the column `± from`; ✗: the cell's status; {FLAG_MARK}: a flagged cell or "
+            f"machines (± is a 95% interval of each cell's own figure: its "
+            "spread, from the column `± from`, and, where the pair has one, the run-to-run "
+            f"calibration's term; ✗: the cell's status; {FLAG_MARK}: a flagged cell or "
             f"link; {OUTSIDE_MARK}: an overlap outside [0, 1] that is no fault, as the "
             "overlap table says; link figures: the link checks', throughput ± half the spread over "
             "repeats). Each pair's links are compared with its own baseline in the link "
@@ -122,12 +126,12 @@ def tables(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
             "(the token's bytes at each link's throughput) against the links' request-"
             "response latency difference (slope = round trips per token) and prefill "
             "relative change against relative one-way bandwidth (slope = elasticity); "
-            f"fits through the origin, ± is {COVERAGE:g} standard errors",
+            f"fits through the origin, ± is a 95% interval (t at the fit's degrees of freedom)",
             verdicts),
         "backends": (
             "Backends side by side: one model shape split by llama.cpp's RPC and by "
             "vLLM's tensor (TP=2) and pipeline (PP=2) parallel, on the same pair and "
-            f"links (± is {COVERAGE:g} standard errors; ✗: the cell's status; "
+            f"links (± is a 95% interval, as in the pairs table; ✗: the cell's status; "
             f"{FLAG_MARK}: a flagged cell; {OUTSIDE_MARK}: an overlap outside [0, 1] that "
             "is no fault, as the overlap table says; bytes/token: the kernel's counters of the "
             "connections between the hosts during decode; each model's decode verdict "
@@ -141,14 +145,18 @@ def aggregate(request_files: list[str], link_files: list[str], contexts: dict[st
               interference_limits: InterferenceLimits | None = None,
               anchor_files: Sequence[str] = (), sweep_files: Sequence[str] = (),
               workers: dict[str, int] | None = None,
-              slo: dict | None = None) -> pd.DataFrame:
+              slo: dict | None = None,
+              between_runs: dict | None = None) -> pd.DataFrame:
     """Summary Parquet and every table (Markdown and CSV) under tables_dir. The drift
     anchors give sequential comparisons the machine's drift; the round-trip sweeps
-    (and each model's `workers`) the prediction from measured latency."""
+    (and each model's `workers`) the prediction from measured latency; `between_runs`
+    (per pair) the run-to-run term of each cell's ± (analysis/between_runs.py)."""
     per_cell = cell_tables(request_files, contexts, Path(summary_out).parent / MEMO,
                            baseline_link, interference_limits, slo)
-    summary = ctx_sorted(per_cell["cells"], SUMMARY_KEYS,
-                         by_length(contexts)).reset_index(drop=True)
+    # Each figure's ± with the run-to-run term where the pair has a calibration.
+    summary = between_runs_term.apply(ctx_sorted(per_cell["cells"], SUMMARY_KEYS,
+                                                 by_length(contexts)).reset_index(drop=True),
+                                      between_runs or {})
     parquet_io.write(summary, summary_out, {
         "cells": len(summary), "contexts": contexts, "baseline_link": baseline_link,
         "interference": interference.settings(interference_limits)})
@@ -204,7 +212,7 @@ PER_CELL = ("cells", "percentiles", "tail_shift", "service_levels")
 # through a change to any other code (this module's tables, the report, the cells).
 PER_CELL_CODE = ("splitbench.analysis.cell_summary", "splitbench.analysis.percentiles",
                  "splitbench.analysis.tail_shift", "splitbench.analysis.service_levels",
-                 "splitbench.analysis.comparison", "splitbench.infra.memo")
+                 "splitbench.analysis.paired", "splitbench.infra.memo")
 
 
 def cell_tables(request_files: list[str], contexts: dict[str, int], store: Path,

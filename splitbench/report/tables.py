@@ -239,7 +239,7 @@ def _agreement(row: pd.Series, guess: pd.Series | None) -> str:
         return "— (the measurement has no uncertainty)"
     gap = measured - guess["predicted_decode_delta_ms"]
     predicted_unc = guess["predicted_decode_delta_unc_ms"]
-    allowed = comparison.agreement_allowance(unc, predicted_unc)
+    allowed = comparison.prediction_allowance(unc, predicted_unc)
     notes = [n for n, on in (("± a lower bound", _bool(row["decode_lower_bound"])),
                              ("the prediction's ± unknown", not np.isfinite(predicted_unc)))
              if on]
@@ -400,8 +400,8 @@ OUTSIDE_MARK = "‡"
 
 def overlap_text(value: float, status: Any, unc: Any = None,
                   prefill_share: Any = None, lower_bound: bool = False) -> str:
-    """An overlap as the tables show it: "0.81 ±0.05" with its ± (COVERAGE standard
-    errors over the cell's releases; "±0.03†" where the cell released once and the ± is
+    """An overlap as the tables show it: "0.81 ±0.05" with its ± (a 95% interval
+    over the cell's releases; "±0.03†" where the cell released once and the ± is
     the single stream's alone, a lower bound), one decimal without one ("0.8"), ⚠ where
     it is impossible (`overlap_flag`), the failure beside it where the cell failed."""
     if np.isfinite(value):

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from splitbench.analysis import cell_summary, comparison
+from splitbench.infra import intervals
 from splitbench.report import tables
 from tests.matrices import CONTEXTS, ORDER, cell, comparison_row, frame, request
 from tests.support import write_cell
@@ -62,7 +63,10 @@ def test_a_paired_cell_gives_the_median_of_its_round_differences(tmp_path):
     row = comparison_row(tables.link_comparison(summary, ORDER, "baseline"), "x", "short")
     # The baseline measured alongside (1.0), not the baseline's own cell (1.5).
     assert row["decode base (ms/token)"] == "1.00"
-    assert row["decode Δ (ms/token)"] == "+0.20 ±0.04"
+    # A 95% interval: Student's t at the 5 rounds' 4 degrees of freedom (2.78), not 2.
+    se = 1.2533 * np.std(deltas, ddof=1) / np.sqrt(5)
+    assert row["decode Δ (ms/token)"] == f"+0.20 ±{intervals.t_factor(4) * se:.2f}" \
+        == "+0.20 ±0.06"
     assert row["compared"] == "paired (5 rounds)"
     # The latency each round measured: 200-204 us more on the link, median 202.
     assert x["paired_rr64_delta_us"] == pytest.approx(202.0)
@@ -93,7 +97,8 @@ def test_what_the_decode_turns_waited_in_each_round_stands_beside_the_probe(tmp_
     assert guess["latency_delta_us"] == pytest.approx(202.0)
     assert guess["turn_wait_delta_us"] == pytest.approx(402.0)
     assert guess["turn_wait_delta_unc_us"] == pytest.approx(
-        2 * 1.2533 * np.std([400.0, 401, 402, 403, 404], ddof=1) / np.sqrt(5))
+        intervals.t_factor(4) * 1.2533 * np.std([400.0, 401, 402, 403, 404], ddof=1)
+        / np.sqrt(5))
 
 
 def test_host_a_own_time_is_the_step_less_its_turns_waits(tmp_path):

@@ -21,7 +21,7 @@ import pytest
 import vl_convert as vlc
 
 from splitbench.analysis import comparison, mechanisms, pairs
-from splitbench.infra import tables_io
+from splitbench.infra import intervals, tables_io
 from splitbench.report import aggregate, charts, side_by_side, tables
 
 CONTEXTS = {"short": 128, "long": 4096}
@@ -214,17 +214,19 @@ def test_the_pairs_table_sets_pairs_side_by_side_where_both_measured():
     assert list(first["pair"]) == ["far", "lab"] and set(first["link"]) == {"baseline"}
     rows = table.set_index(["pair", "link", "ctx", "conc"])
     lab = rows.loc[("lab", "baseline", "short", 1)]
-    assert lab["decode (ms/token)"] == "1.20 ±0.02"  # ± = 2 x 1% of 1.2
-    assert lab["decode (tok/s)"] == f"{1000 / 1.2:.1f} ±{2 * 0.012 * 1000 / 1.2**2:.1f}"
-    assert lab["prefill (tok/s)"] == "1000 ±20"
-    assert lab["TTFT (ms)"] == "128 ±2.0"
+    # ± = t at the 5 requests' 4 degrees of freedom (2.78) x the standard error, 1% of 1.2
+    t4 = intervals.t_factor(4)
+    assert lab["decode (ms/token)"] == f"1.20 ±{t4 * 0.012:.2f}" == "1.20 ±0.03"
+    assert lab["decode (tok/s)"] == f"{1000 / 1.2:.1f} ±{t4 * 0.012 * 1000 / 1.2**2:.1f}"
+    assert lab["prefill (tok/s)"] == f"1000 ±{t4 * 10:.0f}"
+    assert lab["TTFT (ms)"] == f"128 ±{t4 * 1.0:.1f}"
     assert lab["overlap"] == "— (one stream)"
     assert lab["± from"] == "5 requests"
     assert lab["A→B (Gbit/s)"] == "10.00 ±0.20" and lab["B→A (Gbit/s)"] == "10.00"
     assert lab["RR 64 B p50 (µs)"] == "100" and lab["RR 16 KB p50 (µs)"] == "100"
     # A flagged cell's figures carry ⚠; a failed cell shows its failure, never a number.
     far = rows.loc[("far", "baseline", "short", 1)]
-    assert far["decode (ms/token)"] == "2.40 ±0.05 ⚠"
+    assert far["decode (ms/token)"] == f"2.40 ±{t4 * 0.024:.2f} ⚠"
     assert far["prefill (tok/s)"].endswith(" ⚠")
     crashed = rows.loc[("lab", "slow", "short", 2)]
     assert crashed["decode (ms/token)"] == "✗ crash" and crashed["overlap"] == "✗ crash"
@@ -289,7 +291,8 @@ def test_the_pairs_chart_draws_each_pair_s_figures_with_their_uncertainty():
     decode = data[data["measure"] == "decode ms/token"].set_index(["pair", "link", "cell"])
     row = decode.loc[("lab", "baseline", "short ×1")]
     assert row["value"] == pytest.approx(1.2)
-    assert (row["lo"], row["hi"]) == pytest.approx((1.2 - 0.024, 1.2 + 0.024))
+    t4 = intervals.t_factor(4)
+    assert (row["lo"], row["hi"]) == pytest.approx((1.2 - t4 * 0.012, 1.2 + t4 * 0.012))
     assert decode.loc[("far", "baseline", "short ×1"), "flag"] == "flagged"
     assert ("lab", "slow", "short ×2") not in decode.index  # failed: not drawn, named
     assert "lab/slow/m/shortx2: crash" in json.dumps(spec["title"])

@@ -19,7 +19,7 @@ from splitbench.backends import metrics
 from splitbench.backends.client import Reply
 from splitbench.cells import measure
 from splitbench.configuration import parsed
-from splitbench.infra import precision
+from splitbench.infra import intervals, precision
 from splitbench.links import verify
 from tests.support import write_cell
 
@@ -45,14 +45,29 @@ def test_the_relative_uncertainty_is_the_one_the_summary_prints():
                        "prefill_tps": prefill, "ttft_ms": 10.0})
     printed = cell_summary._uncertainty(ok).iloc[0]
     assert precision.relative_unc(decode, token_se) == pytest.approx(
-        2 * printed["decode_ms_se"] / np.median(decode))
+        printed["decode_ms_unc"] / np.median(decode))
     assert precision.relative_unc(prefill) == pytest.approx(
-        2 * printed["prefill_tps_se"] / np.median(prefill))
+        printed["prefill_tps_unc"] / np.median(prefill))
+    # Student's t at the 12 requests' 11 degrees of freedom, not a fixed 2.
+    assert printed["prefill_tps_unc"] == pytest.approx(
+        intervals.t_factor(11) * printed["prefill_tps_se"])
     # Where the requests agree better than their tokens allow, the tokens' floor holds.
     steady = [1.0] * 12
     assert precision.relative_unc(steady, token_se) == pytest.approx(
-        2 * np.median(token_se) / np.sqrt(12))
+        intervals.t_factor(11) * np.median(token_se) / np.sqrt(12))
     assert precision.relative_unc([1.0]) is None
+
+
+def test_the_rule_stops_on_the_spreads_upper_bound_not_on_the_spread():
+    """Ten requests that happen to agree: the printed ± is within the target, but the
+    spread they may really have (its 95% upper bound, 1.65 x at 10 samples) is not."""
+    values = list(1.0 + 0.045 * np.array([-1.5, -1, -0.6, -0.3, 0, 0, 0.3, 0.6, 1, 1.5]))
+    printed = precision.relative_unc(values)
+    stopping = precision.relative_unc(values, spread="stopping")
+    assert printed < 0.05 < stopping
+    assert stopping / printed == pytest.approx(intervals.sd_upper(1.0, 10), rel=1e-6)
+    assert precision.reached({"decode_rel": printed}, {"decode_rel": 0.05})
+    assert not precision.reached({"decode_rel": stopping}, {"decode_rel": 0.05})
 
 
 def test_a_figure_without_a_uncertainty_is_not_known_and_no_target_never_stops():
@@ -135,21 +150,21 @@ CONCURRENT = {"concurrency": 4, "concurrent_releases": 3, "concurrent_seconds": 
 def test_a_steady_single_stream_stops_at_its_first_checkpoint_not_before(monkeypatch):
     cell = SINGLE | {"precision": {"decode_rel": 0.05, "prefill_rel": 0.15}}
     shots, stopped = drive(monkeypatch, cell, 0.1, spread=0.001)
-    # Known after 3 already, but the rule first looks at 5.
-    assert (len(shots), stopped) == (5, precision.TARGET)
+    # Known after 3 already, but the rule first looks at 10.
+    assert (len(shots), stopped) == (10, precision.TARGET)
 
 
 def test_a_cell_beside_another_programs_work_does_not_stop_early(monkeypatch):
-    """Its figures are known at 5 requests, but the meter reads other work: a few
+    """Its figures are known at 10 requests, but the meter reads other work: a few
     requests that missed its bursts understate the spread, so it runs to its ceiling."""
     cell = SINGLE | {"precision": {"decode_rel": 0.05, "prefill_rel": 0.15}}
     busy = BusyMeter()
     shots, stopped = drive(monkeypatch, cell, 0.125, spread=0.001, meter=busy)
     assert (len(shots), stopped) == (80, precision.CEILING)
-    assert busy.readings == 4  # asked at the checkpoints only: 5, 10, 20, 40
+    assert busy.readings == 3  # asked at the checkpoints only: 10, 20, 40
     # The other program ends after the first look: the cell stops at the next.
     shots, stopped = drive(monkeypatch, cell, 0.125, spread=0.001, meter=BusyMeter(1))
-    assert (len(shots), stopped) == (10, precision.TARGET)
+    assert (len(shots), stopped) == (20, precision.TARGET)
 
 
 def test_a_noisy_cell_runs_to_its_ceiling_and_says_so(monkeypatch):
@@ -165,7 +180,8 @@ def test_a_concurrent_cell_reads_its_releases_and_stops_on_a_failure(monkeypatch
     cell = CONCURRENT | {"precision": {"decode_rel": 0.05, "throughput_rel": 0.1,
                                        "prefill_rel": 0.000001}}  # not a concurrent target
     shots, stopped = drive(monkeypatch, cell, 0.5, spread=0.001)
-    assert (len(shots), stopped) == (3, precision.TARGET)
+    # The first look at 6 releases (the concurrent cell's sample unit).
+    assert (len(shots), stopped) == (6, precision.TARGET)
     shots, stopped = drive(monkeypatch, cell | {"concurrent_releases": 5}, 0.5, spread=0.001,
                            fail_at=4)
     assert (len(shots), stopped) == (4, precision.FAILURE)
@@ -255,9 +271,10 @@ def test_the_estimate_stops_a_cell_where_its_targets_would():
         "prefill_tps_se": 10.0, "throughput_tps": 800.0, "throughput_tps_se": 20.0,
         "releases": [None, None, 9]})
     speed = estimate.speeds_from_summary(summary)[("m", "short")]
-    # decode: 2 x 0.02 (the median se) / 2.0 x sqrt(25) = 0.1 for one sample.
-    assert speed.unit_unc[1]["decode_rel"] == pytest.approx(0.1)
-    assert speed.unit_unc[4]["throughput_rel"] == pytest.approx(2 * 20 / 800 * 3)
+    # decode: 1.96 x 0.02 (the median se) / 2.0 x sqrt(25) = 0.098 for one sample.
+    z = intervals.t_factor(np.inf)
+    assert speed.unit_unc[1]["decode_rel"] == pytest.approx(z * 0.02 / 2.0 * 5)
+    assert speed.unit_unc[4]["throughput_rel"] == pytest.approx(z * 20 / 800 * 3)
     assert "throughput_rel" not in speed.unit_unc[1]
 
 

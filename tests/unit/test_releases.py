@@ -20,6 +20,7 @@ from splitbench.backends import metrics
 from splitbench.backends.client import Reply
 from splitbench.cells import measure, stopping
 from splitbench.configuration import parsed
+from splitbench.infra import intervals
 from splitbench.report import charts, tables
 from tests.support import write_cell
 
@@ -200,13 +201,14 @@ def test_overlap_throughput_and_decode_of_a_concurrent_cell_come_from_its_releas
     assert row["overlap"] == pytest.approx(0.7)
     se = MEDIAN_SE * np.std(overlaps, ddof=1) / np.sqrt(5)
     assert row["overlap_se"] == pytest.approx(se)
-    assert row["overlap_unc"] == pytest.approx(2 * se)
+    # A 95% interval: t at the 5 releases' 4 degrees of freedom.
+    assert row["overlap_unc"] == pytest.approx(intervals.t_factor(4) * se)
     # Each release's own wall time, not the span of all five (about 4.1 s).
     assert row["wall_ms"] == pytest.approx(130.0)
     throughput = 20 / (np.array(walls) / 1000)
     assert row["throughput_tps"] == pytest.approx(np.median(throughput))
     assert row["throughput_tps_unc"] == pytest.approx(
-        2 * MEDIAN_SE * np.std(throughput, ddof=1) / np.sqrt(5))
+        intervals.t_factor(4) * MEDIAN_SE * np.std(throughput, ddof=1) / np.sqrt(5))
     # Decode's ± from the releases' medians, not the per-token floor.
     assert row["uncertainty_from"] == "releases" and row["samples"] == 5
     assert row["decode_ms_se"] == pytest.approx(
@@ -249,7 +251,8 @@ def test_one_release_keeps_the_single_streams_part_as_a_lower_bound(tmp_path):
     assert row["overlap_se"] == pytest.approx(150.0 / 100.0 ** 2 * t1_se)
     assert row["overlap_unc_lower_bound"] is True or row["overlap_unc_lower_bound"] == 1
     text = tables.overlap_table(summary, list(CONTEXTS))
-    assert f"0.50 ±{2 * row['overlap_se']:.2f}†" in text.iloc[0].to_string()
+    # T1's part alone, at its 3 requests' 2 degrees of freedom.
+    assert f"0.50 ±{intervals.t_factor(2) * row['overlap_se']:.2f}†" in text.iloc[0].to_string()
 
 
 def test_a_failed_release_makes_the_level_unusable_and_gives_no_overlap(tmp_path):

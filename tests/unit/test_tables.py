@@ -9,8 +9,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from splitbench.analysis import cell_summary, comparison
-from splitbench.infra import tables_io
+from splitbench.analysis import between_runs, cell_summary, comparison
+from splitbench.infra import intervals, tables_io
 from splitbench.report import aggregate, contents, tables
 from tests.matrices import CONTEXTS, ORDER, cell, comparison_row, frame, request
 from tests.support import write_cell
@@ -267,7 +267,8 @@ def test_aggregate_writes_every_table(tmp_path):
                                       pd.read_parquet(fresh / name), check_dtype=False)
     # ...and what the cells' own summary gives, read once each.
     direct = tmp_path / "direct.parquet"
-    cell_summary.summarize(requests, CONTEXTS).to_parquet(direct)  # None as written
+    # (with the run-to-run columns the aggregate adds: none calibrated here)
+    between_runs.apply(cell_summary.summarize(requests, CONTEXTS), {}).to_parquet(direct)
     pd.testing.assert_frame_equal(pd.read_parquet(out / "summary.parquet"),
                                   pd.read_parquet(direct), check_dtype=False)
 
@@ -275,7 +276,8 @@ def test_aggregate_writes_every_table(tmp_path):
 def test_the_machine_s_drift_widens_a_sequential_comparison():
     """Cells measured minutes apart differ by the machine's own drift too: with a 7.1%
     standard deviation per cell over time, a 1.0 ms difference on 10 ms cells is inside
-    2 x sqrt(0.1^2 + 0.1^2 + 0.071^2 (10^2 + 11^2)) = 2.1 ms."""
+    1.96 x sqrt(0.1^2 + 0.1^2 + 0.071^2 (10^2 + 11^2)) = 2.08 ms (no sample sizes known:
+    the normal quantile)."""
     summary = frame(cell("baseline", "short", decode_ms=10.0, se=0.1,
                          uncertainty_from="requests"),
                     cell("x", "short", decode_ms=11.0, se=0.1, uncertainty_from="requests"))
@@ -283,7 +285,18 @@ def test_the_machine_s_drift_widens_a_sequential_comparison():
                           "drift_prefill_rel": [0.0]})
     comp = comparison.compare_links(summary, "baseline", drift).iloc[0]
     assert comp["decode_delta_unc_ms"] == pytest.approx(
-        2 * np.sqrt(0.02 + 0.005 * (100 + 121)), rel=1e-6)
+        intervals.t_factor(np.inf) * np.sqrt(0.02 + 0.005 * (100 + 121)), rel=1e-6)
+    # Ten requests a cell: the cells' terms bring their 9 degrees of freedom (Welch).
+    counted = frame(cell("baseline", "short", decode_ms=10.0, se=0.1,
+                         uncertainty_from="requests"),
+                    cell("x", "short", decode_ms=11.0, se=0.1, uncertainty_from="requests")
+                    ).assign(samples=10)
+    wide = comparison.compare_links(counted, "baseline", drift).iloc[0]
+    variance = 0.02 + 0.005 * (100 + 121)
+    dof = variance ** 2 / (2 * 0.1 ** 4 / 9)  # the drift's own dof unbounded
+    assert wide["decode_delta_unc_ms"] == pytest.approx(
+        intervals.t_factor(dof) * np.sqrt(variance), rel=1e-6)
+    assert wide["decode_delta_unc_ms"] > comp["decode_delta_unc_ms"]
     assert bool(comp["decode_resolvable"]) is False and not comp["decode_lower_bound"]
     steady = drift.assign(drift_decode_rel=0.001)
     table = tables.link_comparison(summary, ORDER, "baseline", steady)

@@ -145,7 +145,7 @@ def test_the_verdict_names_the_term_that_dominates():
 
 def test_no_term_dominates_inside_their_uncertainty():
     """A sweep that could not pin the round trips down (2 ±4): the latency term is
-    0.40 ±0.80, which may be as large as the bandwidth term (1.01)."""
+    0.40 ±0.78, which may be as large as the bandwidth term (1.01)."""
     vague = TRIPS.assign(round_trips_se=2.0)
 
     def vague_predict(rows: pd.DataFrame) -> pd.DataFrame:
@@ -153,8 +153,8 @@ def test_no_term_dominates_inside_their_uncertainty():
 
     table = mechanisms.table(matrix(), LINKS, ORDER, "baseline", STEADY, vague_predict)
     big = table[(table["model"] == "big") & (table["mechanism"] == "decode")].iloc[0]
-    assert "latency +0.40 ±0.80" in big["verdict"]
-    assert big["verdict"].endswith("neither dominates (they differ by less than ±0.80)")
+    assert "latency +0.40 ±0.78" in big["verdict"]
+    assert big["verdict"].endswith("neither dominates (they differ by less than ±0.78)")
 
 
 def test_a_latency_only_fit_would_count_the_logits_as_round_trips():

@@ -11,6 +11,7 @@ import pytest
 
 from splitbench import cli, results
 from splitbench.analysis import whatif
+from splitbench.infra import intervals
 
 
 def summary_and_links() -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -39,8 +40,9 @@ def test_the_prediction_is_compute_plus_round_trips_times_latency_plus_wire_time
     # 0.9404 + 1 x 0.300 + 12,000 B at 1 Gbit/s (0.096 ms)
     assert out["predicted_ms"] == pytest.approx(1.3364)
     assert out["predicted_tps"] == pytest.approx(1000 / 1.3364)
-    # ± = 2 x hypot(0.01, 0.02 x 0.250 ms)
-    assert out["predicted_unc_ms"] == pytest.approx(2 * np.hypot(0.01, 0.005))
+    # ± = 1.96 x hypot(0.01, 0.02 x 0.250 ms): a 95% interval, the normal quantile
+    assert out["predicted_unc_ms"] == pytest.approx(
+        intervals.t_factor(np.inf) * np.hypot(0.01, 0.005))
     # At the baseline's own latency and rates the prediction is the measured step.
     assert whatif.predict(rows, 50, 10.0).iloc[0]["predicted_ms"] == pytest.approx(1.0)
 
@@ -129,8 +131,9 @@ def test_the_latency_bound_is_where_the_predicted_stream_meets_the_target(tmp_pa
     assert bound["bound_us"] == pytest.approx(300.0)
     at_bound = whatif.predict(rows, bound["bound_us"]).iloc[0]["predicted_tps"]
     assert at_bound == pytest.approx(800.0)
-    # ± = 2 x hypot(0.01 ms / 1, 300 µs x 0.02 / 1)
-    assert bound["bound_unc_us"] == pytest.approx(2 * np.hypot(10.0, 6.0))
+    # ± = 1.96 x hypot(0.01 ms / 1, 300 µs x 0.02 / 1)
+    assert bound["bound_unc_us"] == pytest.approx(
+        intervals.t_factor(np.inf) * np.hypot(10.0, 6.0))
     # At 1 Gbit/s the wire takes 0.096 ms of the budget; a target compute alone misses.
     assert whatif.latency_bound(rows, 800.0, 1.0).iloc[0]["bound_us"] == \
         pytest.approx(300.0 - 86.4)
@@ -164,7 +167,7 @@ def test_the_slo_bound_holds_the_slowest_of_the_share_to_the_target(tmp_path, ca
     assert cli.main(["whatif", "--slo", "--results", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "at which 90% of one stream's requests still decode 800 tokens/s" in out
-    assert "100 ±40 µs" in out and "40 ms (500)" in out, out
+    assert "100 ±39 µs" in out and "40 ms (500)" in out, out
     # A run without a tokens/s level says what to give instead.
     levels.assign(tokens_per_s_target=np.nan).to_parquet(path)
     assert cli.main(["whatif", "--slo", "--results", str(tmp_path)]) == 2

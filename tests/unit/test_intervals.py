@@ -1,0 +1,72 @@
+"""The one meaning of ±: a 95% interval at the figure's own sample size."""
+
+import numpy as np
+import pytest
+
+from splitbench.infra import intervals
+
+
+def test_t_factor_follows_the_sample_size():
+    # Student's t at 2.5% each side: 4.30 at n = 3 (2 dof), 2.26 at n = 10, 1.96 unbounded.
+    assert intervals.t_factor(2) == pytest.approx(4.303, abs=1e-3)
+    assert intervals.t_factor(9) == pytest.approx(2.262, abs=1e-3)
+    assert intervals.t_factor(np.inf) == pytest.approx(1.960, abs=1e-3)
+    assert np.isnan(intervals.t_factor(0))
+    assert intervals.t_factor(np.array([2, 9])) == pytest.approx([4.303, 2.262], abs=1e-3)
+
+
+def test_median_halfwidth_is_t_times_the_median_standard_error():
+    values = [1.0, 2.0, 3.0, 4.0, 5.0]
+    sd = np.std(values, ddof=1)
+    expected = intervals.t_factor(4) * intervals.MEDIAN_SE * sd / np.sqrt(5)
+    assert intervals.median_halfwidth(values) == pytest.approx(expected)
+    assert np.isnan(intervals.median_halfwidth([1.0, np.nan]))
+
+
+def test_combined_degrees_of_freedom_are_welch_satterthwaite():
+    se, dof = intervals.combined([1.0, 1.0], [4, 4])
+    assert se == pytest.approx(np.sqrt(2))
+    assert dof == pytest.approx(8.0)  # two equal variances: the dofs add
+    # One term much larger than the other: its dof dominates.
+    se, dof = intervals.combined([10.0, 0.1], [3, 100])
+    assert dof == pytest.approx(3.0, rel=0.01)
+    # A term of unbounded dof adds variance but no dof penalty.
+    se, dof = intervals.combined([1.0, 1.0], [4, np.inf])
+    assert dof == pytest.approx(16.0)
+    se, dof = intervals.combined([np.array([1.0, 2.0])], [np.array([4, 9])])
+    assert list(dof) == [4, 9]
+
+
+def test_coverage_of_a_median_interval_at_n_10_is_near_95_percent():
+    rng = np.random.default_rng(3)
+    samples = rng.normal(0.0, 1.0, size=(4000, 10))
+    held = [abs(np.median(s)) <= intervals.median_halfwidth(s) for s in samples]
+    # 2 standard errors (the old rule) would cover about 92% here; t at 9 dof about 94%.
+    assert 0.93 <= np.mean(held) <= 0.975
+
+
+def test_sd_upper_bounds_the_spread_from_above():
+    # Chi-square at 9 dof: the 5% quantile is 3.325, so the bound is sd x sqrt(9/3.325).
+    assert intervals.sd_upper(1.0, 10) == pytest.approx(np.sqrt(9 / 3.325), rel=1e-3)
+    assert np.isnan(intervals.sd_upper(1.0, 1))
+    rng = np.random.default_rng(5)
+    sds = rng.normal(size=(4000, 10)).std(axis=1, ddof=1)
+    covered = np.mean([intervals.sd_upper(s, 10) >= 1.0 for s in sds])
+    assert covered == pytest.approx(0.95, abs=0.015)
+
+
+def test_share_interval_is_clopper_pearson():
+    low, high = intervals.share_interval(5, 5)
+    assert low == pytest.approx(0.025 ** (1 / 5), abs=1e-6)  # 0.478
+    assert high == 1.0
+    low, high = intervals.share_interval(0, 10)
+    assert low == 0.0 and high == pytest.approx(1 - 0.025 ** (1 / 10), abs=1e-6)
+    assert all(np.isnan(intervals.share_interval(0, 0)))
+
+
+def test_requests_to_show_a_share():
+    assert intervals.requests_to_show(0.9) == 36
+    low, _ = intervals.share_interval(36, 36)
+    assert low >= 0.9
+    low, _ = intervals.share_interval(35, 35)
+    assert low < 0.9
