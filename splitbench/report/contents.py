@@ -118,8 +118,9 @@ TABLE_READING: dict[str, str] = {
         "the p99 columns against the p50s: how long the slowest 1% of tokens, first "
         "tokens and requests take, beside the typical one."),
     "service_levels": (
-        "the holds column: which cells meet the config's service level for the share of "
-        "requests it asks; the findings name each link's most streams that hold it."),
+        "the verdict column: which cells hold the config's service level by its 95% "
+        "interval, fail it, or cannot tell at this sample size (and about how many "
+        "requests would); the findings name each link's most streams that hold it."),
     "remeasured": (
         "the decode Δ column: how far a re-measured cell moved from its archived "
         "measurement to the current one."),
