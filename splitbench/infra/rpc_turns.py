@@ -144,22 +144,31 @@ class TurnCounter:
         return None if waits is None else len(waits)
 
     def waits_ns(self, start_ns: int, end_ns: int) -> list[int] | None:
-        """What each of those turns waited: from A's last segment with data to B's first
-        with data in answer, on the same connection (ns). The wire both ways and B's own
-        work on it: between two links of one pair, B's work is the same, and the
-        difference is what a turn pays on each link's wire, as decode's own messages
-        cross it. None where the kernel dropped packets."""
+        """What each of those turns waited: from A's last segment with data to the last
+        segment of B's answer (every segment from B before A sends again), on the same
+        connection (ns). The wire both ways, B's own work on it and the answer's
+        transfer (a token's logits, 196 KB for a 49k vocabulary, cross at the link's
+        rate after the first byte): between two links of one pair, B's work is the
+        same, and the difference is what a turn pays on each link's wire, bandwidth
+        included, so that what is left of the step is host A's own. A turn is placed by
+        its answer's first segment: one that starts inside (start_ns, end_ns] counts
+        whole. None where the kernel dropped packets."""
         if self.dropped:
             return None
         last: dict[int, tuple[int, int]] = {}  # port -> (direction, its last time)
-        waits = []
+        answering: dict[int, list[int]] = {}  # port -> [A's last send, B's last segment]
+        turns = []
         for t_ns, port, direction in sorted(self.events):
             before = last.get(port)
-            if direction == FROM_B and before and before[0] == TO_B and \
-                    start_ns < t_ns <= end_ns:
-                waits.append(t_ns - before[1])
+            if direction == TO_B:
+                answering.pop(port, None)
+            elif before and before[0] == TO_B and start_ns < t_ns <= end_ns:
+                answering[port] = [before[1], t_ns]
+                turns.append(answering[port])
+            elif port in answering:
+                answering[port][1] = t_ns  # the answer goes on
             last[port] = (direction, t_ns)
-        return waits
+        return [end - begin for begin, end in turns]
 
     def finish(self) -> None:
         """Read what the release left in the socket, and close it."""

@@ -17,19 +17,24 @@ def counter(events: list[tuple[int, int, int]], dropped: int = 0) -> TurnCounter
     return made
 
 
-def test_a_turn_waits_from_as_last_segment_to_bs_first_answer():
+def test_a_turn_waits_from_as_last_segment_to_the_end_of_bs_answer():
+    """Until the answer's last segment: a large answer (a token's logits) crosses at the
+    link's rate after its first byte, and that is the wire's time, not host A's."""
     events = [
         (100, 5000, TO_B), (130, 5000, TO_B),  # A's request in two segments
-        (530, 5000, FROM_B), (560, 5000, FROM_B),  # B's answer in two: one turn, 400 ns
+        (530, 5000, FROM_B), (560, 5000, FROM_B),  # B's answer in two: one turn, 430 ns
         (600, 6000, TO_B), (1600, 6000, FROM_B),  # another connection's turn: 1000 ns
-        (2000, 5000, FROM_B),  # B speaks again unasked: no turn
+        (1900, 7000, FROM_B),  # B speaks unasked on a connection A never wrote to: no turn
         (3000, 5000, TO_B), (3250, 5000, FROM_B),  # 250 ns, but after the window
+        (3400, 5000, FROM_B), (3900, 5000, FROM_B),  # ...its answer ends at 3900: 900 ns
     ]
-    assert counter(events).waits_ns(0, 2500) == [400, 1000]
+    assert counter(events).waits_ns(0, 2500) == [430, 1000]
     assert counter(events).turns(0, 2500) == 2
-    assert counter(events).waits_ns(0, 5000) == [400, 1000, 250]
-    # A turn is placed by its answer: one answered inside the window counts whole.
-    assert counter(events).waits_ns(500, 2500) == [400, 1000]
+    assert counter(events).waits_ns(0, 5000) == [430, 1000, 900]
+    # A turn is placed by its answer's start: one that starts inside the window counts
+    # whole, its answer's end included wherever that falls.
+    assert counter(events).waits_ns(500, 2500) == [430, 1000]
+    assert counter(events).waits_ns(3000, 3300) == [900]
 
 
 def test_a_dropped_packet_makes_the_turns_unknown_not_fewer():
