@@ -113,6 +113,12 @@ def _advice(rows: pd.DataFrame) -> str:
     return f"To resolve it: {' or '.join(advice)}."
 
 
+# A cost is called "the same at every context" only where the most its contexts can
+# differ (the upper end of their difference's 95% interval) is within this share of it
+# (docs/method.md, "Thresholds"); otherwise the finding gives that bound.
+EQUIVALENT_WITHIN = 0.25
+
+
 def _constancy(clear: pd.DataFrame, unclear: pd.DataFrame, measured: pd.DataFrame) -> str:
     """Whether the resolved cost is the same at every context (a fixed per-step cost) or
     grows with context (bandwidth or the attention mask). `measured`: every context's
@@ -139,9 +145,20 @@ def _constancy(clear: pd.DataFrame, unclear: pd.DataFrame, measured: pd.DataFram
     lower = None if same else _longer_reads_lower(clear, measured)
     step0, step1 = first["decode_ms_per_token_base"], last["decode_ms_per_token_base"]
     steps = f"while the step grows {step1 / step0:.1f}× ({step0:.2f} → {step1:.2f} ms)"
-    if same:
-        text = (f"The same at every context it resolves, {steps}: a fixed per-step cost, "
-                "not one that grows with context.")
+    # "The same" is a bound, not an absence of evidence: the most the cost can change
+    # from the shortest resolved context to the longest (the upper end of their
+    # difference's 95% interval), and the word only where that bound is within
+    # EQUIVALENT_WITHIN of the cost.
+    bound = abs(d1 - d0) + float(np.hypot(uncs[0], uncs[-1]))
+    if same and bound <= EQUIVALENT_WITHIN * abs(d0):
+        text = (f"The same at every context it resolves, {steps}: the contexts differ by at "
+                f"most {abs(bound):.2f} ms (within {EQUIVALENT_WITHIN:.0%} of its "
+                f"{ms_text(d0)}), a fixed per-step cost, not one that grows with context.")
+    elif same:
+        text = (f"No change with context is resolved, {steps}, but from {first['ctx']} to "
+                f"{last['ctx']} it may change by up to {abs(bound):.2f} ms (95%): more than "
+                f"{EQUIVALENT_WITHIN:.0%} of its {ms_text(d0)}, so a term that grows with "
+                "context is not ruled out.")
     elif lower is not None:
         text = f"Whether it grows with context is not settled: {lower}."
     elif not settled:

@@ -288,8 +288,9 @@ def _decode_verdict(fit: MechanismFit, points: pd.DataFrame) -> str:
     varies = _varies_with_context(points)
     if varies is False:
         # The seed's fixed-cost signature: the delta does not grow with context even
-        # though per-token time does.
-        text += "; the same at every context (a fixed per-token cost)"
+        # though per-token time does. Not resolving a change is no proof of none: the
+        # link's finding gives the bound (cost_findings._constancy).
+        text += "; no change with context resolved (a fixed per-token cost fits)"
     elif varies:  # with lower-bound uncertainties only: a hint, not a finding
         text += "; it may change with context (the ± are lower bounds)"
     return text

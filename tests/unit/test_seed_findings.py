@@ -34,11 +34,16 @@ def test_the_seed_fake_tb5_cost_is_a_fixed_per_step_cost(seed_findings):
     tb5 = [f for f in seed_findings if f.text.startswith("**faketb5 costs decode")]
     assert len(tb5) == 4  # the two dense models are below the write-up's resolution
     for f in tb5:
-        assert "fixed per-step cost" in f.text
         cost = float(f.text.split("costs decode ")[1].split(" ")[0])
         assert 1.4 <= cost <= 2.3
     glm = next(f for f in tb5 if f.section == "GLM-4.5-Air Q4_K_M")
-    assert "The same at every context it resolves, while the step grows 3.4×" in glm.text
+    assert all("fixed per-step cost" in f.text for f in tb5 if f is not glm)
+    # The write-up's cleanest case reads the same at every context, but its 52k cell
+    # resolves only ±0.63 ms (its tok/s logged to one decimal): the finding gives the
+    # bound the data carry, not the write-up's "stays put".
+    assert ("No change with context is resolved, while the step grows 3.4× (19.69 → "
+            "66.67 ms), but from short to 52k it may change by up to 0.69 ms (95%)"
+            in glm.text), glm.text
     across = next(f for f in seed_findings if f.text.startswith("Decode, at each model"))
     assert "faketb5 +1.46 to +2.23 ms/token over 4 models" in across.text
     assert "the cost does not follow model speed" in across.text.split("; usb10g")[0]
