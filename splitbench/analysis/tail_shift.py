@@ -1,26 +1,47 @@
-"""What a link does to the tail of the token times: does it shift every gap between two
-tokens alike (a fixed cost per step), or widen the distribution (jitter)?
+"""What a link does to the tail of the gaps between tokens: does it widen it (jitter),
+or move every gap alike (a fixed cost per step)?
 
-Per cell of a link other than the baseline: the change of the inter-token latency's p50
-and p99 against the baseline's (a paired cell's own reference requests, measured in the
-same rounds; else the baseline link's cell of the same model, context and concurrency),
-and their difference, the widening: how much more the p99 moved than the median. Each ±
-comes from independent bootstraps of the two sides' requests (percentiles.bootstrap):
-COVERAGE standard deviations of the difference over the draws. A side with fewer than
-TAIL_MIN_SAMPLES gaps has no tail to compare (`too_few`).
+Per cell of a link other than the baseline, against the baseline's gaps (a paired
+cell's own reference requests, measured in the same rounds; else the baseline link's
+cell of the same model, context and concurrency):
 
-A run judges the widening of every link at every context at once (a default run: three
-links, three contexts), and at COVERAGE standard deviations one comparison in twenty
-crosses its ± by chance alone: over nine, a third of quiet runs would report jitter
-somewhere. So a verdict needs the widening beyond `widening_allowance_ms`, the ± widened
-to hold all the run's single-stream comparisons together at COVERAGE's confidence
-(Šidák: each at 1 - (1 - confidence)^(1/m)).
+- each request's first gap, the one after prefill, is set apart (`first_gap_*`): every
+  request has one, slower than the rest, and at one in 64 they are where a p99 of the
+  gaps lands. Every other figure is of the steady gaps.
+- the tail figure (`tail`): the p99 where each side has TAIL_BEYOND steady gaps beyond
+  it (2,000), else the p95 (400), else none (`too_few`): a p99 of 1,260 gaps is their
+  13 longest, one request's host stalls.
+- the widening: how much more the tail figure moved than the median.
+- stalls (`stalls`, `stalls_base`): the steady gaps over STALL_FACTOR x their side's
+  median: above a quiet step's own spread, below a host stall of 1-5 ms on a
+  sub-millisecond step.
+
+Every ± is a 95% interval (intervals.LEVEL): half the span between the 2.5th and 97.5th
+percentiles of the figure over DRAWS resamples of each side's whole requests, the two
+sides drawn independently (a request's gaps are not independent of each other, and
+stalls cluster in a few requests).
+
+The verdict is one-sided: does the link widen the tail? A tail narrower than the
+baseline's says something about the baseline's own host (its stalls), nothing about the
+link: a note, never a finding. A run asks the question of each single-stream cell at
+once (`comparisons`, m), and each is held to the false-alarm share that keeps the run's
+at 1 - LEVEL (Šidák: 1 - LEVEL^(1/m) each, 0.85% of six). The link widens the tail where
+that quantile of the widening's resamples lies above zero, its distance below the
+widening stretched by sqrt(n / (n - 1)) for the n requests of the fewer side (resampling
+n requests spreads a figure that much less than samples of n do): the widening is beyond
+`widening_allowance_ms`, a threshold and never a ±. Where it is not, the other end of
+the same one-sided interval bounds it (`widening_bound_ms`). A verdict needs MIN_REQUESTS
+requests on each side: 10 are too few clusters to resample. Drawn as a machine with
+clustered stalls (tests/unit/test_tail_shift.py; docs/method.md), two halves of one
+machine are called apart in about the share allowed, where the former rule (two-sided,
+its standard deviation x Šidák's normal quantile, the first gaps in) called a run's own
+baseline requests, 10 against 10, different in 2% of splits against its 0.77%.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from statistics import NormalDist
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -28,12 +49,23 @@ import pandas as pd
 from splitbench import results
 from splitbench.analysis import percentiles
 from splitbench.analysis.finding_text import Finding
-from splitbench.infra.fits import COVERAGE
+from splitbench.infra.intervals import LEVEL
 
-COLUMNS = [*results.CELL_KEYS, "baseline", "paired", "gaps", "gaps_base", "too_few",
-           "p50_ms", "p99_ms", "p50_delta_ms", "p50_delta_unc_ms", "p99_delta_ms",
-           "p99_delta_unc_ms", "widening_ms", "widening_unc_ms", "comparisons",
-           "widening_allowance_ms"]
+MIN_REQUESTS = 20  # per side, for a verdict
+TAIL_BEYOND = 20  # steady gaps a tail figure needs beyond it on each side
+STALL_FACTOR = 3  # a stall: a steady gap over this many times its side's median
+# Resamples per side: the one-sided quantile of a run of m comparisons is at
+# 1 - LEVEL^(1/m), 0.85% at six, which 2000 draws place at their 17th.
+DRAWS = 2000
+HELD_LIMIT = 16_000_000  # values x requests counted at once (int32: 64 MB)
+QUANTILES = (50, 95, 99)
+DRAWN = "widening_draws"  # shifts' resampled widenings, for the run's allowance
+FIGURES = [*results.CELL_KEYS, "baseline", "paired", "requests", "requests_base", "gaps",
+           "gaps_base", "too_few", "tail", "p50_ms", "p99_ms", "tail_ms", "p50_delta_ms",
+           "p50_delta_unc_ms", "p99_delta_ms", "p99_delta_unc_ms", "tail_delta_ms",
+           "tail_delta_unc_ms", "widening_ms", "widening_unc_ms", "stalls", "stalls_base",
+           "first_gap_ms", "first_gap_delta_ms", "first_gap_delta_unc_ms"]
+COLUMNS = [*FIGURES, "comparisons", "widening_allowance_ms", "widening_bound_ms"]
 
 
 def table(request_files: Sequence[str], baseline: str | None) -> pd.DataFrame:
@@ -42,9 +74,9 @@ def table(request_files: Sequence[str], baseline: str | None) -> pd.DataFrame:
 
 
 def shifts(request_files: Sequence[str], baseline: str | None) -> pd.DataFrame:
-    """table's rows before the run's joint allowance: each one depends on its own cell
-    and the baseline link's cell of the same keys alone (among `request_files`). The
-    baseline link's files give no row of their own."""
+    """table's rows before the run's allowance (FIGURES, and each row's resampled
+    widenings): each depends on its own cell and the baseline link's cell of the same
+    keys alone (among `request_files`). The baseline link's files give no row."""
     cells: dict[tuple, str] = {}
     for path in request_files:
         key = _key(path)
@@ -53,7 +85,7 @@ def shifts(request_files: Sequence[str], baseline: str | None) -> pd.DataFrame:
     rows = []
     # A baseline cell is the reference of every other link's cell of its keys: its gaps
     # and their resamples are made once.
-    bases: dict[str, tuple[list[np.ndarray], np.ndarray | None]] = {}
+    bases: dict[str, Side] = {}
     for key, path in cells.items():
         pair, link, model, ctx, conc = key
         if baseline is None or link == baseline:
@@ -62,41 +94,69 @@ def shifts(request_files: Sequence[str], baseline: str | None) -> pd.DataFrame:
         own = _gaps(path, requests, reference=False)
         base = _gaps(path, requests, reference=True)
         paired = bool(base)
-        draws_base = None
+        base_side = None
         if not paired and (pair, baseline, model, ctx, conc) in cells:
             other = cells[(pair, baseline, model, ctx, conc)]
             if other not in bases:
-                gaps = _gaps(other, percentiles.requests_of(other), reference=False)
-                bases[other] = (gaps, percentiles.bootstrap(gaps, 2) if gaps else None)
-            base, draws_base = bases[other]
+                bases[other] = side(_gaps(other, percentiles.requests_of(other),
+                                          reference=False), seed=2)
+            base_side = bases[other]
+            base = base_side.requests
         if not own or not base:
             continue
         rows.append({"pair": pair, "link": link, "model": model, "ctx": ctx, "conc": conc,
                      "baseline": baseline, "paired": paired,
-                     **shift(own, base, draws_base)})
-    return pd.DataFrame(rows, columns=COLUMNS[:-2])
+                     **shift(own, base, base_side)})
+    return pd.DataFrame(rows, columns=[*FIGURES, DRAWN])
 
 
-def with_allowance(rows: pd.DataFrame) -> pd.DataFrame:
-    """`rows` with `comparisons` (the single-stream cells whose widening is judged) and
-    each widening's ± widened to hold them all together (`widening_allowance_ms`)."""
-    judged = (rows["conc"] == 1) & ~rows["too_few"].astype(bool) & np.isfinite(
-        pd.to_numeric(rows["widening_unc_ms"], errors="coerce"))
-    count = max(int(judged.sum()), 1)
-    out = rows.copy()
+def with_allowance(rows: pd.DataFrame, comparisons: int | None = None) -> pd.DataFrame:
+    """`rows` (shifts') with `comparisons` (the single-stream cells whose widening is
+    judged, unless given), each widening's allowance at the false-alarm share that holds
+    them all together and the bound on it (COLUMNS)."""
+    draws = rows[DRAWN] if DRAWN in rows else pd.Series([None] * len(rows), index=rows.index)
+    judged = (rows["conc"] == 1) & _judgeable(rows) & draws.map(_has_draws)
+    count = max(int(judged.sum()) if comparisons is None else comparisons, 1)
+    ends = np.array([one_sided(d, false_alarm_each(count)) for d in draws],
+                    dtype=float).reshape(-1, 2)
+    widening = pd.to_numeric(rows["widening_ms"]).to_numpy(dtype=float)
+    # Resamples of n requests spread a figure sqrt((n - 1) / n) as far as samples of n
+    # requests do: widened back, on the fewer side's n.
+    fewer = np.minimum(rows["requests"], rows["requests_base"]).to_numpy(dtype=float)
+    widen = np.sqrt(fewer / np.maximum(fewer - 1, 1))
+    out = rows.drop(columns=[DRAWN], errors="ignore").copy()
     out["comparisons"] = count
-    out["widening_allowance_ms"] = (pd.to_numeric(rows["widening_unc_ms"], errors="coerce")
-                                    * joint_sigmas(count) / COVERAGE)
+    out["widening_allowance_ms"] = widen * (widening - ends[:, 0])
+    out["widening_bound_ms"] = widening + widen * (ends[:, 1] - widening)
     return out
 
 
-def joint_sigmas(count: int) -> float:
-    """Standard deviations that hold `count` independent comparisons together at the
-    confidence COVERAGE standard deviations give one (COVERAGE itself for one)."""
-    normal = NormalDist()
-    confidence = 2 * normal.cdf(COVERAGE) - 1
-    each = confidence ** (1 / count)
-    return normal.inv_cdf(0.5 + each / 2)
+def false_alarm_each(count: int) -> float:
+    """The share of false alarms each of `count` independent one-sided comparisons may
+    have for the run's to be 1 - LEVEL (5% for one, 0.85% each of six)."""
+    return 1 - LEVEL ** (1 / max(count, 1))
+
+
+def one_sided(draws: object, alpha: float) -> tuple[float, float]:
+    """The `alpha` and 1 - `alpha` quantiles of a row's resampled widenings: the lower
+    end of the one-sided interval that a widening must clear, and the upper end that
+    bounds it (NaN, NaN without draws)."""
+    if not _has_draws(draws):
+        return np.nan, np.nan
+    values = np.asarray(draws, dtype=float)
+    low, high = np.quantile(values[np.isfinite(values)], [alpha, 1 - alpha])
+    return float(low), float(high)
+
+
+def _has_draws(draws: object) -> bool:
+    return draws is not None and np.ndim(draws) == 1 and bool(
+        np.isfinite(np.asarray(draws, dtype=float)).sum() >= 2)
+
+
+def _judgeable(rows: pd.DataFrame) -> pd.Series:
+    """Rows with enough requests and enough steady gaps for a verdict."""
+    return ((rows["requests"] >= MIN_REQUESTS) & (rows["requests_base"] >= MIN_REQUESTS)
+            & ~rows["too_few"].astype(bool))
 
 
 def _key(path: str) -> tuple | None:
@@ -120,60 +180,176 @@ def _gaps(path: str, requests: pd.DataFrame, reference: bool) -> list[np.ndarray
     return [gaps[k] for k in percentiles.request_keys(chosen) if k in gaps and len(gaps[k])]
 
 
-def shift(own: list[np.ndarray], base: list[np.ndarray],
-          draws_base: np.ndarray | None = None) -> dict[str, float | int | bool]:
-    """The p50's and p99's change from `base` to `own` and the widening, with ±
-    (`draws_base`: base's resamples where already made, `percentiles.bootstrap(base, 2)`)."""
-    values, values_base = np.concatenate(own), np.concatenate(base)
-    p50, p99 = np.percentile(values, [50, 99])
-    b50, b99 = np.percentile(values_base, [50, 99])
-    draws = percentiles.bootstrap(own, 1)
-    if draws_base is None:
-        draws_base = percentiles.bootstrap(base, 2)
-    out = {"gaps": int(values.size), "gaps_base": int(values_base.size),
-           "too_few": bool(min(values.size, values_base.size) < percentiles.TAIL_MIN_SAMPLES),
-           "p50_ms": float(p50), "p99_ms": float(p99),
-           "p50_delta_ms": float(p50 - b50), "p99_delta_ms": float(p99 - b99),
-           "widening_ms": float((p99 - p50) - (b99 - b50))}
-    if draws is None or draws_base is None:
+@dataclass
+class Side:
+    """One side's gaps and their resamples: `quantiles` and `draws` (DRAWS x QUANTILES)
+    of its steady gaps, `first` and `first_draws` the median of its first gaps."""
+    requests: list[np.ndarray]
+    steady: np.ndarray
+    quantiles: np.ndarray
+    draws: np.ndarray | None
+    first: float
+    first_draws: np.ndarray | None
+
+    @property
+    def stalls(self) -> int:
+        return int((self.steady > STALL_FACTOR * self.quantiles[0]).sum())
+
+
+def side(requests: list[np.ndarray], seed: int) -> Side:
+    """A side's figures from each request's gaps (first gap included) and their
+    resamples over whole requests (`seed`: the side's own, for independent draws)."""
+    steady = [g[1:] for g in requests if len(g) > 1]
+    first = [g[:1] for g in requests if len(g)]
+    values = np.concatenate(steady) if steady else np.array([])
+    return Side(requests, values,
+                np.percentile(values, QUANTILES) if values.size else np.full(3, np.nan),
+                _resampled(steady, QUANTILES, seed),
+                float(np.median(np.concatenate(first))) if first else np.nan,
+                _resampled(first, (50,), seed + 100))
+
+
+def _resampled(per_request: list[np.ndarray], quantiles: tuple[float, ...], seed: int,
+               draws: int = DRAWS) -> np.ndarray | None:
+    """The `quantiles` (percent) of `draws` resamples of the requests, with replacement:
+    one row per draw, the same figures as percentiles.resampled_quantiles (numpy's linear
+    percentiles over each resample; the same draws at its BOOTSTRAP_DRAWS and seed).
+    Each draw's k-th value in order is found by bisection over the sorted values,
+    counting each request's values below a position: draws x requests per step, not
+    draws x values, so that DRAWS resamples cost less than its 200. None from fewer
+    than two requests: nothing to resample."""
+    count = len(per_request)
+    size = sum(len(v) for v in per_request)
+    if count < 2 or not size:
+        return None
+    if size * count > HELD_LIMIT:  # the counts below would not fit: its draws, in chunks
+        return np.vstack([percentiles.resampled_quantiles(per_request, quantiles, seed + i)
+                          for i in range(0, draws, percentiles.BOOTSTRAP_DRAWS)])
+    rng = np.random.default_rng(seed)
+    weight = np.zeros((draws, count), dtype=np.int64)
+    np.add.at(weight, (np.arange(draws)[:, None], rng.integers(0, count, (draws, count))), 1)
+    lengths = np.array([len(v) for v in per_request])
+    values = np.concatenate(per_request).astype(float)
+    order = np.argsort(values, kind="stable")
+    values, owner = values[order], np.repeat(np.arange(count), lengths)[order]
+    # held[i, r]: how many of request r's values lie at or before position i in order.
+    held = np.zeros((values.size, count), dtype=np.int32)
+    held[np.arange(values.size), owner] = 1
+    held = np.cumsum(held, axis=0, dtype=np.int32)
+    total = weight @ lengths
+
+    def running(at: np.ndarray) -> np.ndarray:
+        """Each draw's count of drawn values at or before its position `at`."""
+        return np.einsum("dr,dr->d", weight, held[at])
+
+    def kth(k: np.ndarray) -> np.ndarray:
+        """Each draw's k-th value (0-based) in order: the first position whose running
+        count passes k."""
+        low, high = np.zeros(draws, dtype=np.int64), np.full(draws, values.size)
+        for _ in range(int(np.ceil(np.log2(values.size + 1)))):
+            mid = (low + high) // 2
+            passed = running(np.minimum(mid, values.size - 1)) > k
+            open_ = low < high
+            high = np.where(open_ & passed, mid, high)
+            low = np.where(open_ & ~passed, mid + 1, low)
+        return values[np.minimum(low, values.size - 1)]
+
+    out = np.empty((draws, len(quantiles)))
+    for j, q in enumerate(quantiles):
+        at = q / 100 * (total - 1)
+        low = np.floor(at)
+        below, above = kth(low), kth(np.minimum(low + 1, total - 1))
+        out[:, j] = below + (at - low) * (above - below)
+    return out
+
+
+def tail_of(gaps: int) -> str | None:
+    """The tail figure that `gaps` steady gaps (the fewer side's) hold TAIL_BEYOND
+    beyond: "p99", "p95" or none."""
+    return next((f"p{q}" for q in (99, 95) if gaps >= TAIL_BEYOND * 100 / (100 - q)),
+                None)
+
+
+def shift(own: list[np.ndarray], base: list[np.ndarray], base_side: Side | None = None
+          ) -> dict[str, object]:
+    """The median's and the tail's change from `base` to `own` (each request's gaps,
+    its first included) and the widening, with ± (`base_side`: base's, where already
+    made) and the widening's resampled values (DRAWN)."""
+    return compare(side(own, seed=1), base_side or side(base, seed=2))
+
+
+def compare(mine: Side, theirs: Side) -> dict[str, object]:
+    """shift's figures from the two sides (resampled with seeds of their own)."""
+    tail = tail_of(min(mine.steady.size, theirs.steady.size))
+    at = QUANTILES.index(int(tail[1:])) if tail else 2
+    delta = mine.quantiles - theirs.quantiles
+    out = {"requests": len(mine.requests), "requests_base": len(theirs.requests),
+           "gaps": int(mine.steady.size), "gaps_base": int(theirs.steady.size),
+           "too_few": tail is None, "tail": tail or "p99",
+           "p50_ms": float(mine.quantiles[0]), "p99_ms": float(mine.quantiles[2]),
+           "tail_ms": float(mine.quantiles[at]), "p50_delta_ms": float(delta[0]),
+           "p99_delta_ms": float(delta[2]), "tail_delta_ms": float(delta[at]),
+           "widening_ms": float(delta[at] - delta[0]),
+           "stalls": mine.stalls, "stalls_base": theirs.stalls,
+           "first_gap_ms": mine.first, "first_gap_delta_ms": mine.first - theirs.first,
+           "first_gap_delta_unc_ms": _pm95(mine.first_draws, theirs.first_draws, 0)}
+    if mine.draws is None or theirs.draws is None:
         return {**out, "p50_delta_unc_ms": np.nan, "p99_delta_unc_ms": np.nan,
-                "widening_unc_ms": np.nan}
-    delta = draws - draws_base
-    return {**out,
-            "p50_delta_unc_ms": float(COVERAGE * np.std(delta[:, 0], ddof=1)),
-            "p99_delta_unc_ms": float(COVERAGE * np.std(delta[:, 1], ddof=1)),
-            "widening_unc_ms": float(COVERAGE * np.std(delta[:, 1] - delta[:, 0], ddof=1))}
+                "tail_delta_unc_ms": np.nan, "widening_unc_ms": np.nan, DRAWN: None}
+    drawn = mine.draws - theirs.draws
+    widening = drawn[:, at] - drawn[:, 0]
+    return {**out, "p50_delta_unc_ms": _halfwidth(drawn[:, 0]),
+            "p99_delta_unc_ms": _halfwidth(drawn[:, 2]),
+            "tail_delta_unc_ms": _halfwidth(drawn[:, at]),
+            "widening_unc_ms": _halfwidth(widening), DRAWN: widening}
+
+
+def _pm95(mine: np.ndarray | None, theirs: np.ndarray | None, column: int) -> float:
+    if mine is None or theirs is None:
+        return np.nan
+    return _halfwidth(mine[:, column] - theirs[:, column])
+
+
+def _halfwidth(draws: np.ndarray) -> float:
+    """A 95% interval's half-width: half the span between the resamples' percentiles
+    at (1 - LEVEL) / 2 and (1 + LEVEL) / 2."""
+    finite = draws[np.isfinite(draws)]
+    if finite.size < 2:
+        return np.nan
+    low, high = np.percentile(finite, [50 * (1 - LEVEL), 50 * (1 + LEVEL)])
+    return float((high - low) / 2)
 
 
 # --- the finding ---------------------------------------------------------------------------
 def finding(rows: pd.DataFrame, link: str, section: str) -> Finding | None:
     """Per link, from its single-stream cells (rows: this table's rows of one pair, model
-    and link, shortest context first): whether it shifts the token times or widens
-    them, headlined at the first context with enough gaps for a p99."""
+    and link, shortest context first): whether it widens the tail of the gaps between
+    tokens, or by at most how much, headlined at the first context it can be judged."""
     single = rows[rows["conc"] == 1]
     if single.empty:
         return None
-    said = [(row, _verdict(row)) for _, row in single.iterrows()]
-    resolvable = [(row, verdict) for row, verdict in said if verdict != "too few"]
-    against = _against(single)
-    if not resolvable:
-        fewest = int(single[["gaps", "gaps_base"]].min(axis=1).max())
+    said = [(row, verdict(row)) for _, row in single.iterrows()]
+    judged = [(row, how) for row, how in said if how in JUDGED]
+    if not judged:
+        reasons = "; ".join(f"at {row['ctx']} {_unjudged(row, how)}" for row, how in said)
         return Finding(section, (
-            f"**Whether {link} widens the tail of token times is not resolvable on this "
-            f"data**: its single-stream cells hold at most {fewest} gaps between tokens "
-            f"on one side, fewer than the {percentiles.TAIL_MIN_SAMPLES} a p99 needs."),
-            (PERCENTILES_REF,))
-    head, verdict = resolvable[0]
-    text = f"**{_headline(head, verdict, link)}** (against {against}). "
-    rest = [f"at {row['ctx']} {_short(row, verdict)}" for row, verdict in said
+            f"**Whether {link} widens the tail of the gaps between tokens is not "
+            f"resolvable on this data**: {reasons}."), (PERCENTILES_REF,))
+    head, how = judged[0]
+    text = (f"**{_headline(head, how, link)}** (against {_against(single)}). "
+            f"{_detail(head, how, link)}")
+    rest = [f"at {row['ctx']} {_short(row, said_as)}" for row, said_as in said
             if row is not head]
     if rest:
         joined = "; ".join(rest)
-        text += f"{joined[0].upper()}{joined[1:]}."
+        text += f" {joined[0].upper()}{joined[1:]}."
     return Finding(section, text.strip(), (PERCENTILES_REF,))
 
 
 PERCENTILES_REF = "[percentiles](#table-percentiles)"
+WIDENS, BOUNDED, BASE_WIDER = "widens", "widens by at most", "baseline wider"
+JUDGED = (WIDENS, BOUNDED, BASE_WIDER)
+FEW_REQUESTS, TOO_FEW, UNKNOWN = "few requests", "too few", "unknown"
 
 
 def _against(single: pd.DataFrame) -> str:
@@ -188,48 +364,111 @@ def _against(single: pd.DataFrame) -> str:
             "baseline link's cells elsewhere")
 
 
-def _verdict(row: pd.Series) -> str:
+def verdict(row: pd.Series) -> str:
+    """A row's verdict (with_allowance's): WIDENS, BOUNDED, BASE_WIDER, or why none
+    (FEW_REQUESTS, TOO_FEW, UNKNOWN: no allowance, or a table made before it)."""
+    if any(column not in row for column in ("requests", "tail", "widening_bound_ms")):
+        return UNKNOWN
+    if min(row["requests"], row["requests_base"]) < MIN_REQUESTS:
+        return FEW_REQUESTS
     if row["too_few"]:
-        return "too few"
-    widening = row["widening_ms"]
-    unc = row.get("widening_allowance_ms", row["widening_unc_ms"])  # older tables: plain ±
-    if not np.isfinite(unc):
-        return "unknown"
-    return "widens" if widening > unc else "narrows" if widening < -unc else "shifts"
+        return TOO_FEW
+    allowance, bound = row["widening_allowance_ms"], row["widening_bound_ms"]
+    if not (np.isfinite(allowance) and np.isfinite(bound)):
+        return UNKNOWN
+    if row["widening_ms"] > allowance:
+        return WIDENS
+    return BASE_WIDER if bound < 0 else BOUNDED
 
 
 def _pm(value: float, unc: float) -> str:
     return f"{value:+.2f}" + (f" ±{unc:.2f}" if np.isfinite(unc) else "")
 
 
-def _headline(row: pd.Series, verdict: str, link: str) -> str:
+def _moves(row: pd.Series) -> str:
+    """The median's and the tail figure's moves (the p99's too where the tail is the
+    p95)."""
     p50 = _pm(row["p50_delta_ms"], row["p50_delta_unc_ms"])
-    p99 = _pm(row["p99_delta_ms"], row["p99_delta_unc_ms"])
-    more = _pm(row["widening_ms"], row.get("widening_allowance_ms", row["widening_unc_ms"]))
-    at = row["ctx"]
-    if verdict == "widens":
-        return (f"{link} adds jitter at {at}: its median gap between tokens moves {p50} ms "
-                f"and its p99 {p99} ms, {more} ms more")
-    if verdict == "narrows":
-        return (f"{link} narrows the tail at {at}: its median gap between tokens moves "
-                f"{p50} ms and its p99 {p99} ms, {more} ms less")
-    if verdict == "shifts":
-        return (f"{link} shifts every gap between tokens alike at {at}: its median moves "
-                f"{p50} ms and its p99 {p99} ms, no added jitter (the difference, {more} "
-                f"ms, is within its ±{_joint(row)})")
-    return f"{link} moves its median gap between tokens {p50} ms and its p99 {p99} ms at {at}"
+    tail = _pm(row["tail_delta_ms"], row["tail_delta_unc_ms"])
+    text = f"its median gap between tokens moves {p50} ms and its {row['tail']} {tail} ms"
+    if row["tail"] != "p99":
+        text += f" (its p99 {_pm(row['p99_delta_ms'], row['p99_delta_unc_ms'])} ms)"
+    return text
 
 
-def _joint(row: pd.Series) -> str:
+def _headline(row: pd.Series, how: str, link: str) -> str:
+    at, tail = row["ctx"], row["tail"]
+    if how == WIDENS:
+        return f"{link} adds jitter at {at}: it widens the {tail} of the gaps between tokens"
+    if how == BOUNDED:
+        return (f"{link} widens the {tail} of the gaps between tokens at {at} by at most "
+                f"{row['widening_bound_ms']:.2f} ms")
+    return f"{link} does not widen the {tail} of the gaps between tokens at {at}"
+
+
+def _allowance(row: pd.Series) -> str:
     count = int(row.get("comparisons", 1) or 1)
-    return f", which holds the run's {count} such comparisons together" if count > 1 else ""
+    among = f"; the run's {count} comparisons held together" if count > 1 else ""
+    return f"the run-wide allowance of {row['widening_allowance_ms']:.2f} ms (one-sided{among})"
 
 
-def _short(row: pd.Series, verdict: str) -> str:
-    if verdict == "too few":
-        return (f"its p99 rests on too few gaps ({int(min(row['gaps'], row['gaps_base']))})")
-    p50 = _pm(row["p50_delta_ms"], row["p50_delta_unc_ms"])
-    p99 = _pm(row["p99_delta_ms"], row["p99_delta_unc_ms"])
-    how = {"widens": "adds jitter", "narrows": "narrows the tail",
-           "shifts": "no added jitter"}.get(verdict, "the widening's ± unknown")
-    return f"the median {p50} ms and the p99 {p99} ms ({how})"
+def _detail(row: pd.Series, how: str, link: str) -> str:
+    """The headline's figures, the first gap apart and, where the baseline's tail was
+    the wider, why that is no finding about the link."""
+    widening = _pm(row["widening_ms"], row["widening_unc_ms"])
+    if how == WIDENS:
+        text = (f"{_capital(_moves(row))}, {widening} ms more than the median, beyond "
+                f"{_allowance(row)}.")
+    else:
+        text = (f"{_capital(_moves(row))}; the widening, {widening} ms, is within "
+                f"{_allowance(row)}.")
+    if how == BASE_WIDER:
+        text += f" {_capital(_stall_note(row))}."
+    return text + f" {_first_gap(row, link)}"
+
+
+def _capital(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def _stall_note(row: pd.Series) -> str:
+    """Why a baseline's tail stood wider than the link's: its host, its stalls where it
+    had more of them."""
+    mine, theirs = int(row["stalls"]), int(row["stalls_base"])
+    why = "host stalls, not the link" if theirs > mine else "the baseline's host, not the link"
+    return (f"the baseline's own {row['tail']} stood further above its median: it held "
+            f"{theirs} gaps over {STALL_FACTOR} x its median ({mine} on this link): {why}")
+
+
+def _first_gap(row: pd.Series, link: str) -> str:
+    return (f"The first gap after prefill, left out of these figures: "
+            f"{row['first_gap_ms']:.2f} ms on {link}, "
+            f"{_pm(row['first_gap_delta_ms'], row['first_gap_delta_unc_ms'])} ms against "
+            "the baseline's.")
+
+
+def _unjudged(row: pd.Series, how: str) -> str:
+    if how == FEW_REQUESTS:
+        return (f"{int(row['requests'])} requests on its side and "
+                f"{int(row['requests_base'])} on the baseline's, fewer than the "
+                f"{MIN_REQUESTS} a verdict needs on each")
+    if how == TOO_FEW:
+        fewest = int(min(row["gaps"], row["gaps_base"]))
+        return (f"its steady gaps are too few for a tail ({fewest} on one side, "
+                f"{TAIL_BEYOND * 20} needed for a p95)")
+    if "widening_bound_ms" not in row:
+        return "its table was made before the one-sided verdict (aggregate again)"
+    return "the widening has no resamples to judge it by"
+
+
+def _short(row: pd.Series, how: str) -> str:
+    if how not in JUDGED:
+        return f"not resolvable: {_unjudged(row, how)}"
+    moves = f"the median {_pm(row['p50_delta_ms'], row['p50_delta_unc_ms'])} ms and the " \
+        f"{row['tail']} {_pm(row['tail_delta_ms'], row['tail_delta_unc_ms'])} ms"
+    if how == WIDENS:
+        return (f"{moves} (adds jitter: {_pm(row['widening_ms'], row['widening_unc_ms'])} "
+                f"ms more, beyond the allowance of {row['widening_allowance_ms']:.2f} ms)")
+    if how == BOUNDED:
+        return f"{moves} (widens the {row['tail']} by at most {row['widening_bound_ms']:.2f} ms)"
+    return f"{moves} (does not widen it; {_stall_note(row)})"
