@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from splitbench.analysis import service_levels
-from splitbench.infra.fits import COVERAGE
+from splitbench.infra.intervals import UNBOUNDED, halfwidth
 
 # (metric, the statistics shown, its label in the column titles, decimals)
 SHOWN = [("time_to_first_token_ms", ("p50", "p99"), "TTFT (ms)", 2),
@@ -23,9 +23,10 @@ SHOWN = [("time_to_first_token_ms", ("p50", "p99"), "TTFT (ms)", 2),
 def title() -> str:
     return ("Percentiles per cell: time to first token, inter-token latency (every gap "
             "between two tokens of a stream), time per output token, request latency and "
-            f"tokens per second per user over the cell's ok requests; a p99's ± is "
-            f"{COVERAGE:g} standard errors of a bootstrap over requests, and a p99 from "
-            "fewer than 100 values says so (too few for a tail)")
+            "tokens per second per user over the cell's ok requests; a p99's ± is its 95% "
+            "interval from a bootstrap over requests (1.96 standard deviations of the "
+            "resamples' p99), and a p99 from fewer than 100 values says so (too few for "
+            "a tail)")
 
 
 def table(dist: pd.DataFrame, contexts: Sequence[str]) -> pd.DataFrame:
@@ -55,8 +56,9 @@ def table(dist: pd.DataFrame, contexts: Sequence[str]) -> pd.DataFrame:
 
 
 def stat_text(figures: pd.Series | dict, stat: str, places: int) -> str:
-    """A statistic as the table shows it: a p99 with its ±, or the count it stands on
-    where that is too few for a tail."""
+    """A statistic as the table shows it: a p99 with its ± (its 95% interval: the
+    bootstrap's standard deviation at the normal quantile, the resamples being many), or
+    the count it stands on where that is too few for a tail."""
     value = figures[stat]
     if value is None or not np.isfinite(value):
         return "—"
@@ -66,8 +68,8 @@ def stat_text(figures: pd.Series | dict, stat: str, places: int) -> str:
     if figures["p99_too_few"]:
         return f"{text} (n={int(figures['count'])}: too few)"
     se = figures["p99_se"]
-    return text + (f" ±{COVERAGE * se:.{places}f}" if se is not None and np.isfinite(se)
-                   else "")
+    return text + (f" ±{halfwidth(se, UNBOUNDED):.{places}f}"
+                   if se is not None and np.isfinite(se) else "")
 
 
 def service_levels_title(slo: dict) -> str:
