@@ -75,10 +75,13 @@ def apply(summary: pd.DataFrame, calibration: Mapping[str, Mapping[str, Any]]
             total, total_dof = intervals.combined(
                 [out.loc[rows, se].to_numpy(float), term],
                 [dof, np.full(len(term), float(found.get("dof", intervals.UNBOUNDED)))])
-            known = np.isfinite(out.loc[rows, f"{figure}_unc_run"].to_numpy(float))
+            own = out.loc[rows, f"{figure}_unc_run"].to_numpy(float)
             out.loc[rows, f"{figure}_between_se"] = term
+            # No term for this figure and kind: the run's own ± stands (and says so
+            # through unc_scope's figure list); no ± of its own: none.
             out.loc[rows, f"{figure}_unc"] = np.where(
-                known, intervals.halfwidth(total, total_dof), np.nan)
+                np.isfinite(own) & np.isfinite(term), intervals.halfwidth(total, total_dof),
+                own)
         for key, column in PREDICTION.items():
             out.loc[rows, column] = found.get("prediction", {}).get(key, np.nan)
         out.loc[rows, "unc_scope"] = ACROSS_RUNS.format(runs=found.get("runs", "?"),

@@ -267,6 +267,9 @@ def held_streams(cells: pd.DataFrame) -> str:
     needed = nxt["requests_needed"]
     more = ("no number of requests at this share would resolve it" if pd.isna(needed)
             else f"about {int(needed)} requests would resolve it")
+    if not held:  # not "holds none": nothing is known to fail
+        return (f"is not resolvable at {_streams(nxt['conc'])} at this sample size "
+                f"({evidence(nxt)}; {more})")
     return (f"{said}; {_streams(nxt['conc'])} not resolvable at this sample size "
             f"({evidence(nxt)}; {more})")
 

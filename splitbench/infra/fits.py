@@ -11,10 +11,6 @@ import numpy as np
 
 from splitbench.infra import intervals
 
-# TRANSITIONAL: modules not yet moved to infra/intervals.py still read this; it goes
-# once none does.
-COVERAGE = 2.0
-
 
 def fit_through_origin(x: Sequence[float], y: Sequence[float],
                        sigma: Sequence[float] | None = None) -> dict[str, float]:

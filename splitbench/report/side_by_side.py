@@ -95,7 +95,7 @@ def pairs_table(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
     """The pairs side by side (analysis.pairs.compare): one row per pair and link of
     every model, context and concurrency that two or more pairs measured, with decode
     (tok/s and ms/token), prefill, TTFT, overlap and the cell's throughput over all
-    streams, each with its ± (COVERAGE standard errors, and where they come from), ❌
+    streams, each with its ± (a 95% interval, and where it comes from), ❌
     where the cell failed and ⚠ where it is flagged; then the link's measured
     throughput each way (± half the spread over repeats) and request-response p50s,
     ⚠ where the link is flagged. With one pair, or no cell that two pairs share, one

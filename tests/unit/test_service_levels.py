@@ -204,7 +204,7 @@ def test_a_level_not_resolvable_is_said_with_its_counts_and_what_would_resolve_i
     streams" against "holds 1"; neither is shown at 90%."""
     few = pd.DataFrame([cell(1, 10, requests=10), cell(2, 10, requests=10)])
     assert service_levels.held_streams(few) == (
-        "holds none; 1 stream not resolvable at this sample size (10 of 10 met, 95% "
+        "is not resolvable at 1 stream at this sample size (10 of 10 met, 95% "
         "interval 69–100%; about 36 requests would resolve it)")
     # Above a level that holds, two streams judged on their three releases.
     mixed = pd.DataFrame([cell(1, 40), cell(2, 5, requests=6, releases=3)])

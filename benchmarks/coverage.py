@@ -1,0 +1,316 @@
+"""Does each ± cover what it says? Runs one config K times on the lab (A/A runs: same
+code, same machine) and counts, per kind of figure, how often each run's ± holds the
+mean of the other runs' figures (leave-one-out), and the ratio of the spread across runs
+to the median ±.
+
+    .venv/bin/python benchmarks/coverage.py --runs 6            # measure 6 runs, then analyse
+    .venv/bin/python benchmarks/coverage.py --analyse           # the runs already under --work
+    .venv/bin/python benchmarks/coverage.py --analyse --calibrate   # and write the calibration
+
+Each run is the workflow in a scratch copy under --work (default /tmp/sb-coverage),
+`snakemake --cores 1 all`; a run whose report exists is kept. The analysis re-reads every
+run's request files with the code as it is now, so a change to how a ± is computed is
+measured again without measuring again.
+
+The run-to-run term a cell's ± carries (analysis/between_runs.py) comes from the same
+kind of runs: here it is calibrated leave-one-out too (from the runs other than the one
+checked), so that no run is checked against a term it helped to make. `--calibrate`
+writes the term from all the runs to config/between_runs.yaml.
+
+A ± of 95% holds the mean of the others a little less often than 95% even when it is
+exactly right (that mean has its own spread): about 93% at 6 runs. The spread is 1.96
+standard deviations of a figure across runs (each run's difference from the others'
+mean, rescaled by sqrt((K - 1) / K)); a ratio near 1 says the ± is as wide as the runs
+vary, below 0.7 too wide, above 1.4 too narrow.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from splitbench.analysis import (  # noqa: E402
+    between_runs,
+    cell_summary,
+    comparison,
+    percentiles,
+    service_levels,
+)
+from splitbench.infra import intervals  # noqa: E402
+
+SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
+CALIBRATION = ROOT / "config" / "between_runs.yaml"
+KEYS = ["pair", "link", "model", "ctx", "conc"]
+
+
+def workflow_copy(work: Path, config: Path) -> None:
+    """The workflow in `work` (its results never touch the checkout's), with `config`."""
+    work.mkdir(parents=True, exist_ok=True)
+    shutil.copy(ROOT / "Snakefile", work)
+    for folder in ("rules", "config", "profiles", "envs", "report"):
+        if (ROOT / folder).exists():
+            shutil.copytree(ROOT / folder, work / folder, dirs_exist_ok=True)
+    shutil.copy(config, work / "config" / "config.yaml")
+
+
+def measure(work: Path, runs: int, config: Path) -> None:
+    """Each run not yet complete, one after another."""
+    for k in range(runs):
+        run = work / f"run-{k}"
+        if (run / "results" / "report.html").exists():
+            print(f"run {k}: kept ({run})")
+            continue
+        workflow_copy(run, config)
+        start = time.monotonic()
+        done = subprocess.run([SNAKEMAKE, "--cores", "1", "all"], cwd=run,
+                              capture_output=True, text=True)
+        (run / "snakemake.log").write_text(done.stdout + done.stderr)
+        print(f"run {k}: snakemake exit {done.returncode} in "
+              f"{time.monotonic() - start:.0f} s ({run})", flush=True)
+
+
+# --- one run's figures --------------------------------------------------------------------
+def run_figures(run: Path) -> dict[str, pd.DataFrame]:
+    """One run's summary (re-made from its request files), percentiles, service
+    levels, sweeps and what the prediction needs."""
+    config = yaml.safe_load((run / "config" / "config.yaml").read_text())
+    res = run / "results"
+    requests = sorted(str(p) for p in (res / "cells").rglob("*.requests.parquet"))
+    summary = cell_summary.summarize(requests, config["contexts"])
+    anchors = sorted(str(p) for p in (res / "anchors").rglob("*.parquet"))
+    sweeps = sorted(str(p) for p in (res / "roundtrips").rglob("w*.parquet"))
+    links = cell_summary.read_links(sorted(str(p) for p in (res / "links").rglob("*.parquet")))
+    return {"summary": summary, "requests": requests, "anchors": anchors, "sweeps": sweeps,
+            "links": links, "config": config,
+            "percentiles": percentiles.table(requests),
+            "levels": service_levels.table(requests, config.get("slo"))}
+
+
+# --- the calibration ----------------------------------------------------------------------
+def calibrate(runs: list[dict]) -> dict:
+    """The run-to-run terms from several runs' figures: per figure and kind of cell, the
+    relative (overlap: absolute) standard deviation across runs less the part each
+    run's own standard error holds, pooled over cells; the prediction's sweep slope
+    variation and model error."""
+    figures: dict[str, dict[str, float]] = {}
+    cells = 0
+    for figure, (value, se, scale) in between_runs.FIGURES.items():
+        stacked = pd.concat([r["summary"].assign(run=i) for i, r in enumerate(runs)],
+                            ignore_index=True)
+        stacked = stacked[stacked["status"] == "ok"]
+        for kind in between_runs.KINDS:
+            mine = stacked[stacked["conc"].map(between_runs.kind_of) == kind]
+            terms = []
+            for _, cell in mine.groupby(KEYS):
+                x = pd.to_numeric(cell[value], errors="coerce").dropna()
+                s = pd.to_numeric(cell[se], errors="coerce").reindex(x.index)
+                if len(x) < 2 or s.isna().any():
+                    continue
+                excess = max(0.0, float(x.var(ddof=1) - np.mean(s ** 2)))
+                terms.append(excess if scale == "absolute" else excess / float(x.mean()) ** 2)
+            if terms:
+                figures.setdefault(figure, {})[kind] = round(float(np.sqrt(np.mean(terms))), 4)
+                cells = max(cells, len(terms))
+    return {"mode": "embedded", "runs": len(runs),
+            "measured": datetime.date.today().isoformat(),
+            "machine": f"{os.cpu_count()} cores, {platform.machine()}",
+            "dof": max(1, cells * (len(runs) - 1)), "figures": figures,
+            "prediction": _prediction_terms(runs)}
+
+
+def _prediction_terms(runs: list[dict]) -> dict[str, float]:
+    """The sweep slope's relative spread across runs (less its own ±'s part) and the
+    model's error: the root mean square over links of the mean measured paired cost
+    less the mean prediction."""
+    slopes = [t for r in runs for t in _trips(r)[["workers", "round_trips",
+                                                   "round_trips_se"]].itertuples()]
+    rel = []
+    for workers in {t.workers for t in slopes}:
+        x = np.array([t.round_trips for t in slopes if t.workers == workers])
+        s = np.array([t.round_trips_se for t in slopes if t.workers == workers], float)
+        if len(x) >= 3:
+            rel.append(max(0.0, float(x.var(ddof=1) - np.nanmean(s ** 2))) / x.mean() ** 2)
+    costs = pd.concat([_costs(r, {}) for r in runs], ignore_index=True)
+    bias = costs.groupby(["link", "ctx"])[["measured", "predicted"]].mean()
+    error = (bias["measured"] - bias["predicted"]).dropna()
+    return {"slope_rel_sd": round(float(np.sqrt(np.mean(rel))) if rel else 0.0, 4),
+            "model_error_ms": round(float(np.sqrt(np.mean(error ** 2))) if len(error)
+                                    else 0.0, 4)}
+
+
+def _trips(run: dict) -> pd.DataFrame:
+    return comparison.round_trips(run["sweeps"], run["summary"])
+
+
+def _costs(run: dict, calibration: dict) -> pd.DataFrame:
+    """Each paired link cost (measured, its ±) beside its prediction (its ±), with the
+    run-to-run terms of `calibration` in the prediction's ±."""
+    summary = between_runs.apply(run["summary"], {p: calibration for p in
+                                                  run["summary"]["pair"].unique()}
+                                 if calibration else {})
+    base = comparison.pick_baseline(summary, run["config"].get("baseline_link"))
+    drift = comparison.machine_drift(run["anchors"], summary, base)
+    comp = comparison.compare_links(summary, base, drift)
+    workers = {m: 1 for m in summary["model"].unique()}
+    guess = comparison.predicted_decode_delta(comp, run["links"], _trips(run), workers, drift)
+    paired = comp["paired_decode_delta_ms"].notna()
+    return pd.DataFrame({
+        "link": comp["link"], "ctx": comp["ctx"], "model": comp["model"],
+        "measured": comp["decode_delta_ms"], "measured_unc": comp["decode_delta_unc_ms"],
+        "predicted": guess["predicted_decode_delta_ms"],
+        "predicted_unc": guess["predicted_decode_delta_unc_ms"]})[paired.to_numpy()]
+
+
+# --- coverage -----------------------------------------------------------------------------
+def kinds(run: dict, calibration: dict) -> dict[str, pd.DataFrame]:
+    """Per kind of figure, one row per figure of this run: key, value, unc (and for a
+    share its interval's ends)."""
+    pairs = run["summary"]["pair"].unique()
+    summary = between_runs.apply(run["summary"], {p: calibration for p in pairs}
+                                 if calibration else {})
+    ok = summary[summary["status"] == "ok"]
+    key = ok[KEYS].astype(str).agg("/".join, axis=1)
+    single, many = ok["conc"] == 1, ok["conc"] > 1
+
+    def cell(value: str, unc: str, where: pd.Series) -> pd.DataFrame:
+        return pd.DataFrame({"key": key[where], "value": ok.loc[where, value],
+                             "unc": ok.loc[where, unc]})
+
+    out = {"cell decode (single)": cell("decode_ms_per_token", "decode_ms_unc", single),
+           "cell decode (concurrent)": cell("decode_ms_per_token", "decode_ms_unc", many),
+           "prefill": cell("prefill_tps", "prefill_tps_unc", single),
+           "TTFT": cell("ttft_ms", "ttft_ms_unc", single),
+           "throughput": cell("throughput_tps", "throughput_tps_unc", many),
+           "overlap": cell("overlap", "overlap_unc", many)}
+    paired = ok[ok["paired_decode_delta_ms"].notna()]
+    out["paired link cost"] = pd.DataFrame({
+        "key": key[paired.index], "value": paired["paired_decode_delta_ms"],
+        "unc": intervals.halfwidth(paired["paired_decode_delta_se"].to_numpy(float),
+                                   paired["paired_rounds"].to_numpy(float) - 1)})
+    dist = run["percentiles"]
+    itl = dist[(dist["metric"] == "inter_token_latency_ms") & ~dist["p99_too_few"]
+               .fillna(False).astype(bool)]
+    out["p99 gap"] = pd.DataFrame({
+        "key": itl[KEYS].astype(str).agg("/".join, axis=1), "value": itl["p99"],
+        "unc": intervals.halfwidth(itl["p99_se"].to_numpy(float), intervals.UNBOUNDED)})
+    levels = run["levels"]
+    if len(levels):
+        out["share"] = pd.DataFrame({
+            "key": levels[KEYS].astype(str).agg("/".join, axis=1), "value": levels["met_pct"],
+            "low": levels.get("met_low_pct"), "high": levels.get("met_high_pct")})
+    trips = _trips(run)
+    out["round trips"] = pd.DataFrame({
+        "key": trips["workers"].astype(str), "value": trips["round_trips"],
+        "unc": intervals.halfwidth(trips["round_trips_se"].to_numpy(float),
+                                   trips["round_trips_dof"].to_numpy(float))})
+    costs = _costs(run, calibration)
+    out["prediction"] = pd.DataFrame({
+        "key": costs["link"] + "/" + costs["ctx"], "value": costs["predicted"],
+        "unc": costs["predicted_unc"], "measured": costs["measured"]})
+    return out
+
+
+def coverage(runs: list[dict], calibrated: Callable[[int], dict]) -> pd.DataFrame:
+    """Per kind of figure: leave-one-out checks, how many the ± held, and the ratio of
+    the spread across runs to the median ±. `calibrated(i)`: the calibration run i
+    carries (from the other runs)."""
+    per_run = [kinds(run, calibrated(i)) for i, run in enumerate(runs)]
+    k = len(runs)
+    rows = []
+    for kind in per_run[0]:
+        frames = [pr[kind].assign(run=i) for i, pr in enumerate(per_run) if kind in pr]
+        table = pd.concat(frames, ignore_index=True).dropna(subset=["value"])
+        # A prediction is held against what the other runs measured, not predicted.
+        target_column = "measured" if kind == "prediction" else "value"
+        checks, held, ratios = 0, 0, []
+        for _, group in table.groupby("key"):
+            if group["run"].nunique() < 3:
+                continue
+            devs, uncs = [], []
+            for row in group.itertuples():
+                others = group[group["run"] != row.run][target_column]
+                target = float(others.mean())
+                dev = row.value - target
+                if kind == "share":
+                    ok = row.low <= target <= row.high
+                    unc = (row.high - row.low) / 2
+                else:
+                    unc = row.unc
+                    if not np.isfinite(unc):
+                        continue
+                    ok = abs(dev) <= unc
+                checks += 1
+                held += bool(ok)
+                devs.append(dev)
+                uncs.append(unc)
+            if len(devs) >= 3 and np.median(uncs) > 0:
+                sd = np.sqrt(np.mean(np.square(devs)) * (k - 1) / k)
+                ratios.append(intervals.t_factor(intervals.UNBOUNDED) * sd / np.median(uncs))
+        rows.append({"kind": kind, "checks": checks, "held": held,
+                     "coverage": held / checks if checks else np.nan,
+                     "spread / ±": float(np.median(ratios)) if ratios else np.nan,
+                     "figures": table["key"].nunique()})
+    return pd.DataFrame(rows)
+
+
+def markdown(table: pd.DataFrame) -> str:
+    """The table as Markdown (coverage as a percentage, ratios to two decimals)."""
+    lines = ["| " + " | ".join(table.columns) + " |",
+             "|" + "---|" * len(table.columns)]
+    for row in table.itertuples(index=False):
+        cells = [f"{v:.0%}" if name == "coverage" and np.isfinite(v) else
+                 f"{v:.2f}" if isinstance(v, float) else str(v)
+                 for name, v in zip(table.columns, row, strict=True)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=6)
+    parser.add_argument("--config", type=Path, default=ROOT / "config" / "config.yaml")
+    parser.add_argument("--work", type=Path, default=Path("/tmp/sb-coverage"))
+    parser.add_argument("--analyse", action="store_true",
+                        help="analyse the runs under --work without measuring")
+    parser.add_argument("--calibrate", action="store_true",
+                        help=f"write the run-to-run terms of all the runs to {CALIBRATION}")
+    args = parser.parse_args(argv)
+    if not args.analyse:
+        measure(args.work, args.runs, args.config)
+    dirs = sorted(p for p in args.work.glob("run-*")
+                  if (p / "results" / "summary" / "cells.parquet").exists())
+    if len(dirs) < 3:
+        print(f"{len(dirs)} complete run(s) under {args.work}: at least 3 are needed")
+        return 1
+    runs = [run_figures(p) for p in dirs]
+    table = coverage(runs, lambda i: calibrate([r for j, r in enumerate(runs) if j != i]))
+    print(f"\n{len(runs)} runs under {args.work}; each run's ± against the mean of the "
+          "others (its run-to-run term calibrated from the others):\n")
+    print(markdown(table))
+    if args.calibrate:
+        found = calibrate(runs)
+        CALIBRATION.write_text(
+            "# The embedded lab's run-to-run variation, from A/A runs of the embedded default\n"
+            "# (benchmarks/coverage.py --calibrate; analysis/between_runs.py reads it).\n"
+            + yaml.safe_dump(found, sort_keys=False))
+        print(f"\nwrote {CALIBRATION}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
