@@ -239,8 +239,12 @@ def _why(row: pd.Series) -> str:
     if verdict is True:
         text += f". The measured {ms_text(row['decode_delta_ms'])} agrees with that prediction"
     elif verdict is False:
+        uncalibrated = not np.isfinite(as_number(row.get("calibration_model_error_ms")))
         text += (f". ⚠ The measured {ms_text(row['decode_delta_ms'])} disagrees with the "
-                 f"prediction {pm_text(predicted, predicted_unc)} beyond their ±: "
+                 f"prediction {pm_text(predicted, predicted_unc)}"
+                 + (" (its ± this run's figures alone: no A/A runs calibrated the model's "
+                    "own error on this pair)" if uncalibrated else "")
+                 + " beyond their ±: "
                  + (f"host A's own time per token changed by {host_a[0]:+.0f} µs, which no "
                     "latency term holds: something on host A differs between the links, "
                     "not only the wire (docs/method.md, \"Host A's own time\")" if host_a
