@@ -103,34 +103,55 @@ def run_figures(run: Path) -> dict[str, pd.DataFrame]:
 
 # --- the calibration ----------------------------------------------------------------------
 def calibrate(runs: list[dict]) -> dict:
-    """The run-to-run terms from several runs' figures: per figure and kind of cell, the
-    relative (overlap: absolute) standard deviation across runs less the part each
-    run's own standard error holds, pooled over cells; the prediction's sweep slope
-    variation and model error."""
-    figures: dict[str, dict[str, float]] = {}
-    cells = 0
-    for figure, (value, se, scale) in between_runs.FIGURES.items():
-        stacked = pd.concat([r["summary"].assign(run=i) for i, r in enumerate(runs)],
-                            ignore_index=True)
-        stacked = stacked[stacked["status"] == "ok"]
-        for kind in between_runs.KINDS:
-            mine = stacked[stacked["conc"].map(between_runs.kind_of) == kind]
-            terms = []
-            for _, cell in mine.groupby(KEYS):
-                x = pd.to_numeric(cell[value], errors="coerce").dropna()
-                s = pd.to_numeric(cell[se], errors="coerce").reindex(x.index)
-                if len(x) < 2 or s.isna().any():
-                    continue
-                excess = max(0.0, float(x.var(ddof=1) - np.mean(s ** 2)))
-                terms.append(excess if scale == "absolute" else excess / float(x.mean()) ** 2)
-            if terms:
-                figures.setdefault(figure, {})[kind] = round(float(np.sqrt(np.mean(terms))), 4)
-                cells = max(cells, len(terms))
+    """The run-to-run terms from several runs' figures: per cell of the matrix and figure
+    (its p99s too), the standard deviation across runs less the part each run's own
+    standard error holds, relative to the figure (overlap: absolute); per figure and
+    kind of cell the same pooled over the cells (root mean square), for cells the runs
+    did not measure; the prediction's sweep slope variation and model error."""
+    stacked = pd.concat([r["summary"].assign(run=i) for i, r in enumerate(runs)],
+                        ignore_index=True)
+    stacked = stacked[stacked["status"] == "ok"]
+    cells: dict[str, dict[str, float]] = {}
+    pooled: dict[str, dict[str, list[float]]] = {}
+    for key, cell in stacked.groupby(KEYS):
+        name = "/".join(str(k) for k in key)
+        for figure, (value, se, scale) in between_runs.FIGURES.items():
+            term = _excess(cell[value], cell[se], scale == "absolute")
+            if term is not None:
+                cells.setdefault(name, {})[figure] = round(term, 5)
+                kind = between_runs.kind_of(key[-1])
+                for group in (kind, f"{kind}/{key[3]}"):  # every context, and its own
+                    pooled.setdefault(figure, {}).setdefault(group, []).append(term)
+    dist = pd.concat([r["percentiles"].assign(run=i) for i, r in enumerate(runs)],
+                     ignore_index=True)
+    dist = dist[~dist["p99_too_few"].fillna(False).astype(bool)]
+    for key, cell in dist.groupby([*KEYS, "metric"]):
+        term = _excess(cell["p99"], cell["p99_se"], False)
+        if term is not None:
+            cells.setdefault("/".join(str(k) for k in key[:-1]), {})[f"{key[-1]}_p99"] = \
+                round(term, 5)
+    figures = {figure: {kind: round(float(np.sqrt(np.mean(np.square(t)))), 5)
+                        for kind, t in kinds.items()} for figure, kinds in pooled.items()}
     return {"mode": "embedded", "runs": len(runs),
             "measured": datetime.date.today().isoformat(),
             "machine": f"{os.cpu_count()} cores, {platform.machine()}",
-            "dof": max(1, cells * (len(runs) - 1)), "figures": figures,
-            "prediction": _prediction_terms(runs)}
+            "cell_dof": len(runs) - 1,
+            "dof": max(1, max((len(t) for k in pooled.values() for t in k.values()),
+                              default=1) * (len(runs) - 1)),
+            "figures": figures, "cells": cells, "prediction": _prediction_terms(runs)}
+
+
+def _excess(values: pd.Series, ses: pd.Series, absolute: bool) -> float | None:
+    """One cell's run-to-run standard deviation beyond its runs' own standard errors:
+    relative to its mean, or absolute; None from fewer than two runs."""
+    x = pd.to_numeric(values, errors="coerce")
+    s = pd.to_numeric(ses, errors="coerce")
+    keep = x.notna() & s.notna()
+    x, s = x[keep].to_numpy(float), s[keep].to_numpy(float)
+    if len(x) < 2 or (not absolute and x.mean() == 0):
+        return None
+    excess = float(np.sqrt(max(0.0, x.var(ddof=1) - np.mean(s ** 2))))
+    return excess if absolute else excess / abs(float(x.mean()))
 
 
 def _prediction_terms(runs: list[dict]) -> dict[str, float]:
@@ -200,14 +221,14 @@ def kinds(run: dict, calibration: dict) -> dict[str, pd.DataFrame]:
     paired = ok[ok["paired_decode_delta_ms"].notna()]
     out["paired link cost"] = pd.DataFrame({
         "key": key[paired.index], "value": paired["paired_decode_delta_ms"],
-        "unc": intervals.halfwidth(paired["paired_decode_delta_se"].to_numpy(float),
-                                   paired["paired_rounds"].to_numpy(float) - 1)})
-    dist = run["percentiles"]
+        "unc": paired["paired_decode_unc"]})
+    dist = between_runs.apply_percentiles(run["percentiles"], {p: calibration for p in pairs}
+                                          if calibration else {})
     itl = dist[(dist["metric"] == "inter_token_latency_ms") & ~dist["p99_too_few"]
                .fillna(False).astype(bool)]
     out["p99 gap"] = pd.DataFrame({
         "key": itl[KEYS].astype(str).agg("/".join, axis=1), "value": itl["p99"],
-        "unc": intervals.halfwidth(itl["p99_se"].to_numpy(float), intervals.UNBOUNDED)})
+        "unc": itl["p99_unc"]})
     levels = run["levels"]
     if len(levels):
         out["share"] = pd.DataFrame({

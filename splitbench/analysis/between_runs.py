@@ -29,12 +29,16 @@ from splitbench.infra import intervals
 
 # figure: (its value column, its standard error column, relative (or absolute) term)
 FIGURES = {
-    "decode_ms": ("decode_ms_per_token", "decode_ms_se", "relative"),
+    # Absolute: the machine moves the hosts' compute, not a link's added delay.
+    "decode_ms": ("decode_ms_per_token", "decode_ms_se", "absolute"),
     "prefill_tps": ("prefill_tps", "prefill_tps_se", "relative"),
     "ttft_ms": ("ttft_ms", "ttft_ms_se", "relative"),
     "throughput_tps": ("throughput_tps", "throughput_tps_se", "relative"),
     # An overlap lies between 0 and 1: its term is absolute.
     "overlap": ("overlap", "overlap_se", "absolute"),
+    # A paired link cost: both sides share each round's moment, but not the run's (host
+    # A's own state differs from run to run): an absolute term, in ms/token.
+    "paired_decode": ("paired_decode_delta_ms", "paired_decode_delta_se", "absolute"),
 }
 KINDS = ("single", "concurrent")
 # The prediction's own error (comparison.predicted_decode_delta), on every row of a pair:
@@ -50,12 +54,19 @@ def kind_of(conc: Any) -> str:
     return "single" if conc == 1 else "concurrent"
 
 
+def cell_key(row: Any) -> str:
+    """A cell's name in the calibration's `cells`: pair/link/model/ctx/conc."""
+    return "/".join(str(row[k]) for k in ("pair", "link", "model", "ctx", "conc"))
+
+
 def apply(summary: pd.DataFrame, calibration: Mapping[str, Mapping[str, Any]]
           ) -> pd.DataFrame:
     """The summary with each figure's ± across runs (module docstring); `calibration`:
-    per pair, the calibration file's contents (`runs`, `measured`, `dof`, `figures`:
-    {figure: {kind: term}}), or nothing for a pair without one."""
-    out = summary.copy()
+    per pair, the calibration file's contents, or nothing for a pair without one:
+    `cells` ({cell: {figure: term}}, a term per cell of the matrix it was measured on,
+    at `cell_dof` degrees of freedom) and, for a cell it did not measure, `figures`
+    ({figure: {kind: term}}, pooled over its cells, at `dof`)."""
+    out = with_unc(summary)
     for figure in FIGURES:
         if f"{figure}_unc" in out:
             out[f"{figure}_unc_run"] = out[f"{figure}_unc"]
@@ -70,15 +81,16 @@ def apply(summary: pd.DataFrame, calibration: Mapping[str, Mapping[str, Any]]
         for figure, (value, se, scale) in FIGURES.items():
             if f"{figure}_unc" not in out:
                 continue
-            term = _term(out.loc[rows], found, figure, value, scale)
-            dof = _dof(out.loc[rows], figure)
+            values = pd.to_numeric(out.loc[rows, value], errors="coerce").to_numpy(float)
+            term, term_dof = terms(out.loc[rows], found, figure, values,
+                                   scale == "absolute")
             total, total_dof = intervals.combined(
-                [out.loc[rows, se].to_numpy(float), term],
-                [dof, np.full(len(term), float(found.get("dof", intervals.UNBOUNDED)))])
+                [out.loc[rows, se].to_numpy(float), term], [_dof(out.loc[rows], figure),
+                                                            term_dof])
             own = out.loc[rows, f"{figure}_unc_run"].to_numpy(float)
             out.loc[rows, f"{figure}_between_se"] = term
-            # No term for this figure and kind: the run's own ± stands (and says so
-            # through unc_scope's figure list); no ± of its own: none.
+            # No term for this figure and cell: the run's own ± stands; no ± of its
+            # own: none.
             out.loc[rows, f"{figure}_unc"] = np.where(
                 np.isfinite(own) & np.isfinite(term), intervals.halfwidth(total, total_dof),
                 own)
@@ -87,6 +99,60 @@ def apply(summary: pd.DataFrame, calibration: Mapping[str, Mapping[str, Any]]
         out.loc[rows, "unc_scope"] = ACROSS_RUNS.format(runs=found.get("runs", "?"),
                                                         when=found.get("measured", "?"))
     return out
+
+
+def apply_percentiles(dist: pd.DataFrame, calibration: Mapping[str, Mapping[str, Any]]
+                      ) -> pd.DataFrame:
+    """The percentiles table (analysis.percentiles) with each p99's ± (`p99_unc`): its
+    bootstrap's at the normal quantile, with the run-to-run term of the cell's p99 of
+    that metric where its pair has one (`cells`' `<metric>_p99`, relative)."""
+    out = dist.copy()
+    se = pd.to_numeric(out.get("p99_se", pd.Series(np.nan, index=out.index)),
+                       errors="coerce").to_numpy(float)
+    out["p99_unc"] = intervals.halfwidth(se, intervals.UNBOUNDED)
+    for pair, found in (calibration or {}).items():
+        rows = (out["pair"] == pair).to_numpy() if "pair" in out else np.zeros(len(out), bool)
+        if not found or not rows.any():
+            continue
+        cells = found.get("cells", {})
+        part = out.loc[rows]
+        rel = np.array([cells.get(cell_key(r), {}).get(f"{r['metric']}_p99", np.nan)
+                        for _, r in part.iterrows()], dtype=float)
+        term = rel * np.abs(pd.to_numeric(part["p99"], errors="coerce").to_numpy(float))
+        total, dof = intervals.combined(
+            [se[rows], term], [np.full(rows.sum(), intervals.UNBOUNDED),
+                               np.full(rows.sum(), float(found.get("cell_dof", 1)))])
+        out.loc[rows, "p99_unc"] = np.where(np.isfinite(term) & np.isfinite(se[rows]),
+                                            intervals.halfwidth(total, dof),
+                                            out.loc[rows, "p99_unc"])
+    return out
+
+
+def terms(rows: pd.DataFrame, found: Mapping[str, Any], figure: str, values: np.ndarray,
+          absolute: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's run-to-run standard error of `figure` and its degrees of freedom: the
+    cell's own term where the calibration measured that cell, else its kind's pooled
+    term (NaN where neither). A relative term is scaled by the row's value."""
+    cells, pooled = found.get("cells", {}), found.get("figures", {}).get(figure, {})
+    rel, dof = [], []
+    for _, row in rows.iterrows():
+        own = cells.get(cell_key(row), {}).get(figure)
+        # Its kind's term at its context where measured there, else over every context.
+        kind = pooled.get(f"{kind_of(row['conc'])}/{row['ctx']}",
+                          pooled.get(kind_of(row["conc"])))
+        if own is not None and kind is not None:
+            # A cell's own term rests on a few runs: shrunk halfway to its kind's, whose
+            # many cells hold it steadier (a term from five runs can read half its size).
+            rel.append(float(np.sqrt((own ** 2 + kind ** 2) / 2)))
+            dof.append(2.0 * float(found.get("cell_dof", 1)))
+        elif own is not None:
+            rel.append(own)
+            dof.append(float(found.get("cell_dof", 1)))
+        else:
+            rel.append(np.nan if kind is None else kind)
+            dof.append(float(found.get("dof", intervals.UNBOUNDED)))
+    rel_array = np.asarray(rel, dtype=float)
+    return (rel_array if absolute else rel_array * np.abs(values)), np.asarray(dof)
 
 
 def with_unc(cells: pd.DataFrame) -> pd.DataFrame:
@@ -101,20 +167,11 @@ def with_unc(cells: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _term(rows: pd.DataFrame, found: Mapping[str, Any], figure: str, value: str,
-          scale: str) -> np.ndarray:
-    """Each row's run-to-run standard error of `figure` (NaN where not calibrated)."""
-    terms = found.get("figures", {}).get(figure, {})
-    per_row = np.array([terms.get(kind_of(c), np.nan) for c in rows["conc"]], dtype=float)
-    if scale == "absolute":
-        return per_row
-    return per_row * np.abs(pd.to_numeric(rows[value], errors="coerce").to_numpy(float))
-
-
 def _dof(rows: pd.DataFrame, figure: str) -> np.ndarray:
     """The degrees of freedom of the run's own term: its samples (requests of a single
     stream, releases of a concurrent cell) less one."""
-    column = "releases" if figure in ("throughput_tps", "overlap") else "samples"
+    column = {"throughput_tps": "releases", "overlap": "releases",
+              "paired_decode": "paired_rounds"}.get(figure, "samples")
     n = pd.to_numeric(rows.get(column, pd.Series(np.nan, index=rows.index)),
                       errors="coerce").to_numpy(float)
     return np.where(n >= 2, n - 1, intervals.UNBOUNDED)

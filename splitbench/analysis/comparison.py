@@ -373,7 +373,7 @@ def compare_links(summary: pd.DataFrame, baseline_link: str | None = None,
     paired = PAIRED_COLUMNS
     columns = ["status", "prefill_tps", "prefill_tps_se", "decode_ms_per_token",
                "decode_ms_se", "decode_tps", "ttft_ms", "uncertainty_from", "flags", "samples",
-               "calibration_slope_rel_sd", "calibration_model_error_ms",
+               "calibration_slope_rel_sd", "calibration_model_error_ms", "paired_decode_unc",
                "rpc_bytes_per_token_a_to_b", "rpc_bytes_per_token_b_to_a", *paired]
     one = one.reindex(columns=COMPARE_KEYS + ["link"] + columns)
     numeric = [c for c in columns if c not in ("status", "uncertainty_from", "flags")]
@@ -449,8 +449,11 @@ def _paired(comp: pd.DataFrame) -> None:
         return
     comp.loc[has, "decode_delta_ms"] = comp.loc[has, "paired_decode_delta_ms"]
     dof = comp.loc[has, "paired_rounds"].to_numpy(float) - 1
-    comp.loc[has, "decode_delta_unc_ms"] = intervals.halfwidth(
-        comp.loc[has, "paired_decode_delta_se"].to_numpy(float), dof)
+    own = intervals.halfwidth(comp.loc[has, "paired_decode_delta_se"].to_numpy(float), dof)
+    # With the run-to-run term where the pair has one (between_runs), else the rounds'.
+    calibrated = pd.to_numeric(comp.loc[has, "paired_decode_unc"], errors="coerce") \
+        .to_numpy(float) if "paired_decode_unc" in comp else np.full(has.sum(), np.nan)
+    comp.loc[has, "decode_delta_unc_ms"] = np.where(np.isfinite(calibrated), calibrated, own)
     comp.loc[has, "prefill_change_pct"] = comp.loc[has, "paired_prefill_change_pct"]
     comp.loc[has, "prefill_change_unc_pct"] = intervals.halfwidth(
         comp.loc[has, "paired_prefill_change_se"].to_numpy(float), dof)

@@ -182,7 +182,7 @@ def aggregate(request_files: list[str], link_files: list[str], contexts: dict[st
         else:
             below = note if marks else ""
         write_table(frame, Path(tables_dir) / stem, title, below)
-    dist = per_cell["percentiles"]
+    dist = between_runs_term.apply_percentiles(per_cell["percentiles"], between_runs or {})
     parquet_io.write(dist, str(Path(summary_out).with_name("percentiles.parquet")),
                      {"tail_min_samples": percentiles.TAIL_MIN_SAMPLES,
                       "bootstrap_draws": percentiles.BOOTSTRAP_DRAWS})

@@ -67,9 +67,12 @@ def stat_text(figures: pd.Series | dict, stat: str, places: int) -> str:
         return text
     if figures["p99_too_few"]:
         return f"{text} (n={int(figures['count'])}: too few)"
-    se = figures["p99_se"]
-    return text + (f" ±{halfwidth(se, UNBOUNDED):.{places}f}"
-                   if se is not None and np.isfinite(se) else "")
+    # The run-to-run term's ± where the aggregate gave one (between_runs).
+    unc = figures.get("p99_unc")
+    if unc is None or not np.isfinite(unc):
+        se = figures["p99_se"]
+        unc = halfwidth(se, UNBOUNDED) if se is not None and np.isfinite(se) else np.nan
+    return text + (f" ±{unc:.{places}f}" if np.isfinite(unc) else "")
 
 
 def service_levels_title(slo: dict) -> str:
