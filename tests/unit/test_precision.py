@@ -221,6 +221,11 @@ def test_each_kind_of_cell_carries_only_its_own_targets_and_the_anchor_none():
     paired = plan.cell_slice(config, plan.Cell("lab", "5gbe", "synth", "short", 1))
     many = plan.cell_slice(config, plan.Cell("lab", "5gbe", "synth", "short", 4))
     assert set(single["precision"]) == {"decode_rel", "prefill_rel"}
+    # The default sets no paired target (its cells run their rounds): none in the slice.
+    assert "precision" not in paired
+    targeted = plan.read_yaml(CONFIG)
+    targeted["cell"]["precision"]["paired_decode_ms"] = 0.03
+    paired = plan.cell_slice(parsed(targeted), plan.Cell("lab", "5gbe", "synth", "short", 1))
     assert set(paired["precision"]) == {"paired_decode_ms"}
     assert set(many["precision"]) == {"decode_rel", "throughput_rel"}
     assert "precision" not in plan.anchor_slice(config, "lab", "synth")
@@ -312,8 +317,13 @@ def test_the_estimate_looks_where_the_cell_would_past_its_floor_and_never_at_anc
     assert plan.paired_for(config, paired)
     sure = estimate.Speed(30000.0, 1000.0, {1: {"paired_decode_ms": 0.001}})
     one = config.contexts["short"] / 30000.0 + config.cell.n_predict / 1000.0
+    # The default sets no paired target: all its 20 rounds.
     assert estimate.cell_seconds(config, paired, sure, launch_s=0) == pytest.approx(
-        estimate.JOB_OVERHEAD_S + precision.FIRST_LOOK_PAIRED * 2 * one)
+        estimate.JOB_OVERHEAD_S + 20 * 2 * one)
+    targeted = plan.read_yaml(CONFIG)
+    targeted["cell"]["precision"]["paired_decode_ms"] = 0.03
+    assert estimate.cell_seconds(parsed(targeted), paired, sure, launch_s=0) == \
+        pytest.approx(estimate.JOB_OVERHEAD_S + precision.FIRST_LOOK_PAIRED * 2 * one)
 
 
 def test_why_a_cell_stopped_is_a_failure_wherever_one_cut_it_short():
