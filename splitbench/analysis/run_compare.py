@@ -29,7 +29,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from splitbench import results
 from splitbench.analysis import checks, comparison
@@ -96,7 +95,7 @@ def p_value(change: Any, se: Any, dof: Any) -> np.ndarray:
     change, se, dof = (np.asarray(x, dtype=float) for x in (change, se, dof))
     with np.errstate(divide="ignore", invalid="ignore"):
         t = np.abs(change) / se
-    return np.asarray(2 * stats.t.sf(t, dof), dtype=float)
+    return np.asarray(2 * intervals.t_sf(t, dof), dtype=float)
 
 
 def holm(p_values: Any, alpha: float = FAMILY_ALPHA) -> np.ndarray:

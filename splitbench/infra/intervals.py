@@ -11,6 +11,11 @@ interval, from scipy.stats at the figure's own sample size.
 A standard error is never printed on its own; a column named `*_se` holds one, `*_unc`
 the ± of the same figure. Thresholds that are not a ± (a prediction "disagrees", a cost
 "grows", a tail "widens") are stated apart, in docs/method.md.
+
+The quantiles are scipy.stats' own (its t, chi2 and binomtest compute them with these
+scipy.special functions; tests/unit/test_intervals.py holds each equal to scipy.stats),
+imported where first needed: importing scipy.stats takes 0.7 s, paid by each of a run's
+fifty-odd `python -m splitbench` processes, most of which print no ±.
 """
 
 from __future__ import annotations
@@ -19,7 +24,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 LEVEL = 0.95  # every ± is the half-width of an interval at this confidence
 MEDIAN_SE = 1.2533  # standard error of a median of n normal samples: this x sd / sqrt(n)
@@ -32,8 +36,11 @@ UNBOUNDED = np.inf
 def t_factor(dof: Any) -> Any:
     """How many standard errors a ± is at `dof` degrees of freedom (12.71 at 1, 2.26 at
     9, 1.96 unbounded); NaN below 1. Scalars give a float, arrays an array."""
+    from scipy import special
+
     d = np.asarray(dof, dtype=float)
-    out = np.where(d >= 1, stats.t.ppf(0.5 + LEVEL / 2, np.where(d >= 1, d, 1.0)), np.nan)
+    out = np.where(d >= 1, special.stdtrit(np.where(d >= 1, d, 1.0), 0.5 + LEVEL / 2),
+                   np.nan)
     return float(out) if out.ndim == 0 else out
 
 
@@ -92,19 +99,32 @@ def sd_upper(sd: float, n: int, confidence: float = LEVEL) -> float:
     """A one-sided upper confidence bound of a standard deviation `sd` from `n` samples
     (chi-square): the spread the samples may really have, not the one they happened to
     show. NaN from fewer than two."""
+    from scipy import special
+
     if n < 2 or not np.isfinite(sd):
         return np.nan
-    return float(sd * np.sqrt((n - 1) / stats.chi2.ppf(1 - confidence, n - 1)))
+    # chdtri(k, q): the chi-square quantile whose upper tail is q.
+    return float(sd * np.sqrt((n - 1) / special.chdtri(n - 1, confidence)))
 
 
 def share_interval(met: int, total: int) -> tuple[float, float]:
     """The exact (Clopper-Pearson) 95% interval of a share, as fractions: `met` of
     `total` (NaN, NaN with no total)."""
+    from scipy import special
+
     if total <= 0:
         return np.nan, np.nan
-    ci = stats.binomtest(int(met), int(total)).proportion_ci(confidence_level=LEVEL,
-                                                             method="exact")
-    return float(ci.low), float(ci.high)
+    k, n, tail = int(met), int(total), (1 - LEVEL) / 2
+    low = 0.0 if k == 0 else float(special.betaincinv(k, n - k + 1, tail))
+    high = 1.0 if k == n else float(special.betaincinv(k + 1, n - k, 1 - tail))
+    return low, high
+
+
+def t_sf(t: Any, dof: Any) -> Any:
+    """The upper tail of Student's t at `t` (for a p-value: 2 x t_sf(|t|, dof))."""
+    from scipy import special
+
+    return special.stdtr(dof, -np.asarray(t, dtype=float))
 
 
 def requests_to_show(share: float) -> int:

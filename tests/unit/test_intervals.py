@@ -70,3 +70,30 @@ def test_requests_to_show_a_share():
     assert low >= 0.9
     low, _ = intervals.share_interval(35, 35)
     assert low < 0.9
+
+
+def test_every_quantile_is_scipy_stats_own():
+    """intervals.py calls the scipy.special functions behind scipy.stats (lighter to
+    import): each equal to scipy.stats' answer."""
+    from scipy import stats
+
+    for dof in (1, 2, 4, 9, 19, 80, np.inf):
+        assert intervals.t_factor(dof) == pytest.approx(stats.t.ppf(0.975, dof), rel=1e-12)
+    for n in (2, 6, 10, 40):
+        assert intervals.sd_upper(1.0, n) == pytest.approx(
+            np.sqrt((n - 1) / stats.chi2.ppf(0.05, n - 1)), rel=1e-12)
+    for met, total in ((0, 6), (3, 6), (5, 6), (6, 6), (17, 20), (36, 36)):
+        ci = stats.binomtest(met, total).proportion_ci(0.95, method="exact")
+        assert intervals.share_interval(met, total) == pytest.approx((ci.low, ci.high),
+                                                                     abs=1e-12)
+    assert 2 * intervals.t_sf(2.0, 9) == pytest.approx(2 * stats.t.sf(2.0, 9), rel=1e-12)
+
+
+def test_importing_the_rule_does_not_import_scipy_stats():
+    import subprocess
+    import sys
+
+    code = ("import sys, splitbench.infra.intervals, splitbench.infra.precision; "
+            "print('scipy.stats' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.strip() == "False", out.stderr
