@@ -32,6 +32,7 @@ def launch(link, gguf, tools, threads: int):
 
 
 @needs_root()
+@pytest.mark.slow  # two real launches, 5 s: the fast tier must stay under 2 minutes
 @pytest.mark.timeout(300)
 def test_a_second_launch_sends_only_what_b_does_not_keep(state_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache-home"))

@@ -9,6 +9,7 @@ from statistics import NormalDist
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from splitbench import results
 from splitbench.analysis import percentiles, tail_shift
@@ -268,6 +269,9 @@ def quiet_run(rng: np.random.Generator, stretch: float = 1.0, stalls: float = 0.
     return out
 
 
+# Slow: 600 simulated splits (4 s on 2 cores), a property of the rule, not of a module
+# another test does not drive already; the fast tier must stay under 2 minutes.
+@pytest.mark.slow
 def test_two_halves_of_one_machine_call_a_widening_no_more_often_than_allowed():
     """A/A: 300 splits of 20 requests against 20 from the same machine (300 samples,
     each held against the one before it: every split is A against A). The one-sided

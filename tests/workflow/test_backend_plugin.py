@@ -64,6 +64,7 @@ def test_the_backend_is_one_folder_that_the_package_never_names():
     assert named.stdout == "", named.stdout
 
 
+@pytest.mark.slow  # snakemake and the CLI, 7 s: the fast tier must stay under 2 minutes
 def test_an_unregistered_backend_is_refused_by_its_key_before_anything_starts(tmp_path):
     work = workflow_copy(tmp_path, config())
     refused = run(work, "all", registered=False)
