@@ -157,6 +157,7 @@ def _loops(n: int, seconds: float) -> list[subprocess.Popen]:
             for _ in range(n)]
 
 
+@pytest.mark.slow  # three busy loops for 3 s: the fast tier must stay under 2 minutes
 def test_own_cpu_pressure_is_the_measurements_alone(tmp_path, monkeypatch):
     """Three busy loops on this machine's cores, once as the measurement's own (in its
     cgroup) and once as another program's: the machine's pressure is high both times,

@@ -40,6 +40,9 @@ def test_dry_run_plans_every_stage(tmp_path):
     assert counts["roundtrips_table"] == "1"
 
 
+# Slow: four snakemake starts, 7 s on 2 cores (the fast tier must stay under 2 minutes;
+# the same checks run in the fast tier without Snakemake: tests/unit/test_configuration.py).
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("mutate", "message"),
     [
