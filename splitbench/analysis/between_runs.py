@@ -7,9 +7,11 @@ machine: a single-stream decode figure moved across six runs of the same config 
 times its own standard error), so a figure read as "what this cell costs" needs that
 term too. It is measured by the project itself: A/A runs of one config
 (`benchmarks/coverage.py --calibrate`), each figure's spread across the runs less its
-within-run part, kept as a relative standard deviation per figure and kind of cell in
-`config/between_runs.yaml` (the embedded lab's), and given to the pairs it was measured
-on (plan.between_runs).
+within-run part, kept in `config/between_runs.yaml` (the embedded lab's) per cell of the
+matrix it measured and, pooled, per figure and kind of cell (at each context and over
+all), and given to the kind of pair it was measured on (plan.between_runs). A cell it
+measured takes its own term shrunk halfway to its kind's (`terms`: a term from five
+runs can read half its size); another cell its kind's.
 
 Each figure then carries three columns: `*_unc` (the ± shown: 95%, this run's spread and
 the run-to-run term combined, at their Welch-Satterthwaite degrees of freedom),
