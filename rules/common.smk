@@ -88,6 +88,7 @@ onstart:
     reaper.start_reaper(os.getpid(), locks=snakemake_internals.own_locks(workflow))
     # Measurements from before the archive existed are kept too, before any re-run.
     archive.keep_existing("results")
+    JOBS.record_order()
     if STARTUP_HOLD is not None:
         turns.let_go(STARTUP_HOLD)
 

@@ -9,6 +9,8 @@ defaults the code applies.
 
 from __future__ import annotations
 
+import json
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypedDict
@@ -176,14 +178,15 @@ def link_check_settings(config: Config) -> LinkCheckSettings:
             **given, **_wakeup(config)}
 
 
-def cells(config: Config) -> list[Cell]:
+def cells(config: Config, rotation: int = 0) -> list[Cell]:
     """Every cell, in the order they should run: one (pair, link, model) block at a time,
     a model's blocks one after another (so its drift anchors bracket them), the baseline
     link's block first wherever the config lists it: the start anchor runs on the
-    baseline's launch, which its block's cells then use as it is."""
+    baseline's launch, which its block's cells then use as it is. The other links follow
+    in config order turned by `rotation` (link_order)."""
     out = []
     for pair, spec in config.pairs.items():
-        links = sorted(spec.links, key=lambda link: link != config.baseline_link)
+        links = link_order(config, list(spec.links), rotation)
         for model in config.models:
             for link in links:
                 for ctx in config.contexts:
@@ -203,12 +206,57 @@ def matching_cells(config: Config, match: str) -> list[Cell]:
             if all(str(getattr(c, key)) == value for key, value in wanted.items())]
 
 
-def blocks(config: Config) -> list[tuple[str, str, str]]:
+def blocks(config: Config, rotation: int = 0) -> list[tuple[str, str, str]]:
     """The (pair, link, model) blocks, each served by one server launch, in run order."""
     seen: dict[tuple[str, str, str], None] = {}
-    for c in cells(config):
+    for c in cells(config, rotation):
         seen[(c.pair, c.link, c.model)] = None
     return list(seen)
+
+
+def link_order(config: Config, links: list[str], rotation: int = 0) -> list[str]:
+    """A pair's links in run order: the baseline first (where the pair has it), the others
+    in config order turned left by `rotation`. Each run turns them by a rotation of its
+    own (chosen_rotation), so that no link is always measured last, after the machine
+    has warmed for longest: an unpaired comparison's time order differs between runs
+    and its run-to-run term measures that too."""
+    first = [link for link in links if link == config.baseline_link]
+    others = [link for link in links if link != config.baseline_link]
+    if others:
+        turn = rotation % len(others)
+        others = others[turn:] + others[:turn]
+    return first + others
+
+
+def chosen_rotation(order_file: str | Path) -> int:
+    """This run's rotation of the link order: the one `order_file` records (a run that
+    resumes keeps its order), else a new random one (record_order writes it when the
+    run starts)."""
+    path = Path(order_file)
+    if path.exists():
+        try:
+            return int(json.loads(path.read_text())["rotation"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ConfigError(str(path), f"unreadable block order ({exc}): delete the "
+                              "file and the run chooses a new one") from exc
+    return secrets.randbelow(ROTATIONS)
+
+
+def record_order(order_file: str | Path, rotation: int,
+                 order: list[tuple[str, str, str]]) -> None:
+    """The run's block order and its rotation, written once: the run that resumes reads
+    its rotation back (chosen_rotation), the report's reader sees which link went when."""
+    path = Path(order_file)
+    if path.exists():
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"rotation": rotation,
+                                "blocks": ["/".join(block) for block in order]}, indent=1))
+
+
+# A rotation is taken modulo each pair's count of non-baseline links: any count up to 12
+# gets each of its turns about equally often.
+ROTATIONS = 27720
 
 
 # Priorities one block apart: room for a model's start anchor (+2) and baseline launch

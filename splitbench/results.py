@@ -60,6 +60,8 @@ SERVICE_LEVELS = f"{ROOT}/summary/service_levels.parquet"
 # Each measured link beside its prediction (the what-if chart's points).
 WHATIF_POINTS = f"{ROOT}/summary/whatif.points.parquet"
 CHECKS = f"{ROOT}/checks.txt"
+# The run's block order (plan.record_order): which link's block ran when.
+BLOCK_ORDER = f"{ROOT}/block_order.json"
 # The doctor's lines as the last run that started jobs printed them first.
 DOCTOR = f"{ROOT}/doctor.txt"
 LOGS = f"{ROOT}/logs"

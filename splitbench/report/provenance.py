@@ -182,6 +182,7 @@ def provenance_section(summary_path: str, summary: pd.DataFrame, links: pd.DataF
         "links measured until": _iso(measured.max()) if len(measured) else None,
         **_cell_dates(requests),
         "token times from": _arrival_clocks(requests),
+        "links in run order": _link_order(results.BLOCK_ORDER),
     }
     launches = _launch_files(summary, cells_dir)
     launch_rows, launch_commands = _launch_rows(launches)
@@ -202,6 +203,22 @@ def provenance_section(summary_path: str, summary: pd.DataFrame, links: pd.DataF
         '<p class="muted">Schema metadata key <code>splitbench</code> of each file; long '
         "values are cut here, the files keep them whole.</p>", *details, "</section>",
     ])
+
+
+def _link_order(order_file: str | Path) -> str | None:
+    """Each pair's links in the order their blocks ran (plan.record_order), from the
+    first model's blocks: the order turns between runs."""
+    path = Path(order_file)
+    if not path.exists():
+        return None
+    recorded = json.loads(path.read_text())
+    runs: dict[str, list[str]] = {}
+    for block in recorded.get("blocks", []):
+        pair, link, _model = block.split("/", 2)
+        if link not in runs.setdefault(pair, []):
+            runs[pair].append(link)
+    return "; ".join(f"{pair}: {' → '.join(links)}" for pair, links in runs.items()) \
+        + f" (rotation {recorded.get('rotation')})"
 
 
 def _overview(summary: pd.DataFrame) -> dict[str, str]:

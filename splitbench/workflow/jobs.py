@@ -47,12 +47,18 @@ class Jobs:
                  reruns: str = "config/reruns.yaml") -> None:
         self.config = config
         self.execution = execution
-        self.cells = plan.cells(config)
-        self.blocks = plan.blocks(config)
+        # The links' order turns between runs; a run that resumes keeps its own.
+        self.rotation = plan.chosen_rotation(results.BLOCK_ORDER)
+        self.cells = plan.cells(config, self.rotation)
+        self.blocks = plan.blocks(config, self.rotation)
         # Link checks, toolchains and models run before any block.
         self.setup_priority = plan.setup_priority(self.blocks)
         # Epochs of cells flagged for re-measurement (splitbench drift --apply).
         self.epochs = plan.epochs(reruns)
+
+    def record_order(self) -> None:
+        """Written when the run starts (not by a dry run): the rotation it chose."""
+        plan.record_order(results.BLOCK_ORDER, self.rotation, self.blocks)
 
     # --- targets ----------------------------------------------------------------------
     def link_results(self) -> list[str]:

@@ -163,3 +163,32 @@ def test_the_baseline_links_block_runs_first_wherever_the_config_lists_it():
     assert plan.anchor_priority(parsed(config), "north", "synth", "start", order) > \
         plan.block_priority(parsed(config), "north", "baseline", "synth", order) > \
         plan.block_priority(parsed(config), "north", "5gbe", "synth", order)
+
+
+def test_each_rotation_turns_the_links_after_the_baseline(config):
+    """Unpaired comparisons are time-ordered: each run turns its links by its own
+    rotation, the baseline's block always first (the start anchor runs on its launch)."""
+    def links(rotation):
+        return [link for _, link, _ in plan.blocks(parsed(config), rotation)]
+    assert list(config["pairs"]["lab"]["links"]) == ["baseline", "5gbe", "usb4", "usb10g"]
+    assert links(0) == ["baseline", "5gbe", "usb4", "usb10g"]
+    assert links(1) == ["baseline", "usb4", "usb10g", "5gbe"]
+    assert links(2) == ["baseline", "usb10g", "5gbe", "usb4"]
+    assert links(3) == links(0)
+    lasts = {links(r)[-1] for r in range(plan.ROTATIONS // 9240)}
+    assert lasts == {"5gbe", "usb10g", "usb4"}  # each link is measured last in some run
+
+
+def test_a_run_keeps_the_rotation_it_recorded_and_names_an_unreadable_file(tmp_path,
+                                                                           config):
+    order_file = tmp_path / "results" / "block_order.json"
+    rotation = plan.chosen_rotation(order_file)
+    assert 0 <= rotation < plan.ROTATIONS
+    blocks = plan.blocks(parsed(config), rotation)
+    plan.record_order(order_file, rotation, blocks)
+    assert plan.chosen_rotation(order_file) == rotation  # the run that resumes
+    plan.record_order(order_file, rotation + 1, blocks)  # written once
+    assert plan.chosen_rotation(order_file) == rotation
+    order_file.write_text("{}")
+    with pytest.raises(configuration.ConfigError, match="block_order.json"):
+        plan.chosen_rotation(order_file)

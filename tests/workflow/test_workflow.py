@@ -218,6 +218,13 @@ def test_end_to_end_on_the_embedded_lab(finished):
         cells_of_model = pd.concat(pd.read_parquet(p) for p in cells if f"/{model}/" in str(p))
         assert start["t_send_ns"].max() < cells_of_model["t_send_ns"].min()
         assert end["t_send_ns"].min() > cells_of_model["t_last_ns"].max()
+    # The blocks ran in the order the run recorded (its links turn between runs).
+    recorded = json.loads((work / "results/block_order.json").read_text())
+    starts = {block: min(pd.read_parquet(p)["t_send_ns"].min() for p in cells
+                         if f"/t/{block.split('/', 1)[1]}/" in str(p))
+              for block in recorded["blocks"]}
+    assert list(starts) == sorted(starts, key=starts.get), starts
+    assert "links in run order" in (work / "results/report.html").read_text()
     assert (work / "results/drift/report.parquet").exists()
     # The 1 ms-per-direction link costs at least one 2 ms round trip per token, measured
     # sequentially and paired round by round with the plain link.
