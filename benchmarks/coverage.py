@@ -141,6 +141,48 @@ def calibrate(runs: list[dict]) -> dict:
             "figures": figures, "cells": cells, "prediction": _prediction_terms(runs)}
 
 
+def pooled(earlier: dict, later: dict) -> dict:
+    """Two calibrations of the same kind of pair as one: each term's variance averaged
+    over the batches, weighted by its degrees of freedom (a term one batch lacks is the
+    other's). A batch is a set of runs measured together: the machine's pace varies
+    between batches too (three runs on another afternoon spread their prefill 1.6 times
+    the first batch's term), and a term from one batch is that batch's."""
+    def mean_square(a: float | None, wa: float, b: float | None, wb: float) -> float:
+        if a is None or b is None:
+            return float(b if a is None else a)
+        return round(float(np.sqrt((wa * a ** 2 + wb * b ** 2) / (wa + wb))), 5)
+
+    ca, cb = earlier["cell_dof"], later["cell_dof"]
+    cells = {name: {figure: mean_square(earlier["cells"].get(name, {}).get(figure), ca,
+                                        later["cells"].get(name, {}).get(figure), cb)
+                    for figure in {**earlier["cells"].get(name, {}),
+                                   **later["cells"].get(name, {})}}
+             for name in {**earlier["cells"], **later["cells"]}}
+    da, db = earlier["dof"], later["dof"]
+    figures = {figure: {kind: mean_square(earlier["figures"].get(figure, {}).get(kind), da,
+                                          later["figures"].get(figure, {}).get(kind), db)
+                        for kind in {**earlier["figures"].get(figure, {}),
+                                     **later["figures"].get(figure, {})}}
+               for figure in {**earlier["figures"], **later["figures"]}}
+    prediction = {name: mean_square(earlier["prediction"].get(name), ca,
+                                    later["prediction"].get(name), cb)
+                  for name in {**earlier["prediction"], **later["prediction"]}}
+    batches = [*earlier.get("batches", [_batch(earlier)]), *later.get("batches",
+                                                                     [_batch(later)])]
+    return {"mode": later["mode"], "runs": earlier["runs"] + later["runs"],
+            "measured": later["measured"], "machine": later["machine"],
+            "batches": batches, "cell_dof": ca + cb, "dof": da + db,
+            "figures": _sorted(figures), "cells": _sorted(cells), "prediction": prediction}
+
+
+def _batch(calibration: dict) -> dict:
+    return {"measured": calibration["measured"], "runs": calibration["runs"]}
+
+
+def _sorted(terms: dict) -> dict:
+    return {k: dict(sorted(v.items())) for k, v in sorted(terms.items())}
+
+
 def _excess(values: pd.Series, ses: pd.Series, absolute: bool) -> float | None:
     """One cell's run-to-run standard deviation beyond its runs' own standard errors:
     relative to its mean, or absolute; None from fewer than two runs."""
@@ -178,16 +220,34 @@ def _trips(run: dict) -> pd.DataFrame:
     return comparison.round_trips(run["sweeps"], run["summary"])
 
 
-def _costs(run: dict, calibration: dict) -> pd.DataFrame:
-    """Each paired link cost (measured, its ±) beside its prediction (its ±), with the
-    run-to-run terms of `calibration` in the prediction's ±."""
+def _comparison(run: dict, calibration: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The run's link comparison (with the run-to-run terms of `calibration`) and the
+    machine drift it used."""
     summary = between_runs.apply(run["summary"], {p: calibration for p in
                                                   run["summary"]["pair"].unique()}
                                  if calibration else {})
     base = comparison.pick_baseline(summary, run["config"].get("baseline_link"))
     drift = comparison.machine_drift(run["anchors"], summary, base)
-    comp = comparison.compare_links(summary, base, drift)
-    workers = {m: 1 for m in summary["model"].unique()}
+    return comparison.compare_links(summary, base, drift), drift
+
+
+def _sequential(run: dict, calibration: dict) -> pd.DataFrame:
+    """Each link cost measured in blocks apart from the baseline's (every cell not
+    paired round by round): decode ms/token and prefill change, with their ±."""
+    comp, _ = _comparison(run, calibration)
+    comp = comp[comp["paired_decode_delta_ms"].isna() & comp["decode_delta_ms"].notna()]
+    key = comp["link"] + "/" + comp["model"] + "/" + comp["ctx"].astype(str)
+    return pd.DataFrame({"key": key, "decode": comp["decode_delta_ms"],
+                         "decode_unc": comp["decode_delta_unc_ms"],
+                         "prefill": comp["prefill_change_pct"],
+                         "prefill_unc": comp["prefill_change_unc_pct"]})
+
+
+def _costs(run: dict, calibration: dict) -> pd.DataFrame:
+    """Each paired link cost (measured, its ±) beside its prediction (its ±), with the
+    run-to-run terms of `calibration` in the prediction's ±."""
+    comp, drift = _comparison(run, calibration)
+    workers = {m: 1 for m in comp["model"].unique()}
     guess = comparison.predicted_decode_delta(comp, run["links"], _trips(run), workers, drift)
     paired = comp["paired_decode_delta_ms"].notna()
     return pd.DataFrame({
@@ -239,6 +299,13 @@ def kinds(run: dict, calibration: dict) -> dict[str, pd.DataFrame]:
         "key": trips["workers"].astype(str), "value": trips["round_trips"],
         "unc": intervals.halfwidth(trips["round_trips_se"].to_numpy(float),
                                    trips["round_trips_dof"].to_numpy(float))})
+    sequential = _sequential(run, calibration)
+    out["link cost (sequential)"] = pd.DataFrame({
+        "key": sequential["key"], "value": sequential["decode"],
+        "unc": sequential["decode_unc"]})
+    out["prefill change (sequential)"] = pd.DataFrame({
+        "key": sequential["key"], "value": sequential["prefill"],
+        "unc": sequential["prefill_unc"]})
     costs = _costs(run, calibration)
     out["prediction"] = pd.DataFrame({
         "key": costs["link"] + "/" + costs["ctx"], "value": costs["predicted"],
@@ -289,6 +356,11 @@ def coverage(runs: list[dict], calibrated: Callable[[int], dict]) -> pd.DataFram
     return pd.DataFrame(rows)
 
 
+def _batches(calibration: dict) -> str:
+    batches = calibration.get("batches", [_batch(calibration)])
+    return ", ".join(f"{b['runs']} runs of {b['measured']}" for b in batches)
+
+
 def markdown(table: pd.DataFrame) -> str:
     """The table as Markdown (coverage as a percentage, ratios to two decimals)."""
     lines = ["| " + " | ".join(table.columns) + " |",
@@ -310,6 +382,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="analyse the runs under --work without measuring")
     parser.add_argument("--calibrate", action="store_true",
                         help=f"write the run-to-run terms of all the runs to {CALIBRATION}")
+    parser.add_argument("--pool", action="store_true",
+                        help="with --calibrate: pool the runs' terms with the file's (a "
+                        "batch of runs measured at another time)")
+    parser.add_argument("--against", type=Path, metavar="CALIBRATION",
+                        help="check each run against this calibration file (out of "
+                        "sample: runs it was not made from) instead of leave-one-out")
     args = parser.parse_args(argv)
     if not args.analyse:
         measure(args.work, args.runs, args.config)
@@ -319,12 +397,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(dirs)} complete run(s) under {args.work}: at least 3 are needed")
         return 1
     runs = [run_figures(p) for p in dirs]
-    table = coverage(runs, lambda i: calibrate([r for j, r in enumerate(runs) if j != i]))
+    if args.against:
+        fixed = yaml.safe_load(args.against.read_text())
+        table = coverage(runs, lambda i: fixed)
+        how = f"its run-to-run term from {args.against} ({_batches(fixed)})"
+    else:
+        table = coverage(runs, lambda i: calibrate([r for j, r in enumerate(runs)
+                                                    if j != i]))
+        how = "its run-to-run term calibrated from the others"
     print(f"\n{len(runs)} runs under {args.work}; each run's ± against the mean of the "
-          "others (its run-to-run term calibrated from the others):\n")
+          f"others ({how}):\n")
     print(markdown(table))
     if args.calibrate:
         found = calibrate(runs)
+        if args.pool:
+            found = pooled(yaml.safe_load(CALIBRATION.read_text()), found)
         CALIBRATION.write_text(
             "# The embedded lab's run-to-run variation, from A/A runs of the embedded default\n"
             "# (benchmarks/coverage.py --calibrate; analysis/between_runs.py reads it).\n"

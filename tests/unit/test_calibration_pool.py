@@ -1,0 +1,47 @@
+"""benchmarks/coverage.py --calibrate --pool: two batches of A/A runs as one calibration."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from tests.conftest import ROOT
+
+
+@pytest.fixture(scope="module")
+def coverage():
+    spec = importlib.util.spec_from_file_location("coverage_bench",
+                                                  ROOT / "benchmarks" / "coverage.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def batch(measured, runs, cell_term, kind_term, slope):
+    return {"mode": "embedded", "runs": runs, "measured": measured, "machine": "2 cores",
+            "cell_dof": runs - 1, "dof": 10 * (runs - 1),
+            "figures": {"prefill_tps": {"single": kind_term}},
+            "cells": {"lab/5gbe/synth/short/1": {"prefill_tps": cell_term}},
+            "prediction": {"slope_rel_sd": slope, "model_error_ms": 0.04}}
+
+
+def test_pooled_terms_average_the_batches_variances_by_their_degrees_of_freedom(coverage):
+    first = batch("2026-12-01", 6, 0.03, 0.02, 0.006)
+    second = batch("2026-12-07", 3, 0.06, 0.05, 0.0)
+    second["cells"]["lab/usb4/synth/5k/1"] = {"decode_ms": 0.2}  # one batch only
+    both = coverage.pooled(first, second)
+    # (5 x 0.03^2 + 2 x 0.06^2) / 7, root: between the two, nearer the larger batch.
+    assert both["cells"]["lab/5gbe/synth/short/1"]["prefill_tps"] == pytest.approx(
+        ((5 * 0.03 ** 2 + 2 * 0.06 ** 2) / 7) ** 0.5, abs=1e-5)
+    assert both["figures"]["prefill_tps"]["single"] == pytest.approx(
+        ((50 * 0.02 ** 2 + 20 * 0.05 ** 2) / 70) ** 0.5, abs=1e-5)
+    assert both["cells"]["lab/usb4/synth/5k/1"] == {"decode_ms": 0.2}
+    assert both["prediction"]["slope_rel_sd"] == pytest.approx((5 * 0.006 ** 2 / 7) ** 0.5,
+                                                               abs=1e-4)
+    assert (both["runs"], both["cell_dof"], both["dof"]) == (9, 7, 70)
+    assert both["batches"] == [{"measured": "2026-12-01", "runs": 6},
+                               {"measured": "2026-12-07", "runs": 3}]
+    # A third batch adds to the list; it does not forget the first two.
+    third = coverage.pooled(both, batch("2026-12-08", 6, 0.03, 0.02, 0.006))
+    assert [b["runs"] for b in third["batches"]] == [6, 3, 6]
