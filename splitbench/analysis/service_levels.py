@@ -244,11 +244,13 @@ def level_text(slo: dict[str, Any]) -> str:
     return f"within {' and '.join(parts)} for {slo.get('share_pct', 90.0):g}% of requests"
 
 
-def held_streams(cells: pd.DataFrame) -> str:
+def held_streams(cells: pd.DataFrame) -> tuple[str, str | None]:
     """One link's cells at one context, by concurrency (this module's rows): the most
     streams up to which every level holds, resolved by its interval, and what the next
-    level showed: how it ended, that it fails, or that it is not resolvable at this
-    sample size, with its counts and interval."""
+    level showed (how it ended, that it fails, or that it is not resolvable at this
+    sample size); then the evidence for that next level, its counts and interval (None
+    where every level holds or the next ended early). The verdict is the headline, the
+    evidence its detail: a count that moves by one between runs moves the detail only."""
     cells = cells.sort_values("conc")
     held = 0
     for row in cells.itertuples():
@@ -256,22 +258,21 @@ def held_streams(cells: pd.DataFrame) -> str:
             break
         held = row.conc
     if held == cells["conc"].iloc[-1]:
-        return f"holds all {held} measured stream{'s' if held > 1 else ''}"
+        return f"holds all {held} measured stream{'s' if held > 1 else ''}", None
     nxt = cells[cells["conc"] > held].iloc[0]
     said = f"holds {_streams(held)}" if held else "holds none"
     if isinstance(nxt["status"], str) and nxt["status"] != "ok":
-        return f"{said} (at {_streams(nxt['conc'])} it ended {nxt['status']})"
+        return f"{said} (at {_streams(nxt['conc'])} it ended {nxt['status']})", None
+    at = f"at {_streams(nxt['conc'])}: {evidence(nxt)}"
     if nxt["verdict"] == FAILS:
         verb = "fails" if nxt["conc"] == 1 else "fail"
-        return f"{said}; {_streams(nxt['conc'])} {verb} ({evidence(nxt)})"
+        return f"{said}; {_streams(nxt['conc'])} {verb}", at
     needed = nxt["requests_needed"]
     more = ("no number of requests at this share would resolve it" if pd.isna(needed)
             else f"about {int(needed)} requests would resolve it")
     if not held:  # not "holds none": nothing is known to fail
-        return (f"is not resolvable at {_streams(nxt['conc'])} at this sample size "
-                f"({evidence(nxt)}; {more})")
-    return (f"{said}; {_streams(nxt['conc'])} not resolvable at this sample size "
-            f"({evidence(nxt)}; {more})")
+        return f"is not resolvable at {_streams(nxt['conc'])}", f"{at}; {more}"
+    return f"{said}; {_streams(nxt['conc'])} not resolvable", f"{at}; {more}"
 
 
 def evidence(cell: pd.Series | dict) -> str:
@@ -301,8 +302,11 @@ def findings(levels: pd.DataFrame, contexts: Sequence[str], slo: dict[str, Any],
     for ctx in [c for c in contexts if c in set(levels["ctx"])]:
         here = levels[levels["ctx"] == ctx]
         links = sorted(here["link"].unique(), key=lambda link: (link != baseline, link))
-        said = [f"{link} {held_streams(here[here['link'] == link])}" for link in links]
+        held = {link: held_streams(here[here["link"] == link]) for link in links}
+        said = [f"{link} {verdict}" for link, (verdict, _) in held.items()]
+        shown = [f"{link} {detail}" for link, (_, detail) in held.items() if detail]
+        why = f" Each first level not held, {'; '.join(shown)}." if shown else ""
         out.append((ctx, Finding(section, f"**At {ctx}, {level_text(slo)}: "
-                                          f"{listed(said)}**.",
+                                          f"{listed(said)}**.{why}",
                                  ("[service levels](#table-service_levels)",))))
     return out

@@ -188,15 +188,16 @@ def test_goodput_carries_the_shares_interval_times_the_requests_per_second(tmp_p
 def test_held_at_every_level_at_none_and_up_to_a_crash():
     assert service_levels.held_streams(pd.DataFrame([cell(1, 40), cell(2, 40),
                                                      cell(4, 40)])) == \
-        "holds all 4 measured streams"
+        ("holds all 4 measured streams", None)
     assert service_levels.held_streams(pd.DataFrame([cell(1, 24), cell(2, 24)])) == \
-        "holds none; 1 stream fails (24 of 40 met, 95% interval 43–76%)"
+        ("holds none; 1 stream fails", "at 1 stream: 24 of 40 met, 95% interval 43–76%")
     crashed = pd.DataFrame([cell(1, 40), cell(2, 40), cell(4, 24, status="crash")])
-    assert service_levels.held_streams(crashed) == "holds 2 streams (at 4 streams it ended crash)"
+    assert service_levels.held_streams(crashed) == \
+        ("holds 2 streams (at 4 streams it ended crash)", None)
     # A level that holds above one that does not: the streams that hold are those below.
     gap = pd.DataFrame([cell(1, 40), cell(2, 24), cell(4, 40)])
     assert service_levels.held_streams(gap) == \
-        "holds 1 stream; 2 streams fail (24 of 40 met, 95% interval 43–76%)"
+        ("holds 1 stream; 2 streams fail", "at 2 streams: 24 of 40 met, 95% interval 43–76%")
 
 
 def test_a_level_not_resolvable_is_said_with_its_counts_and_what_would_resolve_it():
@@ -204,20 +205,20 @@ def test_a_level_not_resolvable_is_said_with_its_counts_and_what_would_resolve_i
     streams" against "holds 1"; neither is shown at 90%."""
     few = pd.DataFrame([cell(1, 10, requests=10), cell(2, 10, requests=10)])
     assert service_levels.held_streams(few) == (
-        "is not resolvable at 1 stream at this sample size (10 of 10 met, 95% "
-        "interval 69–100%; about 36 requests would resolve it)")
+        "is not resolvable at 1 stream", "at 1 stream: 10 of 10 met, 95% interval "
+        "69–100%; about 36 requests would resolve it")
     # Above a level that holds, two streams judged on their three releases.
     mixed = pd.DataFrame([cell(1, 40), cell(2, 5, requests=6, releases=3)])
     needed = int(mixed.loc[1, "requests_needed"])
     assert needed == math.ceil(smallest_resolving(5, 6, 3, floor=True) * 6 / 3)
     assert service_levels.held_streams(mixed) == (
-        "holds 1 stream; 2 streams not resolvable at this sample size (5 of 6 requests "
+        "holds 1 stream; 2 streams not resolvable", "at 2 streams: 5 of 6 requests "
         f"met; as 2 of 3 releases, 95% interval 9–100%; about {needed} requests would "
-        "resolve it)")
+        "resolve it")
     # A share exactly at the level: more requests at it would not resolve it.
     level = pd.DataFrame([cell(1, 36, requests=40)])
-    assert service_levels.held_streams(level).endswith(
-        "no number of requests at this share would resolve it)")
+    assert service_levels.held_streams(level)[1].endswith(
+        "no number of requests at this share would resolve it")
 
 
 def test_the_finding_names_each_link_per_context_baseline_first():
@@ -227,8 +228,8 @@ def test_the_finding_names_each_link_per_context_baseline_first():
     assert ctx == "5k"
     assert found.text == ("**At 5k, within 500 ms to first token and 20 tokens/s per stream "
                           "for 90% of requests: 5gbe holds all 4 measured streams and usb4 "
-                          "holds 2 streams; 4 streams fail (24 of 40 met, 95% interval "
-                          "43–76%)**.")
+                          "holds 2 streams; 4 streams fail**. Each first level not held, "
+                          "usb4 at 4 streams: 24 of 40 met, 95% interval 43–76%.")
 
 
 def test_the_table_shows_the_interval_and_the_verdict_and_its_title_says_what_it_is():
