@@ -122,6 +122,11 @@ def calibrate(runs: list[dict]) -> dict:
                 kind = between_runs.kind_of(key[-1])
                 for group in (kind, f"{kind}/{key[3]}"):  # every context, and its own
                     pooled.setdefault(figure, {}).setdefault(group, []).append(term)
+    for key, figure, term in _sequential_terms(runs):
+        cells.setdefault(key, {})[figure] = round(term, 5)
+        ctx = key.split("/")[3]
+        for group in ("single", f"single/{ctx}"):
+            pooled.setdefault(figure, {}).setdefault(group, []).append(term)
     dist = pd.concat([r["percentiles"].assign(run=i) for i, r in enumerate(runs)],
                      ignore_index=True)
     dist = dist[~dist["p99_too_few"].fillna(False).astype(bool)]
@@ -181,6 +186,37 @@ def _batch(calibration: dict) -> dict:
 
 def _sorted(terms: dict) -> dict:
     return {k: dict(sorted(v.items())) for k, v in sorted(terms.items())}
+
+
+def _sequential_terms(runs: list[dict]) -> list[tuple[str, str, float]]:
+    """Per link cell compared in blocks apart from the baseline's: the run-to-run term
+    of the difference itself (between_runs.SEQUENTIAL), beyond the two cells' own
+    standard errors: decode's and prefill's, each as a fraction of the baseline's."""
+    rows = []
+    for i, run in enumerate(runs):
+        summary = run["summary"]
+        base = comparison.pick_baseline(summary, run["config"].get("baseline_link"))
+        comp = comparison.compare_links(summary, base, None)
+        comp = comp[comp["paired_decode_delta_ms"].isna() & comp["decode_delta_ms"].notna()]
+        ratio = comp["prefill_tps"] / comp["prefill_tps_base"]
+        rows.append(pd.DataFrame({
+            "key": comp[KEYS].astype(str).agg("/".join, axis=1), "run": i,
+            # Relative to the baseline's decode: the pace of a bigger model moves more.
+            "decode": comp["decode_delta_ms"] / comp["decode_ms_per_token_base"],
+            "decode_se": np.hypot(comp["decode_ms_se"], comp["decode_ms_se_base"])
+            / comp["decode_ms_per_token_base"],
+            "prefill": ratio - 1,
+            "prefill_se": ratio * np.hypot(comp["prefill_tps_se"] / comp["prefill_tps"],
+                                           comp["prefill_tps_se_base"]
+                                           / comp["prefill_tps_base"])}))
+    found = []
+    for key, cell in pd.concat(rows, ignore_index=True).groupby("key") if rows else []:
+        for figure, value in (("sequential_decode", "decode"),
+                              ("sequential_prefill", "prefill")):
+            term = _excess(cell[value], cell[f"{value}_se"], absolute=True)
+            if term is not None:
+                found.append((key, figure, term))
+    return found
 
 
 def _excess(values: pd.Series, ses: pd.Series, absolute: bool) -> float | None:

@@ -42,6 +42,14 @@ FIGURES = {
     # A's own state differs from run to run): an absolute term, in ms/token.
     "paired_decode": ("paired_decode_delta_ms", "paired_decode_delta_se", "absolute"),
 }
+# A link cost measured in a block apart from the baseline's (comparison._sequential):
+# the run-to-run spread of the difference itself beyond its two cells' own standard
+# errors, kept on the link's cell: each a fraction of the baseline cell's figure (decode
+# ms/token, prefill tokens/s). (The two cells share much of a run's pace, so the difference varies
+# less than the two cells' own terms together say.)
+SEQUENTIAL = {"sequential_decode": "sequential_decode_between_se",
+              "sequential_prefill": "sequential_prefill_between_se"}
+SEQUENTIAL_DOF = "sequential_between_dof"
 KINDS = ("single", "concurrent")
 # The prediction's own error (comparison.predicted_decode_delta), on every row of a pair:
 # the sweep slope's run-to-run relative standard deviation and the model's error (ms/token)
@@ -74,7 +82,7 @@ def apply(summary: pd.DataFrame, calibration: Mapping[str, Mapping[str, Any]]
             out[f"{figure}_unc_run"] = out[f"{figure}_unc"]
             out[f"{figure}_between_se"] = np.nan
     out["unc_scope"] = THIS_RUN
-    for column in PREDICTION.values():
+    for column in [*PREDICTION.values(), *SEQUENTIAL.values(), SEQUENTIAL_DOF]:
         out[column] = np.nan
     for pair, found in (calibration or {}).items():
         rows = out["pair"] == pair
@@ -96,6 +104,11 @@ def apply(summary: pd.DataFrame, calibration: Mapping[str, Mapping[str, Any]]
             out.loc[rows, f"{figure}_unc"] = np.where(
                 np.isfinite(own) & np.isfinite(term), intervals.halfwidth(total, total_dof),
                 own)
+        for figure, column in SEQUENTIAL.items():
+            term, term_dof = terms(out.loc[rows], found, figure,
+                                   np.ones(int(rows.sum())), absolute=True)
+            out.loc[rows, column] = term
+            out.loc[rows, SEQUENTIAL_DOF] = term_dof
         for key, column in PREDICTION.items():
             out.loc[rows, column] = found.get("prediction", {}).get(key, np.nan)
         out.loc[rows, "unc_scope"] = ACROSS_RUNS.format(runs=found.get("runs", "?"),

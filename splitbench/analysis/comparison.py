@@ -35,7 +35,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from splitbench import results
-from splitbench.analysis import traffic
+from splitbench.analysis import between_runs, traffic
 from splitbench.analysis.paired import PAIRED_COLUMNS
 from splitbench.cells import sweep_fit
 from splitbench.infra import intervals
@@ -374,6 +374,7 @@ def compare_links(summary: pd.DataFrame, baseline_link: str | None = None,
     columns = ["status", "prefill_tps", "prefill_tps_se", "decode_ms_per_token",
                "decode_ms_se", "decode_tps", "ttft_ms", "uncertainty_from", "flags", "samples",
                "calibration_slope_rel_sd", "calibration_model_error_ms", "paired_decode_unc",
+               *between_runs.SEQUENTIAL.values(), between_runs.SEQUENTIAL_DOF,
                "rpc_bytes_per_token_a_to_b", "rpc_bytes_per_token_b_to_a", *paired]
     one = one.reindex(columns=COMPARE_KEYS + ["link"] + columns)
     numeric = [c for c in columns if c not in ("status", "uncertainty_from", "flags")]
@@ -398,33 +399,46 @@ def compare_links(summary: pd.DataFrame, baseline_link: str | None = None,
 
 
 def _sequential(comp: pd.DataFrame) -> None:
-    """Differences of two cells measured at different times, with the machine's
-    variation over time (the anchors' drift) in their uncertainty: a 95% interval at
-    the Welch-Satterthwaite degrees of freedom of the two cells' and the drift's terms."""
+    """Differences of two cells measured at different times: a 95% interval at the
+    Welch-Satterthwaite degrees of freedom of the two cells' own terms and the machine's
+    variation over time. That variation is the pair's calibrated run-to-run term of the
+    difference itself where it has one (between_runs.SEQUENTIAL: measured on A/A runs),
+    else the anchors' drift, once for each cell (wider: it counts the run's pace twice,
+    where the two cells share much of it)."""
     ratio = comp["prefill_tps"] / comp["prefill_tps_base"]
     comp["prefill_change_pct"] = (ratio - 1) * 100
     drift_p = pd.to_numeric(comp["drift_prefill_rel"], errors="coerce")
     drift_d = pd.to_numeric(comp["drift_decode_rel"], errors="coerce")
-    dof = _dofs(comp)
-    # Each cell varies by the drift over time: one term for each cell.
+    calibrated_d, calibrated_p, calibrated_dof = (
+        pd.to_numeric(comp[c], errors="coerce") for c in
+        [*between_runs.SEQUENTIAL.values(), between_runs.SEQUENTIAL_DOF])
+    own_a, own_b, drift_dof, _ = _dofs(comp)
+    by_calibration = calibrated_d.notna()
+    term_dof = np.where(by_calibration, calibrated_dof.fillna(1), drift_dof)
+    rel_se = [comp["prefill_tps_se"] / comp["prefill_tps"],
+              comp["prefill_tps_se_base"] / comp["prefill_tps_base"]]
     prefill_se, prefill_dof = intervals.combined(
-        [comp["prefill_tps_se"] / comp["prefill_tps"],
-         comp["prefill_tps_se_base"] / comp["prefill_tps_base"],
-         drift_p.fillna(0), drift_p.fillna(0)], [*dof])
+        [*rel_se, np.where(by_calibration, calibrated_p / ratio, drift_p.fillna(0)),
+         np.where(by_calibration, 0.0, drift_p.fillna(0))],
+        [own_a, own_b, term_dof, term_dof])
     comp["prefill_change_unc_pct"] = 100 * ratio * intervals.halfwidth(prefill_se,
                                                                         prefill_dof)
     comp["decode_delta_ms"] = comp["decode_ms_per_token"] - comp["decode_ms_per_token_base"]
     decode_se, decode_dof = intervals.combined(
         [comp["decode_ms_se"], comp["decode_ms_se_base"],
-         drift_d.fillna(0) * comp["decode_ms_per_token"],
-         drift_d.fillna(0) * comp["decode_ms_per_token_base"]], [*dof])
+         np.where(by_calibration, calibrated_d * comp["decode_ms_per_token_base"],
+                  drift_d.fillna(0) * comp["decode_ms_per_token"]),
+         np.where(by_calibration, 0.0, drift_d.fillna(0) * comp["decode_ms_per_token_base"])],
+        [own_a, own_b, term_dof, term_dof])
     comp["decode_delta_unc_ms"] = intervals.halfwidth(decode_se, decode_dof)
     one_request = comp["uncertainty_from"].eq("tokens") | comp["uncertainty_from_base"].eq(
         "tokens")
-    comp["decode_lower_bound"] = drift_d.isna() | one_request
-    comp["prefill_lower_bound"] = drift_p.isna()
-    comp["compared"] = np.where(drift_d.notna(), "sequential (machine drift included)",
-                                "sequential (no drift measured)")
+    comp["decode_lower_bound"] = (drift_d.isna() & ~by_calibration) | one_request
+    comp["prefill_lower_bound"] = drift_p.isna() & calibrated_p.isna()
+    comp["compared"] = np.select(
+        [by_calibration, drift_d.notna()],
+        ["sequential (run-to-run variation included)", "sequential (machine drift included)"],
+        "sequential (no drift measured)")
 
 
 def _dofs(comp: pd.DataFrame) -> tuple[Any, Any, Any, Any]:

@@ -305,6 +305,35 @@ def test_the_machine_s_drift_widens_a_sequential_comparison():
         "sequential (machine drift included)"
 
 
+def test_a_calibrated_run_to_run_term_of_the_difference_replaces_the_drift():
+    """A pair with a calibration carries the difference's own run-to-run term (measured
+    on A/A runs, a fraction of the baseline's decode) in place of the anchors' drift
+    counted once per cell: here 2% of 10 ms at 5 degrees of freedom beside the cells'
+    0.1 ms at 9 each."""
+    counted = frame(cell("baseline", "short", decode_ms=10.0, se=0.1,
+                         uncertainty_from="requests"),
+                    cell("x", "short", decode_ms=11.0, se=0.1, uncertainty_from="requests")
+                    ).assign(samples=10)
+    calibration = {"lab": {"runs": 6, "cell_dof": 5, "dof": 5, "cells": {},
+                           "figures": {"sequential_decode": {"single": 0.02},
+                                       "sequential_prefill": {"single": 0.03}}}}
+    summary = between_runs.apply(counted, calibration)
+    drift = pd.DataFrame({"pair": ["lab"], "model": ["m"], "drift_decode_rel": [0.07],
+                          "drift_prefill_rel": [0.07]})
+    comp = comparison.compare_links(summary, "baseline", drift).iloc[0]
+    variance = 2 * 0.1 ** 2 + 0.2 ** 2
+    dof = variance ** 2 / (2 * 0.1 ** 4 / 9 + 0.2 ** 4 / 5)
+    assert comp["decode_delta_unc_ms"] == pytest.approx(
+        intervals.t_factor(dof) * np.sqrt(variance), rel=1e-6)
+    assert comp["compared"] == "sequential (run-to-run variation included)"
+    assert not comp["decode_lower_bound"] and not comp["prefill_lower_bound"]
+    # The same cells without a calibration keep the drift (0.07 of each cell): wider.
+    drifted = comparison.compare_links(between_runs.apply(counted, {}), "baseline",
+                                       drift).iloc[0]
+    assert drifted["decode_delta_unc_ms"] > 2 * comp["decode_delta_unc_ms"]
+    assert drifted["compared"] == "sequential (machine drift included)"
+
+
 def test_a_link_faster_than_the_baseline_is_flagged():
     summary = frame(cell("baseline", "short", decode_ms=10.0, uncertainty_from="requests"),
                     cell("x", "short", decode_ms=9.0, uncertainty_from="requests"))
