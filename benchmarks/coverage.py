@@ -200,7 +200,7 @@ def _sequential_terms(runs: list[dict]) -> list[tuple[str, str, float]]:
         comp = comp[comp["paired_decode_delta_ms"].isna() & comp["decode_delta_ms"].notna()]
         ratio = comp["prefill_tps"] / comp["prefill_tps_base"]
         rows.append(pd.DataFrame({
-            "key": comp[KEYS].astype(str).agg("/".join, axis=1), "run": i,
+            "key": comp[KEYS[:-1]].astype(str).agg("/".join, axis=1) + "/1", "run": i,
             # Relative to the baseline's decode: the pace of a bigger model moves more.
             "decode": comp["decode_delta_ms"] / comp["decode_ms_per_token_base"],
             "decode_se": np.hypot(comp["decode_ms_se"], comp["decode_ms_se_base"])
