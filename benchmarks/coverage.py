@@ -198,6 +198,8 @@ def _sequential_terms(runs: list[dict]) -> list[tuple[str, str, float]]:
         base = comparison.pick_baseline(summary, run["config"].get("baseline_link"))
         comp = comparison.compare_links(summary, base, None)
         comp = comp[comp["paired_decode_delta_ms"].isna() & comp["decode_delta_ms"].notna()]
+        if comp.empty:  # every cost paired
+            continue
         ratio = comp["prefill_tps"] / comp["prefill_tps_base"]
         rows.append(pd.DataFrame({
             "key": comp[KEYS[:-1]].astype(str).agg("/".join, axis=1) + "/1", "run": i,
@@ -252,8 +254,12 @@ def _prediction_terms(runs: list[dict]) -> dict[str, float]:
                                     else 0.0, 4)}
 
 
-def _trips(run: dict) -> pd.DataFrame:
-    return comparison.round_trips(run["sweeps"], run["summary"])
+def _trips(run: dict, calibration: dict | None = None) -> pd.DataFrame:
+    """The run's round trips, with the sweep slope's run-to-run term of `calibration`."""
+    summary = between_runs.apply(run["summary"], {p: calibration for p in
+                                                  run["summary"]["pair"].unique()}
+                                 if calibration else {})
+    return comparison.round_trips(run["sweeps"], summary)
 
 
 def _comparison(run: dict, calibration: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -272,6 +278,8 @@ def _sequential(run: dict, calibration: dict) -> pd.DataFrame:
     paired round by round): decode ms/token and prefill change, with their ±."""
     comp, _ = _comparison(run, calibration)
     comp = comp[comp["paired_decode_delta_ms"].isna() & comp["decode_delta_ms"].notna()]
+    if comp.empty:
+        return pd.DataFrame(columns=["key", "decode", "decode_unc", "prefill", "prefill_unc"])
     key = comp["link"] + "/" + comp["model"] + "/" + comp["ctx"].astype(str)
     return pd.DataFrame({"key": key, "decode": comp["decode_delta_ms"],
                          "decode_unc": comp["decode_delta_unc_ms"],
@@ -284,7 +292,8 @@ def _costs(run: dict, calibration: dict) -> pd.DataFrame:
     run-to-run terms of `calibration` in the prediction's ±."""
     comp, drift = _comparison(run, calibration)
     workers = {m: 1 for m in comp["model"].unique()}
-    guess = comparison.predicted_decode_delta(comp, run["links"], _trips(run), workers, drift)
+    guess = comparison.predicted_decode_delta(comp, run["links"], _trips(run, calibration),
+                                              workers, drift)
     paired = comp["paired_decode_delta_ms"].notna()
     return pd.DataFrame({
         "link": comp["link"], "ctx": comp["ctx"], "model": comp["model"],
@@ -330,7 +339,7 @@ def kinds(run: dict, calibration: dict) -> dict[str, pd.DataFrame]:
         out["share"] = pd.DataFrame({
             "key": levels[KEYS].astype(str).agg("/".join, axis=1), "value": levels["met_pct"],
             "low": levels.get("met_low_pct"), "high": levels.get("met_high_pct")})
-    trips = _trips(run)
+    trips = _trips(run, calibration)
     out["round trips"] = pd.DataFrame({
         "key": trips["workers"].astype(str), "value": trips["round_trips"],
         "unc": intervals.halfwidth(trips["round_trips_se"].to_numpy(float),

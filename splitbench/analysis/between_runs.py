@@ -55,6 +55,9 @@ KINDS = ("single", "concurrent")
 # the sweep slope's run-to-run relative standard deviation and the model's error (ms/token)
 PREDICTION = {"slope_rel_sd": "calibration_slope_rel_sd",
               "model_error_ms": "calibration_model_error_ms"}
+# The calibration's degrees of freedom per cell (its runs less one), on every row of a
+# calibrated pair: the prediction's terms are weighed by it.
+CALIBRATION_DOF = "calibration_dof"
 THIS_RUN = "this run's spread only (no run-to-run calibration for this pair)"
 ACROSS_RUNS = "this run's spread and the run-to-run variation of {runs} A/A runs ({when})"
 
@@ -82,7 +85,8 @@ def apply(summary: pd.DataFrame, calibration: Mapping[str, Mapping[str, Any]]
             out[f"{figure}_unc_run"] = out[f"{figure}_unc"]
             out[f"{figure}_between_se"] = np.nan
     out["unc_scope"] = THIS_RUN
-    for column in [*PREDICTION.values(), *SEQUENTIAL.values(), SEQUENTIAL_DOF]:
+    for column in [*PREDICTION.values(), *SEQUENTIAL.values(), SEQUENTIAL_DOF,
+                   CALIBRATION_DOF]:
         out[column] = np.nan
     for pair, found in (calibration or {}).items():
         rows = out["pair"] == pair
@@ -111,6 +115,7 @@ def apply(summary: pd.DataFrame, calibration: Mapping[str, Mapping[str, Any]]
             out.loc[rows, SEQUENTIAL_DOF] = term_dof
         for key, column in PREDICTION.items():
             out.loc[rows, column] = found.get("prediction", {}).get(key, np.nan)
+        out.loc[rows, CALIBRATION_DOF] = float(found.get("cell_dof", np.nan))
         out.loc[rows, "unc_scope"] = ACROSS_RUNS.format(runs=found.get("runs", "?"),
                                                         when=found.get("measured", "?"))
     return out

@@ -184,9 +184,28 @@ def round_trips(sweep_files: Sequence[str], summary: pd.DataFrame | None = None,
                      **{k: fit.get(k) for k in sweep_fit.NO_SPLIT},
                      "flags": sweep_fit.flags(frame, limits)})
     swept = {(r["pair"], r["model"], r["workers"]) for r in rows}
+    rows = [_across_runs(row, summary) for row in rows]
     rows += [row for row in _counted(summary) if
              (row["pair"], row["model"], row["workers"]) not in swept]
     return pd.DataFrame(rows, columns=TRIPS_COLUMNS)
+
+
+def _across_runs(row: dict, summary: pd.DataFrame | None) -> dict:
+    """A swept count's standard error with the sweep slope's run-to-run variation where
+    its pair has a calibration (between_runs: its A/A runs' slopes varied more than one
+    sweep's fit says; the count is what another run would also find)."""
+    column = between_runs.PREDICTION["slope_rel_sd"]
+    if summary is None or column not in summary or row["round_trips_se"] is None:
+        return row
+    mine = summary[summary["pair"] == row["pair"]]
+    rel = pd.to_numeric(mine[column], errors="coerce").dropna()
+    if rel.empty:
+        return row
+    dof = pd.to_numeric(mine.get(between_runs.CALIBRATION_DOF), errors="coerce").dropna()
+    se, total_dof = intervals.combined(
+        [row["round_trips_se"], float(rel.iloc[0]) * abs(row["round_trips"])],
+        [row["round_trips_dof"], float(dof.iloc[0]) if len(dof) else intervals.UNBOUNDED])
+    return {**row, "round_trips_se": se, "round_trips_dof": total_dof}
 
 
 def _counted(summary: pd.DataFrame | None) -> list[dict]:
@@ -245,12 +264,10 @@ def predicted_decode_delta(comp: pd.DataFrame, links: pd.DataFrame, trips: pd.Da
     # The bandwidth term: the token's bytes above each link's burst at its throughput.
     bandwidth = traffic.bandwidth_delta(comp, links)
     # The model's own error, as the project's A/A runs measured it (between_runs): the
-    # sweep's slope moves from run to run more than one sweep's ± says, and the model
-    # leaves out what else a link changes (host A's own time): both enter the ±.
-    slope_rel = _calibrated(comp, "calibration_slope_rel_sd")
+    # model leaves out what else a link changes (host A's own time). (The sweep slope's
+    # run-to-run variation is in the round trips' standard error: round_trips.)
     model_error = _calibrated(comp, "calibration_model_error_ms")
-    spread = np.hypot(np.hypot(spread.to_numpy(), slope_rel * np.abs(predicted.to_numpy())),
-                      model_error)
+    spread = np.hypot(spread.to_numpy(), model_error)
     latency_ms, latency_unc = predicted.to_numpy(), intervals.halfwidth(
         np.asarray(spread), intervals.UNBOUNDED)
     # Unknown (no bytes or throughput measured): latency alone, which the text says.

@@ -95,7 +95,8 @@ def test_the_link_comparison_reads_a_paired_cost_with_its_run_to_run_term():
 
 def test_a_prediction_carries_the_models_own_error_and_is_never_plus_minus_zero():
     """A paired cell whose probe and sweep agree exactly: without a calibration the
-    prediction's ± is zero; with one, the model's error and the slope's variation."""
+    prediction's ± is zero; with one, the model's error (the slope's variation is in
+    the round trips' own ±: the next test)."""
     rows = between_runs.apply(summary(), {"lab": CALIBRATION})
     base = rows.iloc[[1]].assign(link="base")
     links = pd.DataFrame({"pair": ["lab", "lab"], "link": ["base", "x"],
@@ -107,7 +108,7 @@ def test_a_prediction_carries_the_models_own_error_and_is_never_plus_minus_zero(
     latency = 0.5  # 1 round trip x 500 us
     assert guess["predicted_decode_delta_ms"] == pytest.approx(latency)
     assert guess["predicted_decode_delta_unc_ms"] == pytest.approx(
-        intervals.t_factor(np.inf) * np.hypot(0.01 * latency, 0.04))
+        intervals.t_factor(np.inf) * 0.04)
     assert f"{guess['predicted_decode_delta_unc_ms']:.2f}" != "0.00"
     bare = comparison.compare_links(pd.concat([base, summary().iloc[[0]]]), "base")
     assert comparison.predicted_decode_delta(bare, links, trips, {}).iloc[0][
@@ -155,3 +156,24 @@ def test_a_concurrent_cells_decode_takes_no_per_token_floor():
     single = ok.assign(conc=1, shot=range(12))
     assert cell_summary._uncertainty(single).iloc[0]["decode_ms_se"] == pytest.approx(
         2.0 / np.sqrt(12))
+
+
+def test_a_swept_round_trip_count_carries_the_slopes_run_to_run_variation(tmp_path):
+    """Three rounds of a sweep that fit 2 round trips almost exactly: their own ± is
+    tiny; a calibrated pair's count adds the slope's relative spread across A/A runs
+    (1% of 2, at the calibration's 5 degrees of freedom), as another run would find."""
+    rows = [{"pair": "lab", "model": "m", "workers": 1, "delay_ms": delay,
+             "rr_ms": rr, "error": None, "round": r,
+             "step_ms_median": 2.0 + 2 * (rr - 0.1) + 0.001 * (r - 1) * delay}
+            for r in range(3) for delay, rr in {0.0: 0.1, 1.0: 2.1, 2.0: 4.1}.items()]
+    path = tmp_path / "w1.parquet"
+    pd.DataFrame(rows).to_parquet(path)
+    own = comparison.round_trips([str(path)], summary()).iloc[0]
+    calibrated = comparison.round_trips(
+        [str(path)], between_runs.apply(summary(), {"lab": CALIBRATION})).iloc[0]
+    assert own["round_trips"] == calibrated["round_trips"] == pytest.approx(2.0, abs=0.01)
+    se, dof = intervals.combined([own["round_trips_se"], 0.01 * own["round_trips"]],
+                                 [own["round_trips_dof"], 5])
+    assert calibrated["round_trips_se"] == pytest.approx(se)
+    assert calibrated["round_trips_dof"] == pytest.approx(dof)
+    assert calibrated["round_trips_se"] > 4 * own["round_trips_se"]
