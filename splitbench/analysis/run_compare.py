@@ -3,11 +3,13 @@ or a llama.cpp version changed between them).
 
 The cells both measured are compared figure by figure: B's less A's, with the 95%
 interval of that difference (infra.intervals): two measurements made at different
-times, so each one's own standard error (at its samples' degrees of freedom) and the
+times, so each one's own standard error (at its samples' degrees of freedom) and
+either the machine's variation between runs where a summary carries it
+(`*_between_se`, measured on A/A runs: it holds the drift within a run too) or else the
 machine's drift over its run (the spread of its drift anchors' repeats,
-comparison.machine_drift: what the run's own sequential comparisons allow for), and
-where a summary carries one the machine's variation between runs (`*_between_se`),
-combined with their Welch-Satterthwaite degrees of freedom. Each change has a two-sided
+comparison.machine_drift: what the run's own sequential comparisons allow for),
+combined with their Welch-Satterthwaite degrees of freedom. A link's cost carries its
+paired term across runs (`paired_decode_between_se`) where calibrated. Each change has a two-sided
 p-value. A compare tests dozens of figures at once, so about one in twenty lies beyond
 its own ± by chance alone: ⚠ marks only the changes that survive Holm's step-down
 correction over every figure tested (`flag`, 5% family-wise), and the count says how
@@ -31,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from splitbench import results
-from splitbench.analysis import checks, comparison
+from splitbench.analysis import between_runs, checks, comparison
 from splitbench.analysis.cell_summary import read_links
 from splitbench.analysis.traffic import numbers
 from splitbench.infra import intervals
@@ -182,18 +184,21 @@ def _spread(both: pd.DataFrame, se: str, moved_by: str, values: dict[str, pd.Ser
             ) -> tuple[pd.Series, pd.Series]:
     """The standard error of a figure's change between the runs and its
     Welch-Satterthwaite degrees of freedom: in each run the cell's own standard error
-    (samples - 1), the machine's drift over the run (its anchors - 1) and, where the
-    summary carries one, the machine's variation between runs (`between_column`,
-    unbounded: nothing says from how many runs). NaN where either run has no standard
-    error of its own."""
+    (samples - 1) and either the machine's variation between runs where the summary
+    carries it (`between_column`, measured on A/A runs, at the calibration's degrees of
+    freedom: it holds the drift within a run too) or else the machine's drift over the
+    run (its anchors - 1). NaN where either run has no standard error of its own."""
     ses, dofs = [], []
     for side, value in values.items():
+        between = numbers(both, f"{between_column(se)}_{side}")
         # A run with no drift measured, or no between-run term, adds none (0, not NaN).
-        ses += [numbers(both, f"{se}_{side}"),
-                numbers(both, f"drift_{moved_by}_{side}").fillna(0) * value,
-                numbers(both, f"{between_column(se)}_{side}").fillna(0)]
+        drift = numbers(both, f"drift_{moved_by}_{side}").fillna(0) * value
+        ses += [numbers(both, f"{se}_{side}"), drift.where(between.isna(), 0.0),
+                between.fillna(0)]
+        calibration_dof = numbers(both, f"{between_runs.CALIBRATION_DOF}_{side}")
         dofs += [dof_of(numbers(both, f"samples_{side}")),
-                 dof_of(numbers(both, f"drift_samples_{side}")), intervals.UNBOUNDED]
+                 dof_of(numbers(both, f"drift_samples_{side}")),
+                 calibration_dof.fillna(intervals.UNBOUNDED)]
     spread, dof = intervals.combined(ses, dofs)
     own = numbers(both, f"{se}_a").notna() & numbers(both, f"{se}_b").notna()
     return (pd.Series(spread, index=both.index, dtype=float).where(own),
@@ -261,8 +266,15 @@ def _cost_spread(comp: pd.DataFrame, summary: pd.DataFrame) -> tuple[pd.Series, 
     se = pd.Series(se, dtype=float).where(own)
     dof = pd.Series(dof, dtype=float)
     paired = numbers(rows, "paired_decode_delta_ms").notna()
-    se = se.where(~paired, numbers(rows, "paired_decode_delta_se"))
-    dof = dof.where(~paired, dof_of(numbers(rows, "paired_rounds")))
+    # A paired cost with its run-to-run term where the run was calibrated (another run
+    # of the same pair moves it by that much too).
+    between = numbers(rows, "paired_decode_between_se")
+    calibration_dof = numbers(rows, between_runs.CALIBRATION_DOF)
+    paired_se, paired_dof = intervals.combined(
+        [numbers(rows, "paired_decode_delta_se"), between.fillna(0)],
+        [dof_of(numbers(rows, "paired_rounds")), calibration_dof.fillna(intervals.UNBOUNDED)])
+    se = se.where(~paired, pd.Series(paired_se, dtype=float))
+    dof = dof.where(~paired, pd.Series(paired_dof, dtype=float))
     return se.set_axis(comp.index), dof.set_axis(comp.index)
 
 
@@ -357,8 +369,8 @@ def between_note(a: pd.DataFrame, b: pd.DataFrame) -> str:
                 "variation from one run to the next (`*_between_se`), so a change within "
                 "that variation can still be marked.")
     return ("The ± includes the machine's variation between runs where a summary "
-            "carries it (`*_between_se`, at unbounded degrees of freedom: nothing says "
-            "from how many runs; " + "; ".join(
+            "carries it (`*_between_se`, at its calibration's degrees of freedom, in "
+            "place of the run's drift, which it holds; " + "; ".join(
                 f"{run}: {', '.join(titles) or 'none'}" for run, titles in found.items())
             + ").")
 

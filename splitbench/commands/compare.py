@@ -57,7 +57,8 @@ def page_markdown(path_a: str, path_b: str, a: pd.DataFrame, b: pd.DataFrame) ->
              f"{side_by_side.two_runs_line(compared)} {tally.line()}.", "",
              f"A change is B's figure less A's; ± is its {intervals.LEVEL:.0%} interval: "
              "both runs' standard errors (each cell's own, at its samples' degrees of "
-             "freedom, and the machine's drift over its run, from its anchors) combined, "
+             "freedom, and the machine's run-to-run variation where calibrated, else its "
+             "drift over the run, from its anchors) combined, "
              "with Student's t at their Welch-Satterthwaite degrees of freedom; p is the "
              "two-sided p-value of the change. With this many figures about one in twenty "
              "lies beyond its own ± by chance alone, so ⚠ marks only a change that "

@@ -11,6 +11,7 @@ import pytest
 
 from splitbench import cli, results
 from splitbench.analysis import run_compare
+from splitbench.infra import intervals
 from splitbench.report import side_by_side
 
 
@@ -252,8 +253,27 @@ def test_a_between_run_standard_error_widens_the_plus_minus_where_a_summary_has_
     assert wide["prefill_tps_se"].iloc[0] == narrow["prefill_tps_se"].iloc[0]
     assert run_compare.between_note(a, b.drop(columns="decode_ms_between_se")) == (
         "The ± includes the machine's variation between runs where a summary carries it "
-        "(`*_between_se`, at unbounded degrees of freedom: nothing says from how many "
-        "runs; A: decode (ms/token); B: none).")
+        "(`*_between_se`, at its calibration's degrees of freedom, in place of the run's "
+        "drift, which it holds; A: decode (ms/token); B: none).")
     assert run_compare.between_note(a.drop(columns="decode_ms_between_se"),
                                     b.drop(columns="decode_ms_between_se")).startswith(
         "The ± holds only each run's own spread")
+
+
+def test_a_calibrated_run_to_run_term_replaces_the_drift_and_brings_its_dof():
+    """The A/A runs' term holds the drift within a run too: where a summary carries it,
+    the run's anchors' drift is not counted again, and the term comes at its
+    calibration's degrees of freedom (here 5) instead of unbounded."""
+    drift = pd.DataFrame([{"pair": "lab", "model": "m", "drift_decode_rel": 0.03,
+                           "drift_prefill_rel": 0.0, "drift_samples": 4}])
+    a = cells_of({"usb4": 1.0}, samples=10, decode_ms_between_se=0.02, calibration_dof=5)
+    b = cells_of({"usb4": 1.05}, samples=10, decode_ms_between_se=0.02, calibration_dof=5)
+    both = run_compare.cells(a, b, drift, drift)
+    se, dof = intervals.combined([0.01, 0.01, 0.02, 0.02], [9, 9, 5, 5])
+    assert both["decode_ms_per_token_se"].iloc[0] == pytest.approx(se)
+    assert both["decode_ms_per_token_dof"].iloc[0] == pytest.approx(dof)
+    # Without the term the drift (3% of each run's figure) stands in for it.
+    bare = run_compare.cells(a.drop(columns="decode_ms_between_se"),
+                             b.drop(columns="decode_ms_between_se"), drift, drift)
+    assert bare["decode_ms_per_token_se"].iloc[0] == pytest.approx(
+        np.sqrt(2 * 0.01 ** 2 + 0.03 ** 2 + 0.0315 ** 2), rel=1e-6)
