@@ -85,8 +85,9 @@ def undeclared_keys(value: object, declared: type, where: str = "") -> list[str]
 def undeclared(work: Path, *args: str) -> list[str]:
     """Files under results/ that no job declares (as an output or a log), less those kept
     across re-runs on purpose (link history, the archive and its hard links, the
-    aggregate's per-cell rows: a declared output is deleted before its job runs) and the
-    doctor's lines, which the run writes as it starts, before any job."""
+    aggregate's per-cell rows: a declared output is deleted before its job runs), the
+    doctor's lines and the block order, which the run writes as it starts, before any
+    job (the order is read when the jobs are planned: no job can make it)."""
     listed = snakemake(work, "--summary", *args)
     assert listed.returncode == 0, listed.stderr[-2000:]
     declared = set()
@@ -96,5 +97,6 @@ def undeclared(work: Path, *args: str) -> list[str]:
     written = {str(p.relative_to(work)) for p in (work / "results").rglob("*") if p.is_file()}
     on_purpose = {p for p in written if p.endswith(".history.jsonl")
                   or "/.kept/" in p or "/archive/" in p
-                  or p.startswith("results/summary/.memo/")} | {"results/doctor.txt"}
+                  or p.startswith("results/summary/.memo/")} | {"results/doctor.txt",
+                                                                "results/block_order.json"}
     return sorted(written - declared - on_purpose)
