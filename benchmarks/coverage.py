@@ -238,7 +238,7 @@ def _prediction_terms(runs: list[dict]) -> dict[str, float]:
     """The sweep slope's relative spread across runs (less its own ±'s part) and the
     model's error: the root mean square over links of the mean measured paired cost
     less the mean prediction."""
-    slopes = [t for r in runs for t in _trips(r)[["workers", "round_trips",
+    slopes = [t for r in runs for t in _trips(r, r["summary"])[["workers", "round_trips",
                                                    "round_trips_se"]].itertuples()]
     rel = []
     for workers in {t.workers for t in slopes}:
@@ -246,7 +246,7 @@ def _prediction_terms(runs: list[dict]) -> dict[str, float]:
         s = np.array([t.round_trips_se for t in slopes if t.workers == workers], float)
         if len(x) >= 3:
             rel.append(max(0.0, float(x.var(ddof=1) - np.nanmean(s ** 2))) / x.mean() ** 2)
-    costs = pd.concat([_costs(r, {}) for r in runs], ignore_index=True)
+    costs = pd.concat([_costs(r, _with_terms(r, None)) for r in runs], ignore_index=True)
     bias = costs.groupby(["link", "ctx"])[["measured", "predicted"]].mean()
     error = (bias["measured"] - bias["predicted"]).dropna()
     return {"slope_rel_sd": round(float(np.sqrt(np.mean(rel))) if rel else 0.0, 4),
@@ -254,29 +254,30 @@ def _prediction_terms(runs: list[dict]) -> dict[str, float]:
                                     else 0.0, 4)}
 
 
-def _trips(run: dict, calibration: dict | None = None) -> pd.DataFrame:
-    """The run's round trips, with the sweep slope's run-to-run term of `calibration`."""
-    summary = between_runs.apply(run["summary"], {p: calibration for p in
-                                                  run["summary"]["pair"].unique()}
-                                 if calibration else {})
+def _with_terms(run: dict, calibration: dict | None) -> pd.DataFrame:
+    """The run's summary with the run-to-run terms of `calibration` (none: its own)."""
+    pairs = run["summary"]["pair"].unique()
+    return between_runs.apply(run["summary"], {p: calibration for p in pairs}
+                              if calibration else {})
+
+
+def _trips(run: dict, summary: pd.DataFrame) -> pd.DataFrame:
+    """The run's round trips (with the sweep slope's run-to-run term where `summary`,
+    _with_terms, carries one)."""
     return comparison.round_trips(run["sweeps"], summary)
 
 
-def _comparison(run: dict, calibration: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The run's link comparison (with the run-to-run terms of `calibration`) and the
-    machine drift it used."""
-    summary = between_runs.apply(run["summary"], {p: calibration for p in
-                                                  run["summary"]["pair"].unique()}
-                                 if calibration else {})
+def _comparison(run: dict, summary: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The run's link comparison from `summary` (_with_terms) and the drift it used."""
     base = comparison.pick_baseline(summary, run["config"].get("baseline_link"))
     drift = comparison.machine_drift(run["anchors"], summary, base)
     return comparison.compare_links(summary, base, drift), drift
 
 
-def _sequential(run: dict, calibration: dict) -> pd.DataFrame:
-    """Each link cost measured in blocks apart from the baseline's (every cell not
-    paired round by round): decode ms/token and prefill change, with their ±."""
-    comp, _ = _comparison(run, calibration)
+def _sequential(comp: pd.DataFrame) -> pd.DataFrame:
+    """Each link cost of the comparison `comp` measured in blocks apart from the
+    baseline's (every cell not paired round by round): decode ms/token and prefill
+    change, with their ±."""
     comp = comp[comp["paired_decode_delta_ms"].isna() & comp["decode_delta_ms"].notna()]
     if comp.empty:
         return pd.DataFrame(columns=["key", "decode", "decode_unc", "prefill", "prefill_unc"])
@@ -287,13 +288,18 @@ def _sequential(run: dict, calibration: dict) -> pd.DataFrame:
                          "prefill_unc": comp["prefill_change_unc_pct"]})
 
 
-def _costs(run: dict, calibration: dict) -> pd.DataFrame:
+def _costs(run: dict, summary: pd.DataFrame) -> pd.DataFrame:
     """Each paired link cost (measured, its ±) beside its prediction (its ±), with the
-    run-to-run terms of `calibration` in the prediction's ±."""
-    comp, drift = _comparison(run, calibration)
+    run-to-run terms `summary` (_with_terms) carries in the prediction's ±."""
+    comp, drift = _comparison(run, summary)
+    return _predicted(run, comp, drift, _trips(run, summary))
+
+
+def _predicted(run: dict, comp: pd.DataFrame, drift: pd.DataFrame,
+               trips: pd.DataFrame) -> pd.DataFrame:
+    """_costs from a comparison, its drift and round trips already made."""
     workers = {m: 1 for m in comp["model"].unique()}
-    guess = comparison.predicted_decode_delta(comp, run["links"], _trips(run, calibration),
-                                              workers, drift)
+    guess = comparison.predicted_decode_delta(comp, run["links"], trips, workers, drift)
     paired = comp["paired_decode_delta_ms"].notna()
     return pd.DataFrame({
         "link": comp["link"], "ctx": comp["ctx"], "model": comp["model"],
@@ -307,8 +313,7 @@ def kinds(run: dict, calibration: dict) -> dict[str, pd.DataFrame]:
     """Per kind of figure, one row per figure of this run: key, value, unc (and for a
     share its interval's ends)."""
     pairs = run["summary"]["pair"].unique()
-    summary = between_runs.apply(run["summary"], {p: calibration for p in pairs}
-                                 if calibration else {})
+    summary = _with_terms(run, calibration)
     ok = summary[summary["status"] == "ok"]
     key = ok[KEYS].astype(str).agg("/".join, axis=1)
     single, many = ok["conc"] == 1, ok["conc"] > 1
@@ -339,19 +344,20 @@ def kinds(run: dict, calibration: dict) -> dict[str, pd.DataFrame]:
         out["share"] = pd.DataFrame({
             "key": levels[KEYS].astype(str).agg("/".join, axis=1), "value": levels["met_pct"],
             "low": levels.get("met_low_pct"), "high": levels.get("met_high_pct")})
-    trips = _trips(run, calibration)
+    trips = _trips(run, summary)
     out["round trips"] = pd.DataFrame({
         "key": trips["workers"].astype(str), "value": trips["round_trips"],
         "unc": intervals.halfwidth(trips["round_trips_se"].to_numpy(float),
                                    trips["round_trips_dof"].to_numpy(float))})
-    sequential = _sequential(run, calibration)
+    comp, drift = _comparison(run, summary)
+    sequential = _sequential(comp)
     out["link cost (sequential)"] = pd.DataFrame({
         "key": sequential["key"], "value": sequential["decode"],
         "unc": sequential["decode_unc"]})
     out["prefill change (sequential)"] = pd.DataFrame({
         "key": sequential["key"], "value": sequential["prefill"],
         "unc": sequential["prefill_unc"]})
-    costs = _costs(run, calibration)
+    costs = _predicted(run, comp, drift, trips)
     out["prediction"] = pd.DataFrame({
         "key": costs["link"] + "/" + costs["ctx"], "value": costs["predicted"],
         "unc": costs["predicted_unc"], "measured": costs["measured"]})
