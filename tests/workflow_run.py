@@ -4,9 +4,13 @@ its type does not declare."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import yaml
@@ -14,6 +18,9 @@ import yaml
 from tests.conftest import ROOT, tiny_config
 
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
+# Per run directory, every process the run had (`descendants_seen`): a flag that names
+# one of them as another program's work would be the run's own work miscounted.
+RUN_PROCESSES: dict[Path, set[int]] = {}
 
 
 def workflow_copy(tmp_path: Path, config: dict | None = None) -> Path:
@@ -100,3 +107,40 @@ def undeclared(work: Path, *args: str) -> list[str]:
                   or p.startswith("results/summary/.memo/")} | {"results/doctor.txt",
                                                                 "results/block_order.json"}
     return sorted(written - declared - on_purpose)
+
+
+def _descendants(root: int) -> set[int]:
+    """The living descendants of process `root` now (one pass over /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            if entry.name.isdigit():
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                children.setdefault(parent, []).append(int(entry.name))
+    found, todo = set(), list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        found.add(pid)
+        todo += children.get(pid, [])
+    return found
+
+
+@contextlib.contextmanager
+def descendants_seen(every_s: float = 0.2) -> Iterator[set[int]]:
+    """The processes this one starts inside the block (and theirs), looked for every
+    `every_s` seconds: one that lives shorter may be missed."""
+    seen: set[int] = set()
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(every_s):
+            seen.update(_descendants(os.getpid()))
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        yield seen
+    finally:
+        done.set()
+        watcher.join()
+

@@ -263,8 +263,8 @@ CELL_FIELDS = [
     ("coalesced_tokens", "coalesced_tokens", "sum", "sum"),
     ("arrival_clock", "arrival_clock", lambda s: _one_clock(s), lambda s: _one_clock(s)),
     # Interference: the worst repeat (interference.across).
-    *[(name, name, "first", interference.across(name) if name.endswith(("_pct", "_cores"))
-       else "first")
+    *[(name, name, "first", interference.across(name)
+       if name.endswith(("_pct", "_cores")) or name.startswith("foreign_top") else "first")
       for name in CPU_FIGURES],
     # Why the cell failed, where it did: its first request's error (a launch's reason).
     ("error", "error_text", "first", "first"),

@@ -13,6 +13,8 @@ own_cpu_pressure_{side}_pct  the same for the measurement's own processes alone:
 foreign_cpu_{side}_cores     CPU used by processes that are not the measurement's, in cores
 steal_{side}_pct             share of CPU time the hypervisor gave to someone else
 own_cpu_{side}_cores         the measurement's own processes (servers, relay, client)
+foreign_top_{side}           the other processes that used the most of it: name, pid
+                             and cores (the busiest three), so a flag names its cause
 
 `flag` turns them into a reason per cell with the configured thresholds
 (`interference:` in the config); a cell without figures is "not checked", never clean.
@@ -28,7 +30,7 @@ import copy
 import hashlib
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
@@ -50,7 +52,11 @@ UNITS = {"cpu_pressure": "pct", "own_cpu_pressure": "pct", "foreign_cpu": "cores
 # Every column the meter and the sampler give per side: request rows, summary, links.
 COLUMNS = [*(f"{figure}_{side}_{unit}" for side in SIDES for figure, unit in UNITS.items()),
            *(f"cpu_pressure_{side}_peak_pct" for side in SIDES),
+           *(f"foreign_top_{side}" for side in SIDES),
            *(f"interference_{side}" for side in SIDES)]
+# How many of the other processes `foreign_top_{side}` names, and the least CPU it names.
+TOP_OTHERS = 3
+TOP_OTHERS_MIN_CORES = 0.005
 
 
 # One machine's figures (`sum_figures`); "{side}" in a name is filled in per host side.
@@ -60,6 +66,7 @@ MachineFigures = TypedDict("MachineFigures", {
     "foreign_cpu_{side}_cores": float | None,
     "steal_{side}_pct": float | None,
     "own_cpu_{side}_cores": float | None,
+    "foreign_top_{side}": str | None,  # e.g. "stress-ng (pid 812) 0.98 cores"
     "interference_{side}": str,  # what was read, or why nothing was
 })
 
@@ -72,12 +79,14 @@ class InterferenceFigures(TypedDict, total=False):
     foreign_cpu_a_cores: float | None
     steal_a_pct: float | None
     own_cpu_a_cores: float | None
+    foreign_top_a: str | None
     interference_a: str
     cpu_pressure_b_pct: float | None
     own_cpu_pressure_b_pct: float | None
     foreign_cpu_b_cores: float | None
     steal_b_pct: float | None
     own_cpu_b_cores: float | None
+    foreign_top_b: str | None
     interference_b: str
 
 
@@ -93,13 +102,23 @@ class CounterSums(TypedDict, total=False):
     total_ticks: int | None
     own_ticks: int | None
     own_cgroup: str | None  # the first stretch's word on the own cgroup
+    others: dict[str, list] | None  # "pid:start" -> [name, ticks] used in the stretches
 
 
-def across(column: str) -> str:
+def across(column: str) -> str | Callable[[pd.Series], str | None]:
     """How a figure's worst over several stretches (a cell's repeats) is taken: the
     highest, but the measurement's own pressure the lowest, so that the pressure of
-    others (the machine's less the own) is never below any repeat's."""
+    others (the machine's less the own) is never below any repeat's; the names of the
+    busiest other processes, each repeat's (`named`)."""
+    if column.startswith("foreign_top"):
+        return named
     return "min" if column.startswith("own_cpu_pressure") else "max"
+
+
+def named(texts: pd.Series) -> str | None:
+    """Several stretches' `foreign_top`, each distinct one once."""
+    found = dict.fromkeys(t for t in texts if isinstance(t, str) and t)
+    return "; ".join(found) or None
 
 
 @dataclass(frozen=True)
@@ -125,10 +144,11 @@ def _counters(host: Host, pids: list[int], trees: list[int],
         # Over the CPUs this job may run on, as B's reader counts B's: where the run is
         # held to some CPUs (a second machine's test on one computer), the others are
         # another machine's, not this host's foreign work.
-        return {**sensors.cpu_counters(pids, trees, path, os.sched_getaffinity(0)),
-                "own_cgroup": done}
+        return {**sensors.cpu_counters(pids, trees, path, os.sched_getaffinity(0),
+                                       others=True), "own_cgroup": done}
     argv = [host.python, "-c", SENSORS_SOURCE, "--pids", ",".join(map(str, pids)),
-            "--trees", ",".join(map(str, trees)), *(["--cgroup", cgroup] if cgroup else [])]
+            "--trees", ",".join(map(str, trees)), *(["--cgroup", cgroup] if cgroup else []),
+            "--others"]
     try:
         result = host.run(argv, check=False)
         counters = json.loads(result.stdout.splitlines()[-1])["cpu"]
@@ -221,6 +241,8 @@ class Meter:
         reader = after.get("self_ticks", 0) if self.hosts[key].remote else 0
         sums["own_ticks"] = None if a is None or b is None or not same \
             or sums.get("own_ticks", 0) is None else sums.get("own_ticks", 0) + b - a + reader
+        sums["others"] = _others_added(sums.get("others", {}), before.get("others"),
+                                       after.get("others"))
         return sums
 
     def figures(self) -> InterferenceFigures:
@@ -235,6 +257,34 @@ class Meter:
                 if machine == key:
                     out.update({name.format(side=side): v for name, v in figures.items()})
         return out
+
+
+def _others_added(sums: dict[str, list] | None, before: dict[str, list] | None,
+                  after: dict[str, list] | None) -> dict[str, list] | None:
+    """`sums` with each other process's CPU over one stretch added: its ticks at the end
+    less those at the start (a process started inside the stretch from none). A
+    process that ended inside it is missing: its CPU moved to the parent that reaped
+    it, or is lost with it (so the names are the likely causes, not a full account).
+    None where a reading lacked them (a B whose reader predates them)."""
+    if sums is None or before is None or after is None:
+        return None
+    for key, (name, ticks) in after.items():
+        used = ticks - before.get(key, [name, 0])[1]
+        if used > 0:
+            total = sums.setdefault(key, [name, 0])
+            total[1] += used
+    return sums
+
+
+def top_others(others: dict[str, list] | None, hz: int, seconds: float) -> str | None:
+    """The other processes that used the most CPU, busiest first: "name (pid N) 0.98
+    cores"; None where they were not read or none used `TOP_OTHERS_MIN_CORES`."""
+    if not others or seconds <= 0:
+        return None
+    busiest = sorted(others.items(), key=lambda item: -item[1][1])[:TOP_OTHERS]
+    named = [f"{name} (pid {key.split(':')[0]}) {ticks / hz / seconds:.2f} cores"
+             for key, (name, ticks) in busiest if ticks / hz / seconds >= TOP_OTHERS_MIN_CORES]
+    return ", ".join(named) or None
 
 
 def own_processes(pair: str, local_pids: list[int]) -> Own:
@@ -267,6 +317,7 @@ def sum_figures(sums: CounterSums | None) -> MachineFigures:
     """The figures of one machine from its summed counter differences (names with
     {side})."""
     out: MachineFigures = {f"{f}_{{side}}_{unit}": None for f, unit in UNITS.items()}
+    out["foreign_top_{side}"] = None
     if sums is None:
         out["interference_{side}"] = "unreadable"
         return out
@@ -290,6 +341,7 @@ def sum_figures(sums: CounterSums | None) -> MachineFigures:
         if own is not None:
             out["own_cpu_{side}_cores"] = round(own / hz / seconds, 3)
             out["foreign_cpu_{side}_cores"] = round(max(busy - own, 0) / hz / seconds, 3)
+            out["foreign_top_{side}"] = top_others(sums.get("others"), hz, seconds)
         if sums.get("steal_ticks") is not None and sums.get("total_ticks"):
             out["steal_{side}_pct"] = round(sums["steal_ticks"] / sums["total_ticks"] * 100, 2)
     out["interference_{side}"] = (f"read over {seconds:.1f} s: {', '.join(found)}"
@@ -350,10 +402,13 @@ def flag(cells: pd.DataFrame, thresholds: InterferenceLimits,
             for value, sides in by_value.items():
                 hosts = f"host {sides[0]}" if len(sides) == 1 else f"hosts {' and '.join(sides)}"
                 said = text.format(v=above(value, limit, places))
+                top = row.get(f"foreign_top_{sides[0].lower()}")
+                named = f"; the most: {top}" if figure == "foreign_cpu" and \
+                    isinstance(top, str) and top else ""
                 own = row.get(f"own_cpu_pressure_{sides[0].lower()}_pct")
                 if figure == "cpu_pressure" and own is not None and not pd.isna(own):
                     said += f" from other programs (the measurement's own {own:.0f}% aside)"
-                parts.append(f"{hosts}: {said} (limit {limit:g}{unit})")
+                parts.append(f"{hosts}: {said} (limit {limit:g}{unit}{named})")
         reasons.append("; ".join(parts) + f" during {during}" if parts else None)
         unmeasured = [side for side in SIDES if pd.isna(row.get(f"foreign_cpu_{side}_cores"))]
         missing.append("interference not measured on " + ", ".join(

@@ -6,7 +6,8 @@ over SSH), once (`python - `) or every N seconds until stopped (`--every N`), pr
 one JSON object per reading. `--pids 12,34` adds those processes' CPU time to the
 reading: the measurement's own processes, so that the rest is what else ran. With
 `--cgroup NAME` those processes (and `--trees`' descendants) are first put into a cgroup
-of their own, whose CPU pressure is theirs alone (`own_cgroup`).
+of their own, whose CPU pressure is theirs alone (`own_cgroup`). `--others` adds every
+other process's CPU time, to name what else ran.
 """
 
 from __future__ import annotations
@@ -144,10 +145,13 @@ class CpuCounters(TypedDict, total=False):
     # interference meter sets own_cgroup on a local reading (None: no cgroup asked).
     own_cgroup: str | None
     own_cgroup_path: str | None
+    # With others (--others): the other processes' CPU, {"pid:start": [name, ticks]}.
+    others: dict[str, list]
 
 
 def cpu_counters(pids: list[int] | None = None, trees: list[int] | None = None,
-                 cgroup: str | None = None, cpus: set[int] | None = None) -> CpuCounters:
+                 cgroup: str | None = None, cpus: set[int] | None = None,
+                 others: bool = False) -> CpuCounters:
     """Cumulative CPU counters: the machine's busy and steal time (/proc/stat, clock
     ticks), the time tasks waited for a CPU (PSI `some` total, us; None where the kernel
     has no PSI), that of the tasks in `cgroup` alone (`own_psi_some_us`, its
@@ -172,12 +176,16 @@ def cpu_counters(pids: list[int] | None = None, trees: list[int] | None = None,
         # This process's own CPU so far (a reader started over SSH: the caller counts it).
         stat = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
         out["self_ticks"] = sum(int(v) for v in stat[11:13])
+    processes = _processes() if others else None
     if pids is not None or trees:
-        ticks = _ticks(pids or [], trees or [])
+        ticks = _ticks(pids or [], trees or [], processes)
         out["own_ticks"] = sum(ticks.values())
         # The measurement's processes that were found (descendants come and go: a
         # child's ticks move to its parent's when it ends, so the sum stays whole).
         out["own_found"] = sum(pid in ticks for pid in [*(pids or []), *(trees or [])])
+    if processes is not None:
+        own = {os.getpid(), *(pids or []), *_family([], trees or [], processes)}
+        out["others"] = _others(processes, own)
     return out
 
 
@@ -201,38 +209,66 @@ def _psi_some_us(path: Path) -> int | None:
     return None
 
 
-def _family(pids: list[int], trees: list[int]) -> dict[int, int]:
-    """CPU ticks (utime, stime, cutime, cstime) of `pids`, and of `trees` with every
-    living descendant of theirs."""
-    ticks: dict[int, int] = {}
-    children: dict[int, list[int]] = {}
+class _Process(TypedDict):
+    name: str  # the kernel's name for it (/proc/PID/stat's comm)
+    start: int  # when it started (clock ticks since boot): a reused pid is another
+    ticks: int  # utime, stime, cutime, cstime: its CPU and its reaped children's
+    parent: int
+
+
+def _processes() -> dict[int, _Process]:
+    """Every process on this host now (one pass over /proc)."""
+    found: dict[int, _Process] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         with contextlib.suppress(OSError, ValueError, IndexError):
             # Fields after the name (which may hold spaces): state, ppid, ...; utime,
-            # stime, cutime, cstime are fields 14-17.
-            stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            pid = int(entry.name)
-            ticks[pid] = sum(int(v) for v in stat[11:15])
-            children.setdefault(int(stat[1]), []).append(pid)
-    family = {pid: ticks[pid] for pid in pids if pid in ticks}
-    todo = [p for p in trees if p in ticks]
+            # stime, cutime, cstime are fields 14-17, starttime field 22.
+            text = (entry / "stat").read_text()
+            name = text[text.index("(") + 1:text.rindex(")")]
+            stat = text.rsplit(")", 1)[1].split()
+            found[int(entry.name)] = {"name": name, "start": int(stat[19]),
+                                      "ticks": sum(int(v) for v in stat[11:15]),
+                                      "parent": int(stat[1])}
+    return found
+
+
+def _family(pids: list[int], trees: list[int],
+            processes: dict[int, _Process] | None = None) -> dict[int, int]:
+    """CPU ticks (utime, stime, cutime, cstime) of `pids`, and of `trees` with every
+    living descendant of theirs."""
+    processes = _processes() if processes is None else processes
+    children: dict[int, list[int]] = {}
+    for pid, process in processes.items():
+        children.setdefault(process["parent"], []).append(pid)
+    family = {pid: processes[pid]["ticks"] for pid in pids if pid in processes}
+    todo = [p for p in trees if p in processes]
     while todo:
         pid = todo.pop()
         if pid not in family:
-            family[pid] = ticks[pid]
+            family[pid] = processes[pid]["ticks"]
             todo += children.get(pid, [])
     return family
 
 
-def _ticks(pids: list[int], trees: list[int]) -> dict[int, int]:
+def _others(processes: dict[int, _Process], own: set[int]) -> dict[str, list]:
+    """The CPU ticks of every process that is not `own` and has used any, keyed by pid
+    and start time (a pid reused between two readings is another process): [name,
+    ticks]. Two readings' difference says which programs did the work that was not
+    the measurement's."""
+    return {f"{pid}:{p['start']}": [p["name"], p["ticks"]] for pid, p in processes.items()
+            if pid not in own and p["ticks"] > 0}
+
+
+def _ticks(pids: list[int], trees: list[int],
+           processes: dict[int, _Process] | None = None) -> dict[int, int]:
     """CPU ticks (utime, stime, cutime, cstime) of `pids`, and of `trees` with every
     living descendant of theirs: a server that runs its work in child processes (vLLM's
     engine and workers) is the measurement's own, not another program's."""
-    if not trees:
+    if not trees and processes is None:
         return {pid: t for pid in pids if (t := _own_ticks(pid)) is not None}
-    return _family(pids, trees)
+    return _family(pids, trees, processes)
 
 
 def _own_ticks(pid: int) -> int | None:
@@ -256,7 +292,8 @@ class Reading(TypedDict, total=False):
 
 
 def reading(pids: list[int] | None = None, trees: list[int] | None = None,
-            cgroup: str | None = None, cpus: set[int] | None = None) -> Reading:
+            cgroup: str | None = None, cpus: set[int] | None = None,
+            others: bool = False) -> Reading:
     temps = temperatures_c()
     gpu_list, gpu_found = gpus()
     return {
@@ -266,7 +303,7 @@ def reading(pids: list[int] | None = None, trees: list[int] | None = None,
         "load1": os.getloadavg()[0],
         "gpus": gpu_list,
         "gpu_sources": gpu_found,
-        "cpu": cpu_counters(pids, trees, cgroup, cpus),
+        "cpu": cpu_counters(pids, trees, cgroup, cpus, others),
     }
 
 
@@ -283,7 +320,7 @@ def main(argv: list[str]) -> None:
     # is gone, killed say, it stops instead of sampling forever.
     while os.getppid() == parent:
         # Read on the host itself (over SSH): the CPUs its processes may run on.
-        found = reading(pids, trees, cgroup, os.sched_getaffinity(0))
+        found = reading(pids, trees, cgroup, os.sched_getaffinity(0), "--others" in argv)
         if done:
             found["cpu"].update(own_cgroup=done, own_cgroup_path=cgroup)
         print(json.dumps(found), flush=True)

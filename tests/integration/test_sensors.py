@@ -221,7 +221,8 @@ def test_a_host_held_to_some_cpus_counts_those_cpus_alone():
 def test_the_meter_reads_another_programs_work_while_its_stretch_is_open():
     """What the early-stopping rule asks at a checkpoint (`Meter.others_at_work`): the
     counters up to now, inside the stretch. A busy loop that is not the measurement's
-    is over the foreign-CPU limit; once it has ended, a fresh stretch reads quiet."""
+    is over the foreign-CPU limit, and the reason names it (by pid: it is no process of
+    the measurement's); once it has ended, a fresh stretch reads quiet."""
     meter = interference.Meter({"a": Host("a")})
     limits = {"max_foreign_cpu_cores": 0.25, "max_cpu_pressure_pct": None,
               "max_steal_pct": None}
@@ -231,8 +232,14 @@ def test_the_meter_reads_another_programs_work_while_its_stretch_is_open():
         busy = meter.others_at_work(limits)
     loop.wait(timeout=10)  # after the stretch: a reaped child's CPU is its parent's
     assert busy and "other processes used" in busy and "the requests so far" in busy, busy
+    assert "; the most: python" in busy and f" (pid {loop.pid}) " in busy, busy
     # The open stretch was read, not closed: the finished one holds its whole second.
-    assert meter.figures()["foreign_cpu_a_cores"] > 0.25, meter.figures()
+    figures = meter.figures()
+    assert figures["foreign_cpu_a_cores"] > 0.25, figures
+    # The loop first, with most of the foreign CPU (it ran the whole stretch, on a core).
+    first = figures["foreign_top_a"].split(", ")[0]
+    assert f"(pid {loop.pid})" in first, figures["foreign_top_a"]
+    assert float(first.split(") ")[1].split()[0]) > 0.5 * figures["foreign_cpu_a_cores"]
     calm = interference.Meter({"a": Host("a")})
     with calm.stretch(interference.Own({"a": [os.getpid()]}, {"a": []})):
         time.sleep(0.5)

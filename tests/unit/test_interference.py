@@ -101,3 +101,31 @@ def test_a_figure_just_over_its_limit_never_reads_as_the_limit():
     assert interference.above(50.4, 50, 0) == "50.4"
     flags = interference.flag(pd.DataFrame([telemetry(5.0, 5.0, foreign=0.254)]), LIMITS)
     assert "other processes used 0.254 cores (limit 0.25 cores)" in flags["interference"][0]
+
+
+def test_a_flag_names_the_other_processes_that_used_the_cpu():
+    """Two stretches' readings of the other processes: their CPU in each stretch (a pid
+    reused by another program is another process), the busiest three named with their
+    cores, and the foreign-CPU flag naming them."""
+    stretches = [({"7:100": ["stress-ng", 50], "9:300": ["sshd", 10]},
+                  {"7:100": ["stress-ng", 150], "9:300": ["sshd", 11],
+                   "12:900": ["make", 30]}),
+                 ({"7:100": ["stress-ng", 150], "7:999": ["cron", 5]},
+                  {"7:999": ["cron", 6], "13:950": ["cc1", 40], "14:960": ["sh", 2]})]
+    sums: dict = {}
+    for before, after in stretches:
+        sums = interference._others_added(sums, before, after)
+    assert sums == {"7:100": ["stress-ng", 100], "9:300": ["sshd", 1], "12:900": ["make", 30],
+                    "7:999": ["cron", 1], "13:950": ["cc1", 40], "14:960": ["sh", 2]}
+    # Over 2 s at 100 ticks a second: 0.50, 0.20, 0.15 cores; the rest are not named.
+    top = interference.top_others(sums, 100, 2.0)
+    assert top == "stress-ng (pid 7) 0.50 cores, cc1 (pid 13) 0.20 cores, make (pid 12) 0.15 cores"
+    assert interference._others_added(sums, None, stretches[0][1]) is None  # not read
+    assert interference.top_others({"1:1": ["idle", 0]}, 100, 2.0) is None
+    row = telemetry(5.0, 5.0, foreign=0.85) | {"foreign_top_a": top, "foreign_top_b": top}
+    reason = interference.flag(pd.DataFrame([row]), LIMITS)["interference"][0]
+    assert reason == ("hosts A and B: other processes used 0.85 cores (limit 0.25 cores; the "
+                      f"most: {top}) during the cell")
+    # A cell's repeats: each distinct naming once.
+    assert interference.named(pd.Series([top, None, top, "sh (pid 3) 0.30 cores"])) == \
+        f"{top}; sh (pid 3) 0.30 cores"

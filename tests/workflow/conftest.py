@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from tests.workflow_run import snakemake, tiny, workflow_copy
+from tests.workflow_run import RUN_PROCESSES, descendants_seen, snakemake, tiny, workflow_copy
 
 
 @pytest.fixture(scope="session")
@@ -20,6 +20,8 @@ def finished(tmp_path_factory):
         pytest.skip("needs root (network namespaces)")
     config = tiny()
     work = workflow_copy(tmp_path_factory.mktemp("e2e"), config)
-    first = snakemake(work, "all")
+    with descendants_seen() as seen:
+        first = snakemake(work, "all")
+    RUN_PROCESSES[work] = seen
     assert first.returncode == 0, first.stderr[-3000:]
     return work, config

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from splitbench.analysis import service_levels
 from tests.conftest import ROOT, needs_root
 from tests.support import namespaces, procs_left
 from tests.workflow_run import (
+    RUN_PROCESSES,
     snakemake,
     tiny,
     undeclared,
@@ -259,15 +261,24 @@ def test_end_to_end_on_the_embedded_lab(finished):
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_quiet_run_flags_none_of_its_cells(finished):
-    """The checks above that accept a flagged cell bind only if a quiet run's cells are
-    not flagged: the run's own servers, workers, relays and client are its own work, not
-    interference. (Run the suite on an otherwise idle machine: beside other work this
-    fails, naming what the cells were measured beside.)"""
+    """The checks above that accept a flagged cell bind only if the run's own servers,
+    workers, relays and client are its own work, not interference: a quiet run's cells
+    are not flagged. On a machine that is not quiet (a CI host's other work), a cell may
+    be flagged for other processes' CPU, and then the flag names them: none may be a
+    process of the run (each process the run had was watched while it ran)."""
     work, _ = finished
     summary = pd.read_parquet(work / "results/summary/cells.parquet")
     assert summary["interference_checked"].all(), summary["interference_missing"].tolist()
     flagged = summary[summary["interference"].notna()]
-    assert flagged.empty, flagged[["link", "model", "ctx", "conc", "interference"]]
+    run_processes = RUN_PROCESSES[work]
+    assert len(run_processes) > 10  # snakemake, its jobs, the servers, workers, relays
+    for _, cell in flagged.iterrows():
+        said = cell["interference"]
+        # Only other processes' CPU, and named: a pressure flag cannot tell whose.
+        assert "CPU pressure" not in said and "steal" not in said, said
+        named = {int(pid) for pid in re.findall(r"\(pid (\d+)\)", said)}
+        assert named, said
+        assert not named & run_processes, (said, sorted(named & run_processes))
 
 
 @needs_root()
@@ -283,10 +294,11 @@ def test_the_run_answers_first(finished):
     assert text.startswith("## Findings")
     for model in config["models"]:
         section = text.split(f"### {model}\n")[1].split("\n### ")[0]
-        assert "- **slow costs decode +" in section, section
+        # A headline resting on a flagged cell opens with the flag (a busy CI machine).
+        assert re.search(r"- \*\*(⚠ )?slow costs decode \+", section), section
         assert "Usable concurrency is the same on all 2 links" in section, section
     log = (work / "results/logs/checks.log").read_text()
-    assert "splitbench found" in log and "tiny: slow costs decode +" in log, log
+    assert "splitbench found" in log and re.search(r"tiny: (⚠ )?slow costs decode \+", log), log
     run = subprocess.run([sys.executable, "-m", "splitbench", "whatif", "--like", "slow",
                           "--results", str(work / "results")], capture_output=True, text=True,
                          cwd=work, timeout=120)
@@ -432,8 +444,10 @@ def test_the_service_levels_are_what_the_requests_give_and_the_findings_say_them
         for ctx in config["contexts"]:
             said = {link: words[table.loc[(link, model, ctx, 1), "verdict"]]
                     for link in ("plain", "slow")}
-            assert (f"- **At {ctx}, {level}plain {said['plain']}" in section
-                    and f" and slow {said['slow']}" in section), section
+            opening = re.compile(rf"- \*\*(⚠ )?At {ctx}, {re.escape(level)}plain "
+                                 rf"{re.escape(said['plain'])}")
+            assert opening.search(section) and f" and slow {said['slow']}" in section, \
+                section
 
 
 @needs_root()
