@@ -17,7 +17,7 @@ Definitions (docs: README, "What the numbers mean"):
 
 from __future__ import annotations
 
-from typing import TypedDict
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -223,3 +223,24 @@ def overlap(n: int, single_ms: float | None, cell_wall_ms: float | None) -> floa
     if n < 2 or not single_ms or cell_wall_ms is None:
         return None
     return (n * single_ms - cell_wall_ms) / ((n - 1) * single_ms)
+
+
+class ReleaseFigures(TypedDict):
+    """One release's own wall time and throughput, on each of its rows."""
+
+    release_wall_ms: float | None
+    release_throughput_tps: float | None
+
+
+def release_figures(rows: list[dict[str, Any]]
+                    ) -> dict[tuple[bool, int, int], ReleaseFigures]:
+    """Each release's own wall time (its first send to its last token) and throughput
+    (its tokens over that wall time), by (reference, round, shot): a concurrent cell's
+    overlap and throughput are taken per release (analysis.cell_summary), the cell-wide
+    `cell_wall_ms` spans every release."""
+    groups: dict[tuple[bool, int, int], list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault((row["reference"], row["round"], row["shot"]), []).append(row)
+    return {key: {"release_wall_ms": wall_ms(group),
+                  "release_throughput_tps": throughput_tps(group)}
+            for key, group in groups.items()}

@@ -17,7 +17,7 @@ from rich.console import Console
 
 from splitbench import backends, pairs, registry, results
 from splitbench.backends import Launch, client, metrics
-from splitbench.cells import stopping
+from splitbench.cells import stopping, warm_up
 from splitbench.cells.layout import layout
 from splitbench.infra import (
     archive,
@@ -218,7 +218,7 @@ def _measure(cell: CellSlice, link: Any, reference: Any, model: ModelInfo,
         **held,
         **layout(model, first.server.record if first.server else None),
     }
-    releases = release_figures(rows)
+    releases = metrics.release_figures(rows)
     requests = pd.DataFrame([{**r, **cell_fields,
                               **releases[(r["reference"], r["round"], r["shot"])]}
                              for r in rows])
@@ -240,27 +240,6 @@ def stopped_because(runs: list[Run]) -> precision.Stopped | None:
     if any(run.harness_error or run.failed() for run in runs):
         return precision.FAILURE
     return next((run.stopped for run in reversed(runs) if not run.reference), None)
-
-
-class ReleaseFigures(TypedDict):
-    """One release's own wall time and throughput, on each of its rows."""
-
-    release_wall_ms: float | None
-    release_throughput_tps: float | None
-
-
-def release_figures(rows: list[dict[str, Any]]
-                    ) -> dict[tuple[bool, int, int], ReleaseFigures]:
-    """Each release's own wall time (its first send to its last token) and throughput
-    (its tokens over that wall time), by (reference, round, shot): a concurrent cell's
-    overlap and throughput are taken per release (analysis.cell_summary), the cell-wide
-    `cell_wall_ms` spans every release."""
-    groups: dict[tuple[bool, int, int], list[dict[str, Any]]] = {}
-    for row in rows:
-        groups.setdefault((row["reference"], row["round"], row["shot"]), []).append(row)
-    return {key: {"release_wall_ms": metrics.wall_ms(group),
-                  "release_throughput_tps": metrics.throughput_tps(group)}
-            for key, group in groups.items()}
 
 
 def _rows(cell: CellSlice, runs: list[Run]) -> tuple[list[dict[str, Any]],
@@ -297,6 +276,7 @@ def _runs(cell: CellSlice, link: Any, reference: Any, model: ModelInfo,
     if own.server is None:
         return [own]
     if not cell.get("paired"):
+        warm_up.release(backend_of(cell), cell, link, own.server)
         with meter.stretch(interference.own_processes(link.pair, sampler.local_pids())):
             _drive_run(own, cell, link, meter=meter)
         return [own]
@@ -307,9 +287,12 @@ def _runs(cell: CellSlice, link: Any, reference: Any, model: ModelInfo,
         first.server = _launch(first, cell, reference, model, settings, toolchain,
                                slot="reference")
         if first.server is None:
+            warm_up.release(backend_of(cell), cell, link, own.server)
             with meter.stretch(interference.own_processes(link.pair, sampler.local_pids())):
                 _drive_run(own, cell, link, meter=meter)
             return [first, own]
+        for target, server in ((reference, first.server), (link, own.server)):
+            warm_up.release(backend_of(cell), cell, target, server)
         # Both launches and both latency probes are up: one stretch of the meter covers
         # every round.
         with verify.latency_probe(reference) as rr_reference, \

@@ -167,15 +167,22 @@ def test_a_two_way_release_decodes_both_requests_in_one_step_whatever_ran_before
 
 @needs_root()
 @pytest.mark.slow
-def test_repeats_are_measured_and_their_spread_is_the_uncertainty(bench, tmp_path, capsys):
+def test_repeats_are_measured_and_their_spread_is_the_uncertainty(bench, state_dir, tmp_path,
+                                                                   capsys):
     frame = bench(prompt_tokens=64, n_predict=24, name="cells/st/plain/m/ctxshort_c2",
                   concurrency=2, repeats=3)
     assert sorted(frame["repeat"].unique()) == [0, 1, 2]
     # The job's log shows each release as it ends, labelled by its pair, link, prompt and
-    # level (not the model's settings): one per repeat here.
-    assert capsys.readouterr().out.count(
-        "st/plain 64 tokens x2: release 1, 2/2 ok, 48 tokens") == 3
+    # level (not the model's settings): one per repeat here, each after a warm-up.
+    out = capsys.readouterr().out
+    assert out.count("st/plain 64 tokens x2: release 1, 2/2 ok, 48 tokens") == 3
+    assert out.count("st/plain 64 tokens x2: warm-up release done") == 3
+    assert out.index("warm-up release done") < out.index("release 1, 2/2 ok")
     assert len(frame) == 6 and (frame["status"] == "ok").all()
+    # The server saw each repeat's warm-up release (two 64-token prompts) besides the
+    # measured one; none of the warm-up's is a row.
+    logs = "".join(p.read_text() for p in state_dir.rglob("*llama-server.log"))
+    assert len(re.findall(r"prompt eval time = .*/ +64 tokens", logs)) == 2 * len(frame)
     tokens = pd.read_parquet(tmp_path / "cells/st/plain/m/ctxshort_c2.parquet")
     assert tokens.groupby(["repeat", "request_id"]).size().eq(24).all()
     # Every row says which cell it is: no reader needs the file's path.

@@ -126,7 +126,7 @@ def test_each_release_has_its_own_wall_time_and_throughput():
                 "t_end_ns": int(last_ms * 1e6), "generated_tokens": tokens}
 
     rows = [row(0, 0, 100), row(0, 1, 150), row(1, 200, 260), row(1, 201, 240)]
-    figures = measure.release_figures(rows)
+    figures = metrics.release_figures(rows)
     assert figures[(False, 0, 0)]["release_wall_ms"] == pytest.approx(150.0)
     assert figures[(False, 0, 1)]["release_wall_ms"] == pytest.approx(60.0)
     assert figures[(False, 0, 1)]["release_throughput_tps"] == pytest.approx(20 / 0.060)
