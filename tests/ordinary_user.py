@@ -4,7 +4,8 @@ whose only rights are a sudoers line and the packet helper root installed for it
 The user exists only inside the mount namespaces its commands run in: each command is
 started by root in a mount namespace of its own where /etc/passwd, /etc/shadow and
 /etc/group carry the user, /etc/sudoers.d holds only what the test granted, and
-/usr/local/libexec is a directory of the test's (where the packet helper is installed);
+/usr/local/libexec and /usr/local/sbin are directories of the test's (where the packet
+helper and the root helper are installed);
 then it drops to the user with setpriv. Nothing of this machine's own files changes.
 Directories on the way to the test's Python that only root may enter (/root, where
 pyenv puts it) are shadowed by ones any user may, holding just that way through.
@@ -30,6 +31,8 @@ from pathlib import Path
 from tests.conftest import ROOT
 
 NAME, UID = "alice", 4242
+# The test's own directories under /usr/local, where root installs the user's helpers.
+OWN_DIRS = ("libexec", "sbin")
 
 
 @dataclass(frozen=True)
@@ -59,7 +62,7 @@ class OrdinaryUser:
             (etc / name).chmod(mode)
         (etc / "sudoers.d").mkdir(mode=0o755)
         local = base / "usr-local"
-        for entry in ("libexec", *(p.name for p in Path("/usr/local").iterdir())):
+        for entry in ("libexec", "sbin", *(p.name for p in Path("/usr/local").iterdir())):
             (local / entry).mkdir(parents=True, exist_ok=True)
         return user
 
@@ -94,7 +97,8 @@ class OrdinaryUser:
         lines = [f"mount --bind {etc}/{name} /etc/{name}"
                  for name in ("passwd", "shadow", "group", "sudoers.d")]
         lines += [f"mount --bind /usr/local/{p.name} {local}/{p.name}"
-                  for p in Path("/usr/local").iterdir() if p.is_dir()]
+                  for p in Path("/usr/local").iterdir() if p.is_dir() and p.name not in
+                  OWN_DIRS]
         lines.append(f"mount --rbind {local} /usr/local")
         for path in (Path(os.path.realpath(sys.executable)), ROOT / ".venv"):
             lines += self._way_through(path)

@@ -10,9 +10,9 @@ Holding the kernel's CPU wake-up latency request (PM QoS, /dev/cpu_dma_latency) 
 while measuring keeps idle CPUs in their shallowest state (polling), as latency
 benchmarks (cyclictest, tuned's latency-performance profile) do. The request holds
 while the file stays open and ends when it is closed or its process dies. It needs root
-on each host, or `tee /dev/cpu_dma_latency` through sudo -n (host A's too, where
-splitbench runs as an ordinary user); where it cannot be held, the rows say so
-(`wakeup_latency_{a,b}`).
+on each host, or the root helper's `wakeup` (or `tee /dev/cpu_dma_latency`) through
+sudo -n (host A's too, where splitbench runs as an ordinary user); where it cannot be
+held, the rows say so (`wakeup_latency_{a,b}`).
 """
 
 from __future__ import annotations
@@ -59,16 +59,20 @@ def _through_sudo(host: Host) -> bool:
     """The login user is not root on the host, and sudoers lets it hold the request."""
     from splitbench.infra import privilege
 
-    return not privilege.is_root(host) and privilege.sudo_allows(host, privilege.FOR_WAKEUP)
+    return not privilege.is_root(host) and (privilege.through_helper(host) or privilege.
+                                            sudo_allows(host, privilege.FOR_WAKEUP))
 
 
 def _tee_through_sudo(host: Host) -> Any:
-    """`tee /dev/cpu_dma_latency` through sudo -n on the host (a channel on an SSH
-    host's connection, a child process here; Popen-like): it writes the request, "0"
-    in hex, and holds the file open while its input is; nothing else runs as root."""
+    """The root helper's `wakeup` through sudo -n on the host, or `tee
+    /dev/cpu_dma_latency` where sudoers allows that instead (a channel on an SSH host's
+    connection, a child process here; Popen-like): it writes the request, 0, and holds
+    the file open while its input is; nothing else runs as root. The helper answers
+    HELD; tee echoes the "0" it wrote."""
     from splitbench.infra import privilege
 
-    argv = ["sudo", "-n", privilege.tool_path(host, "tee") or "tee", DEVICE]
+    argv = (["sudo", "-n", privilege.HELPER, "wakeup"] if privilege.through_helper(host)
+            else ["sudo", "-n", privilege.tool_path(host, "tee") or "tee", DEVICE])
     if host.remote:
         process = host.popen(argv, stdin=True, stdout=subprocess.PIPE)
     else:
@@ -96,8 +100,8 @@ def _hold_process(host: Host) -> tuple[Any | None, str]:
     # The answer, or none after ANSWER_TIMEOUT_S (a stalled SSH must not stall the cell).
     ready, _, _ = select.select([process.stdout], [], [], ANSWER_TIMEOUT_S)
     answer = process.stdout.readline().strip() if ready else ""
-    if through_sudo:
-        answer = HELD if answer == "0" else "not held: sudo tee gave no answer"
+    if through_sudo and answer != HELD:
+        answer = HELD if answer == "0" else f"not held: sudo gave no answer ({answer})"
     if answer != HELD:
         process.kill()
         process.wait()

@@ -22,16 +22,16 @@ does it). Launch checks its servers' listeners either way (`uncovered_listeners`
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import json
 import re
 import shlex
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from splitbench.errors import SplitbenchError
 from splitbench.infra import listeners, privilege, procs
 from splitbench.infra.hosts import Host
 from splitbench.links.link import Ports
+from splitbench.remote import root_helper
 
 TABLE_PREFIX = "splitbench"
 
@@ -50,61 +50,17 @@ def table_name() -> str:
 def ruleset(interfaces: Iterable[str], addresses: Iterable[str], blocks: Iterable[int],
             table: str, uid: int | None = None, made: Iterable[str] = (),
             lan_peers: Mapping[str, Iterable[str]] | None = None) -> str:
-    """The nft commands that (re)make the run's table, as one atomic batch: packets
-    from interfaces other than loopback and the links' are dropped when they are for a
-    link address or a port the run serves on; with `uid`, connections over loopback to
-    those ports from any other user are dropped too (the worker has no authentication,
-    and every local user can reach a link address through loopback). `lan_peers`: a
-    link over the LAN (interface -> the other host's addresses on it): there only the
-    other host reaches the run's ports, and everything else on that interface (the
-    user's SSH, the neighbours' traffic to other ports) is left alone."""
-    names = ", ".join(json.dumps(name) for name in ["lo", *sorted(set(interfaces))])
-    served = ", ".join(f"{base}-{Ports(base).last}" for base in sorted(set(blocks)))
-    by_family = _by_family(addresses)
-    # The table's comment names the interface changes the run holds on this host
-    # (`token`): another run on the same link shares them (`shared_undo`).
-    comment = "".join(sorted(set(made)))
-    commands = [
-        f"add table inet {table}", f"delete table inet {table}",
-        f"add table inet {table}" + (f' {{ comment "{comment}"; }}' if comment else ""),
-        f"add chain inet {table} input {{ type filter hook input priority filter - 10; "
-        "policy accept; }",
-        f"add rule inet {table} input iifname {{ {names} }} accept",
-    ]
-    for interface, peers in sorted((lan_peers or {}).items()):
-        for version, family in ((4, "ip"), (6, "ip6")):
-            if listed := _by_family(peers)[version]:
-                commands.append(
-                    f"add rule inet {table} input iifname {json.dumps(interface)} {family} "
-                    f"saddr {{ {', '.join(listed)} }} tcp dport {{ {served} }} accept")
-    for version, family in ((4, "ip"), (6, "ip6")):
-        if by_family[version]:
-            commands.append(f"add rule inet {table} input {family} daddr "
-                            f"{{ {', '.join(by_family[version])} }} drop")
-    commands.append(f"add rule inet {table} input tcp dport {{ {served} }} drop")
-    if uid is not None:
-        # Locally made packets carry their socket's owner (the output hook): another
-        # user's connection to the run's ports over loopback ends at its first packet.
-        commands += [
-            f"add chain inet {table} output {{ type filter hook output priority filter - "
-            "10; policy accept; }",
-            f'add rule inet {table} output oifname "lo" tcp dport {{ {served} }} '
-            f"meta skuid != {uid} drop"]
-    return "; ".join(commands)
+    """The nft commands that (re)make the run's table (root_helper.ruleset, which the
+    root helper builds from the same figures), for the run's `blocks` of ports."""
+    return root_helper.ruleset(
+        list(interfaces), list(addresses),
+        [f"{base}-{Ports(base).last}" for base in sorted(set(blocks))], table, uid,
+        list(made), {name: list(peers) for name, peers in (lan_peers or {}).items()})
 
 
-def _by_family(addresses: Iterable[str]) -> dict[int, list[str]]:
-    """Addresses by IP version, without an IPv6 scope (`%eth0`), sorted."""
-    out: dict[int, list[str]] = {4: [], 6: []}
-    for addr in sorted({a.split("%")[0] for a in addresses}):
-        out[ipaddress.ip_address(addr).version].append(addr)
-    return out
-
-
-def token(change: str, interface: str, value: str = "") -> str:
-    """An interface change as the run's table names it: `[up:eth1]` (it was down),
-    `[addr:eth1:10.0.0.2/30]`, `[mtu:eth1:1500]` (the MTU it had)."""
-    return f"[{change}:{interface}{':' + value if value else ''}]"
+# An interface change as the run's table names it: `[up:eth1]` (it was down),
+# `[addr:eth1:10.0.0.2/30]`, `[mtu:eth1:1500]` (the MTU it had).
+token = root_helper.token
 
 
 def made_elsewhere(host: Host) -> set[str]:
@@ -113,6 +69,13 @@ def made_elsewhere(host: Host) -> set[str]:
     shares the undo. Empty where splitbench may not read the host's tables."""
     if not privilege.can(host, privilege.FOR_GUARD):
         return set()
+    if privilege.through_helper(host):
+        listed = host.run(["sudo", "-n", privilege.HELPER, "guard-list"], check=False)
+        try:
+            tables = json.loads(listed.stdout or "{}")
+        except ValueError:
+            return set()
+        return {t for name, held in tables.items() if name != table_name() for t in held}
     nft = privilege.as_root(host, ["nft"])
     listed = host.run([*nft, "list", "tables"], check=False).stdout
     held: set[str] = set()
@@ -135,11 +98,15 @@ exec "$@"
 """
 
 
-def shared_undo(host: Host, change: str, undo: list[str]) -> list[str]:
-    """`undo` (as root on the host already) made only where no other run's table holds
-    `change`: the command teardown records for an interface change of a guarded link."""
+def shared_undo(host: Host, change: str, undo: Sequence[str]) -> list[str]:
+    """The helper verb `undo` made only where no other run's table holds `change`: the
+    command teardown records for an interface change of a guarded link (the helper's
+    `unless-held`, or the same in a shell around root's own command)."""
+    if privilege.through_helper(host):
+        return ["sudo", "-n", privilege.HELPER, "unless-held", table_name(), change, *undo]
     nft = " ".join(privilege.as_root(host, ["nft"]))
-    return ["sh", "-c", _UNLESS_HELD, "sh", table_name(), change, nft, *undo]
+    return ["sh", "-c", _UNLESS_HELD, "sh", table_name(), change, nft,
+            *privilege.root_command(host, *undo)]
 
 
 def _key(host: Host) -> str:
@@ -180,7 +147,7 @@ def cover(host: Host, interface: str, address: str, ports: Ports, firewall: str,
             "through the link only. Allow it (python -m splitbench doctor prints the "
             f"sudoers line), or run there, as root: nft {shlex.quote(commands)} (and nft "
             f"delete table inet {table} when done), then set the pair's firewall: own")
-    undo = privilege.as_root(host, ["nft", "delete", "table", "inet", table])
+    undo = privilege.root_command(host, "guard-delete", table)
     # Recorded before it is applied: a run killed between the two still has the table
     # deleted at teardown (the batch is atomic: a failed one leaves the table as it was).
     procs.record_change(_key(host), host.name,
@@ -190,7 +157,11 @@ def cover(host: Host, interface: str, address: str, ports: Ports, firewall: str,
                         gone_if="No such file or directory",
                         interfaces=interfaces, addresses=addresses, blocks=blocks,
                         made=held, table=table, lan_peers=lan_peers)
-    done = host.run(privilege.as_root(host, ["nft", commands]), check=False)
+    spec = {"interfaces": interfaces, "addresses": addresses, "made": held,
+            "ports": [f"{base}-{Ports(base).last}" for base in blocks],
+            "lan_peers": lan_peers}
+    done = host.run(privilege.root_command(host, "guard-apply", table, json.dumps(spec)),
+                    check=False)
     if done.returncode != 0:
         raise GuardError(f"{where}: host {host.name}: nft could not apply the link guard "
                          f"({(done.stderr or done.stdout).strip()[-300:]}); is nftables "

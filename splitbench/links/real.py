@@ -19,6 +19,7 @@ from splitbench.infra import files, privilege, procs
 from splitbench.infra.hosts import Host, HostError, host_from_spec
 from splitbench.links import guard, ports
 from splitbench.links.link import Link
+from splitbench.remote import root_helper
 from splitbench.slices import LinkSlice
 
 
@@ -161,42 +162,41 @@ def _configure(host: Host, ifname: str, addr: str, prefix: int, mtu: int | None,
     before = json.loads(host.run(["ip", "-j", "addr", "show", "dev", ifname]).stdout)[0]
     had = {f"{a['local']}/{a['prefixlen']}" for a in before.get("addr_info", [])}
     elsewhere = guard.made_elsewhere(host) if guarded else set()
-    # (command, its undo or None where nothing changes, the change's token)
-    steps: list[tuple[list[str], list[str] | None, str]] = []
+    # (the helper verb, its undo or None where nothing changes, the change's token)
+    steps: list[tuple[tuple[str, ...], tuple[str, ...] | None, str]] = []
     up = guard.token("up", ifname)
     if "UP" not in before.get("flags", []) or up in elsewhere:
-        steps.append((["ip", "link", "set", "dev", ifname, "up"],
-                      ["ip", "link", "set", "dev", ifname, "down"], up))
+        steps.append((("link-up", ifname), ("link-down", ifname), up))
     address = guard.token("addr", ifname, f"{addr}/{prefix}")
-    steps.append((["ip", "addr", "replace", f"{addr}/{prefix}", "dev", ifname],
+    steps.append((("addr-replace", ifname, f"{addr}/{prefix}"),
                   None if f"{addr}/{prefix}" in had and address not in elsewhere
-                  else ["ip", "addr", "del", f"{addr}/{prefix}", "dev", ifname], address))
+                  else ("addr-del", ifname, f"{addr}/{prefix}"), address))
     if mtu:
         found = before.get("mtu")
         # Another run set the MTU already: its token names the one the interface had.
         shared = [t for t in elsewhere if t.startswith(f"[mtu:{ifname}:")]
         if mtu != found or shared:
             original = shared[0][len(f"[mtu:{ifname}:"):-1] if shared else str(found)
-            steps.append((["ip", "link", "set", "dev", ifname, "mtu", str(mtu)],
-                          ["ip", "link", "set", "dev", ifname, "mtu", original],
+            steps.append((("mtu", ifname, str(mtu)), ("mtu", ifname, original),
                           guard.token("mtu", ifname, original)))
     held = []
-    for argv, undo, change in steps:
+    for verb, undo, change in steps:
         try:
-            result = host.run(privilege.as_root(host, argv), check=False)
-        except privilege.PrivilegeError as exc:
+            shown = root_helper.plain(verb[0], list(verb[1:]), 0)  # what it does, as ip
+            result = host.run(privilege.root_command(host, *verb), check=False)
+        except (privilege.PrivilegeError, root_helper.Refused) as exc:
             raise SetupError(f"{where}: {exc}") from exc
         if result.returncode != 0:
-            raise SetupError(f"{where}: host {host.name}: {' '.join(argv)} failed "
+            raise SetupError(f"{where}: host {host.name}: {' '.join(shown)} failed "
                              f"({result.stderr.strip()}); set it up by hand and use "
-                             "adopt: true, or allow the login user ip through sudo -n "
-                             "(python -m splitbench doctor prints the sudoers line)")
-        applied.append([f"host {host.name}", *argv])
+                             "adopt: true, or let splitbench make it there "
+                             "(python -m splitbench doctor says how)")
+        applied.append([f"host {host.name}", *shown])
         if undo:
             held.append(change)
-            as_root = privilege.as_root(host, undo)
-            _record_undo(host, guard.shared_undo(host, change, as_root) if guarded
-                         else as_root, f"{where} {host.name} {' '.join(argv[:-2])}")
+            _record_undo(host, guard.shared_undo(host, change, undo) if guarded
+                         else privilege.root_command(host, *undo),
+                         f"{where} {host.name} {' '.join(shown[:-2])}")
     return addr, held
 
 

@@ -76,9 +76,10 @@ class OverSsh(PairKind):
 
 def rights(host: Host, pair: str, addressed: list[str], guarded: bool,
            wakeup: bool = False) -> Line:
-    """Root on the host, or sudo -n for exactly the tools the pair needs as root there
-    (ip for links it addresses, nft for the guard, tee of the wake-up latency request
-    where the config holds it); else ✗ with the sudoers line."""
+    """Root on the host, or the root helper through sudo -n for what the pair needs as
+    root there (addresses for links it addresses, the guard, the wake-up latency where
+    the config holds it); an older line that allows ip and nft themselves works and is
+    called root-equivalent; else ✗ with how to install the helper and its sudoers line."""
     needs = {}
     if addressed:
         needs[privilege.FOR_ADDRESSES] = f"addresses for links {', '.join(addressed)}"
@@ -93,23 +94,36 @@ def rights(host: Host, pair: str, addressed: list[str], guarded: bool,
         return Line(OK, pair, f"not root on host {side}, and nothing needs it (every link "
                               "adopted, firewall: own)")
     user = privilege.login_user(host)
-    refused = [tool for tool in needs if not privilege.sudo_allows(host, tool)]
-    if not refused:
-        return Line(OK, pair, f"host {side}: {', '.join(needs)} as root through sudo -n "
-                              f"for {user} (no root login); everything else runs as {user}")
-    line = privilege.sudoers_line(host, list(needs))
+    helper = privilege.helper_state(host)
+    if helper == "ready":
+        return Line(OK, pair, f"host {side}: {_listed(list(needs.values()), 'and')} through "
+                              f"{privilege.HELPER} (fixed verbs, through sudo -n for {user}; "
+                              f"no root login); everything else runs as {user}")
     install = ("install sudo there (Debian: apt-get install sudo), then "
                if privilege.tool_path(host, "sudo") is None else "")
+    how = (f"{install}as root there: {privilege.helper_install(host)}, then visudo -f "
+           f"/etc/sudoers.d/splitbench: {privilege.helper_line(host)}")
+    if helper == "outdated":
+        return Line(BAD, pair, f"host {side}: {privilege.HELPER} is not this splitbench's "
+                               "(another version)", f"install this one: {how}")
+    refused = [tool for tool in needs if not privilege.sudo_allows(host, tool)]
+    if not refused:
+        wide = [tool for tool in needs if tool in (privilege.FOR_ADDRESSES,
+                                                   privilege.FOR_GUARD)]
+        said = (f"; root-equivalent: sudo runs {_listed(wide, 'and')} with any arguments "
+                f"for {user} (ip netns exec opens a root shell)" if wide else "")
+        return Line(OK, pair, f"host {side}: {', '.join(needs)} as root through sudo -n "
+                              f"for {user}{said}", f"narrow it to the helper: {how}"
+                    if wide else "")
     # The other way round each refusal: only those that apply to this config.
     instead = [text for tool, text in (
         (privilege.FOR_ADDRESSES, f"adopt: true on links {', '.join(addressed)}"),
         (privilege.FOR_GUARD, "firewall: own on the pair"),
         (privilege.FOR_WAKEUP, "hold_wakeup_latency: false (top level)")) if tool in refused]
-    return Line(BAD, pair, f"not root on host {side}, and sudo -n does not run "
-                           f"{_listed(refused, 'or')} for {user}, which "
-                           f"{_listed([needs[tool] for tool in refused], 'and')} need",
-                f"{install}allow it there (visudo -f /etc/sudoers.d/splitbench): {line} — "
-                f"or set {_listed(instead, 'and')} (docs/two-machines.md)")
+    return Line(BAD, pair, f"not root on host {side}, and sudo -n runs neither "
+                           f"{privilege.HELPER} nor {_listed(refused, 'or')} for {user}, "
+                           f"which {_listed([needs[tool] for tool in refused], 'and')} need",
+                f"{how} — or set {_listed(instead, 'and')} (docs/two-machines.md)")
 
 
 def _listed(items: list[str], last: str) -> str:

@@ -19,6 +19,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from splitbench.infra import privilege
 from splitbench.infra.hosts import host_from_spec
 from tests.conftest import needs_root
 from tests.ordinary_user import OrdinaryUser
@@ -62,9 +63,24 @@ def second_cable(b: dict) -> None:
                     "name", SECOND["interface_b"], "netns", b["netns"]], check=True)
 
 
+def grant_as_the_doctor_says(bad: str, root: str | None = None) -> tuple[str, str]:
+    """Do as root what the doctor's ✗ line says (`root`: B's root directory, where the
+    command runs chrooted): install the helper, and write the sudoers line; the two."""
+    install = bad.split("as root there: ", 1)[1].split(", then visudo", 1)[0]
+    sudoers = bad.split("visudo -f /etc/sudoers.d/splitbench: ", 1)[1].split(" — ")[0]
+    if root is not None:
+        subprocess.run(["chroot", root, "sh", "-c", install], check=True)
+        granted = f"{root}/etc/sudoers.d/splitbench"
+        with open(granted, "w") as line:
+            line.write(sudoers + "\n")
+        os.chmod(granted, 0o440)
+    return install, sudoers
+
+
 class RootWatch(threading.Thread):
     """Reads B's process table over SSH as bench, every 0.3 s, while the run goes on:
-    any process run as root there other than sshd and the sudo'd ip and nft."""
+    any process run as root there other than sshd, sudo, the root helper and the ip and
+    nft it runs."""
 
     def __init__(self, b: dict) -> None:
         super().__init__(daemon=True)
@@ -81,7 +97,8 @@ class RootWatch(threading.Thread):
                 uid, _, args = line.strip().partition(" ")
                 if uid == "0" and not args.startswith((
                         "sshd", "/usr/sbin/sshd", "sudo ", "/usr/sbin/ip ", "/usr/sbin/nft ",
-                        "/usr/bin/tee /dev/cpu_dma_latency")) and not self.ending(args):
+                        f"/usr/bin/python3 -I {privilege.HELPER} ")) \
+                        and not self.ending(args):
                     self.seen.add(args)
             time.sleep(0.3)
 
@@ -91,7 +108,8 @@ class RootWatch(threading.Thread):
         gone by its name in brackets ("[sshd]" while a session's process exits, then
         "[sshd] <defunct>" until its parent reaps it)."""
         ended = re.fullmatch(r"\[(\w+)\]( <defunct>)?", args)
-        return bool(ended) and ended.group(1) in ("nft", "ip", "sudo", "sshd")
+        return bool(ended) and ended.group(1) in ("nft", "ip", "sudo", "sshd", "python3",
+                                                  "splitbench-root")
 
 
 NEIGHBOUR = "sb-lanhb"  # a machine on B's other network ("the LAN")
@@ -171,27 +189,25 @@ def test_a_run_on_another_machine_as_an_ordinary_user_reaches_the_report_and_lea
     env = {k: v for k, v in os.environ.items() if k != "SPLITBENCH_STATE"}  # its own
     doctor = [sys.executable, "-m", "splitbench", "doctor", "--configfile", "rig.yaml"]
 
-    # Without rights the doctor names the missing ones and prints the line that grants
-    # them, and that line is all B needs.
+    # Without rights the doctor names the missing ones and says how to install the root
+    # helper and the sudoers line that names it alone; those are all B needs.
     refused = subprocess.run(doctor, cwd=work, env=env, capture_output=True, text=True,
                              timeout=300)
     assert refused.returncode == 1, refused.stdout
     (bad,) = [line for line in refused.stdout.splitlines() if line.startswith("✗")]
-    assert ("not root on host B, and sudo -n does not run ip, nft or tee "
-            "/dev/cpu_dma_latency for bench" in bad), bad
-    sudoers = bad.split("visudo -f /etc/sudoers.d/splitbench): ", 1)[1].split(" — ")[0]
-    # The paths as B has them (Debian: ip on the PATH, nft in /usr/sbin).
-    assert sudoers == ("bench ALL=(root) NOPASSWD: /usr/bin/ip, /usr/sbin/nft, "
-                       "/usr/bin/tee /dev/cpu_dma_latency"), sudoers
-    granted = f"{b['root']}/etc/sudoers.d/splitbench"
-    with open(granted, "w") as line:
-        line.write(sudoers + "\n")
-    os.chmod(granted, 0o440)
+    assert (f"not root on host B, and sudo -n runs neither {privilege.HELPER} nor ip, nft "
+            "or tee /dev/cpu_dma_latency for bench" in bad), bad
+    install, sudoers = grant_as_the_doctor_says(bad, b["root"])
+    # The helper's copy the doctor put on B, in bench's home; installed by root as is.
+    assert install == ("install -o root -g root -m 0755 /home/bench/.cache/splitbench/"
+                       f"splitbench-root {privilege.HELPER}"), install
+    assert sudoers == f"bench ALL=(root) NOPASSWD: {privilege.HELPER}", sudoers
     ready = subprocess.run(doctor, cwd=work, env=env, capture_output=True, text=True,
                            timeout=300)
     assert ready.returncode == 0, ready.stdout
-    for said in ("✓ rig: host B: ip, nft, tee /dev/cpu_dma_latency as root through sudo -n "
-                 "for bench",
+    for said in ("✓ rig: host B: addresses for links cable1, cable2, the firewall guard and "
+                 f"holding the CPUs' wake-up latency through {privilege.HELPER} (fixed "
+                 "verbs, through sudo -n for bench; no root login)",
                  "✓ rig: host B has no build of its own: host A's worker runs there"):
         assert said in ready.stdout, ready.stdout
 
@@ -263,7 +279,7 @@ class RootOnA(threading.Thread):
     sudoers line allows; and the user's servers, seen running as the user."""
 
     ALLOWED = ("sudo ", "/usr/bin/ip ", "/usr/sbin/ip ", "/usr/sbin/nft ",
-               "/usr/bin/tee /dev/cpu_dma_latency")
+               f"/usr/bin/python3 -I {privilege.HELPER} ")
 
     def __init__(self, uid: int) -> None:
         super().__init__(daemon=True)
@@ -300,10 +316,12 @@ class RootOnA(threading.Thread):
 
 def test_a_run_by_an_ordinary_user_on_host_a_reaches_the_report_with_every_check_ok(
         separate_host_b, tmp_path):  # noqa: F811 (the fixture)
-    """No root on either host: host A's user has the sudoers line its doctor prints and
-    the packet helper root installed for it, no more; the run reaches the report with
-    every check ok, the wake-up latency held and the round trips counted on both
-    hosts, and no process of the run was root on A but what that line allows."""
+    """No root on either host: host A's user has the root helper and the sudoers line
+    its doctor prints, and the packet helper root installed for it, no more; the run
+    reaches the report with every check ok, the wake-up latency held and the round
+    trips counted on both hosts, and no process of the run was root on A but the root
+    helper and what it runs. (B keeps the older line, ip and nft themselves: it still
+    works, and the doctor calls it root-equivalent.)"""
     b = separate_host_b(sudoers="bench ALL=(root) NOPASSWD: /usr/bin/ip, /usr/sbin/nft, "
                                 "/usr/bin/tee /dev/cpu_dma_latency")
     second_cable(b)
@@ -320,17 +338,22 @@ def test_a_run_by_an_ordinary_user_on_host_a_reaches_the_report_with_every_check
         refused = user.run(doctor, work)
         assert refused.returncode == 1, refused.stdout + refused.stderr
         (bad,) = [line for line in refused.stdout.splitlines() if line.startswith("✗")]
-        assert "not root on host A, and sudo -n does not run ip, nft or tee " \
-               "/dev/cpu_dma_latency for alice" in bad, bad
+        assert f"not root on host A, and sudo -n runs neither {privilege.HELPER} nor ip, " \
+               "nft or tee /dev/cpu_dma_latency for alice" in bad, bad
         assert "· rig: host A: no packet socket (not root, no packet helper)" \
             in refused.stdout
-        user.grant(bad.split("visudo -f /etc/sudoers.d/splitbench): ", 1)[1]
-                   .split(" — ")[0])
-        helper = [[sys.executable, "-m", "splitbench", "packet-helper", "--user", user.name]]
+        install, sudoers = grant_as_the_doctor_says(bad)
+        user.grant(sudoers)
+        helper = [["sh", "-c", install],
+                  [sys.executable, "-m", "splitbench", "packet-helper", "--user", user.name]]
         ready = user.run(doctor, work, as_root_first=helper)
         assert ready.returncode == 0, ready.stdout + ready.stderr
-        for said in ("✓ rig: host A: ip, nft, tee /dev/cpu_dma_latency as root through "
-                     "sudo -n for alice (no root login); everything else runs as alice",
+        for said in (f"✓ rig: host A: addresses for links cable1, cable2, the firewall guard "
+                     f"and holding the CPUs' wake-up latency through {privilege.HELPER} "
+                     "(fixed verbs, through sudo -n for alice; no root login)",
+                     "✓ rig: host B: ip, nft, tee /dev/cpu_dma_latency as root through sudo "
+                     "-n for bench; root-equivalent: sudo runs ip and nft with any "
+                     "arguments for bench",
                      "✓ rig: host A has a packet socket, the packet helper's",
                      "· rig: host A: CPU wake-up latency can be held at 0 us"):
             assert said in ready.stdout, ready.stdout

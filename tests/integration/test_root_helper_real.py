@@ -1,0 +1,103 @@
+"""The root helper run for real (as root, in a network namespace of the test's own):
+each verb changes what it names and nothing else, the table it builds drops what the
+guard must, and a refused call leaves the host as it was."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from splitbench.remote import root_helper
+from tests.conftest import needs_root
+
+HELPER = root_helper.__file__
+TABLE, OTHER = "splitbench_00000000aa", "splitbench_00000000bb"
+
+
+@pytest.fixture
+def namespace():
+    if os.geteuid() != 0:
+        pytest.skip("needs root (a network namespace)")
+    name = f"sbrh{os.getpid()}"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    subprocess.run(["ip", "-n", name, "link", "add", "sbrh0", "type", "veth", "peer", "name",
+                    "sbrh1"], check=True)
+    try:
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "del", name], check=False)
+
+
+def helper(namespace: str, *argv: str, uid: int | None = None) -> subprocess.CompletedProcess:
+    """The helper as sudo would run it for `uid` (SUDO_UID), inside the namespace."""
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+           **({"SUDO_UID": str(uid)} if uid is not None else {})}
+    return subprocess.run(["ip", "netns", "exec", namespace, sys.executable, "-I", HELPER,
+                           *argv], capture_output=True, text=True, env=env, timeout=60)
+
+
+def state(namespace: str) -> str:
+    """What the verbs may change: the namespace's interfaces, addresses and tables."""
+    links = subprocess.run(["ip", "-n", namespace, "-j", "addr"], capture_output=True,
+                           text=True, check=True).stdout
+    tables = subprocess.run(["ip", "netns", "exec", namespace, "nft", "list", "ruleset"],
+                            capture_output=True, text=True, check=True).stdout
+    return links + tables
+
+
+@needs_root()
+def test_each_verb_changes_what_it_names(namespace):
+    assert helper(namespace, "link-up", "sbrh0").returncode == 0
+    assert helper(namespace, "mtu", "sbrh0", "9000").returncode == 0
+    assert helper(namespace, "addr-replace", "sbrh0", "10.77.0.1/30").returncode == 0
+    shown = json.loads(subprocess.run(["ip", "-n", namespace, "-j", "addr", "show", "dev",
+                                       "sbrh0"], capture_output=True, text=True).stdout)[0]
+    assert shown["mtu"] == 9000 and "UP" in shown["flags"]
+    assert [a["local"] for a in shown["addr_info"]] == ["10.77.0.1"]
+    spec = {"interfaces": ["sbrh0"], "addresses": ["10.77.0.1"], "ports": ["20480-20511"],
+            "made": ["[addr:sbrh0:10.77.0.1/30]"]}
+    assert helper(namespace, "guard-apply", TABLE, json.dumps(spec), uid=1000).returncode == 0
+    listed = json.loads(helper(namespace, "guard-list").stdout)
+    assert listed == {TABLE: ["[addr:sbrh0:10.77.0.1/30]", "[owner:1000]"]}
+    rules = subprocess.run(["ip", "netns", "exec", namespace, "nft", "list", "table", "inet",
+                            TABLE], capture_output=True, text=True, check=True).stdout
+    assert "meta skuid != 1000 drop" in rules and "ip daddr 10.77.0.1 drop" in rules
+    # Another user may neither replace nor delete it; its owner may.
+    before = state(namespace)
+    for argv in (["guard-delete", TABLE], ["guard-apply", TABLE, json.dumps(spec)]):
+        refused = helper(namespace, *argv, uid=1001)
+        assert refused.returncode == 2 and "another user's run's (uid 1000)" in refused.stderr
+    assert state(namespace) == before
+    # An undo another run's table still holds is left for that run to make.
+    other = {**spec, "made": ["[addr:sbrh0:10.77.0.1/30]"]}
+    assert helper(namespace, "guard-apply", OTHER, json.dumps(other), uid=1000).returncode == 0
+    kept = helper(namespace, "unless-held", TABLE, "[addr:sbrh0:10.77.0.1/30]", "addr-del",
+                  "sbrh0", "10.77.0.1/30", uid=1000)
+    assert kept.returncode == 0 and "10.77.0.1" in state(namespace)
+    assert helper(namespace, "guard-delete", OTHER, uid=1000).returncode == 0
+    gone = helper(namespace, "unless-held", TABLE, "[addr:sbrh0:10.77.0.1/30]", "addr-del",
+                  "sbrh0", "10.77.0.1/30", uid=1000)
+    assert gone.returncode == 0 and "10.77.0.1" not in state(namespace)
+    assert helper(namespace, "guard-delete", TABLE, uid=1000).returncode == 0
+    assert TABLE not in state(namespace)
+
+
+@needs_root()
+@pytest.mark.parametrize("argv", [
+    ["netns", "exec", "x", "/bin/sh"],
+    ["link-down", "lo"],
+    ["addr-replace", "sbrh0", "127.0.0.5/8"],
+    ["guard-delete", "filter"],
+    ["guard-apply", TABLE, '{"interfaces": ["sbrh0"], "ports": ["20480-20511"], '
+                           '"rules": "flush ruleset"}'],
+    ["unless-held", TABLE, "[up:sbrh0]", "wakeup"],
+])
+def test_a_refused_call_leaves_the_host_as_it_was(namespace, argv):
+    before = state(namespace)
+    refused = helper(namespace, *argv, uid=1000)
+    assert refused.returncode == 2 and "splitbench-root: refused:" in refused.stderr
+    assert state(namespace) == before
