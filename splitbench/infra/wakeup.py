@@ -26,9 +26,9 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from splitbench.infra.hosts import Host, HostError
+from splitbench.remote import root_helper
 
-DEVICE = "/dev/cpu_dma_latency"
-HELD = "held at 0 us"
+DEVICE, HELD = root_helper.DEVICE, root_helper.HELD  # the helper holds it the same way
 ANSWER_TIMEOUT_S = 30
 # Run on a remote host: hold the request until our end of the SSH channel closes stdin.
 REMOTE_HOLDER = (
