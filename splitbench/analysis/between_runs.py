@@ -52,7 +52,9 @@ SEQUENTIAL = {"sequential_decode": "sequential_decode_between_se",
 SEQUENTIAL_DOF = "sequential_between_dof"
 KINDS = ("single", "concurrent")
 # The prediction's own error (comparison.predicted_decode_delta), on every row of a pair:
-# the sweep slope's run-to-run relative standard deviation and the model's error (ms/token)
+# the sweep slope's run-to-run relative standard deviation and the model's error (ms/token;
+# the file may hold it per context too, "model_error_ms/<ctx>", which a row of that
+# context takes)
 PREDICTION = {"slope_rel_sd": "calibration_slope_rel_sd",
               "model_error_ms": "calibration_model_error_ms"}
 # The calibration's degrees of freedom per cell (its runs less one), on every row of a
@@ -113,8 +115,11 @@ def apply(summary: pd.DataFrame, calibration: Mapping[str, Mapping[str, Any]]
                                    np.ones(int(rows.sum())), absolute=True)
             out.loc[rows, column] = term
             out.loc[rows, SEQUENTIAL_DOF] = term_dof
+        prediction = found.get("prediction", {})
         for key, column in PREDICTION.items():
-            out.loc[rows, column] = found.get("prediction", {}).get(key, np.nan)
+            # A context's own term where the calibration has one, else the pooled one.
+            out.loc[rows, column] = [prediction.get(f"{key}/{ctx}", prediction.get(key, np.nan))
+                                     for ctx in out.loc[rows, "ctx"].astype(str)]
         out.loc[rows, CALIBRATION_DOF] = float(found.get("cell_dof", np.nan))
         out.loc[rows, "unc_scope"] = ACROSS_RUNS.format(runs=found.get("runs", "?"),
                                                         when=found.get("measured", "?"))

@@ -177,3 +177,15 @@ def test_a_swept_round_trip_count_carries_the_slopes_run_to_run_variation(tmp_pa
     assert calibrated["round_trips_se"] == pytest.approx(se)
     assert calibrated["round_trips_dof"] == pytest.approx(dof)
     assert calibrated["round_trips_se"] > 4 * own["round_trips_se"]
+
+
+def test_the_models_error_is_a_contexts_own_where_the_calibration_has_one():
+    """The lab's model leaves a host-A term out at short that it does not at 5k: a row
+    takes its context's term, a context the calibration has none for the pooled one."""
+    per_context = {**CALIBRATION, "prediction": {"slope_rel_sd": 0.01, "model_error_ms": 0.04,
+                                                 "model_error_ms/short": 0.05}}
+    out = between_runs.apply(summary(), {"lab": per_context}).set_index(["link", "ctx"])
+    assert out.loc[("x", "short"), "calibration_model_error_ms"] == 0.05
+    assert out.loc[("y", "short"), "calibration_model_error_ms"] == 0.05
+    assert out.loc[("y", "long"), "calibration_model_error_ms"] == 0.04
+    assert (out["calibration_slope_rel_sd"] == 0.01).all()
