@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from splitbench.errors import SplitbenchError
-from splitbench.infra.hosts import Host
+from splitbench.infra.hosts import Host, HostError
 from splitbench.remote import root_helper
 
 # Where system tools live, the only places a tool run as root is looked for (a user's
@@ -135,13 +135,28 @@ def helper_install(host: Host) -> str:
     """The command that installs this splitbench's root helper on the host, for root to
     run there: from the checkout here, or from the copy this puts into the login user's
     ~/.cache/splitbench on another machine (a file of that user's: root copies it, owned
-    by root, to HELPER; its sha256 is what `sha256sum HELPER` must print)."""
+    by root, to HELPER; `discard_copy` removes it once installed). Where the copy cannot
+    be put there, what to copy first."""
     source = Path(root_helper.__file__)
-    if host.remote:
-        home = host.run(["sh", "-c", 'printf %s "$HOME"']).stdout.strip()
-        host.run(["mkdir", "-p", f"{home}/.cache/splitbench"])
-        where = f"{home}/.cache/splitbench/splitbench-root"
+    if not host.remote:
+        return f"install -o root -g root -m 0755 {shlex.quote(str(source))} {HELPER}"
+    try:
+        where = _copy_path(host)
+        host.run(["mkdir", "-p", str(Path(where).parent)])
         host.put(source, where, mode=0o644)
-    else:
-        where = str(source)
+    except HostError as exc:
+        return (f"copy {source} from host A there (it could not be: {exc}), then install "
+                f"-o root -g root -m 0755 <that copy> {HELPER}")
     return f"install -o root -g root -m 0755 {shlex.quote(where)} {HELPER}"
+
+
+def discard_copy(host: Host) -> None:
+    """Remove the helper's copy `helper_install` put on another machine (installed by
+    now, or not wanted)."""
+    if host.remote:
+        host.run(["rm", "-f", _copy_path(host)], check=False)
+
+
+def _copy_path(host: Host) -> str:
+    home = host.run(["sh", "-c", 'printf %s "$HOME"']).stdout.strip()
+    return f"{home}/.cache/splitbench/splitbench-root"

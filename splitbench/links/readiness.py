@@ -138,9 +138,9 @@ def packet_socket(pair: str) -> Line:
 
 def wakeup(host: Host, pair: str) -> Line:
     held = host.run(["test", "-w", "/dev/cpu_dma_latency"], check=False).returncode == 0 \
-        or privilege.sudo_allows(host, privilege.FOR_WAKEUP)
+        or privilege.through_helper(host) or privilege.sudo_allows(host, privilege.FOR_WAKEUP)
     governor = host.run(["cat", "/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor"],
                         check=False).stdout.strip() or "not reported"
     side = host.name.upper()
-    how = "can be held at 0 us" if held else "cannot be held (not root, no sudo -n tee)"
+    how = "can be held at 0 us" if held else "cannot be held (not root, no root helper)"
     return Line(NOTE, pair, f"host {side}: CPU wake-up latency {how}, governor {governor}")

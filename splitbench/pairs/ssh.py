@@ -96,6 +96,7 @@ def rights(host: Host, pair: str, addressed: list[str], guarded: bool,
     user = privilege.login_user(host)
     helper = privilege.helper_state(host)
     if helper == "ready":
+        privilege.discard_copy(host)  # the copy the doctor put there to be installed
         return Line(OK, pair, f"host {side}: {_listed(list(needs.values()), 'and')} through "
                               f"{privilege.HELPER} (fixed verbs, through sudo -n for {user}; "
                               f"no root login); everything else runs as {user}")

@@ -21,8 +21,9 @@ THEIRS = "splitbench_00000000cc"  # another user's run's table on B
 def as_root_on_b(b: dict, *argv: str, uid: int | None = None) -> str:
     """argv as B's root, in B's namespaces (as sudo would run it for `uid`)."""
     env = ["env", f"SUDO_UID={uid}"] if uid is not None else []
-    done = subprocess.run(["nsenter", "-t", str(b["init_pid"]), "-m", "-n", "-p", "-u",
-                           "--", *env, *argv], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(["nsenter", "-t", str(b["init_pid"]), "-m", "-n", "-p", "-u", "-r",
+                           "-w", "--", *env, *argv], capture_output=True, text=True,
+                          timeout=60)
     assert done.returncode == 0, (argv, done.stderr)
     return done.stdout
 

@@ -412,14 +412,15 @@ def test_a_b_without_the_tools_gets_one_line_per_missing_requirement(
         "✗ rig: host B has no Python 3.8 or later at python3 — install python3 there, or "
         "set hosts.b.python to one",
         f"✗ rig: host B has no nft — {install.format('nftables')}",
-        "✗ rig: not root on host B, and sudo -n does not run ip, nft or tee "
-        "/dev/cpu_dma_latency for bench, which addresses for links cable1, cable2, the "
-        "firewall guard and holding the CPUs' wake-up latency need — install sudo there "
-        "(Debian: apt-get install sudo), then allow it there (visudo -f "
-        "/etc/sudoers.d/splitbench): bench ALL=(root) NOPASSWD: /usr/sbin/ip, "
-        "/usr/sbin/nft, /usr/bin/tee /dev/cpu_dma_latency — or set adopt: true on links "
-        "cable1, cable2, firewall: own on the pair and hold_wakeup_latency: false (top "
-        "level) (docs/two-machines.md)",
+        f"✗ rig: not root on host B, and sudo -n runs neither {privilege.HELPER} nor ip, "
+        "nft or tee /dev/cpu_dma_latency for bench, which addresses for links cable1, "
+        "cable2, the firewall guard and holding the CPUs' wake-up latency need — install "
+        "sudo there (Debian: apt-get install sudo), then as root there: install -o root -g "
+        "root -m 0755 /home/bench/.cache/splitbench/splitbench-root "
+        f"{privilege.HELPER}, then visudo -f /etc/sudoers.d/splitbench: bench ALL=(root) "
+        f"NOPASSWD: {privilege.HELPER} — or set adopt: true on links cable1, cable2, "
+        "firewall: own on the pair and hold_wakeup_latency: false (top level) "
+        "(docs/two-machines.md)",
     ], "\n".join(bad)
     # The worker needs nothing of B but its C library: A's, carried, runs there.
     assert "✓ rig: host B has no build of its own: host A's worker runs there" in done.stdout
