@@ -107,7 +107,7 @@ class RootWatch(threading.Thread):
         """One of the same, caught as it ends: ps shows a process whose command line is
         gone by its name in brackets ("[sshd]" while a session's process exits, then
         "[sshd] <defunct>" until its parent reaps it)."""
-        ended = re.fullmatch(r"\[(\w+)\]( <defunct>)?", args)
+        ended = re.fullmatch(r"\[([\w.-]+)\]( <defunct>)?", args)
         return bool(ended) and ended.group(1) in ("nft", "ip", "sudo", "sshd", "python3",
                                                   "splitbench-root")
 
@@ -267,8 +267,11 @@ def test_a_run_on_another_machine_as_an_ordinary_user_reaches_the_report_and_lea
     assert sorted(left.split("\0")[:-1]) == sorted(PLANTED)
     for path in PLANTED:
         assert host.run(["cat", path]).stdout == "planted\n"
-    tables = host.run(["sudo", "-n", "/usr/sbin/nft", "list", "tables"]).stdout
+    # B's tables, read as root (bench's line runs the helper alone, which lists them too).
+    tables = subprocess.run(["nsenter", "-t", str(b["init_pid"]), "-n", "nft", "list",
+                             "tables"], capture_output=True, text=True, check=True).stdout
     assert "splitbench" not in tables, tables
+    assert host.run(["sudo", "-n", privilege.HELPER, "guard-list"]).stdout.strip() == "{}"
     addresses = host.run(["ip", "-br", "addr", "show", "dev", SECOND["interface_b"]]).stdout
     assert SECOND["addr_b"] not in addresses, addresses
 
