@@ -243,6 +243,13 @@ class Meter:
             or sums.get("own_ticks", 0) is None else sums.get("own_ticks", 0) + b - a + reader
         sums["others"] = _others_added(sums.get("others", {}), before.get("others"),
                                        after.get("others"))
+        # The sshd processes of the SSH connection the readings of a remote host came
+        # through carry the measurement's commands, sampler and readings: its own work
+        # (each process present at both ends: a new connection's count from the next).
+        if sums["own_ticks"] is not None:
+            ends = before.get("connection") or {}, after.get("connection") or {}
+            sums["own_ticks"] += sum(ticks - ends[0][key] for key, ticks in ends[1].items()
+                                     if key in ends[0])
         return sums
 
     def figures(self) -> InterferenceFigures:

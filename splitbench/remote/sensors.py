@@ -147,17 +147,22 @@ class CpuCounters(TypedDict, total=False):
     own_cgroup_path: str | None
     # With others (--others): the other processes' CPU, {"pid:start": [name, ticks]}.
     others: dict[str, list]
+    # Read over SSH (--others on a remote host): the sshd processes of the connection the
+    # reading came through, {"pid:start": ticks}: the measurement's transport.
+    connection: dict[str, int]
 
 
 def cpu_counters(pids: list[int] | None = None, trees: list[int] | None = None,
                  cgroup: str | None = None, cpus: set[int] | None = None,
-                 others: bool = False) -> CpuCounters:
+                 others: bool = False, connection: bool = False) -> CpuCounters:
     """Cumulative CPU counters: the machine's busy and steal time (/proc/stat, clock
     ticks), the time tasks waited for a CPU (PSI `some` total, us; None where the kernel
     has no PSI), that of the tasks in `cgroup` alone (`own_psi_some_us`, its
     cpu.pressure; own_cgroup) and, for `pids`, their own CPU time including their
     reaped children's; for `trees`, that of their living descendants too. `cpus`: the
-    host's CPUs where it is held to some (None: the machine's)."""
+    host's CPUs where it is held to some (None: the machine's). `others`: every other
+    process's CPU time too (`_others`), to name what else ran; `connection` (a reading
+    over SSH): the sshd processes it came through apart (`_connection`)."""
     out: CpuCounters = {"t_mono": time.monotonic(), "hz": os.sysconf("SC_CLK_TCK"),
                         "ncpu": len(cpus) if cpus else os.cpu_count(), "busy_ticks": None,
                         "steal_ticks": None, "total_ticks": None, "psi_some_us": None,
@@ -184,9 +189,26 @@ def cpu_counters(pids: list[int] | None = None, trees: list[int] | None = None,
         # child's ticks move to its parent's when it ends, so the sum stays whole).
         out["own_found"] = sum(pid in ticks for pid in [*(pids or []), *(trees or [])])
     if processes is not None:
-        own = {os.getpid(), *(pids or []), *_family([], trees or [], processes)}
+        transport = _connection(processes) if connection else []
+        out["connection"] = {f"{pid}:{processes[pid]['start']}": processes[pid]["ticks"]
+                             for pid in transport}
+        own = {os.getpid(), *(pids or []), *_family([], trees or [], processes), *transport}
         out["others"] = _others(processes, own)
     return out
+
+
+def _connection(processes: dict[int, _Process], start: int | None = None) -> list[int]:
+    """The sshd processes between this process and the SSH server that listens: those of
+    the one connection this reading came through (its monitor and session, each an sshd
+    whose parent is an sshd). Not the listener, which serves every connection; none
+    where this process was not started over SSH."""
+    found, pid = [], os.getppid() if start is None else start
+    while pid > 1 and pid in processes:
+        parent = processes[pid]["parent"]
+        if processes[pid]["name"] == "sshd" and processes.get(parent, {}).get("name") == "sshd":
+            found.append(pid)
+        pid = parent
+    return found
 
 
 def _cpu_fields(stat: str, cpus: set[int]) -> list[int]:
@@ -294,6 +316,8 @@ class Reading(TypedDict, total=False):
 def reading(pids: list[int] | None = None, trees: list[int] | None = None,
             cgroup: str | None = None, cpus: set[int] | None = None,
             others: bool = False) -> Reading:
+    """One reading; `others` (a reading over SSH): every other process's CPU, and the
+    connection's own sshd processes apart."""
     temps = temperatures_c()
     gpu_list, gpu_found = gpus()
     return {
@@ -303,7 +327,7 @@ def reading(pids: list[int] | None = None, trees: list[int] | None = None,
         "load1": os.getloadavg()[0],
         "gpus": gpu_list,
         "gpu_sources": gpu_found,
-        "cpu": cpu_counters(pids, trees, cgroup, cpus, others),
+        "cpu": cpu_counters(pids, trees, cgroup, cpus, others, connection=others),
     }
 
 

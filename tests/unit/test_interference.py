@@ -129,3 +129,30 @@ def test_a_flag_names_the_other_processes_that_used_the_cpu():
     # A cell's repeats: each distinct naming once.
     assert interference.named(pd.Series([top, None, top, "sh (pid 3) 0.30 cores"])) == \
         f"{top}; sh (pid 3) 0.30 cores"
+
+
+def test_the_ssh_connection_a_remote_reading_came_through_is_the_measurements():
+    """On B the reader's parents up to the listening sshd: the connection's monitor and
+    session (sshd under sshd) carry the run's commands, sampler and readings, so their
+    CPU over a stretch is the measurement's own; the listener, and another user's shell,
+    are not."""
+    from splitbench.remote import sensors
+
+    def process(name: str, parent: int, ticks: int = 0) -> dict:
+        return {"name": name, "start": 7, "ticks": ticks, "parent": parent}
+
+    table = {1: process("sshd", 0), 40: process("sshd", 1), 41: process("sshd", 40),
+             42: process("sh", 41), 43: process("python3", 42), 90: process("bash", 1)}
+    assert sensors._connection(table, start=42) == [41, 40]
+    assert sensors._connection(table, start=90) == []  # not over SSH
+    meter = interference.Meter({"b": type("B", (), {"ssh": "b", "remote": False})()})
+    before = {"t_mono": 0.0, "hz": 100, "busy_ticks": 100, "own_ticks": 10, "own_found": 1,
+              "connection": {"41:7": 50, "40:7": 5}}
+    after = {"t_mono": 1.0, "hz": 100, "busy_ticks": 160, "own_ticks": 30, "own_found": 1,
+             "connection": {"41:7": 62, "40:7": 5, "44:9": 3}}
+    sums = meter._added("b", {}, before, after)
+    # own: 20 ticks of its processes, 12 of the connection's session (the new one, born
+    # inside the stretch, counts from the next); foreign: the 28 left.
+    assert sums["own_ticks"] == 32
+    figures = interference.sum_figures(sums)
+    assert figures["foreign_cpu_{side}_cores"] == 0.28
