@@ -209,8 +209,11 @@ def test_an_unexpected_failure_in_one_repeat_keeps_the_others(bench, tmp_path, m
     calls = []
 
     def fails_on_second_repeat(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == 2:
+        # The measured releases' calls (a repeat's warm-up release first sends one with
+        # no first-token callback, and a failure there is not the cell's result).
+        if len(args) > 4:
+            calls.append(1)
+        if len(calls) == 2 and len(args) > 4:
             raise RuntimeError("bug in the harness")
         return real_run(*args, **kwargs)
 
