@@ -75,16 +75,11 @@ def made_elsewhere(host: Host) -> set[str]:
             tables = json.loads(listed.stdout or "{}")
         except ValueError:
             return set()
-        return {t for name, held in tables.items() if name != table_name() for t in held}
-    nft = privilege.as_root(host, ["nft"])
-    listed = host.run([*nft, "list", "tables"], check=False).stdout
-    held: set[str] = set()
-    for name in re.findall(rf"^table inet ({TABLE_PREFIX}_[0-9a-f]+)$", listed, re.M):
-        if name != table_name():
-            shown = host.run([*nft, "list", "table", "inet", name], check=False).stdout
-            for comment in re.findall(r'^\s*comment "([^"]*)"', shown, re.M):
-                held |= set(re.findall(r"\[[^\]]+\]", comment))
-    return held
+    else:  # root, or sudo for nft itself: the helper's reading, through that nft
+        nft = privilege.as_root(host, ["nft"])
+        tables = root_helper.tables(
+            lambda args: host.run([*nft, *args], check=False).stdout)
+    return {t for name, held in tables.items() if name != table_name() for t in held}
 
 
 # Runs `undo` unless another run's table on the host still holds `token`: two runs on

@@ -39,6 +39,7 @@ import stat
 import struct
 import subprocess
 import sys
+from collections.abc import Callable
 
 TABLE = re.compile(r"^splitbench_[0-9a-f]{10}$")
 INTERFACE = re.compile(r"^[A-Za-z0-9_.-]{1,15}$")
@@ -240,16 +241,22 @@ def guard_spec(text: str, uid: int) -> dict:
             "ports": ports, "made": [*made, f"[owner:{uid}]"], "lan_peers": lan}
 
 
-def tables() -> dict:
-    """The splitbench tables on this host and the tokens in their comments."""
-    nft = tool("nft")
-    listed = subprocess.run([nft, "list", "tables"], capture_output=True, text=True,
-                            check=False).stdout
+def tables(nft: Callable[[list], str] | None = None) -> dict:
+    """The splitbench tables on a host and the tokens in their comments. `nft`: runs
+    nft with these arguments and gives its output (default: this host's, as root);
+    splitbench gives one that runs it on another host through sudo for nft itself."""
+    if nft is None:
+        path = tool("nft")
+
+        def nft(args: list) -> str:
+            return subprocess.run([path, *args], capture_output=True, text=True,
+                                  check=False).stdout
+
     found = {}
+    listed = nft(["list", "tables"])
     for name in re.findall(r"^table inet (splitbench_[0-9a-f]{10})$", listed, re.M):
-        shown = subprocess.run([nft, "list", "table", "inet", name], capture_output=True,
-                               text=True, check=False).stdout
-        comments = re.findall(r'^\s*comment "([^"]*)"', shown, re.M)
+        comments = re.findall(r'^\s*comment "([^"]*)"', nft(["list", "table", "inet", name]),
+                              re.M)
         found[name] = re.findall(r"\[[^\]]+\]", "".join(comments))
     return found
 
