@@ -49,7 +49,7 @@ def figures(requests: pd.DataFrame | None,
     # As cell_summary._uncertainty: the spread of the requests, floored by the per-token
     # dispersion (a few requests agreeing by chance must not claim more precision).
     tokens = pd.to_numeric(ok.get("decode_ms_se", pd.Series(dtype=float)), errors="coerce")
-    se = np.fmax(intervals.MEDIAN_SE * decode.std(ddof=1) / np.sqrt(n) if n >= 2 else np.nan,
+    se = np.fmax(intervals.median_se(decode)[0],
                  tokens.median() / np.sqrt(n) if tokens.notna().any() else np.nan)
     temps = [pd.to_numeric(requests[c], errors="coerce") for c in
              ("temp_before_c", "temp_after_c", "temp_peak_c") if c in requests]

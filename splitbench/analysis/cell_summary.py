@@ -24,7 +24,6 @@ from splitbench import results
 from splitbench.analysis import paired, releases
 from splitbench.backends import metrics
 from splitbench.infra import interference, intervals
-from splitbench.infra.intervals import MEDIAN_SE
 from splitbench.slices import InterferenceLimits
 
 SUMMARY_KEYS = results.CELL_KEYS
@@ -306,7 +305,7 @@ def _uncertainty(ok: pd.DataFrame) -> pd.DataFrame:
               variation from one request to the next, so it is a lower bound; prefill
               and TTFT then have none
 
-    The figures are medians, so a spread becomes MEDIAN_SE * sd / sqrt(n). Decode's
+    The figures are medians, so a spread becomes intervals.median_se's. Decode's
     per-token dispersion stays a floor: a few requests agreeing by chance must not
     claim more precision than their tokens support.
     """
@@ -316,7 +315,7 @@ def _uncertainty(ok: pd.DataFrame) -> pd.DataFrame:
     # Single stream: every ok request is a sample.
     by_request = single.groupby(SUMMARY_KEYS)
     n_req = by_request["decode_ms_per_token"].count()
-    spread_req = by_request[figures].std(ddof=1).mul(MEDIAN_SE).div(np.sqrt(n_req), axis=0)
+    spread_req = intervals.group_median_se(by_request[figures])
     floor_req = by_request["decode_ms_se"].median() / np.sqrt(n_req.clip(lower=1))
     # Concurrent: the releases' medians are the samples (each repeat's releases; files
     # written before a cell released more than once have one per repeat).
@@ -325,7 +324,7 @@ def _uncertainty(ok: pd.DataFrame) -> pd.DataFrame:
         [*figures, "decode_ms_se"]].median()
     by_run = runs.groupby(level=SUMMARY_KEYS)
     n_run = by_run["decode_ms_per_token"].count()
-    spread_run = by_run[figures].std(ddof=1).mul(MEDIAN_SE).div(np.sqrt(n_run), axis=0)
+    spread_run = intervals.group_median_se(by_run[figures])
     floor_run = by_run["decode_ms_se"].median() / np.sqrt(n_run.clip(lower=1))
     repeats = runs.reset_index("shot").groupby(level=SUMMARY_KEYS + ["repeat"]).size() \
         .groupby(level=SUMMARY_KEYS).size()

@@ -39,7 +39,6 @@ from splitbench.analysis import between_runs, traffic
 from splitbench.analysis.paired import PAIRED_COLUMNS
 from splitbench.cells import sweep_fit
 from splitbench.infra import intervals
-from splitbench.infra.intervals import MEDIAN_SE
 from splitbench.slices import InterferenceLimits
 
 # Cells that a link comparison sets side by side: same pair, model and context.
@@ -220,8 +219,7 @@ def _counted(summary: pd.DataFrame | None) -> list[dict]:
     rows = []
     for (pair, model, workers), cells in one.groupby(["pair", "model", "rpc_workers"]):
         turns = cells["turns"]
-        se = (MEDIAN_SE * turns.std() / np.sqrt(len(turns)) if len(turns) > 1
-              else np.nan)
+        se = intervals.median_se(turns)[0]
         rows.append({"pair": pair, "model": model, "workers": int(workers),
                      "round_trips": float(turns.median()), "round_trips_se": se,
                      "round_trips_dof": len(turns) - 1,

@@ -1,6 +1,9 @@
 """A paired cell's figures: the cell alternated round by round with the baseline link
 (cells.measure, `cell.paired`), each round's difference taken between requests measured
-seconds apart on the same machine; the median over rounds and its standard error."""
+seconds apart on the same machine; the median over rounds and its standard error, from
+the median's distribution-free interval: a round whose request stalled (a 4x decode
+pace on one side, no other process running) moves it by one rank, where it widened an
+sd-based error to several times the link's cost."""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from splitbench import results
-from splitbench.infra.intervals import MEDIAN_SE
+from splitbench.infra import intervals
 
 KEYS = results.CELL_KEYS
 
@@ -26,9 +29,9 @@ PAIRED_COLUMNS = ["paired_decode_delta_ms", "paired_decode_delta_se",
 
 def _median_and_se(rounds: Any) -> tuple[pd.Series, pd.Series]:
     """Per cell, the median of its rounds' values and that median's standard error
-    (none from fewer than two rounds: a figure older files or no packet socket lack)."""
-    n = rounds.count()
-    return rounds.median(), (MEDIAN_SE * rounds.std(ddof=1) / np.sqrt(n)).where(n >= 2)
+    (`intervals.median_se`; none from fewer than two rounds: a figure older
+    files or no packet socket lack)."""
+    return rounds.median(), intervals.group_median_se(rounds)
 
 
 def a_time_ms(requests: pd.DataFrame) -> pd.Series:
@@ -79,15 +82,16 @@ def paired_deltas(requests: pd.DataFrame) -> pd.DataFrame:
         "a_time": 1000 * (by_round[("a_time_ms", False)] - by_round[("a_time_ms", True)]),
     }).groupby(level=KEYS)
     n = rounds["decode"].count()
-    spread = rounds[["decode", "prefill"]].std(ddof=1).mul(MEDIAN_SE).div(np.sqrt(n), axis=0)
+    decode, decode_se = _median_and_se(rounds["decode"])
+    prefill, prefill_se = _median_and_se(rounds["prefill"])
     rr64, rr64_se = _median_and_se(rounds["rr64"])
     wait, wait_se = _median_and_se(rounds["turn_wait"])
     a_time, a_time_se = _median_and_se(rounds["a_time"])
     out = pd.DataFrame({
-        "paired_decode_delta_ms": rounds["decode"].median(),
-        "paired_decode_delta_se": spread["decode"].where(n >= 2),
-        "paired_prefill_change_pct": rounds["prefill"].median(),
-        "paired_prefill_change_se": spread["prefill"].where(n >= 2),
+        "paired_decode_delta_ms": decode,
+        "paired_decode_delta_se": decode_se,
+        "paired_prefill_change_pct": prefill,
+        "paired_prefill_change_se": prefill_se,
         "paired_reference_decode_ms": rounds["ref_decode"].median(),
         "paired_reference_prefill_tps": rounds["ref_prefill"].median(),
         "paired_rr64_delta_us": rr64,

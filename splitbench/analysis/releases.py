@@ -11,7 +11,6 @@ import pandas as pd
 
 from splitbench.backends import metrics
 from splitbench.infra import intervals
-from splitbench.infra.intervals import MEDIAN_SE
 from splitbench.results import CELL_KEYS
 
 # Overlap above this is flagged where it has no ± (one release): N requests cannot
@@ -73,9 +72,9 @@ def with_releases(summary: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame
         "releases": by_cell.size(),
         "wall_ms": by_cell["wall_ms"].median(),
         "throughput_tps": by_cell["throughput_tps"].median(),
-        "throughput_tps_se": _median_se(by_cell["throughput_tps"]),
+        "throughput_tps_se": intervals.group_median_se(by_cell["throughput_tps"]),
         "overlap": by_cell["overlap"].median(),
-        "release_se": _median_se(by_cell["overlap"]),
+        "release_se": intervals.group_median_se(by_cell["overlap"]),
         "t1_ms": by_cell["t1_ms"].first(),
         "t1_se": by_cell["t1_se"].first(),
         "t1_n": by_cell["t1_n"].first(),
@@ -165,13 +164,6 @@ def overlap_outside(value: Any, unc: Any, prefill_share: Any) -> str | None:
             "single request: the requests queue for the same compute")
 
 
-def _median_se(values: Any) -> pd.Series:
-    """Standard error of the median of each group's values (MEDIAN_SE sd / sqrt(n)), NaN
-    with fewer than two."""
-    n = values.count()
-    return (values.std(ddof=1) * MEDIAN_SE / np.sqrt(n)).where(n >= 2)
-
-
 def releases(requests: pd.DataFrame) -> pd.DataFrame:
     """One row per release of every concurrent cell (index: CELL_KEYS, repeat, shot):
     its wall time (first send to last token of its N requests), throughput (their tokens
@@ -217,7 +209,7 @@ def _single_streams(requests: pd.DataFrame) -> pd.DataFrame:
         singles = singles.assign(ttft_ms=np.nan)
     by = singles.groupby(["pair", "link", "model", "ctx"])
     out = pd.DataFrame({"t1_ms": by["single_ms"].median(),
-                        "t1_se": _median_se(by["single_ms"]),
+                        "t1_se": intervals.group_median_se(by["single_ms"]),
                         "t1_n": by["single_ms"].count(),
                         "ttft_ms": by["ttft_ms"].median()})
     out["prefill_share"] = out["ttft_ms"] / out["t1_ms"]

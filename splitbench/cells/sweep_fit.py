@@ -127,16 +127,16 @@ def _within_rounds(ok: pd.DataFrame, step: str) -> pd.DataFrame:
     by_round = ok.pivot_table(index="round", columns="delay_ms", values=step, aggfunc="median")
     lowest = by_round.columns.min()
     deltas = by_round.drop(columns=lowest).sub(by_round[lowest], axis=0)
-    n = deltas.notna().sum()
     return pd.DataFrame({"decode": deltas.median(),
-                         "se": intervals.MEDIAN_SE * deltas.std() / np.sqrt(n)})
+                         "se": deltas.agg(lambda d: intervals.median_se(d)[0])})
 
 
 def _between_points(ok: pd.DataFrame, step: str) -> pd.DataFrame:
     """Per delay above the lowest: its median step less the lowest point's, with both
     medians' standard errors (points measured one after another)."""
-    points = ok.groupby("delay_ms")[step].agg(["median", "std", "size"]).sort_index()
-    se = intervals.MEDIAN_SE * points["std"] / np.sqrt(points["size"])
+    by_delay = ok.groupby("delay_ms")[step]
+    points = by_delay.median().sort_index().to_frame("median")
+    se = intervals.group_median_se(by_delay).reindex(points.index)
     return pd.DataFrame({"decode": points["median"].iloc[1:] - points["median"].iloc[0],
                          "se": np.hypot(se.iloc[1:], se.iloc[0])})
 

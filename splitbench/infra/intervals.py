@@ -1,8 +1,9 @@
 """What every ± in splitbench means, in one place: the half-width of a 95% confidence
 interval, from scipy.stats at the figure's own sample size.
 
-- a median or a mean of n samples: Student's t with n - 1 degrees of freedom times its
-  standard error (a median's standard error is MEDIAN_SE x sd / sqrt(n));
+- a median of n samples: its distribution-free interval (order statistics, as
+  scipy.stats' quantile_test) from 6 samples, Student's t with n - 1 degrees of freedom
+  times MEDIAN_SE x sd / sqrt(n) below (`median_se`); a mean: t times its standard error;
 - a difference or sum of figures with their own standard errors: t with the
   Welch-Satterthwaite degrees of freedom of their combined variance (`combined`);
 - a share of requests: the exact (Clopper-Pearson) binomial interval (`share_interval`);
@@ -58,13 +59,43 @@ def halfwidth(se: Any, dof: Any) -> Any:
         else float(se) * t_factor(dof)
 
 
+def median_ranks(n: int) -> tuple[int, int] | None:
+    """The order statistics (1-based ranks) that bound the distribution-free 95%
+    interval of a median of `n` samples: the largest lower rank l whose binomial tail
+    P(Binomial(n, 1/2) < l) is at most (1 - LEVEL) / 2, and n + 1 - l (scipy.stats'
+    quantile_test gives the same: 6 and 15 of 20, 2 and 9 of 10); None below 6, where
+    even the smallest and largest do not hold the median 95% of the time."""
+    from scipy import special
+
+    tail = (1 - LEVEL) / 2
+    lower = 0
+    while lower < n // 2 and special.bdtr(lower, n, 0.5) <= tail:
+        lower += 1
+    return (lower, n + 1 - lower) if lower >= 1 else None
+
+
 def median_se(values: Sequence[float]) -> tuple[float, int]:
-    """The standard error of the median of the finite `values` and their count (NaN
-    from fewer than two)."""
-    finite = _finite(values)
-    if finite.size < 2:
-        return np.nan, int(finite.size)
-    return float(MEDIAN_SE * finite.std(ddof=1) / np.sqrt(finite.size)), int(finite.size)
+    """The standard error of the median of the finite `values`, and their count: from
+    6 values, half the width of the median's distribution-free interval (`median_ranks`)
+    over t at n - 1 degrees of freedom, so that its ± is that half-width again; below
+    6, MEDIAN_SE x sd / sqrt(n); NaN from fewer than two. One stalled sample (a request
+    at 4x the pace of the others) moves the interval by one rank, where it widened an
+    sd-based error by its whole size."""
+    finite = np.sort(_finite(values))
+    n = int(finite.size)
+    if n < 2:
+        return np.nan, n
+    ranks = median_ranks(n)
+    if ranks is None:
+        return float(MEDIAN_SE * finite.std(ddof=1) / np.sqrt(n)), n
+    low, high = finite[ranks[0] - 1], finite[ranks[1] - 1]
+    return float((high - low) / 2 / t_factor(n - 1)), n
+
+
+def group_median_se(grouped: Any) -> Any:
+    """`median_se` of each group of a pandas groupby (each column of a DataFrameGroupBy),
+    NaN with fewer than two values."""
+    return grouped.agg(lambda values: median_se(values)[0])
 
 
 def median_halfwidth(values: Sequence[float]) -> float:

@@ -3,9 +3,9 @@
 A cell sends at least its floor (requests, releases or rounds), at most its ceiling
 (its seconds, or its rounds), and in between stops at the first checkpoint where every
 figure with a target is known within it. The ± is the one the report prints for that
-figure (infra/intervals.py: Student's t at the samples' own count times the standard
-error of a median, MEDIAN_SE x sd / sqrt(n)), with decode's per-token dispersion as a
-floor.
+figure (infra/intervals.py: from 6 samples the median's distribution-free interval,
+below Student's t times MEDIAN_SE x sd / sqrt(n)), with decode's per-token dispersion as
+a floor.
 
 Stopping when a ± first looks small would favour the samples whose spread came out
 small by chance, and report a ± smaller than the truth. Three things keep that in check
@@ -79,15 +79,16 @@ def median_unc(values: Sequence[float]) -> float | None:
 
 
 def stopping_unc(values: Sequence[float]) -> float | None:
-    """The ± the rule stops on: the printed one's, with the samples' spread taken at its
-    95% upper confidence bound (intervals.sd_upper). A cell stops only where even the
-    spread its samples may really have would give a ± within the target."""
-    finite = np.asarray([v for v in values if v is not None and math.isfinite(v)], float)
-    if finite.size < 2:
+    """The ± the rule stops on: the printed one's, scaled by how much larger the
+    samples' spread may really be than it came out (the 95% upper confidence bound of
+    a standard deviation over the standard deviation, intervals.sd_upper: 1.65 at 10
+    samples). A cell stops only where even the spread its samples may really have would
+    give a ± within the target."""
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    printed = median_unc(finite)
+    if printed is None:
         return None
-    sd = intervals.sd_upper(float(finite.std(ddof=1)), finite.size)
-    return float(intervals.halfwidth(intervals.MEDIAN_SE * sd / math.sqrt(finite.size),
-                                     finite.size - 1))
+    return float(printed * intervals.sd_upper(1.0, len(finite)))
 
 
 def relative_unc(values: Sequence[float], floor_se: Sequence[float] = (),

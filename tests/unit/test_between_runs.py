@@ -149,7 +149,7 @@ def test_a_concurrent_cells_decode_takes_no_per_token_floor():
                        "decode_ms_per_token": [d for d in decode for _ in range(2)],
                        "decode_ms_se": 2.0, "prefill_tps": 1000.0, "ttft_ms": 100.0})
     row = cell_summary._uncertainty(ok).iloc[0]
-    spread = intervals.MEDIAN_SE * np.std(decode, ddof=1) / np.sqrt(6)
+    spread = intervals.median_se(decode)[0]
     assert row["decode_ms_se"] == pytest.approx(spread)
     assert row["decode_ms_unc"] == pytest.approx(intervals.t_factor(5) * spread)
     # A single stream keeps its tokens' floor.
