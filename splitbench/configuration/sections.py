@@ -169,11 +169,12 @@ class Paired(Section):
 
 class Precision(Section):
     """A cell stops once its figures are known this well: at the first checkpoint past
-    its minimum (5 requests, 3 releases or 10 rounds, then twice as many, and so on)
-    where every figure with a target has its ± (the report's: 2 standard errors) within
-    it and the machines read quiet by the `interference:` limits so far; otherwise at
-    its ceiling (its seconds, or a paired cell's rounds). Each cell records why it
-    stopped (`stopped`). Omitted: every cell runs to its ceiling."""
+    its minimum (10 requests, 6 releases or 10 rounds, then twice as many, and so on)
+    where every figure with a target has its ± (the report's 95% interval, with the
+    samples' spread at its 95% upper bound) within it and the machines read quiet by
+    the `interference:` limits so far; otherwise at its ceiling (its seconds, or a
+    paired cell's rounds). Each cell records why it stopped (`stopped`). Omitted: every
+    cell runs to its ceiling."""
 
     decode_rel: float | None = key(None, "relative ± of decode ms/token (single-stream "
                                          "and concurrent cells), e.g. 0.02",

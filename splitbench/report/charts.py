@@ -108,7 +108,7 @@ def overlap(summary: pd.DataFrame, **_: Any) -> alt.TopLevelMixin:
                                                                   "#2166ac"], clamp=True)),
         tooltip=["pair:N", "link:N", "model:N", "ctx:N", "conc:O", "status:N",
                  alt.Tooltip("overlap:Q", format=".2f"),
-                 alt.Tooltip("overlap_unc:Q", title="± (2 standard errors)", format=".2f"),
+                 alt.Tooltip("overlap_unc:Q", title="± (95% interval)", format=".2f"),
                  alt.Tooltip("releases:Q", title="releases")],
     ).transform_filter("isValid(datum.overlap)")
     text = alt.Chart().mark_text(fontSize=11).encode(**encode, text="label:N")
@@ -118,7 +118,7 @@ def overlap(summary: pd.DataFrame, **_: Any) -> alt.TopLevelMixin:
         row=alt.Row("model:N", title="model"),
         column=alt.Column("where:N", title=where_title(many)),
         title=chart_title(name, "2-way, 4-way, ... against the same link's single stream; ± is "
-                           "2 standard errors over the cell's releases; ⚠: impossible "
+                           "the 95% interval over the cell's releases; ⚠: impossible "
                            "(above 1, or below 0 where prefill is a small share, beyond ±)"),
     )
 

@@ -145,7 +145,7 @@ def pairs_chart(summary: pd.DataFrame, links: pd.DataFrame, baseline: str = "",
     link_tooltip = ["pair:N", "link:N", "measure:N", alt.Tooltip("value:Q", format=".3f"),
                     alt.Tooltip("unc:Q", title="±", format=".3f"),
                     alt.Tooltip("flags:N", title="flags")]
-    subtitle = ("each pair's own figures, ± = 2 standard errors (bars); triangles: "
+    subtitle = ("each pair's own figures, ± = 95% interval (bars); triangles: "
                 "flagged cells or links (see the pairs table); below: the links as "
                 "their checks measured them")
     if len(failed):
@@ -222,7 +222,7 @@ def backends_chart(summary: pd.DataFrame, baseline: str = "", **_: Any
                                             by="split"), data=mine).properties(
             width=max(180, 48 * len(present)), height=140
         ).facet(column=alt.Column("panel:N", sort=panels, title=None)))
-    subtitle = "± = 2 standard errors (bars); triangles: flagged cells (see the " \
+    subtitle = "± = 95% interval (bars); triangles: flagged cells (see the " \
                "backends table)"
     if len(failed):
         shown = [f"{r.link}/{r.model}/{r.ctx}x{r.conc}: {r.status}"
