@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
@@ -177,11 +178,31 @@ class Host:
                        server: ProcRecord | None = None) -> None:
         """Wait until this host has a TCP listener on addr:port. It does not connect:
         a ggml-rpc-server would take a probing connection for its one client.
-        `server`: the process that is to listen; if it ends first (an address this host
-        does not have, a port in use), the wait ends at once, saying so."""
+        `server`: the process that is to listen; the listener must be it (a process of
+        its session): another user who binds the port first would otherwise be taken
+        for the worker and sent its weights and every activation. A listener that is
+        not it, or `server` ending first (an address this host does not have, a port
+        in use), ends the wait at once, saying so."""
         def listening() -> bool:
-            if self.run(["ss", "-Hltn", f"src {addr}:{port}"], check=False).stdout.strip():
+            found = self.run(["ss", "-Hltnpe", f"src {addr}:{port}"],
+                             check=False).stdout.splitlines()
+            if found and server is None:
                 return True
+            if found and server is not None:
+                pids = [int(p) for line in found for p in re.findall(r"pid=(\d+)", line)]
+                if any(self.session_of(pid) == server["pid"] for pid in pids):
+                    return True
+                # ss prints a socket's owner (uid:N) to any user, root's (0) not at all.
+                uids = {int(u) for line in found for u in re.findall(r"\buid:(\d+)", line)}
+                owner = ", ".join(f"uid {u}" for u in sorted(uids)) or "uid 0"
+                raise HostError(
+                    f"host {self.name}: {addr}:{port} is held by a process that is not "
+                    f"this run's {server['role']} ("
+                    + (f"pid {', '.join(map(str, pids))}, {owner}" if pids else
+                       f"{owner}, another user's: this user cannot see its pid")
+                    + "): another user may be posing as it, so nothing is sent there; "
+                    "stop that process, or tear the run down (python -m splitbench "
+                    "teardown) so that it chooses a block of ports no process holds")
             if server is not None and not procs.is_alive(server):
                 how = procs.exit_status(server) or "ended"
                 log = f"; its log: {server['log']}" if server.get("log") else ""
@@ -192,6 +213,13 @@ class Host:
         if poll_until(listening, timeout, 0.1):
             return
         raise HostError(f"host {self.name}: no listener on {addr}:{port} after {timeout}s")
+
+    def session_of(self, pid: int) -> int | None:
+        """The session id of process `pid` on this host (None where it has gone): a
+        process splitbench starts leads its own session, so its children share its id."""
+        stat = self.run(["cat", f"/proc/{pid}/stat"], check=False).stdout
+        fields = stat.rpartition(")")[2].split()  # after the command name: state, ppid,
+        return int(fields[3]) if len(fields) > 3 else None  # pgrp, session
 
     @contextlib.contextmanager
     def entered(self) -> Iterator[None]:

@@ -7,6 +7,7 @@ calls `ensure`: it reuses the running launch when its fingerprint matches and it
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 import uuid
@@ -169,10 +170,16 @@ def _start(
         "tensor_cache": {k: v for k, v in cache.items() if k != "env"},
     }
     with link.host_a.entered():
-        lifecycle.wait_healthy(url, {"llama-server": lambda: procs.find(llama_key)},
-                               HEALTH_TIMEOUT_S, "llama-server", meanwhile=lifecycle.
-                               listeners_checked(link, record["proc_keys"]))
+        # The workers too: one that ends while llama-server loads leaves its port to
+        # whoever binds it next, and llama-server's reconnect would go there.
+        watched = {"llama-server": lambda: procs.find(llama_key)} | {
+            f"ggml-rpc-server {i} on host {link.host_b.name}":
+            functools.partial(procs.find, key) for i, key in enumerate(proc_keys)}
+        lifecycle.wait_healthy(url, watched, HEALTH_TIMEOUT_S, "llama-server",
+                               meanwhile=lifecycle.listeners_checked(link,
+                                                                     record["proc_keys"]))
         record["load_s"] = round(time.monotonic() - load_started, 3)
+        tensor_cache.loaded(link.host_b, cache)
         record["load_bytes"] = load_bytes(link.connect_addr, worker_ports)
         record["placement"] = placement(Path(llama["log"]).read_text(errors="replace"))
         _warm_up(url)
