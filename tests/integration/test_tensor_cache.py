@@ -116,3 +116,77 @@ def test_pairs_side_by_side_keep_their_tensors_apart(tmp_path, monkeypatch, stat
     tensor_cache.discard(Host("b"), one)
     assert not (Path(one["dir"]) / "rpc").exists()
     assert (Path(two["dir"]) / "rpc/0123abcd").read_bytes() == b"w" * 64
+
+
+def completion(link, url: str) -> tuple[str, list[float]]:
+    """A greedy completion's text and each token's top probability: a launch whose
+    B-side weights differ (a file cut short) answers otherwise."""
+    import httpx
+
+    body = {"prompt": [3, 4, 5, 6, 7, 8], "n_predict": 8, "temperature": 0,
+            "ignore_eos": True, "cache_prompt": False, "n_probs": 1}
+    with link.host_a.entered():
+        said = httpx.post(f"{url}/completion", json=body, timeout=60).json()
+    probs = [step["top_probs"][0]["prob"] if "top_probs" in step else step["probs"][0]["prob"]
+             for step in said["completion_probabilities"]]
+    return said["content"], probs
+
+
+@needs_root()
+@pytest.mark.slow  # three real launches and a kill mid-load: about 15 s
+@pytest.mark.timeout(300)
+def test_a_worker_killed_mid_load_leaves_nothing_the_next_launch_loads(
+        state_dir, tmp_path, monkeypatch):
+    """The worker is killed (kill -9) while it writes B's cached tensors, and nothing of
+    the launch is left to clean up (its Python process died too: discard never runs).
+    The next launch finds the marker, wipes the folder, sends every tensor again, and
+    answers as a launch on a clean cache did."""
+    import os
+    import shutil
+    import signal
+    import threading
+    import time
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache-home"))
+    gguf = tmp_path / "big.gguf"
+    models.write_synthetic(BIG, gguf)
+    tools = toolchain.record("tc", "pip", {"a": {}, "b": {}}, tmp_path / "toolchain.json")
+    link = pairs.ensure_link(LINK)
+    clean = launch(link, gguf, tools, threads=1)
+    rpc = Path(clean["tensor_cache"]["dir"]) / "rpc"
+    expected = completion(link, clean["url"])
+    assert not (rpc.parent / tensor_cache.MARKER).exists()  # it served: no marker
+    for key in clean["proc_keys"]:
+        procs.stop(key)
+    shutil.rmtree(rpc)  # nothing cached: the next launch writes every file
+
+    monkeypatch.setattr(tensor_cache, "discard", lambda host, cache: None)
+    failed: list[BaseException] = []
+    cut = threading.Thread(target=lambda: failed.extend(
+        _raised(lambda: launch(link, gguf, tools, threads=2))))
+    cut.start()
+    deadline = time.monotonic() + 60
+    while not (rpc.exists() and any(rpc.iterdir())) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    worker = next(p for p in procs.all_procs() if p["role"] == "rpc-server")
+    os.kill(worker["pid"], signal.SIGKILL)
+    cut.join(120)
+    assert failed, "the launch whose worker was killed did not fail"
+    assert (rpc.parent / tensor_cache.MARKER).exists()  # left behind, as after a crash
+
+    after = launch(link, gguf, tools, threads=3)
+    assert after["tensor_cache"]["wiped"].startswith("an earlier launch never finished")
+    assert after["load_bytes"]["a_to_b"] > FFN_BYTES  # every tensor sent again
+    assert sorted(p.stat().st_size for p in rpc.iterdir()) == [FFN_BYTES // 3] * 3
+    text, probs = completion(link, after["url"])
+    assert text == expected[0]
+    assert probs == pytest.approx(expected[1], rel=1e-3)
+    assert not (rpc.parent / tensor_cache.MARKER).exists()
+
+
+def _raised(call) -> list[BaseException]:
+    try:
+        call()
+    except Exception as exc:  # noqa: BLE001  (whatever the launch raised is the point)
+        return [exc]
+    return []

@@ -13,12 +13,16 @@ runs so that a second run sends nothing it sent before; `teardown --purge` remov
 A pair's launches run one at a time, but pairs run side by side (two on one machine
 share its home): in one folder, one pair's worker could read a file another's is still
 writing, and a failed launch's clean-up could remove one another pair is reading. A
-changed model file has other hashes, so its tensors are sent (and kept) again. The
-worker does not check a file against its hash when it reads it: one cut short (a launch
-stopped while the worker was writing it) would load silently truncated. So a launch
-that fails removes the cached files; one that served had every file written in full
-(the worker writes a tensor's file before it answers the call that sent it, and the
-launch waited for every answer).
+changed model file has other hashes, so its tensors are sent (and kept) again.
+
+The worker does not check a file against its hash when it reads it: one cut short (a
+launch stopped while the worker was writing it) would load silently truncated, and the
+run would measure a wrong model with normal-looking timings. So the pair's folder holds
+a marker, `loading`, from before its worker starts until the launch serves (the worker
+writes a tensor's file before it answers the call that sent it, and the launch waited
+for every answer): a launch that finds the marker (a kill -9, a crash on B, a lost SSH
+connection mid-load: nothing was left to clean up) wipes the folder's files before its
+worker starts, and a launch that fails removes them at once.
 """
 
 from __future__ import annotations
@@ -35,10 +39,16 @@ from splitbench.infra.hosts import Host, HostError
 
 # Where the directory and the pair's folder in it are made ($1: the pair), and the
 # only shapes of path a purge and a failed launch's clean-up remove.
+# A marker left by a launch that never served wipes what it may have cut short; the
+# marker is then made again for this launch. Prints the directory, then "wiped" where
+# it wiped.
+MARKER = "loading"
 MAKE_DIRECTORY = ('d="${XDG_CACHE_HOME:-$HOME/.cache}/splitbench/rpc-tensors"; '
                   'mkdir -p -m 700 "$d" && [ -d "$d" ] && [ ! -L "$d" ] && [ -O "$d" ] '
                   '&& chmod 700 "$d" && mkdir -p -m 700 "$d/$1" && [ ! -L "$d/$1" ] '
-                  '&& printf %s "$d"')
+                  '&& printf "%s\\n" "$d" && { [ ! -e "$d/$1/' + MARKER + '" ] || '
+                  '{ rm -rf -- "$d/$1/rpc" && echo wiped; }; } '
+                  '&& : > "$d/$1/' + MARKER + '"')
 CACHE_DIR = re.compile(r"^/[^\0]*/splitbench/rpc-tensors$")
 PAIR_DIR = re.compile(r"^/[^\0]*/splitbench/rpc-tensors/[a-z0-9][a-z0-9_-]*$")
 
@@ -51,6 +61,7 @@ class TensorCache(TypedDict, total=False):
     flags: list[str]
     env: dict[str, str]
     why_not: str
+    wiped: str  # why this launch found the folder's files unusable and removed them
 
 
 def prepare(host: Host, worker: Path, env: dict[str, str] | None, pair: str) -> TensorCache:
@@ -68,13 +79,24 @@ def prepare(host: Host, worker: Path, env: dict[str, str] | None, pair: str) -> 
         made = host.run(["sh", "-c", MAKE_DIRECTORY, "sh", pair], check=False)
     except HostError as exc:
         return {"why_not": f"could not make its directory on host {host.name}: {exc}"}
-    directory = made.stdout.strip()
+    said = made.stdout.splitlines()
+    directory = said[0] if said else ""
     if made.returncode != 0 or not CACHE_DIR.match(directory):
         return {"why_not": f"host {host.name} gave no private directory for it (a "
                            f"link, or another user's): {made.stderr.strip()[-200:]}"}
     _remember(host, directory)
-    return {"dir": f"{directory}/{pair}", "flags": ["--cache"],
-            "env": {"LLAMA_CACHE": f"{directory}/{pair}/"}}
+    cache: TensorCache = {"dir": f"{directory}/{pair}", "flags": ["--cache"],
+                          "env": {"LLAMA_CACHE": f"{directory}/{pair}/"}}
+    if "wiped" in said[1:]:
+        cache["wiped"] = "an earlier launch never finished loading: its files were removed"
+    return cache
+
+
+def loaded(host: Host, cache: TensorCache) -> None:
+    """Once the launch serves: every file its workers wrote is whole, so the marker goes
+    (the next launch of the pair keeps the files)."""
+    if cache.get("dir") and PAIR_DIR.match(cache["dir"]):
+        host.run(["rm", "-f", "--", f"{cache['dir']}/{MARKER}"])
 
 
 def _remember(host: Host, directory: str) -> None:
