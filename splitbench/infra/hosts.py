@@ -183,13 +183,20 @@ class Host:
         for the worker and sent its weights and every activation. A listener that is
         not it, or `server` ending first (an address this host does not have, a port
         in use), ends the wait at once, saying so."""
-        def listening() -> bool:
+        def read() -> tuple[list[str], list[int]]:
             found = self.run(["ss", "-Hltnpe", f"src {addr}:{port}"],
                              check=False).stdout.splitlines()
+            return found, [int(p) for line in found for p in re.findall(r"pid=(\d+)", line)]
+
+        def listening() -> bool:
+            found, pids = read()
             if found and server is None:
                 return True
+            if found and not pids:
+                # ss maps sockets to processes before it lists the sockets: one made in
+                # between shows no process once. Asked again, its own would.
+                found, pids = read()
             if found and server is not None:
-                pids = [int(p) for line in found for p in re.findall(r"pid=(\d+)", line)]
                 if any(self.session_of(pid) == server["pid"] for pid in pids):
                     return True
                 # ss prints a socket's owner (uid:N) to any user, root's (0) not at all.

@@ -58,7 +58,7 @@ def test_a_listener_that_is_not_the_runs_is_refused_at_once(state_dir):
         squatter.wait()
     text = str(raised.value)
     assert f"127.0.0.1:{port} is held by a process that is not this run's probe " \
-           f"(pid {squatter.pid})" in text, text
+           f"(pid {squatter.pid}, uid 0)" in text, text
     assert "another user may be posing as it" in text
 
 
@@ -68,7 +68,8 @@ def test_another_users_listener_is_refused_by_pid(state_dir):
     squatter = squat(port, ["setpriv", "--reuid", "4242", "--regid", "4242",
                             "--clear-groups"])
     try:
-        with pytest.raises(HostError, match=rf"not this run's probe \(pid {squatter.pid}\)"):
+        held = rf"not this run's probe \(pid {squatter.pid}, uid 4242\)"
+        with pytest.raises(HostError, match=held):
             LOCAL.wait_listening("127.0.0.1", port, timeout=20,
                                  server=probe_server(state_dir, port))
     finally:

@@ -119,7 +119,7 @@ def test_pairs_side_by_side_keep_their_tensors_apart(tmp_path, monkeypatch, stat
 
 
 def completion(link, url: str) -> tuple[str, list[float]]:
-    """A greedy completion's text and each token's top probability: a launch whose
+    """A greedy completion's text and each token's log probability: a launch whose
     B-side weights differ (a file cut short) answers otherwise."""
     import httpx
 
@@ -127,9 +127,8 @@ def completion(link, url: str) -> tuple[str, list[float]]:
             "ignore_eos": True, "cache_prompt": False, "n_probs": 1}
     with link.host_a.entered():
         said = httpx.post(f"{url}/completion", json=body, timeout=60).json()
-    probs = [step["top_probs"][0]["prob"] if "top_probs" in step else step["probs"][0]["prob"]
-             for step in said["completion_probabilities"]]
-    return said["content"], probs
+    steps = said["completion_probabilities"]
+    return said["content"], [step["logprob"] for step in steps]
 
 
 @needs_root()
@@ -182,6 +181,16 @@ def test_a_worker_killed_mid_load_leaves_nothing_the_next_launch_loads(
     assert text == expected[0]
     assert probs == pytest.approx(expected[1], rel=1e-3)
     assert not (rpc.parent / tensor_cache.MARKER).exists()
+
+    # What the marker prevents: a file cut short with no marker beside it (the worker
+    # checks nothing) loads, and the launch answers otherwise.
+    for key in after["proc_keys"]:
+        procs.stop(key)
+    cut_file = sorted(rpc.iterdir())[0]
+    cut_file.write_bytes(cut_file.read_bytes()[:FFN_BYTES // 6])
+    unchecked = launch(link, gguf, tools, threads=4)
+    assert "wiped" not in unchecked["tensor_cache"]
+    assert completion(link, unchecked["url"])[1] != pytest.approx(expected[1], rel=1e-3)
 
 
 def _raised(call) -> list[BaseException]:
