@@ -206,15 +206,28 @@ def remote_run(remote: SSHSettings | list[str],
         return None
 
 
+# A remote process is signalled only while its pid is still the recorded process: the
+# check (its start time, field 22 of its stat) and the kill in one command on its host,
+# so that no other process can take the pid between the two. $1 pid, $2 start time,
+# $3 signal, $4 target (the pid, or -pid for its group).
+_KILL_IF_SAME = ('p=$1 st=$2 sig=$3 tg=$4; s=$(cat "/proc/$p/stat" 2>/dev/null) || exit 0; '
+                 'set -- ${s##*)}; [ "${20}" = "$st" ] || exit 0; kill -s "$sig" -- "$tg"')
+
+
 def _signal(record: ProcRecord, sig: signal.Signals) -> None:
     """Signal the process, or its whole process group where the record says `group`
     (a server that starts its own workers: each was started in a session of its own, so
-    its group is its own and its children's). HostUnreachable: its host did not answer."""
+    its group is its own and its children's). HostUnreachable: its host did not answer.
+    A remote one only while its pid is still the recorded process (`_KILL_IF_SAME`);
+    one whose start time was never read is never signalled."""
     pid = int(record["pid"])
     if record.get("remote"):
-        target = ["--", f"-{pid}"] if record.get("group") else [str(pid)]
+        if record.get("start_time") is None:
+            return
+        target = f"-{pid}" if record.get("group") else str(pid)
         if remote_run(record["remote"],
-                      ["kill", "-s", sig.name.removeprefix("SIG"), *target]) is None:
+                      ["sh", "-c", _KILL_IF_SAME, "sh", str(pid), str(record["start_time"]),
+                       sig.name.removeprefix("SIG"), target]) is None:
             raise HostUnreachable(f"lost the connection to the host of pid {pid}")
         return
     with contextlib.suppress(ProcessLookupError):

@@ -22,16 +22,63 @@ import json
 import os
 import select
 import subprocess
+import sys
 import time
 from collections.abc import Iterable, Iterator
 
 from splitbench.infra import files, procs
 from splitbench.infra.hosts import Host, HostError
 
+# How long a job waits for B's lock before it gives up, naming who holds it: any user
+# can take the lock (it is every run's), and one who never lets go would stall every
+# run for ever. A job of another run holds it for one cell or link check: minutes.
+TURN_WAIT_S = 3600
 # What B's lock holds while the job runs: it says so, then waits for its input to end.
-_HOLD = ["flock", "/tmp", "sh", "-c", "echo held; exec cat >/dev/null"]
+_HOLD = ["sh", "-c", "echo held; exec cat >/dev/null"]
 # How long a job waits quietly before it says that it waits for another run.
 _QUIET_S = 2.0
+# Who holds a flock on a host's /tmp (the turn lock): a line per holder, from
+# /proc/locks (its device and inode) and the holder's /proc entry. Run with the host's
+# Python, here or over SSH.
+HOLDERS_PY = r"""
+import os, pwd
+st = os.stat("/tmp")
+key = "%02x:%02x:%d" % (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
+for line in open("/proc/locks"):
+    f = line.split()
+    if "->" in f or len(f) < 6 or f[1] != "FLOCK" or f[5] != key:
+        continue
+    pid = f[4]
+    try:
+        uid = os.stat("/proc/" + pid).st_uid
+        user = "user %s" % pwd.getpwuid(uid).pw_name
+    except KeyError:
+        user = "uid %d" % uid
+    except OSError:
+        user = "user ?"
+    try:
+        command = open("/proc/%s/comm" % pid).read().strip()
+    except OSError:
+        command = "?"
+    print("pid %s (%s, %s, %s)" % (pid, user, command, f[3].lower()))
+"""
+
+
+class TurnTimeout(HostError):
+    """Host B's turn lock was held by someone else for TURN_WAIT_S."""
+
+
+def holders(host: Host | None = None) -> str:
+    """Who holds the turn lock on `host` (None: this machine), for a message: "pid 812
+    (user mallory, flock, write)", or that it cannot be told."""
+    argv = [host.python if host else sys.executable, "-c", HOLDERS_PY]
+    try:
+        said = host.run(argv, check=False) if host else subprocess.run(
+            argv, capture_output=True, text=True, timeout=30)
+    except (HostError, OSError, subprocess.SubprocessError):
+        return "its holder could not be read"
+    found = [line for line in said.stdout.splitlines() if line.strip()]
+    return "held by " + "; ".join(found) if found else "its holder could not be read"
 
 
 def job_turn(argv: list[str], by_a_rule: Iterable[str], driving: Iterable[str]
@@ -74,6 +121,8 @@ def turn(pair: str, host_b: Host | None) -> Iterator[None]:
         try:
             # Where B's /tmp is this machine's, host A's lock (this job's) is B's too.
             held = None if _same_tmp(host_b) else _take(host_b)
+        except TurnTimeout:
+            raise  # B answers, but someone keeps its lock: the job's result says who
         except HostError as exc:
             # B unreachable: nothing runs there to take turns with, and the job's own
             # step meets the same error and makes it its result.
@@ -105,7 +154,7 @@ def hold_this_machine(mode: int = fcntl.LOCK_SH) -> int:
     except BlockingIOError:
         started = time.monotonic()
         print("host a: another run " + ("measures" if mode == fcntl.LOCK_SH else "works")
-              + " here; waiting for its turn", flush=True)
+              + f" here ({holders()}); waiting for its turn", flush=True)
         fcntl.flock(handle, mode)
         print(f"host a: its turn came after {time.monotonic() - started:.0f} s", flush=True)
     return handle
@@ -141,7 +190,8 @@ def _same_tmp(host_b: Host) -> bool:
 
 
 def _take(host_b: Host):  # noqa: ANN202 (a RemoteProcess)
-    held = host_b.popen(_HOLD, stdout=subprocess.PIPE, stdin=True)
+    held = host_b.popen(["flock", "-w", str(TURN_WAIT_S), "/tmp", *_HOLD],
+                        stdout=subprocess.PIPE, stdin=True)
     started = time.monotonic()
     said = False
     while True:
@@ -154,12 +204,17 @@ def _take(host_b: Host):  # noqa: ANN202 (a RemoteProcess)
                           flush=True)
                 return held
             _release(held)
+            if not line.strip() and time.monotonic() - started >= TURN_WAIT_S:
+                raise TurnTimeout(f"host b ({host_b.ssh}): its turn lock (flock /tmp) was "
+                                  f"not free after {TURN_WAIT_S} s, {holders(host_b)}: "
+                                  "another run, or a user who keeps it; nothing was "
+                                  "measured")
             raise HostError(f"host b ({host_b.ssh}): could not take its turn lock "
                             f"(flock /tmp): {line.strip() or 'flock ended'}; is util-linux "
                             "installed there?")
         if not said and time.monotonic() - started >= _QUIET_S:
-            print(f"host b ({host_b.ssh}): another run drives it; waiting for its turn",
-                  flush=True)
+            print(f"host b ({host_b.ssh}): another run drives it ({holders(host_b)}); "
+                  "waiting for its turn", flush=True)
             said = True
 
 

@@ -183,6 +183,13 @@ def _configure(host: Host, ifname: str, addr: str, prefix: int, mtu: int | None,
     for verb, undo, change in steps:
         try:
             shown = root_helper.plain(verb[0], list(verb[1:]), 0)  # what it does, as ip
+            # The undo first: a run killed between the change and its record would
+            # leave the change behind. Undoing a change that never happened is harmless
+            # (the down state, the MTU it had; an address that is not there is "gone").
+            if undo:
+                _record_undo(host, guard.shared_undo(host, change, undo) if guarded
+                             else privilege.root_command(host, *undo),
+                             f"{where} {host.name} {' '.join(shown[:-2])}")
             result = host.run(privilege.root_command(host, *verb), check=False)
         except (privilege.PrivilegeError, root_helper.Refused) as exc:
             raise SetupError(f"{where}: {exc}") from exc
@@ -194,9 +201,6 @@ def _configure(host: Host, ifname: str, addr: str, prefix: int, mtu: int | None,
         applied.append([f"host {host.name}", *shown])
         if undo:
             held.append(change)
-            _record_undo(host, guard.shared_undo(host, change, undo) if guarded
-                         else privilege.root_command(host, *undo),
-                         f"{where} {host.name} {' '.join(shown[:-2])}")
     return addr, held
 
 

@@ -53,7 +53,8 @@ def test_a_connection_lost_while_stopping_keeps_the_record(state_dir, monkeypatc
     procs.stop("far", timeout=0.5)
     assert procs.find("far") is not None, host_b.commands
     if answers:
-        assert ["kill", "-s", "TERM", "4242"] in host_b.commands
+        assert ["sh", "-c", procs._KILL_IF_SAME, "sh", "4242", str(START), "TERM",
+                "4242"] in host_b.commands
     procs.forget("procs", "far")  # the test's own fake record
 
 
@@ -97,3 +98,30 @@ def test_a_remote_process_s_start_time_is_read_by_the_script_that_starts_it(
         os.kill(record["pid"], signal.SIGKILL)
         procs.forget("procs", "spawned")
         subprocess.run(["rm", "-f", "--", record["remote_log"]], check=True)
+
+
+def test_a_remote_kill_checks_the_start_time_in_the_same_command(state_dir, monkeypatch):
+    """The check and the kill run as one command on B (a local sh in place of B here): a
+    process whose start time is the record's is signalled; one that took its pid since
+    (another start time) is not, and neither is a pid that has gone."""
+    monkeypatch.setattr(procs, "remote_run", lambda remote, argv: subprocess.run(
+        argv, capture_output=True, text=True))
+    ours = subprocess.Popen(["sleep", "30"])
+    other = subprocess.Popen(["sleep", "30"])
+    try:
+        start = proc_stat.start_time(ours.pid)
+        procs._signal({"pid": ours.pid, "start_time": start, "remote": REMOTE},
+                      signal.SIGTERM)
+        assert ours.wait(timeout=5) == -signal.SIGTERM
+        # The record says another start time: the process now at that pid is not it.
+        procs._signal({"pid": other.pid, "start_time": proc_stat.start_time(other.pid) + 1,
+                       "remote": REMOTE}, signal.SIGKILL)
+        procs._signal({"pid": other.pid, "start_time": None, "remote": REMOTE},
+                      signal.SIGKILL)
+        assert other.poll() is None
+        procs._signal({"pid": ours.pid, "start_time": start, "remote": REMOTE},
+                      signal.SIGKILL)  # gone: nothing to signal, no error
+    finally:
+        ours.kill()
+        other.kill()
+        other.wait()

@@ -1,0 +1,39 @@
+"""The turn lock every run takes on a host's /tmp (infra/turns.py), held by another
+user who keeps it: a real flock by a process of another uid."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+import pytest
+
+from splitbench.infra import turns
+from tests.conftest import needs_root
+
+
+@needs_root()
+def test_a_turn_lock_kept_by_another_user_times_out_naming_its_holder(state_dir,
+                                                                      monkeypatch):
+    """Any user can take the turn lock on /tmp; one who keeps it no longer stalls a run
+    for ever: after TURN_WAIT_S the job's turn fails, naming the holder's pid and uid
+    (here host B is this machine, as a local host)."""
+    from splitbench.infra.hosts import Host
+
+    keeper = subprocess.Popen(["setpriv", "--reuid", "4242", "--regid", "4242",
+                               "--clear-groups", "flock", "/tmp", "sleep", "60"])
+    try:
+        deadline = time.monotonic() + 10
+        while "pid" not in turns.holders() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert f"pid {keeper.pid} (uid 4242, flock, write)" in turns.holders()
+        monkeypatch.setattr(turns, "TURN_WAIT_S", 1)
+        started = time.monotonic()
+        with pytest.raises(turns.TurnTimeout) as raised:
+            turns._take(Host("b"))
+        assert time.monotonic() - started < 10
+    finally:
+        keeper.kill()
+        keeper.wait()
+    assert f"not free after 1 s, held by pid {keeper.pid} (uid 4242, flock, write)" in \
+        str(raised.value)
