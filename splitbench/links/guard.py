@@ -8,8 +8,9 @@ one nftables table of this run's own (`inet splitbench_<10 hex of the run's stat
 directory>`, both address families): packets that arrive on an interface other than
 loopback and the pair's link interfaces are dropped when they are for a link address,
 or for the run's own block of ports (link.py's `Ports`: its workers, probes, vLLM's
-rendezvous store and HTTP front) on any address, and another user's connections to
-those ports over loopback are dropped (`meta skuid`). Other ports, other interfaces'
+rendezvous store and HTTP front) on any address, and another user's connections over
+loopback to those ports, or to a link address at any port (vLLM's ranks' own), are
+dropped (`meta skuid`). Other ports, other interfaces'
 addresses and other runs' blocks are left alone. The table only ever drops; it
 is replaced whole when a link of the pair is added, recorded (with its undo) before it
 is applied, and deleted at teardown. Another run's table is never touched.

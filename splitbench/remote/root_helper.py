@@ -202,6 +202,15 @@ def ruleset(interfaces: list, addresses: list, ports: list, name: str,
             "10; policy accept; }",
             f'add rule inet {name} output oifname "lo" tcp dport {{ {served} }} '
             f"meta skuid != {uid} drop"]
+        # And to a link address at any port: vLLM's ranks listen on ports of their own,
+        # outside the run's block. New connections only: a reply (the run's own
+        # connection to another user's listener) is left alone.
+        for version, family in ((4, "ip"), (6, "ip6")):
+            if families[version]:
+                commands.append(
+                    f'add rule inet {name} output oifname "lo" {family} daddr '
+                    f"{{ {', '.join(families[version])} }} ct state new meta skuid != "
+                    f"{uid} drop")
     return "; ".join(commands)
 
 

@@ -107,3 +107,37 @@ def test_a_refused_call_leaves_the_host_as_it_was(namespace, argv):
     refused = helper(namespace, *argv, uid=1000)
     assert refused.returncode == 2 and "splitbench-root: refused:" in refused.stderr
     assert state(namespace) == before
+
+
+LISTEN_ON = ("import socket, sys, time; s = socket.socket(); s.bind((sys.argv[1], "
+             "int(sys.argv[2]))); s.listen(); print('up', flush=True); time.sleep(30)")
+CONNECT_TO = ("import socket, sys; socket.create_connection((sys.argv[1], int(sys.argv[2])), "
+              "timeout=1.5).close()")
+
+
+def as_user(namespace: str, uid: int, *argv: str) -> list[str]:
+    return ["ip", "netns", "exec", namespace, "setpriv", "--reuid", str(uid), "--regid",
+            str(uid), "--clear-groups", *argv]
+
+
+@needs_root()
+def test_other_users_reach_no_port_of_a_link_address_over_loopback(namespace):
+    """vLLM's ranks listen on ports of their own on a link address, outside the run's
+    block: over loopback, only the run's user (the table's owner) reaches them."""
+    subprocess.run(["ip", "-n", namespace, "link", "set", "lo", "up"], check=True)
+    assert helper(namespace, "link-up", "sbrh0").returncode == 0
+    assert helper(namespace, "addr-replace", "sbrh0", "10.77.0.1/30").returncode == 0
+    spec = {"interfaces": ["sbrh0"], "addresses": ["10.77.0.1"], "ports": ["20480-20511"]}
+    assert helper(namespace, "guard-apply", TABLE, json.dumps(spec), uid=4242).returncode == 0
+    rank = subprocess.Popen(as_user(namespace, 4242, sys.executable, "-c", LISTEN_ON,
+                                    "10.77.0.1", "40000"), stdout=subprocess.PIPE, text=True)
+    try:
+        assert rank.stdout.readline().strip() == "up"
+        reached = {uid: subprocess.run(as_user(namespace, uid, sys.executable, "-c",
+                                               CONNECT_TO, "10.77.0.1", "40000"),
+                                       capture_output=True, text=True).returncode
+                   for uid in (4242, 4343)}
+    finally:
+        rank.kill()
+        rank.wait()
+    assert reached == {4242: 0, 4343: 1}, reached
