@@ -50,13 +50,15 @@ def table_name() -> str:
 
 def ruleset(interfaces: Iterable[str], addresses: Iterable[str], blocks: Iterable[int],
             table: str, uid: int | None = None, made: Iterable[str] = (),
-            lan_peers: Mapping[str, Iterable[str]] | None = None) -> str:
+            lan_peers: Mapping[str, Iterable[str]] | None = None,
+            lan_macs: Mapping[str, Iterable[str]] | None = None) -> str:
     """The nft commands that (re)make the run's table (root_helper.ruleset, which the
     root helper builds from the same figures), for the run's `blocks` of ports."""
     return root_helper.ruleset(
         list(interfaces), list(addresses),
         [f"{base}-{Ports(base).last}" for base in sorted(set(blocks))], table, uid,
-        list(made), {name: list(peers) for name, peers in (lan_peers or {}).items()})
+        list(made), {name: list(peers) for name, peers in (lan_peers or {}).items()},
+        {name: list(macs) for name, macs in (lan_macs or {}).items()})
 
 
 # An interface change as the run's table names it: `[up:eth1]` (it was down),
@@ -112,30 +114,35 @@ def _key(host: Host) -> str:
 
 
 def cover(host: Host, interface: str, address: str, ports: Ports, firewall: str,
-          where: str, made: Iterable[str] = (), peer: str | None = None) -> None:
+          where: str, made: Iterable[str] = (), peer: str | None = None,
+          peer_mac: str | None = None) -> None:
     """Make `interface` (and `address` on it) one of the host's link ends in the run's
     table, and `ports` (the run's block for the pair) among the ports it keeps off
     other interfaces, recorded (with its undo) before it is applied; with the pair's
     `firewall: own`, left to the user. `made`: the tokens of the interface changes the
     run holds there (named in the table's comment). `peer`: the interface is the LAN
     (real.lan_interface) and this the other host's address on it, the one address let
-    through to the run's ports there; the interface and its address stay open to
+    through to the run's ports there, from `peer_mac` alone where known (the MAC this
+    host's neighbour table holds for it); the interface and its address stay open to
     everything else. Raises GuardError when it cannot, with the command that would."""
     if firewall == "own":
         return
     table = table_name()
     known = procs.change(_key(host)) or {"interfaces": [], "addresses": [], "blocks": []}
     lan_peers = {name: list(peers) for name, peers in known.get("lan_peers", {}).items()}
+    lan_macs = {name: list(macs) for name, macs in known.get("lan_macs", {}).items()}
     if peer is None:
         interfaces = sorted({*known["interfaces"], interface})
         addresses = sorted({*known["addresses"], address})
     else:
         interfaces, addresses = sorted(known["interfaces"]), sorted(known["addresses"])
         lan_peers[interface] = sorted({*lan_peers.get(interface, []), peer})
+        if peer_mac:
+            lan_macs[interface] = sorted({*lan_macs.get(interface, []), peer_mac})
     blocks = sorted({*known.get("blocks", []), ports.base})
     held = sorted({*known.get("made", []), *made})
     uid = privilege.login_uid(host)
-    commands = ruleset(interfaces, addresses, blocks, table, uid, held, lan_peers)
+    commands = ruleset(interfaces, addresses, blocks, table, uid, held, lan_peers, lan_macs)
     if not privilege.can(host, privilege.FOR_GUARD):
         raise GuardError(
             f"{where}: splitbench is neither root on host {host.name} nor allowed nft "
@@ -152,10 +159,10 @@ def cover(host: Host, interface: str, address: str, ports: Ports, firewall: str,
                         # nft's word for a table that is not there
                         gone_if="No such file or directory",
                         interfaces=interfaces, addresses=addresses, blocks=blocks,
-                        made=held, table=table, lan_peers=lan_peers)
+                        made=held, table=table, lan_peers=lan_peers, lan_macs=lan_macs)
     spec = {"interfaces": interfaces, "addresses": addresses, "made": held,
             "ports": [f"{base}-{Ports(base).last}" for base in blocks],
-            "lan_peers": lan_peers}
+            "lan_peers": lan_peers, "lan_macs": lan_macs}
     done = host.run(privilege.root_command(host, "guard-apply", table, json.dumps(spec)),
                     check=False)
     if done.returncode != 0:

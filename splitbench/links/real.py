@@ -86,10 +86,22 @@ def _set_up(spec: LinkSlice) -> Link:
             ("b", host_b, link.interface_b, link.addr_b, link.addr_a)):
         try:
             guard.cover(host, ifname, addr, run_ports, firewall, where, held[side],
-                        peer=peer if on_lan[side] else None)
+                        peer=peer if on_lan[side] else None,
+                        peer_mac=neighbour_mac(host, ifname, peer) if on_lan[side] else None)
         except (guard.GuardError, HostError) as exc:
             raise SetupError(str(exc)) from exc
     return link
+
+
+def neighbour_mac(host: Host, ifname: str, address: str) -> str | None:
+    """The MAC address `host`'s neighbour table holds for `address` on `ifname` (the
+    ping above made the entry): the source of the frames the other host sends on a
+    shared LAN. None where there is none (a point-to-point link, no ARP)."""
+    shown = host.run(["ip", "-j", "neigh", "show", "to", address.split("%")[0], "dev",
+                      ifname], check=False)
+    found = json.loads(shown.stdout or "[]") if shown.returncode == 0 else []
+    macs = [entry["lladdr"].lower() for entry in found if entry.get("lladdr")]
+    return macs[0] if macs else None
 
 
 def _require_interface(host: Host, ifname: str, where: str) -> None:

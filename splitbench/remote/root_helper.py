@@ -43,6 +43,7 @@ from collections.abc import Callable
 
 TABLE = re.compile(r"^splitbench_[0-9a-f]{10}$")
 INTERFACE = re.compile(r"^[A-Za-z0-9_.-]{1,15}$")
+MAC = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
 # An interface change a run holds (links/guard.py's token): [up:eth1],
 # [addr:eth1:10.0.0.2/30], [mtu:eth1:1500]; and a table's owner, [owner:1000].
 TOKEN = re.compile(r"^\[(up:[A-Za-z0-9_.-]{1,15}|addr:[A-Za-z0-9_.-]{1,15}:[0-9A-Fa-f:.]+/\d+"
@@ -160,7 +161,8 @@ def by_family(addresses: list) -> dict:
 
 
 def ruleset(interfaces: list, addresses: list, ports: list, name: str,
-            uid: int | None = None, made: list = (), lan_peers: dict | None = None) -> str:
+            uid: int | None = None, made: list = (), lan_peers: dict | None = None,
+            lan_macs: dict | None = None) -> str:
     """The nft commands that (re)make the run's table, as one atomic batch: packets
     from interfaces other than loopback and the links' are dropped when they are for a
     link address or a port the run serves on (`ports`: its blocks, "low-high"); with
@@ -169,7 +171,10 @@ def ruleset(interfaces: list, addresses: list, ports: list, name: str,
     through loopback). `lan_peers`: a link over the LAN (interface -> the other host's
     addresses on it): there only the other host reaches the run's ports, and everything
     else on that interface (the user's SSH, the neighbours' traffic to other ports) is
-    left alone. `made`: the tokens the table's comment holds."""
+    left alone; `lan_macs` (interface -> the other host's MAC addresses as this host's
+    neighbour table holds them): its frames must come from one of them too, so that a
+    neighbour who takes the other host's IP address is not let through. `made`: the
+    tokens the table's comment holds."""
     names = ", ".join(json.dumps(n) for n in ["lo", *sorted(set(interfaces))])
     served = ", ".join(sorted(set(ports), key=lambda r: int(r.split("-")[0])))
     families = by_family(addresses)
@@ -182,13 +187,15 @@ def ruleset(interfaces: list, addresses: list, ports: list, name: str,
         f"add rule inet {name} input iifname {{ {names} }} accept",
     ]
     for peer_interface, peers in sorted((lan_peers or {}).items()):
+        macs = sorted(set((lan_macs or {}).get(peer_interface, [])))
+        frames = f"ether saddr {{ {', '.join(macs)} }} " if macs else ""
         for version, family in ((4, "ip"), (6, "ip6")):
             listed = by_family(list(peers))[version]
             if listed:
                 commands.append(
                     f"add rule inet {name} input iifname {json.dumps(peer_interface)} "
-                    f"{family} saddr {{ {', '.join(listed)} }} tcp dport {{ {served} }} "
-                    "accept")
+                    f"{frames}{family} saddr {{ {', '.join(listed)} }} tcp dport "
+                    f"{{ {served} }} accept")
     for version, family in ((4, "ip"), (6, "ip6")):
         if families[version]:
             commands.append(f"add rule inet {name} input {family} daddr "
@@ -222,7 +229,8 @@ def guard_spec(text: str, uid: int) -> dict:
         raise Refused("SPEC is not JSON") from None
     if not isinstance(spec, dict):
         raise Refused("SPEC is not a JSON object")
-    unknown = set(spec) - {"interfaces", "addresses", "ports", "made", "lan_peers"}
+    unknown = set(spec) - {"interfaces", "addresses", "ports", "made", "lan_peers",
+                           "lan_macs"}
     if unknown:
         raise Refused(f"SPEC has unknown keys: {', '.join(sorted(unknown))}")
     names = [n for n in spec.get("interfaces", []) if n != "lo"]
@@ -244,10 +252,18 @@ def guard_spec(text: str, uid: int) -> dict:
         if not INTERFACE.match(str(name)):
             raise Refused(f"not an interface name: {name!r}")
         lan[name] = [host_address(str(a).split("%")[0]) for a in listed]
+    macs = spec.get("lan_macs", {}) or {}
+    if not isinstance(macs, dict) or not set(macs) <= set(lan):
+        raise Refused("lan_macs is not an object of lan_peers' interfaces")
+    for listed in macs.values():
+        for mac in listed:
+            if not MAC.match(str(mac)):
+                raise Refused(f"not a MAC address: {mac!r}")
     return {"interfaces": names,
             "addresses": [host_address(str(a).split("%")[0])
                           for a in spec.get("addresses", [])],
-            "ports": ports, "made": [*made, f"[owner:{uid}]"], "lan_peers": lan}
+            "ports": ports, "made": [*made, f"[owner:{uid}]"], "lan_peers": lan,
+            "lan_macs": {name: [str(m) for m in listed] for name, listed in macs.items()}}
 
 
 def tables(nft: Callable[[list], str] | None = None) -> dict:
@@ -316,7 +332,7 @@ def commands(verb: str, args: list, uid: int, existing: dict | None = None,
         if on_host:
             owned(table(name), uid, tables() if existing is None else existing)
         rules = ruleset(spec["interfaces"], spec["addresses"], spec["ports"], table(name),
-                        uid, spec["made"], spec["lan_peers"])
+                        uid, spec["made"], spec["lan_peers"], spec["lan_macs"])
         return [[found("nft"), rules]]
     if verb == "guard-delete":
         (name,) = want(1)

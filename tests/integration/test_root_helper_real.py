@@ -141,3 +141,52 @@ def test_other_users_reach_no_port_of_a_link_address_over_loopback(namespace):
         rank.kill()
         rank.wait()
     assert reached == {4242: 0, 4343: 1}, reached
+
+
+@needs_root()
+def test_on_a_lan_a_neighbour_with_the_peers_address_but_not_its_mac_is_dropped(namespace):
+    """The guarded host's LAN interface lets the other host's address through to the
+    run's ports, from the other host's MAC alone: the same address sent from another
+    MAC (a neighbour who took it) is dropped."""
+    peer = f"{namespace}p"
+    subprocess.run(["ip", "netns", "add", peer], check=True)
+    try:
+        run = [["ip", "-n", namespace, "link", "set", "sbrh1", "netns", peer],
+               ["ip", "-n", namespace, "link", "set", "lo", "up"],
+               ["ip", "-n", namespace, "addr", "add", "10.77.0.1/24", "dev", "sbrh0"],
+               ["ip", "-n", namespace, "link", "set", "sbrh0", "up"],
+               ["ip", "-n", peer, "addr", "add", "10.77.0.2/24", "dev", "sbrh1"],
+               ["ip", "-n", peer, "link", "set", "sbrh1", "up"],
+               ["ip", "netns", "exec", peer, "ping", "-c", "1", "-W", "2", "10.77.0.1"]]
+        for argv in run:
+            subprocess.run(argv, check=True, capture_output=True)
+        neigh = json.loads(subprocess.run(
+            ["ip", "-n", namespace, "-j", "neigh", "show", "to", "10.77.0.2"],
+            capture_output=True, text=True, check=True).stdout)
+        mac = neigh[0]["lladdr"]
+        spec = {"interfaces": [], "addresses": [], "ports": ["20480-20511"],
+                "lan_peers": {"sbrh0": ["10.77.0.2"]}, "lan_macs": {"sbrh0": [mac]}}
+        applied = helper(namespace, "guard-apply", TABLE, json.dumps(spec))
+        assert applied.returncode == 0, applied.stderr
+        worker = subprocess.Popen(["ip", "netns", "exec", namespace, sys.executable, "-c",
+                                   LISTEN_ON.replace("time.sleep(30)", "[s.accept()[0] "
+                                                     "for _ in range(9)]"), "10.77.0.1",
+                                   "20480"], stdout=subprocess.PIPE, text=True)
+        try:
+            assert worker.stdout.readline().strip() == "up"
+
+            def reaches() -> int:
+                return subprocess.run(["ip", "netns", "exec", peer, sys.executable, "-c",
+                                       CONNECT_TO, "10.77.0.1", "20480"],
+                                      capture_output=True).returncode
+
+            first = reaches()
+            subprocess.run(["ip", "-n", peer, "link", "set", "sbrh1", "address",
+                            "02:00:00:00:77:99"], check=True)
+            spoofed = reaches()
+        finally:
+            worker.kill()
+            worker.wait()
+        assert (first, spoofed) == (0, 1)
+    finally:
+        subprocess.run(["ip", "netns", "del", peer], check=False)

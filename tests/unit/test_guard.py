@@ -89,3 +89,12 @@ def test_only_the_launchs_own_wildcard_listeners_outside_the_guard_are_named():
         "*:50060 (VLLM::Worker_TP)")
     # firewall: own: splitbench covers nothing, so the rendezvous port is named too.
     assert guard.uncovered_listeners(host, [10], None)[0] == "*:50060 (VLLM::Worker_TP)"
+
+
+def test_on_the_lan_the_other_hosts_frames_must_come_from_its_mac_too():
+    """A neighbour who takes the other host's IP address sends from its own MAC."""
+    rules = guard.ruleset(["eth1"], ["10.0.0.1"], [50052], "t",
+                          lan_peers={"eno1": ["192.168.1.20"]},
+                          lan_macs={"eno1": ["52:54:00:12:34:56"]})
+    assert ('add rule inet t input iifname "eno1" ether saddr { 52:54:00:12:34:56 } ip '
+            "saddr { 192.168.1.20 } tcp dport { 50052-50179 } accept") in rules.split("; ")

@@ -118,3 +118,15 @@ def test_sudo_s_caller_is_the_uid_the_rules_let_through(monkeypatch):
 def test_a_refusal_names_itself_and_runs_nothing(capsys):
     assert root_helper.main(["netns", "exec", "x", "/bin/sh"]) == 2
     assert "splitbench-root: refused: unknown verb 'netns'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("macs", "said"), [
+    ({"eth0": ["52:54:00:12:34:5"]}, "not a MAC address"),
+    ({"eth0": ["52:54:00:12:34:56; flush ruleset"]}, "not a MAC address"),
+    ({"eth9": ["52:54:00:12:34:56"]}, "lan_macs is not an object of lan_peers' interfaces"),
+])
+def test_a_lan_peers_mac_is_checked(macs, said):
+    spec = {**SPEC, "lan_peers": {"eth0": ["192.0.2.7"]}, "lan_macs": macs}
+    with pytest.raises(Refused, match=said):
+        commands("guard-apply", ["splitbench_0123456789", json.dumps(spec)], 1000,
+                 existing={})
