@@ -69,7 +69,12 @@ def test_a_request_meets_the_level_only_when_it_succeeded_within_every_target(tm
     assert pd.isna(row["requests_needed"])
     # One stream, rows without their release: judged on the requests.
     assert row["sample_unit"] == "requests" and pd.isna(row["releases"])
-    assert row["goodput_rps"] > 0
+    # Goodput: 1 met request over the 1.08 s from the first send to the last token (the
+    # slow request's 900 ms + 9 x 20 ms); its ± the share's wider side (55.6 points, up
+    # to 80.6% from 25%) times the 4 requests per 1.08 s.
+    assert row["goodput_rps"] == pytest.approx(1 / 1.08)
+    assert row["goodput_rps_unc"] == pytest.approx(
+        (row["met_high_pct"] - 25.0) / 100 * 4 / 1.08)
     # What the slowest of the share would need: a failed request stays within nothing,
     # so 90% of four (the fourth) is unbounded; half of them stay within 20 ms a token.
     assert row["step_at_share_ms"] == float("inf") and row["share_pct"] == 90.0
