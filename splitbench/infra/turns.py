@@ -49,6 +49,14 @@ for line in open("/proc/locks"):
     if "->" in f or len(f) < 6 or f[1] != "FLOCK" or f[5] != key:
         continue
     pid = f[4]
+    if not os.path.isdir("/proc/" + pid):
+        # The locker has gone, a child it started keeps the lock (`flock /tmp cmd`):
+        # the processes with /tmp open (those this user may see).
+        kept = [p for p in os.listdir("/proc") if p.isdigit() and any(
+            os.path.realpath("/proc/%s/fd/%s" % (p, fd)) == "/tmp"
+            for fd in (os.listdir("/proc/%s/fd" % p)
+                       if os.access("/proc/%s/fd" % p, os.R_OK) else []))]
+        pid = kept[0] if kept else pid
     try:
         uid = os.stat("/proc/" + pid).st_uid
         user = "user %s" % pwd.getpwuid(uid).pw_name

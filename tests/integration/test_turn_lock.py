@@ -3,6 +3,8 @@ user who keeps it: a real flock by a process of another uid."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import time
 
@@ -17,11 +19,18 @@ def test_a_turn_lock_kept_by_another_user_times_out_naming_its_holder(state_dir,
                                                                       monkeypatch):
     """Any user can take the turn lock on /tmp; one who keeps it no longer stalls a run
     for ever: after TURN_WAIT_S the job's turn fails, naming the holder's pid and uid
-    (here host B is this machine, as a local host)."""
+    (here host B is this machine: its command runs here, not over SSH)."""
     from splitbench.infra.hosts import Host
 
+    class ThisMachineAsB(Host):
+        def popen(self, argv, *, stdout=None, stdin=False):  # noqa: ANN001, ANN202
+            return subprocess.Popen(argv, stdout=stdout, text=True,
+                                    stdin=subprocess.PIPE if stdin else None)
+
+    # flock runs `sleep` as its child, which holds the lock too: a group of its own.
     keeper = subprocess.Popen(["setpriv", "--reuid", "4242", "--regid", "4242",
-                               "--clear-groups", "flock", "/tmp", "sleep", "60"])
+                               "--clear-groups", "flock", "/tmp", "sleep", "60"],
+                              start_new_session=True)
     try:
         deadline = time.monotonic() + 10
         while "pid" not in turns.holders() and time.monotonic() < deadline:
@@ -30,10 +39,14 @@ def test_a_turn_lock_kept_by_another_user_times_out_naming_its_holder(state_dir,
         monkeypatch.setattr(turns, "TURN_WAIT_S", 1)
         started = time.monotonic()
         with pytest.raises(turns.TurnTimeout) as raised:
-            turns._take(Host("b"))
+            turns._take(ThisMachineAsB("b"))
         assert time.monotonic() - started < 10
+        # The locker gone, its child keeps the lock: the child is named.
+        os.kill(keeper.pid, signal.SIGKILL)
+        keeper.wait()
+        assert "(uid 4242, sleep, write)" in turns.holders(), turns.holders()
     finally:
-        keeper.kill()
+        os.killpg(keeper.pid, signal.SIGKILL)
         keeper.wait()
     assert f"not free after 1 s, held by pid {keeper.pid} (uid 4242, flock, write)" in \
         str(raised.value)
