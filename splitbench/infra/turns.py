@@ -52,10 +52,14 @@ for line in open("/proc/locks"):
     if not os.path.isdir("/proc/" + pid):
         # The locker has gone, a child it started keeps the lock (`flock /tmp cmd`):
         # the processes with /tmp open (those this user may see).
-        kept = [p for p in os.listdir("/proc") if p.isdigit() and any(
-            os.path.realpath("/proc/%s/fd/%s" % (p, fd)) == "/tmp"
-            for fd in (os.listdir("/proc/%s/fd" % p)
-                       if os.access("/proc/%s/fd" % p, os.R_OK) else []))]
+        kept = []
+        for other in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                fds = os.listdir("/proc/%s/fd" % other)
+                if any(os.readlink("/proc/%s/fd/%s" % (other, fd)) == "/tmp" for fd in fds):
+                    kept.append(other)
+            except OSError:  # gone meanwhile, or another user's
+                continue
         pid = kept[0] if kept else pid
     try:
         uid = os.stat("/proc/" + pid).st_uid
