@@ -21,7 +21,7 @@ import httpx
 from splitbench import pairs
 from splitbench.backends import server_http
 from splitbench.errors import SplitbenchError
-from splitbench.infra import files, procs
+from splitbench.infra import files, procs, remote_pids
 from splitbench.infra.hosts import HostError
 from splitbench.infra.leftovers import stop_recorded
 from splitbench.infra.polling import poll_until
@@ -117,7 +117,7 @@ def log_tail(proc: ProcRecord | None, lines: int = 25) -> str:
         kept = procs.remote_logs_dir() / f"{proc['key']}.log"
         if kept.exists():
             return "\n".join(kept.read_text(errors="replace").splitlines()[-lines:])
-        read = procs.remote_run(proc["remote"], ["tail", "-n", str(lines), "--",
+        read = remote_pids.remote_run(proc["remote"], ["tail", "-n", str(lines), "--",
                                                  str(proc.get("remote_log"))])
         if read is None or read.returncode != 0:
             return f"(its log on host b, {proc['log']}, could not be read)"

@@ -20,7 +20,6 @@ import hashlib
 import json
 import os
 import pwd
-import shlex
 import signal
 import stat
 import subprocess
@@ -30,8 +29,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from splitbench.errors import SplitbenchError
-from splitbench.infra import files, proc_stat
+from splitbench.infra import files, proc_stat, remote_pids
 from splitbench.infra.polling import poll_until
+from splitbench.infra.remote_pids import HostUnreachable
 
 if TYPE_CHECKING:  # paramiko loads only where a host is remote
     from splitbench.infra.ssh import SSHSettings
@@ -159,11 +159,6 @@ def locked(name: str) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-class HostUnreachable(SplitbenchError):
-    """A remote process's host stopped answering while the process was being stopped:
-    whether it still runs cannot be told, so its record is kept."""
-
-
 def is_alive(record: ProcRecord, *, strict: bool = False) -> bool:
     """Running, and the same process that was recorded (not a reused pid, not a zombie).
     strict: a remote host that cannot be reached raises HostUnreachable (else: not
@@ -172,63 +167,19 @@ def is_alive(record: ProcRecord, *, strict: bool = False) -> bool:
     if record.get("start_time") is None:  # which process it was cannot be told
         return False
     if record.get("remote"):
-        return remote_start_time(record["remote"], pid, strict=strict) == record["start_time"]
+        return remote_pids.start_time(record["remote"], pid, strict=strict) == record["start_time"]
     return proc_stat.start_time(pid) == record["start_time"] and not proc_stat.is_zombie(pid)
-
-
-def remote_start_time(remote: SSHSettings | list[str], pid: int, *,
-                      strict: bool = False) -> int | None:
-    """A remote process's start time, None when it is gone, a zombie, or its host cannot
-    be reached (strict: HostUnreachable then). remote: the host's connection settings
-    (Host.ssh_settings())."""
-    result = remote_run(remote, ["cat", f"/proc/{int(pid)}/stat"])
-    if result is None and strict:
-        raise HostUnreachable(f"lost the connection to the host of pid {int(pid)}")
-    if result is None or result.returncode != 0 or ")" not in result.stdout:
-        return None
-    fields = result.stdout.rsplit(")", 1)[1].split()
-    return None if fields[0] == "Z" else int(fields[19])
-
-
-def remote_run(remote: SSHSettings | list[str],
-                argv: list[str]) -> subprocess.CompletedProcess[str] | None:
-    """argv on a recorded process's host, over this process's own connection to it (a
-    teardown may run in another process than the one that started it); None when the
-    host cannot be reached."""
-    if isinstance(remote, list):  # a record from before the paramiko transport: ssh argv
-        return subprocess.run([*remote, shlex.join(argv)], capture_output=True, text=True,
-                              timeout=30)
-    from splitbench.infra import ssh  # paramiko loads only where a host is remote
-
-    try:
-        return ssh.run(remote, argv, timeout=30)
-    except ssh.SSHError:
-        return None
-
-
-# A remote process is signalled only while its pid is still the recorded process: the
-# check (its start time, field 22 of its stat) and the kill in one command on its host,
-# so that no other process can take the pid between the two. $1 pid, $2 start time,
-# $3 signal, $4 target (the pid, or -pid for its group).
-_KILL_IF_SAME = ('p=$1 st=$2 sig=$3 tg=$4; s=$(cat "/proc/$p/stat" 2>/dev/null) || exit 0; '
-                 'set -- ${s##*)}; [ "${20}" = "$st" ] || exit 0; kill -s "$sig" -- "$tg"')
 
 
 def _signal(record: ProcRecord, sig: signal.Signals) -> None:
     """Signal the process, or its whole process group where the record says `group`
     (a server that starts its own workers: each was started in a session of its own, so
     its group is its own and its children's). HostUnreachable: its host did not answer.
-    A remote one only while its pid is still the recorded process (`_KILL_IF_SAME`);
-    one whose start time was never read is never signalled."""
+    A remote one only while its pid is still the recorded process (remote_pids.signal)."""
     pid = int(record["pid"])
     if record.get("remote"):
-        if record.get("start_time") is None:
-            return
-        target = f"-{pid}" if record.get("group") else str(pid)
-        if remote_run(record["remote"],
-                      ["sh", "-c", _KILL_IF_SAME, "sh", str(pid), str(record["start_time"]),
-                       sig.name.removeprefix("SIG"), target]) is None:
-            raise HostUnreachable(f"lost the connection to the host of pid {pid}")
+        remote_pids.signal(record["remote"], pid, record.get("start_time"), sig,
+                           bool(record.get("group")))
         return
     with contextlib.suppress(ProcessLookupError):
         if record.get("group"):
@@ -355,11 +306,11 @@ def forget_process(record: ProcRecord) -> None:
     path = record.get("remote_log")
     if record.get("remote") and isinstance(path, str) and path.startswith(REMOTE_LOG_PREFIX) \
             and "/" not in path.removeprefix(REMOTE_LOG_PREFIX):
-        kept = remote_run(record["remote"], ["tail", "-c", str(REMOTE_LOG_KEPT_BYTES), "--",
-                                              path])
+        kept = remote_pids.remote_run(record["remote"], ["tail", "-c",
+                                                         str(REMOTE_LOG_KEPT_BYTES), "--", path])
         if kept is not None and kept.returncode == 0:
             files.write_text(remote_logs_dir() / f"{record['key']}.log", kept.stdout)
-            remote_run(record["remote"], ["rm", "-f", "--", path])
+            remote_pids.remote_run(record["remote"], ["rm", "-f", "--", path])
     forget("procs", record["key"])
 
 
@@ -367,7 +318,7 @@ def unreachable(record: ProcRecord) -> bool:
     """The record's process is on an SSH host that does not answer now."""
     if not record.get("remote"):
         return False
-    result = remote_run(record["remote"], ["true"])
+    result = remote_pids.remote_run(record["remote"], ["true"])
     return result is None or result.returncode != 0
 
 
@@ -406,7 +357,7 @@ def _pid_reused(record: ProcRecord) -> bool:
         return True
     pid = int(record["pid"])
     if record.get("remote"):
-        now = remote_start_time(record["remote"], pid, strict=True)
+        now = remote_pids.start_time(record["remote"], pid, strict=True)
     else:
         now = None if proc_stat.is_zombie(pid) else proc_stat.start_time(pid)
     return now is not None and now != record["start_time"]

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from splitbench.infra import leftovers, procs
+from splitbench.infra import leftovers, procs, remote_pids
 
 
 def _undo_changes() -> list[str]:
@@ -27,7 +27,7 @@ def _undo_changes() -> list[str]:
             continue
         what = f"{' '.join(record['undo'][-5:])} on host {record['host']}"
         if record.get("remote"):
-            result = procs.remote_run(record["remote"], record["undo"])
+            result = remote_pids.remote_run(record["remote"], record["undo"])
         else:
             if record.get("cgroup"):
                 _leave(Path(record["cgroup"]))  # this process may be inside it

@@ -24,7 +24,7 @@ from splitbench.backends import lifecycle
 from splitbench.backends.prompts import prompt
 from splitbench.backends.vllm import api, hf_model, servers, toolchain
 from splitbench.configuration import parsed
-from splitbench.infra import procs, teardown, telemetry
+from splitbench.infra import procs, remote_pids, teardown, telemetry
 from splitbench.infra.polling import poll_until
 from splitbench.links import lab
 
@@ -107,7 +107,8 @@ def _b_dies_mid_request(link, server) -> dict:
     before the kill; A's rank finds its peer dead when it resumes."""
     rank0, rank1 = (procs.find(key) for key in server.record["proc_keys"])
     remote = rank1["remote"]
-    found = procs.remote_run(remote, ["pgrep", "-s", str(rank1["pid"]), "-f", "^VLLM::Worker"])
+    found = remote_pids.remote_run(remote, ["pgrep", "-s", str(rank1["pid"]), "-f",
+                                            "^VLLM::Worker"])
     workers = [int(pid) for pid in (found.stdout.split() if found else [])]
     if not workers:
         raise RuntimeError(f"no vLLM worker in rank 1's session on host B: {found}")
@@ -119,9 +120,9 @@ def _b_dies_mid_request(link, server) -> dict:
         os.killpg(rank0["pid"], signal.SIGSTOP)
         try:
             kill["sent_ns"] = time.monotonic_ns()
-            procs.remote_run(remote, ["kill", "-KILL", *map(str, workers)])
+            remote_pids.remote_run(remote, ["kill", "-KILL", *map(str, workers)])
             kill["gone"] = bool(poll_until(lambda: all(
-                procs.remote_start_time(remote, pid) is None for pid in workers), 30, 0.1))
+                remote_pids.start_time(remote, pid) is None for pid in workers), 30, 0.1))
         finally:
             kill["resumed_ns"] = time.monotonic_ns()
             os.killpg(rank0["pid"], signal.SIGCONT)

@@ -1,6 +1,6 @@
 """Stopping a process on host B whose connection fails part-way: its record is kept (the
 next teardown tries again), never forgotten while the process may still run. Host B is
-a fake here (procs.remote_run answered in-process); the real transport is tested
+a fake here (remote_pids.remote_run answered in-process); the real transport is tested
 against sshd in tests/integration/test_ssh.py."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from splitbench.infra import proc_stat, procs, teardown
+from splitbench.infra import proc_stat, procs, remote_pids, teardown
 
 START = 777
 REMOTE = {"ssh": "bench@192.0.2.7", "ssh_port": None, "identity": None, "known_hosts": None}
@@ -48,18 +48,18 @@ def record_remote_worker() -> None:
                                                  "lost after SIGTERM"])
 def test_a_connection_lost_while_stopping_keeps_the_record(state_dir, monkeypatch, answers):
     host_b = FlakyHostB(answers)
-    monkeypatch.setattr(procs, "remote_run", host_b)
+    monkeypatch.setattr(remote_pids, "remote_run", host_b)
     record_remote_worker()
     procs.stop("far", timeout=0.5)
     assert procs.find("far") is not None, host_b.commands
     if answers:
-        assert ["sh", "-c", procs._KILL_IF_SAME, "sh", "4242", str(START), "TERM",
+        assert ["sh", "-c", remote_pids.KILL_IF_SAME, "sh", "4242", str(START), "TERM",
                 "4242"] in host_b.commands
     procs.forget("procs", "far")  # the test's own fake record
 
 
 def test_teardown_says_it_lost_the_host_and_keeps_the_record(state_dir, monkeypatch):
-    monkeypatch.setattr(procs, "remote_run", FlakyHostB(1))
+    monkeypatch.setattr(remote_pids, "remote_run", FlakyHostB(1))
     record_remote_worker()
     done = teardown.teardown()
     assert any("lost host b while stopping rpc-server pid 4242" in line
@@ -70,7 +70,7 @@ def test_teardown_says_it_lost_the_host_and_keeps_the_record(state_dir, monkeypa
 
 def test_a_process_that_is_gone_is_forgotten(state_dir, monkeypatch):
     """The host answers and the process is gone: forgotten, as before."""
-    monkeypatch.setattr(procs, "remote_run", lambda remote, argv: subprocess.CompletedProcess(
+    monkeypatch.setattr(remote_pids, "remote_run", lambda remote, argv: subprocess.CompletedProcess(
         argv, 1 if argv[0] == "cat" else 0, "", "No such file or directory"))
     record_remote_worker()
     procs.stop("far", timeout=0.5)
@@ -88,7 +88,7 @@ def test_a_remote_process_s_start_time_is_read_by_the_script_that_starts_it(
         return subprocess.run(argv, capture_output=True, text=True, check=True)
 
     monkeypatch.setattr(Host, "run", run_here)
-    monkeypatch.setattr(procs, "remote_run", lambda remote, argv: None)
+    monkeypatch.setattr(remote_pids, "remote_run", lambda remote, argv: None)
     record = Host("b", ssh="bench@192.0.2.7").spawn(
         ["sleep", "30"], role="rpc-server", key="spawned", log_path=state_dir / "unused.log")
     try:
@@ -104,7 +104,7 @@ def test_a_remote_kill_checks_the_start_time_in_the_same_command(state_dir, monk
     """The check and the kill run as one command on B (a local sh in place of B here): a
     process whose start time is the record's is signalled; one that took its pid since
     (another start time) is not, and neither is a pid that has gone."""
-    monkeypatch.setattr(procs, "remote_run", lambda remote, argv: subprocess.run(
+    monkeypatch.setattr(remote_pids, "remote_run", lambda remote, argv: subprocess.run(
         argv, capture_output=True, text=True))
     ours = subprocess.Popen(["sleep", "30"])
     other = subprocess.Popen(["sleep", "30"])

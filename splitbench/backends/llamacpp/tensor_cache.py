@@ -34,7 +34,7 @@ import subprocess
 from pathlib import Path
 from typing import TypedDict
 
-from splitbench.infra import procs
+from splitbench.infra import procs, remote_pids
 from splitbench.infra.hosts import Host, HostError
 
 # Where the directory and the pair's folder in it are made ($1: the pair), and the
@@ -131,7 +131,7 @@ def purge() -> list[str]:
         argv = ["sh", "-c", 'rm -rf -- "$1" && { rmdir -- "${1%/*}" 2>/dev/null; true; }',
                 "sh", record["path"]]
         if record.get("remote"):
-            result = procs.remote_run(record["remote"], argv)
+            result = remote_pids.remote_run(record["remote"], argv)
         else:
             result = subprocess.run(argv, capture_output=True, text=True)
         where = f"{record['path']} on host {record['host']}"
