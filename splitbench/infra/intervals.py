@@ -21,6 +21,7 @@ fifty-odd `python -m splitbench` processes, most of which print no ±.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -59,12 +60,14 @@ def halfwidth(se: Any, dof: Any) -> Any:
         else float(se) * t_factor(dof)
 
 
+@functools.lru_cache(maxsize=4096)
 def median_ranks(n: int) -> tuple[int, int] | None:
     """The order statistics (1-based ranks) that bound the distribution-free 95%
     interval of a median of `n` samples: the largest lower rank l whose binomial tail
     P(Binomial(n, 1/2) < l) is at most (1 - LEVEL) / 2, and n + 1 - l (scipy.stats'
     quantile_test gives the same: 6 and 15 of 20, 2 and 9 of 10); None below 6, where
-    even the smallest and largest do not hold the median 95% of the time."""
+    even the smallest and largest do not hold the median 95% of the time. Cached: the
+    aggregate asks it once per cell and figure, of a handful of sample sizes."""
     from scipy import special
 
     tail = (1 - LEVEL) / 2

@@ -5,9 +5,11 @@ every activation). Real processes and sockets on loopback."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -19,7 +21,7 @@ from tests.support import free_port
 LOCAL = Host("local")
 # A listener of its own, in its own process: what a squatting user would run.
 LISTEN = ("import socket, sys, time; s = socket.socket(); "
-          "s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen(); print('up', flush=True); "
+          "s.bind((sys.argv[2], int(sys.argv[1]))); s.listen(); print('up', flush=True); "
           "time.sleep(60)")
 
 
@@ -30,11 +32,20 @@ def probe_server(state_dir, port: int) -> dict:
                        log_path=state_dir / f"probe-{port}.log")
 
 
-def squat(port: int, user: list[str] | None = None) -> subprocess.Popen:
-    squatter = subprocess.Popen([*(user or []), sys.executable, "-c", LISTEN, str(port)],
+@contextlib.contextmanager
+def squatting(port: int, addr: str = "127.0.0.1", uid: int | None = None,
+              netns: str | None = None) -> Iterator[subprocess.Popen]:
+    """A listener on addr:port of its own (of `uid`, in `netns`), there until the end."""
+    prefix = (["ip", "netns", "exec", netns] if netns else []) + (
+        ["setpriv", "--reuid", str(uid), "--regid", str(uid), "--clear-groups"] if uid else [])
+    squatter = subprocess.Popen([*prefix, sys.executable, "-c", LISTEN, str(port), addr],
                                 stdout=subprocess.PIPE, text=True)
-    assert squatter.stdout.readline().strip() == "up"
-    return squatter
+    try:
+        assert squatter.stdout.readline().strip() == "up"
+        yield squatter
+    finally:
+        squatter.kill()
+        squatter.wait()
 
 
 def test_the_process_it_started_is_taken(state_dir):
@@ -46,16 +57,12 @@ def test_the_process_it_started_is_taken(state_dir):
 
 def test_a_listener_that_is_not_the_runs_is_refused_at_once(state_dir):
     port = free_port()
-    squatter = squat(port)
-    try:
+    with squatting(port) as squatter:
         server = probe_server(state_dir, port)
         started = time.monotonic()
         with pytest.raises(HostError) as raised:
             LOCAL.wait_listening("127.0.0.1", port, timeout=20, server=server)
         assert time.monotonic() - started < 5  # not the 20 s deadline
-    finally:
-        squatter.kill()
-        squatter.wait()
     text = str(raised.value)
     assert f"127.0.0.1:{port} is held by a process that is not this run's probe " \
            f"(pid {squatter.pid}, uid 0)" in text, text
@@ -65,16 +72,11 @@ def test_a_listener_that_is_not_the_runs_is_refused_at_once(state_dir):
 @needs_root()
 def test_another_users_listener_is_refused_by_pid(state_dir):
     port = free_port()
-    squatter = squat(port, ["setpriv", "--reuid", "4242", "--regid", "4242",
-                            "--clear-groups"])
-    try:
+    with squatting(port, uid=4242) as squatter:
         held = rf"not this run's probe \(pid {squatter.pid}, uid 4242\)"
         with pytest.raises(HostError, match=held):
             LOCAL.wait_listening("127.0.0.1", port, timeout=20,
                                  server=probe_server(state_dir, port))
-    finally:
-        squatter.kill()
-        squatter.wait()
 
 
 def test_a_listener_whose_pid_this_user_cannot_see_is_named_so(monkeypatch):
@@ -99,8 +101,7 @@ def test_another_user_on_b_holding_the_worker_port_gets_nothing(state_dir, tmp_p
 
     link = pairs.ensure_link({"pair": "sq", "link": "plain", "index": 1, "mode": "embedded"})
     port = link.ports.worker(0)
-    squatter = squat_in(link.host_b.netns, link.addr_b, port)
-    try:
+    with squatting(port, link.addr_b, uid=4242, netns=link.host_b.netns) as squatter:
         gguf = tmp_path / "tiny.gguf"
         spec = {"n_layer": 2, "n_embd": 64, "n_head": 2, "n_head_kv": 2, "n_ff": 128,
                 "n_vocab": 256, "context_length": 512, "seed": 1}
@@ -113,21 +114,9 @@ def test_another_user_on_b_holding_the_worker_port_gets_nothing(state_dir, tmp_p
                            models.describe({"synthetic": spec}, gguf)["sha256"], tools)
         # Its accept queue (ss's Recv-Q of a listener) never held a connection.
         queue = link.host_b.run(["ss", "-Hltn", f"src {link.addr_b}:{port}"]).stdout
-    finally:
-        squatter.kill()
-        squatter.wait()
     text = str(raised.value)
     assert f"{link.addr_b}:{port} is held by a process that is not this run's rpc-server " \
            f"(pid {squatter.pid}, uid 4242)" in text, text
     assert queue.split()[1] == "0", queue
     assert not any(p["role"] == "llama-server" for p in procs.all_procs())
 
-
-def squat_in(netns: str, addr: str, port: int) -> subprocess.Popen:
-    """A listener of uid 4242 in host B's network namespace (the lab's host B)."""
-    squatter = subprocess.Popen(
-        ["ip", "netns", "exec", netns, "setpriv", "--reuid", "4242", "--regid", "4242",
-         "--clear-groups", sys.executable, "-c", LISTEN.replace("'127.0.0.1'", "sys.argv[2]"),
-         str(port), addr], stdout=subprocess.PIPE, text=True)
-    assert squatter.stdout.readline().strip() == "up"
-    return squatter

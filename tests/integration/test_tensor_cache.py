@@ -25,6 +25,16 @@ LINK = {"pair": "tc", "link": "plain", "index": 1, "mode": "embedded"}
 FFN_BYTES = 3 * 6144 * 1024 * 2
 
 
+def big_model_on_the_lab(tmp_path, monkeypatch) -> tuple:
+    """The lab's link, BIG written as a GGUF and the pip build's toolchain record, with
+    the tensor cache in the test's own cache home."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache-home"))
+    gguf = tmp_path / "big.gguf"
+    models.write_synthetic(BIG, gguf)
+    tools = toolchain.record("tc", "pip", {"a": {}, "b": {}}, tmp_path / "toolchain.json")
+    return pairs.ensure_link(LINK), gguf, tools
+
+
 def launch(link, gguf, tools, threads: int):
     model = models.describe({"synthetic": BIG}, gguf)
     return servers.ensure(link, {**SETTINGS, "threads": threads}, str(gguf),
@@ -35,11 +45,7 @@ def launch(link, gguf, tools, threads: int):
 @pytest.mark.slow  # two real launches, 5 s: the fast tier must stay under 2 minutes
 @pytest.mark.timeout(300)
 def test_a_second_launch_sends_only_what_b_does_not_keep(state_dir, tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache-home"))
-    gguf = tmp_path / "big.gguf"
-    models.write_synthetic(BIG, gguf)
-    tools = toolchain.record("tc", "pip", {"a": {}, "b": {}}, tmp_path / "toolchain.json")
-    link = pairs.ensure_link(LINK)
+    link, gguf, tools = big_model_on_the_lab(tmp_path, monkeypatch)
 
     first = launch(link, gguf, tools, threads=1)
     directory = str(tmp_path / "cache-home/splitbench/rpc-tensors")
@@ -146,11 +152,7 @@ def test_a_worker_killed_mid_load_leaves_nothing_the_next_launch_loads(
     import threading
     import time
 
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache-home"))
-    gguf = tmp_path / "big.gguf"
-    models.write_synthetic(BIG, gguf)
-    tools = toolchain.record("tc", "pip", {"a": {}, "b": {}}, tmp_path / "toolchain.json")
-    link = pairs.ensure_link(LINK)
+    link, gguf, tools = big_model_on_the_lab(tmp_path, monkeypatch)
     clean = launch(link, gguf, tools, threads=1)
     rpc = Path(clean["tensor_cache"]["dir"]) / "rpc"
     expected = completion(link, clean["url"])
