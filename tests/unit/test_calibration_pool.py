@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 
+import pandas as pd
 import pytest
 
 from tests.conftest import ROOT
@@ -45,3 +46,22 @@ def test_pooled_terms_average_the_batches_variances_by_their_degrees_of_freedom(
     # A third batch adds to the list; it does not forget the first two.
     third = coverage.pooled(both, batch("2026-12-08", 6, 0.03, 0.02, 0.006))
     assert [b["runs"] for b in third["batches"]] == [6, 3, 6]
+
+
+def test_one_runs_inflated_error_does_not_cancel_the_run_to_run_term(coverage):
+    """A cell's term is its spread across runs less a typical run's own standard error:
+    one run whose bootstrap error blew up (a stalled request drawn twice) is not
+    averaged in, where it would cancel a spread the other runs' errors do not hold."""
+    values = pd.Series([3.2, 3.4, 3.6, 3.3, 3.5, 3.4])
+    quiet = pd.Series([0.05] * 6)
+    spread = values.std(ddof=1)
+    # Median of the squares: sqrt(var - 0.05 ** 2), relative to the mean of 3.4.
+    expected = (spread ** 2 - 0.05 ** 2) ** 0.5 / 3.4
+    assert coverage._excess(values, quiet, False) == pytest.approx(expected)
+    one_blown = pd.Series([0.05] * 5 + [1.2])
+    assert coverage._excess(values, one_blown, False) == pytest.approx(expected)
+    # Where most runs' own errors hold the spread, nothing is left over.
+    assert coverage._excess(values, pd.Series([0.3] * 6), False) == 0.0
+    # An absolute term (the overlap's) is not divided by the mean.
+    assert coverage._excess(values, quiet, True) == pytest.approx(expected * 3.4)
+    assert coverage._excess(values.iloc[:1], quiet.iloc[:1], False) is None

@@ -6,10 +6,11 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
+import numpy as np
 import pandas as pd
 import pytest
 
-from splitbench.analysis import service_levels
+from splitbench.analysis import percentiles, service_levels
 from splitbench.configuration import ConfigError, parsed
 from splitbench.infra import intervals
 from splitbench.report import tails
@@ -81,11 +82,27 @@ def test_a_request_meets_the_level_only_when_it_succeeded_within_every_target(tm
     (half,) = service_levels.table([path], {**SLO, "share_pct": 50.0}).to_dict("records")
     assert half["step_at_share_ms"] == pytest.approx(20.0, rel=0.01)
     assert half["ttft_at_share_ms"] == pytest.approx(100.0, rel=0.01)
-    assert half["tokens_per_s_target"] == 20.0 and half["step_at_share_se"] >= 0
+    assert half["tokens_per_s_target"] == 20.0
+    # Its ± is unbounded: about one resample in twenty draws the crashed request three
+    # or four times, and then the second of four steps is the crash's.
+    assert half["step_at_share_se"] == float("inf")
     # At 50%, 1 of 4 is neither shown above nor below it.
     assert half["verdict"] == "not resolvable" and pd.isna(half["holds"])
     # No target set: no table.
     assert service_levels.table([path], {"share_pct": 90}).empty
+
+
+def test_the_value_at_a_share_has_the_spread_of_its_resamples():
+    """at_share's standard error is the spread of the share's value over resamples of
+    the requests, worked out here one resample at a time."""
+    steps = np.array([10.0, 20.0, 30.0, 40.0, 55.0, 70.0])
+    value, se = service_levels.at_share(pd.Series(steps), 50.0, seed=3)
+    picks = np.random.default_rng(3).integers(0, 6, (percentiles.BOOTSTRAP_DRAWS, 6))
+    draws = [np.percentile(steps[p], 50, method="inverted_cdf") for p in picks]
+    assert value == 30.0
+    assert se == pytest.approx(np.std(draws, ddof=1))
+    # One request: nothing to resample.
+    assert math.isnan(service_levels.at_share(pd.Series([12.0]), 50.0)[1])
 
 
 def test_a_cell_holds_fails_or_is_not_resolvable_by_its_interval():
