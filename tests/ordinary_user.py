@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from splitbench.infra import packet_helper
 from tests.conftest import ROOT
 
 NAME, UID = "alice", 4242
@@ -57,7 +58,9 @@ class OrdinaryUser:
                 ("passwd", f"{NAME}:x:{UID}:{UID}:{NAME}:{user.home}:/bin/sh", 0o644),
                 # "*": no password, not locked (sudo refuses a locked account).
                 ("shadow", f"{NAME}:*:19000:0:99999:7:::", 0o640),
-                ("group", f"{NAME}:x:{UID}:", 0o644)):
+                # The packet helper's group, as root's install leaves it.
+                ("group", f"{NAME}:x:{UID}:\n{packet_helper.GROUP}:x:{UID + 2}:{NAME}",
+                 0o644)):
             (etc / name).write_text(Path(f"/etc/{name}").read_text() + line + "\n")
             (etc / name).chmod(mode)
         (etc / "sudoers.d").mkdir(mode=0o755)

@@ -2,8 +2,8 @@
 packet clock (backends/packet_clock.py) and the RPC turn counter (rpc_turns.py) read.
 
 A packet socket needs CAP_NET_RAW: root has it; a user who is not gets the socket from
-the packet helper where root installed one (packet_helper.py); `open_filtered` returns
-None with neither. It listens
+the packet helper where root installed one (packet_helper.py), which shows only segments
+of splitbench's ports; `open_filtered` returns None with neither. It listens
 to every protocol (ETH_P_ALL: the device's taps, which see a packet before any protocol
 does): bound to ETH_P_IP instead, it sat beside IP's own handler and missed segments
 that TCP had already received.
@@ -70,19 +70,23 @@ def open_filtered(code: bytes, receive_buffer: int) -> tuple[socket.socket,
                                                              ctypes.Array] | None:
     """A non-blocking packet socket that keeps only what `code` (a classic BPF program)
     returns, stamps each packet (SO_TIMESTAMPNS) and queues up to `receive_buffer`
-    bytes; with the program's buffer, which must outlive nothing (the kernel copies it)
-    but is kept beside the socket for clarity. None where this process may not open one
-    or the filter is refused (without its filter the socket would see every packet)."""
-    sock = opened_socket(receive_buffer)
+    bytes (through the packet helper: at most net.core.rmem_max, and only segments of
+    splitbench's ports); with the program's buffer, which must outlive nothing (the
+    kernel copies it) but is kept beside the socket for clarity. None where this process
+    may not open one or the filter is refused (without its filter the socket would see
+    every packet)."""
+    program = ctypes.create_string_buffer(code, len(code))
+    own = own_socket()
+    sock = own if own is not None else helper_socket(code, receive_buffer)
     if sock is None:
         return None
-    program = ctypes.create_string_buffer(code, len(code))
     try:
-        sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER,
-                        struct.pack("HL", len(code) // 8, ctypes.addressof(program)))
+        if own is not None:  # the helper's has the program already, locked
+            sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER,
+                            struct.pack("HL", len(code) // 8, ctypes.addressof(program)))
+            with contextlib.suppress(PermissionError):
+                sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, receive_buffer)
         sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-        with contextlib.suppress(PermissionError):
-            sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, receive_buffer)
         sock.setblocking(False)
     except OSError:
         sock.close()
@@ -97,18 +101,24 @@ def close_soon(sock: socket.socket) -> None:
     threading.Thread(target=sock.close, name="packet-socket-close", daemon=True).start()
 
 
-def opened_socket(receive_buffer: int) -> socket.socket | None:
-    """A packet socket for every protocol: this process's own where it may open one, else
-    the packet helper's (sized already: it may, this process may not); None with
-    neither."""
+def own_socket() -> socket.socket | None:
+    """A packet socket for every protocol, this process's own: None without CAP_NET_RAW
+    or packet sockets."""
     try:
         return socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(ETH_P_ALL))
-    except PermissionError:  # no CAP_NET_RAW: the helper's, if root installed one
-        from splitbench.infra import packet_helper
-
-        return packet_helper.open_socket(receive_buffer)
-    except OSError:  # no packet sockets here
+    except OSError:
         return None
+
+
+def helper_socket(code: bytes, receive_buffer: int) -> socket.socket | None:
+    """The packet helper's socket, filtered by its check and `code`, where root installed
+    one this user may run; None otherwise."""
+    from splitbench.infra import packet_helper
+
+    return packet_helper.open_socket(code, receive_buffer)
+
+
+KEEP_NOTHING = instruction(RET, 0, 0, 0)
 
 
 def stamp_ns(ancillary: list) -> int | None:

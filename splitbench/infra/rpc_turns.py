@@ -11,14 +11,18 @@ drops them).
 On loopback (the lab's relay in front of B) each packet shows twice, as it leaves and as
 it arrives; only arrivals are kept there (by the filter too). Stamps are the kernel's,
 read when the release is over (the socket's buffer holds the packets meanwhile; a
-dropped packet, counted by the kernel, makes the count unknown rather than wrong).
+dropped packet, counted by the kernel, makes the count unknown rather than wrong). A
+socket from the packet helper holds no more than net.core.rmem_max (a few hundred
+packets): a thread reads it while the release runs.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import select
 import socket
 import struct
+import threading
 import time
 from collections.abc import Iterable
 
@@ -48,7 +52,8 @@ from splitbench.infra.packets import (
 SNAP_BYTES = 120  # the IPv4 and TCP headers: all a turn needs
 # Each queued packet is charged its whole buffer (about 1 KiB): room for tens of
 # thousands, a long cell's decode at several workers.
-RECEIVE_BUFFER = 64 << 20
+RECEIVE_BUFFER = HOLDS_A_RELEASE = 64 << 20
+READ_EVERY_MS = 50  # how long the reading thread waits for a packet before it looks again
 _IP = struct.Struct("!B11x4s4s")  # version/length, source, destination
 _PORTS = struct.Struct("!HH")  # source and destination port
 TO_B, FROM_B = 0, 1
@@ -93,6 +98,7 @@ class TurnCounter:
         self.offset_ns = time.time_ns() - time.monotonic_ns()
         self.events: list[tuple[int, int, int]] = []  # (t_mono_ns, A's port, direction)
         self.dropped = 0
+        self._reader: tuple[threading.Event, threading.Thread] | None = None
 
     @classmethod
     def open(cls, addr: str, ports: Iterable[int]) -> TurnCounter | None:
@@ -108,7 +114,26 @@ class TurnCounter:
         counter = cls(*opened, addr, ports)
         counter.drain(keep=False)  # from before the filter: not these connections'
         packets.drops(counter.sock)
+        # The kernel reports twice the buffer it gave.
+        given = counter.sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) // 2
+        if given < HOLDS_A_RELEASE:
+            counter.read_meanwhile()
         return counter
+
+    def read_meanwhile(self) -> None:
+        """Read the socket in a thread until `finish`: its buffer is too small to hold a
+        release's packets until the end."""
+        stop = threading.Event()
+
+        def read() -> None:
+            poller = select.poll()
+            poller.register(self.sock, select.POLLIN)
+            while not stop.is_set():
+                if poller.poll(READ_EVERY_MS):
+                    self.drain()
+
+        self._reader = (stop, threading.Thread(target=read, name="rpc-turns", daemon=True))
+        self._reader[1].start()
 
     def drain(self, keep: bool = True) -> None:
         """Read every packet waiting in the socket (the filter passes only segments with
@@ -172,5 +197,9 @@ class TurnCounter:
 
     def finish(self) -> None:
         """Read what the release left in the socket, and close it."""
+        if self._reader is not None:
+            stop, thread = self._reader
+            stop.set()
+            thread.join()
         self.drain()
         packets.close_soon(self.sock)

@@ -10,17 +10,11 @@ from dataclasses import asdict, dataclass, field
 from typing import TypedDict
 
 from splitbench.infra.hosts import Host, HostJson
+from splitbench.infra.port_blocks import FIRST_PORT, PORT_BLOCK
 
 MAX_WORKERS = 4  # RPC workers per launch
 MAX_SLOTS = 18  # launches of a pair at once: the default, the reference and 16 sweep points
 FIRST_POINT_SLOT = 2  # slot 0: a cell's launch, 1: its paired reference, 2...: sweep points
-# A run's ports are one block of this many, from a base. The blocks (20480-29439) lie
-# below Linux's default ephemeral range (32768-60999): a port the kernel gave an outgoing
-# connection stays in TIME_WAIT for a minute after it closes, and keeps a server from
-# binding that port, SO_REUSEADDR or not (links/ports.py also reads each host's range).
-PORT_BLOCK = 128
-FIRST_PORT = 20480
-PORT_BLOCKS = 70
 # The block's layout: RPC workers (a set of MAX_WORKERS for each launch slot, where the
 # slots' workers share one address: a delay sweep over a real link), then iperf3, the
 # probe and sockperf, then a port per slot for the backend's own use (where its ranks

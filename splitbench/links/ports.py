@@ -17,7 +17,8 @@ import hashlib
 from splitbench.errors import SplitbenchError
 from splitbench.infra import files, listeners, procs
 from splitbench.infra.hosts import Host
-from splitbench.links.link import FIRST_PORT, PORT_BLOCK, PORT_BLOCKS, Ports
+from splitbench.infra.port_blocks import FIRST_PORT, PORT_BLOCK, PORT_BLOCKS
+from splitbench.links.link import Ports
 
 
 class PortsError(SplitbenchError):

@@ -124,12 +124,13 @@ def packet_socket(pair: str) -> Line:
     if os.geteuid() == 0:
         how = "its own (root)"
     else:
-        sock = packets.opened_socket(0)
+        sock = packets.own_socket() or packets.helper_socket(packets.KEEP_NOTHING, 0)
         if sock is None:
             return Line(NOTE, pair, "host A: no packet socket (not root, no packet helper): "
                         "each token is stamped when it is read, and round trips per token "
                         "are not counted (the findings take the floor, said to be assumed)",
-                        "sudo .venv/bin/python -m splitbench packet-helper")
+                        ".venv/bin/python -m splitbench packet-helper (prints what root "
+                        "runs to install it for you)")
         sock.close()
         how = f"the packet helper's ({packet_helper.path()})"
     return Line(OK, pair, f"host A has a packet socket, {how}: tokens stamped as their "

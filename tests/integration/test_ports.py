@@ -10,8 +10,8 @@ import textwrap
 import pytest
 
 from splitbench.infra.hosts import Host
+from splitbench.infra.port_blocks import FIRST_PORT, PORT_BLOCK, PORT_BLOCKS
 from splitbench.links import ports
-from splitbench.links.link import FIRST_PORT, PORT_BLOCK, PORT_BLOCKS
 from tests.conftest import needs_root
 
 pytestmark = needs_root()
