@@ -101,17 +101,25 @@ def _timing_flags(summary: pd.DataFrame) -> list[str | None]:
 
 
 def _witness_flags(summary: pd.DataFrame, ok: pd.DataFrame) -> list[str | None]:
-    """Cells whose client and server disagree on decode beyond metrics.WITNESS_BOUND:
-    a single-stream cell by its worst request, a concurrent one by its median (under
-    concurrency a first token can leave late while another slot's prefill runs, which the
-    server's own timer does not count: that is the concurrency, not a fault). The text
-    names the request and which end of its decode window moved."""
+    """Cells whose client and server disagree on decode beyond metrics.WITNESS_BOUND.
+
+    A cell's figures are medians over its requests, and a cell is held to its median
+    request's disagreement, unless it is a single stream whose tokens were stamped when
+    the client read them (no packet clock): then one request the client read late has
+    token times that are not the tokens' own, and its worst request flags it. With the
+    packet clock every token is stamped as its segment arrived, so a request whose
+    token reached host A late was sent late: the server's own delay, which its timer
+    does not count and a user does see (under concurrency, another slot's prefill;
+    alone, the send after a long prefill, 8 ms once in a quiet run), not the client's.
+    The text names the request and which end of its decode window moved."""
     if "decode_vs_server" not in ok or ok["decode_vs_server"].isna().all():
         return [None] * len(summary)
     texts = {}
     for key, cell in ok.dropna(subset=["decode_vs_server"]).groupby(SUMMARY_KEYS):
         gaps = cell["decode_vs_server"]
-        if key[SUMMARY_KEYS.index("conc")] == 1:
+        clocks = set(cell["arrival_clock"].dropna()) if "arrival_clock" in cell else set()
+        alone = key[SUMMARY_KEYS.index("conc")] == 1
+        if alone and clocks != {"segment"}:
             worst = cell.loc[gaps.abs().idxmax()]
             if abs(worst["decode_vs_server"]) > metrics.WITNESS_BOUND:
                 texts[key] = (f"client and server disagree on decode: request "

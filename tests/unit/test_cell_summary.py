@@ -70,7 +70,8 @@ def test_a_run_whose_every_cell_failed_before_it_measured_is_summarized(tmp_path
 
 def test_a_request_whose_client_and_server_disagree_flags_its_cell(tmp_path):
     """The second witness inside the product: beyond metrics.WITNESS_BOUND a single-stream
-    cell is flagged by its worst request, naming the request and the late end."""
+    cell stamped when the client read its tokens is flagged by its worst request, naming
+    the request and the late end."""
     agree = {"decode_vs_server": 0.0004, "first_token_late_ms": 0.0,
              "last_token_late_ms": 0.01}
     late_first = {"decode_vs_server": -0.061, "first_token_late_ms": 2.5,
@@ -83,6 +84,25 @@ def test_a_request_whose_client_and_server_disagree_flags_its_cell(tmp_path):
         "client and server disagree on decode: request 0 -6.1% against the server's own "
         "(its first token reached the client 2.5 ms later than the others)")
     assert pd.isna(summary.loc["b", "flags"])
+
+
+def test_a_cell_stamped_by_the_packet_clock_is_held_to_its_median_disagreement(tmp_path):
+    """With each token stamped as its segment arrived, a request whose first token
+    reached host A late was sent late by the server (a quiet 5k run: 8.1 ms after its
+    prefill, one request of ten): the cell's median is the figure and it agrees, so the
+    cell is not flagged; a median beyond the bound is."""
+    def stamped(i: int, gap: float) -> dict:
+        return request(i, [1.0] * 10, decode_vs_server=gap, arrival_clock="segment",
+                       first_token_late_ms=8.1 if gap < -0.05 else 0.1)
+
+    one_late = [stamped(i, g) for i, g in enumerate([-0.054, -0.001, -0.001, -0.002])]
+    most_late = [stamped(i, g) for i, g in enumerate([-0.06, -0.07, -0.001, -0.08])]
+    summary = cell_summary.summarize([write_cell(tmp_path, "a", "5k", 1, one_late),
+                                      write_cell(tmp_path, "b", "5k", 1, most_late)],
+                                     CONTEXTS).set_index("link")
+    assert pd.isna(summary.loc["a", "flags"])
+    assert summary.loc["b", "flags"] == ("client and server disagree on decode: the median "
+                                         "request -6.5% against the server's own")
 
 
 def test_a_concurrent_cell_is_held_to_its_median_disagreement(tmp_path):

@@ -184,7 +184,11 @@ def test_end_to_end_on_the_embedded_lab(finished):
         assert worst < 0.05 or "other processes used" in flagged, (gap, flagged)
         # Where the cell's own requests disagree, the product says so on the cell itself.
         mine = gap[~requests["reference"]]
-        beyond = (mine.abs().max() if conc == 1 else abs(mine.median())) > 0.05
+        # A single stream read by the client is held to its worst request; stamped by
+        # the packet clock, like a concurrent cell, to its median.
+        read_stamps = set(requests.loc[~requests["reference"], "arrival_clock"]) != {"segment"}
+        beyond = (mine.abs().max() if conc == 1 and read_stamps
+                  else abs(mine.median())) > 0.05
         assert beyond == ("disagree on decode" in flagged), (mine, flagged)
 
     links = pd.concat(pd.read_parquet(p) for p in (work / "results/links/t").glob("*.parquet"))
