@@ -205,11 +205,12 @@ def stop(pair: str, slot: str = "") -> None:
 
 
 def open_listeners(link: Link, keys: list[str]) -> list[str]:
-    """On a real link, the launch's listeners on every address of a host, TCP or UDP, at
-    a port its firewall guard does not cover (with `firewall: own` nothing is covered:
-    the user's firewall is not splitbench's to trust), as "host b: *:41771
-    (VLLM::Worker_TP)": reachable from every network that host is on. (The lab's
-    namespaces reach nothing else.)"""
+    """On a real link, the launch's listeners beyond the link, TCP or UDP (on every
+    address of a host, or on one that is neither the link's nor loopback), at a port its
+    firewall guard does not cover (with `firewall: own` nothing is covered: the user's
+    firewall is not splitbench's to trust), as "host b: *:41771 (VLLM::Worker_TP)":
+    reachable from a network that host is on besides the cable. (The lab's namespaces
+    reach nothing else.)"""
     if link.emulation.get("mode") != "real":
         return []
     guarded = link.emulation.get("firewall", "guard") == "guard"
@@ -218,8 +219,9 @@ def open_listeners(link: Link, keys: list[str]) -> list[str]:
         sessions = [record["pid"] for record in map(procs.find, keys)
                     if record is not None and record.get("host") == host.name]
         found += [f"host {host.name}: {listener}"
-                  for listener in guard.uncovered_listeners(host, sessions,
-                                                             link.ports if guarded else None)]
+                  for listener in guard.uncovered_listeners(
+                      host, sessions, link.ports if guarded else None,
+                      kept_to={link.addr_a, link.addr_b, link.connect_addr})]
     return found
 
 
@@ -227,8 +229,9 @@ def refuse_open_listeners(link: Link, keys: list[str]) -> None:
     """A launch with a listener beyond the link fails (a result: it is then stopped)."""
     wide = open_listeners(link, keys)
     if wide:
-        raise LaunchError(f"link {link.pair}/{link.name}: the launch listens on every "
-                          f"address of a host at ports the firewall guard does not cover: "
+        raise LaunchError(f"link {link.pair}/{link.name}: the launch listens beyond the "
+                          f"link (on every address of a host, or one the link does not "
+                          f"have) at ports the firewall guard does not cover: "
                           f"{'; '.join(wide)}")
 
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -172,25 +171,26 @@ def cover(host: Host, interface: str, address: str, ports: Ports, firewall: str,
 
 
 # A listener on every address: `0.0.0.0:port`, `*:port`, `[::]:port`.
-_WILDCARD = re.compile(r"^(?:0\.0\.0\.0|\*|\[::\]|::):(\d+)$")
-
-
-def uncovered_listeners(host: Host, sessions: Iterable[int], covered: Ports | None
-                        ) -> list[str]:
-    """The listeners on every address that processes of `sessions` (each launch process
+def uncovered_listeners(host: Host, sessions: Iterable[int], covered: Ports | None,
+                        kept_to: Iterable[str]) -> list[str]:
+    """The listeners beyond the link that processes of `sessions` (each launch process
     starts a session of its own, and its children stay in it) hold on `host`, TCP and
-    UDP, whose port the guard does not cover (`covered`: the run's block; None where the
-    pair's firewall is its own, and nothing is covered by splitbench): reachable from
-    any network the host is on. UDP is never covered: the guard's port rule is TCP's."""
+    UDP: on every address, or on one that is neither loopback nor one of `kept_to` (the
+    link's addresses: the LAN's, say), at a port the guard does not cover (`covered`:
+    the run's block; None where the pair's firewall is its own, and nothing is covered
+    by splitbench): reachable from a network the host is on besides the cable. UDP is
+    never covered: the guard's port rule is TCP's."""
     sessions = {int(s) for s in sessions}
     if not sessions:
         return []
+    private = {*kept_to, "127.0.0.1", "::1"}
     ps = host.run(["ps", "-eo", "pid=,sid="]).stdout.split()
     ours = {int(pid) for pid, sid in zip(ps[::2], ps[1::2], strict=False)
             if int(sid) in sessions}
     found = []
     for listener in listeners.listening(host, processes=True):
-        if not (_WILDCARD.match(listener.local) and listener.pids & ours):
+        address = listener.local.rsplit(":", 1)[0].strip("[]").split("%")[0]
+        if address in private or not listener.pids & ours:
             continue
         if covered is not None and listener.protocol == "tcp" and listener.port in covered:
             continue

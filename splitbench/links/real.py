@@ -56,7 +56,7 @@ def _set_up(spec: LinkSlice) -> Link:
         _require_interface(host, ifname, where)
         on_lan[side] = lan_interface(host, ifname, where, bool(spec.get("adopt")), firewall)
         if spec.get("adopt"):
-            ends[side], held[side] = _existing_address(host, ifname, where), []
+            ends[side], held[side] = adoptable_address(host, ifname, where), []
         else:
             ends[side], held[side] = _configure(
                 host, ifname, spec[f"addr_{side}"], spec.get("prefix", 30), spec.get("mtu"),
@@ -144,7 +144,7 @@ def lan_interface(host: Host, ifname: str, where: str, adopt: bool = False,
     return False
 
 
-def _existing_address(host: Host, ifname: str, where: str) -> str:
+def adoptable_address(host: Host, ifname: str, where: str) -> str:
     """The interface's IPv4 address as it is (link-local ones included). One with only
     IPv6 (thunderbolt-net comes up with fe80:: alone) is refused with why: the RPC
     worker binds IPv4 only."""

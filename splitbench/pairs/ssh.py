@@ -149,6 +149,12 @@ def _interfaces(pair: str, name: str, link: LinkSpec, hosts: list[Host],
         except real.SetupError as exc:
             lines.append(Line(BAD, pair, f"{where}: {exc}"))
             continue
+        if link.adopt:  # refused now, not at its link job minutes later
+            try:
+                real.adoptable_address(host, ifname, f"link {name}")
+            except real.SetupError as exc:  # it names the link, the host and the interface
+                lines.append(Line(BAD, pair, str(exc)))
+                continue
         info = json.loads(shown.stdout)[0]
         speed = host.run(["cat", f"/sys/class/net/{ifname}/speed"], check=False).stdout.strip()
         rate = f"{speed} Mbit/s" if speed.isdigit() and int(speed) > 0 else "speed not reported"

@@ -122,9 +122,12 @@ def test_what_splitbench_serves_is_reachable_through_the_link_only(host_b, tmp_p
     # address is left alone: the guard filters the run's own ports only.
     assert reaches(lan_a, f"{LAN['a'][2]}.1", elsewhere) == "accepted"
     # A wildcard listener the guard covers is fine; one it does not is named.
-    assert guard.uncovered_listeners(b, [r["pid"] for r in listeners[:3]], ports) == []
+    link = {ADDR_A, ADDR_B}
+    assert guard.uncovered_listeners(b, [r["pid"] for r in listeners[:3]], ports,
+                                     kept_to=link) == []
     wide = listen(b, "0.0.0.0", 41001, "sb-wide", tmp_path)
-    assert guard.uncovered_listeners(b, [wide["pid"]], ports) == ["0.0.0.0:41001 (python3)"]
+    assert guard.uncovered_listeners(b, [wide["pid"]], ports, kept_to=link) == [
+        "0.0.0.0:41001 (python3)"]
     for record in listeners[3:]:
         procs.stop(record["key"])
 

@@ -25,7 +25,7 @@ REAL_PAIR_MESSAGES = [
     "refused our keys", "cannot connect to", "holds the default route",
     "has no IPv4 address to adopt", "llama.cpp's ggml-rpc-server binds IPv4 only",
     "different llama.cpp builds", "has no executable", "offers no SFTP",
-    "nft could not apply the link guard", "listens on every address",
+    "nft could not apply the link guard", "the launch listens beyond the link",
     "sudo -n runs neither", "root-equivalent: sudo runs", "is not this splitbench's",
     "has a listener on host A or host B", "waiting for its turn",
     "before it listened on", "does not run on host", "no packet socket (not root, no packet",

@@ -72,23 +72,31 @@ tcp LISTEN 0 100 [::]:41001 [::]:* users:(("other",pid=30,fd=3))
 tcp LISTEN 0 100 [::]:41002 [::]:* users:(("VLLM::Worker_TP",pid=20,fd=9),("x",pid=22,fd=1))
 udp UNCONN 0 0 0.0.0.0:50053 0.0.0.0:* users:(("VLLM::Worker_TP",pid=20,fd=30))
 udp UNCONN 0 0 10.0.0.1:5353 0.0.0.0:* users:(("VLLM::Worker_TP",pid=20,fd=31))
+tcp LISTEN 0 100 192.168.1.5:41500 0.0.0.0:* users:(("VLLM::Worker_TP",pid=20,fd=40))
+tcp LISTEN 0 100 127.0.0.1:41600 0.0.0.0:* users:(("VLLM::Worker_TP",pid=20,fd=41))
 """
 
 
-def test_only_the_launchs_own_wildcard_listeners_outside_the_guard_are_named():
+def test_only_the_launchs_own_listeners_beyond_the_link_outside_the_guard_are_named():
     # pids 20, 21, 22 are in session 10 (the launch's); 30 is another program's.
     host = _Host("10 10\n20 10\n21 10\n22 10\n30 30\n", SS)
+    link = {"10.0.0.1"}  # the link's address: its listeners are the link's
     # UDP on every address is never covered (the guard's port rule is TCP's).
     # The run's block is 50052-50179: the rendezvous store's port 50060 is covered.
-    assert guard.uncovered_listeners(host, [10], Ports(50052)) == [
+    assert guard.uncovered_listeners(host, [10], Ports(50052), kept_to=link) == [
         "0.0.0.0:41000 (VLLM::EngineCor)", "[::]:41002 (VLLM::Worker_TP, x)",
-        "0.0.0.0:50053 UDP (VLLM::Worker_TP)"]
-    assert guard.uncovered_listeners(host, [], Ports(50052)) == []
+        "0.0.0.0:50053 UDP (VLLM::Worker_TP)", "192.168.1.5:41500 (VLLM::Worker_TP)"]
+    assert guard.uncovered_listeners(host, [], Ports(50052), kept_to=link) == []
     # Another run's block covers none of them.
-    assert guard.uncovered_listeners(host, [10], Ports(50180))[0] == (
+    assert guard.uncovered_listeners(host, [10], Ports(50180), kept_to=link)[0] == (
         "*:50060 (VLLM::Worker_TP)")
     # firewall: own: splitbench covers nothing, so the rendezvous port is named too.
-    assert guard.uncovered_listeners(host, [10], None)[0] == "*:50060 (VLLM::Worker_TP)"
+    assert guard.uncovered_listeners(host, [10], None, kept_to=link)[0] == (
+        "*:50060 (VLLM::Worker_TP)")
+    # Loopback stays on the host; an address the link does not have is beyond it.
+    beyond = guard.uncovered_listeners(host, [10], None, kept_to=set())
+    assert "10.0.0.1:41771 (VLLM::Worker_TP)" in beyond
+    assert not any(line.startswith("127.0.0.1:") for line in beyond)
 
 
 def test_on_the_lan_the_other_hosts_frames_must_come_from_its_mac_too():
