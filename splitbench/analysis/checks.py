@@ -76,8 +76,12 @@ def check_lines(summary: pd.DataFrame, drift_path: str | Path | None,
                                      f"{int(loose.sum())} of {cells} cells: "
                                      f"{held[loose].iloc[0]}"))
     if timing.any():
-        lines.append(("flagged", f"token times: {int(timing.sum())} cells have tokens that "
-                                 f"share a timestamp ({FLAG_MARK})"))
+        # Two kinds of flag: tokens that share a read's stamp, and a client that
+        # disagrees with the server's own timing; the first cell's says which.
+        first = summary[timing].iloc[0]
+        lines.append(("flagged", f"token times: {int(timing.sum())} of {cells} cells "
+                                 f"flagged ({FLAG_MARK}), the first {first['link']} "
+                                 f"{first['ctx']} x{first['conc']}: {first['timing']}"))
     return lines
 
 

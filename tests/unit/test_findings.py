@@ -468,3 +468,20 @@ def test_a_tail_finding_held_to_the_baseline_links_cells_carries_their_flags():
     # Paired at 5k too: the baseline's cells are not what it was held to.
     paired = findings._tail_cells(cells, rows.assign(paired=True), "usb4")
     assert findings.flags_of(paired, ("flags",)) == []
+
+
+def test_the_token_times_check_names_its_first_cell_and_why():
+    """A cell flagged for its token times says which kind of flag: tokens that share a
+    read's stamp, or a client that disagrees with the server (not a shared stamp)."""
+    summary = pd.DataFrame([
+        {"pair": "lab", "model": "m", "link": "baseline", "ctx": "5k", "conc": 1, "status": "ok",
+         "interference_checked": True, "interference": None,
+         "timing": "client and server disagree on decode: request 2 -5.4% against the "
+                   "server's own"},
+        {"pair": "lab", "model": "m", "link": "usb4", "ctx": "short", "conc": 1, "status": "ok",
+         "interference_checked": True, "interference": None, "timing": None}])
+    lines = dict((text.split(":")[0], (state, text))
+                 for state, text in checks.check_lines(summary, None))
+    assert lines["token times"] == (
+        "flagged", "token times: 1 of 2 cells flagged (⚠), the first baseline 5k x1: "
+        "client and server disagree on decode: request 2 -5.4% against the server's own")
