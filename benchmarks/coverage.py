@@ -137,7 +137,7 @@ def calibrate(runs: list[dict]) -> dict:
                 round(term, 5)
     figures = {figure: {kind: round(float(np.sqrt(np.mean(np.square(t)))), 5)
                         for kind, t in kinds.items()} for figure, kinds in pooled.items()}
-    return {"mode": "embedded", "runs": len(runs),
+    return {"mode": "embedded", "runs": len(runs), "pace": between_runs.pace_of(stacked, KEYS),
             "measured": datetime.date.today().isoformat(),
             "machine": f"{os.cpu_count()} cores, {platform.machine()}",
             "cell_dof": len(runs) - 1,
@@ -175,6 +175,7 @@ def pooled(earlier: dict, later: dict) -> dict:
     batches = [*earlier.get("batches", [_batch(earlier)]), *later.get("batches",
                                                                      [_batch(later)])]
     return {"mode": later["mode"], "runs": earlier["runs"] + later["runs"],
+            "pace": between_runs.pooled_pace(earlier, later),
             "measured": later["measured"], "machine": later["machine"],
             "batches": batches, "cell_dof": ca + cb, "dof": da + db,
             "figures": _sorted(figures), "cells": _sorted(cells), "prediction": prediction}

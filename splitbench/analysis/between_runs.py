@@ -60,6 +60,11 @@ PREDICTION = {"slope_rel_sd": "calibration_slope_rel_sd",
 # The calibration's degrees of freedom per cell (its runs less one), on every row of a
 # calibrated pair: the prediction's terms are weighed by it.
 CALIBRATION_DOF = "calibration_dof"
+# How this run's machine compares with the calibration's runs: each cell's decode against
+# the calibration runs' mean for that cell (`pace`), and the range the calibration's own
+# runs spanned (each run's median over its cells): a run outside that range ran on a day
+# the run-to-run terms did not see (analysis/checks.py says so).
+PACE = ("calibration_pace", "calibration_pace_low", "calibration_pace_high")
 THIS_RUN = "this run's spread only (no run-to-run calibration for this pair)"
 ACROSS_RUNS = "this run's spread and the run-to-run variation of {runs} A/A runs ({when})"
 
@@ -88,7 +93,7 @@ def apply(summary: pd.DataFrame, calibration: Mapping[str, Mapping[str, Any]]
             out[f"{figure}_between_se"] = np.nan
     out["unc_scope"] = THIS_RUN
     for column in [*PREDICTION.values(), *SEQUENTIAL.values(), SEQUENTIAL_DOF,
-                   CALIBRATION_DOF]:
+                   CALIBRATION_DOF, *PACE]:
         out[column] = np.nan
     for pair, found in (calibration or {}).items():
         rows = out["pair"] == pair
@@ -121,6 +126,7 @@ def apply(summary: pd.DataFrame, calibration: Mapping[str, Mapping[str, Any]]
             out.loc[rows, column] = [prediction.get(f"{key}/{ctx}", prediction.get(key, np.nan))
                                      for ctx in out.loc[rows, "ctx"].astype(str)]
         out.loc[rows, CALIBRATION_DOF] = float(found.get("cell_dof", np.nan))
+        _pace(out, rows, found.get("pace") or {})
         out.loc[rows, "unc_scope"] = ACROSS_RUNS.format(runs=found.get("runs", "?"),
                                                         when=found.get("measured", "?"))
     return out
@@ -200,3 +206,46 @@ def _dof(rows: pd.DataFrame, figure: str) -> np.ndarray:
     n = pd.to_numeric(rows.get(column, pd.Series(np.nan, index=rows.index)),
                       errors="coerce").to_numpy(float)
     return np.where(n >= 2, n - 1, intervals.UNBOUNDED)
+
+
+def _pace(out: pd.DataFrame, rows: pd.Series, pace: Mapping[str, Any]) -> None:
+    """Each row's decode relative to the calibration's mean for its cell, and the range
+    of the calibration runs' own paces (PACE), where the calibration holds them."""
+    levels, span = pace.get("levels") or {}, pace.get("runs")
+    if not levels or not span:
+        return
+    level = np.array([levels.get(cell_key(r), np.nan) for _, r in out.loc[rows].iterrows()],
+                     dtype=float)
+    decode = pd.to_numeric(out.loc[rows, "decode_ms_per_token"], errors="coerce")
+    out.loc[rows, PACE[0]] = decode.to_numpy(float) / level - 1
+    out.loc[rows, PACE[1]], out.loc[rows, PACE[2]] = float(span[0]), float(span[1])
+
+
+def pace_of(stacked: pd.DataFrame, keys: list[str]) -> dict:
+    """Each cell's mean decode over the runs, and the range of the runs' own paces (each
+    run's median over its cells of decode against that mean): what a run is checked
+    against to say whether its day is one the terms saw (analysis/checks.pace_lines).
+    `stacked`: the runs' ok cells, a `run` column apart; `keys`: what names a cell."""
+    name = stacked[keys].astype(str).agg("/".join, axis=1)
+    level = stacked.groupby(name)["decode_ms_per_token"].transform("mean")
+    runs = (stacked["decode_ms_per_token"] / level - 1).groupby(stacked["run"]).median()
+    levels = stacked.groupby(name)["decode_ms_per_token"].mean()
+    return {"levels": {k: round(float(v), 5) for k, v in sorted(levels.items())},
+            "runs": [round(float(runs.min()), 4), round(float(runs.max()), 4)]}
+
+
+def pooled_pace(earlier: Mapping[str, Any], later: Mapping[str, Any]) -> dict:
+    """Two batches' paces as one: each cell's mean weighted by the batches' runs, the
+    runs' range the wider of the two (each relative to its own batch's means, not the
+    pooled ones: an approximation; `--calibrate` over all the runs at once is exact);
+    a batch without them, the other's."""
+    a, b = earlier.get("pace") or {}, later.get("pace") or {}
+    if not a or not b:
+        return a or b
+    na, nb = earlier["runs"], later["runs"]
+    levels = {cell: round((na * a["levels"][cell] + nb * b["levels"][cell]) / (na + nb), 5)
+              if cell in a["levels"] and cell in b["levels"]
+              else a["levels"].get(cell, b["levels"].get(cell))
+              for cell in sorted({**a["levels"], **b["levels"]})}
+    return {"levels": levels, "runs": [min(a["runs"][0], b["runs"][0]),
+                                       max(a["runs"][1], b["runs"][1])]}

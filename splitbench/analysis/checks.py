@@ -75,6 +75,7 @@ def check_lines(summary: pd.DataFrame, drift_path: str | Path | None,
             lines.append(("flagged", f"wake-up latency not held on host {side.upper()} for "
                                      f"{int(loose.sum())} of {cells} cells: "
                                      f"{held[loose].iloc[0]}"))
+    lines += pace_lines(summary)
     if timing.any():
         # Two kinds of flag: tokens that share a read's stamp, and a client that
         # disagrees with the server's own timing; the first cell's says which.
@@ -82,6 +83,35 @@ def check_lines(summary: pd.DataFrame, drift_path: str | Path | None,
         lines.append(("flagged", f"token times: {int(timing.sum())} of {cells} cells "
                                  f"flagged ({FLAG_MARK}), the first {first['link']} "
                                  f"{first['ctx']} x{first['conc']}: {first['timing']}"))
+    return lines
+
+
+def pace_lines(summary: pd.DataFrame) -> list[tuple[str, str]]:
+    """Per pair with a run-to-run calibration: whether this run's machine ran at a pace
+    the calibration's runs spanned (the median over its ok cells of each one's decode
+    against the calibration's mean for it). Outside, each cell's ± holds the variation
+    of other days than this one: flagged; a link's cost, a difference inside this run,
+    is not touched."""
+    if "calibration_pace" not in summary:
+        return []
+    lines = []
+    ok = summary[summary.get("status", pd.Series("ok", index=summary.index)) == "ok"]
+    for pair, cells in ok.groupby("pair"):
+        pace = pd.to_numeric(cells["calibration_pace"], errors="coerce").dropna()
+        if pace.empty:
+            continue
+        now = float(pace.median())
+        low = float(cells["calibration_pace_low"].iloc[0])
+        high = float(cells["calibration_pace_high"].iloc[0])
+        said = (f"machine pace: {pair}'s cells took {now:+.0%} time per decoded token "
+                f"against the calibration runs' mean (their own runs spanned {low:+.0%} "
+                f"to {high:+.0%})")
+        if low <= now <= high:
+            lines.append(("ok", said))
+        else:
+            lines.append(("flagged", f"{said}: a day they did not see, so each cell's ± "
+                                     "may be too narrow; the links' costs, differences "
+                                     "inside this run, are not affected"))
     return lines
 
 

@@ -29,9 +29,10 @@ from collections.abc import Iterable, Iterator
 from splitbench.infra import files, procs
 from splitbench.infra.hosts import Host, HostError
 
-# How long a job waits for B's lock before it gives up, naming who holds it: any user
-# can take the lock (it is every run's), and one who never lets go would stall every
-# run for ever. A job of another run holds it for one cell or link check: minutes.
+# How long a job waits for a host's lock, naming who holds it: any user can take the
+# lock (it is every run's), and one who never lets go would stall every run for ever. A
+# job of another run holds it for one cell or link check: minutes. Past it, B's fails the
+# job's launch (a result), A's is gone on without (hold_this_machine).
 TURN_WAIT_S = 3600
 # What B's lock holds while the job runs: it says so, then waits for its input to end.
 _HOLD = ["sh", "-c", "echo held; exec cat >/dev/null"]
@@ -159,7 +160,13 @@ def _this_machine(mode: int) -> Iterator[None]:
 def hold_this_machine(mode: int = fcntl.LOCK_SH) -> int:
     """Host A's lock in `mode`, waited for (and said so) while another run holds it the
     other way; the open descriptor it lives on. A workflow's own start-up (its DAG, the
-    doctor's checks) holds it shared until its jobs begin (rules/common.smk)."""
+    doctor's checks) holds it shared until its jobs begin (rules/common.smk).
+
+    At most TURN_WAIT_S: any user can take the lock, and one who never lets go would
+    stall every run for ever. After that the job goes on without it, naming who holds
+    it; whatever that user's processes do meanwhile is other processes' CPU, which the
+    cells' interference check measures and flags (the job is not lost: failing it here,
+    before its imports, would cost its cell's result and the report)."""
     handle = os.open("/tmp", os.O_RDONLY)
     try:
         fcntl.flock(handle, mode | fcntl.LOCK_NB)
@@ -167,9 +174,24 @@ def hold_this_machine(mode: int = fcntl.LOCK_SH) -> int:
         started = time.monotonic()
         print("host a: another run " + ("measures" if mode == fcntl.LOCK_SH else "works")
               + f" here ({holders()}); waiting for its turn", flush=True)
-        fcntl.flock(handle, mode)
+        if not _wait_for(handle, mode, started + TURN_WAIT_S):
+            print(f"host a: the turn lock (flock /tmp) was not free after {TURN_WAIT_S} s, "
+                  f"{holders()}: going on without it (its cells' interference check "
+                  "says what that holder's processes did meanwhile)", flush=True)
+            return handle
         print(f"host a: its turn came after {time.monotonic() - started:.0f} s", flush=True)
     return handle
+
+
+def _wait_for(handle: int, mode: int, deadline: float) -> bool:
+    """Whether the lock came before `deadline` (monotonic), asked for twice a second."""
+    while time.monotonic() < deadline:
+        try:
+            fcntl.flock(handle, mode | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+    return False
 
 
 def let_go(handle: int) -> None:

@@ -50,3 +50,36 @@ def test_a_turn_lock_kept_by_another_user_times_out_naming_its_holder(state_dir,
         keeper.wait()
     assert f"not free after 1 s, held by pid {keeper.pid} (uid 4242, flock, write)" in \
         str(raised.value)
+
+
+@needs_root()
+def test_host_as_turn_lock_kept_by_another_user_is_gone_on_without_naming_it(monkeypatch,
+                                                                               capsys):
+    """Host A's lock: after TURN_WAIT_S the job goes on without it (its cells'
+    interference check sees what the holder does), saying who holds it; a lock that
+    comes free in time is taken."""
+    keeper = subprocess.Popen(["setpriv", "--reuid", "4242", "--regid", "4242",
+                               "--clear-groups", "flock", "/tmp", "sleep", "60"],
+                              start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while "pid" not in turns.holders() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        monkeypatch.setattr(turns, "TURN_WAIT_S", 1)
+        started = time.monotonic()
+        handle = turns.hold_this_machine()
+        waited = time.monotonic() - started
+        turns.let_go(handle)
+        said = capsys.readouterr().out
+        assert 1 <= waited < 5, waited
+        assert "host a: another run measures here (" in said
+        assert ("host a: the turn lock (flock /tmp) was not free after 1 s, held by "
+                f"pid {keeper.pid} (uid 4242, flock, write)") in said, said
+        assert "going on without it" in said
+    finally:
+        os.killpg(keeper.pid, signal.SIGKILL)
+        keeper.wait()
+    # Free again: taken at once, nothing said.
+    handle = turns.hold_this_machine(turns.fcntl.LOCK_EX)
+    turns.let_go(handle)
+    assert capsys.readouterr().out == ""

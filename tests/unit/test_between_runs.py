@@ -189,3 +189,30 @@ def test_the_models_error_is_a_contexts_own_where_the_calibration_has_one():
     assert out.loc[("y", "short"), "calibration_model_error_ms"] == 0.05
     assert out.loc[("y", "long"), "calibration_model_error_ms"] == 0.04
     assert (out["calibration_slope_rel_sd"] == 0.01).all()
+
+
+def test_a_run_outside_the_pace_its_calibration_saw_is_flagged_inside_it_is_not():
+    """The calibration's runs spanned -5% to +9% of its cells' mean decode; a run whose
+    cells took 20% longer ran on a day the terms did not see."""
+    from splitbench.analysis import checks
+
+    pace = {"levels": {"lab/x/m/short/1": 1.0, "lab/y/m/short/1": 0.8},
+            "runs": [-0.05, 0.09]}
+    calibrated = {"lab": {**CALIBRATION, "pace": pace}}
+    out = between_runs.apply(summary(), calibrated).set_index(["link", "ctx"])
+    # x: 1.0 ms against 1.0; y at short: 1.0 against 0.8; y at long: not calibrated.
+    assert out.loc[("x", "short"), "calibration_pace"] == pytest.approx(0.0)
+    assert out.loc[("y", "short"), "calibration_pace"] == pytest.approx(0.25)
+    assert np.isnan(out.loc[("y", "long"), "calibration_pace"])
+    (line,) = checks.pace_lines(out.reset_index())
+    # The median of 0 and +25%: +12%, beyond +9%.
+    assert line == ("flagged", "machine pace: lab's cells took +12% time per decoded token "
+                    "against the calibration runs' mean (their own runs spanned -5% to "
+                    "+9%): a day they did not see, so each cell's ± may be too narrow; the "
+                    "links' costs, differences inside this run, are not affected")
+    steady = summary().assign(decode_ms_per_token=[1.02, 0.8, 3.0])
+    (line,) = checks.pace_lines(between_runs.apply(steady, calibrated))
+    assert line[0] == "ok" and line[1].startswith("machine pace: lab's cells took +1% ")
+    # No pace in the calibration (an older file), or no calibration: no line.
+    assert checks.pace_lines(between_runs.apply(summary(), {"lab": CALIBRATION})) == []
+    assert checks.pace_lines(between_runs.apply(summary(), {})) == []

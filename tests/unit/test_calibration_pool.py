@@ -7,6 +7,7 @@ import importlib.util
 import pandas as pd
 import pytest
 
+from splitbench.analysis import between_runs
 from tests.conftest import ROOT
 
 
@@ -65,3 +66,22 @@ def test_one_runs_inflated_error_does_not_cancel_the_run_to_run_term(coverage):
     # An absolute term (the overlap's) is not divided by the mean.
     assert coverage._excess(values, quiet, True) == pytest.approx(expected * 3.4)
     assert coverage._excess(values.iloc[:1], quiet.iloc[:1], False) is None
+
+
+def test_pooled_paces_weigh_each_cells_mean_by_runs_and_widen_the_range(coverage):
+    first = {"runs": 6, "pace": {"levels": {"a": 1.0, "b": 2.0}, "runs": [-0.04, 0.05]}}
+    second = {"runs": 3, "pace": {"levels": {"a": 1.3, "c": 4.0}, "runs": [-0.08, 0.02]}}
+    pace = between_runs.pooled_pace(first, second)
+    assert pace["levels"] == {"a": pytest.approx(1.1), "b": 2.0, "c": 4.0}
+    assert pace["runs"] == [-0.08, 0.05]
+    assert between_runs.pooled_pace({"runs": 6}, second) == second["pace"]
+
+
+def test_a_calibrations_pace_is_each_cells_mean_and_the_runs_range(coverage):
+    stacked = pd.DataFrame({
+        "pair": "lab", "link": ["x", "y", "x", "y"], "model": "m", "ctx": "short",
+        "conc": 1, "run": [0, 0, 1, 1], "decode_ms_per_token": [0.9, 1.8, 1.1, 2.2]})
+    pace = between_runs.pace_of(stacked, ["pair", "link", "model", "ctx", "conc"])
+    assert pace["levels"] == {"lab/x/m/short/1": 1.0, "lab/y/m/short/1": 2.0}
+    # Run 0 took 10% less time on both cells, run 1 10% more.
+    assert pace["runs"] == [-0.1, 0.1]
