@@ -14,6 +14,18 @@ from splitbench.infra import turns
 from tests.conftest import needs_root
 
 
+def lock_kept_by_another_user() -> subprocess.Popen:
+    """uid 4242 holding the turn lock on /tmp, once it holds it (flock runs `sleep` as
+    its child, which holds the lock too: a group of its own, ended with os.killpg)."""
+    keeper = subprocess.Popen(["setpriv", "--reuid", "4242", "--regid", "4242",
+                               "--clear-groups", "flock", "/tmp", "sleep", "60"],
+                              start_new_session=True)
+    deadline = time.monotonic() + 10
+    while "pid" not in turns.holders() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return keeper
+
+
 @needs_root()
 def test_a_turn_lock_kept_by_another_user_times_out_naming_its_holder(state_dir,
                                                                       monkeypatch):
@@ -27,14 +39,8 @@ def test_a_turn_lock_kept_by_another_user_times_out_naming_its_holder(state_dir,
             return subprocess.Popen(argv, stdout=stdout, text=True,
                                     stdin=subprocess.PIPE if stdin else None)
 
-    # flock runs `sleep` as its child, which holds the lock too: a group of its own.
-    keeper = subprocess.Popen(["setpriv", "--reuid", "4242", "--regid", "4242",
-                               "--clear-groups", "flock", "/tmp", "sleep", "60"],
-                              start_new_session=True)
+    keeper = lock_kept_by_another_user()
     try:
-        deadline = time.monotonic() + 10
-        while "pid" not in turns.holders() and time.monotonic() < deadline:
-            time.sleep(0.05)
         assert f"pid {keeper.pid} (uid 4242, flock, write)" in turns.holders()
         monkeypatch.setattr(turns, "TURN_WAIT_S", 1)
         started = time.monotonic()
@@ -58,13 +64,8 @@ def test_host_as_turn_lock_kept_by_another_user_is_gone_on_without_naming_it(mon
     """Host A's lock: after TURN_WAIT_S the job goes on without it (its cells'
     interference check sees what the holder does), saying who holds it; a lock that
     comes free in time is taken."""
-    keeper = subprocess.Popen(["setpriv", "--reuid", "4242", "--regid", "4242",
-                               "--clear-groups", "flock", "/tmp", "sleep", "60"],
-                              start_new_session=True)
+    keeper = lock_kept_by_another_user()
     try:
-        deadline = time.monotonic() + 10
-        while "pid" not in turns.holders() and time.monotonic() < deadline:
-            time.sleep(0.05)
         monkeypatch.setattr(turns, "TURN_WAIT_S", 1)
         started = time.monotonic()
         handle = turns.hold_this_machine()
