@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -52,3 +53,17 @@ def binary() -> Path:
 def argv(delay_ms: float, mappings: list[str]) -> list[str]:
     """The relay's command line: delay in microseconds, then LISTEN=TARGET mappings."""
     return [str(binary()), f"{delay_ms * 1000:g}", *mappings]
+
+
+# What relay.c's log says of each direction when it ends (see its report function).
+_RELEASED = re.compile(r"earliest ([+-][\d.]+) us from due; \d+ released by the timer, "
+                       r"([+-][\d.]+) us from due on average .*, ([+-][\d.]+) without "
+                       r"arming it early")
+
+
+def released_from_due(log: Path) -> list[tuple[float, float, float]]:
+    """Per direction, from a relay's log: the earliest any chunk left, the mean its
+    timer's releases left and the mean they would have left without the early arming,
+    in us from due."""
+    return [(float(earliest), float(mean), float(unarmed))
+            for earliest, mean, unarmed in _RELEASED.findall(log.read_text())]

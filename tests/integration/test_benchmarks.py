@@ -28,6 +28,7 @@ SMALL = {
                       "listing every job (snakemake -n): 39 jobs, median", False),
     "flakes.py": (["--runs", "2", "--dir", "{tmp}/junit", "--", "tests/unit/test_constraints.py"],
                   "no test failed in 2 runs", False),
+    "relay_timing.py": (["--repeats", "2", "--samples", "20"], "over 2 repeats", False),
     # Three runs of a one-model tiny matrix on the lab (about a minute each).
     "coverage.py": (["--runs", "3", "--config", "tests/configs/coverage-small.yaml",
                      "--work", "{tmp}/coverage"], "3 runs under", True),
