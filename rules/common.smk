@@ -13,7 +13,7 @@ from splitbench.workflow import jobs, preflight, snakemake_internals
 # Snakemake's own start-up (the DAG, the doctor's checks) is CPU another run's
 # measurement on this machine would count: it waits for that run's job, and holds this
 # machine's turn lock shared until its own jobs begin (onstart).
-STARTUP_HOLD = None if preflight.in_cluster_job(sys.argv) else turns.hold_this_machine()
+STARTUP_HOLD = None if snakemake_internals.in_cluster_job(sys.argv) else turns.hold_this_machine()
 preflight.merged_config(config, workflow)
 # The typed config (splitbench/configuration): every planning function and rule reads it.
 CONFIG = preflight.checked(config)
@@ -75,7 +75,7 @@ wildcard_constraints:
 # runs the pair's jobs one after another, exits; SLURM then kills whatever is left, but
 # not host B's workers or the namespaces. Snakemake runs no hooks in cluster jobs, so the
 # runner tears the pair down as it exits (a cancelled job: the job's reaper does).
-if preflight.in_cluster_job(sys.argv):
+if snakemake_internals.in_cluster_job(sys.argv):
     atexit.register(reaper.end_of_job)
 
 

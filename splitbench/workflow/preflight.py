@@ -8,7 +8,6 @@ any job, so nothing measured is touched.
 from __future__ import annotations
 
 import copy
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -96,11 +95,3 @@ def pair_slots(config: configuration.Config, execution: Execution,
     if refusal:
         raise PreflightError(refusal)
     return cluster.slots(config)
-
-
-def in_cluster_job(argv: list[str]) -> bool:
-    """This process is a pair's cluster job runner: the Snakemake that SLURM starts with
-    the jobstep executor, which runs the pair's jobs one after another. Not the
-    Snakemake processes it starts for single jobs, which run in remote mode too and
-    must not tear the pair down when each of them ends."""
-    return "slurm-jobstep" in argv and bool(os.environ.get("SLURM_JOB_ID"))

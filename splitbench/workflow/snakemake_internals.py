@@ -16,12 +16,14 @@ for `snakemake --unlock`; pairs side by side refused) and the run says so once.
 What the workflow reads of the run's own settings is here too, each read with the value
 that means "not given" where the attribute is missing: `config_files(workflow)` (the
 --configfile files and --replace-workflow-config, for the merge check),
-`is_main_process(workflow)`, `on_cluster(workflow)` and `cores(workflow)`.
+`is_main_process(workflow)`, `on_cluster(workflow)` and `cores(workflow)`, and from
+Snakemake's command line, `in_cluster_job(argv)` (the SLURM jobstep executor's runner).
 """
 
 from __future__ import annotations
 
 import inspect
+import os
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -29,7 +31,8 @@ from typing import Any
 
 import snakemake
 
-# The minor releases these were written against and tested with (envs/constraints.txt).
+# The minor releases these were written against and tested with (envs/constraints.txt):
+# the very range pyproject.toml admits (tests/unit/test_workflow_package.py holds it).
 TESTED = ("9.27",)
 
 
@@ -150,3 +153,11 @@ def cores(workflow: Any) -> int | None:
         return workflow.cores
     except Exception:  # Snakemake's WorkflowError: no --cores given
         return None
+
+
+def in_cluster_job(argv: list[str]) -> bool:
+    """This process is a pair's cluster job runner: the Snakemake that SLURM starts with
+    the jobstep executor, which runs the pair's jobs one after another. Not the
+    Snakemake processes it starts for single jobs, which run in remote mode too and
+    must not tear the pair down when each of them ends."""
+    return "slurm-jobstep" in argv and bool(os.environ.get("SLURM_JOB_ID"))

@@ -5,10 +5,13 @@ resources from the matrix (the same values the whole-workflow tests plan with)."
 from __future__ import annotations
 
 import re
+import tomllib
 from types import SimpleNamespace
 
 import pytest
+import snakemake
 import yaml
+from packaging.specifiers import SpecifierSet
 
 from splitbench import results
 from splitbench.configuration import parsed
@@ -175,6 +178,38 @@ def test_an_untested_snakemake_falls_back_and_says_so_once(capsys, monkeypatch):
     assert "9.99.0" not in said  # once per run
 
 
+def test_the_snakemake_versions_admitted_are_the_versions_tested():
+    """pyproject.toml admits exactly the minor releases the internals were tested with:
+    a Snakemake that would silently lose the speed-ups and the lock clean-up is never
+    installed by the project's own set-up."""
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    pin = next(dep for dep in declared["dependencies"] if dep.startswith("snakemake"))
+    admitted = SpecifierSet(pin.removeprefix("snakemake"))
+    for minor in ("9.26", "9.27", "9.28", "10.0"):
+        assert (f"{minor}.0" in admitted) == (minor in snakemake_internals.TESTED), pin
+    assert snakemake.__version__ in admitted
+    assert snakemake_internals.tested()
+
+
+def test_planning_falls_back_to_snakemakes_own_on_an_untested_release(monkeypatch):
+    """On a release not tested, neither speed-up touches Snakemake: its group check and
+    a rule's functions are left exactly as they were."""
+    import snakemake.api  # noqa: F401  (snakemake.dag first is a circular import)
+    from snakemake.dag import DAG
+
+    monkeypatch.setattr(snakemake_internals, "tested", lambda: False)
+    original = DAG._check_groups
+    snakemake_internals.check_each_group_once()
+    assert DAG._check_groups is original
+
+    def input_function(wildcards):
+        return []
+
+    snakemake_internals.name_parameters_once([SimpleNamespace(input=[input_function],
+                                                              params=[])])
+    assert vars(input_function) == {}
+
+
 def test_pair_slots_are_registered_or_refused_on_an_untested_snakemake(monkeypatch):
     registered = {}
     workflow = SimpleNamespace(register_resource=registered.__setitem__)
@@ -191,10 +226,10 @@ def test_only_the_pair_jobs_runner_tears_the_pair_down_as_it_exits(monkeypatch):
     runner = ["snakemake", "--executor", "slurm-jobstep", "--mode", "remote"]
     one_job = ["snakemake", "--mode", "remote", "--target-jobs", "cell:pair=south"]
     monkeypatch.setenv("SLURM_JOB_ID", "7")
-    assert preflight.in_cluster_job(runner)
-    assert not preflight.in_cluster_job(one_job)  # it ends after each job: not then
+    assert snakemake_internals.in_cluster_job(runner)
+    assert not snakemake_internals.in_cluster_job(one_job)  # it ends after each job: not then
     monkeypatch.delenv("SLURM_JOB_ID")
-    assert not preflight.in_cluster_job(runner)  # outside SLURM
+    assert not snakemake_internals.in_cluster_job(runner)  # outside SLURM
 
 
 
