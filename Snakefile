@@ -8,7 +8,7 @@
 
 from snakemake.utils import min_version, validate
 
-from splitbench import plan
+from splitbench.matrix import plan
 from splitbench.workflow import snakemake_internals
 
 min_version("9.0")
@@ -36,7 +36,7 @@ include: "rules/drift.smk"
 
 
 # Jobs that read and write files only run where Snakemake runs; on a cluster, the
-# jobs of a pair's hardware (splitbench/cluster.py: PAIR_RULES) run on host A's node.
+# jobs of a pair's hardware (splitbench/workflow/cluster.py: PAIR_RULES) run on host A's node.
 localrules:
     all,
     model_gguf,

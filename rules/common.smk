@@ -4,7 +4,9 @@ import atexit
 import os
 import sys
 
-from splitbench import doctor, plan, results
+from splitbench.contracts import results
+from splitbench.matrix import plan
+from splitbench.workflow import doctor
 from splitbench.infra import archive, reaper, teardown, turns
 from splitbench.links import lab
 from splitbench.report import contents

@@ -19,10 +19,10 @@ from typing import Any, TypedDict
 import gguf
 import numpy as np
 
+from splitbench.contracts.records import ModelInfo
+from splitbench.contracts.slices import ModelSlice
 from splitbench.errors import SplitbenchError
 from splitbench.infra import files
-from splitbench.records import ModelInfo
-from splitbench.slices import ModelSlice
 
 BYTE_TOKENS = [f"<0x{b:02X}>" for b in range(256)]
 

@@ -82,8 +82,8 @@ def cells_in(jobs: dict[str, list[str]]) -> set[str]:
 def undeclared_keys(value: object, declared: type, where: str = "") -> list[str]:
     """Where a dict does not hold to its TypedDict (a key it does not declare, a required
     key it lacks, a value of another type), as the commands check their slices on entry
-    (`splitbench.slice_check`): [] where it holds, else the first such place."""
-    from splitbench import slice_check
+    (`splitbench.contracts.slice_check`): [] where it holds, else the first such place."""
+    from splitbench.contracts import slice_check
 
     said = slice_check.problem(value, declared)
     return [f"{where}: {said}"] if said else []

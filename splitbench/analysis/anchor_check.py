@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 
 from splitbench.analysis import cell_summary
+from splitbench.contracts.slices import DriftSettings, InterferenceLimits
 from splitbench.infra import interference, intervals
-from splitbench.slices import DriftSettings, InterferenceLimits
 
 
 class AnchorFigures(TypedDict):

@@ -20,11 +20,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from splitbench import results
 from splitbench.analysis import paired, releases
 from splitbench.backends import metrics
+from splitbench.contracts import results
+from splitbench.contracts.slices import InterferenceLimits
 from splitbench.infra import interference, intervals
-from splitbench.slices import InterferenceLimits
 
 SUMMARY_KEYS = results.CELL_KEYS
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 
-from splitbench import results
 from splitbench.analysis import cell_summary
 from splitbench.analysis.marks import FLAG_MARK
+from splitbench.contracts import results
+from splitbench.contracts.records import ToolchainRecord
 from splitbench.infra import parquet_io
-from splitbench.records import ToolchainRecord
 
 
 def check_lines(summary: pd.DataFrame, drift_path: str | Path | None,

@@ -34,12 +34,12 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from splitbench import results
 from splitbench.analysis import between_runs, traffic
 from splitbench.analysis.paired import PAIRED_COLUMNS
 from splitbench.cells import sweep_fit
+from splitbench.contracts import results
+from splitbench.contracts.slices import InterferenceLimits
 from splitbench.infra import intervals
-from splitbench.slices import InterferenceLimits
 
 # Cells that a link comparison sets side by side: same pair, model and context.
 COMPARE_KEYS = ["pair", "model", "ctx"]

@@ -49,11 +49,12 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from splitbench import configuration, results
+from splitbench import configuration
 from splitbench.analysis import anchor_check, cell_summary, reruns
+from splitbench.contracts import results
+from splitbench.contracts.slices import DriftSettings, InterferenceLimits
 from splitbench.infra import parquet_io, tables_io
-from splitbench.plan import cell_key
-from splitbench.slices import DriftSettings, InterferenceLimits
+from splitbench.matrix.plan import cell_key
 
 KEYS = cell_summary.SUMMARY_KEYS  # a cell's identity
 FIGURES = ["status", "decode_ms_per_token", "temp_before_c", "temp_after_c", "temp_peak_c",

@@ -58,7 +58,7 @@ from splitbench.analysis.finding_text import (
     marked,
     ms_text,
 )
-from splitbench.slices import InterferenceLimits
+from splitbench.contracts.slices import InterferenceLimits
 
 
 # --- concurrency --------------------------------------------------------------------------

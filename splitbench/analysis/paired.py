@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from splitbench import results
+from splitbench.contracts import results
 from splitbench.infra import intervals
 
 KEYS = results.CELL_KEYS

@@ -19,8 +19,8 @@ import pandas as pd
 
 from splitbench.analysis import between_runs
 from splitbench.analysis.cell_summary import joined
+from splitbench.contracts.slices import InterferenceLimits
 from splitbench.infra import interference
-from splitbench.slices import InterferenceLimits
 
 # What two pairs must share for their cells to stand side by side.
 SHARED = ["model", "ctx", "conc"]

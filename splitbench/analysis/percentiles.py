@@ -27,9 +27,9 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from splitbench import results
 from splitbench.analysis.cell_summary import read_requests
 from splitbench.analysis.traffic import numbers
+from splitbench.contracts import results
 from splitbench.infra import memo
 
 # The metrics in the order the table shows them, with their units.

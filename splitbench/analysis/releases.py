@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 
 from splitbench.backends import metrics
+from splitbench.contracts.results import CELL_KEYS
 from splitbench.infra import intervals
-from splitbench.results import CELL_KEYS
 
 # Overlap above this is flagged where it has no ± (one release): N requests cannot
 # finish sooner than one alone (1.0); the margin is T1's own spread between sequential

@@ -13,7 +13,7 @@ import yaml
 
 from splitbench.analysis.cell_summary import SUMMARY_KEYS as KEYS
 from splitbench.infra import files
-from splitbench.plan import cell_key, read_reruns
+from splitbench.matrix.plan import cell_key, read_reruns
 
 HEADER = """\
 # Re-run epochs, written by `python -m splitbench drift --apply` (or by hand).

@@ -10,8 +10,8 @@ import pandas as pd
 from splitbench.analysis import cell_summary
 from splitbench.analysis.marks import FLAG_MARK
 from splitbench.cells.sweep_fit import fit, flags
+from splitbench.contracts.slices import InterferenceLimits
 from splitbench.infra import intervals
-from splitbench.slices import InterferenceLimits
 
 
 def table(files: list[str], limits: InterferenceLimits | None = None) -> pd.DataFrame:

@@ -32,10 +32,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from splitbench import results
 from splitbench.analysis import between_runs, checks, comparison
 from splitbench.analysis.cell_summary import read_links
 from splitbench.analysis.traffic import numbers
+from splitbench.contracts import results
 from splitbench.infra import intervals
 
 # (figure, its standard error, its title, decimals, the drift that moves it: time to

@@ -48,9 +48,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from splitbench import results
 from splitbench.analysis import cell_summary, percentiles
 from splitbench.analysis.finding_text import Finding, listed
+from splitbench.contracts import results
 from splitbench.infra import intervals
 
 COLUMNS = [*results.CELL_KEYS, "requests", "met", "met_pct", "met_low_pct", "met_high_pct",

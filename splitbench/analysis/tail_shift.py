@@ -46,9 +46,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from splitbench import results
 from splitbench.analysis import percentiles
 from splitbench.analysis.finding_text import Finding
+from splitbench.contracts import results
 from splitbench.infra.intervals import LEVEL
 
 MIN_REQUESTS = 20  # per side, for a verdict

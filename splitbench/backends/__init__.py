@@ -4,7 +4,7 @@ tokens.
 The cells talk to a backend only through `Backend` (`base.py`: an abstract base with a
 typed method for each thing they ask): a backend is a folder whose `backend` module
 defines `BACKEND`, an instance of its subclass: `splitbench/backends/<name>/` for the
-two built in, any other folder registered in SPLITBENCH_BACKENDS (splitbench.registry);
+two built in, any other folder registered in SPLITBENCH_BACKENDS (splitbench.contracts.registry);
 `get(name)` finds it. `llamacpp` is llama.cpp's RPC split; `vllm` is
 vLLM's tensor or pipeline parallel across the pair. What every backend shares lies
 here: the streaming client and its packet clock, the request row's client figures,
@@ -16,10 +16,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from splitbench import models, registry
+from splitbench import models
 from splitbench.backends.base import Backend, Launch
-from splitbench.records import ModelInfo
-from splitbench.slices import ModelSlice, ServerSettings
+from splitbench.contracts import registry
+from splitbench.contracts.records import ModelInfo
+from splitbench.contracts.slices import ModelSlice, ServerSettings
 
 if TYPE_CHECKING:
     from splitbench.configuration import Config
@@ -88,7 +89,7 @@ def layout_text(name: str, split: str | None) -> str:
 
 def get(name: str = registry.DEFAULT) -> Backend:
     """The backend called `name`: a built-in package's `backend.BACKEND`, or that of a
-    folder registered in SPLITBENCH_BACKENDS (splitbench.registry)."""
+    folder registered in SPLITBENCH_BACKENDS (splitbench.contracts.registry)."""
     if name not in registry.names():
         raise ValueError(f"no backend '{name}' (built in: {', '.join(registry.BUILT_IN)}; "
                          f"others are registered in {registry.VARIABLE})")

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from splitbench.backends import lifecycle, prompts
 from splitbench.backends.client import Reply
+from splitbench.contracts.records import LaunchRecord, ModelInfo, ToolchainRecord
+from splitbench.contracts.slices import HostsSlice, LinkSlice, ModelSlice, ServerSettings
 from splitbench.infra.telemetry import RpcTraffic
 from splitbench.links.link import Link
-from splitbench.records import LaunchRecord, ModelInfo, ToolchainRecord
-from splitbench.slices import HostsSlice, LinkSlice, ModelSlice, ServerSettings
 
 if TYPE_CHECKING:  # metrics imports numpy, which this module does not need at run time
     from splitbench.backends.metrics import RequestRow

@@ -20,6 +20,8 @@ import httpx
 
 from splitbench import pairs
 from splitbench.backends import server_http
+from splitbench.contracts.records import LaunchRecord
+from splitbench.contracts.slices import LinkSlice, ServerSettings
 from splitbench.errors import SplitbenchError
 from splitbench.infra import files, procs, remote_pids
 from splitbench.infra.hosts import HostError
@@ -27,8 +29,6 @@ from splitbench.infra.leftovers import stop_recorded
 from splitbench.infra.polling import poll_until
 from splitbench.links import guard
 from splitbench.links.link import FIRST_POINT_SLOT, MAX_SLOTS, Link
-from splitbench.records import LaunchRecord
-from splitbench.slices import LinkSlice, ServerSettings
 
 if TYPE_CHECKING:
     from splitbench.infra.procs import ProcRecord

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, TypedDict
 
-from splitbench import backends, registry
-from splitbench.records import LaunchRecord, ModelInfo
+from splitbench import backends
+from splitbench.contracts import registry
+from splitbench.contracts.records import LaunchRecord, ModelInfo
 
 if TYPE_CHECKING:  # models imports gguf and numpy: not at a cell's start
     from splitbench.models import ModelHeader

@@ -15,10 +15,13 @@ import httpx
 import pandas as pd
 from rich.console import Console
 
-from splitbench import backends, pairs, registry, results
+from splitbench import backends, pairs
 from splitbench.backends import Launch, client, metrics
 from splitbench.cells import stopping, warm_up
 from splitbench.cells.layout import layout
+from splitbench.contracts import registry, results
+from splitbench.contracts.records import LaunchRecord, ModelInfo, ToolchainRecord
+from splitbench.contracts.slices import CellSlice, LinkSlice, ServerSettings
 from splitbench.infra import (
     archive,
     interference,
@@ -30,8 +33,6 @@ from splitbench.infra import (
 )
 from splitbench.infra.hosts import HostError
 from splitbench.links import verify
-from splitbench.records import LaunchRecord, ModelInfo, ToolchainRecord
-from splitbench.slices import CellSlice, LinkSlice, ServerSettings
 
 
 def backend_of(cell: CellSlice) -> backends.Backend:

@@ -29,12 +29,12 @@ from splitbench import backends, pairs
 from splitbench.backends import Launch
 from splitbench.backends.base import toolchain_failure
 from splitbench.cells import sweep_fit
+from splitbench.contracts.records import ModelInfo, ToolchainRecord
+from splitbench.contracts.slices import ServerSettings, SweepSlice
 from splitbench.infra import interference, parquet_io, procs, turns, wakeup
 from splitbench.infra.hosts import HostError, host_from_spec
 from splitbench.links import lab, relay, verify
 from splitbench.links.link import Link
-from splitbench.records import ModelInfo, ToolchainRecord
-from splitbench.slices import ServerSettings, SweepSlice
 
 BACKEND = backends.get("llamacpp")
 def measure_rr_ms(link: Link, samples: int) -> float:

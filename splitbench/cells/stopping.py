@@ -20,8 +20,8 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 from splitbench.backends import metrics
+from splitbench.contracts.slices import CellSlice
 from splitbench.infra import precision
-from splitbench.slices import CellSlice
 
 # The rule reads each figure's spread at its upper confidence bound (infra/precision.py).
 STOPPING = "stopping"

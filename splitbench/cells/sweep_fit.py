@@ -14,8 +14,8 @@ from typing import TypedDict
 import numpy as np
 import pandas as pd
 
+from splitbench.contracts.slices import InterferenceLimits
 from splitbench.infra import fits, interference, intervals
-from splitbench.slices import InterferenceLimits
 
 
 class SweepFit(TypedDict):

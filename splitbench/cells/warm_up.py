@@ -18,7 +18,7 @@ from typing import Any
 from rich.console import Console
 
 from splitbench.backends import Backend, Launch
-from splitbench.slices import CellSlice
+from splitbench.contracts.slices import CellSlice
 
 _LOG = Console(width=140, log_path=False, highlight=False)  # the job log: stdout
 

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import argparse
 
-from splitbench.report import aggregate
-from splitbench.slice_check import typed
-from splitbench.slices import (
+from splitbench.contracts.slice_check import typed
+from splitbench.contracts.slices import (
     BetweenRuns,
     Contexts,
     InterferenceLimits,
     SloSettings,
     WorkersByModel,
 )
+from splitbench.report import aggregate
 
 HELP = "summary Parquet and tables from cell files"
 

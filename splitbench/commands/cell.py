@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 
 from splitbench.cells import measure
-from splitbench.slice_check import typed
-from splitbench.slices import CellSlice, LinkSlice
+from splitbench.contracts.slice_check import typed
+from splitbench.contracts.slices import CellSlice, LinkSlice
 
 HELP = "measure one cell"
 MEASURING = True

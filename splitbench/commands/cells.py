@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from splitbench import configuration, plan
+from splitbench import configuration
+from splitbench.matrix import plan
 
 HELP = "list cell files (for --forcerun), optionally matching"
 

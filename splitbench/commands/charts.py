@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from splitbench import results
+from splitbench.contracts import results
 from splitbench.report import charts
 
 HELP = "charts (HTML, PNG, Vega-Lite spec) from the results"

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 
-from splitbench import backends, configuration, doctor, plan
+from splitbench import backends, configuration
+from splitbench.matrix import plan
+from splitbench.workflow import doctor
 
 HELP = "check every pair of a config before anything starts"
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 
 from splitbench.analysis import findings
-from splitbench.slice_check import typed
-from splitbench.slices import Contexts, InterferenceLimits, SloSettings, WorkersByModel
+from splitbench.contracts.slice_check import typed
+from splitbench.contracts.slices import Contexts, InterferenceLimits, SloSettings, WorkersByModel
 
 HELP = "what the run found, in sentences (findings.md)"
 

@@ -7,9 +7,10 @@ import argparse
 import json
 from pathlib import Path
 
-from splitbench import backends, registry
-from splitbench.slice_check import typed
-from splitbench.slices import LinkSlice, ServerSettings
+from splitbench import backends
+from splitbench.contracts import registry
+from splitbench.contracts.slice_check import typed
+from splitbench.contracts.slices import LinkSlice, ServerSettings
 
 HELP = "launch (or reuse) the servers of one block"
 MEASURING = True

@@ -6,9 +6,9 @@ from __future__ import annotations
 import argparse
 
 from splitbench import pairs
+from splitbench.contracts.slice_check import typed
+from splitbench.contracts.slices import LinkCheckSettings, LinkSlice
 from splitbench.links import verify
-from splitbench.slice_check import typed
-from splitbench.slices import LinkCheckSettings, LinkSlice
 
 HELP = "set up and verify one link"
 MEASURING = True

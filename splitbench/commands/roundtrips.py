@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 
 from splitbench.cells import roundtrips
-from splitbench.slice_check import typed
-from splitbench.slices import SweepSlice
+from splitbench.contracts.slice_check import typed
+from splitbench.contracts.slices import SweepSlice
 
 HELP = "sweep link delay, fit round trips per token"
 MEASURING = True

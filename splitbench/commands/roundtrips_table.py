@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 
 from splitbench.analysis import roundtrips_table
+from splitbench.contracts.slice_check import typed
+from splitbench.contracts.slices import InterferenceLimits
 from splitbench.infra import tables_io
-from splitbench.slice_check import typed
-from splitbench.slices import InterferenceLimits
 
 HELP = "the round trips per token table"
 

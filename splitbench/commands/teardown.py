@@ -23,7 +23,8 @@ def run(args: argparse.Namespace) -> None:
     if args.purge:
         # Only here: the backends' packages load their HTTP clients, which a plain
         # teardown (run at every exit) need not pay for.
-        from splitbench import backends, registry
+        from splitbench import backends
+        from splitbench.contracts import registry
 
         for name in registry.names():
             for line in backends.get(name).purge():

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import argparse
 
-from splitbench import backends, registry
-from splitbench.slice_check import typed
-from splitbench.slices import HostsSlice
+from splitbench import backends
+from splitbench.contracts import registry
+from splitbench.contracts.slice_check import typed
+from splitbench.contracts.slices import HostsSlice
 
 HELP = "record both hosts' toolchain of a backend (llama.cpp's build by default)"
 

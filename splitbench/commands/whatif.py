@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from splitbench import results
 from splitbench.analysis import traffic, whatif
 from splitbench.analysis.cell_summary import read_links
+from splitbench.contracts import results
 from splitbench.errors import SplitbenchError
 
 HELP = "predict decode for a link of given latency and bandwidth from this run's measurements"

@@ -9,7 +9,6 @@ from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
-from splitbench import registry
 from splitbench.configuration.keys import ConfigError, defaults
 from splitbench.configuration.owned import KeyProblem
 from splitbench.configuration.sections import (
@@ -20,7 +19,8 @@ from splitbench.configuration.sections import (
     Model,
     Pair,
 )
-from splitbench.slices import DriftSettings, LinkSlice, ModelSlice
+from splitbench.contracts import registry
+from splitbench.contracts.slices import DriftSettings, LinkSlice, ModelSlice
 
 # A synthetic model is generated in memory (float32, then float16) before it is
 # written: one larger than this would take the machine's memory, not test a link.

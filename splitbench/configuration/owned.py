@@ -13,8 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from splitbench import registry
 from splitbench.configuration.keys import ConfigError, Section, defaults
+from splitbench.contracts import registry
 
 
 class KeyProblem(ConfigError):

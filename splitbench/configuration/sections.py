@@ -12,9 +12,9 @@ from pydantic import (
     model_validator,
 )
 
-from splitbench import registry, results
 from splitbench.configuration import owned
 from splitbench.configuration.keys import Section, key, required
+from splitbench.contracts import registry, results
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 SCHEMA = ROOT / "config/schema.yaml"

@@ -12,7 +12,7 @@ import os
 from datetime import UTC, datetime
 from pathlib import Path
 
-from splitbench import results
+from splitbench.contracts import results
 
 
 def stamp() -> str:

@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
+from splitbench.contracts.slices import HostSlice
 from splitbench.errors import SplitbenchError
 from splitbench.infra import procs
 from splitbench.infra.polling import poll_until
 from splitbench.infra.procs import ProcRecord
-from splitbench.slices import HostSlice
 
 if TYPE_CHECKING:  # paramiko loads only for a remote host
     from splitbench.infra.ssh import SSHSettings

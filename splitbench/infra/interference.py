@@ -36,11 +36,11 @@ from typing import Any, TypedDict
 
 import pandas as pd
 
+from splitbench.contracts.slices import InterferenceLimits
 from splitbench.infra import proc_stat, procs
 from splitbench.infra.hosts import Host, HostError
 from splitbench.infra.telemetry import SENSORS_SOURCE
 from splitbench.remote import sensors
-from splitbench.slices import InterferenceLimits
 
 SIDES = ("a", "b")
 # The limits' defaults lie between what a quiet run and a run beside busy loops read

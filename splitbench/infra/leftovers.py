@@ -11,9 +11,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
+from splitbench.contracts.records import LaunchRecord
 from splitbench.infra import files, procs
 from splitbench.infra.hosts import Host, HostError
-from splitbench.records import LaunchRecord
 
 if TYPE_CHECKING:
     from splitbench.infra.hosts import HostJson

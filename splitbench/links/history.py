@@ -11,8 +11,8 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
-from splitbench import results
-from splitbench.slices import LinkCheckSettings
+from splitbench.contracts import results
+from splitbench.contracts.slices import LinkCheckSettings
 
 if TYPE_CHECKING:  # verify imports this module
     from splitbench.links.figures import LinkRow

@@ -13,11 +13,11 @@ import dataclasses
 import os
 import subprocess
 
+from splitbench.contracts.slices import LinkSlice
 from splitbench.infra import files, procs
 from splitbench.infra.hosts import Host, HostError
 from splitbench.links import relay
 from splitbench.links.link import FIRST_POINT_SLOT, Emulation, Link
-from splitbench.slices import LinkSlice
 
 
 def is_root() -> bool:

@@ -13,10 +13,10 @@ import os
 import time
 from dataclasses import dataclass
 
+from splitbench.contracts.slices import HostsSlice
 from splitbench.infra import privilege
 from splitbench.infra.hosts import Host, HostError, host_from_spec
 from splitbench.links import ports
-from splitbench.slices import HostsSlice
 
 OK, BAD, NOTE = "✓", "✗", "·"
 

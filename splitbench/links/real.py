@@ -14,13 +14,13 @@ import hashlib
 import ipaddress
 import json
 
+from splitbench.contracts.slices import LinkSlice
 from splitbench.errors import SplitbenchError
 from splitbench.infra import files, privilege, procs
 from splitbench.infra.hosts import Host, HostError, host_from_spec
 from splitbench.links import guard, ports
 from splitbench.links.link import Link
 from splitbench.remote import root_helper
-from splitbench.slices import LinkSlice
 
 
 class SetupError(SplitbenchError):

@@ -16,7 +16,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from splitbench import pairs, results
+from splitbench import pairs
+from splitbench.contracts import results
+from splitbench.contracts.slices import LinkCheckSettings, LinkSlice
 from splitbench.errors import SplitbenchError
 from splitbench.infra import (
     fits,
@@ -33,7 +35,6 @@ from splitbench.links import history, lab, real
 from splitbench.links.figures import LinkFacts, LinkRow, SockperfFigures, ThroughputFigures
 from splitbench.links.link import Emulation, Link
 from splitbench.remote import linkfacts, probe
-from splitbench.slices import LinkCheckSettings, LinkSlice
 
 
 class LinkError(SplitbenchError):

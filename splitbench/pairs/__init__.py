@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import contextlib
 
+from splitbench.contracts.slices import LinkSlice, SweepSlice
 from splitbench.links.link import Link
 from splitbench.pairs.base import PairKind
 from splitbench.pairs.embedded import Embedded
 from splitbench.pairs.ssh import OverSsh
-from splitbench.slices import LinkSlice, SweepSlice
 
 EMBEDDED = Embedded()
 KINDS: dict[str, PairKind] = {kind.name: kind for kind in (EMBEDDED, OverSsh())}

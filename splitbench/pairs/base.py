@@ -14,10 +14,10 @@ import contextlib
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any
 
+from splitbench.contracts.slices import HostSlice, LinkSlice, SweepSlice
 from splitbench.infra import turns
 from splitbench.links.link import Link
 from splitbench.links.readiness import Line
-from splitbench.slices import HostSlice, LinkSlice, SweepSlice
 
 if TYPE_CHECKING:  # a cell's job asks its kind for its link, and must not pay for pydantic
     from splitbench.configuration import Config, Pair

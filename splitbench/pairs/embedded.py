@@ -6,11 +6,11 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+from splitbench.contracts.slices import HostSlice, LinkSlice, SweepSlice
 from splitbench.links import lab, readiness
 from splitbench.links.link import Link
 from splitbench.links.readiness import BAD, OK, Line
 from splitbench.pairs.base import PairKind, placed
-from splitbench.slices import HostSlice, LinkSlice, SweepSlice
 
 if TYPE_CHECKING:  # a cell's job asks its kind for its link, and must not pay for pydantic
     from splitbench.configuration import Config, Pair

@@ -8,13 +8,13 @@ import contextlib
 import json
 from typing import TYPE_CHECKING, Any
 
+from splitbench.contracts.slices import HostSlice, LinkSlice, SweepSlice
 from splitbench.infra import privilege, turns
 from splitbench.infra.hosts import Host, host_from_spec
 from splitbench.links import lab, readiness, real
 from splitbench.links.link import Link
 from splitbench.links.readiness import BAD, OK, Line
 from splitbench.pairs.base import PairKind, placed
-from splitbench.slices import HostSlice, LinkSlice, SweepSlice
 
 if TYPE_CHECKING:  # a cell's job asks its kind for its link, and must not pay for pydantic
     from splitbench.configuration import Config, LinkSpec, Pair

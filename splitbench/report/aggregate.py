@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from splitbench import results
 from splitbench.analysis import between_runs as between_runs_term
 from splitbench.analysis import (
     comparison,
@@ -30,6 +29,8 @@ from splitbench.analysis.cell_summary import (
 )
 from splitbench.analysis.comparison import pick_baseline
 from splitbench.analysis.releases import OVERLAP_MAX, OVERLAP_MIN, PREFILL_SHARE_MAX
+from splitbench.contracts import results
+from splitbench.contracts.slices import InterferenceLimits
 from splitbench.infra import interference, memo, parquet_io
 from splitbench.infra.tables_io import write_table
 from splitbench.report import tails
@@ -48,7 +49,6 @@ from splitbench.report.tables import (
     single_stream_prefill,
     ttft_table,
 )
-from splitbench.slices import InterferenceLimits
 
 
 def tables(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],

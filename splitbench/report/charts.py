@@ -18,8 +18,8 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from splitbench import results
 from splitbench.analysis import cell_summary, comparison, releases, traffic
+from splitbench.contracts import results
 from splitbench.report import sensitivity, vega
 from splitbench.report.chart_parts import (
     HEIGHT,

@@ -13,8 +13,8 @@ import pandas as pd
 from splitbench import backends
 from splitbench.analysis import pairs, run_compare, splits
 from splitbench.analysis.cell_summary import SUMMARY_KEYS
+from splitbench.contracts.slices import InterferenceLimits
 from splitbench.report.tables import FLAG_MARK, flagged, ms_text, overlap_text, plus_minus
-from splitbench.slices import InterferenceLimits
 
 
 def backends_table(summary: pd.DataFrame, contexts: list[str],

@@ -24,7 +24,7 @@ from splitbench.analysis.cell_summary import (
 from splitbench.analysis.comparison import compare_links
 from splitbench.analysis.finding_text import fixed
 from splitbench.analysis.releases import OVERLAP_MAX, OVERLAP_MIN, overlap_flag, overlap_outside
-from splitbench.slices import InterferenceLimits
+from splitbench.contracts.slices import InterferenceLimits
 
 # Marks a figure measured under interference or with tokens that share a timestamp,
 # and figures no setup can give.

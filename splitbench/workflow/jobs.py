@@ -11,8 +11,11 @@ from typing import Any
 
 from snakemake.io import ancient
 
-from splitbench import backends, cluster, pairs, plan, results
+from splitbench import backends, pairs
 from splitbench.configuration import Config, Model
+from splitbench.contracts import results
+from splitbench.matrix import plan
+from splitbench.workflow import cluster
 from splitbench.workflow.preflight import Execution
 
 Wildcards = Any  # Snakemake's wildcards object: attributes named after the wildcards

@@ -12,9 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from splitbench import backends, cluster, configuration, plan, registry
+from splitbench import backends, configuration
+from splitbench.contracts import registry
 from splitbench.errors import SplitbenchError
-from splitbench.workflow import snakemake_internals
+from splitbench.matrix import plan
+from splitbench.workflow import cluster, snakemake_internals
 
 
 class PreflightError(SplitbenchError, ValueError):

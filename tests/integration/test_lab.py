@@ -186,8 +186,8 @@ def test_a_link_that_fails_verification_is_a_result_its_launch_reports(state_dir
     """The link stage records a link that fails verification (here: A routes B's address
     around it) as a failed row instead of failing its job; the block's launch then
     reports that reason without starting a server."""
-    from splitbench import results
     from splitbench.backends.llamacpp import servers
+    from splitbench.contracts import results
 
     monkeypatch.chdir(tmp_path)
     spec = {**SPEC, "link": "detour", "index": 9}

@@ -17,9 +17,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from splitbench import cli, configuration, plan, results, version
+from splitbench import cli, configuration, version
 from splitbench.analysis import cell_summary, checks, comparison, drift, percentiles, whatif
+from splitbench.contracts import results
 from splitbench.infra import parquet_io, tables_io
+from splitbench.matrix import plan
 from splitbench.report import charts, html_parts, page, provenance, side_by_side
 from tests.browser import laptop_problems, needs_chromium, open_page, problems
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from splitbench import configuration, models, plan
+from splitbench import configuration, models
 from splitbench.backends.llamacpp import toolchain
 from splitbench.cells import roundtrips, sweep_fit
 from splitbench.configuration import parsed
+from splitbench.matrix import plan
 from tests.conftest import needs_root
 from tests.support import cpu_hogs
 

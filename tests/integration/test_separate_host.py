@@ -211,10 +211,11 @@ def test_the_delay_sweep_counts_round_trips_on_a_real_pair_without_netem_or_root
     on the pair's own link through a relay on host A (no netem, no root on B), and reads
     one round trip per token with one worker, as the packets count; B ends with nothing
     of it."""
-    from splitbench import models, plan
+    from splitbench import models
     from splitbench.cells import roundtrips
     from splitbench.configuration import parsed
     from splitbench.infra import procs
+    from splitbench.matrix import plan
 
     b = separate_host_b(sudoers="bench ALL=(root) NOPASSWD: /usr/bin/ip, /usr/sbin/nft, "
                                 "/usr/bin/tee /dev/cpu_dma_latency")
@@ -285,8 +286,8 @@ def ipv4_of(b: dict) -> list[tuple[str, int]]:
 
 def doctor_text(b: dict, tmp_path: Path, adopt: bool) -> str:
     """The doctor's lines for a pair whose one link is B's LAN interface."""
-    from splitbench import doctor
     from splitbench.configuration import parsed
+    from splitbench.workflow import doctor
 
     link = {"interface_a": b["interface_a"], "interface_b": b["interface_b"]}
     link.update({"adopt": True} if adopt else

@@ -161,14 +161,14 @@ def rig_config(host_b: dict, **link) -> dict:
 
 
 def problems(config: dict, tmp_path: Path) -> list[str]:
-    from splitbench import doctor
+    from splitbench.workflow import doctor
 
     return [str(line) for line in doctor.check(parsed(config), tmp_path / "results")
             if line.mark == doctor.BAD]
 
 
 def doctor_lines(config: dict, tmp_path: Path) -> str:
-    from splitbench import doctor
+    from splitbench.workflow import doctor
 
     return "\n".join(map(str, doctor.check(parsed(config), tmp_path / "results")))
 

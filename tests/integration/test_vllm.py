@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from splitbench import backends, plan
+from splitbench import backends
 from splitbench.backends import lifecycle
 from splitbench.backends.vllm import api, hf_model, servers
 from splitbench.backends.vllm import toolchain as vllm_toolchain
@@ -25,6 +25,7 @@ from splitbench.backends.vllm.setup import executable
 from splitbench.configuration import parsed
 from splitbench.infra import procs, ssh, teardown
 from splitbench.links import lab
+from splitbench.matrix import plan
 from tests.conftest import ROOT, needs_root
 from tests.integration.vllm_pair import EAGER, SHAPE, VENV, ask, config
 from tests.ssh_b import sh, start_sshd

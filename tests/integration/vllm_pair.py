@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from splitbench import backends, pairs, plan
+from splitbench import backends, pairs
 from splitbench.backends import lifecycle
 from splitbench.backends.prompts import prompt
 from splitbench.backends.vllm import api, hf_model, servers, toolchain
@@ -27,6 +27,7 @@ from splitbench.configuration import parsed
 from splitbench.infra import procs, remote_pids, teardown, telemetry
 from splitbench.infra.polling import poll_until
 from splitbench.links import lab
+from splitbench.matrix import plan
 
 ROOT = Path(__file__).resolve().parents[2]
 SHAPE = {"n_layer": 2, "n_embd": 128, "n_head": 4, "n_head_kv": 2, "n_ff": 256,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from splitbench import results
 from splitbench.analysis import cell_summary
+from splitbench.contracts import results
 from splitbench.infra import archive
 from splitbench.report import aggregate
 

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from splitbench import backends, registry
+from splitbench import backends
 from splitbench.backends.base import Backend, Launch, ModuleBackend
+from splitbench.contracts import registry
 
 ROOT = Path(__file__).resolve().parents[2]
 CELLS = ROOT / "splitbench/cells"

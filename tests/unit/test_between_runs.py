@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from splitbench import plan
 from splitbench.analysis import between_runs, comparison
 from splitbench.configuration import parsed
 from splitbench.infra import intervals
+from splitbench.matrix import plan
 
 CONFIG = Path(__file__).resolve().parents[2] / "config/config.yaml"
 

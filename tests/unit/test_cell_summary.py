@@ -8,8 +8,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from splitbench import results
 from splitbench.analysis import cell_summary
+from splitbench.contracts import results
 from tests.matrices import CONTEXTS, request
 from tests.support import write_cell
 

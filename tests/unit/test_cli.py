@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from splitbench import cli, commands, registry
+from splitbench import cli, commands
+from splitbench.contracts import registry
 from tests.conftest import ROOT
 
 # splitbench("link", ...) through the rules' helper, or a literal command (checks, whose

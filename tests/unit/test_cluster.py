@@ -1,4 +1,5 @@
-"""Several pairs at once: each pair's slot, node request and time limit (splitbench/cluster.py)."""
+"""Several pairs at once: each pair's slot, node request and time limit
+(splitbench/workflow/cluster.py)."""
 
 import copy
 from types import SimpleNamespace
@@ -6,9 +7,11 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from splitbench import cluster, configuration, plan
+from splitbench import configuration
 from splitbench.configuration import parsed
 from splitbench.infra import procs
+from splitbench.matrix import plan
+from splitbench.workflow import cluster
 from tests.conftest import ROOT
 
 

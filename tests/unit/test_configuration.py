@@ -10,9 +10,10 @@ import yaml
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from splitbench import backends, configuration, plan
+from splitbench import backends, configuration
 from splitbench.configuration import reference
 from splitbench.infra import interference
+from splitbench.matrix import plan
 from tests.conftest import ROOT
 
 SHIPPED = [ROOT / "config/config.yaml", ROOT / "tests/configs/tiny.yaml",

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import subprocess
 
-from splitbench import doctor
 from splitbench.configuration import parsed
 from splitbench.infra import privilege
 from splitbench.pairs import ssh as ssh_kind
 from splitbench.remote import root_helper
+from splitbench.workflow import doctor
 from tests.conftest import tiny_config as tiny
 
 

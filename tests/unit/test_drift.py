@@ -11,10 +11,11 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from splitbench import configuration, plan
+from splitbench import configuration
 from splitbench.analysis import drift
 from splitbench.analysis import reruns as epochs
 from splitbench.infra import parquet_io
+from splitbench.matrix import plan
 
 BAND = {"reference_c": [30, 85]}
 

@@ -1,4 +1,4 @@
-"""A matrix's expected duration (splitbench/estimate.py): request counts as a cell sends
+"""A matrix's expected duration (splitbench/matrix/estimate.py): request counts as a cell sends
 them, prompts and tokens at the given rates, and the jobs around the cells."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from splitbench import estimate, plan
 from splitbench.cells import stopping
 from splitbench.configuration import parsed
+from splitbench.matrix import estimate, plan
 from tests.conftest import ROOT, tiny_config
 
 FAST = estimate.Speed(prefill_tps=1000.0, decode_tps=50.0)
@@ -150,7 +150,7 @@ def test_a_runs_measured_loads_replace_the_assumed_launch_time(tmp_path):
     it; a failed launch (no load_s) and a run with none leave the estimate's own."""
     import json
 
-    from splitbench import results
+    from splitbench.contracts import results
 
     assert estimate.launch_seconds_from(tmp_path) is None
     for link, record in (("usb4", {"load_s": 41.5}), ("5gbe", {"load_s": 12.0}),

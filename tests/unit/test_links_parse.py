@@ -4,7 +4,7 @@ import re
 import numpy as np
 import pytest
 
-from splitbench import results
+from splitbench.contracts import results
 from splitbench.infra import fits
 from splitbench.links import history, verify
 from tests.conftest import ROOT

@@ -10,8 +10,9 @@ import ast
 import pytest
 from snakemake.utils import validate
 
-from splitbench import configuration, registry
+from splitbench import configuration
 from splitbench.configuration import ConfigError, owned, reference
+from splitbench.contracts import registry
 from tests.conftest import ROOT, tiny_config
 
 ONETRIP = ROOT / "tests/backends/onetrip"

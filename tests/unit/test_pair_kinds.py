@@ -11,8 +11,9 @@ import typing
 
 import pytest
 
-from splitbench import pairs, plan
+from splitbench import pairs
 from splitbench.configuration import checks, parsed, sections
+from splitbench.matrix import plan
 from splitbench.pairs import ssh
 from tests.conftest import ROOT, tiny_config
 

@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from splitbench import results
 from splitbench.analysis import percentiles
+from splitbench.contracts import results
 from splitbench.report import tails
 from tests.matrices import request
 from tests.support import write_cell

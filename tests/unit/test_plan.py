@@ -3,8 +3,9 @@ import copy
 import pytest
 import yaml
 
-from splitbench import backends, configuration, plan
+from splitbench import backends, configuration
 from splitbench.configuration import parsed
+from splitbench.matrix import plan
 from tests.conftest import ROOT
 
 

@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from splitbench import results
 from splitbench.analysis import service_levels, tail_shift
+from splitbench.contracts import results
 from tests.conftest import ROOT
 
 MEASURED = ROOT / "tests/data/run/cells/lab/usb10g/synth/ctxshort_c1.requests.parquet"

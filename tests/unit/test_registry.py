@@ -1,11 +1,12 @@
 """Which backends a run can use: the built-in ones and the folders SPLITBENCH_BACKENDS
-names (splitbench.registry), and `backends.get` importing such a folder."""
+names (splitbench.contracts.registry), and `backends.get` importing such a folder."""
 
 from __future__ import annotations
 
 import pytest
 
-from splitbench import backends, registry
+from splitbench import backends
+from splitbench.contracts import registry
 from tests.conftest import ROOT
 
 

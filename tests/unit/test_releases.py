@@ -14,13 +14,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from splitbench import plan
 from splitbench.analysis import cell_summary, releases
 from splitbench.backends import metrics
 from splitbench.backends.client import Reply
 from splitbench.cells import measure, stopping
 from splitbench.configuration import parsed
 from splitbench.infra import intervals
+from splitbench.matrix import plan
 from splitbench.report import charts, tables
 from tests.support import write_cell
 

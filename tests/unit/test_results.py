@@ -1,4 +1,4 @@
-"""The results layout has one owner: paths are built and parsed in splitbench.results,
+"""The results layout has one owner: paths are built and parsed in splitbench.contracts.results,
 and nowhere else in the package or the rules."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import re
 import pandas as pd
 import pytest
 
-from splitbench import results
+from splitbench.contracts import results
 from tests.conftest import ROOT
 
 

@@ -9,8 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from splitbench import cli, results
+from splitbench import cli
 from splitbench.analysis import run_compare
+from splitbench.contracts import results
 from splitbench.infra import intervals
 from splitbench.report import side_by_side
 

@@ -1,4 +1,4 @@
-"""Each command holds the slices it is given to their types (splitbench/slices.py) on
+"""Each command holds the slices it is given to their types (splitbench/contracts/slices.py) on
 entry: a key the type does not name, a required key missing or a value of another type
 ends it with an error naming the flag and the key, before anything starts. Every slice
 the planner makes from each shipped config holds to its type."""
@@ -11,9 +11,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from splitbench import cli, plan, slices
+from splitbench import cli
 from splitbench.configuration import parsed
-from splitbench.slice_check import SliceError, check, problem
+from splitbench.contracts import slices
+from splitbench.contracts.slice_check import SliceError, check, problem
+from splitbench.matrix import plan
 from tests.conftest import ROOT
 
 CONFIGS = [ROOT / "config/config.yaml", *sorted((ROOT / "config/examples").glob("*.yaml")),

@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from splitbench import results
 from splitbench.analysis import percentiles, tail_shift
+from splitbench.contracts import results
 from tests.matrices import request
 from tests.support import write_cell
 

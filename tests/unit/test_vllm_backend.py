@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 import yaml
 
-from splitbench import backends, configuration, models, plan
+from splitbench import backends, configuration, models
 from splitbench.backends.client import Reply
 from splitbench.backends.vllm import api, hf_model, setup
 from splitbench.backends.vllm import checks as vllm_checks
 from splitbench.configuration import parsed
+from splitbench.matrix import plan
 from tests.conftest import ROOT
 
 EXAMPLE = ROOT / "config/examples/backends.yaml"

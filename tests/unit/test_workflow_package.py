@@ -13,8 +13,8 @@ import snakemake
 import yaml
 from packaging.specifiers import SpecifierSet
 
-from splitbench import results
 from splitbench.configuration import parsed
+from splitbench.contracts import results
 from splitbench.workflow import jobs, preflight, snakemake_internals
 from tests.conftest import ROOT, tiny_config
 

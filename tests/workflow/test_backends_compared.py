@@ -135,7 +135,7 @@ def test_vllms_records_hold_the_keys_their_types_declare(finished):
     """vLLM's launch, toolchain and model records, as llama.cpp's (test_workflow.py)."""
     import json
 
-    from splitbench import records
+    from splitbench.contracts import records
     from tests.workflow_run import undeclared_keys
 
     written = {"servers/lab/plain/tp.json": records.LaunchRecord,

@@ -33,10 +33,11 @@ FAILING_LINKS = {"t": ("slow", "plain"), "u": ("plain", "slow")}  # pair: (fails
 def failed_run(tmp_path_factory):
     if os.geteuid() != 0:
         pytest.skip("needs root (network namespaces)")
-    from splitbench import models, plan
+    from splitbench import models
     from splitbench.configuration import parsed
     from splitbench.infra import teardown
     from splitbench.links import lab
+    from splitbench.matrix import plan
     from tests.integration.test_lab import detour
 
     tmp = tmp_path_factory.mktemp("failures")

@@ -12,8 +12,9 @@ import pytest
 import yaml
 from snakemake.utils import validate
 
-from splitbench import backends, configuration, estimate, plan
+from splitbench import backends, configuration
 from splitbench.configuration import parsed
+from splitbench.matrix import estimate, plan
 from tests.conftest import ROOT
 from tests.workflow_run import snakemake, workflow_copy
 

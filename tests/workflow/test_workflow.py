@@ -441,11 +441,12 @@ def test_every_file_a_run_writes_is_declared(finished):
 @needs_root()
 @pytest.mark.slow
 def test_every_slice_and_record_holds_the_keys_its_type_declares(finished):
-    """The typed dicts in splitbench/slices.py and splitbench/records.py are what a real
+    """The typed dicts in splitbench/contracts/slices.py and records.py are what a real
     run plans and writes, key by key: every job's slice, every launch, toolchain and
     model record of the tiny run."""
-    from splitbench import plan, records, slices
     from splitbench.configuration import parsed
+    from splitbench.contracts import records, slices
+    from splitbench.matrix import plan
 
     # The check itself sees a key the type lacks, a missing required one and a bad value.
     assert undeclared_keys({"pair": "t", "extra": 1}, slices.LinkSlice, "l")[0].startswith(

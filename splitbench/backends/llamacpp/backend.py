@@ -6,10 +6,10 @@ from typing import TYPE_CHECKING, Any
 
 from splitbench.backends.base import Launch, ModuleBackend, host_row
 from splitbench.backends.llamacpp import api, servers
+from splitbench.contracts.records import ToolchainRecord
+from splitbench.contracts.slices import HostsSlice, ModelSlice, ServerSettings
 from splitbench.infra.telemetry import RpcTraffic
 from splitbench.links.link import Link
-from splitbench.records import ToolchainRecord
-from splitbench.slices import HostsSlice, ModelSlice, ServerSettings
 
 if TYPE_CHECKING:
     from splitbench.configuration import Config, Pair

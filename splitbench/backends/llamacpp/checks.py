@@ -5,7 +5,7 @@ plans."""
 from __future__ import annotations
 
 from splitbench.configuration import Config, ConfigError, check_workers
-from splitbench.slices import ModelSlice
+from splitbench.contracts.slices import ModelSlice
 
 # Flags splitbench sets on llama-server and ggml-rpc-server itself: a model's own
 # server_args / worker_args may not set them (a second value would silently win or

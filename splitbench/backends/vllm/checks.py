@@ -6,7 +6,7 @@ from __future__ import annotations
 from splitbench import pairs
 from splitbench.backends.vllm.section import VllmSpec
 from splitbench.configuration import Config, ConfigError, defaults
-from splitbench.slices import ModelSlice
+from splitbench.contracts.slices import ModelSlice
 
 # Flags splitbench sets on `vllm serve` itself.
 VLLM_OWNED = {"--served-model-name", "--dtype", "--max-model-len", "--max-num-seqs",

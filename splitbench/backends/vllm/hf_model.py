@@ -12,6 +12,8 @@ from typing import TypedDict
 
 import numpy as np
 
+from splitbench.contracts.records import ModelInfo
+from splitbench.contracts.slices import ModelSlice
 from splitbench.models import (
     RMS_EPS,
     ROPE_THETA,
@@ -20,8 +22,6 @@ from splitbench.models import (
     synthetic_weights,
     vocabulary,
 )
-from splitbench.records import ModelInfo
-from splitbench.slices import ModelSlice
 
 
 def write_synthetic_hf(spec: dict[str, int], directory: str | Path) -> str:

@@ -27,12 +27,12 @@ from splitbench.backends import lifecycle
 from splitbench.backends.base import toolchain_failure
 from splitbench.backends.lifecycle import LaunchError
 from splitbench.backends.vllm.api import SERVED_NAME
+from splitbench.contracts.records import LaunchRecord, ModelInfo, ToolchainRecord
+from splitbench.contracts.slices import LinkSlice, ServerSettings
 from splitbench.infra import procs, sockdiag
 from splitbench.infra.hosts import Host
 from splitbench.infra.leftovers import Leftovers, is_scratch, scratch_template, shm_of
 from splitbench.links.link import Link
-from splitbench.records import LaunchRecord, ModelInfo, ToolchainRecord
-from splitbench.slices import LinkSlice, ServerSettings
 
 # Where a launch's ranks keep what they write on a host (removed when it stops).
 SCRATCH = scratch_template("vllm")

@@ -9,11 +9,11 @@ import json
 from pathlib import Path
 
 from splitbench.backends.vllm.setup import INSTALL, executable
+from splitbench.contracts.records import ToolchainRecord, VllmInstall
+from splitbench.contracts.slices import HostsSlice
 from splitbench.errors import SplitbenchError
 from splitbench.infra.hosts import Host, HostError, host_from_spec
 from splitbench.infra.ssh_errors import SSHError
-from splitbench.records import ToolchainRecord, VllmInstall
-from splitbench.slices import HostsSlice
 
 
 class VllmMissing(SplitbenchError):

@@ -4,7 +4,7 @@ as typed dicts.
 A slice crosses the process boundary as JSON (the job's params, its rerun trigger), so
 it stays a dict, and a key that the config does not set is absent, not None: these
 types name every key a slice may hold and what it holds. Each command holds the slices
-it is given to them on entry (`splitbench.slice_check`), and the tests hold every slice
+it is given to them on entry (`splitbench.contracts.slice_check`), and the tests hold every slice
 the planner makes from each shipped config to them. Standard library only: a cell's job
 reads them and must not pay for pydantic.
 """

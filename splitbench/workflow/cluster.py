@@ -14,8 +14,9 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from splitbench import pairs, plan
+from splitbench import pairs
 from splitbench.configuration import Config
+from splitbench.matrix import plan
 
 # The rules that run on a pair's hardware: they take the pair's slot and, on a
 # cluster, run inside the pair's job on host A's node.

@@ -1,6 +1,6 @@
 """How long a matrix is expected to take: the sum of its jobs' expected durations.
 
-`splitbench.cluster` gives each job its worst case (every request at the request
+`splitbench.workflow.cluster` gives each job its worst case (every request at the request
 timeout), which a SLURM time limit needs. This gives the expected case, for planning a
 run: every request takes its prompt at the model's prefill rate and its tokens at its
 decode rate, and each cell sends as many requests as `cells.stopping.more_shots` would
@@ -17,7 +17,7 @@ decoding at the single-stream rate; a cell that crashes or overflows is counted 
 it ran. A context that meets the model's context wall (Speed None) costs one quick
 failed release.
 
-    from splitbench import estimate, plan
+    from splitbench.matrix import estimate, plan
     config = configuration.parsed(plan.read_yaml("config/examples/seed-6x3.yaml"))
     estimate.expected_seconds(config, speeds)["total"] / 3600   # hours
 """
@@ -36,9 +36,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from splitbench import plan, results
 from splitbench.configuration import Config
+from splitbench.contracts import results
 from splitbench.infra import intervals, precision, stamps
+from splitbench.matrix import plan
 
 # What every job costs besides its measurement, where no run has measured it (Overheads):
 # Snakemake's turn between jobs, the interpreter and its imports, the SSH login to host

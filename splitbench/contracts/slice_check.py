@@ -1,4 +1,4 @@
-"""Each command checks the slices it is given against their types (`splitbench.slices`)
+"""Each command checks the slices it is given against their types (`splitbench.contracts.slices`)
 before it does anything: a key the type does not name, a key it requires that is
 missing, or a value of another type is an error that names the argument and the key's
 path (`--cell: paired.rounds: expected int, got str '5'`), before any server starts.
@@ -17,7 +17,7 @@ import types
 import typing
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints, is_typeddict
 
-from splitbench import registry
+from splitbench.contracts import registry
 from splitbench.errors import SplitbenchError
 
 # The slices that carry a backend's own section under its name (`models.<m>.<backend>`,

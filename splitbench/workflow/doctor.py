@@ -12,11 +12,13 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from splitbench import backends, pairs, plan, results
+from splitbench import backends, pairs
 from splitbench.configuration import Config, Pair
+from splitbench.contracts import results
 from splitbench.infra import files
 from splitbench.links import readiness
 from splitbench.links.readiness import BAD, NOTE, OK, Line
+from splitbench.matrix import plan
 
 # Free space the results of a run need (Parquet, logs, charts; a few hundred MB at most).
 DISK_MIN_GIB = 1.0
@@ -71,7 +73,7 @@ def pair_lines(config: Config, pair: str, spec: Pair) -> list[Line]:
 
 
 def run_lines(config: Config, results_dir: str | Path) -> list[Line]:
-    from splitbench import estimate
+    from splitbench.matrix import estimate
 
     where = Path(results_dir)
     probe = where if where.exists() else Path.cwd()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
-from splitbench.slices import ServerSettings
+from splitbench.contracts.slices import ServerSettings
 
 
 class ModelInfo(TypedDict, total=False):

@@ -63,7 +63,8 @@ def module(name: str, part: str) -> ModuleType | None:
     is imported as a package of its own, `splitbench_backend_<name>`, so that its modules
     import each other relatively (`from . import server`)."""
     if name in BUILT_IN:
-        folder, package = Path(__file__).parent / "backends" / name, f"splitbench.backends.{name}"
+        folder = Path(__file__).parents[1] / "backends" / name
+        package = f"splitbench.backends.{name}"
     else:
         found = registered().get(name)
         if found is None:

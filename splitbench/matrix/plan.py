@@ -17,10 +17,10 @@ from typing import Any, TypedDict
 
 import yaml
 
-from splitbench import configuration, pairs, registry, results
+from splitbench import configuration, pairs
 from splitbench.configuration import Config, ConfigError
-from splitbench.infra import precision
-from splitbench.slices import (
+from splitbench.contracts import registry, results
+from splitbench.contracts.slices import (
     CellSlice,
     LinkCheckSettings,
     LinkSlice,
@@ -31,6 +31,7 @@ from splitbench.slices import (
     SweepSettings,
     SweepSlice,
 )
+from splitbench.infra import precision
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,7 @@ def written(section: configuration.Section | None) -> dict[str, Any]:
 
 # The embedded lab's run-to-run calibration (analysis/between_runs.py), measured by
 # benchmarks/coverage.py --calibrate on A/A runs of the embedded default.
-BETWEEN_RUNS = Path(__file__).resolve().parents[1] / "config" / "between_runs.yaml"
+BETWEEN_RUNS = Path(__file__).resolve().parents[2] / "config" / "between_runs.yaml"
 
 
 def between_runs(config: Config, calibration: Path = BETWEEN_RUNS) -> dict[str, Any]:
