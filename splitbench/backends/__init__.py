@@ -16,13 +16,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from splitbench import models
 from splitbench.backends.base import Backend, Launch
 from splitbench.contracts import registry
 from splitbench.contracts.records import ModelInfo
 from splitbench.contracts.slices import ModelSlice, ServerSettings
 
 if TYPE_CHECKING:
+    from splitbench.backends.model_files import ModelOrigin
     from splitbench.configuration import Config
 
 __all__ = ["Backend", "Launch", "check_models", "default_split", "describe_model", "get",
@@ -43,11 +43,15 @@ def check_models(config: Config) -> None:
 
 
 def describe_model(spec: ModelSlice, path: str | Path | None,
-                   origin: models.ModelOrigin | None = None) -> ModelInfo:
+                   origin: ModelOrigin | None = None) -> ModelInfo:
     """The model record: its backend's own description of a model in its format
-    (`Backend.describe_model`), else the GGUF's (`models.describe`)."""
+    (`Backend.describe_model`), else the GGUF's (llama.cpp's `gguf_model.describe`)."""
     own = get(spec.get("backend", registry.DEFAULT)).describe_model(spec, path)
-    return own if own is not None else models.describe(spec, path, origin)
+    if own is not None:
+        return own
+    from splitbench.backends.llamacpp import gguf_model  # gguf: the model job's
+
+    return gguf_model.describe(spec, path, origin)
 
 
 def split(settings: ServerSettings) -> str:

@@ -64,7 +64,7 @@ class Backend(ABC):
     label: ClassVar[str] = ""
     split_labels: ClassVar[dict[str, str]] = {}
     split_layouts: ClassVar[dict[str, str]] = {}
-    # The format of the model files it loads: "gguf" (`splitbench.models`), or a format
+    # The format of the model files it loads: "gguf" (llama.cpp's `gguf_model`), or a format
     # of its own ("hf": a Hugging Face directory), which `write_synthetic` writes and
     # `describe_model` describes.
     model_format: ClassVar[str] = "gguf"
@@ -138,14 +138,14 @@ class Backend(ABC):
     def describe_model(self, model: ModelSlice, path: str | Path | None) -> ModelInfo | None:
         """The model record (`backends.describe_model`) of a model in a format of this
         backend's own, at `path` (a synthetic model's, else the config's `path`); None
-        for a GGUF, which `splitbench.models` describes."""
+        for a GGUF, which llama.cpp's `gguf_model` describes."""
         return None
 
     def write_synthetic(self, synthetic: dict[str, int], path: str) -> None:
         """Write a `synthetic` model block in this backend's format at `path`."""
-        from splitbench import models  # gguf and numpy: the model job's, not a cell's
+        from splitbench.backends.llamacpp import gguf_model  # the model job's, not a cell's
 
-        models.write_synthetic(synthetic, path)
+        gguf_model.write_synthetic(synthetic, path)
 
     def server_settings(self, model: ModelSlice, slots: int, tokens: int
                         ) -> ServerSettings:

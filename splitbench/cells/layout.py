@@ -10,7 +10,7 @@ from splitbench.contracts import registry
 from splitbench.contracts.records import LaunchRecord, ModelInfo
 
 if TYPE_CHECKING:  # models imports gguf and numpy: not at a cell's start
-    from splitbench.models import ModelHeader
+    from splitbench.backends.model_files import ModelHeader
 
 
 class Layout(TypedDict):

@@ -7,7 +7,8 @@ import argparse
 import json
 from pathlib import Path
 
-from splitbench import backends, models
+from splitbench import backends
+from splitbench.backends import model_files
 from splitbench.contracts import registry, results
 from splitbench.contracts.slice_check import typed
 from splitbench.contracts.slices import ModelSlice
@@ -33,10 +34,10 @@ def run(args: argparse.Namespace) -> None:
         backend = backends.get(args.spec.get("backend", registry.DEFAULT))
         backend.write_synthetic(args.spec["synthetic"], args.own)
     elif args.write and args.spec.get("source"):
-        origin = models.fetch(args.spec["source"], args.gguf)
+        origin = model_files.fetch(args.spec["source"], args.gguf)
         results.model_origin(args.gguf).write_text(json.dumps(origin))
     elif args.write:
-        models.write_synthetic(args.spec["synthetic"], args.gguf)
+        backends.get(registry.DEFAULT).write_synthetic(args.spec["synthetic"], args.gguf)
     if args.out:
         fetched = args.gguf and args.spec.get("source")
         origin_file = results.model_origin(args.gguf) if fetched else None

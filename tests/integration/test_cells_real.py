@@ -13,10 +13,10 @@ import httpx
 import pandas as pd
 import pytest
 
-from splitbench import models, pairs
+from splitbench import pairs
 from splitbench.analysis import cell_summary, traffic
 from splitbench.backends import lifecycle
-from splitbench.backends.llamacpp import servers, toolchain
+from splitbench.backends.llamacpp import gguf_model, servers, toolchain
 from splitbench.backends.llamacpp.backend import BACKEND as LLAMACPP
 from splitbench.cells import measure
 from splitbench.infra import interference, procs, telemetry
@@ -44,8 +44,8 @@ LINK = {"pair": "st", "link": "plain", "index": 1, "mode": "embedded"}
 @pytest.fixture
 def bench(state_dir, tmp_path):
     gguf = tmp_path / "m.gguf"
-    models.write_synthetic(MODEL, gguf)
-    model = models.describe({"synthetic": MODEL}, gguf)
+    gguf_model.write_synthetic(MODEL, gguf)
+    model = gguf_model.describe({"synthetic": MODEL}, gguf)
     tools = tmp_path / "toolchain.json"
     toolchain.record("st", "pip", {"a": {}, "b": {}}, tools)
     link_result = tmp_path / "link.parquet"
@@ -284,8 +284,8 @@ def test_a_stopped_client_keeps_each_token_s_arrival_against_llama_server(state_
     from tests.integration.test_client import run_starved
 
     gguf = tmp_path / "m.gguf"
-    models.write_synthetic(MODEL, gguf)
-    model = models.describe({"synthetic": MODEL}, gguf)
+    gguf_model.write_synthetic(MODEL, gguf)
+    model = gguf_model.describe({"synthetic": MODEL}, gguf)
     tools = toolchain.record("st", "pip", {"a": {}, "b": {}}, tmp_path / "toolchain.json")
     link = pairs.ensure_link(LINK)
     server = servers.ensure(link, SETTINGS, model["path"], model["sha256"], tools)
@@ -367,10 +367,10 @@ def test_a_server_that_dies_loading_says_how_and_leaves_nothing_running(state_di
     launch record names how it ended and the log's last lines, and the worker already
     started for it is stopped at once."""
     gguf = tmp_path / "cut.gguf"
-    models.write_synthetic(MODEL, gguf)
+    gguf_model.write_synthetic(MODEL, gguf)
     data = gguf.read_bytes()
     gguf.write_bytes(data[: len(data) // 2])
-    model = models.describe({"synthetic": MODEL}, gguf)
+    model = gguf_model.describe({"synthetic": MODEL}, gguf)
     tools = toolchain.record("st", "pip", {"a": {}, "b": {}}, tmp_path / "toolchain.json")
     pairs.ensure_link(LINK)
     # Every process the launch starts, by its id (another run's are none of this test's).
@@ -409,8 +409,8 @@ def test_a_long_failure_keeps_its_reason_and_its_log_s_last_lines():
 @pytest.mark.slow
 def test_a_launch_is_reused_only_while_its_fingerprint_matches(state_dir, tmp_path):
     gguf = tmp_path / "m.gguf"
-    models.write_synthetic(MODEL, gguf)
-    model = models.describe({"synthetic": MODEL}, gguf)
+    gguf_model.write_synthetic(MODEL, gguf)
+    model = gguf_model.describe({"synthetic": MODEL}, gguf)
     tools = toolchain.record("st", "pip", {"a": {}, "b": {}}, tmp_path / "toolchain.json")
     link = pairs.ensure_link(LINK)
     first = servers.ensure(link, SETTINGS, str(gguf), model["sha256"], tools)

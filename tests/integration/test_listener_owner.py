@@ -96,8 +96,8 @@ def test_another_user_on_b_holding_the_worker_port_gets_nothing(state_dir, tmp_p
     """The issue's attack: another user on B binds the worker's address and port before
     the launch. The launch fails naming that process and its uid, and llama-server is
     never started: no connection ever reaches the squatter's socket."""
-    from splitbench import models, pairs
-    from splitbench.backends.llamacpp import servers, toolchain
+    from splitbench import pairs
+    from splitbench.backends.llamacpp import gguf_model, servers, toolchain
 
     link = pairs.ensure_link({"pair": "sq", "link": "plain", "index": 1, "mode": "embedded"})
     port = link.ports.worker(0)
@@ -105,13 +105,13 @@ def test_another_user_on_b_holding_the_worker_port_gets_nothing(state_dir, tmp_p
         gguf = tmp_path / "tiny.gguf"
         spec = {"n_layer": 2, "n_embd": 64, "n_head": 2, "n_head_kv": 2, "n_ff": 128,
                 "n_vocab": 256, "context_length": 512, "seed": 1}
-        models.write_synthetic(spec, gguf)
+        gguf_model.write_synthetic(spec, gguf)
         tools = toolchain.record("sq", "pip", {"a": {}, "b": {}}, tmp_path / "tools.json")
         settings = {"layers_on_b": 1, "threads": 1, "slots": 1, "ctx_per_slot": 256,
                     "n_ctx": 256}
         with pytest.raises(HostError) as raised:
             servers.ensure(link, settings, str(gguf),
-                           models.describe({"synthetic": spec}, gguf)["sha256"], tools)
+                           gguf_model.describe({"synthetic": spec}, gguf)["sha256"], tools)
         # Its accept queue (ss's Recv-Q of a listener) never held a connection.
         queue = link.host_b.run(["ss", "-Hltn", f"src {link.addr_b}:{port}"]).stdout
     text = str(raised.value)

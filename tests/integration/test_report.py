@@ -1,8 +1,7 @@
-"""results/page.html from small generated results: what the page holds, and the page
-itself opened in headless Chromium (renders, no console errors, no network, the charts
-visible in a screenshot; reads on a laptop: findings first, nothing wider than a
-1,280 px window, long cells wrapping). The browser checks are shown to fail on broken
-pages."""
+"""results/page.html from small generated results: what it holds, and the page in
+headless Chromium (renders, no console errors, no network, charts visible; reads on a
+laptop: findings first, nothing wider than 1,280 px, long cells wrapping). The browser
+checks are shown to fail on broken pages."""
 
 from __future__ import annotations
 
@@ -21,7 +20,7 @@ from splitbench import cli, configuration, version
 from splitbench.analysis import cell_summary, checks, comparison, drift, percentiles, whatif
 from splitbench.contracts import results
 from splitbench.infra import parquet_io, tables_io
-from splitbench.matrix import plan
+from splitbench.matrix.plan import pairs_slice
 from splitbench.report import charts, html_parts, page, provenance, side_by_side
 from tests.browser import laptop_problems, needs_chromium, open_page, problems
 
@@ -48,7 +47,6 @@ def typed_pairs(pairs: dict) -> dict[str, configuration.Pair]:
 
 
 # --- generated results ----------------------------------------------------------------
-
 def _tokens(link: str, ctx: str, conc: int, pair: str = "lab") -> pd.DataFrame:
     ms = (1.0 + CONTEXTS[ctx] / 5000 + 2 * LINKS[link] / 1000) * PAIRS[pair]["slower"]
     t0 = (1_790_000_000 + 86_400 * PAIRS[pair]["day"]) * 10**9
@@ -196,7 +194,7 @@ def built(tmp_path_factory) -> dict[str, Any]:
                      "--toolchain", *paths["toolchain"], "--requests", *paths["requests"],
                      "--cells", paths["cells"], "--tables", paths["tables"],
                      "--charts", paths["charts"],
-                     "--pairs", json.dumps(plan.pairs_slice(typed_pairs(CONFIG_PAIRS))),
+                     "--pairs", json.dumps(pairs_slice(typed_pairs(CONFIG_PAIRS))),
                      "--findings", paths["findings"], "--out", paths["page"]]) == 0
     return paths
 
@@ -322,7 +320,7 @@ def test_pairs_from_the_link_results_alone(built):
 
 
 def test_pairs_slice_keeps_where_the_hosts_are_and_nothing_else():
-    sliced = plan.pairs_slice(typed_pairs({**CONFIG_PAIRS, "rig": {
+    sliced = pairs_slice(typed_pairs({**CONFIG_PAIRS, "rig": {
         "mode": "ssh", "hosts": {"a": {"feature": "pair_rig"}, "b": {"ssh": "rig-b"}},
         "links": {"eth": {}}}}))
     assert sliced["rig"]["hosts"]["a"] == {"feature": "pair_rig"}

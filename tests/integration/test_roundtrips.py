@@ -5,8 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from splitbench import configuration, models
-from splitbench.backends.llamacpp import toolchain
+from splitbench import configuration
+from splitbench.backends.llamacpp import gguf_model, toolchain
 from splitbench.cells import roundtrips, sweep_fit
 from splitbench.configuration import parsed
 from splitbench.matrix import plan
@@ -35,8 +35,8 @@ def _config(workers: list[int]) -> dict:
 @pytest.fixture
 def sweep(state_dir, tmp_path):
     gguf = tmp_path / "m.gguf"
-    models.write_synthetic(MODEL, gguf)
-    model = models.describe({"synthetic": MODEL}, gguf)
+    gguf_model.write_synthetic(MODEL, gguf)
+    model = gguf_model.describe({"synthetic": MODEL}, gguf)
     tools = toolchain.record("rt", "pip", {"a": {}, "b": {}}, tmp_path / "toolchain.json")
 
     def run(workers: int) -> tuple[dict, pd.DataFrame]:
@@ -103,8 +103,8 @@ def test_a_sweep_beside_two_busy_loops_is_flagged(state_dir, tmp_path):
     """Beside two busy loops on two cores, the round-trip line of a run was the one
     figure that carried no flag."""
     gguf = tmp_path / "m.gguf"
-    models.write_synthetic(MODEL, gguf)
-    model = models.describe({"synthetic": MODEL}, gguf)
+    gguf_model.write_synthetic(MODEL, gguf)
+    model = gguf_model.describe({"synthetic": MODEL}, gguf)
     tools = toolchain.record("rt", "pip", {"a": {}, "b": {}}, tmp_path / "toolchain.json")
     config = _config([1])
     config["roundtrips"].update(delays_ms=[0.0, 1.0], requests=2, rr_samples=20)

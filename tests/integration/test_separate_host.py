@@ -211,7 +211,7 @@ def test_the_delay_sweep_counts_round_trips_on_a_real_pair_without_netem_or_root
     on the pair's own link through a relay on host A (no netem, no root on B), and reads
     one round trip per token with one worker, as the packets count; B ends with nothing
     of it."""
-    from splitbench import models
+    from splitbench.backends.llamacpp import gguf_model
     from splitbench.cells import roundtrips
     from splitbench.configuration import parsed
     from splitbench.infra import procs
@@ -233,8 +233,8 @@ def test_the_delay_sweep_counts_round_trips_on_a_real_pair_without_netem_or_root
         "baseline_link": "cable", "toolchain": {"source": "pip"},
         "measurement_version": 1})
     gguf = tmp_path / "m.gguf"
-    models.write_synthetic(SWEPT, gguf)
-    model = models.describe({"synthetic": SWEPT}, gguf)
+    gguf_model.write_synthetic(SWEPT, gguf)
+    model = gguf_model.describe({"synthetic": SWEPT}, gguf)
     tools = toolchain.record("rig", "pip", {"a": {}, "b": config_block(b)},
                              tmp_path / "toolchain.json")
     spec = plan.roundtrips_slice(config, "rig", "m", 1)

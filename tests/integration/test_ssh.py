@@ -18,9 +18,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from splitbench import models
 from splitbench.backends import lifecycle
-from splitbench.backends.llamacpp import toolchain
+from splitbench.backends.llamacpp import gguf_model, toolchain
 from splitbench.cells import measure
 from splitbench.infra import parquet_io, procs, ssh, teardown, telemetry, wakeup
 from splitbench.infra.hosts import Host, HostError, host_from_spec
@@ -142,8 +141,8 @@ def test_a_cell_runs_with_its_worker_started_over_ssh(host_b, tmp_path):
     synthetic = {"n_layer": 2, "n_embd": 64, "n_head": 2, "n_head_kv": 1, "n_ff": 128,
                  "n_vocab": 1024, "context_length": 4096, "seed": 3}
     gguf = tmp_path / "m.gguf"
-    models.write_synthetic(synthetic, gguf)
-    model = models.describe({"synthetic": synthetic}, gguf)
+    gguf_model.write_synthetic(synthetic, gguf)
+    model = gguf_model.describe({"synthetic": synthetic}, gguf)
     tools = tmp_path / "toolchain.json"
     toolchain.record("rig", "pip", {"a": {}, "b": host_b}, tools)
     link_result = tmp_path / "link.parquet"

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from splitbench import models, pairs
-from splitbench.backends.llamacpp import servers, tensor_cache, toolchain
+from splitbench import pairs
+from splitbench.backends.llamacpp import gguf_model, servers, tensor_cache, toolchain
 from splitbench.infra import procs
 from tests.conftest import needs_root
 
@@ -30,13 +30,13 @@ def big_model_on_the_lab(tmp_path, monkeypatch) -> tuple:
     the tensor cache in the test's own cache home."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache-home"))
     gguf = tmp_path / "big.gguf"
-    models.write_synthetic(BIG, gguf)
+    gguf_model.write_synthetic(BIG, gguf)
     tools = toolchain.record("tc", "pip", {"a": {}, "b": {}}, tmp_path / "toolchain.json")
     return pairs.ensure_link(LINK), gguf, tools
 
 
 def launch(link, gguf, tools, threads: int):
-    model = models.describe({"synthetic": BIG}, gguf)
+    model = gguf_model.describe({"synthetic": BIG}, gguf)
     return servers.ensure(link, {**SETTINGS, "threads": threads}, str(gguf),
                           model["sha256"], tools).record
 
@@ -66,9 +66,9 @@ def test_a_second_launch_sends_only_what_b_does_not_keep(state_dir, tmp_path, mo
 
     # Other weights (another seed) are other hashes: sent, and kept beside the first.
     other = tmp_path / "other.gguf"
-    models.write_synthetic({**BIG, "seed": 6}, other)
+    gguf_model.write_synthetic({**BIG, "seed": 6}, other)
     third = servers.ensure(link, SETTINGS, str(other),
-                           models.describe({"synthetic": {**BIG, "seed": 6}}, other)["sha256"],
+                           gguf_model.describe({"synthetic": {**BIG, "seed": 6}}, other)["sha256"],
                            tools).record
     assert third["load_bytes"]["a_to_b"] > FFN_BYTES
     assert len(list((tmp_path / "cache-home/splitbench/rpc-tensors/tc/rpc").iterdir())) == 6

@@ -3,7 +3,8 @@ and no modules import each other in a circle, inside a package or across package
 
 The layers, bottom up: the words every stage shares (errors, the package's version, the
 contracts: slice and record types, the results' paths, the backend registry); the
-config's model; what runs on host B; the infrastructure; links; model files; backends;
+config's model; what runs on host B; the infrastructure; links; backends (with their
+model files);
 the matrix and the estimate made from it; cells; analysis; the report; what the rules
 bind (workflow, with the doctor and the cluster profile); what the rules run (commands,
 the command line)."""
@@ -22,7 +23,6 @@ LAYERS = (
     ("remote",),
     ("infra",),
     ("links", "pairs"),
-    ("models",),
     ("backends",),
     ("matrix",),
     ("cells",),

@@ -133,6 +133,6 @@ def test_the_per_cell_rows_are_kept_through_a_change_to_the_report_or_the_cells_
     closure = {str(p.relative_to(memo.PACKAGE))
                for p in memo.source_closure(aggregate.PER_CELL_CODE)}
     assert {"analysis/percentiles.py", "analysis/tail_shift.py", "analysis/cell_summary.py",
-            "analysis/service_levels.py", "results.py", "infra/memo.py"} <= closure
+            "analysis/service_levels.py", "contracts/results.py", "infra/memo.py"} <= closure
     assert not {p for p in closure if p.startswith(("report/", "commands/", "workflow/"))}
-    assert "cells/measure.py" not in closure and "plan.py" not in closure
+    assert "cells/measure.py" not in closure and "matrix/plan.py" not in closure

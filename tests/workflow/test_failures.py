@@ -33,7 +33,7 @@ FAILING_LINKS = {"t": ("slow", "plain"), "u": ("plain", "slow")}  # pair: (fails
 def failed_run(tmp_path_factory):
     if os.geteuid() != 0:
         pytest.skip("needs root (network namespaces)")
-    from splitbench import models
+    from splitbench.backends.llamacpp import gguf_model
     from splitbench.configuration import parsed
     from splitbench.infra import teardown
     from splitbench.links import lab
@@ -42,7 +42,7 @@ def failed_run(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("failures")
     cut = tmp / "cut.gguf"
-    models.write_synthetic(tiny()["models"]["tiny"]["synthetic"], cut)
+    gguf_model.write_synthetic(tiny()["models"]["tiny"]["synthetic"], cut)
     cut.write_bytes(cut.read_bytes()[: cut.stat().st_size // 2])
     port = free_port()  # a port nothing listens on
     (tmp / "known_hosts").write_text("")

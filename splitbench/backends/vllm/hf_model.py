@@ -1,6 +1,6 @@
 """vLLM's model format: a Hugging Face directory (config.json, model.safetensors,
 tokenizer.json), written for a `synthetic` model from the same weights as its GGUF, and
-described for the model record as a GGUF is (`splitbench.models`)."""
+described for the model record as a GGUF is (`splitbench.backends.llamacpp.gguf_model`)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,7 @@ from typing import TypedDict
 
 import numpy as np
 
-from splitbench.contracts.records import ModelInfo
-from splitbench.contracts.slices import ModelSlice
-from splitbench.models import (
+from splitbench.backends.model_files import (
     RMS_EPS,
     ROPE_THETA,
     ModelHeader,
@@ -22,6 +20,8 @@ from splitbench.models import (
     synthetic_weights,
     vocabulary,
 )
+from splitbench.contracts.records import ModelInfo
+from splitbench.contracts.slices import ModelSlice
 
 
 def write_synthetic_hf(spec: dict[str, int], directory: str | Path) -> str:
