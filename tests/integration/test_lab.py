@@ -47,11 +47,11 @@ def serve_probe(link: Link, state_dir) -> None:
     link.host_b.wait_listening(link.addr_b, link.ports.probe, timeout=10)
 
 
-def test_loopback_lab_adds_delay_with_the_relay_never_early_at_most_25_percent_late(
+def test_loopback_lab_adds_delay_with_the_relay_never_early_and_once_per_direction(
         state_dir, monkeypatch):
     """1.5 ms each way through the relay: the fastest round trip is never under the
-    3 ms configured, and at most 25% over (the delay is applied once per direction;
-    twice would hold every round trip 6 ms or more); by the relay's own clock, no chunk
+    3 ms configured, and under 4.5 ms (the delay is applied once per direction; twice
+    would hold every round trip 6 ms or more); by the relay's own clock, no chunk
     left before it was due (a round trip's ends add 50-100 us, which would hide a chunk
     sent a little early)."""
     monkeypatch.setenv("SPLITBENCH_LAB", "loopback")
@@ -62,7 +62,7 @@ def test_loopback_lab_adds_delay_with_the_relay_never_early_at_most_25_percent_l
     assert (link.addr_a, link.addr_b, link.connect_addr) == ("127.0.7.1", "127.0.7.2",
                                                            "127.0.7.1")
     serve_probe(link, state_dir)
-    assert 3000 <= probe_min_us(link) <= 3750
+    assert 3000 <= probe_min_us(link) < 4500
     teardown.teardown()
     earliest = relay_earliest_us(state_dir)
     assert earliest and min(earliest) >= 0, earliest

@@ -66,7 +66,7 @@ def test_a_server_ends_the_wait_once_it_is_healthy_not_before(state_dir):
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}"
-        lifecycle.wait_healthy(url, {"server": lambda: procs.find("alive")}, 10, "server")
+        lifecycle.wait_healthy(url, {"server": lambda: procs.find("alive")}, 60, "server")
         returned = time.monotonic()
     finally:
         server.shutdown()
@@ -75,5 +75,6 @@ def test_a_server_ends_the_wait_once_it_is_healthy_not_before(state_dir):
     assert codes[-1] == 200 and codes.count(200) == 1, codes  # it stopped at the first 200
     healthy_at = answers[-1][0]
     assert loaded_at <= healthy_at <= returned
-    # One poll (0.2 s) after loading, with room for a busy machine: not the 10 s deadline.
-    assert returned - loaded_at < 2.0, returned - loaded_at
+    # Not at the deadline: one poll (0.2 s) after loading, where the deadline is 60 s
+    # (the bound only tells the two apart, whatever else the machine is doing).
+    assert returned - loaded_at < 30, returned - loaded_at

