@@ -1,7 +1,7 @@
-"""splitbench's commands: what the workflow's rules run, and what a person runs.
+"""splitbench's commands: what a person runs, and what the workflow's rules run.
 
-`python -m splitbench <command> ...`; a person runs `cells`, `teardown`, `whatif` and
-`doctor`, the rules the others.
+`python -m splitbench <command> ...`; `--help` lists a person's commands (doctor,
+whatif, compare, cells, teardown, packet-helper) and names the rules' apart.
 
 Each command is a module of `splitbench.commands`, named as the command; this module
 only finds the one asked for. Only that command's module is imported, so a quick command
@@ -21,13 +21,21 @@ from splitbench.infra.stamps import stamped
 
 
 def parser(names: list[str]) -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="splitbench", description=__doc__.splitlines()[0])
+    top = argparse.ArgumentParser(
+        prog="splitbench", description="What the link between two machines costs a model "
+        "split across them. The workflow runs it all: snakemake --cores 1 all.",
+        epilog="Run by the workflow's rules (each has --help): "
+        + ", ".join(commands.BY_A_RULE) + ".")
     top.add_argument("--version", action="version",
                      version=f"splitbench {version.described()}")
-    sub = top.add_subparsers(dest="command", required=True)
+    sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                             title="commands")
     for name in names:
         command = commands.load(name)
-        command.arguments(sub.add_parser(name, help=command.HELP))
+        # A rule's command has no line in the list (argparse lists only those given a
+        # help), so that a person sees theirs; the epilog names the rest.
+        listed = {"help": command.HELP} if name in commands.BY_A_PERSON else {}
+        command.arguments(sub.add_parser(name, description=command.HELP, **listed))
     return top
 
 

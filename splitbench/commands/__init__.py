@@ -12,14 +12,15 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-# In the order a run meets them; the last six are run by a person, not a rule.
-NAMES = ("toolchain", "model", "link", "launch", "cell", "roundtrips",
-         "roundtrips-table", "aggregate", "drift", "findings", "charts", "report", "checks",
-         "cells", "teardown", "whatif", "doctor", "packet-helper", "compare")
-# The commands a workflow's rules run (the others are a person's), and those of them
-# that drive a pair (`MEASURING` in their modules).
-BY_A_RULE = NAMES[:-6]
+# What a person runs, in the order `--help` lists them.
+BY_A_PERSON = ("doctor", "whatif", "compare", "cells", "teardown", "packet-helper")
+# What the workflow's rules run, in the order a run meets them, and those of them that
+# drive a pair (`MEASURING` in their modules).
+BY_A_RULE = ("toolchain", "model", "link", "launch", "cell", "roundtrips",
+             "roundtrips-table", "aggregate", "drift", "findings", "charts", "report",
+             "checks")
 DRIVING = ("link", "launch", "cell", "roundtrips")
+NAMES = BY_A_PERSON + BY_A_RULE
 
 
 def load(name: str) -> ModuleType:

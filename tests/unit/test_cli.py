@@ -22,7 +22,6 @@ RULE_STAGES = {
                         path.read_text())
     for m in m if m
 }
-USER_COMMANDS = {"cells", "teardown", "whatif", "doctor", "packet-helper", "compare"}  # a person's
 
 
 @pytest.mark.parametrize("name", commands.NAMES)
@@ -41,7 +40,17 @@ def test_every_module_in_the_commands_folder_is_a_listed_command():
 
 def test_the_rules_call_every_declared_stage_and_nothing_else():
     assert RULE_STAGES, "no stage found in rules/*.smk: the pattern above is out of date"
-    assert set(commands.NAMES) - USER_COMMANDS == RULE_STAGES
+    assert set(commands.BY_A_RULE) == RULE_STAGES
+    assert set(commands.NAMES) == set(commands.BY_A_RULE) | set(commands.BY_A_PERSON)
+
+
+def test_help_lists_a_persons_commands_and_names_the_rules_apart():
+    text = cli.parser(list(commands.NAMES)).format_help()
+    listed = re.findall(r"^    ([a-z-]+)(?: {2,}|$)", text, re.M)
+    assert listed == list(commands.BY_A_PERSON), text
+    rules_line = " ".join(text.split("Run by the workflow's rules")[1].split())
+    assert all(f" {name}," in rules_line or f" {name}." in rules_line
+               for name in commands.BY_A_RULE), rules_line
 
 
 def rule_commands() -> list[tuple[str, set[str]]]:
