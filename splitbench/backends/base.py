@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from splitbench.backends import lifecycle, prompts
 from splitbench.backends.client import Reply
+from splitbench.contracts import registry
 from splitbench.contracts.records import LaunchRecord, ModelInfo, ToolchainRecord
 from splitbench.contracts.slices import HostsSlice, LinkSlice, ModelSlice, ServerSettings
 from splitbench.infra.telemetry import RpcTraffic
@@ -67,7 +68,7 @@ class Backend(ABC):
     # The format of the model files it loads: "gguf" (llama.cpp's `gguf_model`), or a format
     # of its own ("hf": a Hugging Face directory), which `write_synthetic` writes and
     # `describe_model` describes.
-    model_format: ClassVar[str] = "gguf"
+    model_format: ClassVar[str] = registry.DEFAULT_MODEL_FORMAT
     # Whether it keeps a toolchain record of its own for each pair (results.TOOLCHAIN_OWN,
     # written by `record_toolchain` in the pair's toolchain job of this backend), which
     # each of its launches waits for and is given; False: its launches are given the

@@ -9,7 +9,7 @@ from splitbench import backends
 from splitbench.contracts import registry
 from splitbench.contracts.records import LaunchRecord, ModelInfo
 
-if TYPE_CHECKING:  # models imports gguf and numpy: not at a cell's start
+if TYPE_CHECKING:  # model_files imports numpy: not at a cell's start
     from splitbench.backends.model_files import ModelHeader
 
 
@@ -30,7 +30,7 @@ def layout(model: ModelInfo, launch: LaunchRecord | None) -> Layout:
     """What decides the bytes a token moves across the link: the model's width and
     vocabulary (its GGUF header or Hugging Face config) and how the launch split it: where
     llama.cpp put its layers (the server's log), or vLLM's tensor or pipeline split."""
-    header = model.get("gguf") or model.get("hf") or {}
+    header = backends.model_header(model)
     launch = launch or {}
     where = launch.get("placement") or {}
     settings = launch.get("settings") or {}

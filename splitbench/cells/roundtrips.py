@@ -26,9 +26,10 @@ import numpy as np
 import pandas as pd
 
 from splitbench import backends, pairs
-from splitbench.backends import Launch
+from splitbench.backends import Backend, Launch
 from splitbench.backends.base import toolchain_failure
 from splitbench.cells import sweep_fit
+from splitbench.contracts import registry
 from splitbench.contracts.records import ModelInfo, ToolchainRecord
 from splitbench.contracts.slices import ServerSettings, SweepSlice
 from splitbench.infra import interference, parquet_io, procs, turns, wakeup
@@ -36,7 +37,13 @@ from splitbench.infra.hosts import HostError, host_from_spec
 from splitbench.links import lab, relay, verify
 from splitbench.links.link import Link
 
-BACKEND = backends.get("llamacpp")
+
+def backend_of(spec: SweepSlice) -> Backend:
+    """The backend whose round trips the sweep counts: its server settings' (a backend
+    whose config section declares the sweep, `configuration.swept_models`)."""
+    return backends.get(spec["server"].get("backend", registry.DEFAULT))
+
+
 def measure_rr_ms(link: Link, samples: int) -> float:
     """Median request-response time at 64 B from A to B's services (ms)."""
     with verify.latency_probe(link) as measure:
@@ -81,15 +88,16 @@ class SweepRow(PointFacts, RequestFigures, interference.InterferenceFigures, tot
 def one_request(server: Launch, link: Link, sweep: SweepSlice, pool: Any,
                 round_: int) -> RequestFigures:
     """One single-stream request of a round; its row."""
+    backend = backend_of(sweep)
     with link.host_a.entered():
-        ids = BACKEND.prompt(pool, sweep["prompt_tokens"], secrets.randbits(63))
+        ids = backend.prompt(pool, sweep["prompt_tokens"], secrets.randbits(63))
         # The second witness: the RPC connections' turns, counted from their packets.
-        rpc = BACKEND.traffic(link, server)
-        reply = BACKEND.stream(server.url, [ids], sweep["n_predict"],
+        rpc = backend.traffic(link, server)
+        reply = backend.stream(server.url, [ids], sweep["n_predict"],
                                sweep["request_timeout_s"], rpc.at_first_token)[0]
         rpc.finish()
     traffic = rpc.figures([t["t_mono_ns"] for t in reply.tokens])
-    figures = BACKEND.request_row(reply, sweep["prompt_tokens"], sweep["n_predict"], True, 0.0)
+    figures = backend.request_row(reply, sweep["prompt_tokens"], sweep["n_predict"], True, 0.0)
     gaps = np.diff([t["t_ns"] for t in reply.tokens])
     return {
         "request": round_,
@@ -143,7 +151,7 @@ def sweep(spec: SweepSlice, model: ModelInfo, toolchain: ToolchainRecord,
                 rows += _rounds(spec, [p for p in points if p.server is not None])
             finally:
                 for slot in slots:
-                    BACKEND.stop(spec["pair"], slot=slot)
+                    backend_of(spec).stop(spec["pair"], slot=slot)
                 if on_real:  # the lab's relays are its links'; these were the sweep's
                     for index in range(len(slots)):
                         procs.stop(lab.relay_key(spec["pair"], f"rt{index}"))
@@ -175,12 +183,13 @@ def _point(spec: SweepSlice, settings: ServerSettings, model: ModelInfo,
     point = Point(link, {"pair": spec["pair"], "model": spec["model"],
                          "workers": spec["workers"], "delay_ms": delay, "rr_ms": rr_ms,
                          "emulation_delay": link.emulation["delay"], **held})
+    backend = backend_of(spec)
     try:
-        point.server = BACKEND.ensure(link, settings, model["path"], model["sha256"],
+        point.server = backend.ensure(link, settings, model["path"], model["sha256"],
                                       toolchain, slot=f"point{index}")
         with link.host_a.entered():
-            point.pool = BACKEND.prompt_pool(point.server.url)
-    except (*BACKEND.launch_errors, HostError, httpx.HTTPError) as exc:
+            point.pool = backend.prompt_pool(point.server.url)
+    except (*backend.launch_errors, HostError, httpx.HTTPError) as exc:
         # A model that does not load has no round trips to count: a row that says why,
         # and the fit has nothing to fit (the table shows "—").
         print(f"delay {delay} ms: launch failed: {str(exc)[:300]}", flush=True)

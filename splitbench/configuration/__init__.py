@@ -25,8 +25,8 @@ from splitbench.configuration.checks import (
     check_workers,
     drift_settings,
     link_index,
-    llamacpp_models,
     parsed,
+    swept_models,
     synthetic_bytes,
 )
 from splitbench.configuration.keys import ConfigError, Section, defaults, key, required
@@ -93,7 +93,7 @@ __all__ = [
     "drift_settings",
     "key",
     "link_index",
-    "llamacpp_models",
+    "swept_models",
     "parsed",
     "required",
     "synthetic_bytes",

@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
+from splitbench.configuration import owned
 from splitbench.configuration.keys import ConfigError, defaults
 from splitbench.configuration.owned import KeyProblem
 from splitbench.configuration.sections import (
@@ -128,21 +129,26 @@ def _check_roundtrips(config: Config) -> None:
     sweep = config.roundtrips
     if sweep is None:
         return
-    for model in sweep.models or llamacpp_models(config):
+    for model in sweep.models or swept_models(config):
         if model not in config.models:
             raise ConfigError("roundtrips.models",
                               f"'{model}' is not a model (models: {sorted(config.models)})")
-        if config.models[model].backend != "llamacpp":
-            raise ConfigError("roundtrips.models", f"'{model}': the sweep counts llama.cpp's "
-                              "RPC round trips (backend llamacpp only)")
+        backend = config.models[model].backend
+        if not owned.sweeps_round_trips(backend):
+            swept = [name for name in registry.names() if owned.sweeps_round_trips(name)]
+            raise ConfigError("roundtrips.models", f"'{model}': the sweep counts a backend's "
+                              f"round trips per token; backend {backend} has none to count "
+                              f"(backends with a sweep: {', '.join(swept)})")
         for workers in sweep.workers:
             check_workers("roundtrips.workers", workers, f"models.{model}",
                           config.models[model].given())
 
 
-def llamacpp_models(config: Config) -> list[str]:
-    """The models served by llama.cpp's RPC backend."""
-    return [name for name, spec in config.models.items() if spec.backend == "llamacpp"]
+def swept_models(config: Config) -> list[str]:
+    """The models whose backend's round trips per token the delay sweep counts (its
+    config section says so: llama.cpp's RPC workers)."""
+    return [name for name, spec in config.models.items()
+            if owned.sweeps_round_trips(spec.backend)]
 
 
 def check_workers(key: str, workers: int, where: str, model: ModelSlice) -> None:

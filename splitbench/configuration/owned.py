@@ -35,6 +35,12 @@ def model_section(name: str) -> type[Section] | None:
     return getattr(found, "MODEL", None) if found else None
 
 
+def sweeps_round_trips(name: str) -> bool:
+    """Whether backend `name`'s round trips per token are what the delay sweep counts
+    (its section's SWEEPS_ROUND_TRIPS: llama.cpp's RPC workers)."""
+    return bool(getattr(section(name), "SWEEPS_ROUND_TRIPS", False))
+
+
 def host_sections() -> dict[str, type[Section]]:
     """Every backend's host keys: backend name -> its section."""
     found = {name: getattr(section(name), "HOST", None) for name in registry.names()}

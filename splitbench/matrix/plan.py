@@ -409,7 +409,7 @@ def roundtrip_settings(config: Config) -> SweepSettings | None:
     if config.roundtrips is None:
         return None
     settings = {**_roundtrip_defaults(), **config.roundtrips.given(), **_wakeup(config)}
-    settings.setdefault("models", configuration.llamacpp_models(config))
+    settings.setdefault("models", configuration.swept_models(config))
     return settings
 
 
@@ -429,9 +429,9 @@ def roundtrips_slice(config: Config, pair: str, model: str,
     """One sweep's settings, with its own server settings (one slot, short context)."""
     settings = roundtrip_settings(config) or _roundtrip_defaults()
     sweep = {k: v for k, v in settings.items() if k not in ("models", "workers")}
-    from splitbench import backends  # the sweep is llama.cpp's
+    from splitbench import backends  # the model's: one whose round trips the sweep counts
 
-    server = backends.get("llamacpp").server_settings(
+    server = backends.get(config.models[model].backend).server_settings(
         {**model_slice(config, model), "workers": workers}, 1,
         sweep["prompt_tokens"] + sweep["n_predict"])
     out: SweepSlice = {"pair": pair, "model": model, "workers": workers, **sweep,

@@ -13,7 +13,7 @@ from snakemake.io import ancient
 
 from splitbench import backends, pairs
 from splitbench.configuration import Config, Model
-from splitbench.contracts import results
+from splitbench.contracts import registry, results
 from splitbench.matrix import plan
 from splitbench.workflow import cluster
 from splitbench.workflow.preflight import Execution
@@ -34,11 +34,12 @@ def splitbench_command(stage: str, *arguments: str) -> str:
 
 
 def model_kind(spec: Model) -> str:
-    """How a model's file is had: a synthetic GGUF, a synthetic model in its backend's
-    own format (`Backend.model_format`), one fetched from PyPI, or a path given."""
+    """How a model's file is had: a synthetic model in the default backend's format
+    (results.MODEL_FILE), one in its backend's own format (`Backend.model_format`), one
+    fetched from PyPI, or a path given."""
     if spec.synthetic:
-        return "synthetic" if backends.get(spec.backend).model_format == "gguf" \
-            else "synthetic_own"
+        own = backends.get(spec.backend).model_format != registry.DEFAULT_MODEL_FORMAT
+        return "synthetic_own" if own else "synthetic"
     return "source" if spec.source else "path"
 
 
@@ -138,7 +139,7 @@ class Jobs:
             return results.MODEL_OWN.format(
                 model=wildcards.model, format=backends.get(spec.backend).model_format)
         if kind in ("synthetic", "source"):
-            return results.MODEL_GGUF.format(model=wildcards.model)
+            return results.MODEL_FILE.format(model=wildcards.model)
         return spec.path
 
     def backend_toolchain(self, wildcards: Wildcards) -> str:
@@ -163,8 +164,9 @@ class Jobs:
 
     def own_formats(self) -> str:
         """A wildcard constraint: the model formats of the config's backends other than
-        GGUF (a regex that matches nothing when there are none)."""
-        formats = {backend.model_format for backend in backends.used(self.config)} - {"gguf"}
+        the default's (a regex that matches nothing when there are none)."""
+        formats = ({backend.model_format for backend in backends.used(self.config)}
+                   - {registry.DEFAULT_MODEL_FORMAT})
         return "|".join(sorted(re.escape(f) for f in formats)) or "(?!)"
 
     def models_named(self, *kinds: str) -> str:

@@ -165,7 +165,9 @@ def test_a_cell_takes_its_models_backend_and_reaches_it_only_through_the_seam():
 
     assert measure.backend_of({"model": {}}) is backends.get("llamacpp")
     assert measure.backend_of({"model": {"backend": "vllm"}}) is backends.get("vllm")
-    assert roundtrips.BACKEND is backends.get("llamacpp")  # llama.cpp's round trips
+    # The sweep's backend is its server settings' (a backend whose section has a sweep).
+    assert roundtrips.backend_of({"server": {}}) is backends.get("llamacpp")
+    assert roundtrips.backend_of({"server": {"backend": "vllm"}}) is backends.get("vllm")
     for module in (measure, roundtrips):
         assert not hasattr(module, "servers") and not hasattr(module, "prompts")
 

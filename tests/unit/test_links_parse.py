@@ -6,7 +6,7 @@ import pytest
 
 from splitbench.contracts import results
 from splitbench.infra import fits
-from splitbench.links import history, verify
+from splitbench.links import history, tool_output, verify
 from tests.conftest import ROOT
 
 FIXTURES = ROOT / "tests/unit/fixtures/iperf3"
@@ -18,20 +18,20 @@ def load(name):
 
 def test_forward_is_a_to_b():
     report = load("forward")
-    parsed = verify.parse_iperf(report)
+    parsed = tool_output.parse_iperf(report)
     assert parsed["b_to_a"] is None
     assert parsed["a_to_b"] == pytest.approx(
         report["end"]["sum_received"]["bits_per_second"] / 1e9)
 
 
 def test_reverse_is_b_to_a():
-    parsed = verify.parse_iperf(load("reverse"))
+    parsed = tool_output.parse_iperf(load("reverse"))
     assert parsed["a_to_b"] is None and parsed["b_to_a"] > 0
 
 
 def test_bidir_gives_both_directions():
     report = load("bidir")
-    parsed = verify.parse_iperf(report)
+    parsed = tool_output.parse_iperf(report)
     assert parsed["a_to_b"] == pytest.approx(
         report["end"]["sum_received"]["bits_per_second"] / 1e9)
     assert parsed["b_to_a"] == pytest.approx(
@@ -39,18 +39,18 @@ def test_bidir_gives_both_directions():
 
 
 def test_iperf_error_is_raised():
-    with pytest.raises(verify.LinkError, match="unable to connect"):
-        verify.parse_iperf({"error": "unable to connect to server"})
+    with pytest.raises(tool_output.LinkError, match="unable to connect"):
+        tool_output.parse_iperf({"error": "unable to connect to server"})
 
 
 def test_ping_parse():
     text = "\n".join(f"64 bytes from 10.0.0.2: icmp_seq={i} ttl=64 time={t} ms"
                      for i, t in enumerate([0.1, 0.2, 0.3, 5.0]))
-    parsed = verify.parse_ping(text)
+    parsed = tool_output.parse_ping(text)
     assert parsed["ping_ms"] == pytest.approx(0.25)
     assert parsed["ping_min_ms"] == pytest.approx(0.1)
-    with pytest.raises(verify.LinkError):
-        verify.parse_ping("100% packet loss")
+    with pytest.raises(tool_output.LinkError):
+        tool_output.parse_ping("100% packet loss")
 
 
 def test_theil_sen_recovers_intercept_despite_outliers():
@@ -74,12 +74,12 @@ def test_fixed_overhead_from_probe_samples():
 
 def test_sockperf_parse_reads_full_rtt_percentiles_through_colour_codes():
     text = (FIXTURES.parent / "sockperf/pingpong_16k.txt").read_text()
-    parsed = verify.parse_sockperf(text)
+    parsed = tool_output.parse_sockperf(text)
     p50 = float(re.search(r"percentile 50\.000 =\s+([\d.]+)", strip_ansi(text)).group(1))
     assert parsed["sockperf_p50_us"] == p50
     assert parsed["sockperf_p50_us"] <= parsed["sockperf_p90_us"] <= parsed["sockperf_p99_us"]
-    with pytest.raises(verify.LinkError):
-        verify.parse_sockperf("sockperf: ERROR: connect failed")
+    with pytest.raises(tool_output.LinkError):
+        tool_output.parse_sockperf("sockperf: ERROR: connect failed")
 
 
 def strip_ansi(text: str) -> str:
@@ -138,7 +138,7 @@ def test_a_server_still_finishing_its_last_test_is_waited_for(monkeypatch):
 def test_any_other_iperf_error_is_not_retried(monkeypatch):
     monkeypatch.setattr(verify.time, "sleep", lambda s: None)
     host = _Answers({"error": "unable to connect to server: No route to host"})
-    with pytest.raises(verify.LinkError, match="No route to host"):
+    with pytest.raises(tool_output.LinkError, match="No route to host"):
         verify._iperf_once(host, ["iperf3"], timeout=5)
     assert host.runs == 1
 
@@ -147,7 +147,7 @@ def test_a_server_that_stays_away_fails_the_check(monkeypatch):
     monkeypatch.setattr(verify.time, "sleep", lambda s: None)
     refused = {"error": "unable to connect to server: Connection refused"}
     host = _Answers(*[refused] * 20)
-    with pytest.raises(verify.LinkError, match="Connection refused"):
+    with pytest.raises(tool_output.LinkError, match="Connection refused"):
         verify._iperf_once(host, ["iperf3"], timeout=5)
     assert host.runs == 20
 

@@ -218,3 +218,16 @@ def test_each_local_host_keeps_its_own_vllm_cache_in_its_users_home(tmp_path, mo
     monkeypatch.setenv("HOME", str(tmp_path / "file"))
     monkeypatch.setenv("SPLITBENCH_STATE", str(tmp_path / "state"))
     assert servers._cache_root(Host("b")) == str(tmp_path / "state/vllm-cache/b")
+
+
+def test_the_sweep_counts_only_a_backend_whose_section_has_one():
+    """The delay sweep counts round trips per token where a backend's config section
+    declares it (llama.cpp's RPC workers): by default it sweeps those models alone, and
+    a vLLM model named for it is refused, naming the backends that have one."""
+    config = example()
+    assert configuration.swept_models(configuration.parsed(config)) == ["rpc"]
+    config = {**config, "roundtrips": {"models": ["tp"]}}
+    with pytest.raises(configuration.ConfigError,
+                       match=r"backend vllm has none to count \(backends with a sweep: "
+                             r"llamacpp\)"):
+        configuration.parsed(config)

@@ -128,7 +128,7 @@ def test_only_a_paired_cell_reads_the_baseline_links_check(tiny):
 def test_a_models_file_and_constraint_follow_its_kind(tiny):
     tiny["models"]["mine"] = {"path": "/models/mine.gguf", "layers_on_b": 1}
     matrix = jobs.Jobs(parsed(tiny), ONE_AT_A_TIME)
-    assert matrix.model_file(wildcards(model="tiny")) == results.MODEL_GGUF.format(
+    assert matrix.model_file(wildcards(model="tiny")) == results.MODEL_FILE.format(
         model="tiny")
     assert matrix.model_file(wildcards(model="mine")) == "/models/mine.gguf"
     assert matrix.models_named("synthetic") == "tiny|tiny2"

@@ -6,6 +6,10 @@ from __future__ import annotations
 
 from splitbench.configuration.keys import Section, key, required
 
+# The delay sweep (`roundtrips:`) counts this backend's blocking round trips per token:
+# its RPC workers' turns (configuration.swept_models).
+SWEEPS_ROUND_TRIPS = True
+
 
 class LlamaCppModel(Section):
     layers_on_b: int = required("backend llamacpp: -ngl K, the output layer plus the last "
