@@ -14,7 +14,7 @@ prompts, and the launch records.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from splitbench.backends.base import Backend, Launch
 from splitbench.contracts import registry
@@ -22,11 +22,13 @@ from splitbench.contracts.records import ModelInfo
 from splitbench.contracts.slices import ModelSlice, ServerSettings
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from splitbench.backends.model_files import ModelHeader, ModelOrigin
     from splitbench.configuration import Config
 
 __all__ = ["Backend", "Launch", "check_models", "default_split", "describe_model", "get",
-           "label", "layout_text", "model_header", "split", "split_labels", "used"]
+           "label", "layout_of", "model_header", "split", "split_labels", "used"]
 
 
 def used(config: Config) -> list[Backend]:
@@ -89,13 +91,15 @@ def label(name: str | None) -> str:
     return named or f"backend {name}"
 
 
-def layout_text(name: str, split: str | None) -> str:
-    """Where a backend's split puts the model's layers, in the report's words."""
-    backend = get(name) if name in registry.names() else None
-    layout = backend.split_layouts.get(split or "") if backend else None
-    if backend and layout:
-        return f"{backend.split_labels.get(split or '', label(name))}: {layout}"
-    return label(name) if backend and backend.label else f"backend {name}: {split}"
+def layout_of(row: pd.Series | dict[str, Any]) -> str:
+    """Where a cell's launch put the model's layers, in the report's words, by the
+    cell's backend (`Backend.layout_of`; the default where the row names none; one not
+    registered here: its name and split)."""
+    backend = row.get("backend")
+    name = backend if isinstance(backend, str) else registry.DEFAULT
+    if name in registry.names():
+        return get(name).layout_of(row)
+    return f"backend {name}: {row.get('split')}"
 
 
 def get(name: str = registry.DEFAULT) -> Backend:

@@ -21,6 +21,8 @@ from splitbench.infra.telemetry import RpcTraffic
 from splitbench.links.link import Link
 
 if TYPE_CHECKING:  # metrics imports numpy, which this module does not need at run time
+    import pandas as pd
+
     from splitbench.backends.metrics import RequestRow
     from splitbench.configuration import Config, Pair
     from splitbench.links.readiness import Line
@@ -169,6 +171,33 @@ class Backend(ABC):
         """How the launch splits the model across the hosts, in a word (the cell's
         `split` column; the backends table compares splits of one model shape)."""
         return self.name
+
+    # Whether `predict_traffic` predicts the bytes its cells move (else the report says
+    # "no prediction" for them).
+    predicts_traffic: ClassVar[bool] = False
+
+    def predict_traffic(self, cells: pd.DataFrame, baseline_link: str | None
+                        ) -> pd.DataFrame | None:
+        """This backend's cells (summary rows, at concurrency 1 or more) with the bytes
+        a decoded token is predicted to move across the link (analysis.traffic's
+        PREDICTED columns), from the model's geometry, the split and the context; None
+        where it predicts none."""
+        return None
+
+    def traffic_terms(self, row: pd.Series | dict[str, Any]) -> str:
+        """The A→B prediction of one cell with the terms it is made of, in the report's
+        words ("—" where it has none)."""
+        return "—"
+
+    def layout_of(self, row: pd.Series | dict[str, Any]) -> str:
+        """Where a cell's launch put the model's layers, in the report's words: its
+        split's layout (`split_layouts`), else the backend's name."""
+        split = row.get("split")
+        layout = self.split_layouts.get(split) if isinstance(split, str) else None
+        named = self.label or f"backend {self.name}"
+        if layout:
+            return f"{self.split_labels.get(split, named)}: {layout}"
+        return self.label or f"{named}: {split}"
 
     def traffic(self, link: Link, launch: Launch) -> RpcTraffic:
         """The kernel's counters of what the launch sends across the link during a

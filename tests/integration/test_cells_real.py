@@ -14,9 +14,9 @@ import pandas as pd
 import pytest
 
 from splitbench import pairs
-from splitbench.analysis import cell_summary, traffic
+from splitbench.analysis import cell_summary
 from splitbench.backends import lifecycle
-from splitbench.backends.llamacpp import gguf_model, servers, toolchain
+from splitbench.backends.llamacpp import gguf_model, servers, toolchain, traffic_model
 from splitbench.backends.llamacpp.backend import BACKEND as LLAMACPP
 from splitbench.cells import measure
 from splitbench.infra import interference, procs, telemetry
@@ -124,7 +124,7 @@ def test_bytes_per_decoded_token_come_from_the_rpc_connection(bench):
     # output layer on B's one worker: the logits, n_vocab x 4 B), and each reply's
     # 8-byte length field (ggml's RPC protocol: analysis/traffic.py's measured 8 B).
     assert (row["output_on_b"], row["rpc_workers"]) == (True, 1)
-    reply = traffic.predicted_bytes(row["model_n_embd"], row["model_n_vocab"],
+    reply = traffic_model.predicted_bytes(row["model_n_embd"], row["model_n_vocab"],
                                     row["blocks_on_b"], row["output_on_b"],
                                     row["rpc_workers"])[1] + RPC_LENGTH_FIELD
     # Counted exactly but for one token: the read at the first token can fall between

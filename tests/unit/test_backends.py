@@ -177,8 +177,12 @@ def test_each_backend_names_its_own_splits_format_and_toolchain(registered):
                                        "pp2": "vLLM PP=2"}  # onetrip names none
     assert backends.default_split() == "rpc"
     assert backends.label("vllm") == "vLLM" and backends.label("onetrip") == "backend onetrip"
-    assert backends.layout_text("vllm", "pp2") == "vLLM PP=2: half the layers"
-    assert backends.layout_text("onetrip", "one-trip") == "backend onetrip: one-trip"
+    assert backends.layout_of({"backend": "vllm", "split": "pp2"}) == \
+        "vLLM PP=2: half the layers"
+    assert backends.layout_of({"backend": "onetrip", "split": "one-trip"}) == \
+        "backend onetrip: one-trip"
+    assert backends.layout_of({"blocks_on_b": 2, "output_on_b": True}) == \
+        "2 blocks + output layer"  # llama.cpp's, the default backend's
     assert [registered(name).model_format for name in REGISTERED] == ["gguf", "hf",
                                                                       "onetrip"]
     assert [registered(name).own_toolchain for name in REGISTERED] == [False, True, True]

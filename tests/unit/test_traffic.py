@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from splitbench.analysis import comparison, mechanisms, traffic
-from splitbench.backends.llamacpp import servers
+from splitbench.backends.llamacpp import servers, traffic_model
 from splitbench.report import tables
 
 SMOL = {"n_embd": 576, "n_vocab": 49152}  # SmolLM2-135M's GGUF header
@@ -46,13 +46,13 @@ def test_placement_from_the_server_s_start_up_log():
 
 def test_bytes_predicted_from_geometry_and_split():
     # Logits from B: 49,152 x 4 B; the hidden state into B: 576 x 4 B.
-    assert traffic.predicted_bytes(576, 49152, 14, True, 1) == (2304, 196608)
+    assert traffic_model.predicted_bytes(576, 49152, 14, True, 1) == (2304, 196608)
     # Output on A: the hidden state comes back instead of the logits.
-    assert traffic.predicted_bytes(576, 49152, 14, False, 1) == (2304, 2304)
+    assert traffic_model.predicted_bytes(576, 49152, 14, False, 1) == (2304, 2304)
     # Two workers: A feeds each, and the first's output returns to A on its way on.
-    assert traffic.predicted_bytes(576, 49152, 14, True, 2) == (4608, 2304 + 196608)
-    assert traffic.predicted_bytes(576, 49152, 0, False, 1) == (0, 0)
-    assert all(np.isnan(traffic.predicted_bytes(None, 49152, 14, True, 1)))
+    assert traffic_model.predicted_bytes(576, 49152, 14, True, 2) == (4608, 2304 + 196608)
+    assert traffic_model.predicted_bytes(576, 49152, 0, False, 1) == (0, 0)
+    assert all(np.isnan(traffic_model.predicted_bytes(None, 49152, 14, True, 1)))
 
 
 def test_transfer_time_counts_only_what_exceeds_the_burst():
@@ -244,11 +244,11 @@ def test_the_prediction_holds_every_measured_figure_within_5_percent():
 
 def test_the_mask_covers_the_padded_kv_cells_of_each_decode_step():
     # 64 tokens after a 2,000-token prompt: 48 steps at 2,048 cells, 15 at 2,304.
-    assert traffic.mask_cells(2000, 64) == pytest.approx((48 * 2048 + 15 * 2304) / 63)
-    assert traffic.graph_uploads(2000, 64) == 2
-    assert traffic.graph_uploads(2048, 64) == 1
+    assert traffic_model.mask_cells(2000, 64) == pytest.approx((48 * 2048 + 15 * 2304) / 63)
+    assert traffic_model.graph_uploads(2000, 64) == 2
+    assert traffic_model.graph_uploads(2048, 64) == 1
     # Two workers each get the hidden state; the one with blocks gets the mask.
-    assert traffic.predicted_bytes(576, 49152, 1, True, 2, 256, 1000) == (
+    assert traffic_model.predicted_bytes(576, 49152, 1, True, 2, 256, 1000) == (
         2 * 2304 + 512 + 1000, 2304 + 196608)
 
 
@@ -264,7 +264,7 @@ def test_the_default_run_s_shape_flags_nothing():
     # All but the baseline's shortest context, where the overhead is measured.
     assert (table["A→B check"].str.startswith("agrees")).sum() == 11
     # What the old prediction was: the hidden state alone, 15x to 265x below.
-    hidden = cells["model_n_embd"] * traffic.F32
+    hidden = cells["model_n_embd"] * traffic_model.F32
     assert (cells["rpc_bytes_per_token_a_to_b"] / hidden > 1 + traffic.TOLERANCE).all()
 
 

@@ -12,6 +12,8 @@ from splitbench.infra.telemetry import RpcTraffic
 from splitbench.links.link import Link
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from splitbench.configuration import Config, Pair
     from splitbench.links.readiness import Line
 
@@ -22,6 +24,7 @@ class LlamaCpp(ModuleBackend):
     name = "llamacpp"
     label = "llama.cpp"
     split_labels = {"rpc": "llama.cpp RPC"}
+    predicts_traffic = True
     servers, api = servers, api
 
     def check_model(self, where: str, model: ModelSlice, config: Config) -> None:
@@ -94,6 +97,22 @@ class LlamaCpp(ModuleBackend):
         one): exactly the split's traffic."""
         ports = launch.record.get("worker_ports", [link.ports.worker(0)])
         return RpcTraffic(link.connect_addr, ports)
+
+    def predict_traffic(self, cells: pd.DataFrame, baseline_link: str | None
+                        ) -> pd.DataFrame:
+        from splitbench.backends.llamacpp import traffic_model  # the report's, not a cell's
+
+        return traffic_model.with_predictions(cells, baseline_link)
+
+    def traffic_terms(self, row: pd.Series | dict[str, Any]) -> str:
+        from splitbench.backends.llamacpp import traffic_model
+
+        return traffic_model.a_to_b_text(row)
+
+    def layout_of(self, row: pd.Series | dict[str, Any]) -> str:
+        from splitbench.backends.llamacpp import traffic_model
+
+        return traffic_model.layout_text(row)
 
 
 BACKEND = LlamaCpp()
