@@ -112,7 +112,7 @@ def test_the_jobs_that_drive_a_pair_do_not_pay_for_the_config_model():
     """A cell's job starts once per cell: the typed config (pydantic) is planning's, and
     so is every backend's section (a cell's job loads its backend)."""
     code = ("import importlib, sys\n"
-            "from splitbench import backends, registry\n"
+            "from splitbench import backends\nfrom splitbench.contracts import registry\n"
             f"for name in {list(commands.DRIVING)!r}:\n"
             "    importlib.import_module('splitbench.commands.' + name.replace('-', '_'))\n"
             "for name in registry.names():\n"
