@@ -5,17 +5,18 @@ import os
 import sys
 
 from splitbench.contracts import results
-from splitbench.matrix import plan
-from splitbench.workflow import doctor
 from splitbench.infra import archive, reaper, teardown, turns
 from splitbench.links import lab
+from splitbench.matrix import plan
 from splitbench.report import contents
-from splitbench.workflow import jobs, preflight, snakemake_internals
+from splitbench.workflow import doctor, jobs, preflight, snakemake_internals
 
 # Snakemake's own start-up (the DAG, the doctor's checks) is CPU another run's
 # measurement on this machine would count: it waits for that run's job, and holds this
 # machine's turn lock shared until its own jobs begin (onstart).
-STARTUP_HOLD = None if snakemake_internals.in_cluster_job(sys.argv) else turns.hold_this_machine()
+STARTUP_HOLD = (
+    None if snakemake_internals.in_cluster_job(sys.argv) else turns.hold_this_machine()
+)
 preflight.merged_config(config, workflow)
 # The typed config (splitbench/configuration): every planning function and rule reads it.
 CONFIG = preflight.checked(config)
