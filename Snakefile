@@ -39,7 +39,7 @@ include: "rules/drift.smk"
 # jobs of a pair's hardware (splitbench/workflow/cluster.py: PAIR_RULES) run on host A's node.
 localrules:
     all,
-    model_gguf,
+    model_file,
     model_own,
     model_fetch,
     model_info,

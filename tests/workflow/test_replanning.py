@@ -34,7 +34,7 @@ def test_re_verifying_a_link_re_measures_nothing(finished):
     work, config = finished
     jobs = planned(work, config, "--forcerun", "results/links/t/slow.parquet")
     assert jobs["link"] == ["results/links/t/slow.parquet"]
-    assert not {"cell", "launch", "anchor", "roundtrips", "model_gguf"} & set(jobs), jobs
+    assert not {"cell", "launch", "anchor", "roundtrips", "model_file"} & set(jobs), jobs
     assert "aggregate" in jobs  # the tables show the new verification
 
 
