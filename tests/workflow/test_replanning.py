@@ -144,7 +144,7 @@ def test_editing_package_code_plans_nothing(finished, tmp_path):
     work = run_copy(finished[0], tmp_path)
     package = work / "splitbench"
     shutil.copytree(ROOT / "splitbench", package)
-    for module in ("cells/measure.py", "plan.py", "backends/client.py"):
+    for module in ("cells/measure.py", "matrix/plan.py", "backends/client.py"):
         assert (package / module).is_file(), module  # an edit, not a new file
         with open(package / module, "a") as handle:
             handle.write("\n# an edit that changes no measurement\n")
