@@ -130,9 +130,9 @@ class Model(Section):
 
     backend: str = key(
         registry.DEFAULT, f"{registry.DEFAULT}: llama-server on A, ggml-rpc-server on B "
-                    "(layers_on_b required); vllm: vLLM tensor or pipeline parallel across the pair "
-                    "(the `vllm` key; a synthetic model, or path to a Hugging Face "
-                    "directory on both hosts); or a backend registered in "
+                    "(layers_on_b required); vllm: vLLM tensor or pipeline parallel "
+                    "across the pair (the `vllm` key; a synthetic model, or path to a "
+                    "Hugging Face directory on both hosts); or a backend registered in "
                     "SPLITBENCH_BACKENDS (docs/backends.md)",
         pattern=r"^[a-z][a-z0-9_]{0,31}$")
 
