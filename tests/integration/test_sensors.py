@@ -252,4 +252,4 @@ def test_the_meter_reads_another_programs_work_while_its_stretch_is_open():
     with calm.stretch(interference.Own({"a": [os.getpid()]}, {"a": []})):
         time.sleep(0.5)
         calm.others_at_work(limits)
-    assert f"(pid {loop.pid})" not in calm.figures()["foreign_top_a"], calm.so_far()
+    assert f"(pid {loop.pid})" not in (calm.figures()["foreign_top_a"] or ""), calm.so_far()
