@@ -36,8 +36,8 @@ missing_packages() {
                      [ssh]=openssh-client [nft]=nftables)
     if [ "$MODE" = test ]; then
         # sshd: the SSH tests' host B; mmdebstrap: the root filesystem of the host B
-        # that is another machine (tests/separate_host.py); sudo, setcap: host A's
-        # ordinary user (tests/ordinary_user.py) and its packet helper; chromium: the
+        # that is another machine (tests/support/separate_host.py); sudo, setcap: host A's
+        # ordinary user (tests/support/ordinary_user.py) and its packet helper; chromium: the
         # report page's browser test; slurmctld, munged: the throwaway cluster of
         # test_slurm.py
         wanted+=([sshd]=openssh-server [mmdebstrap]=mmdebstrap [sudo]=sudo
@@ -73,7 +73,7 @@ system_tools() {
     fi
     case " ${missing[*]} " in *" cmake "*|*" g++ "*|*" gcc "*|*" python3-venv "*) exit 1;; esac
     # The tests need every tool: without one they would skip, and a skip is a failure
-    # where the set-up ran (CI=true as root: tests/skips.py). Say so here, and fail.
+    # where the set-up ran (CI=true as root: tests/support/skips.py). Say so here, and fail.
     if [ "$MODE" = test ]; then
         say "the set-up could not install ${missing[*]}: the tests that need them cannot run"
         exit 1

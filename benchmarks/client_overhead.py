@@ -43,7 +43,7 @@ from splitbench.links import lab
 
 # The synthetic streaming server is test code, kept out of the package.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.synthetic_server import read_request  # noqa: E402
+from tests.support.synthetic_server import read_request  # noqa: E402
 
 CLONE_NEWNET = 0x40000000
 

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from splitbench.infra import teardown
-from tests.skips import (  # noqa: F401  (hooks: skips fail where nothing may skip)
+from tests.support.skips import (  # noqa: F401  (hooks: skips fail where nothing may skip)
     pytest_make_collect_report,
     pytest_runtest_makereport,
     pytest_terminal_summary,
@@ -53,7 +53,7 @@ def state_dir(tmp_path, monkeypatch):
 
 def needs_root():
     """The `root` marker: skipped without root (network namespaces, packet capture, sshd,
-    a SLURM cluster), which fails the run under CI=true (tests/skips.py)."""
+    a SLURM cluster), which fails the run under CI=true (tests/support/skips.py)."""
     return pytest.mark.root
 
 

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from splitbench.infra import procs, ssh
-from tests.ssh_b import ADDR_B, IF_A, IF_B, NS, sh, start_sshd
+from tests.support.ssh_b import ADDR_B, IF_A, IF_B, NS, sh, start_sshd
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from splitbench.infra.hosts import Host, host_from_spec
 from splitbench.links import real
 from splitbench.pairs import ssh
 from tests.conftest import needs_root
-from tests.separate_host import config_block, separate_host_b  # noqa: F401 (a fixture)
+from tests.support.separate_host import config_block, separate_host_b  # noqa: F401 (a fixture)
 
 pytestmark = needs_root()
 

@@ -281,7 +281,7 @@ def test_a_stopped_client_keeps_each_token_s_arrival_against_llama_server(state_
     """The client, stopped from outside for 20-50 ms at a time while it reads a real
     llama-server on host A's loopback, still gives every token its own time, and its
     decode ms/token matches the server's own."""
-    from tests.integration.test_client import run_starved
+    from tests.support.starved_reader import run_starved
 
     gguf = tmp_path / "m.gguf"
     gguf_model.write_synthetic(MODEL, gguf)

@@ -3,14 +3,9 @@ bodies, error replies, a stream cut short, a timeout, and the first-token hook."
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
-import os
-import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -20,9 +15,10 @@ import pytest
 from splitbench.backends import client as stream_client
 from splitbench.backends.llamacpp import api
 from splitbench.backends.packet_clock import PacketClock
-from tests.conftest import ROOT, needs_root
+from tests.conftest import needs_root
 from tests.support import free_port
-from tests.synthetic_server import read_request
+from tests.support.starved_reader import run_starved
+from tests.support.synthetic_server import read_request
 
 
 def _serve(handler: Callable[[socket.socket, dict], None], requests: int = 1) -> str:
@@ -262,56 +258,10 @@ def test_one_event_that_is_not_json_keeps_the_others():
     assert [t["token_id"] for t in reply.tokens] == [0, 1]
 
 
-# The client in its own process, so that it can be stopped from outside like a reader
-# the scheduler does not run: prints each reply's clock and token times as JSON.
-READER = """
-import json, sys
-from splitbench.backends.llamacpp import api
-url, streams, n_predict = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-prompts = json.loads(sys.argv[4]) if len(sys.argv) > 4 else [[1]] * streams
-replies = api.run_concurrent(url, prompts, n_predict, timeout=60)
-print(json.dumps([{"clock": r.arrival_clock, "error": r.error_type, "final": r.final,
-                   "times": [t["t_ns"] for t in r.tokens]} for r in replies]))
-"""
 
 
-def starve(pid: int, start: threading.Event, until: threading.Event,
-           pauses: list[tuple[int, int]]) -> None:
-    """Stop the process for 20-50 ms at a time, about every 80 ms, from when `start`
-    is set until `until` is; record each pause's (stop, continue) instants."""
-    start.wait(30)
-    lengths = itertools.cycle([0.02, 0.035, 0.05])
-    while not until.is_set():
-        time.sleep(0.03)
-        stopped = time.time_ns()
-        try:
-            os.kill(pid, signal.SIGSTOP)
-        except ProcessLookupError:
-            return  # the reader has finished
-        time.sleep(next(lengths))
-        with contextlib.suppress(ProcessLookupError):  # it ended as it was stopped
-            os.kill(pid, signal.SIGCONT)
-        pauses.append((stopped, time.time_ns()))
 
 
-def run_starved(args: list[str], start: threading.Event, pauses: list[tuple[int, int]],
-                prefix: tuple[str, ...] = ()) -> list[dict]:
-    """Run READER with args (after `prefix`, e.g. ip netns exec) while `starve` stops
-    it; its replies."""
-    reader = subprocess.Popen([*prefix, sys.executable, "-c", READER, *args],
-                              stdout=subprocess.PIPE, text=True, cwd=ROOT)
-    done = threading.Event()
-    stopper = threading.Thread(target=starve, args=(reader.pid, start, done, pauses))
-    stopper.start()
-    try:
-        out, _ = reader.communicate(timeout=120)
-    finally:
-        done.set()
-        stopper.join()
-        if reader.poll() is None:  # a timeout: never leave it stopped
-            reader.kill()
-    assert reader.returncode == 0
-    return json.loads(out)
 
 
 @needs_root()

@@ -11,16 +11,14 @@ import time
 import pandas as pd
 import pytest
 
-from splitbench.configuration import LinkCheck, defaults
 from splitbench.infra import procs, teardown
 from splitbench.links import lab
 from splitbench.links.link import Link
 from tests.conftest import needs_root
 from tests.support import namespaces
+from tests.support.lab import LINK_CHECK, detour
 
 SPEC = {"pair": "tl", "link": "x", "index": 7, "mode": "embedded"}
-# A link check's settings as planned for a config that sets none of `link_check:`.
-LINK_CHECK = {**defaults(LinkCheck, exclude=("sockperf",)), "hold_wakeup_latency": True}
 
 
 def probe_min_us(link: Link, size: int = 64) -> float:
@@ -136,21 +134,6 @@ def test_unreachable_peer_is_named_and_leaves_no_output(state_dir, tmp_path):
     assert not any(p["role"] in ("iperf3", "probe", "sockperf") for p in procs.all_procs())
 
 
-def detour(link: Link) -> None:
-    """A second veth between A and B, and a host route on A that sends B's link address
-    over it: traffic for B then bypasses the link's own interface."""
-    ns_a, ns_b = link.host_a.netns, link.host_b.netns
-    for argv in (
-        ["ip", "link", "add", "sbtd-a", "type", "veth", "peer", "name", "sbtd-b"],
-        ["ip", "link", "set", "sbtd-a", "netns", ns_a],
-        ["ip", "link", "set", "sbtd-b", "netns", ns_b],
-        ["ip", "-n", ns_a, "addr", "add", "10.250.9.1/30", "dev", "sbtd-a"],
-        ["ip", "-n", ns_b, "addr", "add", "10.250.9.2/30", "dev", "sbtd-b"],
-        ["ip", "-n", ns_a, "link", "set", "sbtd-a", "up"],
-        ["ip", "-n", ns_b, "link", "set", "sbtd-b", "up"],
-        ["ip", "-n", ns_a, "route", "add", f"{link.addr_b}/32", "via", "10.250.9.2"],
-    ):
-        subprocess.run(argv, check=True, capture_output=True)
 
 
 @needs_root()

@@ -22,7 +22,7 @@ from splitbench.contracts import results
 from splitbench.infra import parquet_io, tables_io
 from splitbench.matrix.plan import pairs_slice
 from splitbench.report import charts, html_parts, page, provenance, side_by_side
-from tests.browser import laptop_problems, needs_chromium, open_page, problems
+from tests.support.browser import laptop_problems, needs_chromium, open_page, problems
 
 CONTEXTS = {"short": 128, "5k": 5000}
 LINKS = {"baseline": 100.0, "slow": 900.0}  # 16 KB request-response p50, µs
@@ -332,7 +332,7 @@ def test_pairs_slice_keeps_where_the_hosts_are_and_nothing_else():
     assert sliced["lab"]["hosts"] == {"a": {}, "b": {}}
 
 
-# --- the page in a browser (tests/browser.py drives it) -------------------------------
+# --- the page in a browser (tests/support/browser.py drives it) -------------------------------
 @pytest.fixture(scope="module")
 def seen(built) -> dict[str, Any]:
     """The built page as a 1,280 px window shows it."""

@@ -1,5 +1,5 @@
 """The sudoers line the doctor prints, on a host B that is another machine
-(tests/separate_host.py): it names the root helper alone, and what an attacker with B's
+(tests/support/separate_host.py): it names the root helper alone, and what an attacker with B's
 user would try through it (a root shell, a file read through nft, another run's
 table deleted, the firewall flushed) is refused, while a link's change goes through."""
 
@@ -13,7 +13,7 @@ import pytest
 
 from splitbench.infra import privilege
 from splitbench.infra.hosts import host_from_spec
-from tests.separate_host import config_block, separate_host_b  # noqa: F401 (a fixture)
+from tests.support.separate_host import config_block, separate_host_b  # noqa: F401 (a fixture)
 
 pytestmark = [pytest.mark.slow, pytest.mark.root]
 THEIRS = "splitbench_00000000cc"  # another user's run's table on B

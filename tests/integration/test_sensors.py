@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import subprocess
@@ -17,6 +16,7 @@ from splitbench.infra import interference, teardown, telemetry
 from splitbench.infra.hosts import Host
 from splitbench.remote import sensors
 from tests.conftest import ROOT, ends_within, running
+from tests.support.gpu import nvml_says
 
 
 def test_reads_thermal_zones_and_hwmon(tmp_path):
@@ -35,21 +35,6 @@ def _loadavg() -> float:
     return float(Path("/proc/loadavg").read_text().split()[0])
 
 
-def nvml_says() -> tuple[str, int]:
-    """What NVML says on this machine, asked here directly: the text a reading must give
-    and the number of GPUs."""
-    try:
-        nvml = ctypes.CDLL("libnvidia-ml.so.1")
-    except OSError:
-        return "no NVML (libnvidia-ml.so.1 not found)", 0
-    if nvml.nvmlInit_v2() != 0:
-        return "NVML present but nvmlInit failed", 0
-    try:
-        count = ctypes.c_uint()
-        assert nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)) == 0
-        return f"NVML: {count.value} GPU(s)", count.value
-    finally:
-        nvml.nvmlShutdown()
 
 
 def test_reading_says_what_it_found():

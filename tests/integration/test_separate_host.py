@@ -1,4 +1,4 @@
-"""Host B as another machine (tests/separate_host.py): its own root filesystem, processes,
+"""Host B as another machine (tests/support/separate_host.py): its own root filesystem, processes,
 hostname, /tmp, CPUs and network, a fresh copy at every start, reached over SSH as an
 unprivileged user with only the sudo rights a test grants."""
 
@@ -22,7 +22,7 @@ from splitbench.backends.llamacpp import toolchain
 from splitbench.infra.hosts import Host, HostError, host_from_spec
 from tests import separate_host
 from tests.conftest import ends_within, needs_root, running
-from tests.separate_host import SECOND_NETWORK, config_block, host_b, rootfs
+from tests.support.separate_host import SECOND_NETWORK, config_block, host_b, rootfs
 
 pytestmark = [
     pytest.mark.slow,  # builds a root filesystem once, starts sshd in namespaces

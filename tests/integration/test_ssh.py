@@ -24,11 +24,11 @@ from splitbench.cells import measure
 from splitbench.infra import parquet_io, procs, ssh, teardown, telemetry, wakeup
 from splitbench.infra.hosts import Host, HostError, host_from_spec
 from splitbench.links import real, verify
-from tests.integration.test_lab import LINK_CHECK
-from tests.integration.test_sensors import nvml_says
-from tests.ssh_b import ADDR_A, ADDR_B, IF_A, IF_B, NEEDS, NS, PORT, link_spec, sh
 from tests.support import commands_in
-from tests.workflow_run import NO_SOCKPERF, SNAKEMAKE, workflow_copy
+from tests.support.gpu import nvml_says
+from tests.support.lab import LINK_CHECK
+from tests.support.ssh_b import ADDR_A, ADDR_B, IF_A, IF_B, NEEDS, NS, PORT, link_spec, sh
+from tests.support.workflow_run import NO_SOCKPERF, SNAKEMAKE, workflow_copy
 
 pytestmark = NEEDS
 

@@ -25,7 +25,7 @@ from splitbench.infra import procs, teardown
 from splitbench.infra.hosts import Host, host_from_spec
 from splitbench.links import real
 from splitbench.links.link import PORT_BLOCK
-from tests.ssh_b import ADDR_A, ADDR_B, IF_A, IF_B, NEEDS, NS, PORT, link_spec, sh
+from tests.support.ssh_b import ADDR_A, ADDR_B, IF_A, IF_B, NEEDS, NS, PORT, link_spec, sh
 
 pytestmark = NEEDS
 

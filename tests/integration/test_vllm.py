@@ -27,9 +27,9 @@ from splitbench.infra import procs, ssh, teardown
 from splitbench.links import lab
 from splitbench.matrix import plan
 from tests.conftest import ROOT, needs_root
-from tests.integration.vllm_pair import EAGER, SHAPE, VENV, ask, config
-from tests.ssh_b import sh, start_sshd
 from tests.support import commands_in, processes
+from tests.support.ssh_b import sh, start_sshd
+from tests.support.vllm_pair import EAGER, SHAPE, VENV, ask, config
 
 pytestmark = [
     pytest.mark.slow,  # vLLM's two ranks across namespaces, sshd
@@ -159,7 +159,7 @@ def _pair_over_ssh(tmp: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def tp2(setup):
-    """vLLM TP=2 over SSH, run once by host A's side (tests/integration/vllm_pair.py):
+    """vLLM TP=2 over SSH, run once by host A's side (tests/support/vllm_pair.py):
     a 32-token prompt, a 512-token one, the 512-token one again with the link narrowed,
     then a request during which host B's worker is killed, and the stop. What it saw, and
     what each host has left running after it (a fixture, so that every test runs alone
@@ -173,7 +173,7 @@ def tp2(setup):
     try:
         run = subprocess.run(
             ["ip", "netns", "exec", NS_A, *PRIVATE_SHM, sys.executable, "-m",
-             "tests.integration.vllm_pair", json.dumps(spec),
+             "tests.support.vllm_pair", json.dumps(spec),
              json.dumps(config({"tensor_parallel": 2})), str(tmp), NS_B],
             capture_output=True, text=True, timeout=900, cwd=ROOT,
             env={"SPLITBENCH_STATE": str(tmp / "state-a"), "PATH": "/usr/sbin:/usr/bin:/bin"})

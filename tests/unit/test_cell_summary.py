@@ -10,8 +10,8 @@ import pytest
 
 from splitbench.analysis import cell_summary
 from splitbench.contracts import results
-from tests.matrices import CONTEXTS, request
 from tests.support import write_cell
+from tests.support.matrices import CONTEXTS, request
 
 
 def test_medians_are_over_ok_requests_only(tmp_path):

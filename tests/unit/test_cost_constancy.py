@@ -4,7 +4,7 @@ claim across contexts, from constructed link comparison rows."""
 from __future__ import annotations
 
 from splitbench.analysis import findings
-from tests.comparison_rows import comp_rows
+from tests.support.comparison_rows import comp_rows
 
 
 def test_a_bandwidth_dominated_cost_that_grows_with_context():

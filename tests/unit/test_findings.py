@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from splitbench.analysis import checks, finding_text, findings, whatif
-from tests.comparison_rows import comp_rows
+from tests.support.comparison_rows import comp_rows
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 def test_a_latency_dominated_fixed_cost():

@@ -9,7 +9,7 @@ import pytest
 
 from splitbench.analysis import cell_summary, mechanisms
 from splitbench.infra import fits
-from tests.matrices import ORDER, cell
+from tests.support.matrices import ORDER, cell
 
 # ---------------------------------------------------------------- mechanisms
 

@@ -11,8 +11,8 @@ import pytest
 from splitbench.analysis import cell_summary, comparison
 from splitbench.infra import intervals
 from splitbench.report import tables
-from tests.matrices import CONTEXTS, ORDER, cell, comparison_row, frame, request
 from tests.support import write_cell
+from tests.support.matrices import CONTEXTS, ORDER, cell, comparison_row, frame, request
 
 
 def paired_rows(deltas: list[float], ref_ms: float = 1.0,

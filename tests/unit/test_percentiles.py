@@ -11,8 +11,8 @@ import pytest
 from splitbench.analysis import percentiles
 from splitbench.contracts import results
 from splitbench.report import tails
-from tests.matrices import request
 from tests.support import write_cell
+from tests.support.matrices import request
 
 
 def cell_with_tokens(root: Path, gaps: dict[int, list[float]], extra: list[dict] = (),

@@ -284,10 +284,10 @@ def test_the_estimate_stops_a_cell_where_its_targets_would():
 
 
 def test_the_summary_says_why_each_cell_stopped(tmp_path):
-    from tests.unit.test_releases import request
+    from tests.support.matrices import release_request
 
     def cell(link: str, stopped: str | None, repeats: int = 1) -> str:
-        rows = [request(i, shot=i, send_ms=100.0 * i, wall_ms=50.0, stopped=stopped,
+        rows = [release_request(i, shot=i, send_ms=100.0 * i, wall_ms=50.0, stopped=stopped,
                         repeat=i % repeats, conc=1, link=link)
                 for i in range(6)]
         if stopped is None:

@@ -23,6 +23,7 @@ from splitbench.infra import intervals
 from splitbench.matrix import plan
 from splitbench.report import charts, tables
 from tests.support import write_cell
+from tests.support.matrices import release_request
 
 CONTEXTS = {"short": 128, "long": 4096}
 ORDER = ["short", "long"]
@@ -147,30 +148,10 @@ def test_only_concurrent_cells_carry_the_release_keys_and_only_singles_theirs():
 # ---------------------------------------------------------------- the summary
 
 
-def request(request_id: int, *, shot: int, send_ms: float, wall_ms: float,
-            decode_ms: float = 10.0, ttft_ms: float = 10.0, n: int = 10,
-            status: str = "ok", cell_status: str = "ok", n_predict: int | None = None,
-            release_wall_ms: float | None = None, **extra) -> dict:
-    """One request row of a release: sent at send_ms, its last token wall_ms later."""
-    send_ns = int(send_ms * 1e6)
-    return {
-        "request_id": request_id, "status": status, "cell_status": cell_status,
-        "repeat": 0, "shot": shot, "round": 0, "reference": False,
-        "t_send_ns": send_ns, "t_last_ns": send_ns + int(wall_ms * 1e6),
-        "generated_tokens": n, "n_predict": n_predict or n, "prompt_tokens": 128,
-        "ttft_ms": ttft_ms, "prefill_tps": 128 / ttft_ms * 1000,
-        "decode_ms_per_token": decode_ms, "decode_tps": 1000 / decode_ms,
-        "decode_ms_se": 0.001, "cell_wall_ms": None, "cell_throughput_tps": None,
-        "release_wall_ms": release_wall_ms if release_wall_ms is not None else wall_ms,
-        "release_throughput_tps": None, "launch_id": "L", "link_fingerprint": "F",
-        "temp_before_c": None, "temp_after_c": None,
-        "foreign_cpu_a_cores": 0.0, "foreign_cpu_b_cores": 0.0,
-        "cpu_pressure_a_pct": 5.0, "cpu_pressure_b_pct": 5.0,
-    } | extra
 
 
 def single_cell(tmp_path: Path, walls: list[float], link: str = "a") -> str:
-    rows = [request(i, shot=i, send_ms=1000.0 * i, wall_ms=w) for i, w in enumerate(walls)]
+    rows = [release_request(i, shot=i, send_ms=1000.0 * i, wall_ms=w) for i, w in enumerate(walls)]
     return write_cell(tmp_path, link, "short", 1, rows)
 
 
@@ -182,7 +163,7 @@ def two_way_cell(tmp_path: Path, walls: list[float], decode: list[float] | None 
     for k, (wall, ms) in enumerate(zip(walls, decode, strict=True)):
         for i in range(2):
             tokens = 10
-            rows.append(request(2 * k + i, shot=k, send_ms=1000.0 * k + i * 0.01,
+            rows.append(release_request(2 * k + i, shot=k, send_ms=1000.0 * k + i * 0.01,
                                 wall_ms=wall - i * 0.01, decode_ms=ms,
                                 release_throughput_tps=2 * tokens / (wall / 1000), **extra))
     return write_cell(tmp_path, link, "short", 2, rows)
@@ -263,7 +244,7 @@ def test_a_failed_release_makes_the_level_unusable_and_gives_no_overlap(tmp_path
     for k, wall in enumerate([150.0, 130.0, 500.0]):
         for i in range(2):
             cut = k == 2 and i == 1
-            rows.append(request(2 * k + i, shot=k, send_ms=1000.0 * k, wall_ms=wall,
+            rows.append(release_request(2 * k + i, shot=k, send_ms=1000.0 * k, wall_ms=wall,
                                 status="crash" if cut else "ok", n=3 if cut else 10,
                                 n_predict=10))
     statuses = [r["status"] for r in rows]

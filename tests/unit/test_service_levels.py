@@ -15,8 +15,8 @@ from splitbench.configuration import ConfigError, parsed
 from splitbench.infra import intervals
 from splitbench.report import tails
 from tests.conftest import tiny_config
-from tests.matrices import request
 from tests.support import write_cell
+from tests.support.matrices import request
 
 SLO = {"ttft_ms": 500.0, "tokens_per_s": 20.0, "share_pct": 90.0}
 

@@ -1,5 +1,5 @@
 """Under CI=true, root or not, a skipped test fails the run with its reason
-(tests/skips.py); elsewhere a skip stays a skip."""
+(tests/support/skips.py); elsewhere a skip stays a skip."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from tests.conftest import ROOT
-from tests.skips import FORCE, PREFIX, skips_fail
+from tests.support.skips import FORCE, PREFIX, skips_fail
 
 SAMPLE = '''
 import pytest
@@ -41,7 +41,7 @@ AS_USER = ("import os, sys, pytest\n"
 def run_sample(tmp_path, **env: str) -> subprocess.CompletedProcess:
     (tmp_path / "test_sample.py").write_text(SAMPLE)
     environ = {k: v for k, v in os.environ.items() if k not in ("CI", FORCE)}
-    return subprocess.run([sys.executable, "-c", AS_USER, "-p", "tests.skips", "-p",
+    return subprocess.run([sys.executable, "-c", AS_USER, "-p", "tests.support.skips", "-p",
                            "no:cacheprovider", "-p", "no:randomly", "-rs", str(tmp_path)],
                           capture_output=True, text=True, cwd=ROOT, env={**environ, **env},
                           timeout=120)
@@ -93,7 +93,7 @@ def test_a_module_that_skips_itself_fails_too(tmp_path):
         "import pytest\npytest.importorskip('no_such_module_here')\n"
         "def test_never():\n    pass\n")
     environ = {k: v for k, v in os.environ.items() if k not in ("CI", FORCE)}
-    result = subprocess.run([sys.executable, "-m", "pytest", "-p", "tests.skips", "-p",
+    result = subprocess.run([sys.executable, "-m", "pytest", "-p", "tests.support.skips", "-p",
                              "no:cacheprovider", str(tmp_path / "test_gone.py")],
                             capture_output=True, text=True, cwd=ROOT,
                             env={**environ, FORCE: "1"}, timeout=120)

@@ -12,8 +12,8 @@ import pytest
 from splitbench.analysis import between_runs, cell_summary, comparison
 from splitbench.infra import intervals, tables_io
 from splitbench.report import aggregate, contents, tables
-from tests.matrices import CONTEXTS, ORDER, cell, comparison_row, frame, request
 from tests.support import write_cell
+from tests.support.matrices import CONTEXTS, ORDER, cell, comparison_row, frame, request
 
 # ---------------------------------------------------------------- request files
 

@@ -13,8 +13,8 @@ import pytest
 
 from splitbench.analysis import percentiles, tail_shift
 from splitbench.contracts import results
-from tests.matrices import request
 from tests.support import write_cell
+from tests.support.matrices import request
 
 SMALL = np.sqrt(20 / 19)  # twenty requests a side: the allowance's small-sample factor
 

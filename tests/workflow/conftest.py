@@ -7,7 +7,13 @@ import os
 
 import pytest
 
-from tests.workflow_run import RUN_PROCESSES, descendants_seen, snakemake, tiny, workflow_copy
+from tests.support.workflow_run import (
+    RUN_PROCESSES,
+    descendants_seen,
+    snakemake,
+    tiny,
+    workflow_copy,
+)
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,6 @@
 """A real pair whose host B is another machine: its own root filesystem (no venv, no
 llama.cpp build), reached as the unprivileged user `bench`, whose only rights are the
-sudoers line the doctor prints (tests/separate_host.py makes that B)."""
+sudoers line the doctor prints (tests/support/separate_host.py makes that B)."""
 
 from __future__ import annotations
 
@@ -22,9 +22,9 @@ import yaml
 from splitbench.infra import privilege
 from splitbench.infra.hosts import host_from_spec
 from tests.conftest import needs_root
-from tests.ordinary_user import OrdinaryUser
-from tests.separate_host import config_block, separate_host_b  # noqa: F401 (a fixture)
-from tests.workflow_run import NO_SOCKPERF, SNAKEMAKE, workflow_copy
+from tests.support.ordinary_user import OrdinaryUser
+from tests.support.separate_host import config_block, separate_host_b  # noqa: F401 (a fixture)
+from tests.support.workflow_run import NO_SOCKPERF, SNAKEMAKE, workflow_copy
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900), needs_root()]
 

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from tests.conftest import ROOT, needs_root
-from tests.workflow_run import NO_SOCKPERF, SNAKEMAKE, workflow_copy
+from tests.support.workflow_run import NO_SOCKPERF, SNAKEMAKE, workflow_copy
 
 FOLDER = ROOT / "tests/backends/onetrip"
 DELAY_MS = 1.0  # the slow link's one-way delay: a token's round trip gains 2 ms

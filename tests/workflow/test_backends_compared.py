@@ -14,7 +14,7 @@ import yaml
 
 from tests.conftest import ROOT, needs_root
 from tests.support import procs_left
-from tests.workflow_run import NO_SOCKPERF, planned, snakemake, workflow_copy
+from tests.support.workflow_run import NO_SOCKPERF, planned, snakemake, workflow_copy
 
 EXAMPLE = ["--configfile", "config/examples/backends.yaml", "--replace-workflow-config"]
 VENV = ROOT / ".venv-vllm"
@@ -136,7 +136,7 @@ def test_vllms_records_hold_the_keys_their_types_declare(finished):
     import json
 
     from splitbench.contracts import records
-    from tests.workflow_run import undeclared_keys
+    from tests.support.workflow_run import undeclared_keys
 
     written = {"servers/lab/plain/tp.json": records.LaunchRecord,
                "toolchain/lab.vllm.json": records.ToolchainRecord,

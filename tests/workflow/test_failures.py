@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import needs_root
 from tests.support import free_port, namespaces, procs_left
-from tests.workflow_run import (
+from tests.support.workflow_run import (
     NO_SOCKPERF,
     snakemake,
     tiny,
@@ -38,7 +38,7 @@ def failed_run(tmp_path_factory):
     from splitbench.infra import teardown
     from splitbench.links import lab
     from splitbench.matrix import plan
-    from tests.integration.test_lab import detour
+    from tests.support.lab import detour
 
     tmp = tmp_path_factory.mktemp("failures")
     cut = tmp / "cut.gguf"

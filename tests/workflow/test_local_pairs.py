@@ -7,14 +7,14 @@ import subprocess
 import pytest
 
 from tests.conftest import needs_root
-from tests.workflow.test_slurm import (
+from tests.support.two_pairs import (
     FULL,
     assert_pairs_took_turns,
     job_times,
     our_namespaces,
     two_pairs_copy,
 )
-from tests.workflow_run import SNAKEMAKE
+from tests.support.workflow_run import SNAKEMAKE
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600), needs_root()]
 

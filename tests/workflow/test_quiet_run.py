@@ -10,7 +10,7 @@ import pytest
 
 from splitbench.infra import interference
 from tests.conftest import needs_root
-from tests.workflow_run import RUN_PROCESSES
+from tests.support.workflow_run import RUN_PROCESSES
 
 
 @needs_root()

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from tests.conftest import needs_root
-from tests.workflow_run import (
+from tests.support.workflow_run import (
     NO_SOCKPERF,
     snakemake,
     undeclared,

@@ -16,7 +16,7 @@ import yaml
 
 from tests.conftest import ROOT, needs_root
 from tests.support import namespaces, procs_left, run_copy
-from tests.workflow_run import (
+from tests.support.workflow_run import (
     SNAKEMAKE,
     cells_in,
     planned,

@@ -16,7 +16,7 @@ from splitbench import backends, configuration
 from splitbench.configuration import parsed
 from splitbench.matrix import estimate, plan
 from tests.conftest import ROOT
-from tests.workflow_run import snakemake, workflow_copy
+from tests.support.workflow_run import snakemake, workflow_copy
 
 EXAMPLE = ROOT / "config/examples/seed-6x3.yaml"
 SEED_SUMMARY = ROOT / "tests/unit/fixtures/seed_002_summary.csv"

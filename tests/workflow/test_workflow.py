@@ -16,7 +16,7 @@ import yaml
 from splitbench.analysis import service_levels
 from tests.conftest import ROOT, needs_root
 from tests.support import namespaces, procs_left
-from tests.workflow_run import (
+from tests.support.workflow_run import (
     snakemake,
     tiny,
     undeclared,

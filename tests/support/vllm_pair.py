@@ -1,7 +1,7 @@
 """What test_vllm.py drives vLLM with: the model's shape, the launch's config, one
 request and the traffic it makes, a link held narrow for a while; and, run as
 
-    python -m tests.integration.vllm_pair SPEC CONFIG OUT NETNS_B
+    python -m tests.support.vllm_pair SPEC CONFIG OUT NETNS_B
 
 host A's side of the TP=2 launch over SSH (run inside host A's namespace): the launch,
 the requests test_vllm.py reads, host B's worker killed mid-request, the stop; it prints

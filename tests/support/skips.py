@@ -1,7 +1,7 @@
 """Under CI=true a skipped test is a failure, reported with its reason: a missing
 chromium, sshd, sockperf or vLLM, or a CI that is not root, must not pass the run unseen.
 Whoever runs CI=true, root or not: a CI without root fails on each root test's skip,
-which says why. Loaded by tests/conftest.py; also a plugin of its own (`-p tests.skips`),
+which says why. Loaded by tests/conftest.py; also a plugin of its own (`-p tests.support.skips`),
 which is how tests/unit/test_skips.py runs it."""
 
 from __future__ import annotations

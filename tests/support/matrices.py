@@ -53,3 +53,26 @@ def frame(*cells: dict) -> pd.DataFrame:
 
 def comparison_row(table: pd.DataFrame, link: str, ctx: str) -> pd.Series:
     return table[(table["link"] == link) & (table["ctx"] == ctx)].iloc[0]
+
+
+def release_request(request_id: int, *, shot: int, send_ms: float, wall_ms: float,
+                    decode_ms: float = 10.0, ttft_ms: float = 10.0, n: int = 10,
+                    status: str = "ok", cell_status: str = "ok",
+                    n_predict: int | None = None, release_wall_ms: float | None = None,
+                    **extra) -> dict:
+    """One request row of a release: sent at send_ms, its last token wall_ms later."""
+    send_ns = int(send_ms * 1e6)
+    return {
+        "request_id": request_id, "status": status, "cell_status": cell_status,
+        "repeat": 0, "shot": shot, "round": 0, "reference": False,
+        "t_send_ns": send_ns, "t_last_ns": send_ns + int(wall_ms * 1e6),
+        "generated_tokens": n, "n_predict": n_predict or n, "prompt_tokens": 128,
+        "ttft_ms": ttft_ms, "prefill_tps": 128 / ttft_ms * 1000,
+        "decode_ms_per_token": decode_ms, "decode_tps": 1000 / decode_ms,
+        "decode_ms_se": 0.001, "cell_wall_ms": None, "cell_throughput_tps": None,
+        "release_wall_ms": release_wall_ms if release_wall_ms is not None else wall_ms,
+        "release_throughput_tps": None, "launch_id": "L", "link_fingerprint": "F",
+        "temp_before_c": None, "temp_after_c": None,
+        "foreign_cpu_a_cores": 0.0, "foreign_cpu_b_cores": 0.0,
+        "cpu_pressure_a_pct": 5.0, "cpu_pressure_b_pct": 5.0,
+    } | extra

@@ -9,8 +9,8 @@ drops SLURM_CONF from the environment of some of its commands. Processes are tra
 with proctrack/cgroup where the cgroup v1 freezer is mounted, as production clusters
 do: whatever a job leaves behind is killed when the job ends.
 
-    python -m tests.slurm_cluster up DIR NODE [NODE ...]   # prints the SLURM_CONF line
-    python -m tests.slurm_cluster down DIR
+    python -m tests.support.slurm_cluster up DIR NODE [NODE ...]   # prints the SLURM_CONF line
+    python -m tests.support.slurm_cluster down DIR
 
 Needs root (slurmd starts jobs as their user).
 """
@@ -235,7 +235,7 @@ def _stop_dir(root: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m tests.slurm_cluster")
+    parser = argparse.ArgumentParser(prog="python -m tests.support.slurm_cluster")
     sub = parser.add_subparsers(dest="command", required=True)
     up = sub.add_parser("up")
     up.add_argument("dir", type=Path)
