@@ -20,8 +20,8 @@ import pytest
 
 from splitbench.backends.llamacpp import toolchain
 from splitbench.infra.hosts import Host, HostError, host_from_spec
-from tests import separate_host
 from tests.conftest import ends_within, needs_root, running
+from tests.support import separate_host
 from tests.support.separate_host import SECOND_NETWORK, config_block, host_b, rootfs
 
 pytestmark = [

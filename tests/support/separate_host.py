@@ -10,7 +10,7 @@ unprivileged user `bench` (uid 1000; sudo rights only as `sudoers` grants them).
 
 Use the fixture (a test module takes it in as one of its own):
 
-    from tests import separate_host
+    from tests.support import separate_host
 
     separate_host_b = separate_host.separate_host_b
 
