@@ -40,15 +40,19 @@ PREDICTED = ["kv_cells", "geometry_bytes_a_to_b", "graph_uploads", "step_overhea
 def with_predictions(cells: pd.DataFrame, baseline_link: str | None = None
                      ) -> pd.DataFrame:
     """cells (summary rows) with the PREDICTED columns: each backend's prediction for
-    its own cells (`Backend.predict_traffic`), NaN for a backend that makes none. A cell
-    measured before the backend column existed was the default backend's."""
-    names = pd.Series(_backend_names(cells), index=cells.index)
+    its own cells (`Backend.predict_traffic`), NaN for a backend that makes none or is
+    not registered here; `traffic_predicted` says which rows got one."""
+    names = pd.Series([backends.name_of(row) for _, row in cells.iterrows()],
+                      index=cells.index, dtype=object)
     parts = []
     for name, rows in cells.groupby(names, sort=False):
-        predicted = backends.get(str(name)).predict_traffic(rows, baseline_link)
-        parts.append(rows if predicted is None else predicted)
+        predicted = (backends.get(name).predict_traffic(rows, baseline_link)
+                     if name in registry.names() else None)
+        parts.append(rows.assign(traffic_predicted=False) if predicted is None
+                     else predicted.assign(traffic_predicted=True))
     if not parts:
-        return cells.reindex(columns=[*cells.columns, *PREDICTED])
+        return cells.reindex(columns=[*cells.columns, *PREDICTED]).assign(
+            traffic_predicted=False)
     out = pd.concat(parts).reindex(cells.index)
     return out.reindex(columns=[*cells.columns,
                                 *[c for c in out.columns if c not in cells.columns],
@@ -126,8 +130,7 @@ def link_traffic(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str]
     one = one.assign(ctx=pd.Categorical(one["ctx"], [c for c in contexts
                                                      if c in set(one["ctx"])]))
     one = one.sort_values(["pair", "model", "link", "ctx"]).reset_index(drop=True)
-    other = [name not in registry.names() or not backends.get(name).predicts_traffic
-             for name in _backend_names(one)]
+    other = ~one["traffic_predicted"].astype(bool)
     table = pd.DataFrame({
         "pair": one["pair"], "model": one["model"], "link": one["link"],
         "ctx": one["ctx"].astype(str),
@@ -145,7 +148,7 @@ def link_traffic(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str]
                 predicted.append(_bytes(row["predicted_bytes_b_to_a"]))
                 check.append(_check(m, row["predicted_bytes_b_to_a"]))
             else:
-                predicted.append(_backend_of(row).traffic_terms(row))
+                predicted.append(backends.get(backends.name_of(row)).traffic_terms(row))
                 check.append("— (the overhead is measured here)"
                              if f"{row['link']} {row['ctx']}" == row["overhead_from"] else
                              _check(m, row["predicted_bytes_a_to_b"],
@@ -161,18 +164,6 @@ def link_traffic(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str]
 
 def _backend_name(row: pd.Series) -> str:
     return backends.label(row.get("backend"))
-
-
-def _backend_of(row: pd.Series) -> backends.Backend:
-    backend = row.get("backend")
-    return backends.get(backend if isinstance(backend, str) else registry.DEFAULT)
-
-
-def _backend_names(cells: pd.DataFrame) -> list[str]:
-    """Each cell's backend: the default's where the row names none (a cell measured
-    before the backend column existed was the default backend's)."""
-    return [name if isinstance(name, str) else registry.DEFAULT
-            for name in cells.reindex(columns=["backend"]).iloc[:, 0]]
 
 
 def _bytes(value: float) -> str:

@@ -13,6 +13,7 @@ prompts, and the launch records.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from splitbench.configuration import Config
 
 __all__ = ["Backend", "Launch", "check_models", "default_split", "describe_model", "get",
-           "label", "layout_of", "model_header", "split", "split_labels", "used"]
+           "label", "layout_of", "model_header", "name_of", "split", "split_labels", "used"]
 
 
 def used(config: Config) -> list[Backend]:
@@ -48,7 +49,7 @@ def describe_model(spec: ModelSlice, path: str | Path | None,
                    origin: ModelOrigin | None = None) -> ModelInfo:
     """The model record: its backend's own description of a model in its format
     (`Backend.describe_model`), else the GGUF's (llama.cpp's `gguf_model.describe`)."""
-    own = get(spec.get("backend", registry.DEFAULT)).describe_model(spec, path)
+    own = get(name_of(spec)).describe_model(spec, path)
     if own is not None:
         return own
     from splitbench.backends.llamacpp import gguf_model  # gguf: the model job's
@@ -60,15 +61,14 @@ def model_header(model: ModelInfo) -> ModelHeader:
     """What a model record says the model is (its file's header): under its backend's
     format for the built-in ones ("gguf", "hf"), under "header" for any other; {} where
     the record has none."""
-    backend = get(model.get("backend", registry.DEFAULT))
-    return model.get(backend.model_format) or model.get("header") or {}
+    return model.get(get(name_of(model)).model_format) or model.get("header") or {}
 
 
 def split(settings: ServerSettings) -> str:
     """How a launch's settings split the model across the hosts: "rpc" (llama.cpp's
     layer split), "tp2" or "pp2" (vLLM's tensor or pipeline parallel), or what a
     registered backend calls its split."""
-    return get(settings.get("backend", registry.DEFAULT)).split(settings)
+    return get(name_of(settings)).split(settings)
 
 
 def split_labels() -> dict[str, str]:
@@ -96,11 +96,18 @@ def layout_of(row: pd.Series | dict[str, Any]) -> str:
     """Where a cell's launch put the model's layers, in the report's words, by the
     cell's backend (`Backend.layout_of`; the default where the row names none; one not
     registered here: its name and split)."""
-    backend = row.get("backend")
-    name = backend if isinstance(backend, str) else registry.DEFAULT
+    name = name_of(row)
     if name in registry.names():
         return get(name).layout_of(row)
     return f"backend {name}: {row.get('split')}"
+
+
+def name_of(record: Mapping[str, Any] | pd.Series) -> str:
+    """The backend a record names (a model spec or record, launch settings, a cell's
+    row): the default where it names none (written before records named one; a missing
+    value in a table)."""
+    name = record.get("backend")
+    return name if isinstance(name, str) else registry.DEFAULT
 
 
 def get(name: str = registry.DEFAULT) -> Backend:

@@ -172,10 +172,6 @@ class Backend(ABC):
         `split` column; the backends table compares splits of one model shape)."""
         return self.name
 
-    # Whether `predict_traffic` predicts the bytes its cells move (else the report says
-    # "no prediction" for them).
-    predicts_traffic: ClassVar[bool] = False
-
     def predict_traffic(self, cells: pd.DataFrame, baseline_link: str | None
                         ) -> pd.DataFrame | None:
         """This backend's cells (summary rows, at concurrency 1 or more) with the bytes

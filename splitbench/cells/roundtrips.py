@@ -29,7 +29,6 @@ from splitbench import backends, pairs
 from splitbench.backends import Backend, Launch
 from splitbench.backends.base import toolchain_failure
 from splitbench.cells import sweep_fit
-from splitbench.contracts import registry
 from splitbench.contracts.records import ModelInfo, ToolchainRecord
 from splitbench.contracts.slices import ServerSettings, SweepSlice
 from splitbench.infra import interference, parquet_io, procs, turns, wakeup
@@ -41,7 +40,7 @@ from splitbench.links.link import Link
 def backend_of(spec: SweepSlice) -> Backend:
     """The backend whose round trips the sweep counts: its server settings' (a backend
     whose config section declares the sweep, `configuration.swept_models`)."""
-    return backends.get(spec["server"].get("backend", registry.DEFAULT))
+    return backends.get(backends.name_of(spec["server"]))
 
 
 def measure_rr_ms(link: Link, samples: int) -> float:

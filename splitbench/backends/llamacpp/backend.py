@@ -24,7 +24,6 @@ class LlamaCpp(ModuleBackend):
     name = "llamacpp"
     label = "llama.cpp"
     split_labels = {"rpc": "llama.cpp RPC"}
-    predicts_traffic = True
     servers, api = servers, api
 
     def check_model(self, where: str, model: ModelSlice, config: Config) -> None:
