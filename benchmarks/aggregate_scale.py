@@ -6,7 +6,7 @@ generated values. 2 pairs x
 5 links x 10 models x 5 contexts x 10 concurrency levels = 5,000 cells, one request per
 stream (27,500), their tokens 2,000,000 rows in all, with context walls, overflows and
 crashes at high concurrency and long context; plus one link result per pair and link.
-Then runs `splitbench.report.aggregate.aggregate` over them in a fresh process and prints
+Then runs `splitbench.commands.aggregate.aggregate` over them in a fresh process and prints
 its wall time and peak memory (the child's VmHWM; the parent's getrusage of the child agrees)
 three times: a first build (every cell summarized, as if no cell's rows were kept); the
 aggregate as every later run finds the matrix (each cell's rows kept, infra/memo.py); and
@@ -314,7 +314,7 @@ def _link_row(pair: str, link: str, fixed_us: float, gbps: float, rate: str,
 
 CHILD = """
 import json, sys, time
-from splitbench.report import aggregate as tables
+from splitbench.commands import aggregate as tables
 job = json.load(open(sys.argv[1]))
 start = time.perf_counter()
 summary = tables.aggregate(job["requests"], job["links"], job["contexts"],

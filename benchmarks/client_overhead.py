@@ -36,10 +36,10 @@ from pathlib import Path
 
 import numpy as np
 
-from splitbench.analysis import cell_summary
 from splitbench.backends.llamacpp import api
 from splitbench.backends.packet_clock import PacketClock
 from splitbench.links import lab
+from splitbench.summary import cell_summary
 
 # The synthetic streaming server is test code, kept out of the package.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

@@ -12,7 +12,7 @@ Each run is the workflow in a scratch copy under --work (default /tmp/sb-coverag
 run's request files with the code as it is now, so a change to how a ± is computed is
 measured again without measuring again.
 
-The run-to-run term a cell's ± carries (analysis/between_runs.py) comes from the same
+The run-to-run term a cell's ± carries (summary/between_runs.py) comes from the same
 kind of runs: here it is calibrated leave-one-out too (from the runs other than the one
 checked), so that no run is checked against a term it helped to make. `--calibrate`
 writes the term from all the runs to config/between_runs.yaml.
@@ -44,14 +44,14 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from splitbench.analysis import (  # noqa: E402
+from splitbench.compare import comparison  # noqa: E402
+from splitbench.infra import intervals  # noqa: E402
+from splitbench.summary import (  # noqa: E402
     between_runs,
     cell_summary,
-    comparison,
     percentiles,
     service_levels,
 )
-from splitbench.infra import intervals  # noqa: E402
 
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 CALIBRATION = ROOT / "config" / "between_runs.yaml"
@@ -196,7 +196,7 @@ def _sequential_terms(runs: list[dict]) -> list[tuple[str, str, float]]:
     rows = []
     for i, run in enumerate(runs):
         summary = run["summary"]
-        base = comparison.pick_baseline(summary, run["config"].get("baseline_link"))
+        base = cell_summary.pick_baseline(summary, run["config"].get("baseline_link"))
         comp = comparison.compare_links(summary, base, None)
         comp = comp[comp["paired_decode_delta_ms"].isna() & comp["decode_delta_ms"].notna()]
         if comp.empty:  # every cost paired
@@ -285,7 +285,7 @@ def _trips(run: dict, summary: pd.DataFrame) -> pd.DataFrame:
 
 def _comparison(run: dict, summary: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The run's link comparison from `summary` (_with_terms) and the drift it used."""
-    base = comparison.pick_baseline(summary, run["config"].get("baseline_link"))
+    base = cell_summary.pick_baseline(summary, run["config"].get("baseline_link"))
     drift = comparison.machine_drift(run["anchors"], summary, base)
     return comparison.compare_links(summary, base, drift), drift
 
@@ -481,7 +481,7 @@ def main(argv: list[str] | None = None) -> int:
             found = pooled(yaml.safe_load(CALIBRATION.read_text()), found)
         CALIBRATION.write_text(
             "# The embedded lab's run-to-run variation, from A/A runs of the embedded default\n"
-            "# (benchmarks/coverage.py --calibrate; analysis/between_runs.py reads it).\n"
+            "# (benchmarks/coverage.py --calibrate; summary/between_runs.py reads it).\n"
             + yaml.safe_dump(found, sort_keys=False))
         print(f"\nwrote {CALIBRATION}")
     return 0

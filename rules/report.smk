@@ -13,6 +13,7 @@ rule aggregate:
         percentiles=results.PERCENTILES,
         tail_shift=results.TAIL_SHIFT,
         service_levels=results.SERVICE_LEVELS,
+        comparison=results.COMPARISON,
         tables=expand(results.TABLE, stem=contents.TABLE_STEMS, ext=["md", "csv"]),
     log:
         results.log("aggregate"),
@@ -43,21 +44,23 @@ rule aggregate:
         )
 
 
-# What the run found, in sentences (results/findings.md, the report's first section and
-# the run's last lines), and the what-if model behind `python -m splitbench whatif`.
+# What the run found, in sentences (results/findings.md, the report's first section) and
+# as data (results/findings.json: the run's last lines, `compare`), and the what-if model
+# behind `python -m splitbench whatif`.
 rule findings:
     input:
         summary=results.SUMMARY,
+        comparison=results.COMPARISON,
         links=all_link_results(),
         toolchain=all_toolchain_records(),
         sweeps=all_roundtrip_results(),
-        anchors=all_anchor_results(),
         drift=results.DRIFT_REPORT,
         tail_shift=results.TAIL_SHIFT,
         service_levels=results.SERVICE_LEVELS,
         tables=expand(results.TABLE, stem=contents.TABLE_STEMS, ext="csv"),
     output:
         findings=results.FINDINGS,
+        data=results.FINDINGS_DATA,
         whatif=results.WHATIF,
         points=results.WHATIF_POINTS,
     log:
@@ -74,10 +77,10 @@ rule findings:
         splitbench(
             "findings",
             "--summary {input.summary:q}",
+            "--comparison {input.comparison:q}",
             "--links {input.links:q}",
             "--toolchain {input.toolchain:q}",
             "--sweeps {input.sweeps:q}",
-            "--anchors {input.anchors:q}",
             "--drift {input.drift:q}",
             "--tails {input.tail_shift:q}",
             "--service-levels {input.service_levels:q}",
@@ -86,6 +89,7 @@ rule findings:
             "--baseline {params.baseline:q}",
             "--workers {params.workers:q}",
             "--out {output.findings:q}",
+            "--data {output.data:q}",
             "--whatif {output.whatif:q}",
             "--points {output.points:q}",
             f"--tables {results.TABLES}",
@@ -100,6 +104,8 @@ CHART_NAMES = list(contents.CHARTS)
 rule charts:
     input:
         summary=results.SUMMARY,
+        # The decode Δ chart: the run's link comparison.
+        comparison=results.COMPARISON,
         # The decode-vs-latency chart draws this table's slopes: one estimator.
         mechanisms=results.table("mechanisms", "csv"),
         links=all_link_results(),
@@ -142,6 +148,7 @@ rule charts:
             "--whatif-points {input.whatif_points:q}",
             "--percentiles {input.percentiles:q}",
             "--service-levels {input.levels:q}",
+            "--comparison {input.comparison:q}",
             f"--out {results.CHARTS}",
         )
 
@@ -206,7 +213,7 @@ rule checks:
     input:
         report=results.REPORT,
         drift=results.DRIFT_REPORT,
-        findings=results.FINDINGS,
+        findings=results.FINDINGS_DATA,
     output:
         results.CHECKS,
     log:

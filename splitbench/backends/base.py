@@ -175,7 +175,7 @@ class Backend(ABC):
     def predict_traffic(self, cells: pd.DataFrame, baseline_link: str | None
                         ) -> pd.DataFrame | None:
         """This backend's cells (summary rows, at concurrency 1 or more) with the bytes
-        a decoded token is predicted to move across the link (analysis.traffic's
+        a decoded token is predicted to move across the link (compare.traffic's
         PREDICTED columns), from the model's geometry, the split and the context; None
         where it predicts none."""
         return None

@@ -155,7 +155,7 @@ def request_row(reply: Reply, target_prompt: int, n_predict: int, server_alive: 
 
 
 # How far the client's decode may lie from the server's own before a request is marked
-# (analysis.cell_summary flags its cell): the two agree within 0.1% when nothing stands
+# (summary.cell_summary flags its cell): the two agree within 0.1% when nothing stands
 # between the server's stamp of a token and its arrival.
 WITNESS_BOUND = 0.05
 
@@ -236,7 +236,7 @@ def release_figures(rows: list[dict[str, Any]]
                     ) -> dict[tuple[bool, int, int], ReleaseFigures]:
     """Each release's own wall time (its first send to its last token) and throughput
     (its tokens over that wall time), by (reference, round, shot): a concurrent cell's
-    overlap and throughput are taken per release (analysis.cell_summary), the cell-wide
+    overlap and throughput are taken per release (summary.cell_summary), the cell-wide
     `cell_wall_ms` spans every release."""
     groups: dict[tuple[bool, int, int], list[dict[str, Any]]] = {}
     for row in rows:

@@ -3,7 +3,7 @@
 The sweep (`splitbench.cells.roundtrips`) measures decode steps at several added
 delays; the slope of decode ms/token against the measured request-response latency is
 the number of blocking round trips A makes to its workers per decode step. The sweep
-prints it as it ends; the round trips table (`splitbench.analysis.roundtrips_table`)
+prints it as it ends; the round trips table (`splitbench.compare.roundtrips_table`)
 and the mechanisms table use the same fit.
 """
 

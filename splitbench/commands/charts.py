@@ -27,11 +27,13 @@ def arguments(p: argparse.ArgumentParser) -> None:
                    help="every cell's distributions (Parquet): the token-gaps chart")
     p.add_argument("--service-levels", default="",
                    help="the service levels per cell (Parquet): the what-if chart's target")
+    p.add_argument("--comparison", default="",
+                   help="the run's link comparison (Parquet): the decode Δ chart")
     p.add_argument("--out", required=True, help="directory for the chart files")
 
 
 def run(args: argparse.Namespace) -> None:
     written = charts.render(args.summary, args.links, args.baseline, args.out, args.cells,
                             args.timeline, args.mechanisms, args.whatif, args.whatif_points,
-                            args.percentiles, args.service_levels)
+                            args.percentiles, args.service_levels, args.comparison)
     print(f"charts: {len(written)} files in {args.out}")

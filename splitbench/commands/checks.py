@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from splitbench.analysis import checks
 from splitbench.contracts import results
+from splitbench.health import checks
 
 HELP = "print the run's checks; fail when a link or a block failed"
 

@@ -1,4 +1,4 @@
-"""`compare`: two results directories side by side (analysis/run_compare.py), as
+"""`compare`: two results directories side by side (compare/run_compare.py), as
 Markdown on the terminal and, with --out, compare.md and compare.html there."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from splitbench.analysis import run_compare
+from splitbench.compare import run_compare
 from splitbench.errors import SplitbenchError
 from splitbench.infra import intervals
 from splitbench.infra.tables_io import to_markdown

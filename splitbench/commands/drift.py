@@ -7,10 +7,10 @@ import argparse
 
 import pandas as pd
 
-from splitbench.analysis import drift, reruns
 from splitbench.contracts import results
 from splitbench.contracts.slice_check import typed
 from splitbench.contracts.slices import DriftSettings, InterferenceLimits
+from splitbench.health import drift, reruns
 
 HELP = ("name cells measured under thermal drift; --apply gives them a new epoch in "
         "config/reruns.yaml")

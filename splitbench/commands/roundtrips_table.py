@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from splitbench.analysis import roundtrips_table
+from splitbench.compare import roundtrips_table
 from splitbench.contracts.slice_check import typed
 from splitbench.contracts.slices import InterferenceLimits
 from splitbench.infra import tables_io

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from splitbench.analysis import traffic, whatif
-from splitbench.analysis.cell_summary import read_links
+from splitbench.compare import traffic, whatif
 from splitbench.contracts import results
 from splitbench.errors import SplitbenchError
+from splitbench.summary.cell_summary import read_links
 
 HELP = "predict decode for a link of given latency and bandwidth from this run's measurements"
 

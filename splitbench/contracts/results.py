@@ -51,10 +51,15 @@ DRIFT_REPORT = f"{ROOT}/drift/report.parquet"
 REPORT = f"{ROOT}/report.html"
 # What the run found, in sentences with their numbers (the report opens with it).
 FINDINGS = f"{ROOT}/findings.md"
-# The measured decode model each what-if prediction starts from (analysis/whatif.py).
+# The same findings as data (contracts/findings_file.py), which checks and `compare` read.
+FINDINGS_DATA = f"{ROOT}/findings.json"
+# The measured decode model each what-if prediction starts from (compare/whatif.py).
 WHATIF = f"{ROOT}/summary/whatif.parquet"
 # Every cell's distributions: count, mean, p50, p90, p99 (±), max per metric.
 PERCENTILES = f"{ROOT}/summary/percentiles.parquet"
+# Every link against the baseline at one stream, each row with its prediction: the
+# run's one link comparison, which the findings, tables, charts and `compare` read.
+COMPARISON = f"{ROOT}/summary/comparison.parquet"
 # Per cell of a link: its inter-token latency's p50 and p99 against the baseline's.
 TAIL_SHIFT = f"{ROOT}/summary/tail_shift.parquet"
 # Per cell: the requests that met the config's service level (slo:) and its goodput.

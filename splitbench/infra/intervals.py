@@ -7,7 +7,7 @@ interval, from scipy.stats at the figure's own sample size.
 - a difference or sum of figures with their own standard errors: t with the
   Welch-Satterthwaite degrees of freedom of their combined variance (`combined`);
 - a share of requests: the exact (Clopper-Pearson) binomial interval (`share_interval`);
-- a quantile or a ratio: a bootstrap over the samples (analysis.percentiles).
+- a quantile or a ratio: a bootstrap over the samples (summary.percentiles).
 
 A standard error is never printed on its own; a column named `*_se` holds one, `*_unc`
 the ± of the same figure. Thresholds that are not a ± (a prediction "disagrees", a cost

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -34,3 +35,11 @@ def write(frame: pd.DataFrame, path: str | Path, provenance: dict[str, Any]) -> 
 def provenance(path: str | Path) -> dict[str, Any]:
     meta = pq.read_schema(path).metadata or {}
     return json.loads(meta.get(META_KEY, b"{}"))
+
+
+def numbers(frame: pd.DataFrame, column: str) -> pd.Series:
+    """A column as numbers: NaN where a value is not one, or where the frame lacks the
+    column (a file from before it was recorded)."""
+    if column not in frame:
+        return pd.Series(np.nan, index=frame.index, dtype=float)
+    return pd.to_numeric(frame[column], errors="coerce")

@@ -108,7 +108,7 @@ def written(section: configuration.Section | None) -> dict[str, Any]:
     return section.given() if section is not None else {}
 
 
-# The embedded lab's run-to-run calibration (analysis/between_runs.py), measured by
+# The embedded lab's run-to-run calibration (summary/between_runs.py), measured by
 # benchmarks/coverage.py --calibrate on A/A runs of the embedded default.
 BETWEEN_RUNS = Path(__file__).resolve().parents[2] / "config" / "between_runs.yaml"
 

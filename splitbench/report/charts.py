@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from splitbench.analysis import cell_summary, comparison, releases, traffic
+from splitbench.compare import traffic
 from splitbench.contracts import results
 from splitbench.report import sensitivity, vega
 from splitbench.report.chart_parts import (
@@ -39,6 +39,7 @@ from splitbench.report.chart_parts import (
 )
 from splitbench.report.contents import CHARTS
 from splitbench.report.pair_charts import backends_chart, pairs_chart
+from splitbench.summary import cell_summary, releases
 
 # The latency the decode-vs-latency fit uses, the mechanisms table's: the probe's fixed
 # request-response overhead (a decode step moves a few KB per transaction, where the
@@ -56,10 +57,10 @@ def decode_ms_per_token(summary: pd.DataFrame, **_: Any) -> alt.TopLevelMixin:
                                 "no single-stream cell decoded")
 
 
-def delta_vs_baseline(summary: pd.DataFrame, baseline: str) -> pd.DataFrame:
+def delta_vs_baseline(summary: pd.DataFrame, comp: pd.DataFrame) -> pd.DataFrame:
     """Per pair, model and context: each other link's decode ms/token minus the
-    baseline's, as the link comparison table has it (paired where the cell was)."""
-    comp = comparison.compare_links(summary, baseline or None)
+    baseline's, as the link comparison table has it (`comp`: the run's comparison,
+    paired where the cell was)."""
     comp = comp[(comp["status"] == "ok") & (comp["status_base"] == "ok")]
     ctx_tokens = summary.drop_duplicates("ctx").set_index("ctx")["ctx_tokens"] \
         if "ctx_tokens" in summary else pd.Series(dtype=float)
@@ -68,9 +69,12 @@ def delta_vs_baseline(summary: pd.DataFrame, baseline: str) -> pd.DataFrame:
     return with_where(out[out["delta_ms"].notna()])
 
 
-def decode_delta(summary: pd.DataFrame, baseline: str = "", **_: Any) -> alt.TopLevelMixin:
+def decode_delta(summary: pd.DataFrame, baseline: str = "",
+                 comparison: pd.DataFrame | None = None, **_: Any) -> alt.TopLevelMixin:
     name = "decode_delta"
-    data = delta_vs_baseline(summary, baseline)
+    if comparison is None:
+        return note_chart(CHARTS[name][0], "no link comparison was given")
+    data = delta_vs_baseline(summary, comparison)
     if data.empty:
         why = (f"no link to compare with the baseline '{baseline}'"
                if summary["link"].nunique() <= 1 else
@@ -178,7 +182,7 @@ def links_chart(links: pd.DataFrame, **_: Any) -> alt.TopLevelMixin:
 def token_gaps(summary: pd.DataFrame, percentiles: pd.DataFrame | None = None,
                **_: Any) -> alt.TopLevelMixin:
     """Per link at concurrency 1: the inter-token gaps' median to p99, p90 and max, per
-    context, one panel per model (analysis/percentiles.py's rows)."""
+    context, one panel per model (summary/percentiles.py's rows)."""
     name = "token_gaps"
     rows = (percentiles[(percentiles["metric"] == "inter_token_latency_ms")
                         & (percentiles["conc"] == 1)] if percentiles is not None
@@ -310,7 +314,7 @@ def _fit_lines(points: pd.DataFrame, fitted: pd.DataFrame | None, baseline: str
                ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per (model, ctx), a line with the mechanisms table's decode slope through the
     baseline link's point, and one label per model. The slope is the table's own (one
-    estimator, `analysis.mechanisms`), so the chart cannot print a different one."""
+    estimator, `compare.mechanisms`), so the chart cannot print a different one."""
     lines, labels = [], []
     for (pair, model), group in points.groupby(["pair", "model"]):
         row = _decode_fit(fitted, pair, model)
@@ -439,16 +443,19 @@ def build(summary: pd.DataFrame, links: pd.DataFrame, baseline: str,
           mechanisms: pd.DataFrame | None = None, whatif_rows: pd.DataFrame | None = None,
           whatif_points: pd.DataFrame | None = None,
           percentiles: pd.DataFrame | None = None,
-          levels: pd.DataFrame | None = None) -> dict[str, alt.TopLevelMixin]:
-    """Every chart, by name, in the report's order. `mechanisms`: the mechanisms table,
+          levels: pd.DataFrame | None = None,
+          comparison: pd.DataFrame | None = None) -> dict[str, alt.TopLevelMixin]:
+    """Every chart, by name, in the report's order. `comparison`: the run's link
+    comparison (compare.comparison.run_comparison), whose decode differences the decode Δ
+    chart draws; `mechanisms`: the mechanisms table,
     whose decode slopes the decode-vs-latency chart draws; `whatif_*`: the what-if
-    model and the measured links beside it (analysis.whatif); `percentiles`: every
-    cell's distributions (analysis.percentiles); `levels`: the service levels'
-    per-cell table (analysis.service_levels), whose target the what-if chart draws."""
+    model and the measured links beside it (compare.whatif); `percentiles`: every
+    cell's distributions (summary.percentiles); `levels`: the service levels'
+    per-cell table (summary.service_levels), whose target the what-if chart draws."""
     inputs = {"summary": summary, "links": links, "baseline": baseline, "tokens": tokens,
               "cell": cell, "mechanisms": mechanisms, "whatif_rows": whatif_rows,
               "whatif_points": whatif_points, "percentiles": percentiles,
-              "levels": levels}
+              "levels": levels, "comparison": comparison}
     return {name: BUILDERS[name](**inputs) for name in CHARTS}
 
 
@@ -471,12 +478,13 @@ def render(summary_path: str, link_files: list[str], baseline: str, out_dir: str
            cells_dir: str = results.CELLS, timeline: str = "",
            mechanisms_path: str = "", whatif_path: str = "",
            whatif_points_path: str = "", percentiles_path: str = "",
-           levels_path: str = "") -> list[Path]:
+           levels_path: str = "", comparison_path: str = "") -> list[Path]:
     """Build and save every chart; returns the files written."""
     summary = pq.read_table(summary_path).to_pandas()
     percentiles = pd.read_parquet(percentiles_path) if percentiles_path else None
     levels = pd.read_parquet(levels_path) if levels_path else None
     mechanisms = pd.read_csv(mechanisms_path) if mechanisms_path else None
+    comp = pd.read_parquet(comparison_path) if comparison_path else None
     whatif_rows = pd.read_parquet(whatif_path) if whatif_path else None
     whatif_points = pd.read_parquet(whatif_points_path) if whatif_points_path else None
     links = cell_summary.read_links(link_files)
@@ -484,6 +492,6 @@ def render(summary_path: str, link_files: list[str], baseline: str, out_dir: str
     tokens = read_timeline(cells_dir, cell) if cell is not None else None
     written = []
     for name, chart in build(summary, links, baseline, tokens, cell, mechanisms, whatif_rows,
-                             whatif_points, percentiles, levels).items():
+                             whatif_points, percentiles, levels, comp).items():
         written += save(chart, out_dir, name)
     return written

@@ -26,15 +26,15 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from splitbench import pairs
-from splitbench.analysis import cell_summary
-from splitbench.analysis.checks import check_lines
 from splitbench.contracts import results
 from splitbench.contracts.slices import HostSlice, LinkSlice
+from splitbench.health.checks import check_lines
 from splitbench.infra import files, parquet_io
 from splitbench.pairs.base import placed
 from splitbench.report import contents, vega
 from splitbench.report.html_parts import esc, frame_html, markdown, script_json
 from splitbench.report.provenance import clock_text, provenance_section, request_facts
+from splitbench.summary import cell_summary
 
 if TYPE_CHECKING:  # plan imports pydantic, which the report does not load
     from splitbench.contracts.slices import PairView

@@ -9,7 +9,7 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from splitbench.analysis import pairs, splits
+from splitbench.compare import pairs, splits
 from splitbench.report.chart_parts import chart_title, ctx_order, note_chart
 from splitbench.report.contents import CHARTS
 
@@ -73,7 +73,7 @@ def _pair_points(x: alt.X, order: list[str], pair_scale: alt.Scale,
 def pairs_chart(summary: pd.DataFrame, links: pd.DataFrame, baseline: str = "",
                 **_: Any) -> alt.TopLevelMixin:
     """Every pair's figures side by side on each model, context and concurrency two or
-    more pairs measured (analysis.pairs.compare): one row of panels per measure, one
+    more pairs measured (compare.pairs.compare): one row of panels per measure, one
     column per link (and model), a colour per pair, ± as bars, flagged cells as
     triangles; below, each pair's links as the link checks measured them."""
     name = "pairs"
@@ -172,7 +172,7 @@ BACKEND_MEASURES = PAIR_MEASURES[:3] + [("overlap", "overlap_unc", "overlap"),
 
 def backends_chart(summary: pd.DataFrame, baseline: str = "", **_: Any
                    ) -> alt.TopLevelMixin:
-    """One model shape's splits side by side (analysis.splits.compare): one row of
+    """One model shape's splits side by side (compare.splits.compare): one row of
     panels per measure, one column per link (and shape, and pair when there are
     several), a colour per split, ± as bars, flagged cells as triangles."""
     name = "backends"

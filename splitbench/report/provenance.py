@@ -13,12 +13,12 @@ from typing import Any
 import pandas as pd
 
 from splitbench import backends, version
-from splitbench.analysis import cell_summary
-from splitbench.analysis.marks import FLAG_MARK
 from splitbench.contracts import registry, results
+from splitbench.contracts.marks import FLAG_MARK
 from splitbench.infra import parquet_io
 from splitbench.report import chart_parts
 from splitbench.report.html_parts import dl, esc, frame_html, short
+from splitbench.summary import cell_summary
 
 
 def _toolchain_rows(toolchain_files: list[str]) -> pd.DataFrame:

@@ -1,7 +1,7 @@
 """The what-if chart: predicted decode tok/s against link latency, per model and
 context, with the run's own links drawn on the same axes.
 
-Each curve is analysis.whatif's prediction with the baseline link's bandwidth (latency
+Each curve is compare.whatif's prediction with the baseline link's bandwidth (latency
 alone varies), its band the prediction's ±; each measured link is a point with its
 measured ± and, hollow, its own prediction (its own latency and rates). A point that
 disagrees with its prediction beyond their ± (whatif.measured_points: `off_curve`) is
@@ -21,7 +21,7 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from splitbench.analysis import whatif
+from splitbench.compare import whatif
 
 NAME = "decode_sensitivity"
 TITLE = "What if my link were X: decode against link latency"

@@ -1,7 +1,7 @@
 """The tables that put cells side by side: the same cell on each pair of machines
 (`pairs_table`), one model shape under each backend's split (`backends_table`), and the
 same cell and link cost in two runs (`two_runs_table`, `two_runs_costs_table`: what
-`python -m splitbench compare` prints, from analysis.run_compare)."""
+`python -m splitbench compare` prints, from compare.run_compare)."""
 
 from __future__ import annotations
 
@@ -11,16 +11,16 @@ import numpy as np
 import pandas as pd
 
 from splitbench import backends
-from splitbench.analysis import pairs, run_compare, splits
-from splitbench.analysis.cell_summary import SUMMARY_KEYS
+from splitbench.compare import pairs, run_compare, splits
 from splitbench.contracts.slices import InterferenceLimits
 from splitbench.report.tables import FLAG_MARK, flagged, ms_text, overlap_text, plus_minus
+from splitbench.summary.cell_summary import SUMMARY_KEYS
 
 
 def backends_table(summary: pd.DataFrame, contexts: list[str],
                    baseline_link: str | None = None,
                    mechanisms_table: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Backends side by side (analysis.splits.compare): one row per cell of each model
+    """Backends side by side (compare.splits.compare): one row per cell of each model
     shape measured with two or more splits, the splits next to each other: decode,
     prefill, TTFT and overlap with their ±, ❌ where the cell failed and ⚠ where it is
     flagged, and the bytes a decoded token moved each way; each model's decode verdict
@@ -92,7 +92,7 @@ def _link_figure(value: Any, unc: Any, flags: Any, spec: str) -> str:
 def pairs_table(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
                 baseline_link: str | None = None,
                 interference_limits: InterferenceLimits | None = None) -> pd.DataFrame:
-    """The pairs side by side (analysis.pairs.compare): one row per pair and link of
+    """The pairs side by side (compare.pairs.compare): one row per pair and link of
     every model, context and concurrency that two or more pairs measured, with decode
     (tok/s and ms/token), prefill, TTFT, overlap and the cell's throughput over all
     streams, each with its ± (a 95% interval, and where it comes from), ❌

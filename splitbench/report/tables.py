@@ -1,7 +1,7 @@
 """The tables a person reads, rendered from the summary: the marks every table uses
 and the tables of cells and links.
 
-Each table function takes the summary (one row per cell; `analysis.cell_summary`) and
+Each table function takes the summary (one row per cell; `summary.cell_summary`) and
 returns a DataFrame that `infra.tables_io.write_table` renders; the tables that put
 pairs and backends side by side are `report.side_by_side`'s, and `report.aggregate`
 builds the summary and writes them all.
@@ -15,16 +15,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from splitbench.analysis import comparison, marks, pairs
-from splitbench.analysis.cell_summary import (
+from splitbench.compare import comparison, pairs
+from splitbench.contracts import marks
+from splitbench.contracts.slices import InterferenceLimits
+from splitbench.findings.text import fixed
+from splitbench.summary.cell_summary import (
     SUMMARY_KEYS,
     ctx_sorted,
     link_flags,
 )
-from splitbench.analysis.comparison import compare_links
-from splitbench.analysis.finding_text import fixed
-from splitbench.analysis.releases import OVERLAP_MAX, OVERLAP_MIN, overlap_flag, overlap_outside
-from splitbench.contracts.slices import InterferenceLimits
+from splitbench.summary.releases import OVERLAP_MAX, OVERLAP_MIN, overlap_flag, overlap_outside
 
 # Marks a figure measured under interference or with tokens that share a timestamp,
 # and figures no setup can give.
@@ -161,20 +161,18 @@ def _delta_text(value: float, unc: float, resolvable: Any, lower_bound: Any, sta
     return text
 
 
-def link_comparison(summary: pd.DataFrame, contexts: list[str],
-                    baseline_link: str | None = None, drift: pd.DataFrame | None = None,
-                    prediction: Callable[[pd.DataFrame], pd.DataFrame] | None = None
+def link_comparison(summary: pd.DataFrame, comp: pd.DataFrame, contexts: list[str]
                     ) -> pd.DataFrame:
     """The seed's table 1, one row per model, link and context: prefill relative change
     (%) and decode delta ms/token against the baseline link at concurrency 1, how they
-    were compared, and, with `prediction` (rows -> comparison.predicted_decode_delta),
-    the decode difference predicted from the links' measured latency and whether the
-    measurement agrees. A difference that no link can have (faster than the baseline
-    beyond its uncertainty) or that disagrees with the prediction is marked with ⚠."""
-    comp = compare_links(summary, baseline_link, drift)
+    were compared (`comp`: the run's comparison, comparison.run_comparison), and, where
+    its rows carry a prediction, the decode difference predicted from the links'
+    measured latency and whether the measurement agrees. A difference that no link can
+    have (faster than the baseline beyond its uncertainty) or that disagrees with the
+    prediction is marked with ⚠."""
     keys = _row_keys(summary) + ["ctx"]
     comp = ctx_sorted(comp, keys, contexts).reset_index(drop=True)
-    predicted = prediction(comp) if prediction is not None and len(comp) else None
+    predicted = comp if PREDICTED in comp and len(comp) else None
     prefill, decode, expected, verdicts = [], [], [], []
     for i, row in comp.iterrows():
         prefill.append(_delta_text(row["prefill_change_pct"], row["prefill_change_unc_pct"],
@@ -210,6 +208,10 @@ def link_comparison(summary: pd.DataFrame, contexts: list[str],
         table["predicted Δ (ms/token)"] = expected
         table["measured vs predicted"] = verdicts
     return table
+
+
+# The column a comparison row's prediction is in (comparison.predicted_decode_delta).
+PREDICTED = "predicted_decode_delta_ms"
 
 
 def _prediction_text(guess: pd.Series | None) -> str:

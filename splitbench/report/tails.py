@@ -1,5 +1,5 @@
 """The percentiles table: per cell, the tail of its time to first token, inter-token
-latency and request latency beside their medians (analysis/percentiles.py gives every
+latency and request latency beside their medians (summary/percentiles.py gives every
 figure; the summary's percentiles Parquet holds them all)."""
 
 from __future__ import annotations
@@ -9,8 +9,9 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from splitbench.analysis import service_levels
+from splitbench.findings import service_levels as level_findings
 from splitbench.infra.intervals import UNBOUNDED, halfwidth
+from splitbench.summary import service_levels
 
 # (metric, the statistics shown, its label in the column titles, decimals)
 SHOWN = [("time_to_first_token_ms", ("p50", "p99"), "TTFT (ms)", 2),
@@ -78,7 +79,7 @@ def stat_text(figures: pd.Series | dict, stat: str, places: int) -> str:
 def service_levels_title(slo: dict) -> str:
     if not service_levels.targets_set(slo):
         return "Service levels: none set (`slo:` in the config)"
-    return (f"Service levels per cell, {service_levels.level_text(slo)}: the requests that "
+    return (f"Service levels per cell, {level_findings.level_text(slo)}: the requests that "
             "met every target with the share's 95% exact binomial (Clopper-Pearson) "
             "interval, over the cell's releases where several streams share one (a "
             "release's requests are not independent); the verdict: holds where the "

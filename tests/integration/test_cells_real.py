@@ -14,12 +14,12 @@ import pandas as pd
 import pytest
 
 from splitbench import pairs
-from splitbench.analysis import cell_summary
 from splitbench.backends import lifecycle
 from splitbench.backends.llamacpp import gguf_model, servers, toolchain, traffic_model
 from splitbench.backends.llamacpp.backend import BACKEND as LLAMACPP
 from splitbench.cells import measure
 from splitbench.infra import interference, procs, telemetry
+from splitbench.summary import cell_summary
 from tests.conftest import needs_root, running
 from tests.support import cpu_hogs
 
@@ -122,7 +122,7 @@ def test_bytes_per_decoded_token_come_from_the_rpc_connection(bench):
     # Each decode step sends activations to B and gets logits back. What B returns per
     # token, as the product predicts it from where the launch put the layers (the
     # output layer on B's one worker: the logits, n_vocab x 4 B), and each reply's
-    # 8-byte length field (ggml's RPC protocol: analysis/traffic.py's measured 8 B).
+    # 8-byte length field (ggml's RPC protocol: compare/traffic.py's measured 8 B).
     assert (row["output_on_b"], row["rpc_workers"]) == (True, 1)
     reply = traffic_model.predicted_bytes(row["model_n_embd"], row["model_n_vocab"],
                                     row["blocks_on_b"], row["output_on_b"],

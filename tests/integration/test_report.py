@@ -17,11 +17,13 @@ import pandas as pd
 import pytest
 
 from splitbench import cli, configuration, version
-from splitbench.analysis import cell_summary, checks, comparison, drift, percentiles, whatif
+from splitbench.compare import comparison, whatif
 from splitbench.contracts import results
+from splitbench.health import checks, drift
 from splitbench.infra import parquet_io, tables_io
 from splitbench.matrix.plan import pairs_slice
 from splitbench.report import charts, html_parts, page, provenance, side_by_side
+from splitbench.summary import cell_summary, percentiles
 from tests.support.browser import laptop_problems, needs_chromium, open_page, problems
 
 CONTEXTS = {"short": 128, "5k": 5000}
@@ -29,8 +31,7 @@ LINKS = {"baseline": 100.0, "slow": 900.0}  # 16 KB request-response p50, µs
 CONCURRENCY = (1, 2, 4)
 FAILED = ("slow", "5k", 4)
 LLAMA_VERSION = "version: 9999 (abc1234)"
-# Two pairs: the embedded lab, and a pair over SSH (its B a remote machine on a node),
-# measured a day later and somewhat slower.
+# Two pairs: the embedded lab, and an SSH pair (B remote) measured a day later, slower.
 PAIRS = {"lab": {"day": 0, "slower": 1.0}, "far": {"day": 1, "slower": 1.5}}
 CONFIG_PAIRS = {
     "lab": {"mode": "embedded", "hosts": {"a": {}, "b": {}},
@@ -70,7 +71,6 @@ VERDICT = ("decode pays ~1.05 ±0.04 round trips of link latency per token, the 
            "every context (a fixed per-token cost); slow: +2.40 ±0.10 ms/token measured, "
            "predicted bandwidth +0.01 ±0.00 (B→A 8.2 KB at 1.12 Gbit/s) + latency +2.30 "
            "±0.05 (the sweep's round trips × the latency difference): latency dominates")
-# The findings as splitbench.analysis.findings writes them (results/findings.md).
 FINDINGS = f"""## Findings
 
 ### m

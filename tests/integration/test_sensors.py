@@ -122,7 +122,10 @@ def test_a_servers_own_cpu_includes_the_workers_it_started():
     busy = ("import sys, time\nsys.stdin.readline()\nend = time.process_time() + 0.5\n"
             "while time.process_time() < end: pass\nprint('done', flush=True)\n"
             "sys.stdin.readline()\n")
-    parent = subprocess.Popen(["sh", "-c", f'{sys.executable} -c "$0" & wait', busy],
+    # A shell gives a background child /dev/null for stdin: fd 3 hands it the pipe, so
+    # that it reads "go" and "end" and outlives the second reading (and the last write).
+    parent = subprocess.Popen(["sh", "-c", f'exec 3<&0; {sys.executable} -c "$0" <&3 3<&- & '
+                               "wait", busy],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         before = sensors.cpu_counters([], trees=[parent.pid])

@@ -1,5 +1,6 @@
-"""Link comparison rows with the prediction's columns, as the findings receive them:
-built for the findings' tests (tests/unit/test_findings.py, test_cost_constancy.py)."""
+"""Link comparison rows with the prediction's columns, as the findings receive them
+(tests/unit/test_findings.py, test_cost_constancy.py), and a summary's comparison as the
+tables, charts and findings read it."""
 
 from __future__ import annotations
 
@@ -33,3 +34,16 @@ def comp_rows(link: str, deltas: list[tuple[float, float]], *, latency=(np.nan, 
             "round_trips": trips, "latency_delta_us": gap_us,
         })
     return pd.DataFrame(rows)
+
+
+def compared(summary: pd.DataFrame, baseline: str | None = None,
+             drift: pd.DataFrame | None = None, prediction=None) -> pd.DataFrame:
+    """A summary's link comparison as a run's `aggregate` writes it (run_comparison),
+    with `prediction` (rows -> predicted_decode_delta's columns) beside each row where
+    given: for the tests of the tables, charts and findings that read it."""
+    from splitbench.compare.comparison import compare_links
+
+    comp = compare_links(summary, baseline, drift)
+    if prediction is not None and len(comp):
+        comp = pd.concat([comp, prediction(comp)], axis=1)
+    return comp

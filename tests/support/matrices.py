@@ -76,3 +76,13 @@ def release_request(request_id: int, *, shot: int, send_ms: float, wall_ms: floa
         "foreign_cpu_a_cores": 0.0, "foreign_cpu_b_cores": 0.0,
         "cpu_pressure_a_pct": 5.0, "cpu_pressure_b_pct": 5.0,
     } | extra
+
+
+def link_row(name: str, rr_us: float, gbps: float) -> dict:
+    """A link check's row of the pair lab: its request-response latency and throughput."""
+    row = {"pair": "lab", "link": name, "ping_ms": 0.1, "rr16k_p50_us": rr_us + 40,
+           "rr_fixed_us": rr_us, "rr_us_per_kb": 2.0, "negotiated_gbps": None,
+           "emulation_rate": "none", "emulation_delay": "none", "flags": ""}
+    for column in ["a_to_b_gbps", "b_to_a_gbps", "bidir_gbps"]:
+        row |= {column: gbps, f"{column}_min": gbps, f"{column}_max": gbps}
+    return row

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from splitbench.analysis import cell_summary
 from splitbench.contracts import results
 from splitbench.infra import archive
-from splitbench.report import aggregate
+from splitbench.report import table_files
+from splitbench.summary import cell_summary
 
 
 def _cell_files(root, decode_ms: float) -> list[str]:
@@ -45,7 +45,7 @@ def test_a_remeasured_cell_keeps_the_old_files(tmp_path):
     new = _cell_files(tmp_path, 1.5)
     archive.keep(new)
     summary = cell_summary.summarize([new[1]], {"short": 128})
-    table = aggregate.remeasured(results.archived_requests(tmp_path / "results"), summary)
+    table = table_files.remeasured(results.archived_requests(tmp_path / "results"), summary)
     assert len(table) == 1
     row = table.iloc[0]
     assert row["archived"] == "20261130T000000Z"

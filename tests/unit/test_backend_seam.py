@@ -60,10 +60,10 @@ def test_only_the_backends_name_llama_cpp():
 
 
 def test_the_check_sees_code_and_not_its_comments_or_docstrings(tmp_path):
-    (tmp_path / "splitbench/analysis").mkdir(parents=True)
+    (tmp_path / "splitbench/compare").mkdir(parents=True)
     (tmp_path / "rules").mkdir()
     (tmp_path / "Snakefile").write_text("")
-    (tmp_path / "splitbench/analysis/x.py").write_text(
+    (tmp_path / "splitbench/compare/x.py").write_text(
         '"""The llamacpp backend\'s figures."""\n\n# gguf: a comment\n'
         'def f():\n    """llama_cpp in a docstring."""\n    return "llamacpp"\n')
-    assert naming_llama_cpp(tmp_path) == ['splitbench/analysis/x.py:6: "llamacpp"']
+    assert naming_llama_cpp(tmp_path) == ['splitbench/compare/x.py:6: "llamacpp"']

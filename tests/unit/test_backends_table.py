@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from splitbench.findings import splits as split_findings
 from splitbench.infra import tables_io
 from splitbench.report import side_by_side
 
@@ -64,15 +65,15 @@ def decode(frame: pd.DataFrame, ms: dict[str, float], se: float = 0.01) -> pd.Da
 def test_the_findings_open_with_the_fastest_split_and_what_each_moves_and_pays():
     """The backends example's table showed RPC at 0.51 against TP=2's 10.40 and PP=2's
     8.38 with no sentence saying so."""
-    from splitbench.analysis import comparison, splits
+    from splitbench.compare import comparison
 
     cells = decode(summary(), {"rpc": 0.51, "tp2": 10.40, "pp2": 8.38})
     cells.loc[cells["link"] == "narrow", "decode_ms_per_token"] += cells["split"].map(
         {"rpc": 0.5, "tp2": 3.0, "pp2": 1.0})
     comp = comparison.compare_links(cells, "plain")
-    found = splits.findings(cells, comp, ["short", "mid"], "plain")
+    found = split_findings.findings(cells, comp, ["short", "mid"], "plain")
     assert [f.section for f in found] == ["Backends: the shape 2x128 h4/2 v1024"] * 2
-    short = found[0].text
+    short = found[0].markdown()
     assert short.startswith("**At short on plain, llama.cpp RPC decodes fastest**: "
                             "llama.cpp RPC 0.51 ±0.02, vLLM PP=2 8.38 ±0.02 and vLLM TP=2 "
                             "10.40 ±0.02 ms/token."), short
@@ -82,11 +83,12 @@ def test_the_findings_open_with_the_fastest_split_and_what_each_moves_and_pays()
     assert "none resolvable" not in short
     # Within the ±: none is said to be faster.
     close = decode(summary(), {"rpc": 1.00, "tp2": 1.01, "pp2": 1.50}, se=0.05)
-    text = splits.findings(close, comparison.compare_links(close, "plain"), ["short"],
-                           "plain")[0].text
+    text = split_findings.findings(close, comparison.compare_links(close, "plain"), ["short"],
+                           "plain")[0].markdown()
     assert text.startswith("**At short on plain, no split decodes faster than the next "
                            "beyond its ±**"), text
     # The narrow link costs each split as much as the plain one, within every ±: said.
     assert "on narrow" in text and "(none resolvable: each lies inside its ±)" in text, text
     # One split alone: no such finding.
-    assert splits.findings(summary().query("split == 'rpc'"), comp, ["short"], "plain") == []
+    alone = summary().query("split == 'rpc'")
+    assert split_findings.findings(alone, comp, ["short"], "plain") == []

@@ -1,4 +1,4 @@
-"""A cell's ± with the machine's run-to-run variation (analysis/between_runs.py), the
+"""A cell's ± with the machine's run-to-run variation (summary/between_runs.py), the
 prediction's own error, and which pairs the lab's calibration is given to."""
 
 from __future__ import annotations
@@ -10,10 +10,11 @@ import pandas as pd
 import pytest
 import yaml
 
-from splitbench.analysis import between_runs, comparison
+from splitbench.compare import comparison
 from splitbench.configuration import parsed
 from splitbench.infra import intervals
 from splitbench.matrix import plan
+from splitbench.summary import between_runs
 
 CONFIG = Path(__file__).resolve().parents[2] / "config/config.yaml"
 
@@ -141,7 +142,7 @@ def test_the_labs_calibration_is_given_to_embedded_pairs_only(tmp_path):
 def test_a_concurrent_cells_decode_takes_no_per_token_floor():
     """A concurrent request's gaps hold the other slots' prompts: their dispersion (here
     2 ms a gap) is no floor for the releases' median, whose spread is 0.01 ms."""
-    from splitbench.analysis import cell_summary
+    from splitbench.summary import cell_summary
 
     decode = [10.00, 10.01, 9.99, 10.02, 9.98, 10.00]
     ok = pd.DataFrame({"pair": "lab", "link": "x", "model": "m", "ctx": "5k", "conc": 2,
@@ -194,7 +195,7 @@ def test_the_models_error_is_a_contexts_own_where_the_calibration_has_one():
 def test_a_run_outside_the_pace_its_calibration_saw_is_flagged_inside_it_is_not():
     """The calibration's runs spanned -5% to +9% of its cells' mean decode; a run whose
     cells took 20% longer ran on a day the terms did not see."""
-    from splitbench.analysis import checks
+    from splitbench.health import checks
 
     pace = {"levels": {"lab/x/m/short/1": 1.0, "lab/y/m/short/1": 0.8},
             "runs": [-0.05, 0.09]}

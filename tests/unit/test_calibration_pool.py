@@ -7,7 +7,7 @@ import importlib.util
 import pandas as pd
 import pytest
 
-from splitbench.analysis import between_runs
+from splitbench.summary import between_runs
 from tests.conftest import ROOT
 
 

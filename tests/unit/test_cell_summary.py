@@ -8,8 +8,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from splitbench.analysis import cell_summary
 from splitbench.contracts import results
+from splitbench.summary import cell_summary
 from tests.support import write_cell
 from tests.support.matrices import CONTEXTS, request
 

@@ -12,8 +12,9 @@ import pandas as pd
 import pytest
 import vl_convert as vlc
 
-from splitbench.analysis import mechanisms
+from splitbench.compare import mechanisms
 from splitbench.report import charts
+from tests.support.comparison_rows import compared
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTEXTS = {"short": 128, "5k": 5000}
@@ -67,7 +68,8 @@ def rendered(chart) -> str:
 def test_every_chart_builds_and_renders():
     summary = summary_frame(failed=(("slow", "5k", 1),))
     cell = charts.timeline_cell(summary, "baseline")
-    built = charts.build(summary, links_frame(), "baseline", tokens_frame(), cell)
+    built = charts.build(summary, links_frame(), "baseline", tokens_frame(), cell,
+                         comparison=compared(summary, "baseline"))
     assert list(built) == list(charts.CHARTS)
     for name, chart in built.items():
         svg = rendered(chart)
@@ -86,7 +88,8 @@ def test_failed_cells_are_left_out_and_named():
 def test_single_link_says_why_instead_of_failing():
     summary = summary_frame(links=("baseline",))
     built = charts.build(summary, links_frame(links=("baseline",)), "baseline",
-                         tokens_frame(), charts.timeline_cell(summary, "baseline"))
+                         tokens_frame(), charts.timeline_cell(summary, "baseline"),
+                         comparison=compared(summary, "baseline"))
     delta = rendered(built["decode_delta"])
     assert "no link to compare" in delta
     assert "fit needs two links" in rendered(built["decode_vs_latency"])
@@ -96,7 +99,8 @@ def test_single_link_says_why_instead_of_failing():
 
 def test_empty_run_draws_notes():
     empty = summary_frame().iloc[0:0]
-    built = charts.build(empty, links_frame().iloc[0:0], "baseline")
+    built = charts.build(empty, links_frame().iloc[0:0], "baseline",
+                         comparison=compared(empty, "baseline"))
     for name, chart in built.items():
         assert chart.to_dict()["mark"]["type"] == "text", name
         rendered(chart)
@@ -128,7 +132,7 @@ def test_the_token_gaps_chart_draws_each_single_streams_median_to_p99():
 
 
 def test_the_what_if_chart_draws_the_service_levels_target_where_one_is_set():
-    from splitbench.analysis import whatif
+    from splitbench.compare import whatif
     from splitbench.report import sensitivity
     summary = summary_frame()
     links = links_frame().assign(rr64_p50_us=lambda f: f["rr16k_p50_us"])
@@ -151,7 +155,7 @@ def test_the_what_if_chart_draws_the_service_levels_target_where_one_is_set():
 
 
 def test_delta_against_the_baseline():
-    delta = charts.delta_vs_baseline(summary_frame(), "baseline")
+    delta = charts.delta_vs_baseline(summary_frame(), compared(summary_frame(), "baseline"))
     assert set(delta["link"]) == {"slow"}
     expected = ROUND_TRIPS * (LATENCY_US["slow"] - LATENCY_US["baseline"]) / 1000
     assert delta["delta_ms"].to_numpy() == pytest.approx([expected] * len(CONTEXTS))
@@ -161,7 +165,7 @@ def test_the_latency_chart_draws_the_mechanisms_tables_own_slope():
     """One estimator: the dashed lines have the slope the mechanisms table prints, through
     each context's baseline point, and the label quotes it."""
     summary, links = summary_frame(), links_frame()
-    table = mechanisms.table(summary, links, list(CONTEXTS), "baseline")
+    table = mechanisms.table(summary, compared(summary, baseline="baseline"), links, list(CONTEXTS))
     decode = table[table["mechanism"] == "decode"].iloc[0]
     # The table fits against rr_fixed_us, which the fixture sets to 0.8 x the latency.
     assert decode["slope"] == pytest.approx(ROUND_TRIPS / 0.8, rel=1e-3)

@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from splitbench import configuration
-from splitbench.analysis import drift
-from splitbench.analysis import reruns as epochs
+from splitbench.health import drift
+from splitbench.health import reruns as epochs
 from splitbench.infra import parquet_io
 from splitbench.matrix import plan
 

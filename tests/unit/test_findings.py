@@ -8,14 +8,18 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from splitbench.analysis import checks, finding_text, findings, whatif
+from splitbench.compare import whatif
+from splitbench.contracts import findings_file
+from splitbench.findings import collect as findings
+from splitbench.findings import text as finding_text
+from splitbench.health import checks
 from tests.support.comparison_rows import comp_rows
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 def test_a_latency_dominated_fixed_cost():
     rows = comp_rows("usb4", [(0.70, 0.06), (0.72, 0.10), (0.69, 0.20)],
                      latency=(0.64, 0.03), bandwidth=(0.00, 0.00), trips=1.05, gap_us=610)
-    text = findings.decode_cost(rows, "usb4", "m").text
+    text = findings.decode_cost(rows, "usb4", "m").markdown()
     assert text.startswith("**usb4 costs decode +0.70 ±0.06 ms/token at short "
                            "(+82% of a 0.85 ms step)**")
     # +0.69 ±0.20 at the longest context: from short it may have moved by up to
@@ -27,7 +31,7 @@ def test_a_latency_dominated_fixed_cost():
     # Resolved well enough at every context: within 25% of the cost, "the same".
     tight = comp_rows("usb4", [(0.70, 0.06), (0.72, 0.05), (0.69, 0.05)],
                       latency=(0.64, 0.03), bandwidth=(0.00, 0.00), trips=1.05, gap_us=610)
-    same = findings.decode_cost(tight, "usb4", "m").text
+    same = findings.decode_cost(tight, "usb4", "m").markdown()
     assert ("The same at every context it resolves, while the step grows" in same
             and "the contexts differ by at most 0.09 ms (within 25% of its +0.70), "
             "a fixed per-step cost" in same), same
@@ -40,57 +44,57 @@ def test_the_decode_turns_own_waits_stand_beside_the_probes_latency():
     rows = comp_rows("usb4", [(0.70, 0.06)], latency=(0.64, 0.03), bandwidth=(0.00, 0.00),
                      trips=1.05, gap_us=610).assign(turn_wait_delta_us=624.0,
                                                     turn_wait_delta_unc_us=17.0)
-    text = findings.decode_cost(rows, "usb4", "m").text
+    text = findings.decode_cost(rows, "usb4", "m").markdown()
     assert ("1.05 round trips per token × +610 µs of extra request-response latency = "
             "+0.64 ±0.03 (its decode turns themselves waited +624 ±17 µs more, from the "
             "packets)") in text, text
     without = findings.decode_cost(rows.drop(columns=["turn_wait_delta_us"]), "usb4", "m")
-    assert "waited" not in without.text
+    assert "waited" not in without.markdown()
 
 
 def test_a_disagreement_says_where_host_a_own_time_changed():
     rows = comp_rows("x", [(0.04, 0.01)], latency=(0.08, 0.00), bandwidth=(0.00, 0.00),
                      trips=1.0, gap_us=80).assign(turn_wait_delta_us=97.0,
                                                   turn_wait_delta_unc_us=3.0)
-    unexplained = findings.decode_cost(rows, "x", "m").text
+    unexplained = findings.decode_cost(rows, "x", "m").markdown()
     assert "⚠ The measured +0.04 disagrees with the prediction +0.08" in unexplained
     assert "something else differs between the links" in unexplained
     measured = rows.assign(a_time_delta_us=-45.0, a_time_delta_unc_us=10.0)
-    text = findings.decode_cost(measured, "x", "m").text
+    text = findings.decode_cost(measured, "x", "m").markdown()
     assert ("(its decode turns themselves waited +97 ±3 µs more, and host A's own time per "
             "token outside them changed by -45 ±10 µs, from the packets)") in text, text
     assert "host A's own time per token changed by -45 µs, which no latency term" in text
     assert "something else differs" not in text
     # Inside its ±: not a change, and not said.
     blurred = rows.assign(a_time_delta_us=-5.0, a_time_delta_unc_us=10.0)
-    assert "host A" not in findings.decode_cost(blurred, "x", "m").text
+    assert "host A" not in findings.decode_cost(blurred, "x", "m").markdown()
 
 
 def test_neither_term_dominates():
     rows = comp_rows("mid", [(1.10, 0.10), (1.12, 0.10), (1.08, 0.10)],
                      latency=(0.55, 0.30), bandwidth=(0.50, 0.30), trips=1.0, gap_us=550)
-    assert "neither dominates" in findings.decode_cost(rows, "mid", "m").text
+    assert "neither dominates" in findings.decode_cost(rows, "mid", "m").markdown()
 
 
 def test_a_disagreement_with_the_prediction_is_flagged():
     rows = comp_rows("odd", [(2.00, 0.05), (2.0, 0.05), (2.0, 0.05)],
                      latency=(0.50, 0.02), bandwidth=(0.00, 0.00), trips=1.0, gap_us=500)
     assert "⚠ The measured +2.00 disagrees with the prediction +0.50" in \
-        findings.decode_cost(rows, "odd", "m").text
+        findings.decode_cost(rows, "odd", "m").markdown()
 
 
 def test_a_cost_inside_its_uncertainty_is_not_resolvable_and_says_what_would_resolve_it():
     rows = comp_rows("usb4", [(0.05, 0.30), (0.4, 1.0), (2.0, 4.6)])
-    text = findings.decode_cost(rows, "usb4", "m").text
+    text = findings.decode_cost(rows, "usb4", "m").markdown()
     assert "**usb4: what it costs decode is not resolvable on this data**" in text
     assert "cell.paired.rounds" in text
     sequential = comp_rows("usb4", [(0.05, 0.30)] * 3, compared="sequential")
-    assert "cell.paired.contexts" in findings.decode_cost(sequential, "usb4", "m").text
+    assert "cell.paired.contexts" in findings.decode_cost(sequential, "usb4", "m").markdown()
 
 
 def test_one_resolved_context_leaves_constancy_unresolved():
     rows = comp_rows("usb4", [(0.70, 0.06), (0.9, 1.0), (2.0, 4.6)], compared="sequential")
-    text = findings.decode_cost(rows, "usb4", "m").text
+    text = findings.decode_cost(rows, "usb4", "m").markdown()
     assert "costs decode +0.70 ±0.06" in text
     assert "Whether it stays the same at longer contexts is not resolvable on this data" in text
 
@@ -98,7 +102,8 @@ def test_one_resolved_context_leaves_constancy_unresolved():
 def test_a_failed_cell_is_named():
     rows = comp_rows("usb4", [(0.70, 0.06), (0.7, 0.1), (np.nan, np.nan)],
                      statuses=["ok", "ok", "crash"])
-    assert "Not measured at 32k (the cell: crash)" in findings.decode_cost(rows, "usb4", "m").text
+    text = findings.decode_cost(rows, "usb4", "m").markdown()
+    assert "Not measured at 32k (the cell: crash)" in text
 
 
 def summary_cells(statuses: dict[str, dict[tuple[str, int], str]],
@@ -119,7 +124,7 @@ def test_a_concurrency_collapse_that_does_not_depend_on_the_link():
                 (("short", (0.90, 0.05)), ("32k", (0.05, 0.04)))}
     cells = summary_cells({"base": levels, "usb4": levels}, overlaps)
     found = findings.concurrency(cells, ["short", "32k"], "m")
-    text = " ".join(f.text for f in found)
+    text = " ".join(f.markdown() for f in found)
     assert "**Usable concurrency is the same on all 2 links**: short 4; 32k 2 (crashes at 4)" \
         in text
     assert "the limit is memory or compute, not the link" in text
@@ -132,7 +137,7 @@ def test_concurrency_that_depends_on_the_link():
     bad = {("short", 1): "ok", ("short", 2): "ok", ("short", 4): "timeout"}
     overlaps = {("base", "short", 2): (0.80, 0.04), ("usb4", "short", 2): (0.30, 0.05)}
     cells = summary_cells({"base": good, "usb4": bad}, overlaps)
-    text = " ".join(f.text for f in findings.concurrency(cells, ["short"], "m"))
+    text = " ".join(f.markdown() for f in findings.concurrency(cells, ["short"], "m"))
     assert "**Usable concurrency differs between links**: at short, base 4 and usb4 2 " \
            "(times out at 4)" in text
 
@@ -142,7 +147,7 @@ def test_overlap_without_a_spread_is_not_compared_between_links():
     cells = summary_cells({"base": levels, "usb4": levels},
                           {("base", "short", 2): (0.8, np.nan),
                            ("usb4", "short", 2): (0.3, np.nan)}).drop(columns="overlap_unc")
-    text = " ".join(f.text for f in findings.concurrency(cells, ["short"], "m"))
+    text = " ".join(f.markdown() for f in findings.concurrency(cells, ["short"], "m"))
     assert "whether it differs between links is not resolvable on this data" in text
 
 
@@ -160,7 +165,8 @@ def test_what_did_not_work_comes_first_and_its_lines_end_the_run():
     text = findings.markdown(found)
     assert text.splitlines()[2] == "### What did not work"
     assert text.splitlines()[4].startswith("- ✗ link lab/usb4 failed verification")
-    assert checks.headlines(text)[0].startswith("✗ link lab/usb4 failed verification")
+    assert findings_file.headlines([f.record() for f in found])[0].startswith(
+        "✗ link lab/usb4 failed verification")
 
 
 def test_a_table_that_flags_most_of_its_rows_is_a_flagged_check(tmp_path):
@@ -186,22 +192,22 @@ def test_an_offset_shared_by_every_link_is_said_once():
                   gap_us=620)], ignore_index=True)
     found = findings.common_offset(rows)
     assert found is not None
-    assert found.text.startswith("⚠ a at short, b at short and c at short all differ from "
+    assert found.markdown().startswith("⚠ a at short, b at short and c at short all differ from "
                                  "their predictions by the same -0.05 to -0.04 ms/token")
     # One link off alone, or links off in opposite directions, is each link's own.
     assert findings.common_offset(rows.iloc[:1]) is None
     opposite = rows.assign(decode_delta_ms=[0.07, 0.22, 0.58])
     assert findings.common_offset(opposite) is None
-    assert "the way latency is measured" in found.text
+    assert "the way latency is measured" in found.markdown()
     # Where the packets measured host A's own time moving with every gap, it says so.
     on_a = findings.common_offset(rows.assign(a_time_delta_us=[-48.0, -41.0, -45.0],
                                               a_time_delta_unc_us=[9.0, 12.0, 8.0]))
     assert "The packets place it on host A: its own time per token, outside the turns " \
-           "that wait for B, changed by -48 to -41 µs on every link" in on_a.text
-    assert "the way latency is measured" not in on_a.text
+           "that wait for B, changed by -48 to -41 µs on every link" in on_a.markdown()
+    assert "the way latency is measured" not in on_a.markdown()
     one_unresolved = findings.common_offset(rows.assign(
         a_time_delta_us=[-48.0, -4.0, -45.0], a_time_delta_unc_us=[9.0, 12.0, 8.0]))
-    assert "the way latency is measured" in one_unresolved.text
+    assert "the way latency is measured" in one_unresolved.markdown()
 
 
 def test_round_trips_against_the_topological_floor():
@@ -211,20 +217,20 @@ def test_round_trips_against_the_topological_floor():
     model = pd.DataFrame([{"pair": "lab", "model": "m", "ctx": "short", "round_trips": 1.02,
                            "compute_ms": 0.40}])
     trips["round_trips_from"] = ["the delay sweep", "counted from the RPC packets"]
-    text = findings.round_trip_floor(trips, model, "m").text
+    text = findings.round_trip_floor(trips, model, "m").markdown()
     assert text.startswith("**1.02 ±0.04 round trips per token with 1 RPC worker** "
                            "(the delay sweep; the floor is 1: at the floor)")
     assert "3.10 ±0.10 round trips per token with 2 RPC workers (counted from the RPC " \
            "packets; the floor is 2: +1.10 above the floor" in text
     assert "Below ~20 µs of request-response latency" in text  # 5% of 0.40 ms / 1.02
     assert "(its 1.02 round trips add" in text
-    none = findings.round_trip_floor(trips.iloc[0:0], model, "m").text
+    none = findings.round_trip_floor(trips.iloc[0:0], model, "m").markdown()
     assert none.startswith("**Why a link costs what it does is not resolvable on this data**")
     # What the what-if then used is the floor, and the finding says it was assumed.
     assert "(its assumed 1.02 round trips add" in none
     assert "RPC packets" in none
     # A vLLM split has no RPC packets to count: its sentence says what its run measures.
-    vllm = findings.round_trip_floor(trips.iloc[0:0], model, "m", split="tp2").text
+    vllm = findings.round_trip_floor(trips.iloc[0:0], model, "m", split="tp2").markdown()
     assert vllm.startswith("**Why a link costs what it does is not resolvable on this "
                            "data**: vLLM's ranks talk over connections of their own")
     assert "RPC packets" not in vllm and "bytes per token" in vllm
@@ -235,12 +241,12 @@ def test_a_link_measured_faster_than_the_baseline_is_flagged_never_a_saving():
     """Sequential cells on a machine whose speed moved (the backends example's PP=2 at
     its mid context read -2.41 ±1.73 ms/token on a 0.1 Gbit/s link)."""
     faster = comp_rows("narrow", [(1.70, 2.19), (-2.41, 1.73)], compared="sequential")
-    text = findings.decode_cost(faster.iloc[:2], "narrow", "m").text
+    text = findings.decode_cost(faster.iloc[:2], "narrow", "m").markdown()
     assert text.startswith("**⚠ narrow: decode measured faster than the baseline, which "
                            "no link can be** (5k -2.41 ±1.73 ms/token): the machine's")
     assert "saves" not in text and "cell.paired.contexts" in text
     mixed = comp_rows("usb4", [(0.70, 0.06), (-0.50, 0.20)])
-    text = findings.decode_cost(mixed.iloc[:2], "usb4", "m").text
+    text = findings.decode_cost(mixed.iloc[:2], "usb4", "m").markdown()
     assert text.startswith("**usb4 costs decode +0.70 ±0.06 ms/token at short")
     assert "⚠ It measured faster than the baseline at 5k -0.50 ±0.20 ms/token" in text
 
@@ -262,23 +268,24 @@ def test_a_finding_drawn_from_flagged_cells_carries_the_flag_in_its_headline():
                            "b_to_a_gbps": 5.0, "flags": None} for link in ("base", "usb4")])
     quiet_cells = summary_cells({"base": levels, "usb4": levels}, overlaps).assign(flags=None)
     quiet_comp = comp_rows("usb4", [(0.70, 0.06)]).assign(flags=None, flags_base=None)
-    quiet = checks.headlines(findings.markdown(_collect(quiet_cells, quiet_comp, links)))
+    quiet_found = _collect(quiet_cells, quiet_comp, links)
+    quiet = findings_file.headlines([f.record() for f in quiet_found])
     assert quiet and not any("⚠" in line for line in quiet)
 
     busy_cells = quiet_cells.assign(flags=np.where(quiet_cells["link"] == "usb4", busy, None))
     busy_comp = quiet_comp.assign(flags=busy)
     busy_links = links.assign(flags=["iperf3 retransmits", None])
     found = _collect(busy_cells, busy_comp, busy_links)
-    heads = checks.headlines(findings.markdown(found))
+    heads = findings_file.headlines([f.record() for f in found])
     assert "m: ⚠ usb4 costs decode +0.70 ±0.06 ms/token at short (+82% of a 0.85 ms step)" \
         in heads
     assert "m: ⚠ Usable concurrency is the same on all 2 links" in heads
     assert "m: ⚠ 2-way overlap is the same on every link within its ±" in heads
     assert "The links: ⚠ base: 5.00 Gbit/s A→B and 5.00 B→A" in heads
     assert "The links: usb4: 5.00 Gbit/s A→B and 5.00 B→A" in heads  # its own is clean
-    decode = next(f.text for f in found if "costs decode" in f.text)
+    decode = next(f.markdown() for f in found if "costs decode" in f.markdown())
     assert f"⚠ It rests on flagged cells, usb4 short (the first: {busy})" in decode
-    overlap = next(f.text for f in found if "overlap" in f.text)
+    overlap = next(f.markdown() for f in found if "overlap" in f.markdown())
     assert "usb4 short 2-way" in overlap and "usb4 short," not in overlap
 
 
@@ -295,13 +302,13 @@ def test_what_holds_across_models_carries_the_flags_of_the_cells_it_rests_on():
 
     def across(comp):
         found = _collect(cells.assign(flags=None), comp, links)
-        return next(f.text for f in found if f.section == "Across models")
+        return next(f.markdown() for f in found if f.section == "Across models")
 
     quiet = across(comp.assign(flags=None, flags_base=None))
     assert quiet.startswith("Decode, at each model's shortest resolved context: usb4 +0.58 "
                             "to +2.93 ms/token") and "⚠" not in quiet
     flagged = across(comp.assign(flags=[busy, None], flags_base=None))
-    assert flagged.startswith(quiet[:-1])
+    assert flagged.startswith(f"⚠ {quiet[:-1]}")
     assert f"⚠ It rests on flagged cells, usb4 short (the first: {busy})" in flagged
 
 
@@ -324,7 +331,7 @@ def test_a_flagged_sweep_flags_the_round_trips_and_the_verdicts_that_rest_on_the
     def heads(trips: pd.DataFrame) -> list[str]:
         found = findings.collect(cells, links, comp, trips, pd.DataFrame(), model,
                                  ["short"], "base")
-        return checks.headlines(findings.markdown(found))
+        return findings_file.headlines([f.record() for f in found])
 
     quiet = heads(trips.iloc[:1])
     assert "m: 1.02 ±0.04 round trips per token with 1 RPC worker" in quiet
@@ -349,19 +356,19 @@ def test_many_flagged_cells_are_counted_not_named():
     comp = comp_rows("usb4", [(0.70, 0.06)]).assign(flags=None, flags_base=None)
 
     every = _collect(cells.assign(flags=busy), comp, link_rows)
-    boundary = next(f.text for f in every if "Usable concurrency" in f.text)
+    boundary = next(f.markdown() for f in every if "Usable concurrency" in f.markdown())
     assert f"It rests on {len(cells)} cells, all flagged (the first: {busy})" in boundary
     assert "base short," not in boundary  # not a list of names
 
     some = cells["link"].eq("usb4") & cells["conc"].gt(1)
     part = _collect(cells.assign(flags=np.where(some, busy, None)), comp, link_rows)
-    overlap = next(f.text for f in part if "overlap" in f.text)
+    overlap = next(f.markdown() for f in part if "overlap" in f.markdown())
     assert f"It rests on {int(some.sum())} flagged cells of its {int(cells['conc'].gt(1).sum())}" \
         in overlap
 
     few = cells["link"].eq("usb4") & cells["ctx"].eq("short") & cells["conc"].gt(1)
     named = _collect(cells.assign(flags=np.where(few, busy, None)), comp, link_rows)
-    overlap = next(f.text for f in named if "overlap" in f.text)
+    overlap = next(f.markdown() for f in named if "overlap" in f.markdown())
     assert "It rests on flagged cells, usb4 short 2-way and usb4 short 4-way" in overlap
 
 
@@ -378,9 +385,9 @@ def test_counted_round_trips_at_the_floor_read_so_without_a_spread():
     trips = pd.DataFrame([{"pair": "rig", "model": "m", "workers": 1, "round_trips": 1.0,
                            "round_trips_se": np.nan,
                            "round_trips_from": "counted from the RPC packets"}])
-    text = findings.round_trip_floor(trips, trips.iloc[0:0], "m").text
+    text = findings.round_trip_floor(trips, trips.iloc[0:0], "m").markdown()
     assert "(counted from the RPC packets; the floor is 1: at the floor)" in text, text
-    low = findings.round_trip_floor(trips.assign(round_trips=0.9), trips.iloc[0:0], "m").text
+    low = findings.round_trip_floor(trips.assign(round_trips=0.9), trips.iloc[0:0], "m").markdown()
     assert "0.10 below the floor: fewer turns than tokens were counted" in low, low
 
 
@@ -390,11 +397,11 @@ def test_a_sweep_above_the_floor_whose_packets_count_the_floor_is_no_extra_trans
     trips = pd.DataFrame([{"pair": "lab", "model": "m", "workers": 1, "round_trips": 1.07,
                            "round_trips_se": 0.015, "round_trips_from": "the delay sweep",
                            "turns_counted": 1.0}])
-    text = findings.round_trip_floor(trips, trips.iloc[0:0], "m").text
+    text = findings.round_trip_floor(trips, trips.iloc[0:0], "m").markdown()
     assert "+0.07 above the floor: yet the packets count 1.00 turns per token" in text, text
     assert "could save" not in text
     more = findings.round_trip_floor(trips.assign(turns_counted=2.0), trips.iloc[0:0],
-                                     "m").text
+                                     "m").markdown()
     assert "blocking transactions a better protocol could save" in more
 
 
@@ -407,12 +414,12 @@ def test_the_extra_above_the_counted_turns_is_split_by_the_packets():
                            "turns_counted": 1.0, "waits_per_latency": 1.01,
                            "waits_per_latency_se": 0.006, "a_time_per_latency": 0.03,
                            "a_time_per_latency_se": 0.008}])
-    text = findings.round_trip_floor(trips, trips.iloc[0:0], "m").text
+    text = findings.round_trip_floor(trips, trips.iloc[0:0], "m").markdown()
     assert ("a cost each turn pays beyond the added latency: per ms of latency the turns' "
             "waits grew 1.01 ±0.01 ms a token and host A's own time outside them +0.03 "
             "±0.02 ms, from the packets)") in text, text
     unsplit = trips.assign(waits_per_latency=None)
-    text = findings.round_trip_floor(unsplit, trips.iloc[0:0], "m").text
+    text = findings.round_trip_floor(unsplit, trips.iloc[0:0], "m").markdown()
     assert "a cost each turn pays beyond the added latency)" in text, text
 
 
@@ -425,7 +432,7 @@ def test_a_pair_of_one_link_predicts_the_seeds_links_from_its_own_figures():
         "round_trips_from": "counted from the RPC packets", "rtt_base_us": 400.0,
         "bytes_a_to_b": 4096.0, "bytes_b_to_a": 4096.0, "wire_base_ms": 0.0139,
         "compute_ms": 10.0 - 0.400 - 0.0139}])
-    text = findings.one_link(model, "lan", "m").text
+    text = findings.one_link(model, "lan", "m").markdown()
     assert text.startswith("**One link measured (lan), so no link is compared with another**")
     # compute 9.5861 + 84 µs + 4096 B each way at 4.71 Gbit/s (0.0070 ms each): 9.684,
     # ± 2 x hypot(0.01, 0.02 x (400 - 84) µs) = 0.024
@@ -434,7 +441,7 @@ def test_a_pair_of_one_link_predicts_the_seeds_links_from_its_own_figures():
     assert "USB4 (TB5 cable) (224 µs, 4.38/4.76 Gbit/s) 9.82 ±0.02 ms/token" in text
     assert "its 1.00 round trips" in text
     floor = model.assign(round_trips_from="assumed: the floor of one per RPC worker (1)")
-    assert "its assumed 1.00 round trips" in findings.one_link(floor, "lan", "m").text
+    assert "its assumed 1.00 round trips" in findings.one_link(floor, "lan", "m").markdown()
     assert findings.one_link(model.iloc[0:0], "lan", "m") is None
 
 
@@ -444,9 +451,9 @@ def test_a_lan_link_says_so_in_its_finding():
                           {"pair": "rig", "link": "cable", "a_to_b_gbps": 9.4,
                            "b_to_a_gbps": 9.3, "lan_hosts": None}])
     (lan, _), (cable, _) = findings.link_facts(links, "lan")
-    assert lan.text.startswith("**lan: 0.94 Gbit/s A→B and 0.93 B→A** (the LAN of hosts A "
+    assert lan.markdown().startswith("**lan: 0.94 Gbit/s A→B and 0.93 B→A** (the LAN of hosts A "
                                "and B, compared as it is: nothing on it changed")
-    assert "LAN" not in cable.text
+    assert "LAN" not in cable.markdown()
 
 
 def test_a_tail_finding_held_to_the_baseline_links_cells_carries_their_flags():

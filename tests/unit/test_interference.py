@@ -9,8 +9,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from splitbench.analysis import anchor_check, cell_summary
+from splitbench.health import anchor_check
 from splitbench.infra import interference
+from splitbench.summary import cell_summary
 
 LIMITS = interference.settings({})  # the defaults: 50% pressure, 0.25 foreign cores
 

@@ -5,7 +5,9 @@ The layers, bottom up: the words every stage shares (errors, the package's versi
 contracts: slice and record types, the results' paths, the backend registry); the
 config's model; what runs on host B; the infrastructure; links; backends (with their
 model files);
-the matrix and the estimate made from it; cells; analysis; the report; what the rules
+the matrix and the estimate made from it; cells; the stages that read the cells, each
+a package writing one output the next reads (the summary; the run's health; the
+comparisons; the findings; the report); what the rules
 bind (workflow, with the doctor and the cluster profile); what the rules run (commands,
 the command line)."""
 
@@ -26,7 +28,10 @@ LAYERS = (
     ("backends",),
     ("matrix",),
     ("cells",),
-    ("analysis",),
+    ("summary",),
+    ("health",),
+    ("compare",),
+    ("findings",),
     ("report",),
     ("workflow",),
     ("commands", "cli", "__main__"),
@@ -143,16 +148,16 @@ def write(root: Path, module: str, text: str) -> None:
 
 
 def test_the_checks_see_an_upward_import_a_circle_and_an_unplaced_module(tmp_path):
-    """The walk itself: analysis importing report (the circle there was), two modules
+    """The walk itself: a stage importing the report (the circle there was), two modules
     of one package importing each other (one lazily), a module with no layer."""
-    write(tmp_path, "splitbench.analysis.x", "from splitbench.report import tables\n")
+    write(tmp_path, "splitbench.compare.x", "from splitbench.report import tables\n")
     write(tmp_path, "splitbench.report.tables", "")
     write(tmp_path, "splitbench.configuration.checks",
           "from splitbench.configuration.sections import Config\n")
     write(tmp_path, "splitbench.configuration.sections",
           "def f():\n    from splitbench.configuration.checks import check\n")
     write(tmp_path, "splitbench.newcomer", "")
-    assert upward_imports(tmp_path) == {("splitbench.analysis.x", "splitbench.report.tables")}
+    assert upward_imports(tmp_path) == {("splitbench.compare.x", "splitbench.report.tables")}
     assert circles(tmp_path) == [["splitbench.configuration.checks",
                                   "splitbench.configuration.sections"]]
     assert unplaced(tmp_path) == {"newcomer"}

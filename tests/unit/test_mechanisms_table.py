@@ -7,8 +7,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from splitbench.analysis import cell_summary, mechanisms
+from splitbench.compare import mechanisms
 from splitbench.infra import fits
+from splitbench.summary import cell_summary
+from tests.support.comparison_rows import compared
 from tests.support.matrices import ORDER, cell
 
 # ---------------------------------------------------------------- mechanisms
@@ -44,7 +46,8 @@ def test_fit_through_origin():
 
 def test_fixed_cost_decode_and_compute_bound_prefill():
     summary = matrix(lambda dl, ctx: 2 * dl, lambda db: 0.05 * db)
-    table = mechanisms.table(summary, links(baseline=100.0, x=600.0, y=1100.0), ORDER)
+    table = mechanisms.table(summary,
+                             compared(summary), links(baseline=100.0, x=600.0, y=1100.0), ORDER)
     decode, prefill = table.iloc[0], table.iloc[1]
     assert decode["slope"] == pytest.approx(2.0)
     assert decode["R²"] == pytest.approx(1.0)
@@ -63,13 +66,13 @@ STEADY = pd.DataFrame({"pair": ["lab"], "model": ["m"], "drift_decode_rel": [0.0
 def test_delta_growing_with_context_and_bandwidth_bound_prefill():
     summary = matrix(lambda dl, ctx: dl * (1 if ctx == "short" else 3), lambda db: db)
     facts = links(baseline=100.0, x=600.0, y=1100.0)
-    table = mechanisms.table(summary, facts, ORDER, drift=STEADY)
+    table = mechanisms.table(summary, compared(summary, drift=STEADY), facts, ORDER)
     assert table.iloc[0]["verdict"].startswith(
         "no single number of round trips: the cost per token changes with context "
         "(short 1.0 ±0.2, long 3.0 ±0.2")
     # The same data with only lower-bound uncertainties (the machine's drift unknown)
     # cannot claim the contexts differ: one number explains it poorly, and says so.
-    unknown = mechanisms.table(summary, facts, ORDER).iloc[0]["verdict"]
+    unknown = mechanisms.table(summary, compared(summary), facts, ORDER).iloc[0]["verdict"]
     assert unknown.startswith("not resolvable on this data")
     assert table.iloc[1]["slope"] == pytest.approx(1.0)
     assert table.iloc[1]["verdict"].startswith("prefill tracks one-way bandwidth")
@@ -79,7 +82,8 @@ def test_a_fit_the_data_cannot_carry_gives_no_number():
     """Noise as a result: deltas that fall with latency (negative round trips), or that
     scatter around zero, give "not resolvable on this data" with the reason."""
     falling = matrix(lambda dl, ctx: -6 * dl, lambda db: -0.8 * db)
-    table = mechanisms.table(falling, links(baseline=100.0, x=600.0, y=1100.0), ORDER)
+    table = mechanisms.table(falling,
+                             compared(falling), links(baseline=100.0, x=600.0, y=1100.0), ORDER)
     decode, prefill = table.iloc[0]["verdict"], table.iloc[1]["verdict"]
     assert decode.startswith("not resolvable on this data: the slope is -6.00")
     assert "negative round trips are impossible" in decode and "round trips of" not in decode
@@ -91,8 +95,9 @@ def test_a_fit_the_data_cannot_carry_gives_no_number():
         where = (scattered["link"] == link) & (scattered["ctx"] == ctx)
         scattered.loc[where, "decode_ms_per_token"] += delta
         scattered.loc[where, "decode_ms_se"] = 0.3
-    verdict = mechanisms.table(scattered, links(baseline=100.0, x=600.0, y=1100.0),
-                                ORDER).iloc[0]["verdict"]
+    verdict = mechanisms.table(scattered,
+                               compared(scattered),
+                               links(baseline=100.0, x=600.0, y=1100.0), ORDER).iloc[0]["verdict"]
     assert verdict.startswith("not resolvable on this data")
     assert "not resolvable from zero" in verdict
 
@@ -103,7 +108,7 @@ def test_one_link_at_one_context_says_its_fit_has_one_point():
     uncertainty)" with the reason's "one point" cut off)."""
     one = matrix(lambda dl, ctx: 0.5 * dl, lambda db: 0.3 * db)
     one = one[one["link"].isin(["baseline", "x"]) & (one["ctx"] == "short")]
-    table = mechanisms.table(one, links(baseline=100.0, x=600.0), ["short"])
+    table = mechanisms.table(one, compared(one), links(baseline=100.0, x=600.0), ["short"])
     prefill = table.set_index("mechanism").loc["prefill", "verdict"]
     assert "not resolvable on this data: one point only: its slope" in prefill, prefill
     reason = prefill.split(": ", 1)[-1].split(" (")[0]  # as the findings quote it

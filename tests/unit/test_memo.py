@@ -128,11 +128,11 @@ def test_the_code_fingerprint_covers_what_the_computation_imports_and_nothing_el
 
 
 def test_the_per_cell_rows_are_kept_through_a_change_to_the_report_or_the_cells_stage():
-    from splitbench.report import aggregate
+    from splitbench.summary import aggregate as summary_stage
 
     closure = {str(p.relative_to(memo.PACKAGE))
-               for p in memo.source_closure(aggregate.PER_CELL_CODE)}
-    assert {"analysis/percentiles.py", "analysis/tail_shift.py", "analysis/cell_summary.py",
-            "analysis/service_levels.py", "contracts/results.py", "infra/memo.py"} <= closure
+               for p in memo.source_closure(summary_stage.PER_CELL_CODE)}
+    assert {"summary/percentiles.py", "summary/tail_shift.py", "summary/cell_summary.py",
+            "summary/service_levels.py", "contracts/results.py", "infra/memo.py"} <= closure
     assert not {p for p in closure if p.startswith(("report/", "commands/", "workflow/"))}
     assert "cells/measure.py" not in closure and "matrix/plan.py" not in closure

@@ -8,10 +8,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from splitbench.analysis import cell_summary, comparison
+from splitbench.compare import comparison
 from splitbench.infra import intervals
 from splitbench.report import tables
+from splitbench.summary import cell_summary
 from tests.support import write_cell
+from tests.support.comparison_rows import compared
 from tests.support.matrices import CONTEXTS, ORDER, cell, comparison_row, frame, request
 
 
@@ -60,7 +62,9 @@ def test_a_paired_cell_gives_the_median_of_its_round_differences(tmp_path):
     assert x["paired_prefill_change_pct"] == pytest.approx((10 / 11 - 1) * 100)
     # The cell's own figures come from its own requests only (not the reference's).
     assert x["decode_ms_per_token"] == pytest.approx(1.20)
-    row = comparison_row(tables.link_comparison(summary, ORDER, "baseline"), "x", "short")
+    row = comparison_row(tables.link_comparison(summary,
+                                                compared(summary, baseline="baseline"),
+                                                ORDER), "x", "short")
     # The baseline measured alongside (1.0), not the baseline's own cell (1.5).
     assert row["decode base (ms/token)"] == "1.00"
     # A 95% interval: Student's t at the 5 rounds' 4 degrees of freedom (2.78), not 2.
@@ -121,7 +125,9 @@ def test_host_a_own_time_is_the_step_less_its_turns_waits(tmp_path):
     assert comparison.host_a_change(guess) == pytest.approx((-35.0, 0.0), abs=1e-9)
     # The probe's 202 us predicts +0.20 where +0.06 was measured: the verdict says what
     # host A's own time did beside it.
-    table = tables.link_comparison(summary, ORDER, "baseline", prediction=predicted)
+    table = tables.link_comparison(summary,
+                                   compared(summary, baseline="baseline", prediction=predicted),
+                                   ORDER)
     verdict = comparison_row(table, "x", "short")["measured vs predicted"]
     assert verdict.startswith("⚠ disagrees by -0.14"), verdict
     assert verdict.endswith("; host A's own time per token -0.04 ±0.00"), verdict
@@ -146,7 +152,8 @@ def test_the_prediction_from_measured_latency_is_checked():
     def predict(rows: pd.DataFrame) -> pd.DataFrame:
         return comparison.predicted_decode_delta(rows, links, trips, {})
 
-    table = tables.link_comparison(summary, ORDER, "baseline", steady, predict)
+    comp = compared(summary, baseline="baseline", drift=steady, prediction=predict)
+    table = tables.link_comparison(summary, comp, ORDER)
     # 1.1 round trips x 0.45 ms = +0.495 ±0.018 predicted for both links.
     x, y = comparison_row(table, "x", "short"), comparison_row(table, "y", "short")
     # No bytes per token measured: the prediction is latency alone, and says so.

@@ -20,9 +20,11 @@ import pyarrow.parquet as pq
 import pytest
 import vl_convert as vlc
 
-from splitbench.analysis import comparison, mechanisms, pairs
+from splitbench.commands import aggregate
+from splitbench.compare import comparison, mechanisms, pairs
 from splitbench.infra import intervals, tables_io
-from splitbench.report import aggregate, charts, side_by_side, tables
+from splitbench.report import charts, side_by_side, table_files, tables
+from tests.support.comparison_rows import compared
 
 CONTEXTS = {"short": 128, "long": 4096}
 ORDER = ["short", "long"]
@@ -97,7 +99,8 @@ def spec_data(chart) -> pd.DataFrame:
 
 
 def test_each_link_is_compared_with_its_own_pair_s_baseline():
-    table = tables.link_comparison(two_pairs(), ORDER, "baseline").set_index(["pair", "ctx"])
+    comp = compared(two_pairs(), baseline="baseline")
+    table = tables.link_comparison(two_pairs(), comp, ORDER).set_index(["pair", "ctx"])
     for pair in SPEED:
         for ctx in ORDER:
             row = table.loc[(pair, ctx)]
@@ -108,7 +111,9 @@ def test_each_link_is_compared_with_its_own_pair_s_baseline():
 
 def test_a_pair_without_its_baseline_cell_is_not_compared_with_another_pair_s():
     summary = two_pairs(failed=(("far", "baseline", "short", 1),))
-    table = tables.link_comparison(summary, ORDER, "baseline").set_index(["pair", "ctx"])
+    table = tables.link_comparison(summary,
+                                   compared(summary, baseline="baseline"),
+                                   ORDER).set_index(["pair", "ctx"])
     assert table.loc[("far", "short"), "decode Δ (ms/token)"] == "baseline ✗ crash"
     assert table.loc[("lab", "short"), "decode Δ (ms/token)"].startswith("+1.00")
 
@@ -131,7 +136,8 @@ def test_per_link_tables_keep_each_pair_s_rows():
 def test_each_pair_is_fitted_with_its_own_latency_figure():
     """far's links have no payload-sweep fit: its round trips come from its own 16 KB
     figure, not from lab's choice of the fixed overhead (which far lacks)."""
-    table = mechanisms.table(two_pairs(), two_pairs_links(), ORDER, "baseline")
+    comp = compared(two_pairs(), baseline="baseline")
+    table = mechanisms.table(two_pairs(), comp, two_pairs_links(), ORDER)
     decode = table[table["mechanism"] == "decode"].set_index("pair")
     for pair in SPEED:
         assert decode.loc[pair, "slope"] == pytest.approx(ROUND_TRIPS), pair
@@ -157,7 +163,8 @@ def test_line_charts_give_each_pair_its_own_row_of_panels():
     """Two pairs' links of one name never share a panel: a line is one pair's link."""
     summary = two_pairs()
     for name in ("decode_ms_per_token", "prefill_tps", "decode_delta"):
-        chart = charts.build(summary, two_pairs_links(), "baseline")[name]
+        chart = charts.build(summary, two_pairs_links(), "baseline",
+                             comparison=compared(summary, "baseline"))[name]
         spec = chart.to_dict()
         assert spec["facet"]["row"]["field"] == "pair", name
         assert spec["facet"]["column"]["field"] == "model", name
@@ -167,7 +174,8 @@ def test_line_charts_give_each_pair_its_own_row_of_panels():
 
 
 def test_the_delta_chart_subtracts_each_pair_s_own_baseline():
-    delta = charts.delta_vs_baseline(two_pairs(), "baseline").set_index(["pair", "ctx"])
+    delta = charts.delta_vs_baseline(two_pairs(), compared(two_pairs(), "baseline")
+                                     ).set_index(["pair", "ctx"])
     assert delta.loc[("lab", "short"), "delta_ms"] == pytest.approx(1.0)
     assert delta.loc[("far", "short"), "delta_ms"] == pytest.approx(2.0)
 
@@ -180,7 +188,7 @@ def test_failed_cells_are_named_with_their_pair():
 
 def test_the_latency_chart_fits_and_draws_each_pair_apart():
     summary, links = two_pairs(), two_pairs_links()
-    table = mechanisms.table(summary, links, ORDER, "baseline")
+    table = mechanisms.table(summary, compared(summary, baseline="baseline"), links, ORDER)
     chart = charts.decode_vs_latency(summary, links, "baseline", table)
     spec = chart.to_dict()
     assert spec["facet"]["row"]["field"] == "pair"
@@ -253,7 +261,9 @@ def test_the_pairs_table_says_when_there_is_nothing_to_compare():
 
 
 def test_every_table_works_on_two_pairs():
-    every = aggregate.tables(two_pairs(), two_pairs_links(), ORDER, "baseline")
+    comp = compared(two_pairs(), baseline="baseline")
+    every = table_files.tables(two_pairs(), comp, two_pairs_links(), ORDER,
+                               baseline_link="baseline")
     assert "pairs" in every and every["pairs"][1]["pair"].nunique() == 2
     for name, (_, table) in every.items():
         if name == "backends":  # one split per shape here: a line that says so

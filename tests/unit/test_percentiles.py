@@ -1,4 +1,4 @@
-"""Percentiles per cell (analysis/percentiles.py) and their table (report/tails.py)."""
+"""Percentiles per cell (summary/percentiles.py) and their table (report/tails.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from splitbench.analysis import percentiles
 from splitbench.contracts import results
 from splitbench.report import tails
+from splitbench.summary import percentiles
 from tests.support import write_cell
 from tests.support.matrices import request
 
@@ -103,6 +103,6 @@ def test_all_resamples_at_once_are_the_resamples_one_by_one(method):
 
 
 def test_a_cell_whose_requests_file_is_gone_is_no_row_not_a_crash(tmp_path):
-    from splitbench.analysis import percentiles as p
+    from splitbench.summary import percentiles as p
 
     assert p.table([str(tmp_path / "cells/lab/a/m/ctxshort_c1.requests.parquet")]).empty

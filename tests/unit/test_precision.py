@@ -13,7 +13,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from splitbench.analysis import cell_summary
 from splitbench.backends import metrics
 from splitbench.backends.client import Reply
 from splitbench.cells import measure
@@ -21,6 +20,7 @@ from splitbench.configuration import parsed
 from splitbench.infra import intervals, precision
 from splitbench.links import verify
 from splitbench.matrix import estimate, plan
+from splitbench.summary import cell_summary
 from tests.support import write_cell
 
 CONFIG = Path(__file__).resolve().parents[2] / "config/config.yaml"

@@ -11,8 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from splitbench.analysis import service_levels, tail_shift
 from splitbench.contracts import results
+from splitbench.findings import tails as tail_findings
+from splitbench.summary import service_levels, tail_shift
 from tests.conftest import ROOT
 
 MEASURED = ROOT / "tests/data/run/cells/lab/usb10g/synth/ctxshort_c1.requests.parquet"
@@ -80,7 +81,7 @@ def test_stalls_on_the_baselines_host_are_said_of_the_baseline_never_a_narrowing
     found = judged(path := cell(tmp_path, stalled=True))
     assert tail_shift.verdict(found) == tail_shift.BASE_WIDER
     assert found["stalls_base"] >= 20 * 6 > found["stalls"]
-    text = tail_shift.finding(pd.DataFrame([found]), "usb10g", "synth").text
+    text = tail_findings.finding(pd.DataFrame([found]), "usb10g", "synth").markdown()
     assert "host stalls, not the link" in text and "narrow" not in text, text
     assert text.startswith("**usb10g widens the p95 of the gaps between tokens at short "
                            "by at most"), text
@@ -98,8 +99,8 @@ def test_ten_rounds_are_too_few_for_a_tail_verdict(tmp_path):
     found = judged(cell(tmp_path, rounds=10))
     assert (found["requests"], found["requests_base"]) == (10, 10)
     assert tail_shift.verdict(found) == tail_shift.FEW_REQUESTS
-    assert "not resolvable" in tail_shift.finding(pd.DataFrame([found]), "usb10g",
-                                                  "synth").text
+    assert "not resolvable" in tail_findings.finding(pd.DataFrame([found]), "usb10g",
+                                                  "synth").markdown()
 
 
 @pytest.mark.parametrize("slo, verdict, needed", [

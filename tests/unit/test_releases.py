@@ -14,7 +14,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from splitbench.analysis import cell_summary, releases
 from splitbench.backends import metrics
 from splitbench.backends.client import Reply
 from splitbench.cells import measure, stopping
@@ -22,6 +21,7 @@ from splitbench.configuration import parsed
 from splitbench.infra import intervals
 from splitbench.matrix import plan
 from splitbench.report import charts, tables
+from splitbench.summary import cell_summary, releases
 from tests.support import write_cell
 from tests.support.matrices import release_request
 

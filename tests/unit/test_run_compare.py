@@ -10,8 +10,9 @@ import pandas as pd
 import pytest
 
 from splitbench import cli
-from splitbench.analysis import run_compare
-from splitbench.contracts import results
+from splitbench.compare import run_compare
+from splitbench.contracts import findings_file, results
+from splitbench.findings.text import Finding
 from splitbench.infra import intervals
 from splitbench.report import side_by_side
 
@@ -41,8 +42,8 @@ def a_run(root: Path, usb4_decode: float, mtu: int = 1500, headline: str = "usb4
     link.parent.mkdir(parents=True)
     pd.DataFrame([{"pair": "lab", "link": "usb4", "mtu_a": mtu, "mtu_b": mtu,
                    "kernel_a": "6.1.0"}]).to_parquet(link)
-    Path(results.under(root, results.FINDINGS)).write_text(
-        f"## Findings\n\n### m\n\n- **{headline}**. More.\n- **{tail}**.\n")
+    Path(results.under(root, results.FINDINGS_DATA)).write_text(findings_file.as_json(
+        [Finding("m", headline, ". More.").record(), Finding("m", tail, ".").record()]))
     return root
 
 

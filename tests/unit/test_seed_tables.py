@@ -15,9 +15,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from splitbench.analysis import mechanisms
+from splitbench.compare import mechanisms
 from splitbench.infra import fits
 from splitbench.report import tables
+from tests.support.comparison_rows import compared
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 _spec = importlib.util.spec_from_file_location("seed_002_build", FIXTURES / "seed_002_build.py")
@@ -60,7 +61,7 @@ def test_headline_figures():
     qwen = {"model": "Qwen3.6-35B-A3B Q8_0", "link": "usb10g"}
     assert row_of(decode, **qwen)["100k"] == "50.8"
     assert row_of(prefill, **qwen)["100k"] == "844"
-    comparison = tables.link_comparison(SUMMARY, CONTEXTS, "5gbe")
+    comparison = tables.link_comparison(SUMMARY, compared(SUMMARY, baseline="5gbe"), CONTEXTS)
     glm = comparison[(comparison["model"] == "GLM-4.5-Air Q4_K_M")
                      & (comparison["link"] == "faketb5")]
     deltas = [leading_number(t) for t in glm["decode Δ (ms/token)"].iloc[:4]]
@@ -87,7 +88,7 @@ def test_single_stream_prefill():
 
 
 def test_link_comparison_prefill_change():
-    table = tables.link_comparison(SUMMARY, CONTEXTS, "5gbe")
+    table = tables.link_comparison(SUMMARY, compared(SUMMARY, baseline="5gbe"), CONTEXTS)
     for seed in SEED["prefill_change"].to_dict("records"):
         for ctx in CONTEXTS:
             ours = row_of(table, model=seed["model"], link=seed["link"], ctx=ctx)["prefill Δ"]
@@ -99,7 +100,7 @@ def test_link_comparison_decode_delta_and_resolution():
     """Every printed delta comes out at the printed precision with an uncertainty it
     exceeds; every "—" is either the context wall or a difference inside the
     uncertainty (the seed: "within a single quantization step")."""
-    table = tables.link_comparison(SUMMARY, CONTEXTS, "5gbe")
+    table = tables.link_comparison(SUMMARY, compared(SUMMARY, baseline="5gbe"), CONTEXTS)
     statuses = SUMMARY[SUMMARY["conc"] == 1].set_index(["model", "link", "ctx"])["status"]
     for seed in SEED["decode_delta"].to_dict("records"):
         for ctx in CONTEXTS:
@@ -116,7 +117,7 @@ def test_link_comparison_decode_delta_and_resolution():
 def test_glm_per_token_time_on_the_baseline():
     """Conclusion 2: on 5GbE GLM-4.5-Air takes 19.7 ms/token at short, 66.7 at 52K (3.4x)
     while fake TB5's delta stays at 1.71-1.83."""
-    table = tables.link_comparison(SUMMARY, CONTEXTS, "5gbe")
+    table = tables.link_comparison(SUMMARY, compared(SUMMARY, baseline="5gbe"), CONTEXTS)
     for seed in SEED["baseline_decode_ms"].to_dict("records"):
         for ctx in ["short", "52k"]:
             ours = row_of(table, model=seed["model"], link="faketb5", ctx=ctx)
@@ -165,12 +166,12 @@ def test_prefill_mechanism_matches_conclusion_1():
     """+55% one-way bandwidth buys +5..17%: prefill is compute-bound (elasticity well
     below 1); the fast MoEs are the most sensitive; Qwen3.6's sensitivity climbs with
     context from 5K to 100K."""
-    table = mechanisms.table(SUMMARY, LINKS, CONTEXTS, "5gbe")
+    table = mechanisms.table(SUMMARY, compared(SUMMARY, baseline="5gbe"), LINKS, CONTEXTS)
     prefill = table[table["mechanism"] == "prefill"].set_index("model")
     assert (prefill["slope"] < 0.5).all()
     slow = prefill.drop(index=FAST_MOES)["slope"]
     assert prefill.loc[FAST_MOES, "slope"].min() > slow.max()
-    points = mechanisms.mechanism_points(SUMMARY, LINKS, "5gbe")
+    points = mechanisms.mechanism_points(compared(SUMMARY, baseline="5gbe"), LINKS)
     qwen = points[points["model"] == FAST_MOES[0]]
     by_ctx = [fits.fit_through_origin(g["bandwidth_change"], g["prefill_change"])["slope"]
               for ctx in ["5k", "32k", "52k", "100k"]
@@ -180,7 +181,7 @@ def test_prefill_mechanism_matches_conclusion_1():
 
 def test_decode_mechanism_needs_both_latencies():
     """The seed measured request-response latency on fake TB5 only: nothing to fit."""
-    table = mechanisms.table(SUMMARY, LINKS, CONTEXTS, "5gbe")
+    table = mechanisms.table(SUMMARY, compared(SUMMARY, baseline="5gbe"), LINKS, CONTEXTS)
     decode = table[table["mechanism"] == "decode"]
     assert len(decode) == SUMMARY["model"].nunique()
     assert decode["slope"].isna().all()

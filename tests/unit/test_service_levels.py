@@ -1,4 +1,4 @@
-"""Service levels (analysis/service_levels.py): which requests meet `slo:`, each cell's
+"""Service levels (summary/service_levels.py): which requests meet `slo:`, each cell's
 share and goodput, and per link and context the most streams that hold it."""
 
 from __future__ import annotations
@@ -10,10 +10,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from splitbench.analysis import percentiles, service_levels
 from splitbench.configuration import ConfigError, parsed
+from splitbench.findings import service_levels as level_findings
 from splitbench.infra import intervals
 from splitbench.report import tails
+from splitbench.summary import percentiles, service_levels
 from tests.conftest import tiny_config
 from tests.support import write_cell
 from tests.support.matrices import request
@@ -208,17 +209,17 @@ def test_goodput_carries_the_shares_interval_times_the_requests_per_second(tmp_p
 
 
 def test_held_at_every_level_at_none_and_up_to_a_crash():
-    assert service_levels.held_streams(pd.DataFrame([cell(1, 40), cell(2, 40),
+    assert level_findings.held_streams(pd.DataFrame([cell(1, 40), cell(2, 40),
                                                      cell(4, 40)])) == \
         ("holds all 4 measured streams", None)
-    assert service_levels.held_streams(pd.DataFrame([cell(1, 24), cell(2, 24)])) == \
+    assert level_findings.held_streams(pd.DataFrame([cell(1, 24), cell(2, 24)])) == \
         ("holds none; 1 stream fails", "at 1 stream: 24 of 40 met, 95% interval 43–76%")
     crashed = pd.DataFrame([cell(1, 40), cell(2, 40), cell(4, 24, status="crash")])
-    assert service_levels.held_streams(crashed) == \
+    assert level_findings.held_streams(crashed) == \
         ("holds 2 streams (at 4 streams it ended crash)", None)
     # A level that holds above one that does not: the streams that hold are those below.
     gap = pd.DataFrame([cell(1, 40), cell(2, 24), cell(4, 40)])
-    assert service_levels.held_streams(gap) == \
+    assert level_findings.held_streams(gap) == \
         ("holds 1 stream; 2 streams fail", "at 2 streams: 24 of 40 met, 95% interval 43–76%")
 
 
@@ -226,29 +227,29 @@ def test_a_level_not_resolvable_is_said_with_its_counts_and_what_would_resolve_i
     """The review's case: 10 of 10 at one stream and 5 of 6 at two once read "holds 2
     streams" against "holds 1"; neither is shown at 90%."""
     few = pd.DataFrame([cell(1, 10, requests=10), cell(2, 10, requests=10)])
-    assert service_levels.held_streams(few) == (
+    assert level_findings.held_streams(few) == (
         "is not resolvable at 1 stream", "at 1 stream: 10 of 10 met, 95% interval "
         "69–100%; about 36 requests would resolve it")
     # Above a level that holds, two streams judged on their three releases.
     mixed = pd.DataFrame([cell(1, 40), cell(2, 5, requests=6, releases=3)])
     needed = int(mixed.loc[1, "requests_needed"])
     assert needed == math.ceil(smallest_resolving(5, 6, 3, floor=True) * 6 / 3)
-    assert service_levels.held_streams(mixed) == (
+    assert level_findings.held_streams(mixed) == (
         "holds 1 stream; 2 streams not resolvable", "at 2 streams: 5 of 6 requests "
         f"met; as 2 of 3 releases, 95% interval 9–100%; about {needed} requests would "
         "resolve it")
     # A share exactly at the level: more requests at it would not resolve it.
     level = pd.DataFrame([cell(1, 36, requests=40)])
-    assert service_levels.held_streams(level)[1].endswith(
+    assert level_findings.held_streams(level)[1].endswith(
         "no number of requests at this share would resolve it")
 
 
 def test_the_finding_names_each_link_per_context_baseline_first():
     levels = pd.DataFrame([cell(1, 40, "usb4"), cell(2, 40, "usb4"), cell(4, 24, "usb4"),
                            cell(1, 40, "5gbe"), cell(2, 40, "5gbe"), cell(4, 40, "5gbe")])
-    ((ctx, found),) = service_levels.findings(levels, ["short", "5k"], SLO, "m", "5gbe")
+    ((ctx, found),) = level_findings.findings(levels, ["short", "5k"], SLO, "m", "5gbe")
     assert ctx == "5k"
-    assert found.text == ("**At 5k, within 500 ms to first token and 20 tokens/s per stream "
+    assert found.markdown() == ("**At 5k, within 500 ms to first token and 20 tokens/s per stream "
                           "for 90% of requests: 5gbe holds all 4 measured streams and usb4 "
                           "holds 2 streams; 4 streams fail**. Each first level not held, "
                           "usb4 at 4 streams: 24 of 40 met, 95% interval 43–76%.")

@@ -9,11 +9,22 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from splitbench.analysis import between_runs, cell_summary, comparison
+from splitbench.commands import aggregate
+from splitbench.compare import comparison
 from splitbench.infra import intervals, tables_io
-from splitbench.report import aggregate, contents, tables
+from splitbench.report import contents, table_files, tables
+from splitbench.summary import between_runs, cell_summary
 from tests.support import write_cell
-from tests.support.matrices import CONTEXTS, ORDER, cell, comparison_row, frame, request
+from tests.support.comparison_rows import compared
+from tests.support.matrices import (
+    CONTEXTS,
+    ORDER,
+    cell,
+    comparison_row,
+    frame,
+    link_row,
+    request,
+)
 
 # ---------------------------------------------------------------- request files
 
@@ -107,7 +118,7 @@ def test_difference_inside_uncertainty_is_not_resolvable():
                     cell("x", "short", decode_ms=10.2, se=0.1, prefill=1100.0),
                     cell("baseline", "long", decode_ms=20.0, se=0.1),
                     cell("x", "long", decode_ms=21.0, se=0.1, prefill=900.0))
-    table = tables.link_comparison(summary, ORDER)
+    table = tables.link_comparison(summary, compared(summary), ORDER)
     # 2 x hypot(0.1, 0.1) = 0.28: 0.2 lies inside it, 1.0 does not; but without the
     # machine's drift over time (no anchors), 0.28 is only a lower bound.
     assert comparison_row(table, "x", "short")["decode Δ (ms/token)"] == \
@@ -123,7 +134,7 @@ def test_difference_inside_uncertainty_is_not_resolvable():
 def test_unknown_uncertainty_shows_the_difference_plain():
     summary = frame(cell("baseline", "short", se=None), cell("x", "short", decode_ms=10.05,
                                                               se=None))
-    assert comparison_row(tables.link_comparison(summary, ORDER), "x", "short")[
+    assert comparison_row(tables.link_comparison(summary, compared(summary), ORDER), "x", "short")[
         "decode Δ (ms/token)"] == "+0.05"
 
 
@@ -139,21 +150,22 @@ def test_failures_and_missing_cells_in_the_comparison():
     summary = frame(cell("baseline", "short"), cell("x", "short", status="crash"),
                     cell("baseline", "long", status="overflow"), cell("x", "long"),
                     cell("y", "short"))
-    table = tables.link_comparison(summary, ORDER, "baseline")
+    table = tables.link_comparison(summary, compared(summary, baseline="baseline"), ORDER)
     assert comparison_row(table, "x", "short")["decode Δ (ms/token)"] == "✗ crash"
     assert comparison_row(table, "x", "long")["prefill Δ"] == "baseline ✗ 500"
     summary = frame(cell("x", "long"), cell("y", "long"))
-    table = tables.link_comparison(summary, ORDER, "x")
+    table = tables.link_comparison(summary, compared(summary, baseline="x"), ORDER)
     assert table.iloc[0]["decode Δ (ms/token)"] == "not resolvable (+0.00 ±0.28)"
-    assert tables.link_comparison(frame(cell("y", "long")), ORDER, "x").iloc[0][
+    alone = frame(cell("y", "long"))
+    assert tables.link_comparison(alone, compared(alone, baseline="x"), ORDER).iloc[0][
         "decode Δ (ms/token)"] == "— (no baseline cell)"
 
 
 def test_baseline_defaults():
-    assert comparison.pick_baseline(frame(cell("z", "short"), cell("baseline", "short"))) == \
+    assert cell_summary.pick_baseline(frame(cell("z", "short"), cell("baseline", "short"))) == \
         "baseline"
-    assert comparison.pick_baseline(frame(cell("z", "short"), cell("a", "short"))) == "a"
-    assert comparison.pick_baseline(frame(cell("z", "short")), "z") == "z"
+    assert cell_summary.pick_baseline(frame(cell("z", "short"), cell("a", "short"))) == "a"
+    assert cell_summary.pick_baseline(frame(cell("z", "short")), "z") == "z"
 
 
 def test_single_stream_tables_render_failures():
@@ -200,21 +212,14 @@ def test_a_single_link_matrix_gives_every_table():
     summary = frame(cell("only", "short"), cell("only", "short", 2, overlap=0.9),
                     cell("only", "long", status="ctx_wall"),
                     cell("only", "long", 2, status="ctx_wall"))
-    every = aggregate.tables(summary, pd.DataFrame(columns=["pair", "link"]), ORDER)
+    every = table_files.tables(summary,
+                               compared(summary), pd.DataFrame(columns=["pair", "link"]), ORDER)
     assert every["link_comparison"][1].empty
     assert every["concurrency_boundary"][1].iloc[0]["long"] == "✗ 400"
     assert "nothing to fit" in every["mechanisms"][1].iloc[0]["verdict"]
     for _, table in every.values():
         tables_io.to_markdown(table)
 
-
-def link_row(name: str, rr_us: float, gbps: float) -> dict:
-    row = {"pair": "lab", "link": name, "ping_ms": 0.1, "rr16k_p50_us": rr_us + 40,
-           "rr_fixed_us": rr_us, "rr_us_per_kb": 2.0, "negotiated_gbps": None,
-           "emulation_rate": "none", "emulation_delay": "none", "flags": ""}
-    for column in ["a_to_b_gbps", "b_to_a_gbps", "bidir_gbps"]:
-        row |= {column: gbps, f"{column}_min": gbps, f"{column}_max": gbps}
-    return row
 
 
 def test_aggregate_writes_every_table(tmp_path):
@@ -299,7 +304,8 @@ def test_the_machine_s_drift_widens_a_sequential_comparison():
     assert wide["decode_delta_unc_ms"] > comp["decode_delta_unc_ms"]
     assert bool(comp["decode_resolvable"]) is False and not comp["decode_lower_bound"]
     steady = drift.assign(drift_decode_rel=0.001)
-    table = tables.link_comparison(summary, ORDER, "baseline", steady)
+    table = tables.link_comparison(summary,
+                                   compared(summary, baseline="baseline", drift=steady), ORDER)
     assert comparison_row(table, "x", "short")["decode Δ (ms/token)"] == "+1.00 ±0.28"
     assert comparison_row(table, "x", "short")["compared"] == \
         "sequential (machine drift included)"
@@ -339,7 +345,8 @@ def test_a_link_faster_than_the_baseline_is_flagged():
                     cell("x", "short", decode_ms=9.0, uncertainty_from="requests"))
     steady = pd.DataFrame({"pair": ["lab"], "model": ["m"], "drift_decode_rel": [0.001],
                            "drift_prefill_rel": [0.001]})
-    text = comparison_row(tables.link_comparison(summary, ORDER, "baseline", steady), "x",
+    comp = compared(summary, baseline="baseline", drift=steady)
+    text = comparison_row(tables.link_comparison(summary, comp, ORDER), "x",
                           "short")["decode Δ (ms/token)"]
     assert text.startswith("-1.00 ±0.28 ⚠ faster than the baseline")
 
@@ -415,7 +422,7 @@ def test_a_cell_without_interference_figures_is_not_checked_and_says_so(tmp_path
     assert not summary.loc["b", "interference_checked"]
     assert summary.loc["b", "flags"].startswith("interference not measured on host A")
     assert "other processes used 1.30 cores" in summary.loc["c", "interference"]
-    note = aggregate.flag_note(summary.reset_index())
+    note = table_files.flag_note(summary.reset_index())
     assert "lab/b/m/short/1: interference not measured" in note
 
 
@@ -449,6 +456,6 @@ def test_without_any_measured_round_trips_the_prediction_uses_the_floor_and_says
     assert guess["predicted_latency_ms"] == pytest.approx(2 * 0.45)
     row = pd.concat([comp, comparison.predicted_decode_delta(comp, links, nothing,
                                                              {"m": 2})], axis=1).iloc[0]
-    from splitbench.analysis import cost_findings
+    from splitbench.findings import costs as cost_findings
 
     assert "2.00 round trips per token (assumed: the floor" in cost_findings._why(row)

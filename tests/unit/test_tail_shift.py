@@ -1,4 +1,4 @@
-"""What a link does to the tail of the token times (analysis/tail_shift.py): whether it
+"""What a link does to the tail of the token times (summary/tail_shift.py): whether it
 widens the tail of the steady gaps, one-sided, beyond the run's allowance, or by at most
 how much; the first gap after prefill apart; and its finding."""
 
@@ -11,8 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from splitbench.analysis import percentiles, tail_shift
 from splitbench.contracts import results
+from splitbench.findings import tails as tail_findings
+from splitbench.summary import percentiles, tail_shift
 from tests.support import write_cell
 from tests.support.matrices import request
 
@@ -63,7 +64,7 @@ def test_a_link_that_adds_the_same_to_every_gap_widens_the_tail_by_at_most_its_b
     assert found["widening_bound_ms"] == bound > 0
     # 1,260 steady gaps a side: the p95 (63 beyond it), not a p99 on 12.
     assert found["tail"] == "p95" and abs(found["tail_delta_ms"] - 0.5) < 1e-9
-    text = tail_shift.finding(pd.DataFrame([found]), "usb4", "m").text
+    text = tail_findings.finding(pd.DataFrame([found]), "usb4", "m").markdown()
     assert text.startswith(
         f"**usb4 widens the p95 of the gaps between tokens at short by at most "
         f"{bound:.2f} ms** (against its paired baseline requests). Its median gap between "
@@ -82,7 +83,7 @@ def test_a_link_that_stalls_now_and_then_adds_jitter():
     assert tail_shift.verdict(found) == tail_shift.WIDENS
     # Three stalls in each request's 63 steady gaps, none on the baseline.
     assert (found["stalls"], found["stalls_base"]) == (60, 0)
-    text = tail_shift.finding(pd.DataFrame([found]), "usb4", "m").text
+    text = tail_findings.finding(pd.DataFrame([found]), "usb4", "m").markdown()
     # The headline's words are those of a link within the allowance: only its figure
     # differs, so that a rerun whose verdict falls the other way says the same thing.
     assert text.startswith(
@@ -100,7 +101,7 @@ def test_a_tail_narrower_than_the_baselines_is_a_note_on_its_stalls_never_a_find
     found = judged([row([a + 0.5 for a in quiet], with_spikes(quiet))]).iloc[0]
     assert found["widening_bound_ms"] < 0 and found["widening_ms"] < 0
     assert tail_shift.verdict(found) == tail_shift.BASE_WIDER
-    text = tail_shift.finding(pd.DataFrame([found]), "usb4", "m").text
+    text = tail_findings.finding(pd.DataFrame([found]), "usb4", "m").markdown()
     # Its bound is below zero: the headline says at most 0.00, never a narrowing.
     assert text.startswith("**usb4 widens the p95 of the gaps between tokens at short by "
                            "at most 0.00 ms** (against its paired baseline requests)."), text
@@ -110,7 +111,7 @@ def test_a_tail_narrower_than_the_baselines_is_a_note_on_its_stalls_never_a_find
     # Beside a judged context, the same note, in the context's own clause.
     both = judged([row([a + 0.5 for a in quiet], quiet),
                    row([a + 0.5 for a in quiet], with_spikes(quiet), ctx="5k")])
-    text = tail_shift.finding(both, "usb4", "m").text
+    text = tail_findings.finding(both, "usb4", "m").markdown()
     assert "At 5k the median +0.50 ±0.00 ms and the p95 " in text
     assert text.endswith("(does not widen it; the baseline's own p95 stood further above "
                          "its median: it held 60 gaps over 3 x its median (0 on this "
@@ -121,7 +122,7 @@ def test_fewer_than_20_requests_on_a_side_is_not_resolvable():
     few = gaps(4, requests=10)
     found = judged([row(with_spikes([a + 0.5 for a in few]), few)])
     assert tail_shift.verdict(found.iloc[0]) == tail_shift.FEW_REQUESTS
-    assert tail_shift.finding(found, "usb4", "m").text == (
+    assert tail_findings.finding(found, "usb4", "m").markdown() == (
         "**Whether usb4 widens the tail of the gaps between tokens is not resolvable on "
         "this data**: at short 10 requests on its side and 10 on the baseline's, fewer "
         "than the 20 a verdict needs on each.")
@@ -132,7 +133,7 @@ def test_fewer_than_20_requests_on_a_side_is_not_resolvable():
     both = judged([row(with_spikes(gaps(7)), gaps(8)),
                    row(with_spikes([a + 0.5 for a in few]), few, ctx="5k")])
     assert list(both["comparisons"]) == [1, 1]
-    text = tail_shift.finding(both, "usb4", "m").text
+    text = tail_findings.finding(both, "usb4", "m").markdown()
     assert text.startswith("**usb4 widens the p95 of the gaps between tokens at short by "
                            "at most"), text
     assert "the link adds jitter" in text
@@ -156,7 +157,7 @@ def test_the_first_gap_after_prefill_is_reported_apart_and_left_out_of_the_tail(
     assert abs(found["first_gap_delta_ms"] - 3.5) < 1e-9
     assert 0 < found["first_gap_delta_unc_ms"] < 0.1
     assert tail_shift.verdict(found) == tail_shift.BOUNDED
-    text = tail_shift.finding(pd.DataFrame([found]), "usb4", "m").text
+    text = tail_findings.finding(pd.DataFrame([found]), "usb4", "m").markdown()
     assert (f"The first gap after prefill, left out of these figures: "
             f"{found['first_gap_ms']:.2f} ms on usb4, +3.50 ±"
             f"{found['first_gap_delta_unc_ms']:.2f} ms against the baseline's.") in text
@@ -174,7 +175,7 @@ def test_a_p99_on_a_handful_of_gaps_gives_way_to_the_p95_then_to_none():
     assert found["tail_ms"] == found["p99_ms"] == np.percentile(
         np.concatenate([a[1:] for a in stalled]), 99)
     assert found["widening_ms"] == found["p99_delta_ms"] - found["p50_delta_ms"]
-    text = tail_shift.finding(pd.DataFrame([found]), "usb4", "m").text
+    text = tail_findings.finding(pd.DataFrame([found]), "usb4", "m").markdown()
     assert text.startswith("**usb4 widens the p99 of the gaps between tokens at short by "
                            "at most"), text
     assert "the link adds jitter" in text
@@ -187,7 +188,7 @@ def test_a_p99_on_a_handful_of_gaps_gives_way_to_the_p95_then_to_none():
     short = gaps(12, per=19)  # 360 steady gaps: not even a p95 stands on 20
     found = judged([row(short, short)])
     assert found["too_few"].iloc[0]
-    assert tail_shift.finding(found, "usb4", "m").text == (
+    assert tail_findings.finding(found, "usb4", "m").markdown() == (
         "**Whether usb4 widens the tail of the gaps between tokens is not resolvable on "
         "this data**: at short its steady gaps are too few for a tail (360 on one side, "
         "400 needed for a p95).")
@@ -235,7 +236,7 @@ def test_the_allowance_holds_the_runs_comparisons_together_and_is_never_a_plus_m
     assert nine["comparisons"].iloc[0] == 9
     assert nine["widening_allowance_ms"].iloc[0] > 0.25 > alone["widening_allowance_ms"]
     assert tail_shift.verdict(nine.iloc[0]) == tail_shift.BOUNDED
-    text = tail_shift.finding(nine.iloc[:1], "usb4", "m").text
+    text = tail_findings.finding(nine.iloc[:1], "usb4", "m").markdown()
     assert (f"the widening, +0.25 ±{one['widening_unc_ms']:.2f} ms, is within the run-wide "
             f"allowance of {nine['widening_allowance_ms'].iloc[0]:.2f} ms (one-sided; the "
             "run's 9 comparisons held together)") in text, text
@@ -244,7 +245,7 @@ def test_the_allowance_holds_the_runs_comparisons_together_and_is_never_a_plus_m
     former = pd.DataFrame([{k: v for k, v in alone.items()
                             if k in ("pair", "link", "model", "ctx", "conc", "paired",
                                      "baseline", "too_few", "p50_delta_ms", "widening_ms")}])
-    assert tail_shift.finding(former, "usb4", "m").text.endswith(
+    assert tail_findings.finding(former, "usb4", "m").markdown().endswith(
         "not resolvable on this data**: at short its table was made before the one-sided "
         "verdict (aggregate again).")
     # Too few gaps for a tail: not judged, and no part of the others' allowance.

@@ -7,9 +7,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from splitbench.analysis import comparison, mechanisms, traffic
 from splitbench.backends.llamacpp import servers, traffic_model
+from splitbench.compare import comparison, mechanisms, traffic
 from splitbench.report import tables
+from tests.support.comparison_rows import compared
 
 SMOL = {"n_embd": 576, "n_vocab": 49152}  # SmolLM2-135M's GGUF header
 ORDER = ["short", "long"]
@@ -118,7 +119,8 @@ def predict(rows: pd.DataFrame) -> pd.DataFrame:
 
 def test_the_bandwidth_term_enters_the_prediction():
     summary = matrix()
-    table = tables.link_comparison(summary, ORDER, "baseline", STEADY, predict)
+    comp = compared(summary, baseline="baseline", drift=STEADY, prediction=predict)
+    table = tables.link_comparison(summary, comp, ORDER)
     big = table[(table["model"] == "big") & (table["ctx"] == "short")].iloc[0]
     small = table[(table["model"] == "small") & (table["ctx"] == "short")].iloc[0]
     # 2 round trips x 0.2 ms, plus (196,616 - 37,187) B at 1.19 Gbit/s less the baseline's.
@@ -130,7 +132,8 @@ def test_the_bandwidth_term_enters_the_prediction():
 
 
 def test_the_verdict_names_the_term_that_dominates():
-    table = mechanisms.table(matrix(), LINKS, ORDER, "baseline", STEADY, predict)
+    comp = compared(matrix(), baseline="baseline", drift=STEADY, prediction=predict)
+    table = mechanisms.table(matrix(), comp, LINKS, ORDER)
     big = table[(table["model"] == "big") & (table["mechanism"] == "decode")].iloc[0]
     small = table[(table["model"] == "small") & (table["mechanism"] == "decode")].iloc[0]
     # What latency must explain after the bandwidth term: 2 round trips either way.
@@ -151,7 +154,8 @@ def test_no_term_dominates_inside_their_uncertainty():
     def vague_predict(rows: pd.DataFrame) -> pd.DataFrame:
         return comparison.predicted_decode_delta(rows, LINKS, vague, {}, STEADY)
 
-    table = mechanisms.table(matrix(), LINKS, ORDER, "baseline", STEADY, vague_predict)
+    comp = compared(matrix(), baseline="baseline", drift=STEADY, prediction=vague_predict)
+    table = mechanisms.table(matrix(), comp, LINKS, ORDER)
     big = table[(table["model"] == "big") & (table["mechanism"] == "decode")].iloc[0]
     assert "latency +0.40 ±0.78" in big["verdict"]
     assert big["verdict"].endswith("neither dominates (they differ by less than ±0.78)")
@@ -162,7 +166,8 @@ def test_a_latency_only_fit_would_count_the_logits_as_round_trips():
     ~7 round trips: the error the term removes, said in the verdict."""
     blind = matrix().drop(columns=["rpc_bytes_per_token_a_to_b",
                                    "rpc_bytes_per_token_b_to_a"])
-    table = mechanisms.table(blind, LINKS, ORDER, "baseline", STEADY)
+    table = mechanisms.table(blind,
+                             compared(blind, baseline="baseline", drift=STEADY), LINKS, ORDER)
     big = table[(table["model"] == "big") & (table["mechanism"] == "decode")].iloc[0]
     assert big["slope"] > 6.5
     assert "the bandwidth term is unknown" in big["verdict"]

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from splitbench import cli
-from splitbench.analysis import whatif
+from splitbench.compare import whatif
 from splitbench.contracts import results
 from splitbench.infra import intervals
 
@@ -100,7 +100,7 @@ def test_without_a_sweep_the_cells_counted_round_trips_are_used_and_named():
     """A pair with no sweep (any real pair): the turns counted in its own single-stream
     cells' RPC packets stand in, named as such; a resolvable sweep wins where there is
     concurrent and failed cells count for nothing."""
-    from splitbench.analysis import comparison
+    from splitbench.compare import comparison
 
     summary = pd.DataFrame([
         {"pair": "rig", "model": "m", "rpc_workers": 1, "conc": 1, "status": "ok",

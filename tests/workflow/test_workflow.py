@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from splitbench.analysis import service_levels
+from splitbench.summary import service_levels
 from tests.conftest import ROOT, needs_root
 from tests.support import namespaces, procs_left
 from tests.support.workflow_run import (

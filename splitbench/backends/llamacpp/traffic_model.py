@@ -17,7 +17,7 @@ Measured on this build (one worker, concurrency 1, 64 tokens): the 2-layer synth
 (n_embd 64) 3,862 B A→B at 128 tokens, 13,590 at 5k and 67,862 at 32k: exactly 256
 hidden + 2 x (256, 5,120, 32,256 padded KV cells) + 3,094 overhead. B→A is the logits
 and 8 B (SmolLM2: 196,616 against 196,608). What the bytes cost on a link is
-analysis/traffic.py's, for every backend that predicts them.
+compare/traffic.py's, for every backend that predicts them.
 """
 
 from __future__ import annotations

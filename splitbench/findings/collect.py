@@ -23,17 +23,13 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from splitbench import backends
-from splitbench.analysis import (
-    checks,
-    comparison,
-    mechanisms,
-    service_levels,
-    splits,
-    tail_shift,
-    whatif,
-)
-from splitbench.analysis.cell_summary import by_length, link_flags, read_links
-from splitbench.analysis.cost_findings import (
+from splitbench.compare import comparison, mechanisms, whatif
+from splitbench.contracts import findings_file
+from splitbench.contracts.slices import InterferenceLimits
+from splitbench.findings import service_levels as level_findings
+from splitbench.findings import splits as split_findings
+from splitbench.findings import tails as tail_findings
+from splitbench.findings.costs import (
     decode_across_models,
     decode_cost,
     one_link,
@@ -41,8 +37,9 @@ from splitbench.analysis.cost_findings import (
     prefill_across_models,
     round_trip_floor,
 )
-from splitbench.analysis.finding_text import (
+from splitbench.findings.text import (
     BOUNDARY,
+    CHECKS,
     COMPARISON,
     LINKS,
     ON_PAR,
@@ -58,7 +55,9 @@ from splitbench.analysis.finding_text import (
     marked,
     ms_text,
 )
-from splitbench.contracts.slices import InterferenceLimits
+from splitbench.health import checks
+from splitbench.infra import files
+from splitbench.summary.cell_summary import by_length, link_flags, pick_baseline, read_links
 
 
 # --- concurrency --------------------------------------------------------------------------
@@ -104,7 +103,8 @@ def concurrency(cells: pd.DataFrame, contexts: Sequence[str], section: str
                   if len({per.get((link, ctx)) for link in links if (link, ctx) in per}) > 1]
         if differ:
             ctx = differ[0]
-            text = (f"**Usable concurrency differs between links**: at {ctx}, " + listed(
+            head = "Usable concurrency differs between links"
+            text = (f": at {ctx}, " + listed(
                 [f"{link} {_boundary_text(per[(link, ctx)])}" for link in links
                  if (link, ctx) in per]) + (f" (and at {listed(differ[1:])})"
                                             if len(differ) > 1 else "") + ".")
@@ -115,12 +115,13 @@ def concurrency(cells: pd.DataFrame, contexts: Sequence[str], section: str
             failed = any(per[(reference, ctx)][1] is not None for ctx in order
                          if (reference, ctx) in per)
             whose = f"all {len(links)} links" if len(links) > 1 else f"the one link ({reference})"
-            text = (f"**Usable concurrency is the same on {whose}**: {levels} streams."
+            head = f"Usable concurrency is the same on {whose}"
+            text = (f": {levels} streams."
                     + (" Where it stops, it stops alike on every link: the limit is memory "
                        "or compute, not the link." if failed and len(links) > 1 else
                        " Every level measured is usable: the boundary lies above them."
                        if not failed else ""))
-        out.append(Finding(section, text, (BOUNDARY,)))
+        out.append(Finding(section, head, text, (BOUNDARY,)))
         overlap = _overlap_finding(cells, order, section)
         if overlap:
             out.append(overlap)
@@ -157,17 +158,17 @@ def _overlap_finding(cells: pd.DataFrame, order: Sequence[str], section: str
     collapse = (len(order) > 1 and len(shortest) and len(longest)
                 and shortest.min() >= OVERLAP_HIGH and longest.max() <= OVERLAP_LOW)
     if unc_column is None or many[unc_column].isna().all():
-        head = f"**{top}-way overlap: {figures}**"
+        head = f"{top}-way overlap: {figures}"
         tail = ("; each cell is one release, so whether it differs between links is not "
                 "resolvable on this data (more releases per cell would resolve it)"
                 if len(links) > 1 else f" (measured on {links[0]} only)")
     elif differences:
-        head = f"**{top}-way overlap differs between links**"
+        head = f"{top}-way overlap differs between links"
         tail = f" beyond their ±: {'; '.join(differences)}"
     else:
-        head = f"**{top}-way overlap is the same on every link within its ±**"
+        head = f"{top}-way overlap is the same on every link within its ±"
         tail = f" ({figures})"
-    text = head + tail + "."
+    text = tail + "."
     if unc_column is not None and many[unc_column].notna().any():
         once = many["releases"] if "releases" in many else pd.Series(np.nan, many.index)
         bare = [ctx for ctx in order if len(here := once[(many["ctx"] == ctx)
@@ -182,7 +183,7 @@ def _overlap_finding(cells: pd.DataFrame, order: Sequence[str], section: str
         text += (f" It falls from {fixed(shortest.min())} or more at {order[0]} to "
                  f"{fixed(longest.max())} or less at {order[-1]} {where}: long prompts' "
                  "prefill runs one slot at a time, whatever the link.")
-    return Finding(section, text, (OVERLAP, BOUNDARY))
+    return Finding(section, head, text, (OVERLAP, BOUNDARY))
 
 
 def _pm2(value: float, unc: float) -> str:
@@ -201,7 +202,7 @@ def link_facts(links: pd.DataFrame, baseline: str | None) -> list[tuple[Finding,
         a, b, both = (as_number(r.get(c)) for c in ("a_to_b_gbps", "b_to_a_gbps", "bidir_gbps"))
         if not (np.isfinite(a) and np.isfinite(b)):
             continue
-        text = f"**{r['link']}: {a:.2f} Gbit/s A→B and {b:.2f} B→A**"
+        head, text = f"{r['link']}: {a:.2f} Gbit/s A→B and {b:.2f} B→A", ""
         lan = r.get("lan_hosts")
         if isinstance(lan, str) and lan:
             text += (f" (the LAN of host{'s' * (' and ' in lan)} {lan}, compared as it is: "
@@ -230,7 +231,7 @@ def link_facts(links: pd.DataFrame, baseline: str | None) -> list[tuple[Finding,
             text += f"; a 16 KB request-response takes {p50:.0f} µs at the median"
             if np.isfinite(fixed):
                 text += f", {fixed:.0f} µs of it fixed (the intercept over message sizes)"
-        out.append((Finding("The links", text + ".", (LINKS,)), r["link"]))
+        out.append((Finding("The links", head, text + ".", (LINKS,)), r["link"]))
     return out
 
 
@@ -238,7 +239,7 @@ def link_facts(links: pd.DataFrame, baseline: str | None) -> list[tuple[Finding,
 def failures(lines: Sequence[tuple[str, str]]) -> list[Finding]:
     """The checks that failed (a toolchain, a link, a launch, a check that did not run),
     first in the findings."""
-    return [Finding("What did not work", f"✗ {text}", ("[checks](#checks)",))
+    return [Finding("What did not work", "", text, (CHECKS,), failed=True)
             for state, text in lines if state == "failed"]
 
 
@@ -246,12 +247,12 @@ def trust(lines: Sequence[tuple[str, str]], comp: pd.DataFrame) -> list[Finding]
     """The flagged checks, said once (the cells they concern carry ⚠ in the tables), and
     whether some differences' ± are lower bounds."""
     section = "How far to trust these figures"
-    out = [Finding(section, f"⚠ {text}", ("[checks](#checks)",))
+    out = [Finding(section, "", text, (CHECKS,), flagged=True)
            for state, text in lines if state == "flagged"]
     lower = comp[comp["decode_lower_bound"].fillna(False).astype(bool)
                  & (comp["status"] == "ok")] if "decode_lower_bound" in comp else comp[:0]
     if len(lower):
-        out.append(Finding(section, (
+        out.append(Finding(section, "", (
             f"{len(lower)} of {len(comp)} link differences were measured one after the other "
             "with no drift anchors to measure how much the machine itself varied between "
             "them: their ± are lower bounds, and a difference outside one is not proof "
@@ -292,7 +293,7 @@ def common_offset(comp: pd.DataFrame) -> Finding | None:
     if not shared:
         return None
     where = listed(sorted({f"{g[0]} at {g[1]}" for g in gaps}))
-    head = (f"⚠ {where} all differ from their predictions by the same {ms_text(values.min())} "
+    head = (f"{where} all differ from their predictions by the same {ms_text(values.min())} "
             f"to {ms_text(values.max())} ms/token: one offset shared by every link, not each "
             "link's own cost. ")
     off = {(g[0], g[1]) for g in gaps}
@@ -301,17 +302,18 @@ def common_offset(comp: pd.DataFrame) -> Finding | None:
     changes = [h[0] for h in host_a if h is not None]
     if host_a and len(changes) == len(host_a) and all(
             np.sign(c) == np.sign(values[0]) for c in changes):
-        return Finding("How far to trust these figures", head + (
+        return Finding("How far to trust these figures", "", head + (
             f"The packets place it on host A: its own time per token, outside the turns "
             f"that wait for B, changed by {min(changes):+.0f} to {max(changes):+.0f} µs on "
             "every link against the baseline, which no latency term holds. Their order and "
             "the round trips stand; what differs is how host A works beside each link "
-            "(docs/method.md, \"Host A's own time\")."), (COMPARISON, SENSITIVITY))
-    return Finding("How far to trust these figures", head + (
+            "(docs/method.md, \"Host A's own time\")."), (COMPARISON, SENSITIVITY), flagged=True)
+    return Finding("How far to trust these figures", "", head + (
         "It points at what every comparison shares, the baseline or the way "
         "latency is measured (the links' 64 B request-response probe against what a decode "
         "step's messages pay), not at the links; their order and the round trips stand, "
-        "their predicted cost is off by that much."), (COMPARISON, SENSITIVITY))
+        "their predicted cost is off by that much."), (COMPARISON, SENSITIVITY),
+        flagged=True)
 
 
 # --- all together -------------------------------------------------------------------------
@@ -327,7 +329,7 @@ def collect(summary: pd.DataFrame, links: pd.DataFrame, comp: pd.DataFrame,
     tail_shift.table; `service`: service_levels.table and the config's slo:."""
     out = failures(check_lines)
     # A shape split two or more ways opens with how the splits compare.
-    out += splits.findings(summary, comp, list(contexts), baseline)
+    out += split_findings.findings(summary, comp, list(contexts), baseline)
     pairs = summary["pair"].nunique() > 1
     order = {c: i for i, c in enumerate(contexts)}
     comp = comp.assign(_order=comp["ctx"].map(order)).sort_values(
@@ -343,7 +345,7 @@ def collect(summary: pd.DataFrame, links: pd.DataFrame, comp: pd.DataFrame,
             out.append(marked(decode_cost(rows, str(link), section),
                               flags_of(used) + swept, among=len(used)))
         for link, rows in _tail_rows(tails, pair, model, order):
-            out.append(marked(tail_shift.finding(rows, link, section),
+            out.append(marked(tail_findings.finding(rows, link, section),
                               flags_of(_tail_cells(cells, rows, link), ("flags",))))
         floor = round_trip_floor(
             my_trips,
@@ -375,7 +377,7 @@ def collect(summary: pd.DataFrame, links: pd.DataFrame, comp: pd.DataFrame,
         if levels is not None and not levels.empty:
             mine_levels = levels[(levels["pair"] == pair) & (levels["model"] == model)]
             out += [marked(found, flags_of(cells[cells["ctx"] == ctx], ("flags",)))
-                    for ctx, found in service_levels.findings(mine_levels, contexts, slo,
+                    for ctx, found in level_findings.findings(mine_levels, contexts, slo,
                                                               section, baseline)]
     # Drawn from every model's comparisons: flagged where any of those it used is.
     used = comp[(comp["status"] == "ok") & (comp["status_base"] == "ok")]
@@ -450,17 +452,18 @@ def markdown(found: Sequence[Finding]) -> str:
     for section, items in sections.items():
         lines += [f"### {section}", ""]
         for f in items:
-            refs = f" → {', '.join(f.refs)}" if f.refs else ""
-            lines.append(f"- {f.text}{refs}")
+            refs = f" → {', '.join(r.markdown() for r in f.refs)}" if f.refs else ""
+            lines.append(f"- {f.markdown()}{refs}")
         lines.append("")
     return "\n".join(lines)
 
 
 # --- the `findings` stage -----------------------------------------------------------------
-def run(summary_path: str, link_files: list[str], toolchain_files: list[str],
-        sweep_files: list[str], anchor_files: list[str], drift_path: str | None,
+def run(summary_path: str, comparison_path: str, link_files: list[str],
+        toolchain_files: list[str], sweep_files: list[str], drift_path: str | None,
         contexts: dict[str, int], baseline_link: str | None, workers: dict[str, int],
-        out: str, whatif_out: str, points_out: str, tables_dir: str | None = None,
+        out: str, data_out: str, whatif_out: str, points_out: str,
+        tables_dir: str | None = None,
         interference_limits: InterferenceLimits | None = None,
         tails_path: str | None = None, levels_path: str | None = None,
         slo: dict | None = None) -> list[Finding]:
@@ -471,17 +474,10 @@ def run(summary_path: str, link_files: list[str], toolchain_files: list[str],
     # A link measured while other work used the CPUs is flagged as its table flags it.
     links["flags"] = link_flags(links, interference_limits)
     order = by_length(contexts)
-    base = comparison.pick_baseline(summary, baseline_link)
-    drift = comparison.machine_drift(anchor_files, summary, base)
+    base = pick_baseline(summary, baseline_link)
     trips = comparison.round_trips(sweep_files, summary, interference_limits)
-
-    def prediction(rows: pd.DataFrame) -> pd.DataFrame:
-        return comparison.predicted_decode_delta(rows, links, trips, workers, drift)
-
-    comp = comparison.compare_links(summary, base, drift)
-    if len(comp):
-        comp = pd.concat([comp, prediction(comp)], axis=1)
-    mechanism_rows = mechanisms.table(summary, links, order, base, drift, prediction)
+    comp = pd.read_parquet(comparison_path)
+    mechanism_rows = mechanisms.table(summary, comp, links, order)
     model_rows = whatif.model(summary, links, trips, workers, base)
     whatif.write(model_rows, whatif.measured_points(model_rows, comp), whatif_out, points_out)
     toolchains = [json.loads(Path(p).read_text()) for p in toolchain_files]
@@ -490,6 +486,14 @@ def run(summary_path: str, link_files: list[str], toolchain_files: list[str],
         lines += [line for line in checks.flagged_tables(tables_dir) if line[0] != "ok"]
     found = collect(summary, links, comp, trips, mechanism_rows, model_rows, order, base,
                     lines, tails, (levels, slo or {}))
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    Path(out).write_text(markdown(found))
+    write(found, out, data_out)
     return found
+
+
+def write(found: Sequence[Finding], markdown_out: str | Path, data_out: str | Path) -> None:
+    """findings.md, and the same findings as data (findings.json: each one's section,
+    headline, text, flags and refs), which the run's checks and `compare` read."""
+    Path(markdown_out).parent.mkdir(parents=True, exist_ok=True)
+    Path(markdown_out).write_text(markdown(found))
+    with files.replacing(Path(data_out)) as tmp:
+        tmp.write_text(findings_file.as_json([f.record() for f in found]))

@@ -10,11 +10,11 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 
-from splitbench.analysis import cell_summary
-from splitbench.analysis.marks import FLAG_MARK
-from splitbench.contracts import results
+from splitbench.contracts import findings_file, results
+from splitbench.contracts.marks import FLAG_MARK
 from splitbench.contracts.records import ToolchainRecord
 from splitbench.infra import parquet_io
+from splitbench.summary import cell_summary
 
 
 def check_lines(summary: pd.DataFrame, drift_path: str | Path | None,
@@ -205,23 +205,9 @@ def run_checks(root: str | Path, out: str | Path) -> list[str]:
     print(text, end="")
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(text)
-    found = Path(results.under(root, results.FINDINGS))
-    if found.exists():
-        print(f"\nsplitbench found (the whole text: {found}; the page: "
-              f"{results.under(root, results.REPORT)}):")
-        print("\n".join(f"  {line}" for line in headlines(found.read_text())))
+    found = findings_file.read(results.under(root, results.FINDINGS_DATA))
+    if found is not None:
+        print(f"\nsplitbench found (the whole text: {results.under(root, results.FINDINGS)}; "
+              f"the page: {results.under(root, results.REPORT)}):")
+        print("\n".join(f"  {line}" for line in findings_file.headlines(found)))
     return [*toolchain_failures(toolchains), *link_failures(links), *load_failures(summary)]
-
-
-def headlines(findings_markdown: str) -> list[str]:
-    """The findings' headlines, read from results/findings.md: what did not work (✗),
-    then each finding's bold opening with its section."""
-    out, section = [], ""
-    for line in findings_markdown.splitlines():
-        if line.startswith("### "):
-            section = line[4:]
-        elif line.startswith("- ✗ "):
-            out.append(line[2:].split(" → ")[0])
-        elif line.startswith("- **"):
-            out.append(f"{section}: {line[4:].split('**')[0]}")
-    return out

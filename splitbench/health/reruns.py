@@ -11,9 +11,9 @@ from typing import TypedDict
 import pandas as pd
 import yaml
 
-from splitbench.analysis.cell_summary import SUMMARY_KEYS as KEYS
 from splitbench.infra import files
 from splitbench.matrix.plan import cell_key, read_reruns
+from splitbench.summary.cell_summary import SUMMARY_KEYS as KEYS
 
 HEADER = """\
 # Re-run epochs, written by `python -m splitbench drift --apply` (or by hand).

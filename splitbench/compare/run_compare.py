@@ -32,11 +32,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from splitbench.analysis import between_runs, checks, comparison
-from splitbench.analysis.cell_summary import read_links
-from splitbench.analysis.traffic import numbers
-from splitbench.contracts import results
+from splitbench.compare import comparison
+from splitbench.contracts import findings_file, results
 from splitbench.infra import intervals
+from splitbench.infra.parquet_io import numbers
+from splitbench.summary import between_runs
+from splitbench.summary.cell_summary import pick_baseline, read_links
 
 # (figure, its standard error, its title, decimals, the drift that moves it: time to
 # first token is mostly prefill)
@@ -70,10 +71,10 @@ def drift(root: str | Path, summary: pd.DataFrame) -> pd.DataFrame:
 
 def baseline_of(root: str | Path, summary: pd.DataFrame) -> str | None:
     """The run's baseline link: the one its what-if model names, else
-    comparison.pick_baseline's."""
+    cell_summary.pick_baseline's."""
     model = Path(results.under(root, results.WHATIF))
     named = pd.read_parquet(model)["baseline"] if model.exists() else pd.Series([])
-    return comparison.pick_baseline(summary, named.iloc[0] if len(named) else None)
+    return pick_baseline(summary, named.iloc[0] if len(named) else None)
 
 
 # --- the statistics ------------------------------------------------------------------------
@@ -232,11 +233,14 @@ COST_COLUMNS = ["pair", "model", "link", "ctx", "baseline", "compared", "status"
 
 def link_costs(root: str | Path, summary: pd.DataFrame, moved: pd.DataFrame
                ) -> pd.DataFrame:
-    """What each link costs decode in one run (its `summary`, its drift()): its
-    single-stream cells against the baseline link's (comparison.compare_links), with the
-    cost's standard error and degrees of freedom (`_cost_spread`). The baseline is the
-    one the run's what-if model names, else comparison.pick_baseline's."""
-    comp = comparison.compare_links(summary, baseline_of(root, summary), moved)
+    """What each link costs decode in one run (its `summary`, its drift()): the run's link
+    comparison (results/summary/comparison.parquet, its `aggregate`'s), with the cost's
+    standard error and degrees of freedom (`_cost_spread`). A run aggregated before that
+    file was written is compared here as its aggregate would have (comparison.compare_links,
+    against the baseline its what-if model names, else cell_summary.pick_baseline's)."""
+    written = Path(results.under(root, results.COMPARISON))
+    comp = pd.read_parquet(written) if written.exists() else comparison.compare_links(
+        summary, baseline_of(root, summary), moved)
     comp["decode_delta_se"], comp["decode_delta_dof"] = _cost_spread(comp, summary)
     return comp.reindex(columns=COST_COLUMNS)
 
@@ -386,8 +390,8 @@ def findings_changed(root_a: str | Path, root_b: str | Path
     same but for their figures (the tables say which figures moved beyond chance)."""
     said = []
     for root in (root_a, root_b):
-        path = Path(results.under(root, results.FINDINGS))
-        said.append(checks.headlines(path.read_text()) if path.exists() else [])
+        found = findings_file.read(results.under(root, results.FINDINGS_DATA))
+        said.append(findings_file.headlines(found) if found is not None else [])
     words = [{_FIGURE.sub("#", h) for h in run} for run in said]
     moved = sum(1 for h in said[0] if _FIGURE.sub("#", h) in words[1] and h not in said[1])
     return ([h for h in said[0] if _FIGURE.sub("#", h) not in words[1]],

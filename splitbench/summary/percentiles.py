@@ -27,10 +27,10 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from splitbench.analysis.cell_summary import read_requests
-from splitbench.analysis.traffic import numbers
 from splitbench.contracts import results
 from splitbench.infra import memo
+from splitbench.infra.parquet_io import numbers
+from splitbench.summary.cell_summary import read_requests
 
 # The metrics in the order the table shows them, with their units.
 METRICS = {

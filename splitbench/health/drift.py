@@ -50,11 +50,12 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from splitbench import configuration
-from splitbench.analysis import anchor_check, cell_summary, reruns
 from splitbench.contracts import results
 from splitbench.contracts.slices import DriftSettings, InterferenceLimits
+from splitbench.health import anchor_check, reruns
 from splitbench.infra import parquet_io, tables_io
 from splitbench.matrix.plan import cell_key
+from splitbench.summary import cell_summary
 
 KEYS = cell_summary.SUMMARY_KEYS  # a cell's identity
 FIGURES = ["status", "decode_ms_per_token", "temp_before_c", "temp_after_c", "temp_peak_c",

@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from splitbench.analysis import between_runs
-from splitbench.analysis.cell_summary import joined
 from splitbench.contracts.slices import InterferenceLimits
 from splitbench.infra import interference
+from splitbench.summary import between_runs
+from splitbench.summary.cell_summary import joined
 
 # What two pairs must share for their cells to stand side by side.
 SHARED = ["model", "ctx", "conc"]

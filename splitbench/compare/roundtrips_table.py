@@ -7,11 +7,11 @@ from typing import TypedDict
 
 import pandas as pd
 
-from splitbench.analysis import cell_summary
-from splitbench.analysis.marks import FLAG_MARK
 from splitbench.cells.sweep_fit import fit, flags
+from splitbench.contracts.marks import FLAG_MARK
 from splitbench.contracts.slices import InterferenceLimits
 from splitbench.infra import intervals
+from splitbench.summary import cell_summary
 
 
 def table(files: list[str], limits: InterferenceLimits | None = None) -> pd.DataFrame:

@@ -18,6 +18,7 @@ import pandas as pd
 
 from splitbench import backends
 from splitbench.contracts import registry
+from splitbench.infra.parquet_io import numbers
 
 TOLERANCE = 0.10  # measured vs predicted bytes: "agrees" within this share
 DIRECTIONS = {"a_to_b": "A→B", "b_to_a": "B→A"}
@@ -57,14 +58,6 @@ def with_predictions(cells: pd.DataFrame, baseline_link: str | None = None
     return out.reindex(columns=[*cells.columns,
                                 *[c for c in out.columns if c not in cells.columns],
                                 *[c for c in PREDICTED if c not in out.columns]])
-
-
-def numbers(frame: pd.DataFrame, column: str) -> pd.Series:
-    """A column as numbers: NaN where a value is not one, or where the frame lacks the
-    column (a file from before it was recorded)."""
-    if column not in frame:
-        return pd.Series(np.nan, index=frame.index, dtype=float)
-    return pd.to_numeric(frame[column], errors="coerce")
 
 
 def _link_facts(links: pd.DataFrame, suffix: str = "") -> pd.DataFrame:

@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from splitbench.analysis.marks import FLAG_MARK
+from splitbench.contracts import anchors
+from splitbench.contracts.marks import FLAG_MARK
 
 # A cost is "mostly fixed per step" when at least this share of it at the longest
 # resolved context is already there at the shortest (a term that grows with context, the
@@ -22,24 +23,65 @@ OVERLAP_HIGH, OVERLAP_LOW = 0.5, 0.2
 # Rates within this share count as "on par" when two links are set side by side.
 ON_PAR = 0.10
 
-COMPARISON = "[link comparison](#table-link_comparison)"
-MECHANISMS = "[mechanisms](#table-mechanisms)"
-ROUND_TRIPS = "[round trips](#table-round_trips)"
-SENSITIVITY = "[what-if chart](#chart-decode_sensitivity)"
-PREFILL = "[prefill](#table-single_stream_prefill)"
-BOUNDARY = "[concurrency boundary](#table-concurrency_boundary)"
-OVERLAP = "[overlap](#table-overlap)"
-LINKS = "[links](#table-links)"
-DECODE_CHART = "[decode Δ chart](#chart-decode_delta)"
+FAILED_MARK = "✗"
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A table or chart a finding rests on: its name and its section on the page."""
+    label: str
+    anchor: str
+
+    def markdown(self) -> str:
+        return f"[{self.label}](#{self.anchor})"
+
+
+COMPARISON = Ref("link comparison", anchors.table("link_comparison"))
+MECHANISMS = Ref("mechanisms", anchors.table("mechanisms"))
+ROUND_TRIPS = Ref("round trips", anchors.table("round_trips"))
+SENSITIVITY = Ref("what-if chart", anchors.chart("decode_sensitivity"))
+PREFILL = Ref("prefill", anchors.table("single_stream_prefill"))
+BOUNDARY = Ref("concurrency boundary", anchors.table("concurrency_boundary"))
+OVERLAP = Ref("overlap", anchors.table("overlap"))
+LINKS = Ref("links", anchors.table("links"))
+DECODE_CHART = Ref("decode Δ chart", anchors.chart("decode_delta"))
+PERCENTILES = Ref("percentiles", anchors.table("percentiles"))
+BACKENDS = Ref("backends", anchors.table("backends"))
+SERVICE_LEVELS = Ref("service levels", anchors.table("service_levels"))
+CHECKS = Ref("checks", anchors.CHECKS)
 
 
 @dataclass
 class Finding:
-    """One or two sentences with their numbers, under the heading `section`; a bold
-    opening is its headline (checks.headlines prints it)."""
+    """One finding under the heading `section`: its headline (the bold opening a run's
+    last lines print, `checks`; "" where it has none), the sentences after it, which
+    begin with their own punctuation, and the tables and charts it rests on. `flagged`:
+    it rests on figures marked ⚠ (or is a flagged check); `failed`: it says what did
+    not work (✗). findings.json holds these fields; findings.md is `markdown()`."""
     section: str
-    text: str
-    refs: Sequence[str] = field(default_factory=tuple)
+    headline: str
+    text: str = ""
+    refs: Sequence[Ref] = field(default_factory=tuple)
+    flagged: bool = False
+    failed: bool = False
+
+    def mark(self) -> str:
+        """✗ or ⚠ and a space where the finding carries one, else nothing."""
+        return (f"{FAILED_MARK} " if self.failed else
+                f"{FLAG_MARK} " if self.flagged else "")
+
+    def markdown(self) -> str:
+        """The finding as one Markdown line's body: the headline in bold, its mark first."""
+        if self.headline:
+            return f"**{self.mark()}{self.headline}**{self.text}"
+        return f"{self.mark()}{self.text}"
+
+    def record(self) -> dict[str, Any]:
+        """The finding as findings.json holds it."""
+        return {"section": self.section, "headline": self.headline, "text": self.text,
+                "flagged": self.flagged, "failed": self.failed,
+                "refs": [{"label": r.label, "anchor": r.anchor} for r in self.refs],
+                "markdown": self.markdown()}
 
 
 # --- numbers as text ------------------------------------------------------------------
@@ -95,15 +137,14 @@ NAMED_MAX = 4
 
 def marked(found: Finding | None, flagged: Sequence[tuple[str, str]], what: str = "cells",
            among: int | None = None) -> Finding | None:
-    """`found` with ⚠ at the start of its headline and a sentence naming the flagged
+    """`found` flagged (its headline printed after ⚠) and a sentence naming the flagged
     `what` it was drawn from (`among`: how many it was drawn from, to count them when
     there are many), so that its headline, printed alone at the end of the run, carries
     the flag too. Unchanged where nothing it rests on is flagged."""
     if found is None or not flagged:
         return found
+    found.flagged = True
     text = found.text
-    if text.startswith("**") and not text.startswith(f"**{FLAG_MARK}"):
-        text = f"**{FLAG_MARK} " + text[2:]
     places = list(dict.fromkeys(w for w, _ in flagged))
     if len(places) <= NAMED_MAX:
         where = f"flagged {what}, {listed(places)}"

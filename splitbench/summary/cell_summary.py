@@ -20,11 +20,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from splitbench.analysis import paired, releases
 from splitbench.backends import metrics
 from splitbench.contracts import results
 from splitbench.contracts.slices import InterferenceLimits
 from splitbench.infra import interference, intervals
+from splitbench.summary import paired, releases
 
 SUMMARY_KEYS = results.CELL_KEYS
 
@@ -440,3 +440,13 @@ def ctx_sorted(frame: pd.DataFrame, keys: list[str], contexts: Sequence[str]) ->
     order = {label: i for i, label in enumerate(contexts)}
     return frame.sort_values(
         keys, key=lambda col: col.map(order) if col.name == "ctx" else col, kind="stable")
+
+
+def pick_baseline(summary: pd.DataFrame, baseline_link: str | None = None) -> str | None:
+    """The configured baseline; else the link named "baseline"; else the first link."""
+    if baseline_link:
+        return baseline_link
+    links = sorted(summary["link"].dropna().unique())
+    if "baseline" in links:
+        return "baseline"
+    return links[0] if links else None

@@ -34,12 +34,14 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from splitbench.analysis import between_runs, traffic
-from splitbench.analysis.paired import PAIRED_COLUMNS
 from splitbench.cells import sweep_fit
+from splitbench.compare import traffic
 from splitbench.contracts import results
 from splitbench.contracts.slices import InterferenceLimits
 from splitbench.infra import intervals
+from splitbench.summary import between_runs
+from splitbench.summary.cell_summary import pick_baseline
+from splitbench.summary.paired import PAIRED_COLUMNS
 
 # Cells that a link comparison sets side by side: same pair, model and context.
 COMPARE_KEYS = ["pair", "model", "ctx"]
@@ -358,14 +360,19 @@ def _latency_term(rows: pd.DataFrame, comp: pd.DataFrame
     return delta_ms, predicted, spread, source
 
 
-def pick_baseline(summary: pd.DataFrame, baseline_link: str | None = None) -> str | None:
-    """The configured baseline; else the link named "baseline"; else the first link."""
-    if baseline_link:
-        return baseline_link
-    links = sorted(summary["link"].dropna().unique())
-    if "baseline" in links:
-        return "baseline"
-    return links[0] if links else None
+
+def run_comparison(summary: pd.DataFrame, links: pd.DataFrame,
+                   baseline_link: str | None, drift: pd.DataFrame | None,
+                   trips: pd.DataFrame, workers: dict[str, int]) -> pd.DataFrame:
+    """The run's one link comparison (results/summary/comparison.parquet): every link's
+    single-stream cells against the baseline's (compare_links), each row with the decode
+    difference predicted from the links' measured latency and bandwidth beside it
+    (predicted_decode_delta). The stages after it read this file and compute none."""
+    comp = compare_links(summary, baseline_link, drift)
+    if len(comp):
+        comp = pd.concat([comp, predicted_decode_delta(comp, links, trips, workers, drift)],
+                         axis=1)
+    return comp
 
 
 def compare_links(summary: pd.DataFrame, baseline_link: str | None = None,

@@ -63,7 +63,7 @@ CALIBRATION_DOF = "calibration_dof"
 # How this run's machine compares with the calibration's runs: each cell's decode against
 # the calibration runs' mean for that cell (`pace`), and the range the calibration's own
 # runs spanned (each run's median over its cells): a run outside that range ran on a day
-# the run-to-run terms did not see (analysis/checks.py says so).
+# the run-to-run terms did not see (health/checks.py says so).
 PACE = ("calibration_pace", "calibration_pace_low", "calibration_pace_high")
 THIS_RUN = "this run's spread only (no run-to-run calibration for this pair)"
 ACROSS_RUNS = "this run's spread and the run-to-run variation of {runs} A/A runs ({when})"
@@ -134,7 +134,7 @@ def apply(summary: pd.DataFrame, calibration: Mapping[str, Mapping[str, Any]]
 
 def apply_percentiles(dist: pd.DataFrame, calibration: Mapping[str, Mapping[str, Any]]
                       ) -> pd.DataFrame:
-    """The percentiles table (analysis.percentiles) with each p99's ± (`p99_unc`): its
+    """The percentiles table (summary.percentiles) with each p99's ± (`p99_unc`): its
     bootstrap's at the normal quantile, with the run-to-run term of the cell's p99 of
     that metric where its pair has one (`cells`' `<metric>_p99`, relative)."""
     out = dist.copy()
@@ -224,7 +224,7 @@ def _pace(out: pd.DataFrame, rows: pd.Series, pace: Mapping[str, Any]) -> None:
 def pace_of(stacked: pd.DataFrame, keys: list[str]) -> dict:
     """Each cell's mean decode over the runs, and the range of the runs' own paces (each
     run's median over its cells of decode against that mean): what a run is checked
-    against to say whether its day is one the terms saw (analysis/checks.pace_lines).
+    against to say whether its day is one the terms saw (health/checks.pace_lines).
     `stacked`: the runs' ok cells, a `run` column apart; `keys`: what names a cell."""
     name = stacked[keys].astype(str).agg("/".join, axis=1)
     level = stacked.groupby(name)["decode_ms_per_token"].transform("mean")

@@ -9,8 +9,9 @@ from typing import Any, TypedDict
 import numpy as np
 import pandas as pd
 
-from splitbench.analysis import comparison, mechanisms, whatif
-from splitbench.analysis.finding_text import (
+from splitbench.compare import comparison, mechanisms, whatif
+from splitbench.contracts.marks import FLAG_MARK
+from splitbench.findings.text import (
     COMPARISON,
     DECODE_CHART,
     FIXED_SHARE,
@@ -24,7 +25,6 @@ from splitbench.analysis.finding_text import (
     ms_text,
     pm_text,
 )
-from splitbench.analysis.marks import FLAG_MARK
 from splitbench.infra import intervals
 
 
@@ -38,9 +38,9 @@ def decode_cost(rows: pd.DataFrame, link: str, section: str) -> Finding:
     failed = rows[~rows.index.isin(ok.index)]
     lost = [f"{r.ctx} ({_failed_side(r)})" for r in failed.itertuples()]
     if ok.empty:
-        text = (f"**{link}: no context has both its cell and the baseline's ok**, so what "
-                f"it costs decode is not measured ({listed(lost) if lost else 'no cells'}).")
-        return Finding(section, text, (COMPARISON,))
+        return Finding(section, f"{link}: no context has both its cell and the baseline's ok",
+                       f", so what it costs decode is not measured "
+                       f"({listed(lost) if lost else 'no cells'}).", (COMPARISON,))
     clear = ok[ok["decode_delta_unc_ms"].notna()
                & (ok["decode_delta_ms"].abs() > ok["decode_delta_unc_ms"])]
     unclear = ok[~ok.index.isin(clear.index)]
@@ -50,21 +50,21 @@ def decode_cost(rows: pd.DataFrame, link: str, section: str) -> Finding:
     clear = clear[clear["decode_delta_ms"] > 0]
     impossible = _faster_than_baseline(faster) if len(faster) else ""
     if clear.empty and len(faster):
-        text = (f"**{FLAG_MARK} {link}: decode measured faster than the baseline, which no "
-                f"link can be** ({impossible}): {MACHINE_MOVED}. {_advice(ok)}")
-        return Finding(section, text, (COMPARISON, DECODE_CHART))
+        return Finding(section, f"{link}: decode measured faster than the baseline, which "
+                       "no link can be", f" ({impossible}): {MACHINE_MOVED}. {_advice(ok)}",
+                       (COMPARISON, DECODE_CHART), flagged=True)
     if clear.empty:
         figures = listed([f"{r.ctx} {pm_text(r.decode_delta_ms, r.decode_delta_unc_ms)}"
                             for r in ok.itertuples()])
-        text = (f"**{link}: what it costs decode is not resolvable on this data** "
-                f"({figures} ms/token: each lies inside its ±). {_advice(ok)}")
-        return Finding(section, text, (COMPARISON, DECODE_CHART))
+        return Finding(section, f"{link}: what it costs decode is not resolvable on this data",
+                       f" ({figures} ms/token: each lies inside its ±). {_advice(ok)}",
+                       (COMPARISON, DECODE_CHART))
     lead = clear.iloc[0]
     share = lead["decode_delta_ms"] / lead["decode_ms_per_token_base"] * 100
     figure = pm_text(lead["decode_delta_ms"], lead["decode_delta_unc_ms"])
-    head = (f"**{link} costs decode {figure} ms/token at {lead['ctx']} "
-            f"({share:+.0f}% of a {lead['decode_ms_per_token_base']:.2f} ms step)**")
-    parts = [head + "."]
+    head = (f"{link} costs decode {figure} ms/token at {lead['ctx']} "
+            f"({share:+.0f}% of a {lead['decode_ms_per_token_base']:.2f} ms step)")
+    parts = []
     if len(faster):
         parts.append(f"{FLAG_MARK} It measured faster than the baseline at {impossible}, "
                      f"which no link can be: {MACHINE_MOVED}.")
@@ -76,7 +76,7 @@ def decode_cost(rows: pd.DataFrame, link: str, section: str) -> Finding:
     if lost:
         parts.append(f"Not measured at {listed(lost)}.")
     why = _why(lead)
-    return Finding(section, " ".join(p for p in [*parts, why] if p),
+    return Finding(section, head, "." + "".join(f" {p}" for p in [*parts, why] if p),
                    (COMPARISON, MECHANISMS, DECODE_CHART))
 
 
@@ -310,11 +310,11 @@ def round_trip_floor(trips: pd.DataFrame, model_rows: pd.DataFrame, section: str
         parts.append((f"{figure} round trips per token with {r.workers} RPC worker"
                       f"{'s' if r.workers > 1 else ''}",
                       f"{source}; the floor is {r.workers}: {where}"))
-    text = ""
+    head, text = "", ""
     if parts:
-        text = f"**{parts[0][0]}** ({parts[0][1]})"
+        head, text = parts[0][0], f" ({parts[0][1]})"
         if len(parts) > 1:
-            text += "; " + "; ".join(f"{head} ({why})" for head, why in parts[1:])
+            text += "; " + "; ".join(f"{said} ({why})" for said, why in parts[1:])
         text += "."
     short = model_rows.iloc[0] if len(model_rows) else None
     felt = whatif.felt_above_us(short) if short is not None else np.nan
@@ -325,20 +325,20 @@ def round_trip_floor(trips: pd.DataFrame, model_rows: pd.DataFrame, section: str
                  "trips add "
                  f"under {whatif.FELT_ABOVE:.0%} to the {short['compute_ms']:.2f} ms of "
                  f"compute at {short['ctx']}).")
+    if not parts:
+        head = "Why a link costs what it does is not resolvable on this data"
     if not parts and split != "rpc":
-        text = ("**Why a link costs what it does is not resolvable on this data**: vLLM's "
-                "ranks talk over connections of their own, whose turns splitbench neither "
-                "sweeps nor counts, so this split's decode cost is not divided into round "
+        text = (": vLLM's ranks talk over connections of their own, whose turns splitbench "
+                "neither sweeps nor counts, so this split's decode cost is not divided into round "
                 "trips × latency and bandwidth; what it moves per token each way is "
                 "measured (the backends table's bytes per token), and the link comparison "
                 "gives its cost per link.")  # no latency it "does not feel": none assumed
     elif not parts:
-        text = ("**Why a link costs what it does is not resolvable on this data**: no round "
-                "trips per token were measured for this model (neither a round-trip sweep, "
-                "`roundtrips:`, nor the cells' RPC packets, which host A counts where it "
-                "may open a packet socket: root, or the packet helper), so its decode cost cannot "
-                "be split into round trips × latency and bandwidth." + text)
-    return Finding(section, text.strip(), (ROUND_TRIPS, SENSITIVITY))
+        text = (": no round trips per token were measured for this model (neither a "
+                "round-trip sweep, `roundtrips:`, nor the cells' RPC packets, which host A "
+                "counts where it may open a packet socket: root, or the packet helper), so its "
+                "decode cost cannot be split into round trips × latency and bandwidth." + text)
+    return Finding(section, head, text.rstrip(), (ROUND_TRIPS, SENSITIVITY))
 
 
 # --- prefill ----------------------------------------------------------------------------
@@ -359,9 +359,9 @@ def one_link(model_rows: pd.DataFrame, link: str, section: str) -> Finding | Non
                            if np.isfinite(seen["predicted_unc_ms"]) else "")
                        + f" ms/token ({seen['predicted_tps']:.1f} tok/s)")
     assumed = "assumed " if str(first["round_trips_from"]).startswith("assumed") else ""
-    return Finding(section, (
-        f"**One link measured ({link}), so no link is compared with another**: this run "
-        "cannot say from measurement what another cable costs, nor whether this one "
+    head = f"One link measured ({link}), so no link is compared with another"
+    return Finding(section, head, (
+        ": this run cannot say from measurement what another cable costs, nor whether this one "
         "limits concurrency. From its own step at "
         f"{first['ctx']} ({first['decode_ms']:.2f} ms/token), its {assumed}"
         f"{first['round_trips']:.2f} round trips per token and its bytes per token, the "
@@ -383,21 +383,21 @@ def prefill(rows: pd.DataFrame, links: pd.DataFrame, fit: pd.Series | None, sect
     said = "; ".join(e["text"] for e in examples)
     floor = min(e["gbps"] for e in examples)
     if np.isfinite(unc) and abs(slope) + unc < mechanisms.INSENSITIVE_BELOW:
-        text = (f"**Prefill no longer depends on the link's bandwidth at these rates** "
-                f"({figure}): {said}. From {floor:.2f} Gbit/s one way, prefill is bound by "
+        head = "Prefill no longer depends on the link's bandwidth at these rates"
+        text = (f" ({figure}): {said}. From {floor:.2f} Gbit/s one way, prefill is bound by "
                 "compute, not by the cable.")
     elif np.isfinite(slope) and np.isfinite(unc) and slope > unc and fit is not None \
             and not str(fit["verdict"]).startswith("not resolvable"):
         head = ("Prefill tracks one-way bandwidth" if slope >= mechanisms.TRACKS_ABOVE
                 else "Prefill is partly bandwidth-bound")
-        text = f"**{head}** ({figure}): {said}."
+        text = f" ({figure}): {said}."
     else:
         why = str(fit["verdict"]).split(": ", 1)[-1].split(" (")[0] if fit is not None \
             else "no fit"
-        text = (f"**Prefill's dependence on bandwidth is not resolvable on this data** "
-                f"({why}): {said}. Links of more different bandwidth, or longer prompts "
+        head = "Prefill's dependence on bandwidth is not resolvable on this data"
+        text = (f" ({why}): {said}. Links of more different bandwidth, or longer prompts "
                 "(prefill moves more bytes per second there), would resolve it.")
-    return Finding(section, text, (PREFILL, COMPARISON, MECHANISMS))
+    return Finding(section, head, text, (PREFILL, COMPARISON, MECHANISMS))
 
 
 class PrefillExample(TypedDict):
@@ -453,7 +453,7 @@ def prefill_across_models(comp: pd.DataFrame, links: pd.DataFrame) -> Finding | 
     parts = [f"{link}'s {bandwidth[link]:+.0f}% one-way bandwidth: {min(v):+.0f}% to "
              f"{max(v):+.0f}% prefill at each model's longest context"
              for link, v in per_link.items()]
-    return Finding("Across models", "Prefill, " + "; ".join(parts) + ".", (PREFILL,))
+    return Finding("Across models", "", "Prefill, " + "; ".join(parts) + ".", (PREFILL,))
 
 
 def decode_across_models(comp: pd.DataFrame) -> Finding | None:
@@ -478,5 +478,5 @@ def decode_across_models(comp: pd.DataFrame) -> Finding | None:
         parts.append(text)
     if not parts:
         return None
-    return Finding("Across models", "Decode, at each model's shortest resolved context: "
+    return Finding("Across models", "", "Decode, at each model's shortest resolved context: "
                    + "; ".join(parts) + ".", (COMPARISON,))

@@ -1,5 +1,5 @@
 """A model's drift anchors on a pair: each anchor's decode figure and temperature span,
-and its block's start and end anchors compared (`analysis.drift` reads them)."""
+and its block's start and end anchors compared (`health.drift` reads them)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import TypedDict
 import numpy as np
 import pandas as pd
 
-from splitbench.analysis import cell_summary
 from splitbench.contracts.slices import DriftSettings, InterferenceLimits
 from splitbench.infra import interference, intervals
+from splitbench.summary import cell_summary
 
 
 class AnchorFigures(TypedDict):

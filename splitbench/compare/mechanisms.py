@@ -6,17 +6,17 @@ elasticity. Fits through the origin, and a verdict per model that says what is r
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TypedDict
 
 import numpy as np
 import pandas as pd
 
-from splitbench.analysis import traffic
-from splitbench.analysis.cell_summary import latency_by_pair, latency_column
-from splitbench.analysis.comparison import SWEEP, compare_links
+from splitbench.compare import traffic
+from splitbench.compare.comparison import SWEEP
 from splitbench.infra import intervals
 from splitbench.infra.fits import fit_through_origin, slope_unc, unresolvable
+from splitbench.summary.cell_summary import latency_by_pair, latency_column
 
 # Prefill's elasticity to one-way bandwidth: within +-INSENSITIVE_BELOW prefill counts as
 # insensitive to the link (the seed: +55% bandwidth bought +5..17% prefill, about 0.1 to
@@ -25,14 +25,12 @@ INSENSITIVE_BELOW = 0.25
 TRACKS_ABOVE = 0.75
 
 
-def mechanism_points(summary: pd.DataFrame, links: pd.DataFrame,
-                     baseline_link: str | None = None,
-                     drift: pd.DataFrame | None = None) -> pd.DataFrame:
-    """One point per non-baseline link, model and context (concurrency 1, both cells ok):
-    decode delta, less its bandwidth term (traffic.bandwidth_delta), against the links'
-    latency difference; prefill relative change against relative one-way bandwidth
-    (A->B, the direction a prompt's activations travel)."""
-    comp = compare_links(summary, baseline_link, drift)
+def mechanism_points(comp: pd.DataFrame, links: pd.DataFrame) -> pd.DataFrame:
+    """One point per non-baseline link, model and context (concurrency 1, both cells ok;
+    `comp`: the run's comparison, comparison.run_comparison): decode delta, less its
+    bandwidth term (traffic.bandwidth_delta), against the links' latency difference;
+    prefill relative change against relative one-way bandwidth (A->B, the direction a
+    prompt's activations travel)."""
     comp = comp[(comp["status"] == "ok") & (comp["status_base"] == "ok")]
     # Each pair's own latency figure: a pair is never fitted on another pair's choice.
     facts = latency_by_pair(links)[["pair", "link", "latency_us"]].merge(
@@ -61,25 +59,16 @@ def _slopes_by(points: pd.DataFrame, key: str, x: str, y: str, order: Sequence[s
                       if k in fits and np.isfinite(fits[k])) or "—"
 
 
-def table(summary: pd.DataFrame, links: pd.DataFrame, contexts: list[str],
-          baseline_link: str | None = None,
-          drift: pd.DataFrame | None = None,
-          prediction: Callable[[pd.DataFrame], pd.DataFrame] | None = None
-          ) -> pd.DataFrame:
+def table(summary: pd.DataFrame, comp: pd.DataFrame, links: pd.DataFrame,
+          contexts: list[str]) -> pd.DataFrame:
     """The seed's conclusions 1 and 2, computed per model: implied round trips per token
     (decode delta vs request-response latency difference) and prefill's elasticity to
     one-way bandwidth, each with its fit quality and a one-line verdict that the data
     must carry: a slope not resolvable from zero, of an impossible sign, or with a low
-    R² gives "not resolvable on this data" with the reason, never a number. With
-    `prediction` (see link_comparison), a decode verdict whose fit has no number takes
-    its latency term from the measured round trips."""
-    points = mechanism_points(summary, links, baseline_link, drift)
-    if prediction is not None and len(points):
-        # The latency term from the round-trip sweep, where the cells' own fit has none.
-        predicted = prediction(points)
-        points["predicted_latency_ms"] = predicted["predicted_latency_ms"]
-        points["predicted_latency_unc_ms"] = predicted["predicted_latency_unc_ms"]
-        points["round_trips_from"] = predicted["round_trips_from"]
+    R² gives "not resolvable on this data" with the reason, never a number. Where
+    `comp` carries a prediction (comparison.run_comparison), a decode verdict whose fit
+    has no number takes its latency term from the measured round trips."""
+    points = mechanism_points(comp, links)
     rows = []
     for (pair, model), _ in summary.groupby(["pair", "model"]):
         mine = points[(points["pair"] == pair) & (points["model"] == model)]

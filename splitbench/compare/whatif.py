@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from splitbench.analysis import traffic
-from splitbench.analysis.comparison import agrees
+from splitbench.compare import traffic
+from splitbench.compare.comparison import agrees
 from splitbench.infra import intervals
 
 # Below this share of the step, a link's round trips are "not felt": the latency at
