@@ -65,10 +65,12 @@ rule all:
         all_anchor_results(),
         results.table("drift", "md"),
         results.SUMMARY,
+        results.COMPARISON,
         results.table("single_stream_decode", "md"),
         results.table("links", "md"),
         expand(results.CHART, name=CHART_NAMES, ext=["html", "png"]),
         results.FINDINGS,
+        results.FINDINGS_DATA,
         results.REPORT,
         results.CHECKS,
 

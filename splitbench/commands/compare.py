@@ -88,7 +88,11 @@ def page_markdown(path_a: str, path_b: str, a: pd.DataFrame, b: pd.DataFrame) ->
     lines += ["## Cells in one run only", "",
               to_markdown(alone) if len(alone) else "none: both measured the same cells",
               ""]
-    gone, new, moved = run_compare.findings_changed(path_a, path_b)
+    changed_findings = run_compare.findings_changed(path_a, path_b)
+    if isinstance(changed_findings, str):
+        return "\n".join([*lines, "## Findings that changed", "",
+                          f"not compared: {changed_findings}", ""]) + "\n"
+    gone, new, moved = changed_findings
     lines += ["## Findings that changed", "",
               f"{moved} headline{' reads' if moved == 1 else 's read'} the same but for "
               "their figures (the tables above say which moved: ⚠ beyond chance); these "

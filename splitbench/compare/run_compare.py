@@ -384,14 +384,18 @@ _FIGURE = re.compile(r"[+\-−]?\d+(?:[.,]\d+)*")
 
 
 def findings_changed(root_a: str | Path, root_b: str | Path
-                     ) -> tuple[list[str], list[str], int]:
+                     ) -> tuple[list[str], list[str], int] | str:
     """The findings' headlines that say something else in A than in B: those whose
     words (figures aside) appear in A alone, those in B alone, and how many read the
-    same but for their figures (the tables say which figures moved beyond chance)."""
+    same but for their figures (the tables say which figures moved beyond chance). Why
+    not, where a run has no findings.json (made before findings were data)."""
     said = []
-    for root in (root_a, root_b):
+    for side, root in (("A", root_a), ("B", root_b)):
         found = findings_file.read(results.under(root, results.FINDINGS_DATA))
-        said.append(findings_file.headlines(found) if found is not None else [])
+        if found is None:
+            return (f"{side} has no {Path(results.FINDINGS_DATA).name} (its findings were "
+                    "written before they were data): `snakemake all` there writes it")
+        said.append(findings_file.headlines(found))
     words = [{_FIGURE.sub("#", h) for h in run} for run in said]
     moved = sum(1 for h in said[0] if _FIGURE.sub("#", h) in words[1] and h not in said[1])
     return ([h for h in said[0] if _FIGURE.sub("#", h) not in words[1]],

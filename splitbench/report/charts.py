@@ -66,6 +66,8 @@ def delta_vs_baseline(summary: pd.DataFrame, comp: pd.DataFrame) -> pd.DataFrame
         if "ctx_tokens" in summary else pd.Series(dtype=float)
     out = comp.assign(delta_ms=comp["decode_delta_ms"],
                       ctx_tokens=comp["ctx"].map(ctx_tokens))
+    # What the chart draws and its tooltip shows: the page embeds these rows.
+    out = out.reindex(columns=["pair", "link", "model", "ctx", "ctx_tokens", "delta_ms"])
     return with_where(out[out["delta_ms"].notna()])
 
 

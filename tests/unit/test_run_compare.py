@@ -130,6 +130,18 @@ def test_a_run_from_before_the_standard_errors_compares_without_a_plus_minus(tmp
     assert "no summary/cells.parquet" in capsys.readouterr().err
 
 
+def test_a_run_from_before_findings_were_data_says_so_instead_of_listing_them(tmp_path,
+                                                                                capsys):
+    """A run whose findings were written as Markdown alone: its findings are not compared
+    (never all of B's listed as new), and the page says how to write them."""
+    a = a_run(tmp_path / "a", 1.50)
+    b = a_run(tmp_path / "b", 1.50)
+    Path(results.under(a, results.FINDINGS_DATA)).unlink()
+    assert cli.main(["compare", str(a), str(b)]) == 0
+    text = capsys.readouterr().out
+    assert "not compared: A has no findings.json" in text and "B only" not in text
+
+
 def test_two_runs_carry_each_runs_drift_and_set_flagged_cells_apart():
     """Two runs are two times: a cell's change carries both runs' machine drift (from
     their anchors, at their degrees of freedom), not only each cell's own spread; a
