@@ -9,13 +9,18 @@ import json
 from pathlib import Path
 from typing import Any
 
-# The file's layout: {"format": FORMAT, "findings": [Finding.record(), ...]}.
+# The file's layout: {"format": FORMAT, "findings": [Finding.record(), ...], "glance":
+# [a record per pair, model, link and context: findings/glance.py's figures]}.
 FORMAT = 1
 
 
-def as_json(records: list[dict[str, Any]]) -> str:
-    """The findings' records (Finding.record) as the file holds them."""
-    return json.dumps({"format": FORMAT, "findings": records}, ensure_ascii=False, indent=1)
+def as_json(records: list[dict[str, Any]], glance: list[dict[str, Any]] = ()) -> str:
+    """The findings' records (Finding.record) and the glance table's figures as the file
+    holds them (NaN as null: the file is strict JSON)."""
+    clean = [{k: (None if isinstance(v, float) and v != v else v) for k, v in row.items()}
+             for row in glance]
+    return json.dumps({"format": FORMAT, "findings": records, "glance": clean},
+                      ensure_ascii=False, indent=1, allow_nan=False)
 
 
 def read(path: str | Path) -> list[dict[str, Any]] | None:

@@ -26,6 +26,7 @@ from splitbench import backends
 from splitbench.compare import comparison, mechanisms, whatif
 from splitbench.contracts import findings_file
 from splitbench.contracts.slices import InterferenceLimits
+from splitbench.findings import glance
 from splitbench.findings import service_levels as level_findings
 from splitbench.findings import splits as split_findings
 from splitbench.findings import tails as tail_findings
@@ -440,12 +441,15 @@ def _mechanism_row(rows: pd.DataFrame, pair: str, model: str, mechanism: str
     return mine.iloc[0] if len(mine) else None
 
 
-def markdown(found: Sequence[Finding]) -> str:
-    """The findings as Markdown: a heading per section, a bullet per finding, each
-    ending with links to the tables and charts behind it."""
+def markdown(found: Sequence[Finding], glance_table: str = "") -> str:
+    """The findings as Markdown: the glance table (glance.markdown) first, then a heading
+    per section, a bullet per finding, each ending with links to the tables and charts
+    behind it."""
     lines = ["## Findings", ""]
     if not found:
         return "\n".join([*lines, "Nothing was measured, so nothing was found.", ""])
+    if glance_table:
+        lines += [glance_table, ""]
     sections: dict[str, list[Finding]] = {}
     for f in found:
         sections.setdefault(f.section, []).append(f)
@@ -486,14 +490,16 @@ def run(summary_path: str, comparison_path: str, link_files: list[str],
         lines += [line for line in checks.flagged_tables(tables_dir) if line[0] != "ok"]
     found = collect(summary, links, comp, trips, mechanism_rows, model_rows, order, base,
                     lines, tails, (levels, slo or {}))
-    write(found, out, data_out)
+    write(found, glance.figures(comp, order), order, out, data_out)
     return found
 
 
-def write(found: Sequence[Finding], markdown_out: str | Path, data_out: str | Path) -> None:
+def write(found: Sequence[Finding], costs: list[dict], contexts: Sequence[str],
+          markdown_out: str | Path, data_out: str | Path) -> None:
     """findings.md, and the same findings as data (findings.json: each one's section,
-    headline, text, flags and refs), which the run's checks and `compare` read."""
+    headline, text, flags and refs, and the glance table's figures), which the run's
+    checks and `compare` read."""
     Path(markdown_out).parent.mkdir(parents=True, exist_ok=True)
-    Path(markdown_out).write_text(markdown(found))
+    Path(markdown_out).write_text(markdown(found, glance.markdown(costs, contexts)))
     with files.replacing(Path(data_out)) as tmp:
-        tmp.write_text(findings_file.as_json([f.record() for f in found]))
+        tmp.write_text(findings_file.as_json([f.record() for f in found], costs))

@@ -82,6 +82,11 @@ def test_findings_json_holds_what_the_markdown_says(tmp_path):
             assert f"**{mark}{record['headline']}**" in markdown
         for ref in record["refs"]:
             assert f"]({'#' + ref['anchor']})" in markdown
+    # The glance table opens the Markdown, its figures are in the file.
+    assert markdown.startswith("## Findings\n\n### At a glance\n\n| model | link |")
+    glanced = json.loads((root / "findings.json").read_text())["glance"]
+    assert {(r["link"], r["ctx"]) for r in glanced} == {("slow", ctx) for ctx in ORDER}
+    assert all(abs(r["decode_delta_ms"] - 1.0) < 1e-9 for r in glanced)
     # The run's last lines: what did not work first (no drift step ran), then headlines.
     said = findings_file.headlines(records)
     assert said[0].startswith("✗ drift: not run")
