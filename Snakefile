@@ -44,6 +44,8 @@ localrules:
     model_fetch,
     model_info,
     aggregate,
+    link_comparison,
+    tables,
     charts,
     report,
     checks,

@@ -1,20 +1,17 @@
-# Report: every cell into one summary, then the tables, the charts and the one page
-# (results/report.html) a person reads.
+# Report: one rule per stage package. Every cell into one summary (summary/), every link
+# against the baseline once (compare/), the tables, charts and the one page a person
+# reads (report/: results/report.html), what the run found (findings/), and last its
+# checks (health/).
 
 
 rule aggregate:
     input:
-        links=all_link_results(),
         requests=all_request_results(),
-        anchors=all_anchor_results(),
-        sweeps=all_roundtrip_results(),
     output:
         summary=results.SUMMARY,
         percentiles=results.PERCENTILES,
         tail_shift=results.TAIL_SHIFT,
         service_levels=results.SERVICE_LEVELS,
-        comparison=results.COMPARISON,
-        tables=expand(results.TABLE, stem=contents.TABLE_STEMS, ext=["md", "csv"]),
     log:
         results.log("aggregate"),
     conda:
@@ -23,7 +20,6 @@ rule aggregate:
         contexts=as_json(CONFIG.contexts),
         baseline=CONFIG.baseline_link,
         interference=as_json(plan.written(CONFIG.interference)),
-        workers=as_json({m: s.workers for m, s in CONFIG.models.items()}),
         slo=as_json(plan.written(CONFIG.slo)),
         between_runs=as_json(plan.between_runs(CONFIG)),
     shell:
@@ -32,25 +28,91 @@ rule aggregate:
             "--contexts {params.contexts:q}",
             "--baseline {params.baseline:q}",
             "--interference {params.interference:q}",
-            "--anchors {input.anchors:q}",
-            "--sweeps {input.sweeps:q}",
-            "--workers {params.workers:q}",
             "--slo {params.slo:q}",
             "--between-runs {params.between_runs:q}",
             "--summary {output.summary:q}",
-            f"--tables {results.TABLES}",
-            "--links {input.links:q}",
             "--requests {input.requests:q}",
         )
 
 
+# Every link against the baseline, once (results/summary/comparison.parquet: the tables,
+# findings, charts and `compare` read it), and the what-if model behind
+# `python -m splitbench whatif`.
+rule link_comparison:
+    input:
+        summary=results.SUMMARY,
+        links=all_link_results(),
+        anchors=all_anchor_results(),
+        sweeps=all_roundtrip_results(),
+    output:
+        comparison=results.COMPARISON,
+        whatif=results.WHATIF,
+        points=results.WHATIF_POINTS,
+    log:
+        results.log("link_comparison"),
+    conda:
+        "../envs/splitbench.yaml"
+    params:
+        baseline=CONFIG.baseline_link,
+        interference=as_json(plan.written(CONFIG.interference)),
+        workers=as_json({m: s.workers for m, s in CONFIG.models.items()}),
+    shell:
+        splitbench(
+            "link-comparison",
+            "--summary {input.summary:q}",
+            "--links {input.links:q}",
+            "--baseline {params.baseline:q}",
+            "--anchors {input.anchors:q}",
+            "--sweeps {input.sweeps:q}",
+            "--workers {params.workers:q}",
+            "--interference {params.interference:q}",
+            "--out {output.comparison:q}",
+            "--whatif {output.whatif:q}",
+            "--points {output.points:q}",
+        )
+
+
+# Every table a person reads, as Markdown and CSV under results/tables/.
+rule tables:
+    input:
+        summary=results.SUMMARY,
+        percentiles=results.PERCENTILES,
+        tail_shift=results.TAIL_SHIFT,
+        service_levels=results.SERVICE_LEVELS,
+        comparison=results.COMPARISON,
+        links=all_link_results(),
+    output:
+        tables=expand(results.TABLE, stem=contents.TABLE_STEMS, ext=["md", "csv"]),
+    log:
+        results.log("tables"),
+    conda:
+        "../envs/splitbench.yaml"
+    params:
+        contexts=as_json(CONFIG.contexts),
+        baseline=CONFIG.baseline_link,
+        interference=as_json(plan.written(CONFIG.interference)),
+        slo=as_json(plan.written(CONFIG.slo)),
+    shell:
+        splitbench(
+            "tables",
+            "--summary {input.summary:q}",
+            "--comparison {input.comparison:q}",
+            "--links {input.links:q}",
+            "--contexts {params.contexts:q}",
+            "--baseline {params.baseline:q}",
+            "--interference {params.interference:q}",
+            "--slo {params.slo:q}",
+            f"--tables {results.TABLES}",
+        )
+
+
 # What the run found, in sentences (results/findings.md, the report's first section) and
-# as data (results/findings.json: the run's last lines, `compare`), and the what-if model
-# behind `python -m splitbench whatif`.
+# as data (results/findings.json: the run's last lines, `compare`).
 rule findings:
     input:
         summary=results.SUMMARY,
         comparison=results.COMPARISON,
+        whatif=results.WHATIF,
         links=all_link_results(),
         toolchain=all_toolchain_records(),
         sweeps=all_roundtrip_results(),
@@ -61,8 +123,6 @@ rule findings:
     output:
         findings=results.FINDINGS,
         data=results.FINDINGS_DATA,
-        whatif=results.WHATIF,
-        points=results.WHATIF_POINTS,
     log:
         results.log("findings"),
     conda:
@@ -70,7 +130,6 @@ rule findings:
     params:
         contexts=as_json(CONFIG.contexts),
         baseline=CONFIG.baseline_link,
-        workers=as_json({m: s.workers for m, s in CONFIG.models.items()}),
         interference=as_json(plan.written(CONFIG.interference)),
         slo=as_json(plan.written(CONFIG.slo)),
     shell:
@@ -78,6 +137,7 @@ rule findings:
             "findings",
             "--summary {input.summary:q}",
             "--comparison {input.comparison:q}",
+            "--whatif {input.whatif:q}",
             "--links {input.links:q}",
             "--toolchain {input.toolchain:q}",
             "--sweeps {input.sweeps:q}",
@@ -87,11 +147,8 @@ rule findings:
             "--slo {params.slo:q}",
             "--contexts {params.contexts:q}",
             "--baseline {params.baseline:q}",
-            "--workers {params.workers:q}",
             "--out {output.findings:q}",
             "--data {output.data:q}",
-            "--whatif {output.whatif:q}",
-            "--points {output.points:q}",
             f"--tables {results.TABLES}",
             "--interference {params.interference:q}",
         )
@@ -155,21 +212,16 @@ rule charts:
 
 rule report:
     input:
-        # The aggregate's files by name, not rules.aggregate.output: a rule dependency
-        # makes Snakemake hash the whole input list once per input file, quadratic in
-        # the cells (docs/development.md). The summary stands here and again below,
-        # as it did under rules.aggregate.output: the recorded input list is compared
-        # as it is, and a shorter one would re-run the report of every existing run.
-        aggregate=[
-            results.SUMMARY,
-            *expand(results.TABLE, stem=contents.TABLE_STEMS, ext=["md", "csv"]),
-        ],
+        # The tables by name, not rules.tables.output: a rule dependency makes
+        # Snakemake hash the whole input list once per input file, quadratic in the
+        # cells (docs/development.md).
         summary=results.SUMMARY,
+        tables=expand(results.TABLE, stem=contents.TABLE_STEMS, ext=["md", "csv"]),
         links=all_link_results(),
         toolchain=all_toolchain_records(),
         charts=expand(results.CHART, name=CHART_NAMES, ext="vl.json"),
         # Tables written by other steps, so that the page shows them.
-        tables=[*roundtrip_targets(), results.table("drift", "md")],
+        other_tables=[*roundtrip_targets(), results.table("drift", "md")],
         drift=results.DRIFT_REPORT,
         # The page's first section.
         findings=results.FINDINGS,

@@ -17,8 +17,8 @@ BY_A_PERSON = ("doctor", "whatif", "compare", "cells", "teardown", "packet-helpe
 # What the workflow's rules run, in the order a run meets them, and those of them that
 # drive a pair (`MEASURING` in their modules).
 BY_A_RULE = ("toolchain", "model", "link", "launch", "cell", "roundtrips",
-             "roundtrips-table", "aggregate", "drift", "findings", "charts", "report",
-             "checks")
+             "roundtrips-table", "aggregate", "link-comparison", "tables", "drift",
+             "findings", "charts", "report", "checks")
 DRIVING = ("link", "launch", "cell", "roundtrips")
 NAMES = BY_A_PERSON + BY_A_RULE
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from splitbench.contracts.slice_check import typed
-from splitbench.contracts.slices import Contexts, InterferenceLimits, SloSettings, WorkersByModel
+from splitbench.contracts.slices import Contexts, InterferenceLimits, SloSettings
 from splitbench.findings import collect as findings
 
 HELP = "what the run found, in sentences (findings.md)"
@@ -15,7 +15,9 @@ HELP = "what the run found, in sentences (findings.md)"
 def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--summary", required=True)
     p.add_argument("--comparison", required=True,
-                   help="the run's link comparison (aggregate's comparison.parquet)")
+                   help="the run's link comparison (link-comparison's comparison.parquet)")
+    p.add_argument("--whatif", required=True,
+                   help="the what-if model's Parquet (link-comparison's)")
     p.add_argument("--links", nargs="+", required=True)
     p.add_argument("--toolchain", nargs="*", default=[])
     p.add_argument("--sweeps", nargs="*", default=[])
@@ -27,11 +29,8 @@ def arguments(p: argparse.ArgumentParser) -> None:
                    help="the config's service level, slo: (JSON)")
     p.add_argument("--contexts", type=typed(Contexts), required=True)
     p.add_argument("--baseline", default=None)
-    p.add_argument("--workers", type=typed(WorkersByModel), default={})
     p.add_argument("--out", required=True, help="findings.md")
     p.add_argument("--data", required=True, help="findings.json: the same findings as data")
-    p.add_argument("--whatif", required=True, help="the what-if model's Parquet")
-    p.add_argument("--points", required=True, help="the measured links beside it")
     p.add_argument("--tables", default=None, help="the tables' directory: one that flags "
                    "most of its rows is said in the findings")
     p.add_argument("--interference", type=typed(InterferenceLimits), default={},
@@ -39,8 +38,8 @@ def arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    found = findings.run(args.summary, args.comparison, args.links, args.toolchain,
-                         args.sweeps, args.drift, args.contexts, args.baseline, args.workers,
-                         args.out, args.data, args.whatif, args.points, args.tables,
+    found = findings.run(args.summary, args.comparison, args.whatif, args.links,
+                         args.toolchain, args.sweeps, args.drift, args.contexts,
+                         args.baseline, args.out, args.data, args.tables,
                          args.interference, args.tails, args.service_levels, args.slo)
     print(f"findings: {len(found)} written to {args.out}")

@@ -23,10 +23,9 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from splitbench import backends
-from splitbench.compare import comparison, mechanisms, whatif
-from splitbench.contracts import findings_file
+from splitbench.compare import comparison, mechanisms
 from splitbench.contracts.slices import InterferenceLimits
-from splitbench.findings import glance
+from splitbench.findings import glance, written
 from splitbench.findings import service_levels as level_findings
 from splitbench.findings import splits as split_findings
 from splitbench.findings import tails as tail_findings
@@ -57,7 +56,6 @@ from splitbench.findings.text import (
     ms_text,
 )
 from splitbench.health import checks
-from splitbench.infra import files
 from splitbench.summary.cell_summary import by_length, link_flags, pick_baseline, read_links
 
 
@@ -441,32 +439,11 @@ def _mechanism_row(rows: pd.DataFrame, pair: str, model: str, mechanism: str
     return mine.iloc[0] if len(mine) else None
 
 
-def markdown(found: Sequence[Finding], glance_table: str = "") -> str:
-    """The findings as Markdown: the glance table (glance.markdown) first, then a heading
-    per section, a bullet per finding, each ending with links to the tables and charts
-    behind it."""
-    lines = ["## Findings", ""]
-    if not found:
-        return "\n".join([*lines, "Nothing was measured, so nothing was found.", ""])
-    if glance_table:
-        lines += [glance_table, ""]
-    sections: dict[str, list[Finding]] = {}
-    for f in found:
-        sections.setdefault(f.section, []).append(f)
-    for section, items in sections.items():
-        lines += [f"### {section}", ""]
-        for f in items:
-            refs = f" → {', '.join(r.markdown() for r in f.refs)}" if f.refs else ""
-            lines.append(f"- {f.markdown()}{refs}")
-        lines.append("")
-    return "\n".join(lines)
-
 
 # --- the `findings` stage -----------------------------------------------------------------
-def run(summary_path: str, comparison_path: str, link_files: list[str],
+def run(summary_path: str, comparison_path: str, whatif_path: str, link_files: list[str],
         toolchain_files: list[str], sweep_files: list[str], drift_path: str | None,
-        contexts: dict[str, int], baseline_link: str | None, workers: dict[str, int],
-        out: str, data_out: str, whatif_out: str, points_out: str,
+        contexts: dict[str, int], baseline_link: str | None, out: str, data_out: str,
         tables_dir: str | None = None,
         interference_limits: InterferenceLimits | None = None,
         tails_path: str | None = None, levels_path: str | None = None,
@@ -482,24 +459,12 @@ def run(summary_path: str, comparison_path: str, link_files: list[str],
     trips = comparison.round_trips(sweep_files, summary, interference_limits)
     comp = pd.read_parquet(comparison_path)
     mechanism_rows = mechanisms.table(summary, comp, links, order)
-    model_rows = whatif.model(summary, links, trips, workers, base)
-    whatif.write(model_rows, whatif.measured_points(model_rows, comp), whatif_out, points_out)
+    model_rows = pd.read_parquet(whatif_path)
     toolchains = [json.loads(Path(p).read_text()) for p in toolchain_files]
     lines = checks.check_lines(summary, drift_path, links, toolchains)
     if tables_dir:
         lines += [line for line in checks.flagged_tables(tables_dir) if line[0] != "ok"]
     found = collect(summary, links, comp, trips, mechanism_rows, model_rows, order, base,
                     lines, tails, (levels, slo or {}))
-    write(found, glance.figures(comp, order), order, out, data_out)
+    written.write(found, glance.figures(comp, order), order, out, data_out)
     return found
-
-
-def write(found: Sequence[Finding], costs: list[dict], contexts: Sequence[str],
-          markdown_out: str | Path, data_out: str | Path) -> None:
-    """findings.md, and the same findings as data (findings.json: each one's section,
-    headline, text, flags and refs, and the glance table's figures), which the run's
-    checks and `compare` read."""
-    Path(markdown_out).parent.mkdir(parents=True, exist_ok=True)
-    Path(markdown_out).write_text(markdown(found, glance.markdown(costs, contexts)))
-    with files.replacing(Path(data_out)) as tmp:
-        tmp.write_text(findings_file.as_json([f.record() for f in found], costs))

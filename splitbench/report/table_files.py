@@ -34,6 +34,7 @@ from splitbench.summary.cell_summary import (
     SUMMARY_KEYS,
     by_length,
     pick_baseline,
+    read_links,
     read_requests,
     rounded,
 )
@@ -126,6 +127,23 @@ def tables(summary: pd.DataFrame, comp: pd.DataFrame, links: pd.DataFrame,
             "from the mechanisms table is below)",
             backends_table(summary, contexts, base, verdicts)),
     }
+
+
+def render(summary_path: str, comparison_path: str, link_files: list[str],
+           contexts: dict[str, int], tables_dir: str, *, baseline_link: str | None = None,
+           interference_limits: InterferenceLimits | None = None,
+           slo: dict | None = None) -> None:
+    """The `tables` stage: every table from the files the summary and the link
+    comparison wrote (<summary's folder>/*.parquet), the links' and the archive's."""
+    folder = Path(summary_path).parent
+    made = Summary(*(pd.read_parquet(folder / name) for name in (
+        Path(summary_path).name, "percentiles.parquet", "tail_shift.parquet",
+        "service_levels.parquet")))
+    root = folder.parent  # <root>/summary/cells.parquet
+    write_tables(made, pd.read_parquet(comparison_path), read_links(link_files), contexts,
+                 tables_dir, baseline_link=baseline_link,
+                 interference_limits=interference_limits, slo=slo,
+                 archived=results.archived_requests(root))
 
 
 def write_tables(summary: Summary, comp: pd.DataFrame, links: pd.DataFrame,

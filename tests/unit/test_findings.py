@@ -12,6 +12,7 @@ from splitbench.compare import whatif
 from splitbench.contracts import findings_file
 from splitbench.findings import collect as findings
 from splitbench.findings import text as finding_text
+from splitbench.findings import written
 from splitbench.health import checks
 from tests.support.comparison_rows import comp_rows
 
@@ -162,7 +163,7 @@ def test_what_did_not_work_comes_first_and_its_lines_end_the_run():
                              pd.DataFrame(columns=["pair", "model", "workers"]),
                              pd.DataFrame(), pd.DataFrame(columns=whatif.MODEL_COLUMNS),
                              ["short"], "base", lines)
-    text = findings.markdown(found)
+    text = written.markdown(found)
     assert text.splitlines()[2] == "### What did not work"
     assert text.splitlines()[4].startswith("- ✗ link lab/usb4 failed verification")
     assert findings_file.headlines([f.record() for f in found])[0].startswith(

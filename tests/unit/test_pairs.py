@@ -20,10 +20,10 @@ import pyarrow.parquet as pq
 import pytest
 import vl_convert as vlc
 
-from splitbench.commands import aggregate
 from splitbench.compare import comparison, mechanisms, pairs
 from splitbench.infra import intervals, tables_io
 from splitbench.report import charts, side_by_side, table_files, tables
+from tests.support import stages
 from tests.support.comparison_rows import compared
 
 CONTEXTS = {"short": 128, "long": 4096}
@@ -351,7 +351,7 @@ def test_aggregate_writes_the_pairs_table_with_its_own_note(tmp_path):
             link_files.append(write(tmp_path / "links" / pair / f"{row['link']}.parquet",
                                     [row]))
     out = tmp_path / "out"
-    aggregate.aggregate(requests, link_files, {"short": 128}, str(out / "summary.parquet"),
+    stages.aggregate(requests, link_files, {"short": 128}, str(out / "summary.parquet"),
                      str(out / "tables"), baseline_link="baseline")
     text = (out / "tables" / "pairs.md").read_text()
     assert text.startswith("## Pairs side by side")

@@ -13,12 +13,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from splitbench.commands import aggregate
 from splitbench.compare import comparison, run_compare
 from splitbench.contracts import findings_file, results
 from splitbench.findings import collect
 from tests.conftest import ROOT
-from tests.support import write_cell
+from tests.support import stages, write_cell
 from tests.support.matrices import CONTEXTS, ORDER, link_row, request
 
 
@@ -48,13 +47,13 @@ def test_the_link_comparison_is_computed_once_and_read_by_every_stage_after(
     monkeypatch.setattr(comparison, "compare_links", counted)
     root, requests, links = small_run(tmp_path)
     summary_path = str(root / "summary" / "cells.parquet")
-    summary = aggregate.aggregate(requests, links, CONTEXTS, summary_path,
+    summary = stages.aggregate(requests, links, CONTEXTS, summary_path,
                                   str(root / "tables"), baseline_link="fast")
     written = Path(results.under(root, results.COMPARISON))
     assert written.exists() and len(calls) == 1
-    found = collect.run(summary_path, str(written), links, [], [], None, CONTEXTS, "fast",
-                        {}, str(root / "findings.md"), str(root / "findings.json"),
-                        str(root / "whatif.parquet"), str(root / "points.parquet"))
+    found = collect.run(summary_path, str(written), results.under(root, results.WHATIF),
+                        links, [], [], None, CONTEXTS, "fast", str(root / "findings.md"),
+                        str(root / "findings.json"))
     costs = run_compare.link_costs(root, summary, run_compare.drift(root, summary))
     assert len(calls) == 1, "a stage after the aggregate compared the links again"
     # What they read is what the aggregate wrote: slow costs 1 ms/token at each context.
@@ -65,12 +64,11 @@ def test_the_link_comparison_is_computed_once_and_read_by_every_stage_after(
 def test_findings_json_holds_what_the_markdown_says(tmp_path):
     root, requests, links = small_run(tmp_path)
     summary_path = str(root / "summary" / "cells.parquet")
-    aggregate.aggregate(requests, links, CONTEXTS, summary_path, str(root / "tables"),
+    stages.aggregate(requests, links, CONTEXTS, summary_path, str(root / "tables"),
                         baseline_link="fast")
-    found = collect.run(summary_path, results.under(root, results.COMPARISON), links, [], [],
-                        None, CONTEXTS, "fast", {}, str(root / "findings.md"),
-                        str(root / "findings.json"), str(root / "whatif.parquet"),
-                        str(root / "points.parquet"))
+    found = collect.run(summary_path, results.under(root, results.COMPARISON),
+                        results.under(root, results.WHATIF), links, [], [], None, CONTEXTS,
+                        "fast", str(root / "findings.md"), str(root / "findings.json"))
     records = findings_file.read(root / "findings.json")
     assert json.loads((root / "findings.json").read_text())["format"] == findings_file.FORMAT
     assert [r["markdown"] for r in records] == [f.markdown() for f in found]

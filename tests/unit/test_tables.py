@@ -9,12 +9,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from splitbench.commands import aggregate
 from splitbench.compare import comparison
 from splitbench.infra import intervals, tables_io
 from splitbench.report import contents, table_files, tables
 from splitbench.summary import between_runs, cell_summary
-from tests.support import write_cell
+from tests.support import stages, write_cell
 from tests.support.comparison_rows import compared
 from tests.support.matrices import (
     CONTEXTS,
@@ -233,7 +232,7 @@ def test_aggregate_writes_every_table(tmp_path):
         pq.write_table(pa.Table.from_pylist([link_row(name, rr, gbps)]), path)
         link_files.append(str(path))
     out = tmp_path / "out"
-    aggregate.aggregate(requests, link_files, CONTEXTS, str(out / "summary.parquet"),
+    stages.aggregate(requests, link_files, CONTEXTS, str(out / "summary.parquet"),
                      str(out / "tables"), baseline_link="fast")
     # Exactly the tables the aggregate rule declares as its outputs, each as .md and .csv.
     written = sorted(p.name for p in (out / "tables").iterdir())
@@ -260,12 +259,12 @@ def test_aggregate_writes_every_table(tmp_path):
         "tail_shift.parquet"]
     write_cell(tmp_path, "slow", "short", 1,
                [request(0, [3.0] * 8, send_ns=0, prompt=CONTEXTS["short"])])
-    aggregate.aggregate(requests, link_files, CONTEXTS, str(out / "summary.parquet"),
+    stages.aggregate(requests, link_files, CONTEXTS, str(out / "summary.parquet"),
                         str(out / "tables"), baseline_link="fast")
     again = pd.read_parquet(out / "summary.parquet").set_index(["link", "ctx", "conc"])
     assert again.loc[("slow", "short", 1), "decode_ms_per_token"] == pytest.approx(3.0)
     fresh = tmp_path / "fresh"
-    aggregate.aggregate(requests, link_files, CONTEXTS, str(fresh / "summary.parquet"),
+    stages.aggregate(requests, link_files, CONTEXTS, str(fresh / "summary.parquet"),
                         str(fresh / "tables"), baseline_link="fast")
     for name in written_first:
         pd.testing.assert_frame_equal(pd.read_parquet(out / name),
