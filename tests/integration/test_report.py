@@ -1,7 +1,6 @@
-"""results/page.html from small generated results: what it holds, and the page in
-headless Chromium (renders, no console errors, no network, charts visible; reads on a
-laptop: findings first, nothing wider than 1,280 px, long cells wrapping). The browser
-checks are shown to fail on broken pages."""
+"""results/page.html from small generated results: what it holds, and the page in headless
+Chromium (renders, no console errors, no network, charts visible; reads on a laptop: findings
+first, nothing wider than 1,280 px, long cells wrap). The checks fail on broken pages."""
 
 from __future__ import annotations
 
@@ -157,14 +156,13 @@ def write_results(root: Path) -> dict[str, Any]:
         "## Mechanisms\n\n| model | mechanism | slope | ± | verdict |\n|---|---|---|---|---|\n"
         f"| m | decode | 1.05 | 0.04 | {VERDICT} |\n| m | prefill | 0.1 | 0.2 | {VERDICT} |\n")
     (res / "findings.md").write_text(FINDINGS)
-    # The what-if model and its points as the findings stage writes them.
+    # The comparison, the what-if model and its points, as link-comparison writes them.
     trips = pd.DataFrame([{"pair": p, "model": "m", "workers": 1, "round_trips": 1.0,
                            "round_trips_se": 0.02} for p in PAIRS])
     summary_frame, links_frame = pd.DataFrame(rows), cell_summary.read_links(link_files)
     model_rows = whatif.model(summary_frame, links_frame, trips, {"m": 1}, "baseline")
-    comp = comparison.compare_links(summary_frame, "baseline")
-    comp = pd.concat([comp, comparison.predicted_decode_delta(comp, links_frame, trips,
-                                                              {"m": 1})], axis=1)
+    comp = comparison.run_comparison(summary_frame, links_frame, "baseline", None, trips, {"m": 1})
+    comp.to_parquet(results.under(res, results.COMPARISON))
     whatif.write(model_rows, whatif.measured_points(model_rows, comp),
                  results.under(res, results.WHATIF), results.under(res, results.WHATIF_POINTS))
     # Every cell's distributions, as the aggregate stage writes them.
@@ -178,6 +176,7 @@ def write_results(root: Path) -> dict[str, Any]:
             "tables": str(tables), "charts": str(res / "charts"),
             "findings": str(res / "findings.md"), "page": str(res / "page.html"),
             "whatif": results.under(res, results.WHATIF),
+            "comparison": results.under(res, results.COMPARISON),
             "whatif_points": results.under(res, results.WHATIF_POINTS),
             "percentiles": results.under(res, results.PERCENTILES)}
 
@@ -189,7 +188,8 @@ def built(tmp_path_factory) -> dict[str, Any]:
     assert cli.main(["charts", "--summary", paths["summary"], "--links", *paths["links"],
                      "--baseline", "baseline", "--cells", paths["cells"],
                      "--whatif", paths["whatif"], "--whatif-points", paths["whatif_points"],
-                     "--percentiles", paths["percentiles"], "--out", paths["charts"]]) == 0
+                     "--percentiles", paths["percentiles"], "--out", paths["charts"],
+                     "--comparison", paths["comparison"]]) == 0
     assert cli.main(["report", "--summary", paths["summary"], "--links", *paths["links"],
                      "--toolchain", *paths["toolchain"], "--requests", *paths["requests"],
                      "--cells", paths["cells"], "--tables", paths["tables"],
