@@ -26,7 +26,7 @@ import pandas as pd
 
 from splitbench.compare import traffic
 from splitbench.compare.comparison import agrees
-from splitbench.infra import intervals
+from splitbench.infra import intervals, parquet_io
 
 # Below this share of the step, a link's round trips are "not felt": the latency at
 # which the link adds this much is where the sensitivity curve turns flat.
@@ -309,8 +309,7 @@ def write(rows: pd.DataFrame, points: pd.DataFrame, out: str | Path,
     """The decode model (results.WHATIF) and each measured link's point beside it
     (results.WHATIF_POINTS), for the chart and the `whatif` command."""
     for frame, path in ((rows, out), (points, points_out)):
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        frame.to_parquet(path, index=False)
+        parquet_io.write(frame, path, {"rows": len(frame)})
 
 
 def text(predicted: pd.DataFrame, rtt: float, a_to_b: float, b_to_a: float | None) -> str:

@@ -22,6 +22,14 @@ if TYPE_CHECKING:  # the workflow imports this module when it plans: no pandas t
 
 ROOT = "results"
 
+# The results' format, written in every Parquet's metadata (infra/parquet_io.py:
+# `results_format`). What a reader finds in an older file is brought up to this one in
+# one place as it is read (summary/upgrade.py), never beside a reader's own logic.
+#   0: files written before the format was (rows may lack their identity, requests
+#      their own dispersion `decode_ms_se`).
+#   1: every Parquet says its format; rows carry their identity.
+FORMAT = 1
+
 TOOLCHAIN = f"{ROOT}/toolchain/{{pair}}.json"
 # A backend's own toolchain record of a pair (`Backend.own_toolchain`: vLLM's is
 # <pair>.vllm.json), made for the pair's models of that backend.

@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from splitbench import version
+from splitbench.contracts import results
 from splitbench.infra import files
 
 META_KEY = b"splitbench"
@@ -24,7 +25,8 @@ def write(frame: pd.DataFrame, path: str | Path, provenance: dict[str, Any]) -> 
     table = pa.Table.from_pandas(frame, preserve_index=False)
     meta = dict(table.schema.metadata or {})
     meta[META_KEY] = json.dumps(
-        {"splitbench_version": version.number(), "code_commit": version.commit(), **provenance},
+        {"splitbench_version": version.number(), "code_commit": version.commit(),
+         "results_format": results.FORMAT, **provenance},
         default=str
     ).encode()
     table = table.replace_schema_metadata(meta)
@@ -35,6 +37,12 @@ def write(frame: pd.DataFrame, path: str | Path, provenance: dict[str, Any]) -> 
 def provenance(path: str | Path) -> dict[str, Any]:
     meta = pq.read_schema(path).metadata or {}
     return json.loads(meta.get(META_KEY, b"{}"))
+
+
+def results_format(path: str | Path) -> int:
+    """The results format a file was written in (results.FORMAT); 0 for a file from
+    before formats were written."""
+    return int(provenance(path).get("results_format", 0))
 
 
 def numbers(frame: pd.DataFrame, column: str) -> pd.Series:

@@ -11,20 +11,18 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from splitbench.backends import metrics
 from splitbench.contracts import results
 from splitbench.contracts.slices import InterferenceLimits
 from splitbench.infra import interference, intervals
-from splitbench.summary import paired, releases
+from splitbench.summary import paired, releases, upgrade
 
 SUMMARY_KEYS = results.CELL_KEYS
 
@@ -155,14 +153,12 @@ def by_length(contexts: dict[str, int]) -> list[str]:
 def read_requests(request_files: Sequence[str],
                   columns: Sequence[str] | None = None) -> pd.DataFrame:
     """Every cell's request rows in one frame, each with its identity (pair, link, model,
-    ctx, conc, repeat): the rows' own, or, for files written before rows carried it, the
-    file's path's (`results.identity`).
+    ctx, conc, repeat). A file written in an older results format is brought up to the
+    current one as it is read (summary/upgrade.py).
 
     columns: the request columns to read (all where None) where a file has them; a file
     lacking one gets it missing. pyarrow reads each file, the tables are concatenated
-    and converted to pandas once. When `decode_ms_se` is wanted, files measured before
-    requests carried their own dispersion (none, or none filled in) get it from their
-    token files, read together (`_token_se`), as metrics.request_row computes it.
+    and converted to pandas once.
     """
     needs_se = columns is None or "decode_ms_se" in columns
     wanted = None if columns is None else {*columns, "request_id", *results.IDENTITY}
@@ -172,27 +168,19 @@ def read_requests(request_files: Sequence[str],
             found = os.stat(path)
             whole = _request_table(str(path), found.st_mtime_ns, found.st_size)
         except (pa.ArrowException, OSError) as exc:
-            pieces.append(_with_identity(_unreadable(path, exc), path))
+            pieces.append(upgrade.with_identity(_unreadable(path, exc), path))
             continue
         names = whole.column_names
         table = whole if wanted is None else whole.select([c for c in names if c in wanted])
-        if needs_se and ("decode_ms_se" not in names or _all_missing(table["decode_ms_se"])):
+        if needs_se and upgrade.lacks_dispersion(table):
             old.append(len(pieces))
-        pieces.append(_with_identity(table, path))
+        pieces.append(upgrade.with_identity(table, path))
     if not pieces:
         raise ValueError("no request files")
     frame = pa.concat_tables(pieces, promote_options="permissive").to_pandas()
-    file_of = np.repeat(np.arange(len(pieces)), [t.num_rows for t in pieces])
     if old:
-        token_files = [results.tokens_of(request_files[i]) for i in old]
-        se = _token_se(token_files)
-        rows = np.isin(file_of, old)
-        values = (frame["decode_ms_se"].to_numpy(dtype="float64", na_value=np.nan, copy=True)
-                  if "decode_ms_se" in frame else np.full(len(frame), np.nan))
-        at = pd.MultiIndex.from_arrays(
-            [np.searchsorted(old, file_of[rows]), frame["request_id"].to_numpy()[rows]])
-        values[rows] = se.reindex(at).to_numpy() if len(se) else np.nan
-        frame["decode_ms_se"] = values
+        file_of = np.repeat(np.arange(len(pieces)), [t.num_rows for t in pieces])
+        upgrade.fill_dispersion(frame, file_of, [request_files[i] for i in old], old)
     return frame
 
 
@@ -215,38 +203,7 @@ def _unreadable(path: str, exc: Exception) -> pa.Table:
                      "reference": [False]})
 
 
-def _with_identity(table: pa.Table, path: str) -> pa.Table:
-    """A request file's rows with their identity columns; files written before rows
-    carried them get them from their path (the results layout's own parser)."""
-    added = results.missing_identity(table.column_names, path, results.IDENTITY)
-    for key, value in added.items():
-        kind = pa.int64() if key in ("conc", "repeat") else pa.string()
-        table = table.append_column(key, pa.array([value] * table.num_rows, type=kind))
-    return table
 
-
-def _all_missing(column: pa.ChunkedArray) -> bool:
-    return len(column) == 0 or bool(pc.all(pc.is_null(column, nan_is_null=True)).as_py())
-
-
-def _token_se(token_files: Sequence[Path]) -> pd.Series:
-    """Standard error of each request's mean inter-token gap (ms), by (position in
-    token_files, request_id); nothing for files that do not exist."""
-    pieces = []
-    for i, path in enumerate(token_files):
-        if path.exists():
-            table = pq.ParquetFile(path).read(columns=["request_id", "token_index", "t_ns"],
-                                              use_threads=False)
-            pieces.append(table.replace_schema_metadata(None).append_column(
-                "file", pa.array(np.full(table.num_rows, i))))
-    if not pieces:
-        return pd.Series(dtype="float64")
-    tokens = pa.concat_tables(pieces, promote_options="permissive").to_pandas()
-    tokens = tokens.sort_values(["file", "request_id", "token_index"])
-    by = [tokens["file"], tokens["request_id"]]
-    gaps = tokens.groupby(by)["t_ns"].diff().div(1e6).groupby(by)
-    count = gaps.count()
-    return (gaps.std(ddof=1) / np.sqrt(count)).where(count >= 2)
 
 
 # Cell-level fields: name, request column, how one repeat's rows give it, how the
