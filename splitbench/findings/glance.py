@@ -78,7 +78,7 @@ def markdown(records: list[dict[str, Any]], contexts: Sequence[str]) -> str:
     frame = table(records, contexts)
     if frame.empty:
         return ""
-    return f"### {TITLE}\n\n{to_markdown(frame)}\n\n{NOTE}"
+    return f"### {TITLE}\n\n{to_markdown(frame)}\n{NOTE}"
 
 
 def _figure(r: dict[str, Any] | None, column: str, fmt: str) -> str:

@@ -235,6 +235,7 @@ class _Process(TypedDict):
     name: str  # the kernel's name for it (/proc/PID/stat's comm)
     start: int  # when it started (clock ticks since boot): a reused pid is another
     ticks: int  # utime, stime, cutime, cstime: its CPU and its reaped children's
+    own_ticks: int  # utime, stime: its CPU alone
     parent: int
 
 
@@ -252,6 +253,7 @@ def _processes() -> dict[int, _Process]:
             stat = text.rsplit(")", 1)[1].split()
             found[int(entry.name)] = {"name": name, "start": int(stat[19]),
                                       "ticks": sum(int(v) for v in stat[11:15]),
+                                      "own_ticks": int(stat[11]) + int(stat[12]),
                                       "parent": int(stat[1])}
     return found
 
@@ -278,9 +280,11 @@ def _others(processes: dict[int, _Process], own: set[int]) -> dict[str, list]:
     """The CPU ticks of every process that is not `own` and has used any, keyed by pid
     and start time (a pid reused between two readings is another process): [name,
     ticks]. Two readings' difference says which programs did the work that was not
-    the measurement's."""
-    return {f"{pid}:{p['start']}": [p["name"], p["ticks"]] for pid, p in processes.items()
-            if pid not in own and p["ticks"] > 0}
+    the measurement's. Its own ticks only: a process that reaps a child gains the
+    child's whole life's CPU at once (init reaping an orphan read as 11.9 cores on a
+    2-core machine), which is no work it did between the readings."""
+    return {f"{pid}:{p['start']}": [p["name"], p["own_ticks"]]
+            for pid, p in processes.items() if pid not in own and p["own_ticks"] > 0}
 
 
 def _ticks(pids: list[int], trees: list[int],

@@ -241,3 +241,49 @@ def test_the_meter_reads_another_programs_work_while_its_stretch_is_open():
         time.sleep(0.5)
         calm.others_at_work(limits)
     assert f"(pid {loop.pid})" not in (calm.figures()["foreign_top_a"] or ""), calm.so_far()
+
+
+
+# A parent that starts a child burning 0.5 s of CPU, passes on its "done", reaps it when
+# told, says so, and lives on until told again.
+REAPER = """
+import subprocess, sys
+busy = ("import sys, time\\nend = time.process_time() + 0.5\\n"
+        "while time.process_time() < end: pass\\nprint('done', flush=True)\\n"
+        "sys.stdin.readline()\\n")
+child = subprocess.Popen([sys.executable, "-c", busy], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True)
+print(child.stdout.readline(), end="", flush=True)
+sys.stdin.readline()
+child.stdin.write("end\\n")
+child.stdin.close()
+child.wait()
+print("reaped", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_a_process_that_reaps_a_busy_child_is_not_named_for_the_childs_cpu():
+    """Another program's CPU between two readings is what it did itself: a parent (init,
+    for an orphan) that reaps a child gains the child's whole life's CPU at once, which
+    is no work it did between the readings (read so, init was named at 11.9 cores on a
+    2-core machine)."""
+    parent = subprocess.Popen([sys.executable, "-c", REAPER], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout.readline() == "done\n"
+        before = sensors._others(sensors._processes(), set())
+        parent.stdin.write("go\n")
+        parent.stdin.flush()
+        assert parent.stdout.readline() == "reaped\n"
+        after = sensors._others(sensors._processes(), set())
+        stat = Path(f"/proc/{parent.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        reaped = (int(stat[13]) + int(stat[14])) / os.sysconf("SC_CLK_TCK")
+        parent.stdin.write("end\n")
+        parent.stdin.close()
+    finally:
+        parent.wait(timeout=30)
+    assert reaped >= 0.4, reaped  # the child's CPU is now the parent's cutime + cstime...
+    key = next(k for k in after if k.startswith(f"{parent.pid}:"))
+    used = (after[key][1] - before.get(key, ["", 0])[1]) / os.sysconf("SC_CLK_TCK")
+    assert used < 0.2, used  # ...and not the parent's own work between the readings
