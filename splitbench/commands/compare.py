@@ -89,10 +89,11 @@ def page_markdown(path_a: str, path_b: str, a: pd.DataFrame, b: pd.DataFrame) ->
               to_markdown(alone) if len(alone) else "none: both measured the same cells",
               ""]
     changed_findings = run_compare.findings_changed(path_a, path_b)
-    if isinstance(changed_findings, str):
+    if changed_findings.not_compared:
         return "\n".join([*lines, "## Findings that changed", "",
-                          f"not compared: {changed_findings}", ""]) + "\n"
-    gone, new, moved = changed_findings
+                          f"not compared: {changed_findings.not_compared}", ""]) + "\n"
+    gone, new = changed_findings.a_only, changed_findings.b_only
+    moved = changed_findings.moved
     lines += ["## Findings that changed", "",
               f"{moved} headline{' reads' if moved == 1 else 's read'} the same but for "
               "their figures (the tables above say which moved: ⚠ beyond chance); these "

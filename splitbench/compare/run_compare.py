@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -383,23 +383,34 @@ def between_note(a: pd.DataFrame, b: pd.DataFrame) -> str:
 _FIGURE = re.compile(r"[+\-−]?\d+(?:[.,]\d+)*")
 
 
-def findings_changed(root_a: str | Path, root_b: str | Path
-                     ) -> tuple[list[str], list[str], int] | str:
-    """The findings' headlines that say something else in A than in B: those whose
-    words (figures aside) appear in A alone, those in B alone, and how many read the
-    same but for their figures (the tables say which figures moved beyond chance). Why
-    not, where a run has no findings.json (made before findings were data)."""
+@dataclass
+class FindingsChanged:
+    """The headlines that say something else in A than in B (`a_only`, `b_only`), how
+    many read the same but for their figures (`moved`); or why they were not compared
+    (`not_compared`: a run without findings.json, made before findings were data)."""
+    a_only: list[str] = field(default_factory=list)
+    b_only: list[str] = field(default_factory=list)
+    moved: int = 0
+    not_compared: str | None = None
+
+
+def findings_changed(root_a: str | Path, root_b: str | Path) -> FindingsChanged:
+    """The two runs' findings' headlines set side by side: a headline whose words
+    (figures aside) appear in one run alone says something else; one that reads the same
+    but for its figures has moved (the tables say which figures moved beyond chance)."""
     said = []
     for side, root in (("A", root_a), ("B", root_b)):
         found = findings_file.read(results.under(root, results.FINDINGS_DATA))
         if found is None:
-            return (f"{side} has no {Path(results.FINDINGS_DATA).name} (its findings were "
-                    "written before they were data): `snakemake all` there writes it")
+            return FindingsChanged(not_compared=(
+                f"{side} has no {Path(results.FINDINGS_DATA).name} (its findings were "
+                "written before they were data): `snakemake all` there writes it"))
         said.append(findings_file.headlines(found))
     words = [{_FIGURE.sub("#", h) for h in run} for run in said]
-    moved = sum(1 for h in said[0] if _FIGURE.sub("#", h) in words[1] and h not in said[1])
-    return ([h for h in said[0] if _FIGURE.sub("#", h) not in words[1]],
-            [h for h in said[1] if _FIGURE.sub("#", h) not in words[0]], moved)
+    return FindingsChanged(
+        [h for h in said[0] if _FIGURE.sub("#", h) not in words[1]],
+        [h for h in said[1] if _FIGURE.sub("#", h) not in words[0]],
+        sum(1 for h in said[0] if _FIGURE.sub("#", h) in words[1] and h not in said[1]))
 
 
 def provenance_changed(root_a: str | Path, root_b: str | Path) -> list[str]:
