@@ -360,7 +360,6 @@ def _latency_term(rows: pd.DataFrame, comp: pd.DataFrame
     return delta_ms, predicted, spread, source
 
 
-
 def run_comparison(summary: pd.DataFrame, links: pd.DataFrame,
                    baseline_link: str | None, drift: pd.DataFrame | None,
                    trips: pd.DataFrame, workers: dict[str, int]) -> pd.DataFrame:

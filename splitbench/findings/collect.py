@@ -439,7 +439,6 @@ def _mechanism_row(rows: pd.DataFrame, pair: str, model: str, mechanism: str
     return mine.iloc[0] if len(mine) else None
 
 
-
 # --- the `findings` stage -----------------------------------------------------------------
 def run(summary_path: str, comparison_path: str, whatif_path: str, link_files: list[str],
         toolchain_files: list[str], sweep_files: list[str], drift_path: str | None,

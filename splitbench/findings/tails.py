@@ -56,8 +56,6 @@ def _against(single: pd.DataFrame) -> str:
             "baseline link's cells elsewhere")
 
 
-
-
 def _pm(value: float, unc: float) -> str:
     return f"{value:+.2f}" + (f" ±{unc:.2f}" if np.isfinite(unc) else "")
 

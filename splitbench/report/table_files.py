@@ -136,9 +136,8 @@ def render(summary_path: str, comparison_path: str, link_files: list[str],
     """The `tables` stage: every table from the files the summary and the link
     comparison wrote (<summary's folder>/*.parquet), the links' and the archive's."""
     folder = Path(summary_path).parent
-    made = Summary(*(pd.read_parquet(folder / name) for name in (
-        Path(summary_path).name, "percentiles.parquet", "tail_shift.parquet",
-        "service_levels.parquet")))
+    made = Summary(*(pd.read_parquet(folder / Path(name).name) for name in (
+        summary_path, results.PERCENTILES, results.TAIL_SHIFT, results.SERVICE_LEVELS)))
     root = folder.parent  # <root>/summary/cells.parquet
     write_tables(made, pd.read_parquet(comparison_path), read_links(link_files), contexts,
                  tables_dir, baseline_link=baseline_link,

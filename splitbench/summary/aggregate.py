@@ -50,15 +50,20 @@ def summarize_run(request_files: list[str], contexts: dict[str, int], summary_ou
     parquet_io.write(cells, summary_out, {
         "cells": len(cells), "contexts": contexts, "baseline_link": baseline_link,
         "interference": interference.settings(interference_limits)})
+
+    def beside(layout_path: str) -> str:
+        """A file of the results layout's summary folder, beside summary_out."""
+        return str(Path(summary_out).with_name(Path(layout_path).name))
+
     dist = between_runs_term.apply_percentiles(per_cell["percentiles"], between_runs or {})
-    parquet_io.write(dist, str(Path(summary_out).with_name("percentiles.parquet")),
+    parquet_io.write(dist, beside(results.PERCENTILES),
                      {"tail_min_samples": percentiles.TAIL_MIN_SAMPLES,
                       "bootstrap_draws": percentiles.BOOTSTRAP_DRAWS})
     shifts = tail_shift.with_allowance(per_cell["tail_shift"])
-    parquet_io.write(shifts, str(Path(summary_out).with_name("tail_shift.parquet")),
+    parquet_io.write(shifts, beside(results.TAIL_SHIFT),
                      {"bootstrap_draws": percentiles.BOOTSTRAP_DRAWS})
     levels = per_cell["service_levels"]
-    parquet_io.write(levels, str(Path(summary_out).with_name("service_levels.parquet")),
+    parquet_io.write(levels, beside(results.SERVICE_LEVELS),
                      {"slo": slo or {}})
     return Summary(cells, dist, shifts, levels)
 

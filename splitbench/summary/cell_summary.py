@@ -203,9 +203,6 @@ def _unreadable(path: str, exc: Exception) -> pa.Table:
                      "reference": [False]})
 
 
-
-
-
 # Cell-level fields: name, request column, how one repeat's rows give it, how the
 # repeats of a cell combine. Every request row of a repeat carries the same cell fields.
 CELL_FIELDS = [

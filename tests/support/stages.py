@@ -6,10 +6,30 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from splitbench.compare.stage import compare_run
 from splitbench.report.table_files import render
 from splitbench.summary.aggregate import summarize_run
+from tests.support import write_cell
+from tests.support.matrices import CONTEXTS, ORDER, link_row, request
+
+
+def two_links(where: Path) -> tuple[list[str], list[str]]:
+    """The cells of two links (fast: 1 ms a token, 100 µs of request-response latency,
+    10 Gbit/s; slow: 2 ms, 600 µs, 1 Gbit/s) at every context and one and two streams,
+    and their link results, under `where`: (request files, link files)."""
+    requests = [write_cell(where, link, ctx, conc, [
+        request(i, [gap] * 8, send_ns=0, prompt=CONTEXTS[ctx]) for i in range(conc)])
+        for link, gap in [("fast", 1.0), ("slow", 2.0)] for ctx in ORDER for conc in [1, 2]]
+    links = []
+    for name, rr, gbps in [("fast", 100.0, 10.0), ("slow", 600.0, 1.0)]:
+        path = where / "links" / "lab" / f"{name}.parquet"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.Table.from_pylist([link_row(name, rr, gbps)]), path)
+        links.append(str(path))
+    return requests, links
 
 
 def aggregate(request_files: list[str], link_files: list[str], contexts: dict[str, int],

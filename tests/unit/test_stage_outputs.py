@@ -10,29 +10,17 @@ import ast
 import json
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from splitbench.compare import comparison, run_compare
 from splitbench.contracts import findings_file, results
 from splitbench.findings import collect
 from tests.conftest import ROOT
-from tests.support import stages, write_cell
-from tests.support.matrices import CONTEXTS, ORDER, link_row, request
+from tests.support import stages
+from tests.support.matrices import CONTEXTS, ORDER
 
 
 def small_run(tmp_path: Path) -> tuple[Path, list[str], list[str]]:
-    """Two links, every context, one and two streams, under tmp_path/results."""
-    requests = [write_cell(tmp_path, link, ctx, conc, [
-        request(i, [gap] * 8, send_ns=0, prompt=CONTEXTS[ctx]) for i in range(conc)])
-        for link, gap in [("fast", 1.0), ("slow", 2.0)] for ctx in ORDER for conc in [1, 2]]
-    links = []
-    for name, rr, gbps in [("fast", 100.0, 10.0), ("slow", 600.0, 1.0)]:
-        path = tmp_path / "links" / "lab" / f"{name}.parquet"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(pa.Table.from_pylist([link_row(name, rr, gbps)]), path)
-        links.append(str(path))
-    return tmp_path / "results", requests, links
+    """Two links' cells and link results (stages.two_links), and where their results go."""
+    return tmp_path / "results", *stages.two_links(tmp_path)
 
 
 def test_the_link_comparison_is_computed_once_and_read_by_every_stage_after(

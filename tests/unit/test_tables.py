@@ -21,7 +21,6 @@ from tests.support.matrices import (
     cell,
     comparison_row,
     frame,
-    link_row,
     request,
 )
 
@@ -220,17 +219,8 @@ def test_a_single_link_matrix_gives_every_table():
         tables_io.to_markdown(table)
 
 
-
 def test_aggregate_writes_every_table(tmp_path):
-    requests = [write_cell(tmp_path, link, ctx, conc, [
-        request(i, [gap] * 8, send_ns=0, prompt=CONTEXTS[ctx]) for i in range(conc)])
-        for link, gap in [("fast", 1.0), ("slow", 2.0)] for ctx in ORDER for conc in [1, 2]]
-    link_files = []
-    for name, rr, gbps in [("fast", 100.0, 10.0), ("slow", 600.0, 1.0)]:
-        path = tmp_path / "links" / "lab" / f"{name}.parquet"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(pa.Table.from_pylist([link_row(name, rr, gbps)]), path)
-        link_files.append(str(path))
+    requests, link_files = stages.two_links(tmp_path)
     out = tmp_path / "out"
     stages.aggregate(requests, link_files, CONTEXTS, str(out / "summary.parquet"),
                      str(out / "tables"), baseline_link="fast")
