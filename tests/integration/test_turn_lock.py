@@ -3,6 +3,7 @@ user who keeps it: a real flock by a process of another uid."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import subprocess
@@ -24,6 +25,27 @@ def lock_kept_by_another_user() -> subprocess.Popen:
     while "pid" not in turns.holders() and time.monotonic() < deadline:
         time.sleep(0.05)
     return keeper
+
+
+def end(keeper: subprocess.Popen) -> None:
+    """End the keeper's group, and return once the lock is free: the group's `sleep`
+    dies after SIGKILL in its own time, and holds the lock until it has."""
+    os.killpg(keeper.pid, signal.SIGKILL)
+    keeper.wait()
+    deadline = time.monotonic() + 10
+    tmp = os.open("/tmp", os.O_RDONLY)
+    try:
+        while time.monotonic() < deadline:
+            try:
+                fcntl.flock(tmp, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                time.sleep(0.01)
+                continue
+            fcntl.flock(tmp, fcntl.LOCK_UN)
+            return
+    finally:
+        os.close(tmp)
+    raise AssertionError("the killed keeper's group still holds the lock after 10 s")
 
 
 @needs_root()
@@ -78,8 +100,7 @@ def test_host_as_turn_lock_kept_by_another_user_is_gone_on_without_naming_it(mon
                 f"pid {keeper.pid} (uid 4242, flock, write)") in said, said
         assert "going on without it" in said
     finally:
-        os.killpg(keeper.pid, signal.SIGKILL)
-        keeper.wait()
+        end(keeper)
     # Free again: taken at once, nothing said.
     handle = turns.hold_this_machine(turns.fcntl.LOCK_EX)
     turns.let_go(handle)
